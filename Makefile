@@ -1,0 +1,31 @@
+# Set-up in two commands: `make run` and `make test` (see README).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export OPENBLAS_NUM_THREADS ?= 1
+export OMP_NUM_THREADS ?= 1
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+
+.PHONY: install dev run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	touch $@
+
+install dev: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(VENV)/bin/scarce run all
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+test: lint
+	$(VENV)/bin/python -m pytest
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/scarce bench
+
+clean:
+	rm -rf data/cache data/runs

@@ -1,0 +1,281 @@
+"""The ``scarce`` command line.
+
+::
+
+    scarce run FLOW [--config PATH] [--set KEY=VALUE ...] [--runner local|dask]
+                    [--dask-address ADDR]
+    scarce rerun RUN_ID [--use-cache]
+    scarce runs
+    scarce cache ls | scarce cache gc [--dry-run]
+
+Bad input (a config key, a malformed file, a missing run) prints one line
+naming the file, line or key and exits with code 2; ``--debug`` shows the
+traceback.  Any other failure exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+# Before numpy or scipy are imported: one BLAS/OpenMP thread per process (two were
+# 3-100x slower on 2-core machines; see PITFALLS), and Prefect offline-friendly.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scarce",
+        description="Reproducible pipelines for learning when labels are scarce.",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a flow (or 'all')")
+    r.add_argument("flow", help="flow name, or 'all'")
+    r.add_argument("--config", help="config YAML (default: configs/<flow>.yaml)")
+    r.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set rank=64 (repeatable)",
+    )
+    _runner_args(r)
+    r.add_argument("--refresh", action="store_true", help="ignore the cache; recompute every step")
+
+    rr = sub.add_parser("rerun", help="run again from a run's manifest and compare outputs")
+    rr.add_argument("run_id")
+    rr.add_argument("--use-cache", action="store_true", help="allow cached results")
+    _runner_args(rr)
+
+    sub.add_parser("runs", help="list past runs with their headline metrics")
+
+    c = sub.add_parser("cache", help="inspect or clean the Parquet result store")
+    csub = c.add_subparsers(dest="cache_command", required=True)
+    csub.add_parser("ls", help="list store entries")
+    gc = csub.add_parser("gc", help="drop entries that no run refers to")
+    gc.add_argument("--dry-run", action="store_true")
+    return p
+
+
+def _runner_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runner", choices=["local", "dask"], default="local")
+    p.add_argument("--dask-address", help="scheduler address of an existing Dask cluster")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from tasks.errors import InputError
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return _dispatch(args)
+    except InputError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(
+            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "rerun":
+        return cmd_rerun(args)
+    if args.command == "runs":
+        return cmd_runs()
+    return cmd_cache(args)
+
+
+# -- run ---------------------------------------------------------------------
+def _specs(name: str) -> list[Any]:
+    from flows.registry import FLOWS
+    from tasks.errors import InputError
+
+    if name == "all":
+        if not FLOWS:
+            raise InputError("no flows are registered")
+        return list(FLOWS.values())
+    if name not in FLOWS:
+        known = ", ".join(sorted(FLOWS)) or "none"
+        raise InputError(f"unknown flow {name!r} (known: {known}, all)")
+    return [FLOWS[name]]
+
+
+def _with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
+    if runner == "local" and not address:
+        return flow_fn
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        task_runner = DaskTaskRunner(address=address)
+    else:
+        task_runner = DaskTaskRunner(
+            cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True}
+        )
+    return flow_fn.with_options(task_runner=task_runner)
+
+
+def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
+    """Run one registered flow with a validated config; returns its summary."""
+    flow_fn = _with_runner(spec.load_flow(), runner, address)
+    return flow_fn(config=config, options=options)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flows.config import load_config, resolve_path
+    from flows.runtime import RunOptions
+    from tasks.errors import InputError
+
+    specs = _specs(args.flow)
+    if args.config and len(specs) > 1:
+        raise InputError("--config names one flow's file; use it with a single flow")
+    # Validate every config before running anything: a typo fails in a second.
+    plans = []
+    for spec in specs:
+        path = resolve_path(args.config or spec.config_file)
+        plans.append((spec, load_config(path, spec.load_model(), args.overrides)))
+    summaries = []
+    for spec, config in plans:
+        options = RunOptions(refresh=args.refresh, runner=args.runner)
+        summary = execute(spec, config, options, args.runner, args.dask_address)
+        summaries.append(summary)
+        _print_summary(spec.name, summary)
+    if len(summaries) > 1:
+        _print_metrics_table(summaries)
+    return EXIT_OK
+
+
+def _print_summary(name: str, summary: dict) -> None:
+    print(f"\n== {name}: run {summary['run_id']}")
+    _print_frame(summary["metrics"])
+    hits = summary["manifest"].get("cache_hits") or []
+    if hits:
+        print(f"cache hits: {', '.join(hits)}")
+    print(f"outputs: {summary['run_dir']}")
+
+
+def _print_metrics_table(summaries: list[dict]) -> None:
+    import pandas as pd
+
+    frame = pd.concat([s["metrics"] for s in summaries], ignore_index=True)
+    print("\n== summary")
+    _print_frame(frame)
+
+
+def _print_frame(frame: Any) -> None:
+    import pandas as pd
+
+    with pd.option_context(
+        "display.max_rows", 200, "display.width", 120, "display.float_format", "{:.4f}".format
+    ):
+        print(frame.to_string(index=False) if len(frame) else "(empty)")
+
+
+# -- rerun -------------------------------------------------------------------
+def cmd_rerun(args: argparse.Namespace) -> int:
+    from flows import manifest as mf
+    from flows.config import validate_config
+    from flows.registry import FLOWS
+    from flows.runtime import RunOptions, default_runs_root, new_run_id
+    from tasks.errors import InputError
+
+    runs = default_runs_root()
+    run_dir = runs / args.run_id
+    old = mf.read_manifest(run_dir)
+    spec = FLOWS.get(old["flow"])
+    if spec is None:
+        raise InputError(f"flow {old['flow']!r} of this run is not available", path=run_dir)
+    config = validate_config(old["config"], spec.load_model(), run_dir / mf.MANIFEST)
+    options = RunOptions(
+        store=old.get("store"),
+        runs=str(runs),
+        run_id=new_run_id(old["flow"], "rerun"),
+        refresh=not args.use_cache,
+        rerun_of=args.run_id,
+        runner=args.runner,
+    )
+    summary = execute(spec, config, options, args.runner, args.dask_address)
+    diffs = mf.compare_outputs(old, summary["manifest"])
+    print(f"rerun {summary['run_id']} of {args.run_id}")
+    if not diffs:
+        print("identical")
+        return EXIT_OK
+    print("\n".join(diffs))
+    return EXIT_FAIL
+
+
+# -- runs and cache ------------------------------------------------------------
+def cmd_runs() -> int:
+    from flows.manifest import list_runs
+    from flows.runtime import default_runs_root
+
+    frame = list_runs(default_runs_root())
+    if frame.empty:
+        print("no runs yet")
+    else:
+        _print_frame(frame)
+    return EXIT_OK
+
+
+def referenced_refs(runs: Path) -> set[str]:
+    from flows import manifest as mf
+
+    keep: set[str] = set()
+    if runs.is_dir():
+        for d in runs.iterdir():
+            if (d / mf.MANIFEST).is_file():
+                keep.update(o["ref"] for o in mf.read_manifest(d)["outputs"])
+    return keep
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from flows.runtime import default_runs_root, default_store_root
+    from tasks.store import Store
+
+    store = Store(default_store_root())
+    if args.cache_command == "ls":
+        frame = store.ls()
+        if frame.empty:
+            print(f"store {store.root} is empty")
+        else:
+            frame["modified"] = frame["modified"].dt.strftime("%Y-%m-%d %H:%M")
+            _print_frame(frame)
+            print(f"{len(frame)} entries, {frame['bytes'].sum() / 1e6:.1f} MB in {store.root}")
+        return EXIT_OK
+    removed = store.gc(referenced_refs(default_runs_root()), dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(removed)} entries")
+    for ref in removed:
+        print(f"  {ref}")
+    return EXIT_OK
+
+
+def entrypoint() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

@@ -1,0 +1,163 @@
+"""Flow configs: YAML files in ``configs/`` validated by pydantic models.
+
+Each flow's model derives from :class:`FlowConfig`: unknown keys, wrong types
+and out-of-range values are rejected, and the error names the file and the
+dotted key.  ``--set key.sub=value`` overrides any key; the value is read as
+YAML (``3`` is an int, ``true`` a bool, ``[1, 2]`` a list).  Every source of
+randomness derives from the one ``seed``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tasks.errors import InputError
+
+
+class Strict(BaseModel):
+    """A config section: no unknown keys, no silent coercion of strings to numbers."""
+
+    model_config = ConfigDict(extra="forbid", strict=False, validate_default=True, frozen=True)
+
+
+class FlowConfig(Strict):
+    """Keys every flow config has."""
+
+    seed: int = Field(0, ge=0, description="The one seed every source of randomness derives from.")
+    name: str | None = Field(
+        None, description="Experiment name used in run names; defaults to the flow's own."
+    )
+
+
+C = TypeVar("C", bound=FlowConfig)
+
+
+def project_root() -> Path:
+    """The folder holding ``configs/`` and ``data/``.
+
+    ``SCARCE_ROOT`` when set; else the current folder when it has ``configs/``;
+    else the checkout this package was installed from.
+    """
+    env = os.environ.get("SCARCE_ROOT")
+    if env:
+        return Path(env).resolve()
+    cwd = Path.cwd()
+    if (cwd / "configs").is_dir():
+        return cwd
+    return Path(__file__).resolve().parent.parent
+
+
+def resolve_path(path: str | os.PathLike[str], base: Path | None = None) -> Path:
+    """An input path from a config: absolute, or relative to the project root."""
+    p = Path(path)
+    return p if p.is_absolute() else (base or project_root()) / p
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"leml.rank=64"`` -> (["leml", "rank"], 64)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise InputError(f"--set expects KEY=VALUE with a dotted key, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise InputError(f"--set {key}: value {raw!r} is not valid YAML ({exc})", key=key) from None
+    return key.split("."), value
+
+
+def apply_overrides(
+    data: dict[str, Any],
+    overrides: list[str],
+    model: type[BaseModel],
+    path: str | os.PathLike[str] | None = None,
+) -> dict:
+    """A copy of ``data`` with each ``KEY=VALUE`` applied; unknown keys are errors."""
+    out = copy.deepcopy(data)
+    for text in overrides:
+        keys, value = parse_override(text)
+        try:
+            _check_key(model, keys)
+        except InputError as exc:
+            raise InputError(exc.message, path=path, key=exc.key) from None
+        node = out
+        for part in keys[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                node[part] = nxt
+            node = nxt
+        node[keys[-1]] = value
+    return out
+
+
+def _check_key(model: type[BaseModel], path: list[str]) -> None:
+    current: Any = model
+    for i, part in enumerate(path):
+        dotted = ".".join(path[: i + 1])
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            raise InputError(f"--set: {'.'.join(path[:i])} has no sub-keys", key=dotted)
+        field = current.model_fields.get(part)
+        if field is None:
+            known = ", ".join(sorted(current.model_fields))
+            raise InputError(f"--set: unknown key (known here: {known})", key=dotted)
+        current = field.annotation
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    model: type[C],
+    overrides: list[str] | None = None,
+) -> C:
+    """Read, override and validate a flow config.
+
+    Raises
+    ------
+    InputError
+        Missing file, bad YAML, unknown key, wrong type or out-of-range value;
+        the message names the file and the dotted key.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("config file not found", path=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read config ({exc.strerror})", path=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError("a config must be a mapping of keys to values", path=path)
+    data = apply_overrides(data, overrides or [], model, path) if overrides else data
+    return validate_config(data, model, path)
+
+
+def validate_config(data: dict[str, Any], model: type[C], path: str | os.PathLike[str] | None) -> C:
+    """Validate a config mapping, turning pydantic's error into one clear line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or None
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in err and err["type"] != "missing":
+            msg = f"{msg} (got {err['input']!r})"
+        more = len(exc.errors()) - 1
+        if more:
+            msg += f" (and {more} more error{'s' if more > 1 else ''})"
+        raise InputError(msg, path=path, key=key) from None

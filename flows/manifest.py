@@ -1,0 +1,145 @@
+"""What a run records so that it can be rerun exactly, and how a rerun compares.
+
+``data/runs/<run-id>/manifest.json`` holds the config after overrides, the
+seed, the code version, the versions of every installed package, the sha256
+of every input file and the ref and sha256 of every output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.errors import InputError
+from tasks.store import atomic_write_bytes
+
+MANIFEST = "manifest.json"
+METRICS = "metrics.parquet"
+SCHEMA_VERSION = 1
+CODE_PACKAGES = ("algorithms", "tasks", "flows")
+
+
+def source_sha256(root: Path) -> str:
+    """sha256 over the project's Python sources (path and bytes, sorted)."""
+    h = hashlib.sha256()
+    for pkg in CODE_PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    """Commit and dirtiness of the checkout, when it is one."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        if commit.returncode != 0:
+            return {}
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", *CODE_PACKAGES],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def package_versions() -> dict[str, str]:
+    """Every installed distribution and its version (what ``pip freeze`` lists)."""
+    out = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            out[name.lower()] = dist.version
+    return dict(sorted(out.items()))
+
+
+def code_root() -> Path:
+    """The folder holding this checkout's packages (not the data's project root)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def code_version(root: Path | None = None) -> dict[str, Any]:
+    root = root or code_root()
+    try:
+        version = importlib.metadata.version("scarce")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"scarce": version, "source_sha256": source_sha256(root), **git_state(root)}
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "packages": package_versions(),
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
+    path = run_dir / MANIFEST
+    atomic_write_bytes(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return path
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such run (manifest.json missing)", path=path) from None
+    except json.JSONDecodeError as exc:
+        msg = f"manifest is not valid JSON ({exc.msg})"
+        raise InputError(msg, path=path, line=exc.lineno) from None
+    if not isinstance(data, dict) or "outputs" not in data or "flow" not in data:
+        raise InputError("not a scarce run manifest", path=path)
+    return data
+
+
+def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Lines describing every output whose hash differs (empty when identical)."""
+    a = {o["ref"]: o["sha256"] for o in old["outputs"]}
+    b = {o["ref"]: o["sha256"] for o in new["outputs"]}
+    lines = []
+    for ref in sorted(set(a) | set(b)):
+        if ref not in b:
+            lines.append(f"missing in rerun: {ref}")
+        elif ref not in a:
+            lines.append(f"new in rerun: {ref}")
+        elif a[ref] != b[ref]:
+            lines.append(f"differs: {ref} ({a[ref][:12]} != {b[ref][:12]})")
+    if old.get("metrics_sha256") != new.get("metrics_sha256"):
+        lines.append("differs: metrics.parquet")
+    return lines
+
+
+def list_runs(runs_dir: Path) -> pd.DataFrame:
+    """One row per run: id, flow, started, status and its headline metrics."""
+    rows = []
+    if runs_dir.is_dir():
+        for d in sorted(runs_dir.iterdir()):
+            if not (d / MANIFEST).is_file():
+                continue
+            try:
+                m = read_manifest(d)
+            except InputError:
+                continue
+            row = {"run_id": d.name, "flow": m["flow"], "started": m.get("started", "")}
+            for k, v in (m.get("headline") or {}).items():
+                row[k] = v
+            rows.append(row)
+    return pd.DataFrame(rows)

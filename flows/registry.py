@@ -1,0 +1,40 @@
+"""The flows ``scarce run`` knows, by name.
+
+Each entry points at a Prefect flow ``fn(config, options=None) -> summary`` and
+the pydantic model and default YAML file of its config.  Targets are imported
+only when used, so ``scarce --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    name: str
+    target: str  # "module:flow_function"
+    config_model: str  # "module:ConfigModel"
+    config_file: str  # relative to the project root
+    description: str = ""
+
+    def load_flow(self) -> Any:
+        return _load(self.target)
+
+    def load_model(self) -> Any:
+        return _load(self.config_model)
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+FLOWS: dict[str, FlowSpec] = {}
+
+
+def register(spec: FlowSpec) -> FlowSpec:
+    FLOWS[spec.name] = spec
+    return spec

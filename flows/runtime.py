@@ -1,0 +1,190 @@
+"""The run a flow belongs to: its store, its record of outputs, its manifest.
+
+A flow opens a :class:`RunContext` first and calls its steps through it::
+
+    ctx = RunContext.open("leml", config, options)
+    train = ctx.run(load_xmc, path=cfg.train, dtype=cfg.dtype)
+    ...
+    return ctx.finish(metrics)
+
+``run`` and ``map`` submit the step's Prefect task, log which steps were cache
+hits, and remember every ref (and every input file) for the manifest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from flows import manifest as mf
+from flows.config import FlowConfig, project_root, resolve_path
+from tasks.steps import Step, _iter_refs, cached_file_sha256
+from tasks.store import Store, atomic_write_parquet, encode, file_sha256
+
+log = logging.getLogger("scarce.run")
+
+METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
+
+
+class RunOptions(BaseModel):
+    """Where a run keeps its data, and whether it may reuse the cache."""
+
+    store: str | None = Field(None, description="Store root; default data/cache or $SCARCE_STORE.")
+    runs: str | None = Field(None, description="Runs folder; default data/runs or $SCARCE_RUNS.")
+    run_id: str | None = Field(None, description="Run id; generated when empty.")
+    refresh: bool = Field(False, description="Ignore cached results and recompute every step.")
+    rerun_of: str | None = Field(None, description="The run this one reproduces, if any.")
+    runner: str = Field("local", description="Task runner the flow was started with.")
+
+
+def default_store_root() -> Path:
+    return Path(os.environ.get("SCARCE_STORE") or project_root() / "data" / "cache")
+
+
+def default_runs_root() -> Path:
+    return Path(os.environ.get("SCARCE_RUNS") or project_root() / "data" / "runs")
+
+
+def new_run_id(flow: str, name: str | None) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    slug = "-".join(p for p in (flow, name) if p)
+    return f"{slug}-{stamp}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class RunContext:
+    flow: str
+    config: FlowConfig
+    store: Store
+    run_dir: Path
+    run_id: str
+    options: RunOptions
+    started: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)
+    cache_hits: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, flow: str, config: FlowConfig, options: RunOptions | None = None) -> RunContext:
+        options = options or RunOptions()
+        store = Store(options.store or default_store_root())
+        run_id = options.run_id or new_run_id(flow, config.name)
+        run_dir = Path(options.runs or default_runs_root()) / run_id
+        return cls(flow, config, store, run_dir, run_id, options)
+
+    # -- calling steps ------------------------------------------------------
+    def _task(self, st: Step):
+        task = st.bind(self.store)
+        return task.with_options(refresh_cache=True) if self.options.refresh else task
+
+    def _note_files(self, st: Step, kwargs: dict[str, Any]) -> None:
+        for name in st.files:
+            values = kwargs.get(name)
+            for p in values if isinstance(values, list | tuple) else [values]:
+                if p is not None:
+                    self.inputs[self._rel(p)] = cached_file_sha256(p)
+
+    def _rel(self, p: str | os.PathLike[str]) -> str:
+        path = Path(p).resolve()
+        try:
+            return str(path.relative_to(project_root()))
+        except ValueError:
+            return str(path)
+
+    def _record(self, st: Step, state: Any) -> Any:
+        refs = state.result()
+        for ref in _iter_refs(refs):
+            self.outputs[ref] = {"step": st.name, "ref": ref, "cached": state.name == "Cached"}
+        if state.name == "Cached":
+            self.cache_hits.append(st.name)
+            log.info("cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
+        return refs
+
+    def run(self, st: Step, **kwargs: Any) -> Any:
+        """Run one step (or take it from the cache) and return its refs."""
+        self._note_files(st, kwargs)
+        state = self._task(st)(**kwargs, return_state=True)
+        return self._record(st, state)
+
+    def submit(self, st: Step, **kwargs: Any) -> Any:
+        """Submit one step to the task runner; pass the future to :meth:`gather`."""
+        self._note_files(st, kwargs)
+        return st, self._task(st).submit(**kwargs)
+
+    def map(self, st: Step, **kwargs: Any) -> list[Any]:
+        """Map a step over the iterables in ``kwargs`` (Prefect's ``.map``)."""
+        futures = self._task(st).map(**kwargs)
+        return [self._record(st, f.wait() or f.state) for f in futures]
+
+    def gather(self, submitted: Iterable[tuple[Step, Any]]) -> list[Any]:
+        out = []
+        for st, fut in submitted:
+            fut.wait()
+            out.append(self._record(st, fut.state))
+        return out
+
+    def read(self, ref: str) -> Any:
+        """Load a stored value (small ones: metrics, summaries for artifacts)."""
+        return self.store.read(ref)
+
+    def path(self, p: str | os.PathLike[str]) -> Path:
+        return resolve_path(p)
+
+    # -- finishing ----------------------------------------------------------
+    def finish(self, metrics_ref: str, headline: dict[str, float] | None = None) -> dict[str, Any]:
+        """Write ``metrics.parquet`` and ``manifest.json``; return the run summary."""
+        metrics = self.store.read(metrics_ref)
+        missing = [c for c in METRIC_COLUMNS if c not in metrics.columns]
+        if missing:
+            raise ValueError(f"metrics table lacks columns {missing}")
+        metrics = metrics[METRIC_COLUMNS].reset_index(drop=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        metrics_path = self.run_dir / mf.METRICS
+        atomic_write_parquet(metrics_path, encode(metrics))
+        outputs = [
+            {**o, "sha256": self.store.sha256(o["ref"])}
+            for o in sorted(self.outputs.values(), key=lambda o: o["ref"])
+        ]
+        manifest = {
+            "schema": mf.SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "flow": self.flow,
+            "started": self.started,
+            "finished": dt.datetime.now(dt.UTC).isoformat(),
+            "config": self.config.model_dump(mode="json"),
+            "seed": self.config.seed,
+            "code": mf.code_version(),
+            "environment": mf.environment(),
+            "options": self.options.model_dump(mode="json", exclude={"run_id", "refresh"}),
+            "store": str(self.store.root),
+            "inputs": [{"path": p, "sha256": h} for p, h in sorted(self.inputs.items())],
+            "outputs": outputs,
+            "metrics_sha256": file_sha256(metrics_path),
+            "cache_hits": sorted(set(self.cache_hits)),
+            "headline": headline or headline_metrics(metrics),
+        }
+        mf.write_manifest(self.run_dir, manifest)
+        log.info("run %s written to %s", self.run_id, self.run_dir)
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "metrics": metrics,
+            "manifest": manifest,
+        }
+
+
+def headline_metrics(metrics: pd.DataFrame, limit: int = 4) -> dict[str, float]:
+    """The first few metrics of the table, keyed ``dataset/method/metric``."""
+    out = {}
+    for row in metrics.head(limit).itertuples(index=False):
+        out[f"{row.dataset}/{row.method}/{row.metric}"] = float(row.value)
+    return out

@@ -1,0 +1,299 @@
+"""Prefect tasks whose outputs live in the Parquet result store.
+
+A *step* is a plain function of data to data (Kedro's nodes) declared with
+:func:`step`.  Bound to a :class:`~tasks.store.Store` it becomes a Prefect task
+that
+
+* takes its upstream inputs as store refs (small strings), loads them, calls
+  the function, writes each output to the store and returns the refs;
+* is keyed by :class:`StoreCachePolicy`: a hash of the step's name, version,
+  source code (and the source of the algorithm modules it names), its
+  parameters, the refs of its inputs and the content hash of its input files.
+  The cache check never touches the data (PITFALLS: Prefect's ``INPUTS`` policy
+  pickles and hashes every input);
+* shows as *Cached* in the Prefect UI when its outputs are already in the store
+  and pass their checksums.  A missing or damaged output is logged as a warning
+  and the step runs again.
+
+Prefect keeps its cache records (a few hundred bytes of JSON holding the refs,
+never a pickle) in ``<store>/_prefect``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from prefect import Task
+from prefect.cache_policies import CachePolicy
+from prefect.serializers import JSONSerializer
+
+from tasks.store import CorruptEntry, Store, file_sha256
+
+log = logging.getLogger("scarce.store")
+
+KEY_LENGTH = 32
+
+
+def canonical(value: Any) -> Any:
+    """A JSON-able, order-independent form of ``value`` for hashing."""
+    if hasattr(value, "model_dump"):  # pydantic models
+        return canonical(value.model_dump(mode="json"))
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return value.item()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(
+        f"step parameters must be JSON-like (got {type(value).__name__}); pass data through "
+        "the store as a ref"
+    )
+
+
+def digest(obj: Any) -> str:
+    text = json.dumps(canonical(obj), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_file_hashes: dict[tuple[str, int, int], str] = {}
+_file_lock = threading.Lock()
+
+
+def cached_file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, memoised on (path, size, mtime)."""
+    st = os.stat(path)
+    k = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    with _file_lock:
+        if k in _file_hashes:
+            return _file_hashes[k]
+    h = file_sha256(path)
+    with _file_lock:
+        _file_hashes[k] = h
+    return h
+
+
+def _module_source_hash(modules: Sequence[ModuleType]) -> str:
+    h = hashlib.sha256()
+    for m in modules:
+        h.update(inspect.getsource(m).encode())
+    return h.hexdigest()
+
+
+@dataclass(eq=False)
+class Step:
+    """A store-backed task; see :func:`step`."""
+
+    fn: Callable[..., Any]
+    name: str
+    version: str
+    inputs: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    outputs: tuple[str, ...] | None = None
+    run_name: str | None = None
+    modules: tuple[ModuleType, ...] = ()
+    _bound: dict[str, Task] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.code_hash = hashlib.sha256(
+            (inspect.getsource(self.fn) + _module_source_hash(self.modules)).encode()
+        ).hexdigest()
+        params = inspect.signature(self.fn).parameters
+        for n in (*self.inputs, *self.files):
+            if n not in params:
+                raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
+
+    # -- keys -------------------------------------------------------------
+    def key(self, kwargs: dict[str, Any]) -> str:
+        """The store key of a call with these arguments."""
+        params = {k: v for k, v in kwargs.items() if k not in self.inputs and k not in self.files}
+        files = {k: cached_file_sha256(kwargs[k]) for k in self.files if kwargs.get(k) is not None}
+        inputs = {k: kwargs.get(k) for k in self.inputs}
+        return digest(
+            {
+                "step": self.name,
+                "version": self.version,
+                "code": self.code_hash,
+                "params": params,
+                "inputs": inputs,
+                "files": files,
+            }
+        )[:KEY_LENGTH]
+
+    def refs(self, key: str) -> str | dict[str, str]:
+        """The refs a call with this key writes (one, or one per output part)."""
+        if self.outputs is None:
+            return f"{self.name}/{key}"
+        return {part: f"{self.name}/{key}-{part}" for part in self.outputs}
+
+    # -- binding ----------------------------------------------------------
+    def bind(self, store: Store) -> Task:
+        """This step as a Prefect task writing to ``store``."""
+        root = str(store.root)
+        if root not in self._bound:
+            self._bound[root] = Task(
+                fn=_make_runner(self, store),
+                name=self.name,
+                version=f"{self.version}+{self.code_hash[:12]}",
+                cache_policy=StoreCachePolicy(step=self, store=store),
+                result_storage=store.prefect_dir,
+                result_serializer=JSONSerializer(),
+                persist_result=True,
+                task_run_name=self.run_name,
+            )
+        return self._bound[root]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the plain function (no store, no Prefect), as a Kedro node."""
+        return self.fn(*args, **kwargs)
+
+
+def step(
+    name: str,
+    *,
+    version: str = "1",
+    inputs: Sequence[str] = (),
+    files: Sequence[str] = (),
+    outputs: Sequence[str] | None = None,
+    run_name: str | None = None,
+    modules: Sequence[ModuleType] = (),
+) -> Callable[[Callable[..., Any]], Step]:
+    """Declare a store-backed step.
+
+    Parameters
+    ----------
+    name : str
+        Task name and store folder (``leml-load``).
+    version : str
+        Bump it when the output of the same code and parameters must change.
+    inputs : names of parameters that receive upstream outputs.  The flow passes
+        refs (a string, or a dict of part -> ref); the function gets the data.
+    files : names of parameters that are input file paths; their content hash
+        (not their path) enters the key.
+    outputs : part names when the function returns a dict of several outputs;
+        None when it returns one value.
+    run_name : Prefect task run name template (``"alternate-W iter={iteration}"``).
+    modules : algorithm modules whose source enters the key, so that editing
+        the mathematics invalidates the cache.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Step:
+        return Step(
+            fn=fn,
+            name=name,
+            version=version,
+            inputs=tuple(inputs),
+            files=tuple(files),
+            outputs=None if outputs is None else tuple(outputs),
+            run_name=run_name,
+            modules=tuple(modules),
+        )
+
+    return decorate
+
+
+def _iter_refs(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [r for v in value.values() for r in _iter_refs(v)]
+    if isinstance(value, list | tuple):
+        return [r for v in value for r in _iter_refs(v)]
+    return []
+
+
+def _load(store: Store, value: Any) -> Any:
+    if isinstance(value, str):
+        return store.read(value)
+    if isinstance(value, dict):
+        return {k: _load(store, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_load(store, v) for v in value]
+    if value is None:
+        return None
+    raise TypeError(f"an input must be a ref or a dict/list of refs, got {type(value).__name__}")
+
+
+def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
+    sig = inspect.signature(st.fn)
+
+    @functools.wraps(st.fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        call = dict(bound.arguments)
+        key = st.key(call)
+        data = {k: (_load(store, v) if k in st.inputs else v) for k, v in call.items()}
+        result = st.fn(**data)
+        refs = st.refs(key)
+        if isinstance(refs, str):
+            store.write(refs, result, {"task": st.name, "key": key})
+            return refs
+        if not isinstance(result, dict) or set(result) != set(refs):
+            got = sorted(result) if isinstance(result, dict) else type(result).__name__
+            raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
+        for part, ref in refs.items():
+            store.write(ref, result[part], {"task": st.name, "key": key, "part": part})
+        return refs
+
+    run.__signature__ = sig  # Prefect reads parameter names from it
+    return run
+
+
+class StoreCachePolicy(CachePolicy):
+    """Key a task by its step key; run it again when its entries are damaged.
+
+    Prefect finds a cache record under the key and reports the task *Cached*.
+    Before answering, the outputs are checked (exist, parse, checksum); when one
+    fails the record is dropped so the task runs again and rewrites them.
+    """
+
+    def __init__(self, step: Step, store: Store) -> None:
+        super().__init__()
+        self.step = step
+        self.store = store
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StoreCachePolicy:
+        # Prefect copies policies in ``configure``; a Step holds modules, which
+        # do not deep-copy, and is immutable once declared.
+        new = StoreCachePolicy(self.step, self.store)
+        new.key_storage, new.isolation_level, new.lock_manager = (
+            self.key_storage,
+            self.isolation_level,
+            self.lock_manager,
+        )
+        return new
+
+    def compute_key(
+        self,
+        task_ctx: Any,
+        inputs: dict[str, Any],
+        flow_parameters: dict[str, Any],
+        **kwargs: Any,
+    ) -> str | None:
+        key = self.step.key(inputs)
+        record = self.store.prefect_dir / key
+        if not record.exists():
+            return key
+        for ref in _iter_refs(self.step.refs(key)):
+            try:
+                self.store.read_table(ref)
+            except CorruptEntry as exc:
+                log.warning("store entry %s is damaged (%s); recomputing", ref, exc)
+                record.unlink(missing_ok=True)
+                break
+        return key

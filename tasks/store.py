@@ -1,0 +1,367 @@
+"""The Parquet result store.
+
+Every task output that is data lives here as one real Parquet file that pandas,
+pyarrow and duckdb open directly::
+
+    <root>/<task>/<key>.parquet           single output
+    <root>/<task>/<key>-<part>.parquet    one file per named part of an output
+
+``<key>`` is a hash of the task's name, its code version, its parameters and
+the keys of its inputs (see :mod:`tasks.steps`), so the path of an entry never
+derives from a user string.  A *ref* is the entry's path relative to the root
+without the suffix, for example ``"leml-load/3fa9c0e1d2b4a5f6a7b8c9d0-X"``.
+
+Three kinds of value are stored, each with its kind, shape and dtype in the
+Parquet key-value metadata so that a round trip is exact:
+
+``table``
+    a :class:`pandas.DataFrame`, written with pyarrow's pandas metadata.
+``sparse``
+    a scipy.sparse matrix as a ``(row, col, value)`` table, with the shape and
+    the format (csr, csc, coo) in the metadata.
+``dense``
+    a numpy array; a 2-D array is one column per matrix column (``"0"``,
+    ``"1"``, ...), a 1-D array the single column ``"value"``; other ranks are
+    reshaped to 2-D and their shape kept in the metadata.
+
+Writes are atomic: a temporary file in the same folder, ``fsync``, then
+``os.replace``.  Each file carries a checksum (sha256 of the Arrow IPC stream
+of its table) in its metadata, and Parquet page checksums; a truncated or
+damaged entry raises :class:`CorruptEntry` on read.  Nothing is ever pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+SUFFIX = ".parquet"
+META_PREFIX = b"scarce."
+CHECKSUM_KEY = b"scarce.checksum"
+PREFECT_DIR = "_prefect"
+FORMAT_VERSION = "1"
+
+
+class CorruptEntry(Exception):
+    """A store entry that is missing, truncated or fails its checksum."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """A folder of Parquet entries.
+
+    Parameters
+    ----------
+    root : str or Path
+        The store's folder; created on first write.
+    """
+
+    root: Path
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    # -- paths -----------------------------------------------------------
+    def path(self, ref: str) -> Path:
+        """File of the entry ``ref`` (``task/key`` or ``task/key-part``)."""
+        task, _, name = ref.partition("/")
+        if not task or not name or "/" in name or ".." in ref or ref.startswith("/"):
+            raise ValueError(f"not a store ref: {ref!r}")
+        return self.root / task / f"{name}{SUFFIX}"
+
+    @property
+    def prefect_dir(self) -> Path:
+        """Where Prefect keeps its cache records for this store (small JSON files)."""
+        return self.root / PREFECT_DIR
+
+    def exists(self, ref: str) -> bool:
+        return self.path(ref).is_file()
+
+    # -- write -----------------------------------------------------------
+    def write(self, ref: str, value: Any, meta: dict[str, str] | None = None) -> str:
+        """Write ``value`` atomically under ``ref`` and return ``ref``."""
+        table = encode(value, meta)
+        atomic_write_parquet(self.path(ref), table)
+        return ref
+
+    # -- read ------------------------------------------------------------
+    def read_table(self, ref: str) -> pa.Table:
+        """The entry's Arrow table after checking its checksum."""
+        path = self.path(ref)
+        if not path.is_file():
+            raise CorruptEntry(f"{path}: missing")
+        try:
+            table = pq.read_table(path, page_checksum_verification=True)
+        except Exception as exc:  # pyarrow raises several types for damaged files
+            raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
+        meta = table.schema.metadata or {}
+        stored = meta.get(CHECKSUM_KEY)
+        if stored is None:
+            raise CorruptEntry(f"{path}: no checksum in metadata")
+        if stored.decode() != table_checksum(table):
+            raise CorruptEntry(f"{path}: checksum mismatch")
+        return table
+
+    def read(self, ref: str) -> Any:
+        """The value stored under ``ref``: DataFrame, sparse matrix or ndarray."""
+        return decode(self.read_table(ref))
+
+    def meta(self, ref: str) -> dict[str, str]:
+        """The ``scarce.*`` metadata of an entry, read from its footer only."""
+        schema = pq.read_schema(self.path(ref))
+        return {
+            k.decode()[len("scarce.") :]: v.decode()
+            for k, v in (schema.metadata or {}).items()
+            if k.startswith(META_PREFIX)
+        }
+
+    def verify(self, ref: str) -> bool:
+        """True when the entry exists and passes its checksum."""
+        try:
+            self.read_table(ref)
+        except CorruptEntry:
+            return False
+        return True
+
+    def sha256(self, ref: str) -> str:
+        """sha256 of the entry's file bytes (what a run manifest records)."""
+        return file_sha256(self.path(ref))
+
+    def delete(self, ref: str) -> None:
+        self.path(ref).unlink(missing_ok=True)
+
+    # -- listing and garbage collection -----------------------------------
+    def refs(self) -> list[str]:
+        """Every entry's ref, sorted."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for task_dir in sorted(self.root.iterdir()):
+            if not task_dir.is_dir() or task_dir.name.startswith(("_", ".")):
+                continue
+            for f in sorted(task_dir.glob(f"*{SUFFIX}")):
+                if not f.name.startswith("."):
+                    out.append(f"{task_dir.name}/{f.name[: -len(SUFFIX)]}")
+        return out
+
+    def ls(self) -> pd.DataFrame:
+        """A table of the entries: ref, task, kind, shape, dtype, bytes, modified."""
+        rows = []
+        for ref in self.refs():
+            path = self.path(ref)
+            try:
+                m = self.meta(ref)
+            except Exception:
+                m = {"kind": "unreadable"}
+            st = path.stat()
+            rows.append(
+                {
+                    "ref": ref,
+                    "task": ref.split("/", 1)[0],
+                    "kind": m.get("kind", "?"),
+                    "shape": m.get("shape", ""),
+                    "dtype": m.get("dtype", ""),
+                    "bytes": st.st_size,
+                    "modified": pd.Timestamp(st.st_mtime, unit="s", tz="UTC"),
+                }
+            )
+        columns = ["ref", "task", "kind", "shape", "dtype", "bytes", "modified"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def gc(self, keep: Iterable[str], dry_run: bool = False) -> list[str]:
+        """Delete every entry not in ``keep`` (and stray temporary files).
+
+        Prefect's cache records are dropped too, so a dropped entry is
+        recomputed, not reported as cached.  Returns the refs removed.
+        """
+        keep = set(keep)
+        removed = [r for r in self.refs() if r not in keep]
+        if dry_run:
+            return removed
+        for ref in removed:
+            self.delete(ref)
+        if self.root.is_dir():
+            for tmp in self.root.glob("*/.*.tmp*"):
+                tmp.unlink(missing_ok=True)
+        if removed and self.prefect_dir.is_dir():
+            for record in self.prefect_dir.iterdir():
+                if record.is_file():
+                    record.unlink(missing_ok=True)
+        return removed
+
+
+# -- encoding --------------------------------------------------------------
+def _dtype_name(dtype: np.dtype) -> str:
+    return np.dtype(dtype).str
+
+
+def _check_dtype(dtype: np.dtype) -> None:
+    if np.dtype(dtype).kind not in "biuf":
+        raise TypeError(f"cannot store arrays of dtype {dtype}: expected bool, int or float")
+
+
+def encode(value: Any, meta: dict[str, str] | None = None) -> pa.Table:
+    """Arrow table for ``value`` with its metadata and checksum."""
+    extra: dict[str, str]
+    if isinstance(value, pd.DataFrame):
+        table = pa.Table.from_pandas(value, preserve_index=None)
+        extra = {"kind": "table", "shape": json.dumps(list(value.shape))}
+    elif sp.issparse(value):
+        fmt = value.format if value.format in ("csr", "csc", "coo") else "coo"
+        _check_dtype(value.dtype)
+        coo = value.tocoo()
+        table = pa.table(
+            {
+                "row": pa.array(np.asarray(coo.row)),
+                "col": pa.array(np.asarray(coo.col)),
+                "value": pa.array(np.asarray(coo.data)),
+            }
+        )
+        extra = {
+            "kind": "sparse",
+            "format": fmt,
+            "shape": json.dumps([int(s) for s in value.shape]),
+            "dtype": _dtype_name(value.dtype),
+            "index_dtype": _dtype_name(getattr(value, "indices", coo.row).dtype),
+            "sorted": "1" if getattr(value, "has_sorted_indices", False) else "0",
+        }
+    elif isinstance(value, np.ndarray | np.generic):
+        arr = np.asarray(value)
+        _check_dtype(arr.dtype)
+        shape = list(arr.shape)
+        if arr.ndim == 1:
+            table = pa.table({"value": pa.array(arr)})
+        else:
+            mat = arr.reshape(shape[0] if shape else 1, -1) if arr.ndim != 2 else arr
+            columns = {
+                str(j): pa.array(np.ascontiguousarray(mat[:, j])) for j in range(mat.shape[1])
+            }
+            table = pa.table(columns)
+        extra = {"kind": "dense", "shape": json.dumps(shape), "dtype": _dtype_name(arr.dtype)}
+    else:
+        raise TypeError(
+            f"cannot store a {type(value).__name__}: expected a DataFrame, a scipy.sparse matrix "
+            "or a numpy array"
+        )
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"scarce.format_version"] = FORMAT_VERSION.encode()
+    for k, v in {**extra, **(meta or {})}.items():
+        metadata[f"scarce.{k}".encode()] = str(v).encode()
+    table = table.replace_schema_metadata(metadata)
+    metadata[CHECKSUM_KEY] = table_checksum(table).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def decode(table: pa.Table) -> Any:
+    """Inverse of :func:`encode`."""
+    meta = {
+        k.decode(): v.decode()
+        for k, v in (table.schema.metadata or {}).items()
+        if k.startswith(META_PREFIX)
+    }
+    kind = meta.get("scarce.kind")
+    if kind == "table":
+        return table.to_pandas()
+    shape = tuple(json.loads(meta["scarce.shape"]))
+    dtype = np.dtype(meta["scarce.dtype"])
+    if kind == "sparse":
+        idx = np.dtype(meta.get("scarce.index_dtype", "<i4"))
+        row = table.column("row").to_numpy().astype(idx, copy=False)
+        col = table.column("col").to_numpy().astype(idx, copy=False)
+        val = table.column("value").to_numpy().astype(dtype, copy=False)
+        coo = sp.coo_matrix((val, (row, col)), shape=shape)
+        fmt = meta["scarce.format"]
+        if fmt == "coo":
+            return coo
+        # scipy's tocsr/tocsc keep the stored order and explicit zeros but sum
+        # duplicates; entries come from a csr/csc matrix, so there are none.
+        out = coo.tocsr() if fmt == "csr" else coo.tocsc()
+        out.indices = out.indices.astype(idx, copy=False)
+        out.indptr = out.indptr.astype(idx, copy=False)
+        return out
+    if kind == "dense":
+        if len(shape) == 1:
+            return table.column("value").to_numpy().astype(dtype, copy=True)
+        rows = shape[0] if shape else 1
+        n_cols = table.num_columns
+        mat = np.empty((rows, n_cols), dtype=dtype)
+        for j in range(n_cols):
+            mat[:, j] = table.column(str(j)).to_numpy()
+        return mat.reshape(shape)
+    raise CorruptEntry(f"unknown entry kind {kind!r}")
+
+
+def table_checksum(table: pa.Table) -> str:
+    """sha256 of the table's Arrow IPC stream, its checksum metadata left out."""
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != CHECKSUM_KEY}
+    table = table.replace_schema_metadata(meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()
+
+
+@contextmanager
+def atomic_open(path: Path) -> Iterator[BinaryIO]:
+    """Open a temporary file beside ``path``; on success fsync and rename it to ``path``.
+
+    Readers never see a half-written file: they see the old entry or the new one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_parquet(path: Path, table: pa.Table) -> None:
+    """Write ``table`` to ``path`` atomically, with Parquet page checksums."""
+    with atomic_open(path) as fh:
+        pq.write_table(table, fh, compression="zstd", write_page_checksum=True)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (manifests, JSON side files)."""
+    with atomic_open(path) as fh:
+        fh.write(data)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,13 @@
+"""Test-session set-up shared by every test.
+
+BLAS/OpenMP pinned to one thread (two were 3-100x slower on these 2-core
+machines; see PITFALLS), Prefect offline with a temporary home.
+"""
+
+import os
+import tempfile
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="scarce-prefect-"))
