@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from flows import manifest as mf
 from flows.config import FlowConfig, project_root, resolve_path
+from tasks.errors import InputError
 from tasks.steps import Step, _iter_refs, cached_file_sha256
 from tasks.store import Store, atomic_write_parquet, encode, file_sha256
 
@@ -90,8 +91,11 @@ class RunContext:
         for name in st.files:
             values = kwargs.get(name)
             for p in values if isinstance(values, list | tuple) else [values]:
-                if p is not None:
-                    self.inputs[self._rel(p)] = cached_file_sha256(p)
+                if p is None:
+                    continue
+                if not Path(p).is_file():
+                    raise InputError("input file not found", path=p, key=f"{st.name}.{name}")
+                self.inputs[self._rel(p)] = cached_file_sha256(p)
 
     def _rel(self, p: str | os.PathLike[str]) -> str:
         path = Path(p).resolve()

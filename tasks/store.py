@@ -245,7 +245,9 @@ def encode(value: Any, meta: dict[str, str] | None = None) -> pa.Table:
         if arr.ndim == 1:
             table = pa.table({"value": pa.array(arr)})
         else:
-            mat = arr.reshape(shape[0] if shape else 1, -1) if arr.ndim != 2 else arr
+            rows = shape[0] if arr.ndim else 1
+            cols = int(np.prod(shape[1:], dtype=np.int64)) if arr.ndim else 1
+            mat = arr.reshape(rows, cols)
             columns = {
                 str(j): pa.array(np.ascontiguousarray(mat[:, j])) for j in range(mat.shape[1])
             }

@@ -11,3 +11,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="scarce-prefect-"))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """One temporary Prefect server for the whole session (each start costs ~10 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

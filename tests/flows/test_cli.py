@@ -1,0 +1,185 @@
+"""The command line end to end on a small real flow, through a Prefect server."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_digits
+from sklearn.metrics import adjusted_rand_score
+
+import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
+from flows.cli import main
+from tasks.store import Store, file_sha256
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    (root / "configs").mkdir()
+    digits = load_digits()
+    frame = pd.DataFrame(digits.data, columns=[f"p{i}" for i in range(64)])
+    frame["label"] = digits.target
+    frame.to_csv(root / "digits.csv", index=False)
+    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 300\nk: 10\n")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def in_project(project, monkeypatch):
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    monkeypatch.delenv("SCARCE_STORE", raising=False)
+    monkeypatch.delenv("SCARCE_RUNS", raising=False)
+
+
+def runs(project):
+    d = project / "data" / "runs"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def manifest(project, run_id):
+    return json.loads((project / "data" / "runs" / run_id / "manifest.json").read_text())
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_run_writes_manifest_metrics_and_store_entries(project, capsys):
+    code, out, _ = run_cli(capsys, "run", "digits")
+    assert code == 0
+    (run_id,) = runs(project)
+    assert run_id in out
+    m = manifest(project, run_id)
+    assert m["config"]["k"] == 10 and m["seed"] == 0
+    assert m["environment"]["packages"]["numpy"] == np.__version__
+    assert len(m["code"]["source_sha256"]) == 64
+    assert m["inputs"] == [{"path": "digits.csv", "sha256": file_sha256(project / "digits.csv")}]
+    store = Store(project / "data" / "cache")
+    assert {o["step"] for o in m["outputs"]} == {"digits-load", "digits-cluster", "digits-evaluate"}
+    for o in m["outputs"]:
+        assert store.sha256(o["ref"]) == o["sha256"]
+    metrics = pd.read_parquet(project / "data" / "runs" / run_id / "metrics.parquet")
+    assert list(metrics.columns) == ["dataset", "method", "metric", "value"]
+
+    # Independent truth: the same sample clustered by scikit-learn directly.
+    frame = pd.read_csv(project / "digits.csv")
+    rows = np.sort(np.random.default_rng(0).choice(len(frame), 300, replace=False))
+    x = frame.drop(columns="label").to_numpy(float)[rows]
+    y = frame["label"].to_numpy()[rows]
+    labels = KMeans(n_clusters=10, n_init=2, random_state=0).fit(x).labels_
+    ari = metrics.set_index("metric").loc["ari", "value"]
+    assert ari == pytest.approx(adjusted_rand_score(y, labels), abs=1e-12)
+    assert 0.3 < ari < 1.0
+
+
+def test_rerun_with_same_config_hits_cache(project, capsys):
+    first = runs(project)[0]
+    code, out, _ = run_cli(capsys, "run", "digits")
+    assert code == 0
+    second = [r for r in runs(project) if r != first][0]
+    m1, m2 = manifest(project, first), manifest(project, second)
+    assert m2["cache_hits"] == ["digits-cluster", "digits-evaluate", "digits-load"]
+    assert all(o["cached"] for o in m2["outputs"])
+    assert [o["sha256"] for o in m1["outputs"]] == [o["sha256"] for o in m2["outputs"]]
+    assert "cache hits" in out
+
+
+def test_changed_parameter_reruns_only_what_depends_on_it(project, capsys):
+    before = set(runs(project))
+    code, _, _ = run_cli(capsys, "run", "digits", "--set", "k=5")
+    assert code == 0
+    (new,) = set(runs(project)) - before
+    m = manifest(project, new)
+    assert m["config"]["k"] == 5
+    assert m["cache_hits"] == ["digits-load"]
+
+
+def test_corrupted_entry_is_detected_and_recomputed(project, capsys, caplog):
+    first = manifest(project, runs(project)[0])
+    cluster = next(o for o in first["outputs"] if o["step"] == "digits-cluster")
+    store = Store(project / "data" / "cache")
+    path = store.path(cluster["ref"])
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    before = set(runs(project))
+    with caplog.at_level(logging.WARNING, logger="scarce.store"):
+        code, _, _ = run_cli(capsys, "run", "digits")
+    assert code == 0
+    assert any("damaged" in r.getMessage() for r in caplog.records)
+    (new,) = set(runs(project)) - before
+    m = manifest(project, new)
+    assert "digits-cluster" not in m["cache_hits"]
+    assert "digits-load" in m["cache_hits"]
+    assert store.sha256(cluster["ref"]) == cluster["sha256"]
+
+
+def test_rerun_reports_identical(project, capsys):
+    run_id = runs(project)[0]
+    code, out, _ = run_cli(capsys, "rerun", run_id)
+    assert code == 0
+    assert "identical" in out.splitlines()
+
+
+def test_rerun_reports_what_differs(project, capsys):
+    run_id = runs(project)[0]
+    path = project / "data" / "runs" / run_id / "manifest.json"
+    m = json.loads(path.read_text())
+    m["outputs"][0]["sha256"] = "0" * 64
+    forged = project / "data" / "runs" / "forged"
+    forged.mkdir()
+    (forged / "manifest.json").write_text(json.dumps(m))
+    code, out, _ = run_cli(capsys, "rerun", "forged")
+    assert code == 1
+    assert f"differs: {m['outputs'][0]['ref']}" in out
+
+
+def test_runs_lists_runs_with_headline_metrics(project, capsys):
+    code, out, _ = run_cli(capsys, "runs")
+    assert code == 0
+    assert runs(project)[0] in out
+    assert "digits/kmeans/ari" in out
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["run", "digits", "--set", "k=1"], "key 'k'"),
+        (["run", "digits", "--set", "kk=3"], "key 'kk'"),
+        (["run", "nosuchflow"], "unknown flow"),
+        (["run", "digits", "--config", "configs/missing.yaml"], "config file not found"),
+        (["run", "digits", "--set", "data=absent.csv"], "absent.csv"),
+        (["rerun", "no-such-run"], "no such run"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(project, capsys, args, words):
+    store = Store(project / "data" / "cache")
+    refs_before, runs_before = store.refs(), runs(project)
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and words in lines[0]
+    assert "Traceback" not in err
+    assert store.refs() == refs_before
+    assert runs(project) == runs_before
+
+
+def test_cache_ls_and_gc_keep_what_runs_refer_to(project, capsys):
+    store = Store(project / "data" / "cache")
+    store.write("orphan/0123456789abcdef", np.zeros(3))
+    code, out, _ = run_cli(capsys, "cache", "ls")
+    assert code == 0 and "orphan/0123456789abcdef" in out
+    code, out, _ = run_cli(capsys, "cache", "gc")
+    assert code == 0 and "removed 1 entries" in out
+    assert "orphan/0123456789abcdef" not in store.refs()
+    referenced = {o["ref"] for r in runs(project) for o in manifest(project, r)["outputs"]}
+    assert referenced <= set(store.refs())

@@ -1,0 +1,201 @@
+"""The Parquet result store: exact round trips, checksums, atomic writes."""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from tasks.store import CorruptEntry, Store
+
+DTYPES = st.sampled_from(["<f4", "<f8", "<i4", "<i8", "|b1", "<u2"])
+
+
+def _arrays(min_dims=1, max_dims=3):
+    return DTYPES.flatmap(
+        lambda dt: hnp.arrays(
+            dtype=dt,
+            shape=hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=0, max_side=6),
+            elements={"allow_nan": False} if dt[1] == "f" else None,
+        )
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(arr=_arrays())
+def test_dense_round_trip_is_exact(tmp_path_factory, arr):
+    store = Store(tmp_path_factory.mktemp("s"))
+    store.write("t/k", arr)
+    back = store.read("t/k")
+    assert back.dtype == arr.dtype
+    assert back.shape == arr.shape
+    np.testing.assert_array_equal(back, arr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    density=st.floats(0, 1),
+    fmt=st.sampled_from(["csr", "csc", "coo"]),
+    dtype=st.sampled_from([np.float32, np.float64, np.int64]),
+    seed=st.integers(0, 2**16),
+)
+def test_sparse_round_trip_is_exact(tmp_path_factory, shape, density, fmt, dtype, seed):
+    store = Store(tmp_path_factory.mktemp("s"))
+    m = sp.random(*shape, density=density, format=fmt, dtype=np.float64, random_state=seed)
+    m = (m * 10).astype(dtype)
+    store.write("t/k", m)
+    back = store.read("t/k")
+    assert back.format == fmt
+    assert back.dtype == m.dtype
+    assert back.shape == m.shape
+    np.testing.assert_array_equal(back.toarray(), m.toarray())
+    if fmt != "coo":
+        assert back.indices.dtype == m.indices.dtype
+
+
+def test_sparse_keeps_explicit_zeros_and_index_dtype(tmp_path):
+    m = sp.csr_matrix(
+        (
+            np.array([0.0, 2.0], np.float32),
+            np.array([0, 2], np.int32),
+            np.array([0, 1, 2], np.int32),
+        ),
+        shape=(2, 3),
+    )
+    store = Store(tmp_path)
+    store.write("t/k", m)
+    back = store.read("t/k")
+    assert back.nnz == 2
+    assert back.indptr.dtype == np.int32
+    assert back.data.dtype == np.float32
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 20),
+    seed=st.integers(0, 2**16),
+)
+def test_table_round_trip_keeps_dtypes(tmp_path_factory, n, seed):
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "i": rng.integers(-5, 5, n).astype(np.int32),
+            "f": rng.random(n).astype(np.float32),
+            "s": [f"w{x}" for x in rng.integers(0, 9, n)],
+            "b": rng.random(n) > 0.5,
+        }
+    )
+    store = Store(tmp_path_factory.mktemp("s"))
+    store.write("t/k", frame)
+    back = store.read("t/k")
+    pd.testing.assert_frame_equal(back, frame)
+
+
+def test_entries_open_in_pandas_pyarrow_and_duckdb(tmp_path):
+    store = Store(tmp_path)
+    store.write("t/m", sp.identity(3, format="csr", dtype=np.float64))
+    store.write("t/d", np.arange(6, dtype=np.float32).reshape(3, 2))
+    path_m, path_d = store.path("t/m"), store.path("t/d")
+    rows = duckdb.sql(f"select row, col, value from '{path_m}' order by row").fetchall()
+    assert rows == [(0, 0, 1.0), (1, 1, 1.0), (2, 2, 1.0)]
+    meta = pq.read_schema(path_m).metadata
+    assert meta[b"scarce.shape"] == b"[3, 3]"
+    frame = pd.read_parquet(path_d)
+    assert list(frame.columns) == ["0", "1"]
+    assert frame["1"].tolist() == [1.0, 3.0, 5.0]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero", "flip", "empty"])
+def test_damaged_entry_is_detected(tmp_path, damage):
+    store = Store(tmp_path)
+    arr = np.random.default_rng(0).random((200, 5))
+    store.write("t/k", arr)
+    path = store.path("t/k")
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "zero":
+        data[100:400] = bytes(300)
+    elif damage == "flip":
+        data[len(data) // 3] ^= 0xFF
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    assert not store.verify("t/k")
+    with pytest.raises(CorruptEntry):
+        store.read("t/k")
+
+
+def test_checksum_catches_a_valid_parquet_with_changed_values(tmp_path):
+    store = Store(tmp_path)
+    store.write("t/k", np.arange(5, dtype=np.int64))
+    path = store.path("t/k")
+    table = pq.read_table(path)
+    # Rewrite with the old metadata (checksum included) but different values.
+    import pyarrow as pa
+
+    forged = pa.table(
+        {"value": pa.array(np.arange(5, dtype=np.int64) + 1)}
+    ).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(forged, path)
+    with pytest.raises(CorruptEntry, match="checksum"):
+        store.read("t/k")
+
+
+def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    store.write("t/k", np.zeros(3))
+    before = store.path("t/k").read_bytes()
+
+    import tasks.store as mod
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(mod.pq, "write_table", boom)
+    with pytest.raises(OSError):
+        store.write("t/k", np.ones(3))
+    assert store.path("t/k").read_bytes() == before
+    assert [p.name for p in (tmp_path / "t").iterdir()] == ["k.parquet"]
+
+
+def test_refs_never_escape_the_root(tmp_path):
+    store = Store(tmp_path)
+    for bad in ["../x", "/etc/passwd", "t", "t/../../x", "a/b/c"]:
+        with pytest.raises(ValueError):
+            store.path(bad)
+
+
+def test_unsupported_values_are_rejected(tmp_path):
+    store = Store(tmp_path)
+    with pytest.raises(TypeError, match="complex"):
+        store.write("t/k", np.zeros(2, dtype=complex))
+    with pytest.raises(TypeError, match="dict"):
+        store.write("t/k", {"a": 1})
+    assert not os.path.exists(store.path("t/k"))
+
+
+def test_ls_and_gc(tmp_path):
+    store = Store(tmp_path)
+    store.write("a/k1", np.zeros(2))
+    store.write("a/k2", np.zeros(2))
+    store.write("b/k3-X", np.zeros(2))
+    (store.prefect_dir).mkdir()
+    (store.prefect_dir / "k2").write_text("{}")
+    frame = store.ls()
+    assert frame["ref"].tolist() == ["a/k1", "a/k2", "b/k3-X"]
+    assert set(frame["kind"]) == {"dense"}
+    assert store.gc(keep={"a/k1"}, dry_run=True) == ["a/k2", "b/k3-X"]
+    assert store.refs() == ["a/k1", "a/k2", "b/k3-X"]
+    assert store.gc(keep={"a/k1"}) == ["a/k2", "b/k3-X"]
+    assert store.refs() == ["a/k1"]
+    assert not (store.prefect_dir / "k2").exists()
