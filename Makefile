@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: install dev run test lint bench clean
+.PHONY: install dev run test lint clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,9 +24,6 @@ lint: $(VENV)/.installed
 
 test: lint
 	$(VENV)/bin/python -m pytest
-
-bench: $(VENV)/.installed
-	$(VENV)/bin/scarce bench
 
 clean:
 	rm -rf data/cache data/runs
