@@ -1,0 +1,108 @@
+"""Reader for entity-pair mentions in JSON Lines form.
+
+One JSON object per line::
+
+    {"id": 7, "tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4],
+     "label": "Cause-Effect"}
+
+``tokens`` is a list of strings; ``head`` and ``tail`` are token spans
+``[start, end)`` (end exclusive) and must not overlap; ``id`` (int or str) and
+``label`` (str) are optional.  Blank lines are skipped.  ``.gz`` files are read
+transparently.
+
+The result has the columns of :func:`tasks.readers.semeval.read_semeval`:
+``e1_*`` is the head span, ``e2_*`` the tail span (in the order given, which need
+not be the order in the sentence), ``label`` and ``relation`` are the given label
+(missing when absent) and ``direction`` is missing.  Errors name the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tasks.errors import InputError
+from tasks.readers.semeval import COLUMNS
+
+
+def _span(obj: dict, key: str, n_tokens: int) -> tuple[int, int]:
+    span = obj.get(key)
+    if (not isinstance(span, list) or len(span) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)):
+        raise ValueError(f"'{key}' must be a list of two integers [start, end), got {span!r}")
+    start, end = span
+    if not 0 <= start < end <= n_tokens:
+        raise ValueError(f"'{key}' span [{start}, {end}) is outside the {n_tokens} tokens "
+                         "or empty; expected 0 <= start < end <= len(tokens)")
+    return start, end
+
+
+def read_jsonl(path: str | Path) -> pd.DataFrame:
+    """Read entity-pair mentions from a JSON Lines file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; gzip when the name ends in ``.gz``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``id``, ``tokens``, ``e1_start``, ``e1_end``, ``e2_start``, ``e2_end``,
+        ``label``, ``relation``, ``direction``.  ``id`` defaults to the 1-based line number.
+
+    Raises
+    ------
+    tasks.errors.InputError
+        On invalid JSON, a record that is not an object, missing or non-string tokens,
+        spans outside the tokens, overlapping head and tail, a non-string label or a
+        duplicated id.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    rows: list[tuple] = []
+    seen: dict = {}
+    with opener(path, "rt", encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}",
+                                 path=path, line=lineno) from None
+            try:
+                if not isinstance(obj, dict):
+                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+                tokens = obj.get("tokens")
+                if (not isinstance(tokens, list) or not tokens
+                        or not all(isinstance(t, str) for t in tokens)):
+                    raise ValueError("'tokens' must be a non-empty list of strings")
+                head = _span(obj, "head", len(tokens))
+                tail = _span(obj, "tail", len(tokens))
+                if head[0] < tail[1] and tail[0] < head[1]:
+                    raise ValueError(f"head {list(head)} and tail {list(tail)} overlap")
+                label = obj.get("label")
+                if label is not None and not isinstance(label, str):
+                    raise ValueError(f"'label' must be a string, got {label!r}")
+                rid = obj.get("id", lineno)
+                if isinstance(rid, bool) or not isinstance(rid, int | str):
+                    raise ValueError(f"'id' must be an integer or a string, got {rid!r}")
+            except ValueError as exc:
+                raise InputError(str(exc), path=path, line=lineno) from None
+            if rid in seen:
+                raise InputError(f"duplicated id {rid!r} (first on line {seen[rid]})",
+                                 path=path, line=lineno)
+            seen[rid] = lineno
+            rows.append((rid, tokens, head[0], head[1], tail[0], tail[1], label, label, None))
+    if not rows:
+        raise InputError("no records found", path=path)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("e1_start", "e1_end", "e2_start", "e2_end"):
+        df[col] = df[col].astype("int64")
+    return df

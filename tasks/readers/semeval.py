@@ -1,0 +1,227 @@
+"""Reader for SemEval-2010 Task 8 relation files (Hendrickx et al., 2010).
+
+Each record is four lines::
+
+    15<TAB>"They saw that the <e1>equipment</e1> was put inside rollout <e2>drawers</e2>."
+    Content-Container(e1,e2)
+    Comment: the drawer contains the equipment
+    <blank>
+
+The reader returns one row per sentence with the sentence tokenised, the two
+entity spans as token offsets ``[start, end)``, and the label in three forms:
+``label`` (directed, as written, e.g. ``Cause-Effect(e2,e1)``), ``relation``
+(the undirected type, ``Cause-Effect`` or ``Other``) and ``direction``
+(``"e1,e2"``, ``"e2,e1"`` or ``None`` for ``Other``).
+
+Tokenisation
+------------
+A deterministic regular expression, applied separately to the text outside and
+inside the entity tags so that entity boundaries always fall between tokens::
+
+    \\w+(?:[-'.]\\w+)*  |  [^\\w\\s]
+
+i.e. runs of letters/digits/underscore that may contain inner hyphens,
+apostrophes or dots (``well-known``, ``don't``, ``U.S``, ``3.5``), otherwise
+every other non-space character is its own token (punctuation).  Tokens keep
+their case; lowercasing is a context-building option.
+
+Errors
+------
+:class:`tasks.errors.InputError` with the file and the 1-based line on: a bad
+id/sentence line, missing / duplicated / nested / unclosed tags, a closing tag
+before its opening one, ``<e2>`` before ``<e1>`` (the data set numbers the
+mentions in order of appearance), an empty entity, a missing or unknown label
+line, a missing ``Comment:`` line and duplicated ids.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from tasks.errors import InputError
+
+RELATION_TYPES = (
+    "Cause-Effect",
+    "Instrument-Agency",
+    "Product-Producer",
+    "Content-Container",
+    "Entity-Origin",
+    "Entity-Destination",
+    "Component-Whole",
+    "Member-Collection",
+    "Message-Topic",
+)
+"""The nine SemEval-2010 Task 8 relation types (``Other`` is the tenth label)."""
+
+COLUMNS = ["id", "tokens", "e1_start", "e1_end", "e2_start", "e2_end", "label", "relation",
+           "direction"]
+
+TOKEN_RE = re.compile(r"\w+(?:[-'.]\w+)*|[^\w\s]")
+_TAG_RE = re.compile(r"(</?e[12]>)")
+_HEAD_RE = re.compile(r"^\s*(\d+)\t\s*\"(.*)\"\s*$")
+_LABEL_RE = re.compile(r"^([A-Za-z]+-[A-Za-z]+)\((e[12]),(e[12])\)$")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into tokens with the module's regular expression."""
+    return TOKEN_RE.findall(text)
+
+
+def parse_marked_sentence(sentence: str) -> tuple[list[str], tuple[int, int], tuple[int, int]]:
+    """Tokenise a sentence with ``<e1>..</e1>`` and ``<e2>..</e2>`` markup.
+
+    Parameters
+    ----------
+    sentence : str
+        The sentence text without the surrounding quotes.
+
+    Returns
+    -------
+    tokens : list of str
+    e1, e2 : tuple of int
+        Token spans ``[start, end)`` of the two entity mentions.
+
+    Raises
+    ------
+    ValueError
+        On missing, duplicated, nested, unclosed or reversed markup, or an empty entity.
+    """
+    for name in ("e1", "e2"):
+        if f"<{name}>" not in sentence and f"</{name}>" not in sentence:
+            raise ValueError(f"missing <{name}>..</{name}> markup")
+    tokens: list[str] = []
+    spans: dict[str, list[int]] = {}
+    seen_open: set[str] = set()
+    open_tag: str | None = None
+    for piece in _TAG_RE.split(sentence):
+        if not piece:
+            continue
+        m = _TAG_RE.fullmatch(piece)
+        if m is None:
+            tokens.extend(tokenize(piece))
+            continue
+        name = piece.strip("</>")
+        if piece.startswith("</"):
+            if name not in seen_open:
+                raise ValueError(f"closing tag {piece} before <{name}>")
+            if open_tag is None:
+                raise ValueError(f"duplicated tag {piece}")
+            if open_tag != name:
+                raise ValueError(f"closing tag {piece} inside <{open_tag}> (nested markup)")
+            spans[name].append(len(tokens))
+            open_tag = None
+            continue
+        if name in seen_open:
+            raise ValueError(f"duplicated tag <{name}>")
+        if open_tag is not None:
+            raise ValueError(f"tag <{name}> nested inside <{open_tag}>")
+        if name == "e2" and "e1" not in seen_open:
+            raise ValueError("<e2> appears before <e1>; expected the mentions in order e1, e2")
+        seen_open.add(name)
+        open_tag = name
+        spans[name] = [len(tokens)]
+    if open_tag is not None:
+        raise ValueError(f"tag <{open_tag}> is never closed")
+    for name in ("e1", "e2"):
+        if name not in spans:
+            raise ValueError(f"missing <{name}>..</{name}> markup")
+        start, end = spans[name]
+        if end <= start:
+            raise ValueError(f"entity <{name}> contains no token")
+    return tokens, (spans["e1"][0], spans["e1"][1]), (spans["e2"][0], spans["e2"][1])
+
+
+def parse_label(label: str) -> tuple[str, str | None]:
+    """Split a directed label into (relation type, direction).
+
+    ``"Cause-Effect(e2,e1)"`` gives ``("Cause-Effect", "e2,e1")``; ``"Other"`` gives
+    ``("Other", None)``.  Raises ``ValueError`` on anything else.
+    """
+    if label == "Other":
+        return "Other", None
+    m = _LABEL_RE.match(label)
+    if m is None or m.group(1) not in RELATION_TYPES or {m.group(2), m.group(3)} != {"e1", "e2"}:
+        raise ValueError(f"unknown label {label!r}; expected 'Other' or one of "
+                         f"{', '.join(RELATION_TYPES)} followed by (e1,e2) or (e2,e1)")
+    return m.group(1), f"{m.group(2)},{m.group(3)}"
+
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline=None)
+    return open(path, encoding="utf-8-sig", newline=None)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            yield lineno, line.rstrip("\r\n")
+
+
+def read_semeval(path: str | Path) -> pd.DataFrame:
+    """Read a SemEval-2010 Task 8 file with labels (``TRAIN_FILE.TXT``, ``TEST_FILE_FULL.TXT``).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; read as gzip when the name ends in ``.gz``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``id`` (int), ``tokens`` (list of str), ``e1_start``, ``e1_end``,
+        ``e2_start``, ``e2_end`` (int token offsets, end exclusive), ``label``
+        (directed), ``relation`` (undirected type), ``direction`` (``"e1,e2"``,
+        ``"e2,e1"``, missing for ``Other``), in file order.
+
+    Raises
+    ------
+    tasks.errors.InputError
+        On malformed input, naming the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    rows: list[tuple] = []
+    seen: dict[int, int] = {}
+    lines = _numbered_lines(path)
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        m = _HEAD_RE.match(line)
+        if m is None:
+            raise InputError(f"expected '<id><TAB>\"sentence\"', got {line[:60]!r}",
+                             path=path, line=lineno)
+        sid = int(m.group(1))
+        if sid in seen:
+            raise InputError(f"duplicated id {sid} (first on line {seen[sid]})",
+                             path=path, line=lineno)
+        seen[sid] = lineno
+        try:
+            tokens, e1, e2 = parse_marked_sentence(m.group(2))
+        except ValueError as exc:
+            raise InputError(f"sentence {sid}: {exc}", path=path, line=lineno) from None
+        label_no, label = next(lines, (lineno + 1, None))
+        if label is None or not label.strip():
+            raise InputError(f"sentence {sid}: missing label line", path=path, line=label_no)
+        label = label.strip()
+        try:
+            relation, direction = parse_label(label)
+        except ValueError as exc:
+            raise InputError(f"sentence {sid}: {exc}", path=path, line=label_no) from None
+        comment_no, comment = next(lines, (label_no + 1, None))
+        if comment is None or not comment.startswith("Comment:"):
+            raise InputError(f"sentence {sid}: expected a 'Comment:' line after the label",
+                             path=path, line=comment_no)
+        rows.append((sid, tokens, e1[0], e1[1], e2[0], e2[1], label, relation, direction))
+    if not rows:
+        raise InputError("no sentences found", path=path)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("id", "e1_start", "e1_end", "e2_start", "e2_end"):
+        df[col] = df[col].astype("int64")
+    return df

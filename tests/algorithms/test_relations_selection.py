@@ -1,0 +1,80 @@
+"""Invariant criterion, coverage and the prefix search."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from algorithms.relations.selection import (
+    best_subsets,
+    coverage,
+    invariant_criterion,
+    prefix_sizes,
+    score_candidate,
+    search_subsets,
+)
+
+
+def test_invariant_criterion_equals_explicit_scatter_matrices():
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(40, 4))
+    labels = rng.integers(0, 3, size=40)
+    m = Z.mean(axis=0)
+    P_W = np.zeros((4, 4))
+    P_B = np.zeros((4, 4))
+    for c in range(3):
+        Zc = Z[labels == c]
+        mc = Zc.mean(axis=0)
+        P_W += (Zc - mc).T @ (Zc - mc)
+        P_B += len(Zc) * np.outer(mc - m, mc - m)
+    P_T = (Z - m).T @ (Z - m)
+    lam = 1e-3 * np.trace(P_T) / 4
+    expected = np.trace(np.linalg.solve(P_W + lam * np.eye(4), P_B))
+    assert invariant_criterion(sp.csr_matrix(Z), labels) == pytest.approx(expected, rel=1e-9)
+    assert invariant_criterion(Z, labels) == pytest.approx(expected, rel=1e-9)
+
+
+def test_invariant_criterion_is_finite_when_within_scatter_is_singular():
+    # each word used by one cluster only: P_W = 0, the ridge keeps it finite
+    Z = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=float)
+    value = invariant_criterion(Z, np.array([0, 0, 1, 1]))
+    assert np.isfinite(value) and value > 0
+    with pytest.raises(ValueError, match="reg must be positive"):
+        invariant_criterion(Z, np.array([0, 0, 1, 1]), reg=0.0)
+
+
+def test_coverage_counts_rows_with_a_selected_word():
+    X = sp.csr_matrix(np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]], dtype=float))
+    assert coverage(X, [0]) == 0.25
+    assert coverage(X, [0, 2]) == 0.5
+    assert coverage(X, [0, 1, 2]) == 0.75
+
+
+def test_prefix_sizes_end_with_the_whole_list():
+    np.testing.assert_array_equal(prefix_sizes(10, step=4), [4, 8, 10])
+    s = prefix_sizes(1000, n_steps=5, min_size=10)
+    assert s[0] == 10 and s[-1] == 1000 and np.all(np.diff(s) > 0)
+
+
+def test_search_skips_infeasible_prefixes_and_picks_best_feasible():
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix((rng.random((60, 8)) < 0.4).astype(float))
+    ranking = np.arange(8)
+    scores = search_subsets(X, ranking, [2, 3], sizes=[1, 4, 8], theta=0.8, seed=1)
+    assert len(scores) == 6
+    infeasible = scores[~scores["feasible"]]
+    assert infeasible["criterion"].isna().all()
+    best = best_subsets(scores)
+    for k, size in best.items():
+        g = scores[(scores.k == k) & scores.feasible]
+        assert size == int(g.loc[g.criterion.idxmax(), "n_features"])
+    unit = score_candidate(X, ranking[:4], 3, seed=1, theta=0.8)
+    row = scores[(scores.k == 3) & (scores.n_features == 4)].iloc[0]
+    assert unit["criterion"] == row["criterion"] or (np.isnan(unit["criterion"])
+                                                     and np.isnan(row["criterion"]))
+
+
+def test_best_subsets_falls_back_to_largest_coverage():
+    scores = pd.DataFrame({"k": [2, 2], "n_features": [5, 10], "coverage": [0.5, 0.7],
+                           "feasible": [False, False], "criterion": [np.nan, np.nan]})
+    assert best_subsets(scores) == {2: 10}

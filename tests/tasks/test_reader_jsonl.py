@@ -1,0 +1,62 @@
+"""JSON Lines reader for entity-pair mentions."""
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+from tasks.errors import InputError
+from tasks.readers.jsonl import read_jsonl
+from tasks.readers.semeval import COLUMNS
+
+REC = {"tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4],
+       "label": "Cause-Effect"}
+
+
+def _write(tmp_path, lines, name="m.jsonl"):
+    text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_reads_records_into_reader_columns(tmp_path):
+    rec2 = {"id": "x7", "tokens": ["a", "b", "c"], "head": [2, 3], "tail": [0, 1]}
+    df = read_jsonl(_write(tmp_path, [REC, "", rec2], "m.jsonl.gz"))
+    assert list(df.columns) == COLUMNS
+    assert list(df["id"]) == [1, "x7"]  # id defaults to the line number
+    assert df.loc[0, ["e1_start", "e1_end", "e2_start", "e2_end"]].tolist() == [0, 1, 3, 4]
+    assert df.loc[0, "relation"] == "Cause-Effect"
+    assert pd.isna(df.loc[1, "label"]) and df.loc[1, "e1_start"] == 2
+
+
+@pytest.mark.parametrize("bad, message", [
+    ('{"tokens": ["a"], "head": [0, 1], ', "invalid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ({"tokens": [], "head": [0, 1], "tail": [0, 1]}, "non-empty list of strings"),
+    ({"tokens": ["a", 3], "head": [0, 1], "tail": [1, 2]}, "non-empty list of strings"),
+    ({**REC, "head": [0, 5]}, "outside the 4 tokens"),
+    ({**REC, "tail": [-1, 1]}, "outside"),
+    ({**REC, "tail": [2, 2]}, "empty"),
+    ({**REC, "head": [0]}, "two integers"),
+    ({**REC, "head": [0.0, 1.0]}, "two integers"),
+    ({**REC, "tail": [0, 2]}, "overlap"),
+    ({**REC, "label": 3}, "'label' must be a string"),
+])
+def test_malformed_lines_name_file_and_line(tmp_path, bad, message):
+    path = _write(tmp_path, [REC, bad])
+    with pytest.raises(InputError, match=message) as info:
+        read_jsonl(path)
+    assert info.value.line == 2 and info.value.path == str(path)
+
+
+def test_duplicated_ids_and_empty_file(tmp_path):
+    with pytest.raises(InputError, match="duplicated id 4"):
+        read_jsonl(_write(tmp_path, [{**REC, "id": 4}, {**REC, "id": 4}]))
+    with pytest.raises(InputError, match="no records"):
+        read_jsonl(_write(tmp_path, [""]))
