@@ -1,0 +1,697 @@
+"""RIPPER (Cohen, 1995) over a coverage oracle, and StRip (Stoyanov and Cardie, 2006).
+
+RIPPER learns an ordered set of rules for the positive class ("the two NPs corefer").  StRip is the
+same learner where every rule-quality computation — FOIL information gain while growing, the
+pruning metric, the description length — counts as covered every labelled pair whose two NPs fall
+in one cluster of the transitive closure, within each document, of the pairs that the rule set
+(with the candidate) marks positive.  Pairs with an unknown label (``y == -1``) are never counted
+but they are edges of the closure, so links through unlabelled NPs are rewarded indirectly
+(Stoyanov and Cardie 2006, section 3 and 4).  ``closure=False`` gives plain RIPPER, the baseline.
+
+The three phases are pure functions over a plain rule table (a DataFrame with columns
+``rule_id, antecedent_index, feature, op, value, pruned``) so that a pipeline can store each
+phase's result:
+
+* :func:`grow` — RIPPER's building stage (IREP*): split the training documents 2/3 grow, 1/3
+  prune (documents kept whole, new seeded split for every rule); grow a rule by adding the
+  antecedent of largest FOIL gain until it covers no negative or nothing improves; prune its final
+  sequence of antecedents on the prune set by ``(p - n) / (p + n)``; stop when the rule's error on
+  the prune set reaches 1/2, when no positive is left, or when the description length exceeds the
+  smallest seen by ``dl_surplus`` (64) bits.  The antecedents removed by pruning stay in the table
+  with ``pruned=True`` (they show what was grown); the covering used the pruned rules.
+* :func:`prune` — drop the pruned antecedents and delete, from the last rule back, every rule whose
+  removal lowers the total description length (Cohen's simplification of the rule set).
+* :func:`optimize` — ``k`` rounds: for each rule a replacement (grown from scratch) and a revision
+  (the rule grown further), both pruned to minimise the error of the whole rule set on the prune
+  set; keep the variant (original, replacement, revision) of least description length in the
+  context of the rule set; cover the positives still uncovered with new rules as in :func:`grow`;
+  delete rules that raise the description length.
+
+Description length follows Cohen (1995) as implemented in Weka's JRip: a rule with ``k`` of the
+``N`` possible conditions costs ``0.5 * (log2 k + 2 log2 log2 k + S(N, k, k/N))`` bits, and the
+exceptions cost ``log2(cover + uncover + 1)`` plus the subset codes of the false positives among
+the covered and the false negatives among the uncovered examples, where
+``S(t, k, p) = -k log2 p - (t - k) log2(1 - p)``.  The loss ratio ``L`` (cost of a false positive
+over a false negative) weights every counted negative by ``L`` (gain uses ``p / (p + L n)``, the
+pruning metric ``(p - L n) / (p + L n)``) and sets the expected share of false positives among
+the errors in the data code to ``1 / (1 + L)``.
+
+References
+----------
+Cohen, W. W. (1995). Fast effective rule induction. ICML, 115-123.
+Stoyanov, V. and Cardie, C. (2006). Partially supervised coreference resolution for opinion
+summarization through structured rule learning. EMNLP, 336-344.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+
+from algorithms.strip.closure import PairGraph
+
+__all__ = [
+    "RULE_COLUMNS", "RuleProblem", "make_problem", "grow", "prune", "optimize",
+    "description_length", "rules_fire", "rules_to_text", "StRip",
+]
+
+RULE_COLUMNS = ["rule_id", "antecedent_index", "feature", "op", "value", "pruned"]
+_OPS = ("==", "<=", ">=")
+
+
+# ----------------------------------------------------------------------------- problem
+@dataclass
+class RuleProblem:
+    """Encoded training data for the rule learner (built by :func:`make_problem`)."""
+
+    names: list[str]
+    nominal: list[bool]
+    columns: list[np.ndarray]  # int codes (nominal) or float64 values (numeric)
+    categories: list[np.ndarray | None]
+    thresholds: list[np.ndarray | None]
+    y: np.ndarray
+    groups: np.ndarray
+    graph: PairGraph
+    loss_ratio: float
+    n_conditions: int
+    doc_codes: np.ndarray = field(repr=False)
+    n_docs: int = 0
+    _fire_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_pairs(self) -> int:
+        return self.y.size
+
+
+def _encode_column(col: pd.Series, max_thresholds: int):
+    if (pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col)):
+        codes, cats = pd.factorize(col.astype(str), sort=True)
+        return True, codes.astype(np.int64), np.asarray(cats, dtype=object), None
+    vals = col.to_numpy(dtype=np.float64)
+    uniq = np.unique(vals[~np.isnan(vals)])
+    if uniq.size > max_thresholds:
+        q = np.quantile(vals[~np.isnan(vals)], np.linspace(0, 1, max_thresholds + 2)[1:-1],
+                        method="lower")
+        uniq = np.unique(q)
+    return False, vals, None, uniq
+
+
+def make_problem(X, y, groups, mention_i, mention_j, *, closure: bool = True,
+                 loss_ratio: float = 1.0, max_thresholds: int = 16) -> RuleProblem:
+    """Validate and encode a pair data set for :func:`grow`, :func:`prune` and :func:`optimize`.
+
+    Parameters
+    ----------
+    X : DataFrame, shape (n_pairs, n_features)
+        Pair features.  Bool, object, string and categorical columns are nominal (tests
+        ``feature == value``); numeric columns get thresholds (``<= t``, ``>= t``).  A numpy array
+        is taken as all numeric with columns ``x0, x1, ...``.
+    y : array-like of int, shape (n_pairs,)
+        1 coreferent, 0 not coreferent, -1 unknown.
+    groups : array-like, shape (n_pairs,)
+        Document of each pair (the closure never crosses documents; splits keep documents whole).
+    mention_i, mention_j : array-like, shape (n_pairs,)
+        Mention ids of the pair, unique within a document.
+    closure : bool, default True
+        StRip's transitive-closure coverage (True) or RIPPER's plain coverage (False).
+    loss_ratio : float, default 1.0
+        Cost of a false positive relative to a false negative.
+    max_thresholds : int, default 16
+        At most this many candidate thresholds per numeric feature (quantiles of its values).
+
+    Returns
+    -------
+    RuleProblem
+    """
+    if not isinstance(X, pd.DataFrame):
+        arr = np.asarray(X, dtype=np.float64)
+        if arr.ndim != 2:
+            raise ValueError(f"X must be 2-d; got shape {arr.shape}")
+        X = pd.DataFrame(arr, columns=[f"x{k}" for k in range(arr.shape[1])])
+    y = np.asarray(y)
+    if y.ndim != 1 or y.shape[0] != len(X):
+        raise ValueError(f"y must be 1-d with {len(X)} entries (one per row of X); got shape "
+                         f"{y.shape}")
+    if not np.isin(y, (-1, 0, 1)).all():
+        raise ValueError(f"y must hold 1, 0 or -1 (unknown); got values {np.unique(y)[:10]}")
+    if not (loss_ratio > 0 and math.isfinite(loss_ratio)):
+        raise ValueError(f"loss_ratio must be a positive number; got {loss_ratio}")
+    if int(max_thresholds) < 1:
+        raise ValueError(f"max_thresholds must be >= 1; got {max_thresholds}")
+    groups = np.asarray(groups)
+    if groups.shape != y.shape:
+        raise ValueError(f"groups has shape {groups.shape} but y has {y.shape}")
+    graph = PairGraph(groups, mention_i, mention_j, closure=closure)
+    names, nominal, columns, cats, thr = [], [], [], [], []
+    n_cond = 0
+    for name in X.columns:
+        is_nom, col, cat, t = _encode_column(X[name], int(max_thresholds))
+        names.append(str(name))
+        nominal.append(is_nom)
+        columns.append(col)
+        cats.append(cat)
+        thr.append(t)
+        n_cond += cat.size if is_nom else 2 * t.size
+    _, doc_codes = np.unique(groups, return_inverse=True)
+    return RuleProblem(
+        names=names, nominal=nominal, columns=columns, categories=cats, thresholds=thr,
+        y=y.astype(np.int64), groups=groups, graph=graph, loss_ratio=float(loss_ratio),
+        n_conditions=max(n_cond, 1), doc_codes=doc_codes.astype(np.int64),
+        n_docs=int(doc_codes.max()) + 1 if doc_codes.size else 0)
+
+
+# ----------------------------------------------------------------------------- rules
+# A condition is (feature index, op, value) with value a category code (==) or a float.
+Rule = list
+
+
+def _cond_mask(problem: RuleProblem, cond, idx=None) -> np.ndarray:
+    f, op, val = cond
+    col = problem.columns[f] if idx is None else problem.columns[f][idx]
+    if op == "==":
+        return col == val
+    if op == "<=":
+        return col <= val
+    return col >= val
+
+
+def _rule_mask(problem: RuleProblem, rule) -> np.ndarray:
+    key = tuple(rule)
+    hit = problem._fire_cache.get(key)
+    if hit is not None:
+        return hit
+    mask = np.ones(problem.n_pairs, dtype=bool)
+    for cond in rule:
+        mask &= _cond_mask(problem, cond)
+    if len(problem._fire_cache) > 4096:
+        problem._fire_cache.clear()
+    problem._fire_cache[key] = mask
+    return mask
+
+
+def _ruleset_mask(problem: RuleProblem, rules) -> np.ndarray:
+    mask = np.zeros(problem.n_pairs, dtype=bool)
+    for r in rules:
+        mask |= _rule_mask(problem, r)
+    return mask
+
+
+def _cond_text(problem, cond) -> tuple[str, str, str]:
+    f, op, val = cond
+    if op == "==":
+        return problem.names[f], op, str(problem.categories[f][val])
+    return problem.names[f], op, repr(float(val))
+
+
+def _to_frame(problem: RuleProblem, rules, pruned_tails=None) -> pd.DataFrame:
+    rows = []
+    for rid, rule in enumerate(rules):
+        tail = [] if pruned_tails is None else pruned_tails[rid]
+        for a, cond in enumerate(list(rule) + list(tail)):
+            feat, op, val = _cond_text(problem, cond)
+            rows.append((rid, a, feat, op, val, a >= len(rule)))
+    frame = pd.DataFrame(rows, columns=RULE_COLUMNS)
+    return frame.astype({"rule_id": np.int64, "antecedent_index": np.int64, "feature": object,
+                         "op": object, "value": object, "pruned": bool})
+
+
+def _check_table(rules: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(rules, pd.DataFrame):
+        raise ValueError(f"rules must be a DataFrame with columns {RULE_COLUMNS}; got "
+                         f"{type(rules).__name__}")
+    missing = [c for c in RULE_COLUMNS[:5] if c not in rules.columns]
+    if missing:
+        raise ValueError(f"rule table lacks columns {missing}; expected {RULE_COLUMNS}")
+    bad = set(rules["op"]) - set(_OPS)
+    if bad:
+        raise ValueError(f"unknown ops {sorted(bad)} in rule table; expected one of {_OPS}")
+    return rules
+
+
+def _from_frame(problem: RuleProblem, rules: pd.DataFrame, keep_pruned=False):
+    rules = _check_table(rules)
+    if "pruned" in rules.columns and not keep_pruned:
+        rules = rules[~rules["pruned"].astype(bool)]
+    index = {n: k for k, n in enumerate(problem.names)}
+    out = []
+    for _, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id",
+                                                                             sort=True):
+        rule = []
+        for feat, op, val in zip(grp["feature"], grp["op"], grp["value"], strict=True):
+            if feat not in index:
+                raise ValueError(f"rule uses feature '{feat}' absent from X (features: "
+                                 f"{problem.names[:8]}...)")
+            f = index[feat]
+            if op == "==":
+                if not problem.nominal[f]:
+                    raise ValueError(f"'{feat} == {val}' on a numeric feature")
+                hits = np.flatnonzero(problem.categories[f] == str(val))
+                rule.append((f, op, int(hits[0]) if hits.size else -1))
+            else:
+                if problem.nominal[f]:
+                    raise ValueError(f"'{feat} {op} {val}' on a nominal feature")
+                rule.append((f, op, float(val)))
+        if rule:
+            out.append(rule)
+    return out
+
+
+def rules_fire(rules: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
+    """Pairs (rows of ``X``) on which at least one rule of the table fires (no closure).
+
+    Parameters
+    ----------
+    rules : DataFrame
+        Rule table (rows with ``pruned=True`` are ignored).
+    X : DataFrame
+        Pair features with the columns the rules name.
+
+    Returns
+    -------
+    ndarray of bool, shape (len(X),)
+    """
+    rules = _check_table(rules)
+    if "pruned" in rules.columns:
+        rules = rules[~rules["pruned"].astype(bool)]
+    out = np.zeros(len(X), dtype=bool)
+    for _, grp in rules.groupby("rule_id", sort=True):
+        m = np.ones(len(X), dtype=bool)
+        for feat, op, val in zip(grp["feature"], grp["op"], grp["value"], strict=True):
+            if feat not in X.columns:
+                raise ValueError(f"rule uses feature '{feat}' absent from X")
+            col = X[feat]
+            if op == "==":
+                m &= (col.astype(str) == str(val)).to_numpy()
+            elif op == "<=":
+                m &= (col.to_numpy(dtype=np.float64) <= float(val))
+            else:
+                m &= (col.to_numpy(dtype=np.float64) >= float(val))
+        out |= m
+    return out
+
+
+def rules_to_text(rules: pd.DataFrame) -> str:
+    """Readable rules, one per line: ``IF a AND b THEN coreferent``."""
+    rules = _check_table(rules)
+    if "pruned" in rules.columns:
+        rules = rules[~rules["pruned"].astype(bool)]
+    lines = []
+    for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id"):
+        conds = " AND ".join(f"{f} {o} {v}" for f, o, v in
+                             zip(grp["feature"], grp["op"], grp["value"], strict=True))
+        lines.append(f"R{rid}: IF {conds} THEN coreferent")
+    lines.append("DEFAULT: not coreferent")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- description length
+def _log2(x):
+    return math.log2(x) if x > 0 else 0.0
+
+
+def _subset_dl(t: float, k: float, p: float) -> float:
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return -k * math.log2(p) - (t - k) * math.log2(1 - p)
+
+
+def _theory_dl(k: int, n_conditions: int) -> float:
+    if k == 0:
+        return 0.0
+    tdl = _log2(k)
+    if k > 1:
+        tdl += 2.0 * _log2(tdl)
+    tdl += _subset_dl(n_conditions, k, k / n_conditions)
+    return 0.5 * tdl
+
+
+def _data_dl(exp_fp_over_err, cover, uncover, fp, fn) -> float:
+    bits = math.log2(cover + uncover + 1)
+    if cover > uncover:
+        exp_err = exp_fp_over_err * (fp + fn)
+        bits += _subset_dl(cover, fp, exp_err / cover)
+        bits += _subset_dl(uncover, fn, fn / uncover) if uncover > 0 else 0.0
+    else:
+        exp_err = (1 - exp_fp_over_err) * (fp + fn)
+        bits += _subset_dl(cover, fp, fp / cover) if cover > 0 else 0.0
+        bits += _subset_dl(uncover, fn, exp_err / uncover) if uncover > 0 else 0.0
+    return bits
+
+
+def _dl(problem: RuleProblem, rules, subset=None) -> float:
+    covered = problem.graph.covered(_ruleset_mask(problem, rules))
+    lab = problem.y >= 0
+    if subset is not None:
+        lab = lab & subset
+    pos = problem.y == 1
+    tp = float(np.count_nonzero(covered & lab & pos))
+    fp = float(np.count_nonzero(covered & lab & ~pos)) * problem.loss_ratio  # weighted
+    fn = float(np.count_nonzero(~covered & lab & pos))
+    uncover = float(np.count_nonzero(~covered & lab))
+    theory = sum(_theory_dl(len(r), problem.n_conditions) for r in rules)
+    return theory + _data_dl(1.0 / (1.0 + problem.loss_ratio), tp + fp, uncover, fp, fn)
+
+
+def description_length(problem: RuleProblem, rules: pd.DataFrame) -> float:
+    """Total description length in bits of a rule table on the problem (Cohen 1995, JRip).
+
+    Coverage is counted after the closure when the problem was made with ``closure=True``;
+    unknown pairs are not counted.
+    """
+    return _dl(problem, _from_frame(problem, rules))
+
+
+# ------------------------------------------------------------- grow and prune one rule
+def _weights(problem: RuleProblem, subset: np.ndarray):
+    wp = ((problem.y == 1) & subset).astype(np.float64)
+    wn = ((problem.y == 0) & subset).astype(np.float64) * problem.loss_ratio
+    return wp, wn
+
+
+def _info(p, n):
+    return math.log2(p / (p + n))
+
+
+def _grow_rule(problem: RuleProblem, base_positive, subset, start=()):
+    """Grow one rule by FOIL gain on the pairs of ``subset`` (Cohen 1995, section 3.1)."""
+    wp, wn = _weights(problem, subset)
+    ctx = problem.graph.context(base_positive, wp, wn)
+    rule = list(start)
+    idx = np.flatnonzero(subset & _rule_mask(problem, rule))
+    p0, n0 = ctx.counts(idx)
+    if p0 <= 0:
+        return rule if start else []
+    used_nominal = {c[0] for c in rule if c[1] == "=="}
+    while n0 > 0 and idx.size:
+        base_info = _info(p0, n0)
+        best = (0.0, None, 0.0, 0.0)
+        for f in range(len(problem.names)):
+            col = problem.columns[f][idx]
+            if problem.nominal[f]:
+                if f in used_nominal:
+                    continue
+                p, n = ctx.counts_by_value(idx, col, problem.categories[f].size)
+                cand = [(f, "==", v) for v in range(p.size)]
+                ps, ns = p, n
+            else:
+                thr = problem.thresholds[f]
+                lo, hi = np.nanmin(col) if col.size else 0, np.nanmax(col) if col.size else 0
+                t = thr[(thr >= lo) & (thr <= hi)]
+                if t.size == 0:
+                    continue
+                ple, nle, pge, nge = ctx.counts_by_threshold(idx, col, t)
+                cand = [(f, "<=", float(x)) for x in t] + [(f, ">=", float(x)) for x in t]
+                ps = np.concatenate([ple, pge])
+                ns = np.concatenate([nle, nge])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                gain = np.where(ps > 0, ps * (np.log2(ps / (ps + ns)) - base_info), -np.inf)
+            k = int(np.argmax(gain))
+            if gain[k] > best[0] + 1e-12:
+                best = (float(gain[k]), cand[k], float(ps[k]), float(ns[k]))
+        if best[1] is None:
+            break
+        cond = best[1]
+        rule.append(cond)
+        if cond[1] == "==":
+            used_nominal.add(cond[0])
+        idx = idx[_cond_mask(problem, cond, idx)]
+        p0, n0 = best[2], best[3]
+    return rule
+
+
+def _prune_rule(problem: RuleProblem, base_positive, subset, rule, metric="rule",
+                keep_min=1):
+    """Length of the best prefix of ``rule`` on the prune pairs ``subset``.
+
+    ``metric="rule"``: maximise ``(p - L n) / (p + L n)`` of the newly covered prune pairs
+    (Cohen 1995, IREP*); ``metric="ruleset"``: minimise the weighted error of the whole rule set
+    (base + rule) on the prune pairs (the optimisation phase).  Ties keep the shorter rule.
+    """
+    if not rule:
+        return 0
+    wp, wn = _weights(problem, subset)
+    ctx = problem.graph.context(base_positive, wp, wn)
+    if metric == "ruleset":
+        cov = ctx.covered_base
+        fp0 = float(wn[cov].sum())
+        fn0 = float(wp[~cov].sum())
+    best_len, best_val = len(rule), -np.inf
+    mask = np.ones(problem.n_pairs, dtype=bool) & subset
+    prefix_masks = []
+    for cond in rule:
+        mask = mask & _cond_mask(problem, cond)
+        prefix_masks.append(mask)
+    for m in range(max(keep_min, 1), len(rule) + 1):
+        p, n = ctx.counts(np.flatnonzero(prefix_masks[m - 1]))
+        if metric == "rule":
+            val = (p - n) / (p + n) if p + n > 0 else 0.0
+        else:
+            val = -(fp0 + n + fn0 - p)
+        if val > best_val + 1e-12:
+            best_val, best_len = val, m
+    return best_len
+
+
+def _split(problem: RuleProblem, rng, docs_mask=None):
+    """Grow / prune masks over pairs: 2/3 of the documents grow, 1/3 prune (whole documents)."""
+    docs = np.arange(problem.n_docs)
+    if docs_mask is not None:
+        docs = docs[docs_mask]
+    perm = rng.permutation(docs)
+    n_grow = max(1, int(round(2 * perm.size / 3))) if perm.size > 1 else perm.size
+    grow_docs = np.zeros(problem.n_docs, dtype=bool)
+    grow_docs[perm[:n_grow]] = True
+    g = grow_docs[problem.doc_codes]
+    if perm.size > 1:
+        return g, ~g
+    return g, g  # one document: grow and prune on the same pairs
+
+
+def _remaining(problem: RuleProblem, rules) -> np.ndarray:
+    covered = problem.graph.covered(_ruleset_mask(problem, rules))
+    return (problem.y == 1) & ~covered
+
+
+def _cover(problem: RuleProblem, rules, rng, dl_surplus, tails=None):
+    """IREP* loop: add grown-and-pruned rules while the stopping criteria allow."""
+    rules = list(rules)
+    tails = list(tails) if tails is not None else [[] for _ in rules]
+    min_dl = _dl(problem, rules)
+    while True:
+        rem = _remaining(problem, rules)
+        if not rem.any():
+            break
+        docs_left = np.zeros(problem.n_docs, dtype=bool)
+        docs_left[problem.doc_codes[rem]] = True
+        g, pmask = _split(problem, rng)
+        if not (rem & g).any():
+            g, pmask = _split(problem, rng, docs_left)
+            if not (rem & g).any():
+                break
+        base = _ruleset_mask(problem, rules)
+        grown = _grow_rule(problem, base, g)
+        if not grown:
+            break
+        keep = _prune_rule(problem, base, pmask, grown, metric="rule")
+        rule = grown[:keep]
+        # error of the rule on the prune set (Cohen 1995; JRip stops at >= 1/2)
+        wp, wn = _weights(problem, pmask)
+        p, n = problem.graph.context(base, wp, wn).counts(
+            np.flatnonzero(pmask & _rule_mask(problem, rule)))
+        if p + n > 0 and n / (p + n) >= 0.5:
+            break
+        rules.append(rule)
+        tails.append(grown[keep:])
+        dl = _dl(problem, rules)
+        min_dl = min(min_dl, dl)
+        if dl > min_dl + dl_surplus:
+            break
+    return rules, tails
+
+
+def _reduce_dl(problem: RuleProblem, rules):
+    """Delete, from the last rule back, every rule whose removal lowers the description length."""
+    rules = list(rules)
+    for i in range(len(rules) - 1, -1, -1):
+        without = rules[:i] + rules[i + 1:]
+        if _dl(problem, without) < _dl(problem, rules):
+            rules = without
+    return rules
+
+
+# ----------------------------------------------------------------------------- phases
+def grow(problem: RuleProblem, *, dl_surplus: float = 64.0, random_state=None) -> pd.DataFrame:
+    """RIPPER's building stage (IREP*): grow, prune and add rules until a stopping criterion.
+
+    Parameters
+    ----------
+    problem : RuleProblem
+        From :func:`make_problem`.
+    dl_surplus : float, default 64.0
+        Stop when the description length exceeds the smallest so far by this many bits.
+    random_state : int, RandomState or None
+        Seeds the grow / prune document splits.
+
+    Returns
+    -------
+    DataFrame
+        Rule table (``RULE_COLUMNS``); antecedents removed by pruning have ``pruned=True``.
+    """
+    rng = check_random_state(random_state)
+    rules, tails = _cover(problem, [], rng, dl_surplus)
+    return _to_frame(problem, rules, tails)
+
+
+def prune(problem: RuleProblem, rules: pd.DataFrame) -> pd.DataFrame:
+    """Drop pruned antecedents, then delete rules whose removal lowers the description length.
+
+    Returns
+    -------
+    DataFrame
+        Rule table without pruned rows, rules renumbered from 0.
+    """
+    return _to_frame(problem, _reduce_dl(problem, _from_frame(problem, rules)))
+
+
+def optimize(problem: RuleProblem, rules: pd.DataFrame, *, k: int = 2,
+             dl_surplus: float = 64.0, random_state=None) -> pd.DataFrame:
+    """RIPPER's optimisation phase, ``k`` rounds (Cohen 1995, section 3.3 "RIPPERk").
+
+    For each rule ``R_i`` in order: a replacement grown from an empty rule and a revision grown from
+    ``R_i``, both on a fresh grow split with the other rules in place, and pruned to minimise the
+    error of the whole rule set on the prune split; the variant (``R_i``, replacement, revision)
+    giving the least description length of the rule set is kept.  Then uncovered positives are
+    covered by new rules (as :func:`grow`) and rules that raise the description length are
+    deleted.
+
+    Returns
+    -------
+    DataFrame
+        The optimised rule table.
+    """
+    if int(k) < 0:
+        raise ValueError(f"k must be >= 0; got {k}")
+    rng = check_random_state(random_state)
+    current = _from_frame(problem, rules)
+    for _ in range(int(k)):
+        for i in range(len(current)):
+            others = current[:i] + current[i + 1:]
+            base = _ruleset_mask(problem, others)
+            g, pmask = _split(problem, rng)
+            variants = [current[i]]
+            rep = _grow_rule(problem, base, g)
+            if rep:
+                variants.append(rep[:_prune_rule(problem, base, pmask, rep, "ruleset")])
+            rev = _grow_rule(problem, base, g, start=current[i])
+            if len(rev) > len(current[i]):
+                variants.append(rev[:_prune_rule(problem, base, pmask, rev, "ruleset")])
+            dls = [_dl(problem, current[:i] + [v] + current[i + 1:]) for v in variants]
+            current = current[:i] + [variants[int(np.argmin(dls))]] + current[i + 1:]
+        current, _ = _cover(problem, current, rng, dl_surplus)
+        current = _reduce_dl(problem, current)
+    return _to_frame(problem, current)
+
+
+# ----------------------------------------------------------------------------- estimator
+class StRip(BaseEstimator):
+    """StRip: RIPPER whose rule quality is measured after the transitive closure (EMNLP 2006).
+
+    Parameters
+    ----------
+    closure : bool, default True
+        True: StRip (closure coverage within each document); False: plain RIPPER, the baseline.
+    loss_ratio : float, default 1.0
+        Cost of a false positive over a false negative (Cohen's loss ratio; the paper varied it).
+    k_optimize : int, default 2
+        Rounds of the optimisation phase (RIPPER2).
+    dl_surplus : float, default 64.0
+        Description-length stopping margin in bits.
+    max_thresholds : int, default 16
+        Candidate thresholds per numeric feature.
+    random_state : int, RandomState or None
+        Seeds the grow / prune document splits.
+
+    Attributes
+    ----------
+    rules_ : DataFrame
+        The learned rule table (``rule_id, antecedent_index, feature, op, value, pruned``).
+    rules_grown_, rules_pruned_ : DataFrame
+        The tables after :func:`grow` and :func:`prune` (before optimisation).
+    feature_names_in_ : ndarray of str
+    n_pairs_, n_labeled_ : int
+        Training pairs and labelled training pairs.
+
+    Notes
+    -----
+    ``fit(X, y, groups, mention_i, mention_j)`` takes one row per candidate pair: features ``X``
+    (DataFrame), labels ``y`` in {1, 0, -1 = unknown}, the document of the pair and its two mention
+    ids.  ``predict`` returns the pair decisions of the rules, ``cluster`` the chains after
+    single-link clustering (transitive closure) of the positive pairs.
+    """
+
+    def __init__(self, closure=True, loss_ratio=1.0, k_optimize=2, dl_surplus=64.0,
+                 max_thresholds=16, random_state=None):
+        self.closure = closure
+        self.loss_ratio = loss_ratio
+        self.k_optimize = k_optimize
+        self.dl_surplus = dl_surplus
+        self.max_thresholds = max_thresholds
+        self.random_state = random_state
+
+    def fit(self, X, y, groups, mention_i, mention_j):
+        """Learn the rule set; returns self."""
+        problem = make_problem(X, y, groups, mention_i, mention_j, closure=bool(self.closure),
+                               loss_ratio=float(self.loss_ratio),
+                               max_thresholds=int(self.max_thresholds))
+        rng = check_random_state(self.random_state)
+        self.rules_grown_ = grow(problem, dl_surplus=self.dl_surplus, random_state=rng)
+        self.rules_pruned_ = prune(problem, self.rules_grown_)
+        self.rules_ = optimize(problem, self.rules_pruned_, k=self.k_optimize,
+                               dl_surplus=self.dl_surplus, random_state=rng)
+        self.feature_names_in_ = np.asarray(problem.names, dtype=object)
+        self.n_pairs_ = problem.n_pairs
+        self.n_labeled_ = int(np.count_nonzero(problem.y >= 0))
+        return self
+
+    def _check_X(self, X):
+        if not hasattr(self, "rules_"):
+            raise ValueError("this StRip instance is not fitted; call fit first")
+        if not isinstance(X, pd.DataFrame):
+            arr = np.asarray(X, dtype=np.float64)
+            X = pd.DataFrame(arr, columns=[f"x{k}" for k in range(arr.shape[1])])
+        return X
+
+    def predict(self, X) -> np.ndarray:
+        """Pair decisions (1 coreferent, 0 not) of the rules, before any closure."""
+        X = self._check_X(X)
+        return rules_fire(self.rules_, X).astype(np.int64)
+
+    def cluster(self, X, groups, mention_i, mention_j) -> pd.DataFrame:
+        """Coreference chains: single-link clustering of the predicted positive pairs.
+
+        Returns
+        -------
+        DataFrame
+            One row per mention appearing in a pair: ``doc``, ``mention``, ``cluster`` (an
+            integer, unique over all documents).
+        """
+        positive = self.predict(X).astype(bool)
+        graph = PairGraph(groups, mention_i, mention_j, closure=True)
+        lab = graph.labels(positive)
+        frame = pd.DataFrame({
+            "doc": np.concatenate([np.asarray(groups), np.asarray(groups)]),
+            "mention": np.concatenate([np.asarray(mention_i), np.asarray(mention_j)]),
+            "node": np.concatenate([graph.u, graph.v]),
+        }).drop_duplicates("node")
+        frame["cluster"] = lab[frame["node"].to_numpy()]
+        return frame.drop(columns="node").sort_values(["doc", "mention"]).reset_index(drop=True)
+
+    def rules_text(self) -> str:
+        """The learned rules as readable text."""
+        if not hasattr(self, "rules_"):
+            raise ValueError("this StRip instance is not fitted; call fit first")
+        return rules_to_text(self.rules_)

@@ -1,0 +1,346 @@
+"""Read CoNLL-U documents with CorefUD ``Entity=`` coreference annotations (GUM format).
+
+One file may hold one or more documents (``# newdoc id = ...``).  Coreference is read from the
+``Entity=`` attribute of the MISC column, in the CorefUD bracket notation used by GUM::
+
+    # global.Entity = GRP-etype-infstat-salience-centering-minspan-link-identity
+    2  visa   ...  Entity=(1-event-new-snsnn-cf2-2-sgl(2-abstract-new-snsnn-cf5-1-coref)
+    3  snags  ...  Entity=1)
+
+``(ID-attrs`` opens a mention of entity ``ID`` on this token, ``ID)`` closes the most recent open
+mention of that entity, and ``(ID-attrs)`` is a single-token mention.  The attributes are split by
+the ``global.Entity`` header (the last field, ``identity``, may itself contain hyphens).
+
+In GUM the ``minspan`` field lists 1-based token offsets *within the mention* (``5`` for
+"all-girl Afghan team" = "team"), comma separated when the minimal span has several tokens.
+The mention head is the token of the minimal span (or of the whole mention when there is no
+minspan) whose dependency head lies outside that token set; ties go to the leftmost.
+
+Mentions must open and close in one sentence (true for every GUM document); discontinuous
+mentions (``[1/2]``) are rejected.  Multiword-token lines (``1-2``) and empty nodes (``1.1``) are
+skipped.
+
+Never use ``etype``, ``infstat``, ``link`` or ``identity`` as classifier features: they are
+assigned per entity and leak the coreference answer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tasks.errors import InputError
+
+__all__ = ["read_conllu", "read_conllu_files", "TOKEN_COLUMNS", "MENTION_COLUMNS"]
+
+TOKEN_COLUMNS = [
+    "doc", "sent", "token", "position", "form", "lemma", "upos", "xpos", "feats",
+    "head", "deprel", "misc", "paragraph", "speaker",
+]
+MENTION_COLUMNS = [
+    "doc", "mention", "entity", "etype", "infstat", "minspan", "link", "identity",
+    "sent", "start", "end", "head", "position_start", "position_end", "position_head",
+]
+
+_DEFAULT_ENTITY_FIELDS = ["GRP", "etype", "infstat", "salience", "centering", "minspan", "link",
+                          "identity"]
+_BRACKET = re.compile(r"\(([^()]+)(\))?|([^()]+)\)")
+
+
+def _open(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _doc_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".conllu"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+class _Doc:
+    """Accumulates one document while parsing."""
+
+    def __init__(self, doc_id: str, fields: list[str]):
+        self.id = doc_id
+        self.fields = fields
+        self.n_sent = 0
+        self.paragraph = -1
+        self.position = 0
+        self.mentions: list[tuple] = []
+
+
+def _parse_entity_attrs(text, doc: _Doc, path, lineno):
+    if "[" in text:
+        raise InputError(f"discontinuous mention '{text}' is not supported", path=path,
+                         line=lineno)
+    parts = text.split("-", len(doc.fields) - 1)
+    eid = parts[0]
+    if not eid:
+        raise InputError(f"empty entity id in '{text}'", path=path, line=lineno)
+    attrs = dict(zip(doc.fields[1:], parts[1:], strict=False))
+    return eid, attrs
+
+
+def _mention_head(span_heads: np.ndarray, start: int, minspan: str, path, lineno) -> int:
+    """Head token id (1-based, in the sentence) of the mention whose tokens start at ``start``.
+
+    ``span_heads`` are the dependency heads of the mention's tokens.
+    """
+    length = len(span_heads)
+    if minspan and minspan != "_":
+        try:
+            offsets = [int(x) for x in minspan.split(",")]
+        except ValueError:
+            raise InputError(f"minspan '{minspan}' is not a comma-separated list of integers",
+                             path=path, line=lineno) from None
+        if min(offsets) < 1 or max(offsets) > length:
+            raise InputError(f"minspan '{minspan}' outside a mention of {length} tokens",
+                             path=path, line=lineno)
+        ids = [start + o - 1 for o in offsets]
+    else:
+        ids = list(range(start, start + length))
+    idset = set(ids)
+    for t in ids:
+        if int(span_heads[t - start]) not in idset:
+            return t
+    return ids[0]
+
+
+def _parse(lines: Iterable[str], path: Path):
+    tok_rows: list[tuple] = []
+    men_rows: list[tuple] = []
+    doc: _Doc | None = None
+    fields = list(_DEFAULT_ENTITY_FIELDS)
+    sent_tokens: list[tuple] = []  # (lineno, cols)
+    speaker = None
+
+    def new_doc(doc_id):
+        nonlocal doc
+        finish_doc()
+        doc = _Doc(doc_id, list(fields))
+
+    def finish_doc():
+        nonlocal doc
+        if doc is None:
+            return
+        mentions = sorted(doc.mentions, key=lambda m: (m[6], m[7], -m[8], m[-1]))
+        for k, m in enumerate(mentions):
+            men_rows.append((doc.id, k) + m[:-1])
+        doc = None
+
+    def finish_sentence():
+        nonlocal sent_tokens, speaker
+        if not sent_tokens:
+            return
+        if doc is None:
+            new_doc(_doc_name(path))
+        if doc.paragraph < 0:
+            doc.paragraph = 0
+        s = doc.n_sent
+        n = len(sent_tokens)
+        heads = np.empty(n + 1, dtype=np.int64)
+        heads[0] = -1
+        open_stack: dict[str, list] = {}
+        open_order = 0
+        base = doc.position
+        for k, (lineno, cols) in enumerate(sent_tokens, start=1):
+            if cols[0] != str(k):
+                raise InputError(f"token id '{cols[0]}' where {k} was expected (ids must be "
+                                 "consecutive from 1 in each sentence)", path=path, line=lineno)
+            h = cols[6]
+            if h == "_":
+                heads[k] = -1
+            else:
+                try:
+                    heads[k] = int(h)
+                except ValueError:
+                    raise InputError(f"HEAD '{h}' is not an integer", path=path,
+                                     line=lineno) from None
+                if not 0 <= heads[k] <= n:
+                    raise InputError(f"HEAD {h} outside the sentence of {n} tokens", path=path,
+                                     line=lineno)
+            tok_rows.append((doc.id, s, k, base + k - 1, cols[1], cols[2], cols[3], cols[4],
+                             cols[5], int(heads[k]), cols[7], cols[9], doc.paragraph, speaker))
+            misc = cols[9]
+            if "Entity=" not in misc:
+                continue
+            value = None
+            for item in misc.split("|"):
+                if item.startswith("Entity="):
+                    value = item[len("Entity="):]
+                    break
+            if value is None:
+                continue
+            pos = 0
+            for m in _BRACKET.finditer(value):
+                if m.start() != pos:
+                    raise InputError(f"malformed Entity value '{value}' at character {pos}",
+                                     path=path, line=lineno)
+                pos = m.end()
+                if m.group(1) is not None:
+                    eid, attrs = _parse_entity_attrs(m.group(1), doc, path, lineno)
+                    rec = [eid, attrs, k, lineno, open_order]
+                    open_order += 1
+                    if m.group(2):  # single-token mention
+                        _close(rec, k, doc, s, heads, base, path, lineno)
+                    else:
+                        open_stack.setdefault(eid, []).append(rec)
+                else:
+                    eid = m.group(3)
+                    if "[" in eid:
+                        raise InputError(f"discontinuous mention '{eid})' is not supported",
+                                         path=path, line=lineno)
+                    stack = open_stack.get(eid)
+                    if not stack:
+                        raise InputError(f"closing bracket '{eid})' without an open mention of "
+                                         f"entity {eid} in this sentence", path=path, line=lineno)
+                    _close(stack.pop(), k, doc, s, heads, base, path, lineno)
+            if pos != len(value):
+                raise InputError(f"malformed Entity value '{value}' at character {pos}",
+                                 path=path, line=lineno)
+        for eid, stack in open_stack.items():
+            if stack:
+                raise InputError(f"mention of entity {eid} opened at line {stack[0][3]} is not "
+                                 "closed in its sentence (unbalanced brackets)", path=path,
+                                 line=stack[0][3])
+        doc.position += n
+        doc.n_sent += 1
+        sent_tokens = []
+        speaker = None
+
+    lineno = 0
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\n").rstrip("\r")
+        if not line.strip():
+            finish_sentence()
+            continue
+        if line.startswith("#"):
+            if sent_tokens:
+                raise InputError("comment line inside a sentence", path=path, line=lineno)
+            key, eq, val = line[1:].partition("=")
+            key = key.strip()
+            val = val.strip()
+            if key == "newdoc id" or key == "newdoc":
+                new_doc(val if eq and val else f"{_doc_name(path)}#{len(men_rows)}")
+            elif key == "global.Entity" and eq:
+                fields = val.split("-")
+                if doc is not None:
+                    doc.fields = list(fields)
+            elif key == "newpar" or key.startswith("newpar id"):
+                if doc is None:
+                    new_doc(_doc_name(path))
+                doc.paragraph += 1
+            elif key == "speaker" and eq:
+                speaker = val
+            continue
+        cols = line.split("\t")
+        if len(cols) != 10:
+            raise InputError(f"{len(cols)} tab-separated columns where CoNLL-U has 10",
+                             path=path, line=lineno)
+        tid = cols[0]
+        if "-" in tid or "." in tid:
+            a, _, b = tid.replace(".", "-").partition("-")
+            if not (a.isdigit() and b.isdigit()):
+                raise InputError(f"bad token id '{tid}'", path=path, line=lineno)
+            continue  # multiword token or empty node
+        if not tid.isdigit():
+            raise InputError(f"bad token id '{tid}' (expected a positive integer)", path=path,
+                             line=lineno)
+        sent_tokens.append((lineno, cols))
+    finish_sentence()
+    finish_doc()
+    return tok_rows, men_rows
+
+
+def _close(rec, end, doc: _Doc, s, heads, base, path, lineno):
+    eid, attrs, start, open_line, order = rec
+    minspan = attrs.get("minspan", "")
+    head = _mention_head(heads[start:end + 1], start, minspan, path, open_line)
+    doc.mentions.append((
+        eid, attrs.get("etype", ""), attrs.get("infstat", ""), minspan, attrs.get("link", ""),
+        attrs.get("identity", ""), s, start, end, head, base + start - 1, base + end - 1,
+        base + head - 1, order,
+    ))
+
+
+def _frames(tok_rows, men_rows):
+    tokens = pd.DataFrame(tok_rows, columns=TOKEN_COLUMNS)
+    mentions = pd.DataFrame(men_rows, columns=MENTION_COLUMNS)
+    for col in ("sent", "token", "position", "head", "paragraph"):
+        tokens[col] = tokens[col].astype(np.int64)
+    for col in ("mention", "sent", "start", "end", "head", "position_start", "position_end",
+                "position_head"):
+        mentions[col] = mentions[col].astype(np.int64)
+    return tokens, mentions
+
+
+def read_conllu(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read one CoNLL-U file (``.gz`` read transparently) with CorefUD entity annotations.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    tokens : DataFrame
+        One row per syntactic word: ``doc``, ``sent`` (0-based in the document), ``token``
+        (CoNLL-U ID, 1-based in the sentence), ``position`` (0-based in the document), ``form``,
+        ``lemma``, ``upos``, ``xpos``, ``feats``, ``head`` (CoNLL-U HEAD, 0 = root, -1 = ``_``),
+        ``deprel``, ``misc``, ``paragraph`` (0-based, counted from ``# newpar``) and ``speaker``
+        (``# speaker`` of the sentence or None).
+    mentions : DataFrame
+        One row per mention, ordered by position: ``doc``, ``mention`` (0-based in the
+        document), ``entity`` (the id), ``etype``, ``infstat``, ``minspan``, ``link``,
+        ``identity`` (annotation only, never features), ``sent``, ``start``, ``end``, ``head``
+        (token ids in the sentence, inclusive) and ``position_start``, ``position_end``,
+        ``position_head`` (0-based in the document).
+
+    Raises
+    ------
+    InputError
+        With the file and line on a wrong column count, a bad token id or HEAD, unbalanced
+        entity brackets, a discontinuous mention or a bad minspan.
+    """
+    path = Path(path)
+    try:
+        with _open(path) as fh:
+            tok_rows, men_rows = _parse(fh, path)
+    except FileNotFoundError:
+        raise InputError("file not found", path=path) from None
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
+        raise InputError(f"cannot decode: {exc}", path=path) from None
+    return _frames(tok_rows, men_rows)
+
+
+def read_conllu_files(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read several CoNLL-U files with :func:`read_conllu` and concatenate their frames.
+
+    Raises
+    ------
+    InputError
+        As :func:`read_conllu`, or when two files hold a document of the same id.
+    """
+    toks, mens = [], []
+    seen: dict[str, Path] = {}
+    for p in paths:
+        t, m = read_conllu(p)
+        for d in t["doc"].unique():
+            if d in seen:
+                raise InputError(f"document '{d}' also in {seen[d]}", path=p)
+            seen[d] = Path(p)
+        toks.append(t)
+        mens.append(m)
+    if not toks:
+        return _frames([], [])
+    return (pd.concat(toks, ignore_index=True), pd.concat(mens, ignore_index=True))

@@ -1,0 +1,117 @@
+"""CoNLL-U reader with CorefUD entities: bundled GUM documents and malformed inputs."""
+
+import gzip
+import re
+from pathlib import Path
+
+import pytest
+
+from tasks.errors import InputError
+from tasks.readers.conllu import read_conllu, read_conllu_files
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "coref"
+HEADER = ("# newdoc id = tiny\n"
+          "# global.Entity = GRP-etype-infstat-salience-centering-minspan-link-identity\n")
+
+
+def provenance_counts():
+    """doc -> (sentences, tokens, mentions, entities, chains>1) from data/coref/PROVENANCE.md."""
+    out = {}
+    for line in (DATA / "PROVENANCE.md").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\| gum/(GUM_\S+)\.conllu\.gz \|", line)
+        if m:
+            c = [x.strip() for x in line.split("|")]
+            out[m.group(1)] = tuple(int(x) for x in c[7:12])
+    return out
+
+
+def counts(tokens, mentions, doc):
+    t = tokens[tokens["doc"] == doc]
+    m = mentions[mentions["doc"] == doc]
+    sizes = m.groupby("entity").size()
+    return (t["sent"].nunique(), len(t), len(m), m["entity"].nunique(), int((sizes > 1).sum()))
+
+
+def test_bundled_documents_match_provenance_counts():
+    files = sorted((DATA / "gum").glob("GUM_*.conllu.gz"))
+    assert len(files) >= 40
+    tokens, mentions = read_conllu_files(files)
+    expected = provenance_counts()
+    for doc in tokens["doc"].unique():
+        assert counts(tokens, mentions, doc) == expected[doc], doc
+
+
+def test_mentions_heads_and_spans_of_a_known_sentence():
+    tokens, mentions = read_conllu(DATA / "gum" / "GUM_news_afghan.conllu.gz")
+    first = mentions[mentions["sent"] == 0]
+    spans = {(r.start, r.end): (r.entity, r.etype, r.head) for r in first.itertuples()}
+    # "visa snags" (minspan 2 -> snags), "visa", "all-girl Afghan team" (minspan 5 -> team)
+    assert spans[(2, 3)] == ("1", "event", 3)
+    assert spans[(2, 2)] == ("2", "abstract", 2)
+    assert spans[(5, 9)] == ("3", "organization", 9)
+    assert spans[(17, 19)] == ("5", "event", 19)
+    assert list(mentions["mention"][:3]) == [0, 1, 2]
+    assert tokens["paragraph"].iloc[0] == 0 and tokens["paragraph"].max() > 5
+    assert tokens.loc[tokens["sent"] == 1, "paragraph"].iloc[0] == 1
+
+
+def write(tmp_path, body, name="doc.conllu", gz=False):
+    text = HEADER + body
+    path = tmp_path / (name + (".gz" if gz else ""))
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def tok(i, form, head, misc="_", upos="NOUN", deprel="dep"):
+    return f"{i}\t{form}\t{form}\t{upos}\tNN\t_\t{head}\t{deprel}\t_\t{misc}\n"
+
+
+GOOD = ("# speaker = Ann\n" + tok(1, "The", 2, "Entity=(1-person-new-s-cf1-2-coref", "DET")
+        + tok(2, "cat", 0, "Entity=1)", deprel="root") + tok(3, "it", 2,
+                                                             "Entity=(1-person-giv-s-cf1-1-ana)")
+        + "\n")
+
+
+def test_gzip_and_plain_read_the_same(tmp_path):
+    t1, m1 = read_conllu(write(tmp_path, GOOD))
+    t2, m2 = read_conllu(write(tmp_path, GOOD, gz=True))
+    assert t1.equals(t2) and m1.equals(m2)
+    assert list(zip(m1["start"], m1["end"], m1["head"], strict=True)) == [(1, 2, 2), (3, 3, 3)]
+    assert t1["speaker"].tolist() == ["Ann"] * 3
+
+
+def test_dependency_head_when_no_minspan(tmp_path):
+    body = (tok(1, "big", 2, "Entity=(4-object", "ADJ") + tok(2, "dog", 0, "Entity=4)",
+                                                              deprel="root") + "\n")
+    _, m = read_conllu(write(tmp_path, body))
+    assert m["head"].tolist() == [2]
+
+
+@pytest.mark.parametrize("body, message, line", [
+    (tok(1, "a", 0, "Entity=(1-person-new-s-cf1-1-coref") + "\n", "not closed", 3),
+    (tok(1, "a", 0, "Entity=2)") + "\n", "without an open mention", 3),
+    (tok(1, "a", 0, "Entity=(1-person-new-s-cf1-1-coref)") + tok(2, "b", 1, "Entity=1)")
+     + "\n", "without an open mention", 4),
+    (tok(1, "a", 0).replace("\t_\n", "\n") + "\n", "9 tab-separated columns", 3),
+    (tok(1, "a", 0) + tok(3, "b", 1) + "\n", "token id '3' where 2", 4),
+    (tok(1, "a", 0) + tok(2, "b", 7) + "\n", "HEAD 7 outside", 4),
+    (tok("x", "a", 0) + "\n", "bad token id 'x'", 3),
+    (tok(1, "a", 0, "Entity=(1-person-new-s-cf1-4-coref)") + "\n", "minspan '4' outside", 3),
+    (tok(1, "a", 0, "Entity=(1[1/2]-person)") + "\n", "discontinuous", 3),
+])
+def test_malformed_input_names_file_and_line(tmp_path, body, message, line):
+    path = write(tmp_path, body)
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        read_conllu(path)
+    assert err.value.line == line
+    assert err.value.path == str(path)
+    assert str(err.value).startswith(f"{path}:{line}: ")
+
+
+def test_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        read_conllu(tmp_path / "absent.conllu")
