@@ -111,9 +111,12 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines describing every output whose hash differs (empty when identical)."""
-    a = {o["ref"]: o["sha256"] for o in old["outputs"]}
-    b = {o["ref"]: o["sha256"] for o in new["outputs"]}
+    """Lines describing every output whose hash differs (empty when identical).
+
+    Outputs marked volatile (wall-clock timings) are not compared.
+    """
+    a = {o["ref"]: o["sha256"] for o in old["outputs"] if not o.get("volatile")}
+    b = {o["ref"]: o["sha256"] for o in new["outputs"] if not o.get("volatile")}
     lines = []
     for ref in sorted(set(a) | set(b)):
         if ref not in b:

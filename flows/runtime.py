@@ -14,8 +14,10 @@ hits, and remember every ref (and every input file) for the manifest.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -107,7 +109,12 @@ class RunContext:
     def _record(self, st: Step, state: Any) -> Any:
         refs = state.result()
         for ref in _iter_refs(refs):
-            self.outputs[ref] = {"step": st.name, "ref": ref, "cached": state.name == "Cached"}
+            self.outputs[ref] = {
+                "step": st.name,
+                "ref": ref,
+                "cached": state.name == "Cached",
+                "volatile": st.is_volatile(ref),
+            }
         if state.name == "Cached":
             self.cache_hits.append(st.name)
             log.info("cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
@@ -143,6 +150,25 @@ class RunContext:
     def path(self, p: str | os.PathLike[str]) -> Path:
         return resolve_path(p)
 
+    # -- what the Prefect UI shows -------------------------------------------
+    def _artifact_key(self, name: str) -> str:
+        return re.sub(r"[^a-z0-9-]+", "-", f"{self.flow}-{name}".lower()).strip("-")
+
+    def publish_table(self, name: str, value: Any, description: str = "") -> None:
+        """A table artifact from a stored table (a ref) or a DataFrame."""
+        from prefect.artifacts import create_table_artifact
+
+        frame = self.read(value) if isinstance(value, str) else value
+        records = json.loads(frame.to_json(orient="records"))  # NaN -> null
+        create_table_artifact(table=records, key=self._artifact_key(name), description=description)
+
+    def publish_markdown(self, name: str, text: str, description: str = "") -> None:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(
+            markdown=text, key=self._artifact_key(name), description=description
+        )
+
     # -- finishing ----------------------------------------------------------
     def finish(self, metrics_ref: str, headline: dict[str, float] | None = None) -> dict[str, Any]:
         """Write ``metrics.parquet`` and ``manifest.json``; return the run summary."""
@@ -177,6 +203,7 @@ class RunContext:
             "headline": headline or headline_metrics(metrics),
         }
         mf.write_manifest(self.run_dir, manifest)
+        self.publish_table("metrics", metrics, f"Metrics of run {self.run_id}")
         log.info("run %s written to %s", self.run_id, self.run_dir)
         return {
             "run_id": self.run_id,
@@ -184,6 +211,18 @@ class RunContext:
             "metrics": metrics,
             "manifest": manifest,
         }
+
+
+def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:
+    """A GitHub-style markdown table (pandas' to_markdown needs the tabulate package)."""
+
+    def cell(v: Any) -> str:
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
 
 
 def headline_metrics(metrics: pd.DataFrame, limit: int = 4) -> dict[str, float]:

@@ -106,6 +106,7 @@ class Step:
     outputs: tuple[str, ...] | None = None
     run_name: str | None = None
     modules: tuple[ModuleType, ...] = ()
+    volatile: tuple[str, ...] = ()
     _bound: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +117,8 @@ class Step:
         for n in (*self.inputs, *self.files):
             if n not in params:
                 raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
+        if self.volatile and not set(self.volatile) <= set(self.outputs or ()):
+            raise TypeError(f"step {self.name}: volatile parts must be among its outputs")
 
     # -- keys -------------------------------------------------------------
     def key(self, kwargs: dict[str, Any]) -> str:
@@ -133,6 +136,10 @@ class Step:
                 "files": files,
             }
         )[:KEY_LENGTH]
+
+    def is_volatile(self, ref: str) -> bool:
+        """True for parts that hold wall-clock measurements (not compared by rerun)."""
+        return any(ref.endswith(f"-{part}") for part in self.volatile)
 
     def refs(self, key: str) -> str | dict[str, str]:
         """The refs a call with this key writes (one, or one per output part)."""
@@ -171,6 +178,7 @@ def step(
     outputs: Sequence[str] | None = None,
     run_name: str | None = None,
     modules: Sequence[ModuleType] = (),
+    volatile: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Step]:
     """Declare a store-backed step.
 
@@ -189,6 +197,8 @@ def step(
     run_name : Prefect task run name template (``"alternate-W iter={iteration}"``).
     modules : algorithm modules whose source enters the key, so that editing
         the mathematics invalidates the cache.
+    volatile : output parts holding wall-clock times; they are stored and
+        listed in the manifest, but a rerun does not expect the same bytes.
     """
 
     def decorate(fn: Callable[..., Any]) -> Step:
@@ -201,6 +211,7 @@ def step(
             outputs=None if outputs is None else tuple(outputs),
             run_name=run_name,
             modules=tuple(modules),
+            volatile=tuple(volatile),
         )
 
     return decorate

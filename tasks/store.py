@@ -100,20 +100,7 @@ class Store:
     # -- read ------------------------------------------------------------
     def read_table(self, ref: str) -> pa.Table:
         """The entry's Arrow table after checking its checksum."""
-        path = self.path(ref)
-        if not path.is_file():
-            raise CorruptEntry(f"{path}: missing")
-        try:
-            table = pq.read_table(path, page_checksum_verification=True)
-        except Exception as exc:  # pyarrow raises several types for damaged files
-            raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
-        meta = table.schema.metadata or {}
-        stored = meta.get(CHECKSUM_KEY)
-        if stored is None:
-            raise CorruptEntry(f"{path}: no checksum in metadata")
-        if stored.decode() != table_checksum(table):
-            raise CorruptEntry(f"{path}: checksum mismatch")
-        return table
+        return read_checked_table(self.path(ref))
 
     def read(self, ref: str) -> Any:
         """The value stored under ``ref``: DataFrame, sparse matrix or ndarray."""
@@ -201,6 +188,33 @@ class Store:
                 if record.is_file():
                     record.unlink(missing_ok=True)
         return removed
+
+
+def read_checked_table(path: Path) -> pa.Table:
+    """Read a Parquet file written by :func:`encode` and check its checksum."""
+    if not path.is_file():
+        raise CorruptEntry(f"{path}: missing")
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except Exception as exc:  # pyarrow raises several types for damaged files
+        raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
+    meta = table.schema.metadata or {}
+    stored = meta.get(CHECKSUM_KEY)
+    if stored is None:
+        raise CorruptEntry(f"{path}: no checksum in metadata")
+    if stored.decode() != table_checksum(table):
+        raise CorruptEntry(f"{path}: checksum mismatch")
+    return table
+
+
+def read_parquet_entry(path: Path) -> Any:
+    """The value in a store-format Parquet file outside a store (an input dataset)."""
+    from tasks.errors import InputError
+
+    try:
+        return decode(read_checked_table(Path(path)))
+    except CorruptEntry as exc:
+        raise InputError(str(exc).removeprefix(f"{path}: "), path=path) from None
 
 
 # -- encoding --------------------------------------------------------------
