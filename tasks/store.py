@@ -276,9 +276,22 @@ def encode(value: Any, meta: dict[str, str] | None = None) -> pa.Table:
     metadata[b"scarce.format_version"] = FORMAT_VERSION.encode()
     for k, v in {**extra, **(meta or {})}.items():
         metadata[f"scarce.{k}".encode()] = str(v).encode()
-    table = table.replace_schema_metadata(metadata)
+    table = _as_parquet_reads_it(table.replace_schema_metadata(metadata))
     metadata[CHECKSUM_KEY] = table_checksum(table).encode()
     return table.replace_schema_metadata(metadata)
+
+
+def _as_parquet_reads_it(table: pa.Table) -> pa.Table:
+    """The table as a Parquet reader will return it.
+
+    Parquet does not keep everything Arrow holds: the bytes under a null slot
+    (pandas' NaN becomes a null whose slot keeps the NaN bits, read back as 0)
+    and the name of a list's child field (``item`` becomes ``element``).  The
+    checksum is taken over the read-back form so that reading reproduces it.
+    """
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="none")
+    return pq.read_table(pa.BufferReader(sink.getvalue()))
 
 
 def decode(table: pa.Table) -> Any:

@@ -199,3 +199,22 @@ def test_ls_and_gc(tmp_path):
     assert store.gc(keep={"a/k1"}) == ["a/k2", "b/k3-X"]
     assert store.refs() == ["a/k1"]
     assert not (store.prefect_dir / "k2").exists()
+
+
+def test_tables_with_missing_values_and_lists_round_trip(tmp_path):
+    frame = pd.DataFrame(
+        {
+            "f": [1.5, np.nan, 3.0],
+            "n": pd.array([1, None, 3], dtype="Int64"),
+            "s": ["a", None, "c"],
+            "tokens": [["a", "b"], [], ["c"]],
+        }
+    )
+    store = Store(tmp_path)
+    store.write("t/k", frame)
+    assert store.verify("t/k")
+    back = store.read("t/k")
+    assert np.isnan(back.loc[1, "f"]) and back["f"].dtype == np.float64
+    assert back["n"].dtype == "Int64" and back["n"].isna().tolist() == [False, True, False]
+    assert [list(t) for t in back["tokens"]] == [["a", "b"], [], ["c"]]
+    pd.testing.assert_frame_equal(back.drop(columns="tokens"), frame.drop(columns="tokens"))
