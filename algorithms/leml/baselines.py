@@ -1,0 +1,254 @@
+"""Baselines for LEML: Binary Relevance and the closed-form squared-loss solution.
+
+Both have LEML's interface: ``fit(X, Y, mask=None)``, ``decision_function``,
+``predict`` (sparse 0/1) and ``predict_top_k`` in row batches.
+
+* :class:`BinaryRelevance`: one independent scikit-learn model per label
+  (one-vs-rest ridge regression on the ``{0, 1}`` labels, or L2-regularised
+  logistic regression with the LIBLINEAR solver).  With a mask each label is
+  trained on its observed entries only, the comparison of Yu et al. (2014), Sec. 5.
+* :class:`ClosedFormLowRank`: ``min_{rank(Z) <= k} ||Y - X Z||_F^2 + alpha ||Z||_F^2``
+  in closed form.  With ``C = X^T X + alpha I`` and ``M = C^{-1/2} X^T Y``, the
+  solution is ``Z = C^{-1/2} M_k`` with ``M_k`` the rank-``k`` truncated SVD of
+  ``M``; so ``H`` spans the top eigenvectors of ``Y^T X C^{-1} X^T Y``, the label
+  space of CPLST (Chen and Lin, 2012), which Yu et al. (2014, Sec. 2) show the
+  squared-loss LEML recovers.  ``rank=None`` is full-rank ridge regression.
+
+References
+----------
+H.-F. Yu, P. Jain, P. Kar and I. S. Dhillon, "Large-scale Multi-label Learning
+with Missing Labels", ICML 2014.
+Y.-N. Chen and H.-T. Lin, "Feature-aware Label Space Dimension Reduction for
+Multi-label Classification", NIPS 2012.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.utils.validation import check_is_fitted
+
+from algorithms.leml.model import (
+    _add_constant_column,
+    _check_X,
+    _labels,
+    predict_top_k_in_batches,
+    threshold_in_batches,
+)
+
+__all__ = ["BinaryRelevance", "ClosedFormLowRank"]
+
+
+class _LinearMultiLabel(BaseEstimator):
+    """Shared prediction for a model ``scores = X coef_^T + intercept_``."""
+
+    def _scores(self, X):
+        check_is_fitted(self, ("coef_", "intercept_"))
+        X = _check_X(X, self.coef_.dtype)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features but the model was fitted with "
+                             f"{self.n_features_in_}")
+        return X
+
+    def decision_function(self, X) -> np.ndarray:
+        """Decision values (n x L, dense)."""
+        X = self._scores(X)
+        return np.asarray(X @ self.coef_.T) + self.intercept_
+
+    def predict(self, X, batch_size: int = 2048) -> sp.csr_matrix:
+        """Sparse 0/1 matrix of decision values above ``threshold_``."""
+        X = self._scores(X)
+        return threshold_in_batches(
+            lambda s, e: np.asarray(X[s:e] @ self.coef_.T) + self.intercept_,
+            X.shape[0], self.threshold_, batch_size)
+
+    def predict_top_k(self, X, k: int = 5, batch_size: int = 2048) -> np.ndarray:
+        """Top-``k`` labels per row, best first, scoring ``batch_size`` rows at a time."""
+        X = self._scores(X)
+        return predict_top_k_in_batches(
+            lambda s, e: np.asarray(X[s:e] @ self.coef_.T) + self.intercept_,
+            X.shape[0], k, batch_size)
+
+
+class BinaryRelevance(_LinearMultiLabel):
+    """One-vs-rest linear models, one per label, with scikit-learn.
+
+    Parameters
+    ----------
+    model : {"ridge", "logistic"}, default="ridge"
+        ``"ridge"``: :class:`sklearn.linear_model.Ridge` on the ``{0, 1}`` labels
+        (threshold 0.5); fully observed, one multi-output fit.  ``"logistic"``:
+        :class:`sklearn.linear_model.LogisticRegression` (liblinear, L2), threshold 0.
+    alpha : float, default=1.0
+        Ridge penalty; logistic regression uses ``C = 1 / alpha``.
+    fit_intercept : bool, default=True
+    dtype : {np.float32, np.float64}, default=np.float64
+        dtype of ``X`` passed to scikit-learn and of ``coef_``.
+    max_iter : int, default=1000
+        Passed to the scikit-learn models that take it.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (L, d)
+    intercept_ : ndarray of shape (L,)
+    threshold_ : float
+    n_features_in_ : int
+
+    Notes
+    -----
+    A label whose observed entries are all of one class (or that has no observed
+    entry) cannot be fitted by logistic regression; it gets ``coef = 0`` and the
+    smoothed log-odds ``log((p + 0.5) / (m + 0.5))`` of its ``p`` positives among
+    ``m`` negatives as intercept.  Ridge handles such labels itself.
+    """
+
+    def __init__(self, model="ridge", alpha=1.0, fit_intercept=True, dtype=np.float64,
+                 max_iter=1000):
+        self.model = model
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.dtype = dtype
+        self.max_iter = max_iter
+
+    def _make(self):
+        if self.model == "ridge":
+            return Ridge(alpha=self.alpha, fit_intercept=self.fit_intercept)
+        if self.model == "logistic":
+            return LogisticRegression(C=1.0 / self.alpha, solver="liblinear",
+                                      fit_intercept=self.fit_intercept, max_iter=self.max_iter)
+        raise ValueError(f"model must be 'ridge' or 'logistic', got {self.model!r}")
+
+    def fit(self, X, Y, mask=None):
+        """Fit one model per label (on its observed entries when ``mask`` is given).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n, d)
+        Y : {array-like, sparse matrix} of shape (n, L), values in {0, 1} (NaN missing)
+        mask : {array-like, sparse matrix} of shape (n, L), optional
+
+        Returns
+        -------
+        self
+        """
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha!r}")
+        self._make()
+        dtype = np.dtype(self.dtype)
+        X = _check_X(X, dtype)
+        n, d = X.shape
+        Y_full, entries, n_labels = _labels(Y, mask, n, np.float64, "sparse")
+        self.n_features_in_ = d
+        self.threshold_ = 0.5 if self.model == "ridge" else 0.0
+        coef = np.zeros((n_labels, d), dtype=dtype)
+        intercept = np.zeros(n_labels, dtype=dtype)
+        if self.model == "ridge" and Y_full is not None:
+            est = self._make().fit(X, Y_full.toarray())
+            coef[:] = est.coef_
+            intercept[:] = est.intercept_
+        else:
+            if Y_full is not None:
+                Yc = Y_full.tocsc()
+                rows_of = [np.arange(n)] * n_labels
+                y_of = [Yc[:, j].toarray().ravel() for j in range(n_labels)]
+            else:
+                t_indptr = entries.t_indptr
+                y_t = entries.y[entries.perm]
+                rows_of = [entries.t_indices[t_indptr[j]:t_indptr[j + 1]]
+                           for j in range(n_labels)]
+                y_of = [y_t[t_indptr[j]:t_indptr[j + 1]] for j in range(n_labels)]
+            for j in range(n_labels):
+                rows, y = rows_of[j], y_of[j]
+                if self.model == "logistic" and (rows.size == 0 or y.min() == y.max()):
+                    p = float(y.sum())
+                    intercept[j] = np.log((p + 0.5) / (y.size - p + 0.5))
+                    continue
+                if rows.size == 0:
+                    continue
+                est = self._make().fit(X[rows], y)
+                coef[j] = np.ravel(est.coef_)
+                intercept[j] = np.ravel(est.intercept_)[0] if self.fit_intercept else 0.0
+        self.coef_, self.intercept_ = coef, intercept
+        return self
+
+
+class ClosedFormLowRank(_LinearMultiLabel):
+    """Closed-form squared-loss solution on fully observed labels (ridge / CPLST).
+
+    Solves ``min_{rank(Z) <= k} ||Y - X Z||_F^2 + alpha ||Z||_F^2``.
+
+    Parameters
+    ----------
+    rank : int or None, default=None
+        ``k``; None gives the full-rank ridge solution ``Z = (X^T X + alpha I)^{-1} X^T Y``.
+    alpha : float, default=1.0
+    fit_intercept : bool, default=False
+        Append a constant feature (regularised like the others, as in LEML).
+    dtype : {np.float32, np.float64}, default=np.float64
+        Working dtype of the ``d x d`` eigendecomposition and of the result.
+
+    Attributes
+    ----------
+    W_ : ndarray of shape (d + fit_intercept, k)
+        ``C^{-1/2} U_k S_k``.
+    H_ : ndarray of shape (L, k)
+        ``V_k``, orthonormal columns (CPLST's label-space basis).
+    coef_ : ndarray of shape (L, d)
+    intercept_ : ndarray of shape (L,)
+    threshold_ : float
+        0.5.
+
+    Notes
+    -----
+    Needs the dense ``d x d`` matrix ``X^T X``: O(d^2) memory and O(d^3) time.
+    """
+
+    def __init__(self, rank=None, alpha=1.0, fit_intercept=False, dtype=np.float64):
+        self.rank = rank
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.dtype = dtype
+
+    def fit(self, X, Y, mask=None):
+        """Fit on fully observed labels (``mask`` must be None or all observed)."""
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha!r}")
+        dtype = np.dtype(self.dtype)
+        X = _check_X(X, dtype)
+        n, d = X.shape
+        Y_full, _, n_labels = _labels(Y, mask, n, dtype)
+        if Y_full is None:
+            raise ValueError("ClosedFormLowRank needs fully observed labels; the mask or "
+                             "NaN entries leave some unobserved")
+        Xa = _add_constant_column(X) if self.fit_intercept else X
+        C = Xa.T @ Xa
+        C = C.toarray() if sp.issparse(C) else np.asarray(C)
+        C[np.diag_indices_from(C)] += self.alpha
+        XtY = Xa.T @ Y_full
+        XtY = XtY.toarray() if sp.issparse(XtY) else np.asarray(XtY)
+        evals, Q = np.linalg.eigh(C)
+        if self.rank is None:
+            Z = Q @ ((Q.T @ XtY) / evals[:, None])
+            W, H = Z, np.eye(n_labels, dtype=dtype)
+        else:
+            k = int(self.rank)
+            if not 1 <= k <= min(Xa.shape[1], n_labels):
+                raise ValueError(f"rank must be in [1, {min(Xa.shape[1], n_labels)}], "
+                                 f"got {self.rank!r}")
+            C_isqrt = (Q / np.sqrt(evals)) @ Q.T
+            M = C_isqrt @ XtY
+            U, S, Vt = np.linalg.svd(M, full_matrices=False)
+            W = C_isqrt @ (U[:, :k] * S[:k])
+            H = Vt[:k].T
+            Z = W @ H.T
+        self.W_ = np.ascontiguousarray(W, dtype=dtype)
+        self.H_ = np.ascontiguousarray(H, dtype=dtype)
+        Z = np.asarray(Z, dtype=dtype)
+        self.coef_ = np.ascontiguousarray(Z[:d].T)
+        self.intercept_ = (Z[d].copy() if self.fit_intercept
+                           else np.zeros(n_labels, dtype=dtype))
+        self.n_features_in_ = d
+        self.threshold_ = 0.5
+        return self

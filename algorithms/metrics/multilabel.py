@@ -1,0 +1,235 @@
+"""Multi-label metrics of Yu et al. (2014): precision@k, Hamming loss, instance AUC.
+
+All functions take the true labels ``Y_true`` as a scipy.sparse matrix or a dense
+0/1 array of shape (n, L) and work row-wise, so they can be applied to row
+batches: with ``average=False`` they return one value per row, which the caller
+concatenates (or sums) across batches.  Precision@k needs only the ranked top-k
+label indices (``predict_top_k``), never an n x L score matrix.
+
+Conventions
+-----------
+* precision@k: ``|top_k(i) ∩ Y_i| / k``, averaged over all rows, including rows
+  with fewer than ``k`` (or no) true labels, as in the Extreme Classification
+  Repository ("top-K accuracy" in Yu et al., Sec. 5).
+* Hamming loss: fraction of the n x L entries where the 0/1 prediction differs
+  from the truth; predictions are decision values thresholded by the estimator
+  (``predict``), 0.5 for the squared loss and 0 for the margin losses.
+* Instance AUC (Bucak, Jin and Jain, 2011): for each row the fraction of
+  (positive, negative) label pairs ordered correctly by the scores, ties counting
+  1/2 (equal to ``sklearn.metrics.roc_auc_score`` on that row).  Rows whose
+  labels are all positive or all negative have no such pair; they are skipped
+  (NaN per row, left out of the average).
+
+References
+----------
+H.-F. Yu, P. Jain, P. Kar and I. S. Dhillon, "Large-scale Multi-label Learning
+with Missing Labels", ICML 2014, Sec. 5.
+S. S. Bucak, R. Jin and A. K. Jain, "Multi-label learning with incomplete class
+assignments", CVPR 2011.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.stats import rankdata
+
+__all__ = [
+    "precision_at_k",
+    "hamming_loss",
+    "instance_auc",
+    "average_instance_auc",
+    "multilabel_scores",
+]
+
+
+def _as_csr(Y, name="Y_true") -> sp.csr_matrix:
+    if sp.issparse(Y):
+        Y = sp.csr_matrix(Y, copy=True)
+    else:
+        Y = np.asarray(Y)
+        if Y.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (n_samples, n_labels), got shape {Y.shape}")
+        Y = sp.csr_matrix(Y)
+    Y.sum_duplicates()
+    Y.eliminate_zeros()
+    return Y
+
+
+def precision_at_k(Y_true, top_k, ks: Iterable[int] = (1, 3, 5), *, average: bool = True):
+    """Precision at ``k`` for each ``k`` in ``ks``.
+
+    Parameters
+    ----------
+    Y_true : {sparse matrix, array-like} of shape (n, L)
+        True 0/1 labels (non-zero = relevant).
+    top_k : array-like of shape (n, K) of int
+        Label indices ranked best first (``predict_top_k``), ``K >= max(ks)``.
+    ks : iterable of int, default=(1, 3, 5)
+    average : bool, default=True
+        Return the mean over rows; False returns per-row precisions.
+
+    Returns
+    -------
+    dict
+        ``{k: float}`` (or ``{k: ndarray of shape (n,)}`` when ``average=False``).
+    """
+    Y = _as_csr(Y_true)
+    top_k = np.asarray(top_k)
+    ks = [int(k) for k in ks]
+    if top_k.ndim != 2 or top_k.shape[0] != Y.shape[0]:
+        raise ValueError(f"top_k must have shape ({Y.shape[0]}, K), got {top_k.shape}")
+    if not ks or min(ks) < 1 or max(ks) > top_k.shape[1]:
+        raise ValueError(f"each k must be in [1, {top_k.shape[1]}] (columns of top_k), "
+                         f"got {ks}")
+    if top_k.size and (top_k.min() < 0 or top_k.max() >= Y.shape[1]):
+        raise ValueError(f"top_k holds label indices outside [0, {Y.shape[1]})")
+    n, n_labels = Y.shape
+    K = max(ks)
+    # hit[i, r] = 1 if the label ranked r-th for row i is relevant: sorted-key lookup.
+    ykey = np.repeat(np.arange(n, dtype=np.int64), np.diff(Y.indptr)) * n_labels + Y.indices
+    ykey.sort()
+    qkey = np.arange(n, dtype=np.int64)[:, None] * n_labels + top_k[:, :K].astype(np.int64)
+    pos = np.searchsorted(ykey, qkey)
+    hit = pos < ykey.size
+    hit[hit] = ykey[pos[hit]] == qkey[hit]
+    cum = np.cumsum(hit, axis=1)
+    out = {}
+    for k in ks:
+        per_row = cum[:, k - 1] / k
+        if average:
+            out[k] = float(per_row.mean()) if n else 0.0
+        else:
+            out[k] = per_row
+    return out
+
+
+def hamming_loss(Y_true, Y_pred, *, average: bool = True):
+    """Fraction of label entries where the 0/1 prediction is wrong.
+
+    Computed from non-zeros only: ``|Y xor P| = nnz(Y) + nnz(P) - 2 nnz(Y * P)``.
+
+    Parameters
+    ----------
+    Y_true, Y_pred : {sparse matrix, array-like} of shape (n, L)
+        0/1 matrices (non-zero = present); ``Y_pred`` from ``predict``.
+    average : bool, default=True
+        False returns the per-row fraction (length n).
+
+    Returns
+    -------
+    float or ndarray
+    """
+    Y = _as_csr(Y_true)
+    P = _as_csr(Y_pred, "Y_pred")
+    if Y.shape != P.shape:
+        raise ValueError(f"Y_true has shape {Y.shape} but Y_pred has {P.shape}")
+    Yb = (Y != 0).astype(np.int64)
+    Pb = (P != 0).astype(np.int64)
+    both = np.asarray(Yb.multiply(Pb).sum(axis=1)).ravel()
+    wrong = np.diff(Yb.indptr) + np.diff(Pb.indptr) - 2 * both
+    n, n_labels = Y.shape
+    if average:
+        return float(wrong.sum() / (n * n_labels)) if n * n_labels else 0.0
+    return wrong / n_labels
+
+
+def instance_auc(Y_true, scores) -> np.ndarray:
+    """Per-instance AUC over labels (Bucak et al., 2011); NaN where undefined.
+
+    Uses the rank-sum (Mann-Whitney) form with average ranks for ties:
+    ``AUC_i = (sum of ranks of positives - P (P + 1) / 2) / (P N)``.
+
+    Parameters
+    ----------
+    Y_true : {sparse matrix, array-like} of shape (n, L)
+    scores : array-like of shape (n, L)
+        Decision values (e.g. a row batch of ``decision_function``).
+
+    Returns
+    -------
+    ndarray of shape (n,), float64
+        NaN for rows with no positive or no negative label.
+    """
+    Y = _as_csr(Y_true)
+    scores = np.asarray(scores)
+    if scores.shape != Y.shape:
+        raise ValueError(f"scores has shape {scores.shape} but Y_true has {Y.shape}")
+    n, n_labels = Y.shape
+    if n == 0:
+        return np.zeros(0)
+    ranks = rankdata(scores, axis=1, method="average")
+    Yb = (Y != 0).astype(np.float64)
+    pos = np.diff(Yb.indptr).astype(np.float64)
+    neg = n_labels - pos
+    rank_sum = np.asarray(Yb.multiply(ranks).sum(axis=1)).ravel()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auc = (rank_sum - pos * (pos + 1) / 2) / (pos * neg)
+    auc[(pos == 0) | (neg == 0)] = np.nan
+    return auc
+
+
+def average_instance_auc(Y_true, scores) -> float:
+    """Mean of :func:`instance_auc` over the rows where it is defined (NaN if none)."""
+    auc = instance_auc(Y_true, scores)
+    valid = ~np.isnan(auc)
+    return float(auc[valid].mean()) if valid.any() else float("nan")
+
+
+def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
+                      threshold: float, batch_size: int = 2048,
+                      ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
+    """All metrics of the paper in one pass over row batches of decision values.
+
+    Parameters
+    ----------
+    Y_true : {sparse matrix, array-like} of shape (n, L)
+    score_rows : callable
+        ``score_rows(start, stop)`` returns the dense decision values of rows
+        ``start:stop`` (so at most ``batch_size x L`` scores exist at once).
+    threshold : float
+        Decision values above it are predicted labels (Hamming loss).
+    batch_size : int, default=2048
+    ks : iterable of int, default=(1, 3, 5)
+
+    Returns
+    -------
+    dict
+        ``{"precision@1": ..., "precision@3": ..., "precision@5": ...,
+        "hamming_loss": ..., "instance_auc": ...}`` (fractions in [0, 1]);
+        ``instance_auc`` averages the rows where it is defined (NaN if none).
+    """
+    Y = _as_csr(Y_true)
+    n, n_labels = Y.shape
+    ks = [int(k) for k in ks]
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    K = min(max(ks), n_labels)
+    hits = {k: 0.0 for k in ks}
+    wrong = 0
+    auc_sum, auc_rows = 0.0, 0
+    for s in range(0, n, batch_size):
+        e = min(s + batch_size, n)
+        scores = np.asarray(score_rows(s, e))
+        if scores.shape != (e - s, n_labels):
+            raise ValueError(f"score_rows({s}, {e}) returned shape {scores.shape}, "
+                             f"expected {(e - s, n_labels)}")
+        Yb = Y[s:e]
+        top = np.argpartition(-scores, K - 1, axis=1)[:, :K] if K < n_labels else \
+            np.broadcast_to(np.arange(n_labels), (e - s, n_labels))
+        vals = np.take_along_axis(scores, top, axis=1)
+        top = np.take_along_axis(top, np.lexsort((top, -vals), axis=1), axis=1)
+        per_row = precision_at_k(Yb, top, ks=sorted({min(k, K) for k in ks}), average=False)
+        for k in ks:  # with k > L only L labels can be ranked; the divisor stays k
+            hits[k] += float(per_row[min(k, K)].sum()) * min(k, K) / k
+        wrong += float(hamming_loss(Yb, scores > threshold, average=False).sum()) * n_labels
+        auc = instance_auc(Yb, scores)
+        valid = ~np.isnan(auc)
+        auc_sum += float(auc[valid].sum())
+        auc_rows += int(valid.sum())
+    out = {f"precision@{k}": (hits[k] / n if n else 0.0) for k in ks}
+    out["hamming_loss"] = wrong / (n * n_labels) if n * n_labels else 0.0
+    out["instance_auc"] = auc_sum / auc_rows if auc_rows else float("nan")
+    return out

@@ -1,0 +1,466 @@
+"""LEML: fast products against explicit Kronecker features, solvers against direct
+solves, the alternating loop, dtypes, prediction and the baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.multiclass import OneVsRestClassifier
+
+from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
+from algorithms.leml.losses import LOSSES, get_loss
+from algorithms.leml.model import (
+    LEML,
+    initial_factors,
+    objective,
+    prepare_data,
+    scores_linear,
+    top_k_from_scores,
+    top_k_linear,
+    update_H,
+    update_W,
+    w_gradient,
+)
+from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
+
+LOSS_NAMES = sorted(LOSSES)
+STRATEGIES = ["dense", "sparse"]
+
+
+def make_problem(seed, n=9, d=5, n_labels=4, k=3, sparse=True, mask_density=0.5):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    X[rng.random((n, d)) < 0.4] = 0.0
+    Y = (rng.random((n, n_labels)) < 0.4).astype(float)
+    mask = None
+    if mask_density is not None:
+        mask = rng.random((n, n_labels)) < mask_density
+        mask[0, 0] = False  # at least one missing entry
+    H = rng.standard_normal((n_labels, k))
+    W = 0.5 * rng.standard_normal((d, k))
+    return (sp.csr_matrix(X) if sparse else X), X, Y, mask, H, W
+
+
+def kronecker_reference(Xd, Y, mask, H, W, lam, loss):
+    """Gradient and Hessian of J(., H) built from explicit x~_ij = vec(x_i h_j^T)."""
+    loss = get_loss(loss)
+    n, n_labels = Y.shape
+    omega = np.ones_like(Y, dtype=bool) if mask is None else mask
+    rows, cols = np.nonzero(omega)
+    feats = np.array([np.outer(Xd[i], H[j]).ravel() for i, j in zip(rows, cols, strict=True)])
+    feats = feats.reshape(rows.size, W.size)  # also when Omega is empty
+    w = W.ravel()
+    z = feats @ w
+    y = Y[rows, cols]
+    grad = feats.T @ loss.derivative(y, z) + lam * w
+    hess = feats.T @ (loss.second_derivative(y, z)[:, None] * feats) + lam * np.eye(w.size)
+    value = loss.value(y, z).sum() + 0.5 * lam * (w @ w + np.sum(H * H))
+    return grad.reshape(W.shape), hess, value
+
+
+# ----------------------------------------------------------------------------- losses
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_loss_derivatives_match_finite_differences(name):
+    loss = get_loss(name)
+    z = np.linspace(-3, 3, 61) + 0.013  # avoid the hinge kink at exactly +-1
+    eps = 1e-6
+    for y in (0.0, 1.0):
+        yy = np.full_like(z, y)
+        num1 = (loss.value(yy, z + eps) - loss.value(yy, z - eps)) / (2 * eps)
+        num2 = (loss.derivative(yy, z + eps) - loss.derivative(yy, z - eps)) / (2 * eps)
+        np.testing.assert_allclose(loss.derivative(yy, z), num1, atol=1e-6)
+        np.testing.assert_allclose(loss.second_derivative(yy, z), num2, atol=1e-5)
+
+
+def test_loss_values_by_hand():
+    assert get_loss("squared").value(np.array([1.0]), np.array([0.25]))[0] == 0.5625
+    assert np.isclose(get_loss("logistic").value(np.array([1.0]), np.array([0.0]))[0],
+                      np.log(2))
+    # y = 0 means margin label -1: loss log(1 + e^{z}).
+    assert np.isclose(get_loss("logistic").value(np.array([0.0]), np.array([2.0]))[0],
+                      np.log1p(np.exp(2.0)))
+    sq = get_loss("sqhinge")
+    assert sq.value(np.array([1.0]), np.array([0.5]))[0] == 0.25
+    assert sq.value(np.array([1.0]), np.array([1.5]))[0] == 0.0
+    assert sq.value(np.array([0.0]), np.array([0.5]))[0] == 2.25
+    with pytest.raises(ValueError, match="unknown loss"):
+        get_loss("hinge")
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_losses_keep_float32(name):
+    loss = get_loss(name)
+    z = np.linspace(-2, 2, 7, dtype=np.float32)
+    y = (z > 0).astype(np.float32)
+    for f in (loss.value, loss.derivative, loss.second_derivative):
+        assert f(y, z).dtype == np.float32
+
+
+# ----------------------------------------------------------------------------- products
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("masked", STRATEGIES + [None])
+def test_gradient_and_hessian_vector_equal_kronecker_features(loss, sparse, masked):
+    X, Xd, Y, mask, H, W = make_problem(3, sparse=sparse,
+                                        mask_density=0.5 if masked else None)
+    lam = 0.7
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    grad, hess_vec = w_gradient(data, H, W, lam, loss)
+    g_ref, hess_ref, value_ref = kronecker_reference(Xd, Y, mask, H, W, lam, loss)
+    np.testing.assert_allclose(grad, g_ref, rtol=1e-10, atol=1e-10)
+    V = np.random.default_rng(1).standard_normal(W.shape)
+    np.testing.assert_allclose(hess_vec(V), (hess_ref @ V.ravel()).reshape(W.shape),
+                               rtol=1e-10, atol=1e-10)
+    assert np.isclose(objective(data, W, H, lam, loss), value_ref, rtol=1e-12)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 8), d=st.integers(1, 5),
+       n_labels=st.integers(1, 5), k=st.integers(1, 4),
+       density=st.sampled_from([None, 0.2, 0.7]), loss=st.sampled_from(LOSS_NAMES),
+       strategy=st.sampled_from(STRATEGIES))
+def test_products_equal_kronecker_on_random_shapes(seed, n, d, n_labels, k, density, loss,
+                                                    strategy):
+    X, Xd, Y, mask, H, W = make_problem(seed, n, d, n_labels, k, mask_density=density)
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=strategy)
+    grad, hess_vec = w_gradient(data, H, W, 0.3, loss)
+    g_ref, hess_ref, _ = kronecker_reference(Xd, Y, mask, H, W, 0.3, loss)
+    np.testing.assert_allclose(grad, g_ref, rtol=1e-9, atol=1e-9)
+    V = np.random.default_rng(seed).standard_normal(W.shape)
+    np.testing.assert_allclose(hess_vec(V), (hess_ref @ V.ravel()).reshape(W.shape),
+                               rtol=1e-9, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- solvers
+def test_conjugate_gradient_solves_spd_system_and_counts_iterations():
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((12, 12))
+    A = B @ B.T / 12 + np.eye(12)
+    b = rng.standard_normal((4, 3))  # any shape: A acts on the flattened vector
+    x, n_iter = conjugate_gradient(lambda v: (A @ v.ravel()).reshape(v.shape), b,
+                                   tol=1e-12, max_iter=100)
+    np.testing.assert_allclose(x.ravel(), np.linalg.solve(A, b.ravel()), rtol=1e-8)
+    assert 1 <= n_iter <= 14  # exact arithmetic: at most 12
+    x2, n2 = conjugate_gradient(lambda v: (A @ v.ravel()).reshape(v.shape), b,
+                                x0=x, tol=1e-6, max_iter=100)
+    assert n2 == 0 and np.allclose(x2, x)
+    _, capped = conjugate_gradient(lambda v: (A @ v.ravel()).reshape(v.shape), b,
+                                   tol=1e-12, max_iter=3)
+    assert capped == 3
+
+
+def test_tron_minimises_logistic_regression_like_scipy():
+    rng = np.random.default_rng(2)
+    Xd = rng.standard_normal((60, 6))
+    s = np.where(Xd @ rng.standard_normal(6) + 0.3 * rng.standard_normal(60) > 0, 1.0, -1.0)
+    lam = 0.5
+
+    def value(w):
+        return np.logaddexp(0, -s * (Xd @ w)).sum() + 0.5 * lam * w @ w
+
+    def fun(w):
+        return value(w), Xd @ w
+
+    def grad(w, z):
+        p = 1 / (1 + np.exp(s * z))
+        D = p * (1 - p)
+        return Xd.T @ (-s * p) + lam * w, lambda v: Xd.T @ (D * (Xd @ v)) + lam * v
+
+    res = trust_region_newton(fun, grad, np.zeros(6), tol=1e-10, max_iter=50, cg_tol=0.1)
+    ref = minimize(value, np.zeros(6), method="BFGS", options={"gtol": 1e-10})
+    np.testing.assert_allclose(res.x, ref.x, atol=1e-6)
+    assert res.n_iter >= 1 and res.n_cg >= res.n_iter
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("masked", STRATEGIES + [None])
+def test_squared_loss_cg_w_step_equals_direct_solve(sparse, masked):
+    X, Xd, Y, mask, H, _ = make_problem(5, n=11, d=4, n_labels=5, k=3, sparse=sparse,
+                                        mask_density=0.6 if masked else None)
+    lam = 0.4
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    W = update_W(data, H, lam, "squared", cg_tol=1e-13, cg_max_iter=200)
+    # Normal equations of sum_Omega (y - x~.w)^2 + lam/2 |w|^2 from explicit features.
+    _, hess, _ = kronecker_reference(Xd, Y, mask, H, np.zeros_like(W), lam, "squared")
+    g0, _, _ = kronecker_reference(Xd, Y, mask, H, np.zeros_like(W), lam, "squared")
+    w_direct = np.linalg.solve(hess, -g0.ravel())
+    np.testing.assert_allclose(W.ravel(), w_direct, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_tron_w_step_reaches_the_minimiser(loss):
+    X, Xd, Y, mask, H, _ = make_problem(6, n=12, d=4, n_labels=3, k=2)
+    lam = 0.8
+    data = prepare_data(X, Y, mask, dtype=np.float64)
+    W = update_W(data, H, lam, loss, newton_max_iter=60, cg_tol=1e-3, cg_max_iter=50)
+
+    def value(w):
+        return objective(data, w.reshape(W.shape), H, lam, loss)
+
+    ref = minimize(value, np.zeros(W.size), method="BFGS", options={"gtol": 1e-9})
+    assert value(W.ravel()) <= ref.fun + 1e-7
+    np.testing.assert_allclose(W.ravel(), ref.x, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- H-step
+@pytest.mark.parametrize("masked", STRATEGIES + [None])
+def test_squared_h_step_equals_per_label_solve(masked):
+    X, Xd, Y, mask, _, W = make_problem(7, n=10, d=4, n_labels=6, k=3,
+                                        mask_density=0.5 if masked else None)
+    lam = 0.3
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    H = update_H(data, W, lam, "squared")
+    A = Xd @ W
+    omega = np.ones_like(Y, dtype=bool) if mask is None else mask
+    for j in range(Y.shape[1]):
+        Aj = A[omega[:, j]]
+        h = np.linalg.solve(2 * Aj.T @ Aj + lam * np.eye(3), 2 * Aj.T @ Y[omega[:, j], j])
+        np.testing.assert_allclose(H[j], h, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+@pytest.mark.parametrize("masked", STRATEGIES + [None])
+def test_newton_h_step_equals_per_label_minimiser(loss, masked):
+    X, Xd, Y, mask, _, W = make_problem(8, n=14, d=4, n_labels=5, k=2,
+                                        mask_density=0.6 if masked else None)
+    lam = 0.5
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    H = update_H(data, W, lam, loss, newton_max_iter=40)
+    A = Xd @ W
+    omega = np.ones_like(Y, dtype=bool) if mask is None else mask
+    f = get_loss(loss)
+    for j in range(Y.shape[1]):
+        Aj, yj = A[omega[:, j]], Y[omega[:, j], j]
+
+        def value(h, Aj=Aj, yj=yj):
+            return f.value(yj, Aj @ h).sum() + 0.5 * lam * h @ h
+
+        ref = minimize(value, np.zeros(2), method="BFGS", options={"gtol": 1e-10})
+        assert value(H[j]) <= ref.fun + 1e-9
+        np.testing.assert_allclose(H[j], ref.x, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- estimator
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+@pytest.mark.parametrize("masked", [True, False])
+def test_objective_decreases_every_outer_iteration(loss, masked):
+    X, _, Y, mask, _, _ = make_problem(11, n=40, d=8, n_labels=7, k=3,
+                                       mask_density=0.4 if masked else None)
+    seen = []
+    est = LEML(rank=3, lam=0.5, loss=loss, max_iter=6, cg_max_iter=3, dtype=np.float64,
+               random_state=0, callback=lambda t, s, o: seen.append((t, s, o))).fit(X, Y, mask)
+    obj = np.array(est.objective_)
+    assert len(obj) == 6 and est.n_iter_ == 6
+    assert np.all(np.diff(obj) <= 1e-10 * np.abs(obj[:-1]))
+    assert [t for t, _, _ in seen] == [1, 2, 3, 4, 5, 6]
+    assert all(s >= 0 for _, s, _ in seen)
+    np.testing.assert_allclose([o for _, _, o in seen], obj)
+    data = prepare_data(X, Y, mask, dtype=np.float64)
+    assert np.isclose(objective(data, est.W_, est.H_, 0.5, loss), obj[-1], rtol=1e-12)
+
+
+def test_fully_observed_squared_objective_equals_explicit_residual():
+    X, Xd, Y, _, H, W = make_problem(12, n=15, d=6, n_labels=5, k=3, mask_density=None)
+    data = prepare_data(X, sp.csr_matrix(Y), dtype=np.float64)
+    explicit = np.sum((Y - Xd @ W @ H.T) ** 2) + 0.35 * (np.sum(W**2) + np.sum(H**2))
+    assert np.isclose(objective(data, W, H, 0.7, "squared"), explicit, rtol=1e-12)
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+@pytest.mark.parametrize("masked", [True, False])
+def test_float32_stays_float32(loss, masked):
+    X, _, Y, mask, H, W = make_problem(13, n=30, d=6, n_labels=5, k=3,
+                                       mask_density=0.5 if masked else None)
+    data = prepare_data(X, Y, mask, dtype=np.float32)
+    assert data.X.dtype == np.float32 and data.Xt.dtype == np.float32
+    H32, W32 = H.astype(np.float32), W.astype(np.float32)
+    grad, hess_vec = w_gradient(data, H32, W32, 0.5, loss)
+    assert grad.dtype == np.float32 and hess_vec(W32).dtype == np.float32
+    W_new, info = update_W(data, H32, 0.5, loss, W0=W32, return_info=True)
+    assert W_new.dtype == np.float32 and info["cg_iter"] >= 1
+    assert update_H(data, W_new, 0.5, loss, H0=H32).dtype == np.float32
+    for strategy in STRATEGIES:
+        data = prepare_data(X, Y, mask, dtype=np.float32, entries=strategy)
+        assert update_H(data, W32, 0.5, loss, H0=H32).dtype == np.float32
+        assert w_gradient(data, H32, W32, 0.5, loss)[1](W32).dtype == np.float32
+    est = LEML(rank=3, lam=0.5, loss=loss, max_iter=2, random_state=0).fit(X, Y, mask)
+    assert est.W_.dtype == np.float32 and est.H_.dtype == np.float32
+    assert est.decision_function(X).dtype == np.float32
+
+
+def test_missing_as_nan_equals_mask():
+    X, _, Y, mask, _, _ = make_problem(14, n=30, d=6, n_labels=5, mask_density=0.5)
+    Y_nan = np.where(mask, Y, np.nan)
+    a = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(X, Y_nan)
+    b = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(
+        X, sp.csr_matrix(Y), sp.csr_matrix(mask))
+    np.testing.assert_allclose(a.W_, b.W_, rtol=1e-12)
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-12)
+
+
+def test_all_true_mask_is_the_fully_observed_problem():
+    X, _, Y, _, _, _ = make_problem(15, n=20, d=5, n_labels=4, mask_density=None)
+    a = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(X, Y)
+    b = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(
+        X, Y, np.ones_like(Y, dtype=bool))
+    np.testing.assert_allclose(a.W_, b.W_, rtol=1e-10, atol=1e-12)
+
+
+def test_warm_start_continues_where_the_run_stopped():
+    X, _, Y, mask, _, _ = make_problem(16, n=40, d=6, n_labels=5, mask_density=0.5)
+    kw = dict(rank=3, lam=0.5, cg_max_iter=4, dtype=np.float64, random_state=3)
+    full = LEML(max_iter=5, **kw).fit(X, Y, mask)
+    part = LEML(max_iter=2, **kw).fit(X, Y, mask)
+    resumed = LEML(max_iter=5, **kw).fit(X, Y, mask, W_init=part.W_, H_init=part.H_,
+                                         start_iter=2)
+    np.testing.assert_allclose(resumed.W_, full.W_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(resumed.H_, full.H_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(resumed.objective_, full.objective_[2:], rtol=1e-12)
+    assert resumed.n_iter_ == 5
+    with pytest.raises(ValueError, match="start_iter"):
+        LEML(max_iter=5, **kw).fit(X, Y, mask, start_iter=2)
+
+
+def test_same_seed_same_model_and_intercept_is_last_row_of_W():
+    X, Xd, Y, _, _, _ = make_problem(17, n=30, d=6, n_labels=5, mask_density=None)
+    kw = dict(rank=2, lam=0.5, max_iter=3, fit_intercept=True, random_state=4)
+    a, b = LEML(**kw).fit(X, Y), LEML(**kw).fit(X, Y)
+    np.testing.assert_array_equal(a.W_, b.W_)
+    assert a.W_.shape == (7, 2)
+    expected = np.hstack([Xd, np.ones((30, 1))]).astype(np.float32) @ a.W_ @ a.H_.T
+    np.testing.assert_allclose(a.decision_function(X), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_predict_top_k_equals_argsort_and_predict_uses_threshold(loss):
+    X, _, Y, _, _, _ = make_problem(18, n=23, d=6, n_labels=9, mask_density=None)
+    est = LEML(rank=3, lam=0.3, loss=loss, max_iter=3, random_state=0,
+               dtype=np.float64).fit(X, Y)
+    scores = est.decision_function(X)
+    top = est.predict_top_k(X, k=4, batch_size=5)
+    np.testing.assert_array_equal(top, np.argsort(-scores, axis=1, kind="stable")[:, :4])
+    pred = est.predict(X, batch_size=7)
+    assert sp.issparse(pred)
+    threshold = 0.5 if loss == "squared" else 0.0
+    np.testing.assert_array_equal(pred.toarray(), (scores > threshold).astype(np.int8))
+
+
+def test_top_k_breaks_ties_by_label_index():
+    scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0]])
+    np.testing.assert_array_equal(top_k_from_scores(scores, 3), [[1, 2, 4]])
+    np.testing.assert_array_equal(top_k_from_scores(scores, 9), [[1, 2, 4, 0, 3]])
+
+
+def test_invalid_input_raises_value_error():
+    X, _, Y, mask, _, _ = make_problem(19)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        LEML(rank=2).fit(X, Y * 2)
+    with pytest.raises(ValueError, match="mask has shape"):
+        LEML(rank=2).fit(X, Y, mask[:, :2])
+    with pytest.raises(ValueError, match="rows"):
+        LEML(rank=2).fit(X, Y[:3])
+    with pytest.raises(ValueError, match="lam"):
+        LEML(rank=2, lam=0).fit(X, Y)
+    with pytest.raises(ValueError, match="unknown loss"):
+        LEML(rank=2, loss="hinge").fit(X, Y)
+    with pytest.raises(ValueError, match="features"):
+        LEML(rank=2, max_iter=1).fit(X, Y).predict_top_k(np.ones((2, 3)))
+
+
+# ----------------------------------------------------------------------------- baselines
+def test_closed_form_full_rank_is_ridge():
+    X, Xd, Y, _, _, _ = make_problem(20, n=30, d=6, n_labels=5, mask_density=None)
+    cf = ClosedFormLowRank(alpha=0.7).fit(X, Y)
+    ridge = Ridge(alpha=0.7, fit_intercept=False).fit(Xd, Y)
+    np.testing.assert_allclose(cf.coef_, ridge.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(cf.decision_function(X), ridge.predict(Xd), atol=1e-10)
+
+
+def test_closed_form_low_rank_is_cplst():
+    X, Xd, Y, _, _, _ = make_problem(21, n=40, d=7, n_labels=6, mask_density=None)
+    alpha, k = 0.5, 2
+    cf = ClosedFormLowRank(rank=k, alpha=alpha).fit(X, Y)
+    # CPLST (Chen and Lin 2012): V = top-k eigenvectors of Y^T X C^{-1} X^T Y, then ridge
+    # regression onto the projected labels Y V V^T.
+    C = Xd.T @ Xd + alpha * np.eye(7)
+    M = Y.T @ Xd @ np.linalg.solve(C, Xd.T @ Y)
+    _, vecs = np.linalg.eigh(M)
+    V = vecs[:, ::-1][:, :k]
+    Z = np.linalg.solve(C, Xd.T @ Y @ V @ V.T)
+    np.testing.assert_allclose(cf.coef_, Z.T, atol=1e-9)
+    np.testing.assert_allclose(cf.H_ @ cf.H_.T, V @ V.T, atol=1e-9)
+    with pytest.raises(ValueError, match="fully observed"):
+        ClosedFormLowRank(rank=2).fit(X, np.where(Y > 0, 1.0, np.nan))
+
+
+def test_binary_relevance_logistic_equals_one_vs_rest():
+    X, Xd, Y, _, _, _ = make_problem(22, n=50, d=5, n_labels=4, mask_density=None)
+    Y[:3, :] = 1  # every label has both classes
+    Y[3:6, :] = 0
+    br = BinaryRelevance(model="logistic", alpha=2.0).fit(X, Y)
+    ovr = OneVsRestClassifier(LogisticRegression(C=0.5, solver="liblinear")).fit(Xd, Y)
+    np.testing.assert_allclose(br.decision_function(X), ovr.decision_function(Xd),
+                               rtol=1e-6, atol=1e-6)
+    assert br.threshold_ == 0.0
+
+
+def test_binary_relevance_ridge_uses_only_observed_entries():
+    X, Xd, Y, mask, _, _ = make_problem(23, n=40, d=4, n_labels=3, mask_density=0.5)
+    br = BinaryRelevance(model="ridge", alpha=0.9).fit(X, Y, mask)
+    # Changing unobserved labels changes nothing.
+    br2 = BinaryRelevance(model="ridge", alpha=0.9).fit(X, np.where(mask, Y, 1 - Y), mask)
+    np.testing.assert_allclose(br.coef_, br2.coef_)
+    for j in range(3):
+        rows = mask[:, j]
+        # Ridge with unpenalised intercept: centre, solve, recover the intercept.
+        Xc = Xd[rows] - Xd[rows].mean(0)
+        yc = Y[rows, j] - Y[rows, j].mean()
+        w = np.linalg.solve(Xc.T @ Xc + 0.9 * np.eye(4), Xc.T @ yc)
+        np.testing.assert_allclose(br.coef_[j], w, atol=1e-10)
+        assert np.isclose(br.intercept_[j], Y[rows, j].mean() - Xd[rows].mean(0) @ w)
+    top = br.predict_top_k(X, k=2, batch_size=7)
+    np.testing.assert_array_equal(
+        top, np.argsort(-br.decision_function(X), axis=1, kind="stable")[:, :2])
+
+
+def test_explicit_transpose_copy_and_both_product_paths_agree():
+    rng = np.random.default_rng(24)
+    X = sp.random(20, 300, density=0.05, format="csr", random_state=24)
+    data = prepare_data(X, np.zeros((20, 2)), dtype=np.float64)
+    assert sp.isspmatrix_csr(data.Xt)
+    np.testing.assert_array_equal(data.Xt.toarray(), X.T.toarray())
+    for k in (3, 500):  # result of 2.4 KB (CSC view) and of 1.2 MB (CSR copy)
+        U = rng.standard_normal((20, k))
+        np.testing.assert_allclose(data.xt_matmul(U), X.T @ U, rtol=1e-12, atol=1e-12)
+
+
+def test_verbose_progress_bar_and_callback_sees_current_factors(capsys):
+    X, _, Y, _, _, _ = make_problem(25, n=20, d=5, n_labels=4, mask_density=None)
+    est = LEML(rank=2, lam=0.5, max_iter=3, verbose=True, random_state=0)
+    snapshots = []
+    est.callback = lambda t, s, o: snapshots.append(est.W_.copy())
+    est.fit(X, Y)
+    assert "LEML" in capsys.readouterr().err  # tqdm writes to stderr
+    assert len(snapshots) == 3 and not np.array_equal(snapshots[0], snapshots[1])
+    np.testing.assert_array_equal(snapshots[-1], est.W_)
+
+
+def test_stored_factor_helpers_match_the_estimator():
+    X, _, Y, _, _, _ = make_problem(26, n=25, d=6, n_labels=7, mask_density=None)
+    est = LEML(rank=3, lam=0.5, max_iter=2, fit_intercept=True, random_state=5).fit(X, Y)
+    np.testing.assert_array_equal(scores_linear(X, est.W_, est.H_, True),
+                                  est.decision_function(X))
+    np.testing.assert_array_equal(top_k_linear(X, est.W_, est.H_, 4, True, batch_size=4),
+                                  est.predict_top_k(X, 4))
+    start = LEML(rank=3, max_iter=0, fit_intercept=True, random_state=5).fit(X, Y)
+    W0, H0 = initial_factors(7, 7, 3, np.float32, 5)
+    np.testing.assert_array_equal(start.W_, W0)
+    np.testing.assert_array_equal(start.H_, H0)
+    assert not W0.any() and H0.dtype == np.float32
+    with pytest.raises(ValueError, match="features"):
+        scores_linear(X, est.W_, est.H_, False)

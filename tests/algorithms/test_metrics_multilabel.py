@@ -1,0 +1,128 @@
+"""Multi-label metrics against scikit-learn, naive loops and hand-worked examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import hamming_loss as sk_hamming_loss
+from sklearn.metrics import roc_auc_score
+
+from algorithms.metrics.multilabel import (
+    average_instance_auc,
+    hamming_loss,
+    instance_auc,
+    multilabel_scores,
+    precision_at_k,
+)
+
+
+def random_case(seed, n, n_labels, tie_levels=None):
+    rng = np.random.default_rng(seed)
+    Y = (rng.random((n, n_labels)) < 0.3).astype(np.int8)
+    if tie_levels:
+        scores = rng.integers(0, tie_levels, (n, n_labels)).astype(float)
+    else:
+        scores = rng.standard_normal((n, n_labels))
+    return Y, scores
+
+
+def naive_precision(Y, ranked, k):
+    return np.mean([len(set(ranked[i, :k]) & set(np.flatnonzero(Y[i]))) / k
+                    for i in range(Y.shape[0])])
+
+
+def test_precision_at_k_by_hand():
+    Y = np.array([[1, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]])
+    ranked = np.array([[2, 1, 0], [0, 1, 2], [3, 2, 1]])
+    p = precision_at_k(Y, ranked, ks=(1, 2, 3))
+    assert p[1] == pytest.approx((1 + 0 + 0) / 3)
+    assert p[2] == pytest.approx((0.5 + 0 + 0) / 3)
+    assert p[3] == pytest.approx((2 / 3 + 0 + 0) / 3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 12), n_labels=st.integers(5, 15))
+def test_precision_at_k_equals_naive_loop(seed, n, n_labels):
+    Y, scores = random_case(seed, n, n_labels)
+    ranked = np.argsort(-scores, axis=1)[:, :5]
+    fast = precision_at_k(sp.csr_matrix(Y), ranked)
+    for k in (1, 3, 5):
+        assert fast[k] == pytest.approx(naive_precision(Y, ranked, k))
+    per_row = precision_at_k(Y, ranked, ks=(3,), average=False)[3]
+    assert per_row.shape == (n,) and per_row.mean() == pytest.approx(fast[3])
+
+
+def test_precision_at_k_rejects_bad_shapes():
+    Y = np.eye(3)
+    with pytest.raises(ValueError, match="each k"):
+        precision_at_k(Y, np.zeros((3, 2), dtype=int), ks=(1, 3))
+    with pytest.raises(ValueError, match="outside"):
+        precision_at_k(Y, np.full((3, 1), 7), ks=(1,))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 10), n_labels=st.integers(1, 10))
+def test_hamming_loss_equals_sklearn(seed, n, n_labels):
+    Y, scores = random_case(seed, n, n_labels)
+    pred = (scores > 0.5).astype(np.int8)
+    expected = sk_hamming_loss(Y, pred)
+    assert hamming_loss(Y, pred) == pytest.approx(expected)
+    assert hamming_loss(sp.csr_matrix(Y), sp.csr_matrix(pred)) == pytest.approx(expected)
+    assert hamming_loss(Y, pred, average=False).mean() == pytest.approx(expected)
+
+
+def test_hamming_loss_by_hand():
+    assert hamming_loss([[1, 0, 1], [0, 0, 0]], [[1, 1, 0], [0, 0, 0]]) == pytest.approx(2 / 6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 10), n_labels=st.integers(2, 12),
+       ties=st.sampled_from([None, 2, 3]))
+def test_instance_auc_equals_sklearn_per_row(seed, n, n_labels, ties):
+    Y, scores = random_case(seed, n, n_labels, ties)
+    auc = instance_auc(sp.csr_matrix(Y), scores)
+    expected = []
+    for i in range(n):
+        if 0 < Y[i].sum() < n_labels:
+            assert auc[i] == pytest.approx(roc_auc_score(Y[i], scores[i]))
+            expected.append(auc[i])
+        else:
+            assert np.isnan(auc[i])  # skipped: all or no positives
+    avg = average_instance_auc(Y, scores)
+    if expected:
+        assert avg == pytest.approx(np.mean(expected))
+    else:
+        assert np.isnan(avg)
+
+
+def test_instance_auc_by_hand():
+    Y = np.array([[1, 0, 0, 1], [1, 1, 1, 1]])
+    scores = np.array([[0.9, 0.8, 0.1, 0.5], [1, 2, 3, 4]])
+    # Row 0: positives 0.9 and 0.5 against negatives 0.8, 0.1: 3 of 4 pairs correct.
+    auc = instance_auc(Y, scores)
+    assert auc[0] == pytest.approx(0.75) and np.isnan(auc[1])
+    assert average_instance_auc(Y, scores) == pytest.approx(0.75)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 15), n_labels=st.integers(2, 9),
+       batch_size=st.integers(1, 6))
+def test_multilabel_scores_in_batches_equal_the_separate_metrics(seed, n, n_labels,
+                                                                 batch_size):
+    Y, scores = random_case(seed, n, n_labels)
+    out = multilabel_scores(sp.csr_matrix(Y), lambda s, e: scores[s:e], threshold=0.2,
+                            batch_size=batch_size)
+    for k in (1, 3, 5):
+        # Naive P@k over a full stable ranking; divisor k even when k > L.
+        ranked = np.argsort(-scores, axis=1, kind="stable")
+        assert out[f"precision@{k}"] == pytest.approx(naive_precision(Y, ranked, k))
+    assert out["hamming_loss"] == pytest.approx(sk_hamming_loss(Y, scores > 0.2))
+    valid = [i for i in range(n) if 0 < Y[i].sum() < n_labels]
+    if valid:
+        assert out["instance_auc"] == pytest.approx(
+            np.mean([roc_auc_score(Y[i], scores[i]) for i in valid]))
+    else:
+        assert np.isnan(out["instance_auc"])

@@ -1,0 +1,125 @@
+"""Extreme Classification text reader: bundled Bibtex, round trips, malformed input."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tasks.errors import InputError
+from tasks.readers.xmc import _parse_line, read_xmc
+
+BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
+
+
+def write_xmc(path: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+    lines = [f"{X.shape[0]} {X.shape[1]} {Y.shape[1]}"]
+    for i in range(X.shape[0]):
+        labels = ",".join(str(j) for j in Y[i].indices)
+        row = X[i]
+        feats = " ".join(f"{j}:{float(v)!r}"
+                          for j, v in zip(row.indices, row.data, strict=True))
+        lines.append(f"{labels} {feats}".rstrip() if labels else f" {feats}")
+    text = "\n".join(lines) + "\n"
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+
+
+def test_bibtex_train_shape_and_first_row():
+    X, Y = read_xmc(BIBTEX / "bibtex_xmlrepo_train.txt.gz")
+    assert X.shape == (4880, 1836) and Y.shape == (4880, 159)
+    assert Y.nnz == 11681  # label entries stated in data/xmc/PROVENANCE.md
+    assert X.dtype == np.float32 and Y.dtype == np.int8
+    assert list(Y[0].indices) == [48, 131]
+    assert list(X[0].indices[:4]) == [44, 59, 79, 100] and set(X.data) == {1.0}
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 12), gz=st.booleans())
+def test_round_trip(tmp_path_factory, seed, n, gz):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, 7, density=0.3, format="csr", random_state=seed,
+                  data_rvs=lambda m: rng.normal(size=m))
+    Y = sp.random(n, 4, density=0.3, format="csr", random_state=seed + 1)
+    Y.data[:] = 1
+    path = tmp_path_factory.mktemp("xmc") / ("d.txt.gz" if gz else "d.txt")
+    write_xmc(path, X, Y)
+    X2, Y2 = read_xmc(path, dtype=np.float64)
+    assert X2.shape == X.shape and Y2.shape == Y.shape
+    np.testing.assert_array_equal(X2.toarray(), X.toarray())
+    np.testing.assert_array_equal(Y2.toarray(), Y.toarray())
+
+
+def test_points_without_labels_or_features_and_trailing_blank_lines(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_text("3 4 3\n 0:1.5 3:2\n2\n0,1 1:-1e-3\n\n\n")
+    X, Y = read_xmc(path, dtype=np.float64)
+    np.testing.assert_array_equal(X.toarray(), [[1.5, 0, 0, 2], [0, 0, 0, 0],
+                                                [0, -1e-3, 0, 0]])
+    np.testing.assert_array_equal(Y.toarray(), [[0, 0, 0], [0, 0, 1], [1, 1, 0]])
+
+
+BAD = [
+    ("3 4\n", 1, "bad header"),
+    ("x 4 2\n", 1, "bad header"),
+    ("2 4 2\n0 1:1\n", 1, "only 1 point"),
+    ("1 4 2\n0 1:1\n1 2:1\n", 3, "more lines"),
+    ("2 4 2\n0 1:1\n0 7:1\n", 3, "out of range"),
+    ("2 4 2\n0 1:1\n5 2:1\n", 3, "label 5 is out of range"),
+    ("2 4 2\n0 1:1\n0 2:abc\n", 3, "not a number"),
+    ("2 4 2\n0 1:1\n0 2:nan\n", 3, "not finite"),
+    ("2 4 2\n0 1:inf\n0 2:1\n", 2, "not finite"),
+    ("2 4 2\n0 1:1 2\n0 2:1\n", 2, "index:value"),
+    ("2 4 2\n0 1:1:1\n0 2:1\n", 2, "index:value"),
+    ("2 4 2\n0 1:1\n0 x:1\n", 3, "not an integer"),
+    ("2 4 2\n0,,1 1:1\n0 2:1\n", 2, "not an integer"),
+    ("2 4 2\n1:1 2:1\n0 2:1\n", 2, "not an integer"),
+    ("2 4 2\n0 1:1 1:2\n0 2:1\n", 2, "repeated"),
+    ("2 4 2\n0,0 1:1\n0 2:1\n", 2, "repeated"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), BAD)
+def test_malformed_input_names_file_and_line(tmp_path, text, line, message):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message) as info:
+        read_xmc(path)
+    assert info.value.line == line
+    assert info.value.path == str(path)
+
+
+def test_error_in_a_later_block_line_is_located(tmp_path):
+    good = "".join(f"{i % 3} {i % 5}:1\n" for i in range(40))
+    path = tmp_path / "bad.txt.gz"
+    path.write_bytes(gzip.compress(f"41 5 3\n{good}0 5:1\n".encode()))
+    with pytest.raises(InputError, match="out of range") as info:
+        read_xmc(path)
+    assert info.value.line == 42
+
+
+def test_truncated_and_corrupt_gzip(tmp_path):
+    body = "".join(f"{i % 3} {i % 5}:1 {5 + i % 7}:2.5\n" for i in range(5000))
+    blob = gzip.compress(f"5000 12 3\n{body}".encode())
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(InputError, match="truncated gzip") as info:
+        read_xmc(path)
+    assert info.value.path == str(path) and info.value.line >= 1
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(InputError, match="corrupt gzip"):
+        read_xmc(path)
+    with pytest.raises(InputError, match="not found"):
+        read_xmc(tmp_path / "missing.txt")
+
+
+def test_slow_path_accepts_what_the_fast_path_accepts():
+    # The vectorised parser reads "3.0" and "1e1" as integers; the exact one must agree.
+    assert _parse_line("1.0,2 3.0:1 1e1:0.5", 20, 5) == ([1, 2], [3, 10], [1.0, 0.5])
