@@ -1,0 +1,187 @@
+"""The relation discovery flow end to end through Prefect on 300 SemEval pairs.
+
+Independent truth: the same sample read, filtered and featurised without the flow, then
+the single-process estimator ``RelationDiscovery`` and the baseline functions called
+directly with the same seeds; the metrics recomputed from the stored clusters.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import flows.registry as registry
+from algorithms.metrics.clustering import clustering_scores
+from algorithms.relations.baselines import hasegawa_clustering, kmeans_baseline
+from algorithms.relations.contexts import build_contexts_frame
+from algorithms.relations.model import RelationDiscovery
+from flows.cli import main
+from tasks.readers.semeval import read_semeval
+from tasks.store import Store
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+TRAIN = Path(__file__).resolve().parents[2] / "data" / "relations" / "semeval2010_task8" / (
+    "TRAIN_FILE.TXT")
+CONFIG = {
+    "seed": 1, "dataset": "semeval-sample", "data": [str(TRAIN)], "max_pairs": 300,
+    "min_df": 1, "k_low": 3, "k_high": 5, "n_prefixes": 4, "min_prefix": 20, "theta": 0.5,
+    "n_init": 2, "n_subsamples": 2, "baselines": True,
+}
+SEARCH_STEPS = ["relations-candidate", "relations-combine", "relations-features",
+                "relations-hasegawa", "relations-parse", "relations-rank", "relations-subsets"]
+
+registry.register(registry.FlowSpec(
+    name="relations", target="flows.relations:relations_flow",
+    config_model="flows.relations:RelationsConfig", config_file="configs/relations.yaml"))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("relations")
+    (root / "configs").mkdir()
+    (root / "configs" / "relations.yaml").write_text(yaml.safe_dump(CONFIG))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def in_project(project, monkeypatch):
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    monkeypatch.delenv("SCARCE_STORE", raising=False)
+    monkeypatch.delenv("SCARCE_RUNS", raising=False)
+
+
+def run_ids(project):
+    d = project / "data" / "runs"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def run(project, capsys, *args):
+    before = set(run_ids(project))
+    code = main(["run", "relations", *args])
+    err = capsys.readouterr().err
+    new = sorted(set(run_ids(project)) - before)
+    m = json.loads((project / "data" / "runs" / new[0] / "manifest.json").read_text()) if new \
+        else None
+    return code, m, err
+
+
+def outputs(m, step, part=None):
+    return [o for o in m["outputs"] if o["step"] == step
+            and (part is None or o["ref"].endswith(f"-{part}"))]
+
+
+@pytest.fixture(scope="module")
+def sample():
+    """The flow's sample, rebuilt by hand: documented seed stream SeedSequence([seed, 4])."""
+    frame = read_semeval(TRAIN)
+    frame = frame[frame["relation"] != "Other"].reset_index(drop=True)
+    rng = np.random.default_rng(np.random.SeedSequence([CONFIG["seed"], 4]))
+    rows = np.sort(rng.choice(len(frame), size=CONFIG["max_pairs"], replace=False))
+    return frame.iloc[rows].reset_index(drop=True)
+
+
+def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, capsys, sample):
+    code, m, err = run(project, capsys)
+    assert code == 0, err
+    store = Store(project / "data" / "cache")
+    metrics = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
+    value = metrics.set_index(["method", "metric"])["value"]
+
+    X, vocab = build_contexts_frame(sample, "0-10-0", weighting="tfidf", min_df=1)
+    stored_X = store.read(outputs(m, "relations-features", "X")[0]["ref"])
+    assert (stored_X != X).nnz == 0 and stored_X.shape == X.shape
+    model = RelationDiscovery(k_min=3, k_max=5, n_steps=4, min_prefix=20, theta=0.5, n_init=2,
+                              n_subsamples=2, random_state=1).fit(X, feature_names=vocab)
+
+    (clusters_ref,) = outputs(m, "relations-label", "clusters")
+    clusters = store.read(clusters_ref["ref"])
+    assert value[("entropy", "k_chosen")] == model.n_clusters_
+    np.testing.assert_array_equal(clusters["cluster"].to_numpy(), model.labels_)
+    np.testing.assert_array_equal(clusters["gold"].to_numpy(), sample["relation"].to_numpy())
+    # the method's choice (not RLBaseline's): its samples use the ranked prefixes
+    (samples_ref,) = [o["ref"] for o in outputs(m, "relations-choose", "samples")
+                      if not store.read(o["ref"])["all_features"].any()]
+    curve_ref = {"ref": samples_ref.removesuffix("-samples") + "-curve"}
+    curve = store.read(curve_ref["ref"])
+    np.testing.assert_allclose(curve["m_norm"].to_numpy(float), model.stability_["m_norm"],
+                               rtol=0, atol=1e-12)
+    (search_ref,) = outputs(m, "relations-subsets", "search")
+    search = store.read(search_ref["ref"])
+    np.testing.assert_allclose(search["criterion"].to_numpy(float, na_value=np.nan),
+                               model.search_["criterion"].to_numpy(float), rtol=1e-12)
+    (words_ref,) = outputs(m, "relations-label", "words")
+    words = store.read(words_ref["ref"])
+    assert {c: list(g.sort_values("rank")["word"]) for c, g in words.groupby("cluster")} == \
+        {c: ws for c, ws in model.cluster_labels_.items() if ws}
+
+    y = sample["relation"].to_numpy()
+    scores = clustering_scores(y, clusters["cluster"].to_numpy())
+    for metric in ("accuracy", "ari", "v_measure"):
+        assert value[("entropy", metric)] == pytest.approx(scores[metric], abs=1e-12)
+    assert value[("entropy", "k_true")] == len(set(y))
+    km = kmeans_baseline(X, len(set(y)), seed=1, n_init=2)
+    assert value[("kmeans-true-k", "accuracy")] == pytest.approx(
+        clustering_scores(y, km)["accuracy"], abs=1e-12)
+    between, _ = build_contexts_frame(sample, "0-5-0", position_tags=False)
+    assert value[("hasegawa-true-k", "ari")] == pytest.approx(
+        clustering_scores(y, hasegawa_clustering(between, len(set(y))))["ari"], abs=1e-12)
+    assert 3 <= value[("rl-baseline", "k_used")] <= 5
+    assert 0.2 < value[("entropy", "accuracy")] < 1.0
+    for o in m["outputs"]:
+        assert store.sha256(o["ref"]) == o["sha256"]
+
+
+def test_second_run_is_all_cache_hits(project, capsys):
+    code, m, err = run(project, capsys)
+    assert code == 0, err
+    assert m["outputs"] and all(o["cached"] for o in m["outputs"])
+    assert set(SEARCH_STEPS) <= set(m["cache_hits"])
+
+
+def test_stability_curve_and_labels_are_prefect_artifacts(project):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    keys = ["relations-stability", "relations-labels"]
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
+    by_key = {a.key: a for a in arts}
+    assert set(by_key) == set(keys)
+    table = by_key["relations-labels"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    k = int(by_key["relations-stability"].description.split("k=")[1].split(",")[0])
+    assert 3 <= k <= 5 and len(rows) == k and all(r["words"] for r in rows)
+    assert "| k |" in by_key["relations-stability"].data and "**chosen**" in \
+        by_key["relations-stability"].data
+
+
+def test_more_subsamples_rerun_only_the_stability_part(project, capsys):
+    code, m, err = run(project, capsys, "--set", "n_subsamples=3")
+    assert code == 0, err
+    for step in SEARCH_STEPS:
+        assert all(o["cached"] for o in outputs(m, step)), step
+    stab = outputs(m, "relations-stability")
+    # 3 values of k, for the method and for RLBaseline: samples 0-1 cached, sample 2 new
+    assert sum(o["cached"] for o in stab) == 12 and len(stab) == 18
+    assert not any(o["cached"] for o in outputs(m, "relations-choose"))
+
+
+def test_missing_closing_tag_exits_2_with_file_and_line(project, capsys, tmp_path):
+    lines = TRAIN.read_text(encoding="utf-8-sig").splitlines()[:40]
+    assert "</e2>" in lines[16]
+    lines[16] = lines[16].replace("</e2>", "", 1)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\n".join(lines) + "\n")
+    before = run_ids(project)
+    code, m, err = run(project, capsys, "--set", f"data=[{bad}]", "--set", "max_pairs=null")
+    assert code == 2 and m is None
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert f"{bad}:17:" in line and "<e2>" in line
+    assert run_ids(project) == before
