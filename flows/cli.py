@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from tasks.errors import InputError
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    _log_to_stderr()
     try:
         return _dispatch(args)
     except InputError as exc:
@@ -97,6 +97,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
+
+
+def _log_to_stderr() -> None:
+    """Show this project's INFO messages (cache hits, run folders); Prefect logs its own."""
+    logger = logging.getLogger("scarce")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s | %(levelname)-7s | %(message)s", "%H:%M:%S")
+        )
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -38,3 +38,33 @@ FLOWS: dict[str, FlowSpec] = {}
 def register(spec: FlowSpec) -> FlowSpec:
     FLOWS[spec.name] = spec
     return spec
+
+
+register(
+    FlowSpec(
+        name="leml",
+        target="flows.leml:leml_flow",
+        config_model="flows.leml:LemlConfig",
+        config_file="configs/leml.yaml",
+        description="LEML: low-rank multi-label learning with missing labels (Yu et al., 2014)",
+    )
+)
+register(
+    FlowSpec(
+        name="relations",
+        target="flows.relations:relations_flow",
+        config_model="flows.relations:RelationsConfig",
+        config_file="configs/relations.yaml",
+        description="Relation discovery: feature selection and model order by stability "
+        "(Chen et al., 2005)",
+    )
+)
+register(
+    FlowSpec(
+        name="strip",
+        target="flows.strip:strip_flow",
+        config_model="flows.strip:StripConfig",
+        config_file="configs/strip.yaml",
+        description="StRip: partially supervised coreference (Stoyanov and Cardie, 2006)",
+    )
+)

@@ -28,66 +28,92 @@ class RelationsConfig(FlowConfig):
 
     dataset: str = Field("semeval-9", description="Dataset name in the metrics table.")
     data: list[str] = Field(
-        ["data/relations/semeval2010_task8/TRAIN_FILE.TXT"], min_length=1,
+        ["data/relations/semeval2010_task8/TRAIN_FILE.TXT"],
+        min_length=1,
         description="Input files, relative to the project root: SemEval-2010 Task 8 files "
-                    "or JSON Lines (tokens, head, tail, optional label); concatenated.")
+        "or JSON Lines (tokens, head, tail, optional label); concatenated.",
+    )
     format: Literal["auto", "semeval", "jsonl"] = Field(
-        "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json).")
+        "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json)."
+    )
     relation_types: list[str] | None = Field(
-        None, description="Keep only these undirected types; null keeps every type.")
+        None, description="Keep only these undirected types; null keeps every type."
+    )
     include_other: bool = Field(False, description="Keep the pairs labelled 'Other'.")
     directed: bool = Field(
-        False, description="Evaluate against the directed labels (18 types) instead of the "
-                           "undirected types.")
+        False,
+        description="Evaluate against the directed labels (18 types) instead of the "
+        "undirected types.",
+    )
     max_pairs: int | None = Field(
-        None, ge=10, description="Seeded sample of this many pairs; null uses every pair.")
+        None, ge=10, description="Seeded sample of this many pairs; null uses every pair."
+    )
 
-    window: str = Field("0-10-0", pattern=WINDOW_PATTERN,
-                        description="Context window pre-mid-post (the paper: 0-10-0 best).")
+    window: str = Field(
+        "0-10-0",
+        pattern=WINDOW_PATTERN,
+        description="Context window pre-mid-post (the paper: 0-10-0 best).",
+    )
     weighting: Literal["tfidf", "binary"] = Field("tfidf", description="Context weights.")
     position_tags: bool = Field(True, description="Tag words with pre:/mid:/post:.")
     lowercase: bool = Field(True, description="Lowercase context words.")
     min_df: int = Field(1, ge=1, description="Keep words in at least this many contexts.")
 
     ranking: Literal["entropy", "frequency", "chi2"] = Field(
-        "entropy", description="Word ranking: entropy (Dash et al.), or the ablations "
-                               "frequency and chi2 (k-means pseudo-labels).")
+        "entropy",
+        description="Word ranking: entropy (Dash et al.), or the ablations "
+        "frequency and chi2 (k-means pseudo-labels).",
+    )
     entropy_alpha: Literal["exact", "fixed"] = Field(
-        "exact", description="alpha recomputed per removal (exact) or held at the full-data "
-                             "value (an approximation).")
+        "exact",
+        description="alpha recomputed per removal (exact) or held at the full-data "
+        "value (an approximation).",
+    )
     entropy_binary: bool = Field(
-        True, description="Rank on the binarised contexts (exact Hamming-histogram method).")
+        True, description="Rank on the binarised contexts (exact Hamming-histogram method)."
+    )
     entropy_samples: int | None = Field(
-        None, ge=2, description="Rank on a seeded subsample of this many pairs; null: all.")
+        None, ge=2, description="Rank on a seeded subsample of this many pairs; null: all."
+    )
     chi2_k: int | None = Field(
-        None, ge=2, description="k of the chi2 pseudo-labels; null: (k_low + k_high) // 2.")
+        None, ge=2, description="k of the chi2 pseudo-labels; null: (k_low + k_high) // 2."
+    )
 
     k_low: int = Field(2, ge=2, description="K_low, the smallest number of clusters tried.")
     k_high: int = Field(20, ge=2, description="K_high, the largest number of clusters tried.")
     prefix_step: int | None = Field(
-        None, ge=1, description="Prefix lengths step, 2*step, ...; null: n_prefixes "
-                                "geometric lengths from min_prefix to all words.")
+        None,
+        ge=1,
+        description="Prefix lengths step, 2*step, ...; null: n_prefixes "
+        "geometric lengths from min_prefix to all words.",
+    )
     n_prefixes: int = Field(12, ge=1, description="Number of geometric prefix lengths.")
     min_prefix: int = Field(10, ge=1, description="Smallest geometric prefix length.")
-    theta: float = Field(0.9, ge=0.0, le=1.0,
-                         description="Coverage threshold: share of pairs with a selected word.")
-    reg: float = Field(1e-3, gt=0.0,
-                       description="Relative ridge on P_W in trace(P_W^-1 P_B).")
+    theta: float = Field(
+        0.9, ge=0.0, le=1.0, description="Coverage threshold: share of pairs with a selected word."
+    )
+    reg: float = Field(1e-3, gt=0.0, description="Relative ridge on P_W in trace(P_W^-1 P_B).")
     row_norm: bool = Field(True, description="L2-normalise pairs after selecting words.")
     n_init: int = Field(3, ge=1, description="k-means restarts.")
 
     n_subsamples: int = Field(10, ge=1, description="q, subsamples per k for stability.")
     rho: float = Field(0.9, gt=0.0, le=1.0, description="Subsample fraction rho.")
     random_baseline: Literal["closed_form", "simulated"] = Field(
-        "closed_form", description="Random predictor of Eq. 3: exact 1/k or simulated.")
+        "closed_form", description="Random predictor of Eq. 3: exact 1/k or simulated."
+    )
     n_baseline_draws: int = Field(1, ge=1, description="Draws of the simulated predictor.")
 
     n_label_words: int = Field(2, ge=1, description="DCM words reported per cluster.")
     baselines: bool = Field(
-        True, description="Also run Hasegawa et al. and k-means on all words at the true k, "
-                          "and RLBaseline (stability on all words); needs gold labels.")
-    hasegawa_window: str = Field("0-5-0", pattern=WINDOW_PATTERN,
-                                 description="Between-words window of the Hasegawa baseline.")
+        True,
+        description="Also run Hasegawa et al. and k-means on all words at the true k, "
+        "and RLBaseline (stability on all words); needs gold labels.",
+    )
+    hasegawa_window: str = Field(
+        "0-5-0",
+        pattern=WINDOW_PATTERN,
+        description="Between-words window of the Hasegawa baseline.",
+    )
 
     @model_validator(mode="after")
     def _k_range(self) -> RelationsConfig:
@@ -99,10 +125,22 @@ class RelationsConfig(FlowConfig):
 def _search(ctx, cfg, X, ranking, k_values, sizes, all_features):
     """Map the (k, prefix) units, then the (k, mu) units; returns refs and the choice."""
     grid = [(k, s) for k in k_values for s in sizes]
-    common = dict(X=X, ranking=ranking, all_features=all_features, seed=cfg.seed,
-                  n_init=cfg.n_init, row_norm=cfg.row_norm)
-    cands = ctx.map(rel.score_candidate, k=[k for k, _ in grid], n_features=[s for _, s in grid],
-                    theta=cfg.theta, reg=cfg.reg, **common)
+    common = dict(
+        X=X,
+        ranking=ranking,
+        all_features=all_features,
+        seed=cfg.seed,
+        n_init=cfg.n_init,
+        row_norm=cfg.row_norm,
+    )
+    cands = ctx.map(
+        rel.score_candidate,
+        k=[k for k, _ in grid],
+        n_features=[s for _, s in grid],
+        theta=cfg.theta,
+        reg=cfg.reg,
+        **common,
+    )
     labels = {g: c["labels"] for g, c in zip(grid, cands, strict=True)}
     if all_features:
         subsets = {k: sizes[0] for k in k_values}
@@ -113,11 +151,16 @@ def _search(ctx, cfg, X, ranking, k_values, sizes, all_features):
         subsets = dict(zip(table["k"].astype(int), table["n_features"].astype(int), strict=True))
     units = [(k, mu) for k in k_values for mu in range(cfg.n_subsamples)]
     samples = ctx.map(
-        rel.stability_sample, k=[k for k, _ in units], sample_index=[mu for _, mu in units],
+        rel.stability_sample,
+        k=[k for k, _ in units],
+        sample_index=[mu for _, mu in units],
         n_features=[subsets[k] for k, _ in units],
         full_labels=[labels[(k, subsets[k])] for k, _ in units],
-        rho=cfg.rho, baseline=cfg.random_baseline, n_baseline_draws=cfg.n_baseline_draws,
-        **common)
+        rho=cfg.rho,
+        baseline=cfg.random_baseline,
+        n_baseline_draws=cfg.n_baseline_draws,
+        **common,
+    )
     chosen = ctx.run(rel.choose, samples=samples)
     choice = ctx.read(chosen["choice"]).iloc[0]
     return labels, search, chosen, int(choice["k"]), int(choice["n_features"])
@@ -130,9 +173,17 @@ RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
 def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -> dict:
     cfg = config
     ctx = RunContext.open("relations", cfg, options)
-    parts = [ctx.run(rel.parse, path=ctx.path(p), fmt=cfg.format,
-                     relation_types=cfg.relation_types, include_other=cfg.include_other,
-                     directed=cfg.directed) for p in cfg.data]
+    parts = [
+        ctx.run(
+            rel.parse,
+            path=ctx.path(p),
+            fmt=cfg.format,
+            relation_types=cfg.relation_types,
+            include_other=cfg.include_other,
+            directed=cfg.directed,
+        )
+        for p in cfg.data
+    ]
     data = ctx.run(rel.combine, parts=parts, max_pairs=cfg.max_pairs, seed=cfg.seed)
     n_pairs = json.loads(ctx.store.meta(data["mentions"])["shape"])[0]
     if cfg.k_high >= n_pairs:
@@ -141,43 +192,97 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
     with_baselines = cfg.baselines and int(classes["count"].sum()) == n_pairs
     k_true = len(classes)
     if with_baselines:  # O(N^2) and independent of the rest: runs beside the search
-        hasegawa = ctx.submit(rel.hasegawa, mentions=data["mentions"], k=k_true,
-                              window=cfg.hasegawa_window, lowercase=cfg.lowercase)
-    feats = ctx.run(rel.extract_features, mentions=data["mentions"], window=cfg.window,
-                    weighting=cfg.weighting, position_tags=cfg.position_tags,
-                    lowercase=cfg.lowercase, min_df=cfg.min_df)
+        hasegawa = ctx.submit(
+            rel.hasegawa,
+            mentions=data["mentions"],
+            k=k_true,
+            window=cfg.hasegawa_window,
+            lowercase=cfg.lowercase,
+        )
+    feats = ctx.run(
+        rel.extract_features,
+        mentions=data["mentions"],
+        window=cfg.window,
+        weighting=cfg.weighting,
+        position_tags=cfg.position_tags,
+        lowercase=cfg.lowercase,
+        min_df=cfg.min_df,
+    )
     X, vocab = unmapped(feats["X"]), feats["vocabulary"]
-    ranking = ctx.run(rel.rank_features, X=feats["X"], vocabulary=vocab, method=cfg.ranking,
-                      alpha=cfg.entropy_alpha, binary=cfg.entropy_binary,
-                      n_samples=cfg.entropy_samples, seed=cfg.seed,
-                      chi2_k=cfg.chi2_k or (cfg.k_low + cfg.k_high) // 2, n_init=cfg.n_init,
-                      row_norm=cfg.row_norm)
+    ranking = ctx.run(
+        rel.rank_features,
+        X=feats["X"],
+        vocabulary=vocab,
+        method=cfg.ranking,
+        alpha=cfg.entropy_alpha,
+        binary=cfg.entropy_binary,
+        n_samples=cfg.entropy_samples,
+        seed=cfg.seed,
+        chi2_k=cfg.chi2_k or (cfg.k_low + cfg.k_high) // 2,
+        n_init=cfg.n_init,
+        row_norm=cfg.row_norm,
+    )
     n_words = len(ctx.read(vocab))
     k_values = list(range(cfg.k_low, cfg.k_high + 1))
-    sizes = rel.prefix_lengths(n_words, step=cfg.prefix_step, n_steps=cfg.n_prefixes,
-                               min_size=cfg.min_prefix)
+    sizes = rel.prefix_lengths(
+        n_words, step=cfg.prefix_step, n_steps=cfg.n_prefixes, min_size=cfg.min_prefix
+    )
     _, _, chosen, k, n_features = _search(ctx, cfg, X, ranking, k_values, sizes, False)
-    labelled = ctx.run(rel.label_clusters, X=feats["X"], vocabulary=vocab, ranking=ranking,
-                       mentions=data["mentions"], k=k, n_features=n_features, seed=cfg.seed,
-                       n_init=cfg.n_init, row_norm=cfg.row_norm, n_label_words=cfg.n_label_words)
+    labelled = ctx.run(
+        rel.label_clusters,
+        X=feats["X"],
+        vocabulary=vocab,
+        ranking=ranking,
+        mentions=data["mentions"],
+        k=k,
+        n_features=n_features,
+        seed=cfg.seed,
+        n_init=cfg.n_init,
+        row_norm=cfg.row_norm,
+        n_label_words=cfg.n_label_words,
+    )
 
     baselines, k_used, rl_curve = {}, {}, None
     if with_baselines:
         rl_labels, _, rl, k_rl, _ = _search(ctx, cfg, X, None, k_values, [n_words], True)
         rl_curve = ctx.read(rl["curve"])
         baselines["rl-baseline"] = rl_labels[(k_rl, n_words)]
-        baselines["kmeans-true-k"] = rl_labels.get((k_true, n_words)) or ctx.run(
-            rel.score_candidate, X=feats["X"], ranking=None, k=k_true, n_features=n_words,
-            all_features=True, seed=cfg.seed, n_init=cfg.n_init, theta=cfg.theta, reg=cfg.reg,
-            row_norm=cfg.row_norm)["labels"]
+        baselines["kmeans-true-k"] = (
+            rl_labels.get((k_true, n_words))
+            or ctx.run(
+                rel.score_candidate,
+                X=feats["X"],
+                ranking=None,
+                k=k_true,
+                n_features=n_words,
+                all_features=True,
+                seed=cfg.seed,
+                n_init=cfg.n_init,
+                theta=cfg.theta,
+                reg=cfg.reg,
+                row_norm=cfg.row_norm,
+            )["labels"]
+        )
         (baselines["hasegawa-true-k"],) = ctx.gather([hasegawa])
         k_used = {"rl-baseline": k_rl, "kmeans-true-k": k_true, "hasegawa-true-k": k_true}
-    metrics = ctx.run(rel.evaluate, clusters=labelled["clusters"], baselines=baselines,
-                      dataset=cfg.dataset, method=cfg.ranking, k_chosen=k, k_baselines=k_used)
+    metrics = ctx.run(
+        rel.evaluate,
+        clusters=labelled["clusters"],
+        baselines=baselines,
+        dataset=cfg.dataset,
+        method=cfg.ranking,
+        k_chosen=k,
+        k_baselines=k_used,
+    )
 
     create_markdown_artifact(
         rel.stability_markdown(ctx.read(chosen["curve"]), k, rl_curve),
-        key="relations-stability", description=f"M_norm over k; chosen k={k}, |F|={n_features}")
-    create_table_artifact(rel.label_rows(ctx.read(labelled["words"])), key="relations-labels",
-                          description=f"DCM labels of the {k} clusters")
+        key="relations-stability",
+        description=f"M_norm over k; chosen k={k}, |F|={n_features}",
+    )
+    create_table_artifact(
+        rel.label_rows(ctx.read(labelled["words"])),
+        key="relations-labels",
+        description=f"DCM labels of the {k} clusters",
+    )
     return ctx.finish(metrics)

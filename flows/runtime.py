@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from flows import manifest as mf
 from flows.config import FlowConfig, project_root, resolve_path
 from tasks.errors import InputError
-from tasks.steps import Step, _iter_refs, cached_file_sha256
+from tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
 from tasks.store import Store, atomic_write_parquet, encode, file_sha256
 
 log = logging.getLogger("scarce.run")
@@ -117,7 +117,7 @@ class RunContext:
             }
         if state.name == "Cached":
             self.cache_hits.append(st.name)
-            log.info("cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
+            log_both(logging.INFO, "cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
         return refs
 
     def run(self, st: Step, **kwargs: Any) -> Any:

@@ -42,6 +42,19 @@ from tasks.store import CorruptEntry, Store, file_sha256
 
 log = logging.getLogger("scarce.store")
 
+
+def log_both(level: int, msg: str, *args: Any) -> None:
+    """Log to this project's logger and, inside a flow or task run, to Prefect's run
+    logger, so that the message also shows in the Prefect UI."""
+    log.log(level, msg, *args)
+    try:
+        from prefect.logging import get_run_logger
+
+        get_run_logger().log(level, msg, *args)
+    except Exception:  # outside a run context
+        pass
+
+
 KEY_LENGTH = 32
 
 
@@ -304,7 +317,7 @@ class StoreCachePolicy(CachePolicy):
             try:
                 self.store.read_table(ref)
             except CorruptEntry as exc:
-                log.warning("store entry %s is damaged (%s); recomputing", ref, exc)
+                log_both(logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, exc)
                 record.unlink(missing_ok=True)
                 break
         return key

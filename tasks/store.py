@@ -336,7 +336,9 @@ def decode(table: pa.Table) -> Any:
 def table_checksum(table: pa.Table) -> str:
     """sha256 of the table's Arrow IPC stream, its checksum metadata left out."""
     meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != CHECKSUM_KEY}
-    table = table.replace_schema_metadata(meta)
+    # One chunk per column: the IPC stream would otherwise depend on how the
+    # table happened to be chunked, not only on its content.
+    table = table.replace_schema_metadata(meta).combine_chunks()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 import yaml
 
-import flows.registry as registry
 from algorithms.metrics.clustering import clustering_scores
 from algorithms.relations.baselines import hasegawa_clustering, kmeans_baseline
 from algorithms.relations.contexts import build_contexts_frame
@@ -35,11 +34,6 @@ CONFIG = {
 }
 SEARCH_STEPS = ["relations-candidate", "relations-combine", "relations-features",
                 "relations-hasegawa", "relations-parse", "relations-rank", "relations-subsets"]
-
-registry.register(registry.FlowSpec(
-    name="relations", target="flows.relations:relations_flow",
-    config_model="flows.relations:RelationsConfig", config_file="configs/relations.yaml"))
-
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):

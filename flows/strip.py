@@ -1,0 +1,182 @@
+"""StRip: partially supervised coreference by structured rule learning, as a Prefect flow.
+
+Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
+through Structured Rule Learning" (EMNLP 2006)::
+
+    splits -> preprocess (per file) -> for each variant: grow -> prune -> optimize -> evaluate
+
+Options live in ``configs/strip.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prefect import flow
+from pydantic import Field, model_validator
+
+from flows.config import FlowConfig, Strict
+from flows.runtime import RunContext, RunOptions, markdown_table
+from tasks import strip
+
+Variant = Literal["ripper", "strip-labeled", "strip-partial"]
+
+
+class SourceConfig(Strict):
+    """Which mentions are labelled ("sources"); pairs with a non-source mention are unknown."""
+
+    kind: Literal["etype", "fraction"] = Field(
+        "etype",
+        description="etype: mentions of entities of the types in 'etypes' (the "
+        "opinion holders of the paper's setting); fraction: a seeded "
+        "fraction of the entities of each document.",
+    )
+    etypes: list[str] = Field(
+        ["person", "organization"],
+        min_length=1,
+        description="Entity types whose mentions are sources (kind: etype).",
+    )
+    fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of each document's entities that are sources "
+        "(kind: fraction), drawn with the run's seed.",
+    )
+
+
+class StripConfig(FlowConfig):
+    """Options of the StRip flow (``configs/strip.yaml``)."""
+
+    dataset: str = Field(
+        "gum",
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="Dataset name in run names and the metrics table.",
+    )
+    data_dir: str = Field(
+        "data/coref/gum",
+        description="Folder of <doc_id>.conllu[.gz] files (CorefUD Entity= "
+        "annotations), relative to the project root.",
+    )
+    splits_file: str = Field(
+        "data/coref/gum/splits.tsv",
+        description="Tab-separated doc_id / split file, relative "
+        "to the project root; listed documents "
+        "absent from data_dir are skipped.",
+    )
+    train_splits: list[str] = Field(
+        ["train"], min_length=1, description="Splits whose documents train the rules."
+    )
+    test_splits: list[str] = Field(
+        ["test"], min_length=1, description="Splits whose documents are scored."
+    )
+    window: int = Field(
+        20, ge=1, description="Candidate pairs: mentions at most this many mentions apart."
+    )
+    max_sentence_distance: int | None = Field(
+        None, ge=0, description="And at most this many sentences apart; null: no limit."
+    )
+    sources: SourceConfig = Field(SourceConfig(), description="The labelled mentions.")
+    variants: list[Variant] = Field(
+        ["ripper", "strip-labeled", "strip-partial"],
+        min_length=1,
+        description="ripper: plain RIPPER on labelled pairs (baseline); strip-labeled: StRip "
+        "on labelled pairs; strip-partial: StRip on all pairs, unknown labels "
+        "taking part in the closure only.",
+    )
+    loss_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="Cost of a false positive over a false negative (the paper varied it).",
+    )
+    k_optimize: int = Field(2, ge=0, le=10, description="Rounds of RIPPER's optimisation.")
+    dl_surplus: float = Field(
+        64.0,
+        gt=0,
+        description="Stop adding rules when the description "
+        "length exceeds the least seen by this "
+        "many bits.",
+    )
+    max_thresholds: int = Field(
+        16, ge=1, description="Candidate thresholds per numeric feature (quantiles)."
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> StripConfig:
+        if len(set(self.variants)) != len(self.variants):
+            raise ValueError("variants: each variant at most once")
+        if set(self.train_splits) & set(self.test_splits):
+            raise ValueError("train_splits and test_splits must not share a split")
+        return self
+
+
+@flow(
+    name="strip",
+    flow_run_name="strip-{config.dataset}-w{config.window}-L{config.loss_ratio}-seed{config.seed}",
+)
+def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
+    ctx = RunContext.open("strip", config, options)
+    splits_file = ctx.path(config.splits_file)
+    roles = {"train": config.train_splits, "test": config.test_splits}
+    docs = ctx.run(
+        strip.select_documents,
+        splits_file=splits_file,
+        splits=[*config.train_splits, *config.test_splits],
+    )
+    files = strip.document_files(ctx.read(docs), ctx.path(config.data_dir), roles, splits_file)
+    src = config.sources
+    prep = dict(
+        window=config.window,
+        max_sentence_distance=config.max_sentence_distance,
+        source_kind=src.kind,
+        etypes=src.etypes,
+        fraction=src.fraction if src.kind == "fraction" else None,
+        seed=config.seed if src.kind == "fraction" else None,
+    )
+    data = {
+        role: ctx.gather([ctx.submit(strip.preprocess, path=p, **prep) for p in paths])
+        for role, paths in files.items()
+    }
+    train = [d["pairs"] for d in data["train"]]
+    learn = dict(loss_ratio=config.loss_ratio, max_thresholds=config.max_thresholds)
+    rules, timings = {}, {}
+    for v in config.variants:
+        g = ctx.run(
+            strip.grow,
+            train=train,
+            variant=v,
+            dl_surplus=config.dl_surplus,
+            seed=config.seed,
+            **learn,
+        )
+        p = ctx.run(strip.prune, train=train, rules=g["rules"], variant=v, **learn)
+        o = ctx.run(
+            strip.optimize,
+            train=train,
+            rules=p["rules"],
+            rng=g["rng"],
+            variant=v,
+            dl_surplus=config.dl_surplus,
+            k_optimize=config.k_optimize,
+            **learn,
+        )
+        rules[v], timings[v] = o["rules"], [g["timings"], p["timings"], o["timings"]]
+    result = ctx.run(
+        strip.evaluate,
+        test_pairs=[d["pairs"] for d in data["test"]],
+        test_mentions=[d["mentions"] for d in data["test"]],
+        rules=rules,
+        timings=timings,
+        dataset=f"{config.dataset}-{'+'.join(config.test_splits)}",
+    )
+    ctx.publish_markdown(
+        "rules",
+        strip.rules_markdown(
+            {v: ctx.read(r) for v, r in rules.items()},
+            f"# StRip rules ({config.dataset}, window {config.window}, loss ratio "
+            f"{config.loss_ratio})\n\n" + markdown_table(ctx.read(result["scores"])),
+        ),
+    )
+    ctx.publish_table("scores", result["scores"], "F1 over the source mentions per method")
+    ctx.publish_table("training-time", result["timings"], "Seconds per method and phase")
+    return ctx.finish(result["metrics"], headline=strip.headline(ctx.read(result["metrics"])))

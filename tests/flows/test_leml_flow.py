@@ -1,0 +1,174 @@
+"""The LEML flow end to end on a small sample of the bundled Bibtex data, through Prefect."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from algorithms.leml import LEML
+from algorithms.metrics.multilabel import average_instance_auc, precision_at_k
+from flows.cli import main
+from tasks.readers.xmc import read_xmc
+from tasks.store import Store
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
+
+
+def _head(src: Path, dst: Path, rows: int) -> None:
+    with gzip.open(src, "rt") as fh:
+        lines = fh.read().splitlines()
+    _, d, labels = lines[0].split()
+    dst.write_text("\n".join([f"{rows} {d} {labels}", *lines[1 : rows + 1]]) + "\n")
+
+
+CONFIG = """
+seed: 3
+name: tiny
+dataset:
+  name: bibtex-tiny
+  train: train.txt
+  test: test.txt
+model:
+  rank: 8
+  lam: 4.0
+  outer_iterations: 3
+  cg_max_iter: 10
+  fit_intercept: true
+baselines: [br-ridge]
+baseline_alpha: 10.0
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("leml")
+    (root / "configs").mkdir()
+    _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", root / "train.txt", 400)
+    _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 200)
+    (root / "configs" / "leml.yaml").write_text(CONFIG)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def in_project(project, monkeypatch):
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+
+
+def _runs(project):
+    d = project / "data" / "runs"
+    return sorted(d.iterdir(), key=lambda p: p.stat().st_mtime) if d.is_dir() else []
+
+
+def _last(project):
+    return json.loads((_runs(project)[-1] / "manifest.json").read_text())
+
+
+def _final(project, manifest, iterations):
+    """The stored W and H of the last iteration (found through the convergence order)."""
+    store = Store(project / "data" / "cache")
+    by_step = {}
+    for o in manifest["outputs"]:
+        by_step.setdefault(o["step"], []).append(o["ref"])
+    # The W of iteration t is the only W-step output whose timings say iteration t.
+    w = next(
+        r[: -len("-W")]
+        for r in by_step["leml-alternate-W"]
+        if r.endswith("-W")
+        and store.read(r[: -len("-W")] + "-timings")["iteration"][0] == iterations
+    )
+    h = next(
+        r[: -len("-H")]
+        for r in by_step["leml-alternate-H"]
+        if r.endswith("-H") and store.read(r[: -len("-H")] + "-trace")["iteration"][0] == iterations
+    )
+    return store.read(w + "-W"), store.read(h + "-H"), store
+
+
+def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project):
+    assert main(["run", "leml"]) == 0
+    m = _last(project)
+    W, H, store = _final(project, m, 3)
+    X, Y = read_xmc(project / "train.txt")
+    Xt, Yt = read_xmc(project / "test.txt")
+    est = LEML(rank=8, lam=4.0, max_iter=3, cg_max_iter=10, fit_intercept=True, random_state=3).fit(
+        X, Y
+    )
+    np.testing.assert_allclose(W, est.W_, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(H, est.H_, rtol=1e-5, atol=1e-6)
+    assert W.dtype == np.float32
+
+    metrics = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-collect"))
+    leml = metrics[metrics["method"] == "leml-squared-k8"].set_index("metric")["value"]
+    scores = est.decision_function(Xt)
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+    hits = np.asarray(Yt.todense())[np.arange(Yt.shape[0])[:, None], top]
+    assert leml["precision@1"] == pytest.approx(hits[:, 0].mean(), abs=1e-9)
+    assert leml["precision@5"] == pytest.approx(hits.mean(), abs=1e-9)
+    assert leml["precision@3"] == pytest.approx(precision_at_k(Yt, top, ks=(3,))[3], abs=1e-9)
+    assert leml["instance_auc"] == pytest.approx(average_instance_auc(Yt, scores), abs=1e-9)
+    assert set(metrics["method"]) == {"leml-squared-k8", "br-ridge"}
+
+    conv = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-convergence")))
+    assert conv["iteration"].tolist() == [1, 2, 3]
+    assert (np.diff(conv["objective"]) <= 1e-6 * conv["objective"].abs().max()).all()
+    assert (conv["seconds"] > 0).all()
+
+
+def test_second_run_is_all_cache_hits_and_more_iterations_resume(project):
+    assert main(["run", "leml"]) == 0
+    assert all(o["cached"] for o in _last(project)["outputs"])
+    assert main(["run", "leml", "--set", "model.outer_iterations=4"]) == 0
+    m = _last(project)
+    fresh = sorted({o["step"] for o in m["outputs"] if not o["cached"]})
+    assert fresh == ["leml-alternate-H", "leml-alternate-W", "leml-collect", "leml-evaluate"]
+    new_w = [o for o in m["outputs"] if o["step"] == "leml-alternate-W" and not o["cached"]]
+    assert len(new_w) == 2  # W and timings of iteration 4 only
+
+
+def test_rerun_is_identical(project, capsys):
+    run_id = _runs(project)[0].name
+    assert main(["rerun", run_id]) == 0
+    assert "identical" in capsys.readouterr().out
+
+
+def test_missing_labels_flow_uses_the_stored_mask(project):
+    assert main(["run", "leml", "--set", "observed_fraction=0.5", "--set", "baselines=[]"]) == 0
+    m = _last(project)
+    store = Store(project / "data" / "cache")
+    mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))
+    assert sp.issparse(mask) and mask.dtype == bool
+    X, Y = read_xmc(project / "train.txt")
+    assert mask.shape == Y.shape
+    assert 0.45 < mask.nnz / np.prod(Y.shape) < 0.55
+    W, H, _ = _final(project, m, 3)
+    est = LEML(rank=8, lam=4.0, max_iter=3, cg_max_iter=10, fit_intercept=True, random_state=3).fit(
+        X, Y, mask
+    )
+    np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
+
+
+def test_malformed_input_exits_2_naming_file_and_line(project, capsys):
+    bad = project / "bad.txt"
+    lines = (project / "train.txt").read_text().splitlines()
+    lines[5] = lines[5].replace(":1", ":x", 1)
+    bad.write_text("\n".join(lines) + "\n")
+    assert main(["run", "leml", "--set", "dataset.train=bad.txt"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.txt:6" in err
+
+
+def test_invalid_config_values_exit_2(project, capsys):
+    for override, key in [
+        ("model.rank=0", "model.rank"),
+        ("observed_fraction=1.5", "observed_fraction"),
+        ("model.loss=hinge", "model.loss"),
+    ]:
+        assert main(["run", "leml", "--set", override]) == 2
+        assert f"key '{key}'" in capsys.readouterr().err

@@ -1,0 +1,200 @@
+"""The StRip flow end to end through Prefect on three small bundled GUM documents.
+
+Train on two news documents, test on a third.  The numbers are checked against an independent
+computation: the reader, the pair features and ``StRip.fit`` called directly with the same seed,
+and ``coref_scores`` recomputed from the stored clusters and the gold entities.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from algorithms.metrics.coref import coref_scores
+from algorithms.strip.features import build_pairs, source_mask
+from algorithms.strip.ripper import StRip
+from flows.cli import main
+from tasks.readers.conllu import read_conllu_files
+from tasks.store import Store
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
+TRAIN = ["GUM_news_stampede", "GUM_news_worship"]
+TEST = ["GUM_news_crane"]
+WINDOW, K_OPT = 10, 2
+VARIANTS = {"ripper": (False, True), "strip-labeled": (True, True), "strip-partial": (True, False)}
+
+def write_splits(path: Path, train, test) -> None:
+    rows = [f"{d}\ttrain" for d in train] + [f"{d}\ttest" for d in test]
+    path.write_text("doc_id\tsplit\n" + "\n".join(rows) + "\n")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("strip-project")
+    (root / "configs").mkdir()
+    write_splits(root / "splits.tsv", TRAIN, TEST)
+    (root / "configs" / "strip.yaml").write_text(
+        f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\n"
+        f"window: {WINDOW}\nk_optimize: {K_OPT}\n")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def in_project(project, monkeypatch):
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    monkeypatch.delenv("SCARCE_STORE", raising=False)
+    monkeypatch.delenv("SCARCE_RUNS", raising=False)
+
+
+def runs(project):
+    d = project / "data" / "runs"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def manifest(project, run_id):
+    return json.loads((project / "data" / "runs" / run_id / "manifest.json").read_text())
+
+
+def run(project, capsys, *extra, config="configs/strip.yaml"):
+    before = set(runs(project))
+    code = main(["run", "strip", "--config", str(project / config), *extra])
+    out = capsys.readouterr()
+    new = sorted(set(runs(project)) - before)
+    return code, out.err, (manifest(project, new[0]) if new else None)
+
+
+def refs_by_method(store, m, step):
+    """{method: {part: ref}} of a training step, the method read from its timings part."""
+    keys = {}
+    for o in m["outputs"]:
+        if o["step"] == step:
+            key, _, part = o["ref"].rpartition("-")
+            keys.setdefault(key, {})[part] = o["ref"]
+    return {store.read(parts["timings"])["method"].iloc[0]: parts for parts in keys.values()}
+
+
+def pairs_of(docs):
+    tokens, mentions = read_conllu_files([GUM / f"{d}.conllu.gz" for d in docs])
+    sources = source_mask(mentions)
+    pairs, X, y = build_pairs(tokens, mentions, max_mention_distance=WINDOW, sources=sources)
+    return mentions, sources, pairs, X, y
+
+
+def same_rules(stored: pd.DataFrame, expected: pd.DataFrame) -> None:
+    cols = ["rule_id", "antecedent_index", "feature", "op", "value", "pruned"]
+    a = stored[cols].astype(str).reset_index(drop=True)
+    b = expected[cols].astype(str).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
+    code, err, m = run(project, capsys)
+    assert code == 0, err
+    store = Store(project / "data" / "cache")
+    assert {o["step"] for o in m["outputs"]} == {
+        "strip-splits", "strip-preprocess", "strip-grow", "strip-prune", "strip-optimize",
+        "strip-evaluate"}
+    assert {Path(i["path"]).name for i in m["inputs"]} == {
+        "splits.tsv", *(f"{d}.conllu.gz" for d in TRAIN + TEST)}
+
+    # Independent truth 1: StRip.fit on pairs built directly from the files, same seed.
+    _, _, pairs, X, y = pairs_of(TRAIN)
+    grown = refs_by_method(store, m, "strip-grow")
+    pruned = refs_by_method(store, m, "strip-prune")
+    optimized = refs_by_method(store, m, "strip-optimize")
+    assert set(optimized) == set(VARIANTS)
+    models = {}
+    for method, (closure, labeled_only) in VARIANTS.items():
+        keep = y >= 0 if labeled_only else np.ones(y.size, dtype=bool)
+        est = StRip(closure=closure, k_optimize=K_OPT, random_state=0).fit(
+            X[keep].reset_index(drop=True), y[keep], pairs["doc"].to_numpy()[keep],
+            pairs["mention_i"].to_numpy()[keep], pairs["mention_j"].to_numpy()[keep])
+        same_rules(store.read(grown[method]["rules"]), est.rules_grown_)
+        same_rules(store.read(pruned[method]["rules"]), est.rules_pruned_)
+        same_rules(store.read(optimized[method]["rules"]), est.rules_)
+        assert len(est.rules_) > 0
+        models[method] = est
+    assert store.read(optimized["strip-partial"]["timings"])["n_pairs"].iloc[0] == y.size
+    assert store.read(optimized["ripper"]["timings"])["n_pairs"].iloc[0] == (y >= 0).sum()
+
+    # Independent truth 2: the stored chains equal StRip.cluster on the test pairs, and the
+    # metrics equal coref_scores of those chains against the gold entities.
+    mentions, sources, tpairs, tX, _ = pairs_of(TEST)
+    (ev,) = [o["ref"] for o in m["outputs"] if o["ref"].startswith("strip-evaluate/")
+             and o["ref"].endswith("-clusters")]
+    clusters = store.read(ev)
+    metrics = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
+    assert list(metrics.columns) == ["dataset", "method", "metric", "value"]
+    assert set(metrics["dataset"]) == {"gum-small-test"}
+    for method, est in models.items():
+        c = clusters[clusters["method"] == method].set_index(["doc", "mention"])["cluster"]
+        response = c.reindex(pd.MultiIndex.from_frame(mentions[["doc", "mention"]])).to_numpy()
+        direct = est.cluster(tX, tpairs["doc"], tpairs["mention_i"], tpairs["mention_j"])
+        idx = pd.MultiIndex.from_frame(mentions[["doc", "mention"]]).get_indexer(
+            pd.MultiIndex.from_frame(direct[["doc", "mention"]]))
+        ours = pd.factorize(response[idx])[0]
+        theirs = pd.factorize(direct["cluster"].to_numpy())[0]
+        np.testing.assert_array_equal(ours, theirs)  # same partition of the paired mentions
+        got = metrics[metrics["method"] == method].set_index("metric")["value"]
+        want = coref_scores(mentions["entity"].to_numpy(), response, sources,
+                            mentions["doc"].to_numpy())
+        want_all = coref_scores(mentions["entity"].to_numpy(), response, None,
+                                mentions["doc"].to_numpy())
+        for name in ("muc", "b3", "ceaf_e", "pairwise"):
+            for col in "prf":
+                assert got[f"{name}_{col}"] == pytest.approx(want.loc[name, col], abs=1e-12)
+                assert got[f"all_{name}_{col}"] == pytest.approx(want_all.loc[name, col],
+                                                                 abs=1e-12)
+        assert got["n_rules"] == est.rules_["rule_id"].nunique()
+        assert 0 < got["b3_f"] <= 1
+
+
+def test_second_run_is_all_cache_hits(project, capsys):
+    first = manifest(project, runs(project)[0])
+    code, err, m = run(project, capsys)
+    assert code == 0, err
+    assert m["cache_hits"] == ["strip-evaluate", "strip-grow", "strip-optimize",
+                               "strip-preprocess", "strip-prune", "strip-splits"]
+    assert all(o["cached"] for o in m["outputs"])
+    assert m["metrics_sha256"] == first["metrics_sha256"]
+
+
+def test_changing_loss_ratio_reruns_training_but_not_preprocess(project, capsys):
+    code, err, m = run(project, capsys, "--set", "loss_ratio=3")
+    assert code == 0, err
+    assert m["config"]["loss_ratio"] == 3
+    assert m["cache_hits"] == ["strip-preprocess", "strip-splits"]
+    ran = {o["step"] for o in m["outputs"] if not o["cached"]}
+    assert ran == {"strip-grow", "strip-prune", "strip-optimize", "strip-evaluate"}
+
+
+def test_unbalanced_entity_bracket_exits_2_with_file_and_line(project, capsys, tmp_path):
+    with gzip.open(GUM / f"{TEST[0]}.conllu.gz", "rt", encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    bad = next(k for k, line in enumerate(lines)
+               if line[:1].isdigit() and line.split("\t")[9] == "_")
+    cols = lines[bad].split("\t")
+    cols[9] = "Entity=999)"
+    lines[bad] = "\t".join(cols)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "GUM_news_broken.conllu").write_text("\n".join(lines), encoding="utf-8")
+    for d in TRAIN:
+        (data / f"{d}.conllu.gz").write_bytes((GUM / f"{d}.conllu.gz").read_bytes())
+    write_splits(tmp_path / "splits.tsv", TRAIN, ["GUM_news_broken"])
+    config = tmp_path / "strip.yaml"
+    config.write_text(f"data_dir: {data}\nsplits_file: {tmp_path / 'splits.tsv'}\n"
+                      f"window: {WINDOW}\n")
+    before = runs(project)
+    code, err, m = run(project, capsys, config=config)
+    assert code == 2
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert f"GUM_news_broken.conllu:{bad + 1}:" in line and "999" in line
+    assert m is None and runs(project) == before
