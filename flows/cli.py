@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("runs", help="list past runs with their headline metrics")
 
+    b = sub.add_parser("bench", help="run a benchmark and print its table")
+    b.add_argument("name", help="leml, relations or strip")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark")
+
     c = sub.add_parser("cache", help="inspect or clean the Parquet result store")
     csub = c.add_subparsers(dest="cache_command", required=True)
     csub.add_parser("ls", help="list store entries")
@@ -118,6 +122,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return cmd_rerun(args)
     if args.command == "runs":
         return cmd_runs()
+    if args.command == "bench":
+        return cmd_bench(args)
     return cmd_cache(args)
 
 
@@ -282,6 +288,31 @@ def cmd_cache(args: argparse.Namespace) -> int:
     print(f"{verb} {len(removed)} entries")
     for ref in removed:
         print(f"  {ref}")
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import datetime as dt
+    import importlib
+
+    from flows.bench import BENCHMARKS
+    from flows.config import project_root
+    from flows.runtime import markdown_table
+    from tasks.errors import InputError
+    from tasks.store import atomic_write_parquet, encode
+
+    if args.name not in BENCHMARKS:
+        known = ", ".join(sorted(BENCHMARKS))
+        raise InputError(f"unknown benchmark {args.name!r} (known: {known})")
+    module = importlib.import_module(BENCHMARKS[args.name])
+    parser = argparse.ArgumentParser(prog=f"scarce bench {args.name}", description=module.__doc__)
+    module.add_arguments(parser)
+    table = module.run(parser.parse_args(args.bench_args))
+    print(markdown_table(table))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    out = project_root() / "data" / "bench" / f"{args.name}-{stamp}.parquet"
+    atomic_write_parquet(out, encode(table.reset_index(drop=True)))
+    print(f"\ntable written to {out}")
     return EXIT_OK
 
 
