@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import duckdb
@@ -15,6 +16,18 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tasks.store import CorruptEntry, Store
+
+_refs = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory):
+    """One store for the property tests; each example writes its own ref."""
+    return Store(tmp_path_factory.mktemp("hyp"))
+
+
+def _ref() -> str:
+    return f"t/k{next(_refs)}"
 
 DTYPES = st.sampled_from(["<f4", "<f8", "<i4", "<i8", "|b1", "<u2"])
 
@@ -31,10 +44,9 @@ def _arrays(min_dims=1, max_dims=3):
 
 @settings(max_examples=60, deadline=None)
 @given(arr=_arrays())
-def test_dense_round_trip_is_exact(tmp_path_factory, arr):
-    store = Store(tmp_path_factory.mktemp("s"))
-    store.write("t/k", arr)
-    back = store.read("t/k")
+def test_dense_round_trip_is_exact(shared_store, arr):
+    ref = shared_store.write(_ref(), arr)
+    back = shared_store.read(ref)
     assert back.dtype == arr.dtype
     assert back.shape == arr.shape
     np.testing.assert_array_equal(back, arr)
@@ -48,12 +60,11 @@ def test_dense_round_trip_is_exact(tmp_path_factory, arr):
     dtype=st.sampled_from([np.float32, np.float64, np.int64]),
     seed=st.integers(0, 2**16),
 )
-def test_sparse_round_trip_is_exact(tmp_path_factory, shape, density, fmt, dtype, seed):
-    store = Store(tmp_path_factory.mktemp("s"))
+def test_sparse_round_trip_is_exact(shared_store, shape, density, fmt, dtype, seed):
     m = sp.random(*shape, density=density, format=fmt, dtype=np.float64, random_state=seed)
     m = (m * 10).astype(dtype)
-    store.write("t/k", m)
-    back = store.read("t/k")
+    ref = shared_store.write(_ref(), m)
+    back = shared_store.read(ref)
     assert back.format == fmt
     assert back.dtype == m.dtype
     assert back.shape == m.shape
@@ -84,7 +95,7 @@ def test_sparse_keeps_explicit_zeros_and_index_dtype(tmp_path):
     n=st.integers(0, 20),
     seed=st.integers(0, 2**16),
 )
-def test_table_round_trip_keeps_dtypes(tmp_path_factory, n, seed):
+def test_table_round_trip_keeps_dtypes(shared_store, n, seed):
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame(
         {
@@ -94,10 +105,8 @@ def test_table_round_trip_keeps_dtypes(tmp_path_factory, n, seed):
             "b": rng.random(n) > 0.5,
         }
     )
-    store = Store(tmp_path_factory.mktemp("s"))
-    store.write("t/k", frame)
-    back = store.read("t/k")
-    pd.testing.assert_frame_equal(back, frame)
+    ref = shared_store.write(_ref(), frame)
+    pd.testing.assert_frame_equal(shared_store.read(ref), frame)
 
 
 def test_entries_open_in_pandas_pyarrow_and_duckdb(tmp_path):
