@@ -196,11 +196,31 @@ def _print_summary(name: str, summary: dict) -> None:
 
 
 def _print_metrics_table(summaries: list[dict]) -> None:
+    """The headline metrics of every run, one row per dataset and method."""
     import pandas as pd
 
-    frame = pd.concat([s["metrics"] for s in summaries], ignore_index=True)
-    print("\n== summary")
-    _print_frame(frame)
+    rows = []
+    for s in summaries:
+        m = s["manifest"]
+        for key, value in (m.get("headline") or {}).items():
+            dataset, method, metric = key.split("/", 2)
+            rows.append(
+                {
+                    "flow": m["flow"],
+                    "dataset": dataset,
+                    "method": method,
+                    "metric": metric,
+                    "value": value,
+                }
+            )
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return
+    wide = frame.pivot_table(
+        index=["flow", "dataset", "method"], columns="metric", values="value", sort=False
+    ).reset_index()
+    print("\n== summary (headline metrics; every metric is in each run's metrics.parquet)")
+    _print_frame(wide.fillna(""))
 
 
 def _print_frame(frame: Any) -> None:

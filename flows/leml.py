@@ -188,7 +188,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
         "Objective, seconds and validation P@1 per outer iteration",
     )
     ctx.publish_markdown("summary", summary_markdown(ctx, metrics, result["convergence"], config))
-    return ctx.finish(metrics)
+    return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
 
 
 def summary_markdown(
@@ -220,6 +220,12 @@ def summary_markdown(
         markdown_table(conv),
     ]
     return "\n".join(lines)
+
+
+def headline(metrics) -> dict[str, float]:
+    """P@1, P@5 and AUC of every method."""
+    keep = metrics[metrics["metric"].isin(["precision@1", "precision@5", "instance_auc"])]
+    return {f"{r.dataset}/{r.method}/{r.metric}": float(r.value) for r in keep.itertuples()}
 
 
 def sparkline(values: list[float]) -> str:
