@@ -183,3 +183,17 @@ def test_cache_ls_and_gc_keep_what_runs_refer_to(project, capsys):
     assert "orphan/0123456789abcdef" not in store.refs()
     referenced = {o["ref"] for r in runs(project) for o in manifest(project, r)["outputs"]}
     assert referenced <= set(store.refs())
+
+
+def test_dask_runner_gives_the_same_outputs_as_the_local_runner(project, capsys):
+    local = manifest(project, runs(project)[0])
+    before = set(runs(project))
+    code, _, _ = run_cli(capsys, "run", "digits", "--runner", "dask", "--refresh")
+    assert code == 0
+    (new,) = set(runs(project)) - before
+    dask = manifest(project, new)
+    assert dask["options"]["runner"] == "dask"
+    assert not dask["cache_hits"]
+    assert {o["ref"]: o["sha256"] for o in dask["outputs"]} == {
+        o["ref"]: o["sha256"] for o in local["outputs"]
+    }
