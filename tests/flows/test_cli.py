@@ -15,8 +15,9 @@ from sklearn.metrics import adjusted_rand_score
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows.cli import main
 from tasks.store import Store, file_sha256
+from tests.flows.helpers import manifest, runs
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +30,6 @@ def project(tmp_path_factory):
     frame.to_csv(root / "digits.csv", index=False)
     (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 300\nk: 10\n")
     return root
-
-
-@pytest.fixture(autouse=True)
-def in_project(project, monkeypatch):
-    monkeypatch.setenv("SCARCE_ROOT", str(project))
-    monkeypatch.delenv("SCARCE_STORE", raising=False)
-    monkeypatch.delenv("SCARCE_RUNS", raising=False)
-
-
-def runs(project):
-    d = project / "data" / "runs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-
-
-def manifest(project, run_id):
-    return json.loads((project / "data" / "runs" / run_id / "manifest.json").read_text())
 
 
 def run_cli(capsys, *args):

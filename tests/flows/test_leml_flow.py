@@ -16,7 +16,7 @@ from flows.cli import main
 from tasks.readers.xmc import read_xmc
 from tasks.store import Store
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
 BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
 
@@ -54,11 +54,6 @@ def project(tmp_path_factory):
     _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 200)
     (root / "configs" / "leml.yaml").write_text(CONFIG)
     return root
-
-
-@pytest.fixture(autouse=True)
-def in_project(project, monkeypatch):
-    monkeypatch.setenv("SCARCE_ROOT", str(project))
 
 
 def _runs(project):

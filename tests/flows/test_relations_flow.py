@@ -22,8 +22,9 @@ from algorithms.relations.model import RelationDiscovery
 from flows.cli import main
 from tasks.readers.semeval import read_semeval
 from tasks.store import Store
+from tests.flows.helpers import runs
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
 TRAIN = Path(__file__).resolve().parents[2] / "data" / "relations" / "semeval2010_task8" / (
     "TRAIN_FILE.TXT")
@@ -43,23 +44,11 @@ def project(tmp_path_factory):
     return root
 
 
-@pytest.fixture(autouse=True)
-def in_project(project, monkeypatch):
-    monkeypatch.setenv("SCARCE_ROOT", str(project))
-    monkeypatch.delenv("SCARCE_STORE", raising=False)
-    monkeypatch.delenv("SCARCE_RUNS", raising=False)
-
-
-def run_ids(project):
-    d = project / "data" / "runs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-
-
 def run(project, capsys, *args):
-    before = set(run_ids(project))
+    before = set(runs(project))
     code = main(["run", "relations", *args])
     err = capsys.readouterr().err
-    new = sorted(set(run_ids(project)) - before)
+    new = sorted(set(runs(project)) - before)
     m = json.loads((project / "data" / "runs" / new[0] / "manifest.json").read_text()) if new \
         else None
     return code, m, err
@@ -173,9 +162,9 @@ def test_missing_closing_tag_exits_2_with_file_and_line(project, capsys, tmp_pat
     lines[16] = lines[16].replace("</e2>", "", 1)
     bad = tmp_path / "bad.txt"
     bad.write_text("\n".join(lines) + "\n")
-    before = run_ids(project)
+    before = runs(project)
     code, m, err = run(project, capsys, "--set", f"data=[{bad}]", "--set", "max_pairs=null")
     assert code == 2 and m is None
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
     assert f"{bad}:17:" in line and "<e2>" in line
-    assert run_ids(project) == before
+    assert runs(project) == before

@@ -8,7 +8,6 @@ and ``coref_scores`` recomputed from the stored clusters and the gold entities.
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,9 @@ from algorithms.strip.ripper import StRip
 from flows.cli import main
 from tasks.readers.conllu import read_conllu_files
 from tasks.store import Store
+from tests.flows.helpers import manifest, runs
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
 TRAIN = ["GUM_news_stampede", "GUM_news_worship"]
@@ -44,22 +44,6 @@ def project(tmp_path_factory):
         f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\n"
         f"window: {WINDOW}\nk_optimize: {K_OPT}\n")
     return root
-
-
-@pytest.fixture(autouse=True)
-def in_project(project, monkeypatch):
-    monkeypatch.setenv("SCARCE_ROOT", str(project))
-    monkeypatch.delenv("SCARCE_STORE", raising=False)
-    monkeypatch.delenv("SCARCE_RUNS", raising=False)
-
-
-def runs(project):
-    d = project / "data" / "runs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-
-
-def manifest(project, run_id):
-    return json.loads((project / "data" / "runs" / run_id / "manifest.json").read_text())
 
 
 def run(project, capsys, *extra, config="configs/strip.yaml"):
