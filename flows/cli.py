@@ -115,7 +115,50 @@ def _log_to_stderr() -> None:
     logger.setLevel(logging.INFO)
 
 
+class _InputErrorWithoutTraceback(logging.Formatter):
+    """Console formatter that leaves out the traceback of an :class:`InputError`.
+
+    Prefect logs a failed task's traceback; for bad input the one-line message says
+    all (the Prefect UI still gets the traceback through Prefect's API handler).
+    """
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        from tasks.errors import InputError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, InputError):
+            return self.inner.format(record)
+        saved = record.exc_info, record.exc_text
+        record.exc_info, record.exc_text = None, None
+        try:
+            return self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text = saved
+
+
+def _quiet_input_errors() -> None:
+    """Wrap the formatters of Prefect's console handlers (see the class above)."""
+    from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
+
+    if not PROCESS_LOGGING_CONFIG:  # Prefect sets its handlers up lazily; do it now
+        setup_logging()
+    for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler.formatter, _InputErrorWithoutTraceback
+            ):
+                handler.setFormatter(
+                    _InputErrorWithoutTraceback(handler.formatter or logging.Formatter())
+                )
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    if not args.debug and args.command in ("run", "rerun"):
+        _quiet_input_errors()
     if args.command == "run":
         return cmd_run(args)
     if args.command == "rerun":

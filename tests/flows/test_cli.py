@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -182,3 +186,25 @@ def test_dask_runner_gives_the_same_outputs_as_the_local_runner(project, capsys)
     assert {o["ref"]: o["sha256"] for o in dask["outputs"]} == {
         o["ref"]: o["sha256"] for o in local["outputs"]
     }
+
+
+def test_bad_input_inside_a_flow_prints_no_traceback_in_a_real_process(project):
+    """The command as a user runs it: Prefect's console log must not show the traceback."""
+    code = (
+        "import sys, tests.flows.sample_flow; from flows.cli import main; "
+        "sys.exit(main(['run', 'digits', '--set', 'data=absent.csv']))"
+    )
+    env = {**os.environ, "SCARCE_ROOT": str(project)}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "absent.csv" in errors[0]
