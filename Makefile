@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 1
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: install dev run test lint clean
+.PHONY: install dev bench-deps run test lint clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 install dev: $(VENV)/.installed
+
+bench-deps: $(VENV)/.installed
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,bench]"
 
 run: $(VENV)/.installed
 	$(VENV)/bin/scarce run all

@@ -1,0 +1,571 @@
+"""LEML against the published row, ridge, binary relevance and omikuji (issue 3).
+
+Sections (``--sections``, comma-separated):
+
+* ``accuracy``: P@1/3/5 and instance AUC on the test split of each dataset
+  (``*_xmlrepo_*`` files).  LEML's rank ``k``, ``lam`` and number of outer
+  iterations (early stopping on validation P@1) are chosen on a seeded validation
+  part of the training set, then refitted on the whole training set; the same is
+  done for the ridge penalty of full-rank ridge (closed form) and binary relevance.
+  The published LEML row of the Extreme Classification Repository is printed next
+  to them.
+* ``missing``: 20% / 40% of the training label matrix observed (uniformly at random,
+  seeded); LEML against binary-relevance ridge on the same observed entries, P@1 and
+  AUC on the fully labelled test set.  Settings are chosen on the validation rows
+  scored against their *observed* labels only (the unobserved ones are unknown to a
+  user too).
+* ``speed``: training seconds of LEML (at the setting chosen in ``accuracy``, or
+  ``--speed-rank`` / ``--speed-lam``), scikit-learn one-vs-rest ridge and logistic
+  regression, full-rank ridge and omikuji, one BLAS thread each, in the same run; as
+  ratios to LEML, with the test P@1 each reaches.
+* ``scaling``: one W-step on 1x, 2x, 4x stacked copies of the training data, fully
+  observed squared loss and 20% observed; its time ratio against the growth of
+  ``nnz(X) + nnz(Y)`` (fully observed) or ``nnz(X) + |Omega|``, and against the bare
+  sparse products it needs (CG iterations x (``X V`` + ``X^T U``)).
+
+Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
+norm, ``tfidf``: scikit-learn's TfidfTransformer fitted on train), identically for
+every method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from algorithms.leml import LEML
+from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
+from algorithms.leml.model import initial_factors, prepare_data, update_W
+from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from tasks.readers.xmc import read_xmc
+
+SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic")
+# The Wikipedia set of Yu et al. (Table 2): points, features, labels.
+WIKI = (881_805, 366_932, 213_707)
+# Extreme Classification Repository, LEML row (P@1, P@3, P@5, in %).
+PUBLISHED = {"bibtex": (62.54, 38.41, 28.21), "delicious": (65.67, 60.55, 56.08)}
+COLUMNS = ["section", "dataset", "method", "setting", "metric", "value"]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(t) for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from flows.config import project_root
+
+    parser.add_argument("--data", type=Path, default=project_root() / "data",
+                        help="folder holding xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz")
+    parser.add_argument("--datasets", type=_names, default=["bibtex", "delicious"])
+    parser.add_argument("--sections", type=_names, default=list(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--quick", action="store_true", help="a reduced run (< 2 minutes)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--validation-fraction", type=float, default=0.2)
+    parser.add_argument("--features", choices=["raw", "l2", "tfidf"], default="l2")
+    parser.add_argument("--losses", type=_names, default=None,
+                        help="LEML losses in the accuracy and missing sections "
+                        "(default squared; e.g. squared,logistic,sqhinge)")
+    parser.add_argument("--ranks", type=_ints, default=None, help="LEML ranks to try")
+    parser.add_argument("--lams", type=_floats, default=None,
+                        help="LEML lam values to try (times the mean squared row norm of X)")
+    parser.add_argument("--alphas", type=_floats, default=None,
+                        help="ridge penalties to try (times the mean squared row norm of X)")
+    parser.add_argument("--max-iter", type=int, default=None, help="LEML outer iterations")
+    parser.add_argument("--observed", type=_floats, default=[0.2, 0.4],
+                        help="observed fractions in the missing-label section")
+    parser.add_argument("--scales", type=_ints, default=[1, 2, 4],
+                        help="copies of the data in the scaling section")
+    parser.add_argument("--br-accuracy", action=argparse.BooleanOptionalAction, default=True,
+                        help="also fit scikit-learn BR ridge in the accuracy section")
+    parser.add_argument("--br-logistic", action=argparse.BooleanOptionalAction, default=True,
+                        help="time scikit-learn BR logistic in the speed section")
+    parser.add_argument("--speed-rank", type=int, default=50)
+    parser.add_argument("--speed-lam", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best kept)")
+    parser.add_argument("--synthetic-scale", type=float, default=1.0,
+                        help="size of the synthetic Wikipedia-shaped problem as a fraction "
+                        "of the real one (points, features and labels)")
+
+
+def _say(*parts) -> None:
+    print("[bench leml]", *parts, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- data
+def _load(data_dir: Path, name: str):
+    folder = data_dir / "xmc" / name
+    paths = [folder / f"{name}_xmlrepo_{part}.txt.gz" for part in ("train", "test")]
+    if not all(p.exists() for p in paths):
+        return None
+    (Xtr, Ytr), (Xte, Yte) = (read_xmc(p) for p in paths)
+    return Xtr, Ytr, Xte, Yte
+
+
+def _preprocess(kind: str, Xtr, Xte):
+    if kind == "raw":
+        return Xtr, Xte
+    if kind == "l2":
+        from sklearn.preprocessing import normalize
+
+        return normalize(Xtr).astype(Xtr.dtype), normalize(Xte).astype(Xte.dtype)
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    tf = TfidfTransformer().fit(Xtr)
+    return tf.transform(Xtr).astype(Xtr.dtype), tf.transform(Xte).astype(Xte.dtype)
+
+
+def _split(n: int, fraction: float, seed: int):
+    """Seeded fit / validation row indices (as ``tasks.leml.split``)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
+    val = np.zeros(n, dtype=bool)
+    val[rng.choice(n, size=int(round(fraction * n)), replace=False)] = True
+    return np.flatnonzero(~val), np.flatnonzero(val)
+
+
+def _mask(shape, fraction: float, seed: int) -> sp.csr_matrix:
+    """Each entry observed with probability ``fraction`` (as ``tasks.leml.observe``)."""
+    n, n_labels = shape
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 202]))
+    keep = rng.random((n, n_labels)) < fraction
+    mask = sp.csr_matrix(keep)
+    mask.sort_indices()
+    return mask
+
+
+# --------------------------------------------------------------------------- scoring
+def _scores(model, X, Y) -> dict[str, float]:
+    m = multilabel_scores(Y, lambda s, e: model.decision_function(X[s:e]),
+                          threshold=model.threshold_)
+    return {"P@1": 100 * m["precision@1"], "P@3": 100 * m["precision@3"],
+            "P@5": 100 * m["precision@5"], "AUC": 100 * m["instance_auc"]}
+
+
+def _p1(model, X, Y) -> float:
+    top = model.predict_top_k(X, 1)
+    return 100 * float(precision_at_k(Y, top, ks=(1,))[1])
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def _mean_sq_norm(X) -> float:
+    return float(X.multiply(X).sum() / X.shape[0]) if sp.issparse(X) else float(
+        (X * X).sum() / X.shape[0])
+
+
+class _Search:
+    """Grid over (rank, lam) for LEML with early stopping on validation P@1."""
+
+    def __init__(self, X, Y, mask, fit_rows, val_rows, Y_val_truth, max_iter, seed):
+        self.Xf, self.Yf = X[fit_rows], Y[fit_rows]
+        self.mask_f = None if mask is None else mask[fit_rows]
+        self.Xv, self.Yv = X[val_rows], Y_val_truth
+        self.max_iter, self.seed = max_iter, seed
+
+    def leml(self, loss, rank, lam):
+        """Validation P@1 after each outer iteration: list of floats."""
+        curve = []
+        model = LEML(rank=rank, lam=lam, loss=loss, max_iter=self.max_iter, cg_max_iter=10,
+                     fit_intercept=True, random_state=self.seed)
+        model.callback = lambda it, sec, obj: curve.append(_p1(model, self.Xv, self.Yv))
+        model.fit(self.Xf, self.Yf, self.mask_f)
+        return curve
+
+    def best_leml(self, loss, ranks, lams):
+        best = (-1.0, None)
+        for rank in ranks:
+            if rank > min(self.Xf.shape[1] + 1, self.Yf.shape[1]):
+                continue
+            for lam in lams:
+                curve = self.leml(loss, rank, lam)
+                t = int(np.argmax(curve))
+                _say(f"  LEML {loss} k={rank} lam={lam:.4g}: val P@1 "
+                     f"{' '.join(f'{v:.1f}' for v in curve)} -> T={t + 1}")
+                if curve[t] > best[0]:
+                    best = (curve[t], (rank, lam, t + 1))
+        return best
+
+    def best_alpha(self, make, alphas):
+        best = (-1.0, None)
+        for alpha in alphas:
+            model = make(alpha).fit(self.Xf, self.Yf, self.mask_f)
+            p1 = _p1(model, self.Xv, self.Yv)
+            _say(f"  {type(model).__name__} alpha={alpha:.4g}: val P@1 {p1:.2f}")
+            if p1 > best[0]:
+                best = (p1, alpha)
+        return best
+
+
+# --------------------------------------------------------------------------- sections
+def _accuracy(ds, args, grid, rows, chosen):
+    name, Xtr, Ytr, Xte, Yte = ds
+    fit_rows, val_rows = _split(Xtr.shape[0], args.validation_fraction, args.seed)
+    search = _Search(Xtr, Ytr, None, fit_rows, val_rows, Ytr[val_rows], grid["max_iter"],
+                     args.seed)
+    s = grid["scale"]
+
+    def add(method, setting, metrics):
+        for metric, value in metrics.items():
+            rows.append(("accuracy", name, method, setting, metric, value))
+        _say(f"RESULT accuracy {name} | {method} | {setting} | "
+             + " ".join(f"{m}={v:.2f}" for m, v in metrics.items()))
+
+    if name in PUBLISHED:
+        add("LEML (published, XC repository)", "", dict(zip(("P@1", "P@3", "P@5"),
+                                                             PUBLISHED[name], strict=True)))
+    for loss in grid["losses"]:
+        _say(f"{name}: LEML {loss} grid")
+        val, (rank, lam, T) = search.best_leml(loss, grid["ranks"], [s * v for v in grid["lams"]])
+        model, sec = _timed(lambda: LEML(rank=rank, lam=lam, loss=loss, max_iter=T,  # noqa: B023
+                                         cg_max_iter=10, fit_intercept=True,
+                                         random_state=args.seed).fit(Xtr, Ytr))
+        setting = f"k={rank} lam={lam:.3g} T={T} (val P@1 {val:.1f})"
+        add(f"LEML {loss}", setting, {**_scores(model, Xte, Yte), "train seconds": sec})
+        if loss == "squared":
+            chosen[name] = (rank, lam, T)
+    _say(f"{name}: ridge grids")
+    alphas = [s * a for a in grid["alphas"]]
+    val, alpha = search.best_alpha(
+        lambda a: ClosedFormLowRank(rank=None, alpha=a, fit_intercept=True), alphas)
+    model, sec = _timed(lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True).fit(Xtr, Ytr))
+    add("full-rank ridge (closed form)", f"alpha={alpha:.3g} (val P@1 {val:.1f})",
+        {**_scores(model, Xte, Yte), "train seconds": sec})
+    chosen[("alpha", name)] = alpha
+    if not grid["br_ridge"]:
+        _say(f"{name}: BR ridge skipped in accuracy (--no-br-accuracy or --quick)")
+        return
+    # The same minimiser as full-rank ridge up to the intercept's penalty: fitted once at
+    # the alpha chosen for it (a grid of scikit-learn multi-output fits is slow).
+    model, sec = _timed(lambda: BinaryRelevance("ridge", alpha=alpha).fit(Xtr, Ytr))
+    add("BR ridge (scikit-learn)", f"alpha={alpha:.3g} (from full-rank ridge)",
+        {**_scores(model, Xte, Yte), "train seconds": sec})
+
+
+def _missing(ds, args, grid, rows):
+    name, Xtr, Ytr, Xte, Yte = ds
+    fit_rows, val_rows = _split(Xtr.shape[0], args.validation_fraction, args.seed)
+    s = grid["scale"]
+    for frac in args.observed:
+        mask = _mask(Ytr.shape, frac, args.seed)
+        Y_obs = Ytr.multiply(mask).tocsr()  # what a user knows: observed positives
+        search = _Search(Xtr, Ytr, mask, fit_rows, val_rows, Y_obs[val_rows],
+                         grid["max_iter"], args.seed)
+        setting_obs = f"observed={frac:.0%}"
+        for loss in grid["missing_losses"]:
+            _say(f"{name} {setting_obs}: LEML {loss} grid")
+            val, (rank, lam, T) = search.best_leml(loss, grid["ranks"],
+                                                   [s * v for v in grid["lams"]])
+            model = LEML(rank=rank, lam=lam, loss=loss, max_iter=T, cg_max_iter=10,
+                         fit_intercept=True, random_state=args.seed).fit(Xtr, Ytr, mask)
+            m = _scores(model, Xte, Yte)
+            setting = f"{setting_obs} k={rank} lam={lam:.3g} T={T} (val P@1 {val:.1f})"
+            rows += [("missing", name, f"LEML {loss}", setting, k, m[k]) for k in ("P@1", "AUC")]
+            _say(f"RESULT missing {name} | LEML {loss} | {setting} | P@1={m['P@1']:.2f} "
+                 f"AUC={m['AUC']:.2f}")
+        _say(f"{name} {setting_obs}: BR ridge grid")
+        val, alpha = search.best_alpha(lambda a: BinaryRelevance("ridge", alpha=a),
+                                       [s * a for a in grid["alphas"]])
+        model = BinaryRelevance("ridge", alpha=alpha).fit(Xtr, Ytr, mask)
+        m = _scores(model, Xte, Yte)
+        setting = f"{setting_obs} alpha={alpha:.3g} (val P@1 {val:.1f})"
+        rows += [("missing", name, "BR ridge", setting, k, m[k]) for k in ("P@1", "AUC")]
+        _say(f"RESULT missing {name} | BR ridge | {setting} | P@1={m['P@1']:.2f} "
+             f"AUC={m['AUC']:.2f}")
+
+
+def _write_xc(path: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+    with open(path, "w") as fh:
+        fh.write(f"{X.shape[0]} {X.shape[1]} {Y.shape[1]}\n")
+        for i in range(X.shape[0]):
+            labels = ",".join(map(str, Y.indices[Y.indptr[i]:Y.indptr[i + 1]]))
+            lo, hi = X.indptr[i], X.indptr[i + 1]
+            feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(X.indices[lo:hi], X.data[lo:hi],
+                                                            strict=True))
+            fh.write(f"{labels} {feats}\n")
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptors 1 and 2 (omikuji's Rust logger and progress bars)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _omikuji(Xtr, Ytr, Xte, Yte):
+    """Train omikuji (default Parabel-like hyper-parameters, 1 thread); (seconds, P@1)."""
+    import omikuji
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-omikuji-"))
+    try:
+        path = tmp / "train.txt"
+        _write_xc(path, Xtr, Ytr)
+        with _quiet_stderr():  # omikuji logs and draws progress bars
+            model, sec = _timed(lambda: omikuji.Model.train_on_data(str(path), n_threads=1))
+        top = np.zeros((Xte.shape[0], 1), dtype=np.int64)
+        for i in range(Xte.shape[0]):
+            lo, hi = Xte.indptr[i], Xte.indptr[i + 1]
+            pred = model.predict(list(zip(Xte.indices[lo:hi].tolist(),
+                                          Xte.data[lo:hi].tolist(), strict=True)), top_k=1)
+            top[i, 0] = pred[0][0] if pred else 0
+        p1 = 100 * float(precision_at_k(Yte, top, ks=(1,))[1])
+        return sec, p1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _speed(ds, args, grid, rows, chosen):
+    name, Xtr, Ytr, Xte, Yte = ds
+    s = grid["scale"]
+    rank, lam, T = chosen.get(name, (args.speed_rank, s * args.speed_lam, grid["max_iter"]))
+    alpha = chosen.get(("alpha", name), s)
+    peers = [
+        ("LEML squared", f"k={rank} lam={lam:.3g} T={T}",
+         lambda: LEML(rank=rank, lam=lam, max_iter=T, cg_max_iter=10, fit_intercept=True,
+                      random_state=args.seed)),
+        ("full-rank ridge (closed form)", f"alpha={alpha:.3g}",
+         lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True)),
+        ("BR ridge (scikit-learn Ridge)", f"alpha={alpha:.3g}",
+         lambda: BinaryRelevance("ridge", alpha=alpha)),
+    ]
+    if grid["br_logistic"]:
+        peers.append(("BR logistic (scikit-learn liblinear)", "C=1",
+                      lambda: BinaryRelevance("logistic", alpha=1.0)))
+    base = None
+    for method, setting, make in peers:
+        _say(f"{name}: timing {method}")
+        best, model = np.inf, None
+        for _ in range(args.repeats if method.startswith("LEML") else 1):
+            model, sec = _timed(lambda: make().fit(Xtr, Ytr))  # noqa: B023
+            best = min(best, sec)
+        base = best if base is None else base
+        p1 = _p1(model, Xte, Yte)
+        rows += [("speed", name, method, setting, "train seconds", best),
+                 ("speed", name, method, setting, "time / LEML", best / base),
+                 ("speed", name, method, setting, "P@1", p1)]
+        _say(f"RESULT speed {name} | {method} | {setting} | {best:.2f}s "
+             f"({best / base:.2f}x LEML) P@1={p1:.2f}")
+    try:
+        version = importlib.metadata.version("omikuji")
+    except importlib.metadata.PackageNotFoundError:
+        _say("omikuji is not installed (pip install omikuji): skipped")
+        return
+    _say(f"{name}: timing omikuji {version}")
+    sec, p1 = _omikuji(Xtr, Ytr, Xte, Yte)
+    setting = f"omikuji=={version} defaults, 1 thread"
+    rows += [("speed", name, "omikuji", setting, "train seconds", sec),
+             ("speed", name, "omikuji", setting, "time / LEML", sec / base),
+             ("speed", name, "omikuji", setting, "P@1", p1)]
+    _say(f"RESULT speed {name} | omikuji | {setting} | {sec:.2f}s ({sec / base:.2f}x LEML) "
+         f"P@1={p1:.2f}")
+
+
+def _best_time(fn, repeats):
+    best, out = np.inf, None
+    for _ in range(repeats):
+        out, sec = _timed(fn)
+        best = min(best, sec)
+    return best, out
+
+
+def _scaling(ds, args, grid, rows):
+    name, Xtr, Ytr, _, _ = ds
+    k, cg = grid["scaling_rank"], 10
+    first = {}
+    for copies in args.scales:
+        X = sp.vstack([Xtr] * copies, format="csr")
+        Y = sp.vstack([Ytr] * copies, format="csr")
+        frac = 0.2
+        mask = sp.vstack([_mask(Ytr.shape, frac, args.seed)] * copies, format="csr")
+        for case, data in (
+            ("fully observed", prepare_data(X, Y, fit_intercept=True)),
+            (f"{frac:.0%} observed", prepare_data(X, Y, mask, fit_intercept=True,
+                                                  entries="sparse")),
+        ):
+            _, H = initial_factors(data.n_features, data.n_labels, k, data.dtype, args.seed)
+            step_sec, (_, info) = _best_time(
+                lambda d=data, h=H: update_W(d, h, 1.0, cg_max_iter=cg, cg_tol=0.0,
+                                             return_info=True), args.repeats)
+            n_cg = info["cg_iter"]
+            V = np.asarray(np.random.default_rng(args.seed).standard_normal(
+                (data.n_features, k)), dtype=data.dtype)
+            U = np.asarray(data.X @ V)
+            bare, _ = _best_time(
+                lambda d=data, v=V, u=U, m=n_cg: [(d.X @ v, d.xt_matmul(u)) for _ in range(m)],
+                args.repeats)
+            size = X.nnz + (Y.nnz if data.fully_observed else data.n_observed)
+            first.setdefault(case, (step_sec, size, X.shape[0] * Y.shape[1]))
+            t1, s1, nl1 = first[case]
+            setting = (f"{case}, {copies}x copies, k={k}, {n_cg} CG, "
+                       f"nnz(X)={X.nnz}, {'nnz(Y)' if data.fully_observed else '|Omega|'}="
+                       f"{size - X.nnz}")
+            rows += [
+                ("scaling", name, "LEML W-step", setting, "seconds", step_sec),
+                ("scaling", name, "LEML W-step", setting, "time ratio vs 1x", step_sec / t1),
+                ("scaling", name, "LEML W-step", setting, "size ratio vs 1x", size / s1),
+                ("scaling", name, "LEML W-step", setting, "n x L ratio vs 1x",
+                 X.shape[0] * Y.shape[1] / nl1),
+                ("scaling", name, "LEML W-step", setting, "time / bare products",
+                 step_sec / bare),
+            ]
+            _say(f"RESULT scaling {name} | {setting} | W-step {step_sec:.3f}s, bare {bare:.3f}s,"
+                 f" time x{step_sec / t1:.2f} size x{size / s1:.2f} step/bare "
+                 f"{step_sec / bare:.2f}")
+
+
+def synthetic_wikipedia(n, d, n_labels, *, nnz_row=100, labels_row=2.5, topics=50,
+                        seed=0):
+    """A synthetic problem shaped like the Wikipedia set of Yu et al., with low-rank labels.
+
+    Each point has a latent topic ``t`` (one of ``topics``); half of its ``nnz_row``
+    binary features (scaled to unit row norm) come from topic ``t``'s block of
+    features, half uniformly from all; its labels (Poisson, mean ``labels_row``, at
+    least 1) are drawn from topic ``t``'s block of labels.  So ``E[Y | X]`` has rank
+    at most ``topics``.  Duplicate feature indices within a row are kept (they add).
+
+    Returns
+    -------
+    X : csr_matrix (n, d) float32, Y : csr_matrix (n, n_labels) float32, with sorted labels.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 303]))
+    topic = rng.integers(0, topics, size=n)
+    f_block, l_block = d // topics, n_labels // topics
+    half = nnz_row // 2
+    cols = np.empty((n, nnz_row), dtype=np.int32)
+    step = 1 << 16
+    for s in range(0, n, step):
+        e = min(s + step, n)
+        t = topic[s:e, None]
+        cols[s:e, :half] = t * f_block + rng.integers(0, f_block, size=(e - s, half))
+        cols[s:e, half:] = rng.integers(0, d, size=(e - s, nnz_row - half))
+    data = np.full(n * nnz_row, 1 / np.sqrt(nnz_row), dtype=np.float32)
+    indptr = np.arange(0, n * nnz_row + 1, nnz_row, dtype=np.int64)
+    X = sp.csr_matrix((data, cols.reshape(-1), indptr), shape=(n, d))
+    del cols
+    counts = np.maximum(1, rng.poisson(labels_row, size=n))
+    rows = np.repeat(np.arange(n), counts)
+    labels = np.repeat(topic, counts) * l_block + rng.integers(0, l_block, size=rows.size)
+    Y = sp.csr_matrix((np.ones(rows.size, dtype=np.float32), (rows, labels)),
+                      shape=(n, n_labels))
+    Y.data[:] = 1  # a label drawn twice for a point is one label
+    return X, Y
+
+
+def _synthetic(args, rows):
+    import resource
+
+    from algorithms.leml.model import update_H
+
+    scale = args.synthetic_scale
+    n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
+    name = f"synthetic Wikipedia-shaped ({scale:g}x)"
+    k = 50
+    _say(f"{name}: generating {n} x {d}, {n_labels} labels")
+    (X, Y), gen_sec = _timed(lambda: synthetic_wikipedia(n, d, n_labels, seed=args.seed))
+    data, prep_sec = _timed(lambda: prepare_data(X, Y))
+    W, H = initial_factors(d, n_labels, k, np.float32, args.seed)
+    _say(f"{name}: nnz(X)={data.X.nnz}, nnz(Y)={Y.nnz}; one alternating iteration at k={k}")
+    (W, info), w_sec = _timed(lambda: update_W(data, H, 1.0, cg_max_iter=10, return_info=True))
+    H, h_sec = _timed(lambda: update_H(data, W, 1.0))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
+    setting = (f"SYNTHETIC n={n} d={d} L={n_labels} nnz(X)={data.X.nnz} nnz(Y)={Y.nnz} "
+               f"k={k} squared, {info['cg_iter']} CG")
+    for metric, value in (("generate seconds", gen_sec), ("prepare seconds", prep_sec),
+                          ("W-step seconds", w_sec), ("H-step seconds", h_sec),
+                          ("iteration seconds", w_sec + h_sec),
+                          ("peak RSS GiB (process)", peak)):
+        rows.append(("synthetic", name, "LEML one alternating iteration", setting, metric,
+                     value))
+    _say(f"{name}: W-step {w_sec:.1f}s, H-step {h_sec:.1f}s, peak RSS {peak:.2f} GiB")
+
+
+# --------------------------------------------------------------------------- run
+def _grid(args, Xtr) -> dict:
+    quick = args.quick
+    scale = {"raw": _mean_sq_norm(Xtr)}.get(args.features, 1.0)
+    return {
+        "scale": scale,
+        "losses": args.losses or ["squared"],
+        "missing_losses": args.losses or ["squared"],
+        "ranks": args.ranks or ([16] if quick else [50, 100]),
+        "lams": args.lams or ([0.3] if quick else [0.1, 0.3, 1.0]),
+        "alphas": args.alphas or ([0.3, 1.0] if quick else [0.1, 0.3, 1.0, 3.0]),
+        "max_iter": args.max_iter or (4 if quick else 15),
+        "br_ridge": args.br_accuracy and not quick,
+        "br_logistic": args.br_logistic and not quick,
+        "scaling_rank": 16 if quick else 50,
+    }
+
+
+def run(args: argparse.Namespace) -> pd.DataFrame:
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown sections {sorted(unknown)}; expected some of {SECTIONS}")
+    if args.quick:
+        args.observed = args.observed[:1]
+        args.scales = [c for c in args.scales if c <= 2]
+        args.repeats = 1
+    rows: list[tuple] = []
+    chosen: dict = {}
+    with threadpool_limits(1):
+        for name in args.datasets:
+            loaded = _load(Path(args.data), name)
+            if loaded is None:
+                _say(f"{name}: no xmc/{name}/{name}_xmlrepo_*.txt.gz under {args.data}: "
+                     "skipped (pass --data with the full sets)")
+                continue
+            Xtr, Ytr, Xte, Yte = loaded
+            Xtr, Xte = _preprocess(args.features, Xtr, Xte)
+            _say(f"{name}: train {Xtr.shape} x {Ytr.shape[1]} labels, test {Xte.shape[0]}, "
+                 f"features={args.features}")
+            grid = _grid(args, Xtr)
+            ds = (name, Xtr, Ytr, Xte, Yte)
+            if "accuracy" in args.sections:
+                _accuracy(ds, args, grid, rows, chosen)
+            if "missing" in args.sections:
+                _missing(ds, args, grid, rows)
+            if "speed" in args.sections:
+                _speed(ds, args, grid, rows, chosen)
+            if "scaling" in args.sections:
+                _scaling(ds, args, grid, rows)
+        if "synthetic" in args.sections:
+            if args.quick:
+                args.synthetic_scale = min(args.synthetic_scale, 0.01)
+            _synthetic(args, rows)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["value"] = table["value"].astype(float).round(4)
+    return table
+

@@ -1,0 +1,54 @@
+"""``scarce bench leml --quick`` on a small sample of the bundled Bibtex data."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from flows.bench import leml as bench
+
+BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
+
+
+def _head(src: Path, dst: Path, rows: int) -> None:
+    with gzip.open(src, "rt") as fh:
+        lines = fh.read().splitlines()
+    _, d, labels = lines[0].split()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(dst, "wt") as fh:
+        fh.write("\n".join([f"{rows} {d} {labels}", *lines[1 : rows + 1]]) + "\n")
+
+
+def test_quick_bench_gives_sane_long_table(tmp_path):
+    for part, rows in (("train", 300), ("test", 150)):
+        name = f"bibtex_xmlrepo_{part}.txt.gz"
+        _head(BIBTEX / name, tmp_path / "xmc" / "bibtex" / name, rows)
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--data", str(tmp_path), "--quick", "--datasets",
+                              "bibtex,delicious", "--sections", "accuracy,missing,scaling",
+                              "--alphas", "1", "--max-iter", "3"])
+    table = bench.run(args)
+
+    assert list(table.columns) == bench.COLUMNS
+    assert set(table["section"]) == {"accuracy", "missing", "scaling"}
+    assert set(table["dataset"]) == {"bibtex"}  # delicious is absent here: skipped
+    acc = table[table["section"] == "accuracy"].set_index(["method", "metric"])["value"]
+    assert acc[("LEML (published, XC repository)", "P@1")] == 62.54
+    for method in ("LEML squared", "full-rank ridge (closed form)"):
+        p1, p3, p5 = (acc[(method, m)] for m in ("P@1", "P@3", "P@5"))
+        assert 10 < p1 <= 100  # far above chance (1/159) even on 300 training rows
+        assert 0 < p5 <= 100 and 0 < p3 <= 100
+        assert 50 < acc[(method, "AUC")] <= 100
+        assert acc[(method, "train seconds")] > 0
+    missing = table[table["section"] == "missing"]
+    assert set(missing["method"]) == {"LEML squared", "BR ridge"}
+    assert missing["setting"].str.startswith("observed=20%").all()
+    scaling = table[table["section"] == "scaling"].set_index(["setting", "metric"])["value"]
+    one_x = [s for s, m in scaling.index if "1x" in s and m == "time ratio vs 1x"]
+    assert len(one_x) == 2 and all(scaling[(s, "time ratio vs 1x")] == 1 for s in one_x)
+    two_x = [s for s, m in scaling.index if "2x" in s and m == "size ratio vs 1x"]
+    assert len(two_x) == 2 and np.allclose([scaling[(s, "size ratio vs 1x")] for s in two_x], 2)
