@@ -71,6 +71,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         Rank on the binarised matrix (exact Hamming-histogram algorithm); False ranks the
         real values (needs ``entropy_samples`` for large N).
     entropy_alpha : {"exact", "fixed"}, default "exact"
+    entropy_importance : {"change", "removed"}, default "change"
+        Rank by ``|E_{-w} - E|`` or by ``E_{-w}`` (see :mod:`algorithms.relations.entropy`).
     entropy_samples : int, optional
         Rank on a seeded subsample of this many pairs.
     baseline : {"closed_form", "simulated"}, default "closed_form"
@@ -106,7 +108,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
 
     def __init__(self, k_min=2, k_max=20, ranking="entropy", theta=0.9, step=None, n_steps=12,
                  min_prefix=10, n_subsamples=10, rho=0.9, n_init=3, row_norm=True, reg=1e-3,
-                 entropy_binary=True, entropy_alpha="exact", entropy_samples=None,
+                 entropy_binary=True, entropy_alpha="exact", entropy_importance="change",
+                 entropy_samples=None,
                  baseline="closed_form", n_label_words=2, random_state=0):
         self.k_min = k_min
         self.k_max = k_max
@@ -122,6 +125,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         self.reg = reg
         self.entropy_binary = entropy_binary
         self.entropy_alpha = entropy_alpha
+        self.entropy_importance = entropy_importance
         self.entropy_samples = entropy_samples
         self.baseline = baseline
         self.n_label_words = n_label_words
@@ -131,7 +135,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         if isinstance(self.ranking, str):
             if self.ranking == "entropy":
                 return entropy_ranking(X, binary=bool(self.entropy_binary),
-                                       alpha=self.entropy_alpha, n_samples=self.entropy_samples,
+                                       alpha=self.entropy_alpha, importance=self.entropy_importance,
+                                       n_samples=self.entropy_samples,
                                        random_state=seed)
             if self.ranking == "frequency":
                 return frequency_ranking(X), None

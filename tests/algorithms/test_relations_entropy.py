@@ -48,14 +48,40 @@ def test_real_valued_chebyshev_path_equals_naive_with_many_features():
     np.testing.assert_allclose(fast, naive, rtol=1e-10)
 
 
-def test_ranking_equals_naive_ranking_and_removal_with_lowest_entropy_is_last():
+def test_removed_ranking_equals_naive_and_removal_with_lowest_entropy_is_last():
     rng = np.random.default_rng(0)
     X = (rng.random((40, 25)) < 0.15).astype(float)
-    r_fast, s_fast = entropy_ranking(sp.csr_matrix(X))
-    r_naive, s_naive = entropy_ranking_naive(X)
+    r_fast, s_fast = entropy_ranking(sp.csr_matrix(X), importance="removed")
+    r_naive, s_naive = entropy_ranking_naive(X, importance="removed")
     np.testing.assert_array_equal(r_fast, r_naive)
     assert s_fast[r_fast[-1]] == pytest.approx(s_fast.min())
     assert s_fast[r_fast[0]] == pytest.approx(s_fast.max())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**16), st.sampled_from([True, False]), st.sampled_from(["exact", "fixed"]))
+def test_change_ranking_equals_naive_and_orders_by_absolute_entropy_change(seed, binary, alpha):
+    rng = np.random.default_rng(seed)
+    X = (rng.random((30, 12)) < 0.25) * (1.0 if binary else rng.uniform(0.2, 1.5, (30, 12)))
+    r_fast, s_fast = entropy_ranking(sp.csr_matrix(X), binary=binary, alpha=alpha)
+    r_naive, s_naive = entropy_ranking_naive(X, alpha=alpha)
+    np.testing.assert_array_equal(r_fast, r_naive)
+    full = data_entropy(X) if alpha == "exact" else None
+    if full is not None:  # |E_-w - E| with E by direct summation is non-increasing
+        change = np.abs(s_naive - full)[r_naive]
+        assert np.all(np.diff(change) <= 1e-9 * max(1.0, change.max()))
+
+
+def test_word_in_every_pair_changes_nothing_and_is_ranked_last_by_change():
+    # removing a column constant over all rows leaves every distance as it is: E_-w = E
+    rng = np.random.default_rng(4)
+    X = (rng.random((25, 8)) < 0.3).astype(float)
+    X[:, 3] = 1.0
+    ranking, scores = entropy_ranking(sp.csr_matrix(X))
+    assert scores[3] == pytest.approx(data_entropy(X), rel=1e-12)
+    assert ranking[-1] == 3
+    with pytest.raises(ValueError, match="importance"):
+        entropy_ranking(X, importance="gain")
 
 
 def test_data_entropy_by_hand_for_three_points():

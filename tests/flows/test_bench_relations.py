@@ -1,0 +1,64 @@
+"""``scarce bench relations`` in quick mode on a small sample of the bundled SemEval files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flows.bench import relations as bench
+from tasks.errors import InputError
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def _args(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(["--data", str(DATA), "--quick", *extra])
+
+
+@pytest.fixture(scope="module")
+def table():
+    return bench.run(_args("--max-pairs", "400", "--k-low", "7", "--k-high", "10",
+                           "--speed-pairs", "40"))
+
+
+def test_table_has_every_method_of_the_main_window(table):
+    assert list(table.columns) == bench.COLUMNS
+    methods = set(table["method"])
+    assert {"hasegawa", "kmeans-true-k", "rl-baseline", "frequency", "chi2", "entropy",
+            "entropy-ranking speed-up"} <= methods
+    assert set(table["window"]) == {"0-10-0"}
+    # quick mode: two seeds of the entropy method on the main window
+    assert sorted(table.loc[table["method"] == "entropy", "seed"]) == [0, 1]
+
+
+def test_scores_and_chosen_k_are_in_range(table):
+    scored = table[table["method"] != "entropy-ranking speed-up"]
+    assert (scored["k_true"] == 9).all()
+    for col in ("accuracy", "v_measure"):
+        assert scored[col].between(0, 1).all()
+    # mapped accuracy is at least the largest gold class share over k clusters: > 1/9
+    assert (scored["accuracy"] > 1 / 9).all()
+    searched = scored[scored["method"].isin(["rl-baseline", "frequency", "chi2", "entropy"])]
+    assert searched["k"].between(7, 10).all()
+    fixed = scored[scored["method"].isin(["hasegawa", "kmeans-true-k"])]
+    assert (fixed["k"] == 9).all()
+
+
+def test_fast_ranking_equals_naive_and_is_faster(table):
+    row = table[table["method"] == "entropy-ranking speed-up"].iloc[0]
+    assert bool(row["same_ranking"])
+    assert np.isfinite(row["speedup"]) and row["speedup"] > 1
+
+
+def test_missing_data_and_unknown_ranking_are_input_errors(tmp_path):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    with pytest.raises(InputError, match="not found"):
+        bench.run(parser.parse_args(["--data", str(tmp_path), "--quick"]))
+    with pytest.raises(InputError, match="unknown ranking"):
+        bench.run(_args("--rankings", "entropy,tfidf"))
