@@ -318,7 +318,16 @@ def cluster_mentions(rules: pd.DataFrame, pairs: pd.DataFrame,
 
     Mentions in no positive pair are singletons.  Labels are integers unique over all documents.
     """
-    positive = ripper.rules_fire(rules, features(pairs))
+    return chains(ripper.rules_fire(rules, features(pairs)), pairs, mentions)
+
+
+def chains(positive: np.ndarray, pairs: pd.DataFrame, mentions: pd.DataFrame) -> np.ndarray:
+    """Chain label of every mention: single-link clustering of the ``positive`` pairs.
+
+    ``positive`` is a boolean mask over the rows of ``pairs`` (any classifier's decisions).
+    Mentions in no positive pair are singletons.  Labels are integers unique over all documents.
+    """
+    positive = np.asarray(positive, dtype=bool)
     graph = PairGraph(pairs["doc"].to_numpy(), pairs["mention_i"].to_numpy(),
                       pairs["mention_j"].to_numpy(), closure=True)
     lab = graph.labels(positive)

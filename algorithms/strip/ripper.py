@@ -389,12 +389,14 @@ def _grow_rule(problem: RuleProblem, base_positive, subset, start=()):
     while n0 > 0 and idx.size:
         base_info = _info(p0, n0)
         best = (0.0, None, 0.0, 0.0)
+        edges = ctx.prepare(idx)  # shared by every feature of this refinement step
         for f in range(len(problem.names)):
             col = problem.columns[f][idx]
             if problem.nominal[f]:
                 if f in used_nominal:
                     continue
-                p, n = ctx.counts_by_value(idx, col, problem.categories[f].size)
+                p, n = ctx.counts_by_value(idx, col, problem.categories[f].size,
+                                            edges=edges)
                 cand = [(f, "==", v) for v in range(p.size)]
                 ps, ns = p, n
             else:
@@ -403,7 +405,7 @@ def _grow_rule(problem: RuleProblem, base_positive, subset, start=()):
                 t = thr[(thr >= lo) & (thr <= hi)]
                 if t.size == 0:
                     continue
-                ple, nle, pge, nge = ctx.counts_by_threshold(idx, col, t)
+                ple, nle, pge, nge = ctx.counts_by_threshold(idx, col, t, edges=edges)
                 cand = [(f, "<=", float(x)) for x in t] + [(f, ">=", float(x)) for x in t]
                 ps = np.concatenate([ple, pge])
                 ns = np.concatenate([nle, nge])

@@ -119,6 +119,43 @@ def test_context_counts_equal_brute_force(data, draw):
         assert (pge[t], nge[t]) == brute_counts(rows, base, vals >= th, y)
 
 
+
+@given(pair_sets(max_mentions=9), st.data())
+@settings(max_examples=60, deadline=None)
+def test_prepared_edges_give_the_brute_force_counts(data, draw):
+    # prepare(idx) localises the clusters of all of idx once; large bags reuse it, small bags
+    # are localised alone: both must count as the brute-force closure does
+    rows, base, y = data
+    n = len(rows)
+    d, i, j = map(np.array, zip(*rows, strict=True))
+    graph = PairGraph(d, i, j, closure=True)
+    ctx = graph.context(base, (y == 1).astype(float), 0.5 * (y == 0))
+    sub = np.array(draw.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    idx = np.flatnonzero(sub)
+    edges = ctx.prepare(idx)
+    n_values = draw.draw(st.sampled_from([2, 3, 12]))  # 12: the sorted path for many values
+    codes = np.array(draw.draw(st.lists(st.integers(0, n_values - 1), min_size=idx.size,
+                                        max_size=idx.size)), dtype=np.int64)
+    p, q = ctx.counts_by_value(idx, codes, n_values, edges=edges)
+    for v in range(n_values):
+        bag = np.zeros(n, dtype=bool)
+        bag[idx[codes == v]] = True
+        bp, bn = brute_counts(rows, base, bag, y)
+        assert (p[v], q[v]) == (bp, 0.5 * bn)
+    vals = np.array(draw.draw(st.lists(st.integers(0, 4), min_size=idx.size,
+                                       max_size=idx.size)), float)
+    thr = np.array([0.0, 1.0, 2.5, 4.0])
+    got = ctx.counts_by_threshold(idx, vals, thr, edges=edges)
+    assert all(np.array_equal(a, b) for a, b in zip(got, ctx.counts_by_threshold(idx, vals, thr),
+                                                    strict=True))
+    for t, th in enumerate(thr):
+        for k, keep in ((0, vals <= th), (2, vals >= th)):
+            bag = np.zeros(n, dtype=bool)
+            bag[idx[keep]] = True
+            bp, bn = brute_counts(rows, base, bag, y)
+            assert (got[k][t], got[k + 1][t]) == (bp, 0.5 * bn)
+
+
 def test_unknown_pairs_are_not_counted_but_link_clusters():
     # mentions a0 - u - a1 in one document: the two labelled mentions are linked only through u
     d = np.array(["d"] * 3)

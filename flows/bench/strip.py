@@ -1,0 +1,238 @@
+"""StRip benchmark on GUM: RIPPER, StRip and StRip with partial supervision, against wittgenstein.
+
+Stoyanov and Cardie (EMNLP 2006), the comparison of their table: each method learns rules on
+GUM's train split, then single-link clustering (transitive closure) of the test pairs it marks
+positive gives the chains, scored over the labelled ("source") mentions: MUC, B³, CEAF-e and
+pairwise precision / recall / F1 (``all_*``: the same over every mention).
+
+* ``ripper``: plain RIPPER (no closure) on the labelled pairs (two source NPs);
+* ``strip-labeled``: StRip (closure coverage) on the labelled pairs;
+* ``strip-partial``: StRip on all pairs, those with a non-source NP unknown (closure only).
+
+The loss ratio (cost of a false positive over a false negative) is chosen per method from a small
+sweep by the B³ F1 over the sources of GUM's dev split (ties: pairwise F1, then the ratio nearer
+1); the model fitted on train with that ratio is the one scored on test (no refit, dev never
+trains).  Speed peer: ``wittgenstein``'s RIPPER in the same run on the same pair instances: the
+labelled pairs (the instances of ``ripper`` and ``strip-labeled``) and all pairs with their gold
+labels (the instances of ``strip-partial``; wittgenstein has no unknown label, so this peer sees
+more supervision than StRip and its scores are an oracle, not a baseline).  ``time_ratio`` is the
+method's training seconds over its peer's.
+
+Data: ``--data DIR`` holds ``coref/gum/`` with ``<doc_id>.conllu[.gz]`` files and ``splits.tsv``
+(default: the project's bundled part of GUM).  ``--quick``: a few bundled documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from threadpoolctl import threadpool_limits
+
+from algorithms.metrics.coref import coref_scores
+from algorithms.strip.ripper import StRip
+from flows.config import project_root
+from flows.runtime import markdown_table
+from tasks import strip as tasks_strip
+from tasks.errors import InputError
+
+VARIANTS = ("ripper", "strip-labeled", "strip-partial")
+# method -> the peer fitted on the same pair instances
+PEER_OF = {"ripper": "wittgenstein-labeled", "strip-labeled": "wittgenstein-labeled",
+           "strip-partial": "wittgenstein-all"}
+QUICK_DOCS = {"train": 6, "dev": 2, "test": 2}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder holding coref/gum/ (default: the project's data/)")
+    parser.add_argument("--window", type=int, default=20,
+                        help="candidate pairs: mentions at most this many mentions apart")
+    parser.add_argument("--loss-ratios", default="0.25,0.5,1,2",
+                        help="comma-separated loss ratios swept on the dev split")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated subset of {', '.join(VARIANTS)}")
+    parser.add_argument("--k-optimize", type=int, default=2, help="RIPPER's k (both learners)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-docs", type=int, default=None,
+                        help="at most this many documents per split (first by id)")
+    parser.add_argument("--no-peer", action="store_true", help="skip wittgenstein")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"reduced run: {QUICK_DOCS} documents, window 10, loss ratios "
+                        "0.5 and 1")
+
+
+def _log(msg: str) -> None:
+    print(f"[bench strip] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- data
+def load_split(gum: Path, docs: list[str], window: int) -> dict:
+    """Pairs (keys, label, features) and mentions of the given documents."""
+    pairs, mentions = [], []
+    for path in tasks_strip.document_files(pd.DataFrame({"doc_id": docs, "split": "x"}), gum,
+                                           {"x": ["x"]})["x"]:
+        out = tasks_strip.preprocess(path=path, window=window, max_sentence_distance=None,
+                                     source_kind="etype", etypes=["person", "organization"],
+                                     fraction=None, seed=None)
+        pairs.append(out["pairs"])
+        mentions.append(out["mentions"])
+    return {"pairs": pd.concat(pairs, ignore_index=True),
+            "mentions": pd.concat(mentions, ignore_index=True)}
+
+
+def _documents(gum: Path, max_docs: dict[str, int | None]) -> dict[str, list[str]]:
+    splits_file = gum / "splits.tsv"
+    if not splits_file.is_file():
+        raise InputError("splits file not found (expected coref/gum/splits.tsv under --data)",
+                         path=splits_file)
+    table = tasks_strip.select_documents(splits_file, ["train", "dev", "test"])
+    out = {}
+    for split, limit in max_docs.items():
+        docs = [d for d in table.loc[table["split"] == split, "doc_id"]
+                if any((gum / f"{d}{s}").is_file() for s in tasks_strip.DOC_SUFFIXES)]
+        if not docs:
+            raise InputError(f"no document of split {split!r} in {gum}", path=splits_file)
+        out[split] = docs[:limit] if limit else docs
+    return out
+
+
+# ----------------------------------------------------------------------------- scoring
+def score(positive: np.ndarray, data: dict) -> dict[str, float]:
+    """Single-link chains of the positive pairs, scored over the sources and over all mentions."""
+    men = data["mentions"]
+    response = tasks_strip.chains(positive, data["pairs"], men)
+    key = men["entity"].to_numpy()
+    groups = men["doc"].to_numpy()
+    src = coref_scores(key, response, men["source"].to_numpy(dtype=bool), groups)
+    every = coref_scores(key, response, None, groups)
+    out = {f"{m}_f": float(src.loc[m, "f"]) for m in tasks_strip.SCORE_NAMES}
+    out["pairwise_p"] = float(src.loc["pairwise", "p"])
+    out["pairwise_r"] = float(src.loc["pairwise", "r"])
+    out["all_muc_f"] = float(every.loc["muc", "f"])
+    out["all_b3_f"] = float(every.loc["b3", "f"])
+    return out
+
+
+def _fit_strip(train: pd.DataFrame, variant: str, loss_ratio: float, k: int, seed: int):
+    closure = tasks_strip.VARIANTS[variant][0]
+    table = tasks_strip.training_pairs([train], variant)
+    model = StRip(closure=closure, loss_ratio=loss_ratio, k_optimize=k, random_state=seed)
+    t0 = time.perf_counter()
+    model.fit(tasks_strip.features(table), table["label"].to_numpy(), table["doc"].to_numpy(),
+              table["mention_i"].to_numpy(), table["mention_j"].to_numpy())
+    return model, time.perf_counter() - t0
+
+
+def _fit_peer(train: pd.DataFrame, which: str, k: int, seed: int):
+    import wittgenstein
+
+    table = train[train["label"].to_numpy() >= 0] if which == "labeled" else train
+    X = tasks_strip.features(table.drop(columns="gold")).reset_index(drop=True)
+    if which == "labeled":
+        y = (table["label"].to_numpy() == 1).astype(np.int64)
+    else:  # gold labels of every pair (wittgenstein knows no "unknown")
+        y = table["gold"].to_numpy().astype(np.int64)
+    model = wittgenstein.RIPPER(k=k, random_state=seed)
+    t0 = time.perf_counter()
+    model.fit(X, y, pos_class=1)  # y as numpy: an unnamed Series fails under pandas 3
+    return model, time.perf_counter() - t0, len(table), int(np.count_nonzero(table["label"] >= 0))
+
+
+def _gold(data: dict) -> np.ndarray:
+    """Gold coreference of every pair (same entity), sources or not."""
+    men = data["mentions"].set_index(["doc", "mention"])["entity"]
+    p = data["pairs"]
+    ei = men.reindex(pd.MultiIndex.from_arrays([p["doc"], p["mention_i"]])).to_numpy()
+    ej = men.reindex(pd.MultiIndex.from_arrays([p["doc"], p["mention_j"]])).to_numpy()
+    return (ei == ej).astype(np.int64)
+
+
+def _choose(sweep: list[dict]) -> dict:
+    return max(sweep, key=lambda r: (round(r["dev_b3_f"], 12), round(r["dev_pairwise_f"], 12),
+                                     -abs(np.log(r["loss_ratio"]))))
+
+
+# ----------------------------------------------------------------------------- run
+def run(args: argparse.Namespace) -> pd.DataFrame:
+    """The benchmark table: one row per method, scores on test, training time and peer ratio."""
+    data_root = args.data if args.data is not None else project_root() / "data"
+    gum = Path(data_root) / "coref" / "gum"
+    window = 10 if args.quick else args.window
+    ratios = [0.5, 1.0] if args.quick else [float(x) for x in args.loss_ratios.split(",")]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not ratios or min(ratios) <= 0:
+        raise InputError(f"bad --variants {bad} or --loss-ratios {ratios} (expected a subset of "
+                         f"{VARIANTS} and positive ratios)")
+    limits = dict(QUICK_DOCS) if args.quick else {s: args.max_docs for s in QUICK_DOCS}
+    docs = _documents(gum, limits)
+    _log(f"documents: {', '.join(f'{s} {len(d)}' for s, d in docs.items())}; window {window}")
+
+    with threadpool_limits(1):
+        t0 = time.perf_counter()
+        data = {s: load_split(gum, d, window) for s, d in docs.items()}
+        data["train"]["pairs"]["gold"] = _gold(data["train"])
+        _log(f"features in {time.perf_counter() - t0:.1f} s: " + ", ".join(
+            f"{s} {len(d['pairs'])} pairs ({int((d['pairs']['label'] >= 0).sum())} labelled)"
+            for s, d in data.items()))
+        train = data["train"]["pairs"]
+        train_x = train.drop(columns=["gold"])
+        rows, sweep_rows = [], []
+        for variant in variants:
+            sweep = []
+            for ratio in ratios:
+                model, secs = _fit_strip(train_x, variant, ratio, args.k_optimize, args.seed)
+                dev = score(model.predict(tasks_strip.features(data["dev"]["pairs"])).astype(bool),
+                            data["dev"])
+                sweep.append({"method": variant, "loss_ratio": ratio, "model": model,
+                              "train_seconds": secs, "dev_b3_f": dev["b3_f"],
+                              "dev_pairwise_f": dev["pairwise_f"],
+                              "n_rules": int(model.rules_["rule_id"].nunique())})
+                _log(f"{variant} L={ratio:g}: {secs:.1f} s, {sweep[-1]['n_rules']} rules, dev B3 "
+                     f"{dev['b3_f']:.4f} pairwise F {dev['pairwise_f']:.4f}")
+            best = _choose(sweep)
+            model = best["model"]
+            test = score(model.predict(tasks_strip.features(data["test"]["pairs"])).astype(bool),
+                         data["test"])
+            rows.append({"method": variant, "train_pairs": model.n_pairs_,
+                         "train_labeled": model.n_labeled_, "loss_ratio": best["loss_ratio"],
+                         "n_rules": best["n_rules"], "dev_b3_f": best["dev_b3_f"], **test,
+                         "train_seconds": best["train_seconds"]})
+            sweep_rows += [{k: v for k, v in r.items() if k != "model"} for r in sweep]
+        _log("dev sweep:\n" + markdown_table(pd.DataFrame(sweep_rows)))
+
+        peers = {}
+        if args.no_peer:
+            _log("wittgenstein skipped (--no-peer)")
+        else:
+            try:
+                import wittgenstein
+            except ImportError:
+                wittgenstein = None
+                _log("wittgenstein is not installed (pip install wittgenstein): no speed peer")
+            if wittgenstein is not None:
+                need = sorted({PEER_OF[v] for v in variants})
+                for name in need:
+                    which = name.split("-", 1)[1]
+                    model, secs, n, n_lab = _fit_peer(train, which, args.k_optimize, args.seed)
+                    positive = np.asarray(model.predict(
+                        tasks_strip.features(data["test"]["pairs"]).reset_index(drop=True)),
+                        dtype=bool)
+                    peers[name] = secs
+                    rows.append({"method": f"{name} {wittgenstein.__version__}",
+                                 "train_pairs": n, "train_labeled": n_lab,
+                                 "loss_ratio": np.nan, "n_rules": len(model.ruleset_.rules),
+                                 "dev_b3_f": np.nan, **score(positive, data["test"]),
+                                 "train_seconds": secs})
+                    _log(f"{name}: {secs:.1f} s, {len(model.ruleset_.rules)} rules")
+
+    table = pd.DataFrame(rows)
+    table["peer"] = [PEER_OF.get(m, "") if PEER_OF.get(m) in peers else "" for m in table["method"]]
+    table["time_ratio"] = [row.train_seconds / peers[row.peer] if row.peer else np.nan
+                           for row in table.itertuples()]
+    return table

@@ -1,0 +1,83 @@
+"""``scarce bench strip`` in quick mode on four small bundled GUM documents."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from algorithms.strip.features import build_pairs, source_mask
+from flows.bench import strip as bench
+from tasks.readers.conllu import read_conllu
+
+GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
+SPLITS = {"GUM_news_worship": "train", "GUM_news_stampede": "train", "GUM_news_crane": "dev",
+          "GUM_news_sensitive": "test"}
+HAS_PEER = importlib.util.find_spec("wittgenstein") is not None
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench-strip")
+    gum = root / "coref" / "gum"
+    gum.mkdir(parents=True)
+    for doc in SPLITS:
+        (gum / f"{doc}.conllu.gz").symlink_to(GUM / f"{doc}.conllu.gz")
+    (gum / "splits.tsv").write_text(
+        "doc_id\tsplit\n" + "".join(f"{d}\t{s}\n" for d, s in SPLITS.items()))
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return bench.run(parser.parse_args(["--data", str(root), "--quick"]))
+
+
+def _train_labels(window: int) -> np.ndarray:
+    ys = []
+    for doc, split in SPLITS.items():
+        if split == "train":
+            tokens, mentions = read_conllu(GUM / f"{doc}.conllu.gz")
+            ys.append(build_pairs(tokens, mentions, max_mention_distance=window,
+                                  sources=source_mask(mentions))[2])
+    return np.concatenate(ys)
+
+
+def test_quick_table_has_the_three_methods_and_sane_scores(table):
+    methods = list(table["method"])
+    assert methods[:3] == ["ripper", "strip-labeled", "strip-partial"]
+    for col in ("muc_f", "b3_f", "ceaf_e_f", "pairwise_f", "pairwise_p", "pairwise_r",
+                "all_muc_f", "all_b3_f", "train_seconds", "loss_ratio", "n_rules", "time_ratio"):
+        assert col in table.columns
+    scores = table[["muc_f", "b3_f", "ceaf_e_f", "pairwise_f", "all_b3_f"]].to_numpy()
+    assert np.all((scores >= 0) & (scores <= 1))
+    # B3 of any clustering of these mentions is far above 0 (singletons alone score > 0.5 recall)
+    assert (table["b3_f"] > 0.3).all()
+    p, r, f = table["pairwise_p"], table["pairwise_r"], table["pairwise_f"]
+    np.testing.assert_allclose(f, np.where(p + r > 0, 2 * p * r / (p + r).where(p + r > 0, 1), 0))
+    head = table.iloc[:3]
+    assert set(head["loss_ratio"]) <= {0.5, 1.0}
+    assert (head["train_seconds"] > 0).all()
+
+
+def test_quick_pair_counts_equal_an_independent_count(table):
+    y = _train_labels(window=10)
+    rows = table.set_index("method")
+    assert rows.loc["ripper", "train_pairs"] == np.count_nonzero(y >= 0)
+    assert rows.loc["strip-labeled", "train_pairs"] == np.count_nonzero(y >= 0)
+    assert rows.loc["strip-partial", "train_pairs"] == y.size
+    assert rows.loc["strip-partial", "train_labeled"] == np.count_nonzero(y >= 0)
+
+
+@pytest.mark.skipif(not HAS_PEER, reason="wittgenstein not installed")
+def test_quick_time_ratio_is_seconds_over_the_peer_on_the_same_pairs(table):
+    peers = table[table["method"].str.startswith("wittgenstein")]
+    assert len(peers) == 2
+    secs = {m.split(" ")[0]: s for m, s in zip(peers["method"], peers["train_seconds"],
+                                               strict=True)}
+    n = {m.split(" ")[0]: k for m, k in zip(peers["method"], peers["train_pairs"], strict=True)}
+    for row in table.iloc[:3].itertuples():
+        assert row.time_ratio == pytest.approx(row.train_seconds / secs[row.peer])
+        assert row.train_pairs == n[row.peer]
+    assert pd.isna(peers["time_ratio"]).all()
