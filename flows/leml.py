@@ -44,6 +44,9 @@ class DatasetConfig(Strict):
     train: str = Field(description="Training file, relative to the project root.")
     test: str = Field(description="Test file, relative to the project root.")
     n_labels: int | None = Field(None, ge=1, description="Label count (ARFF only).")
+    normalize: Literal["none", "l2"] = Field(
+        "none", description="Scale every row of X to unit L2 norm (train and test alike)."
+    )
     validation_fraction: float = Field(
         0.0,
         ge=0,
@@ -101,7 +104,7 @@ def _run_name() -> str:
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     ctx = RunContext.open("leml", config, options)
     d, m = config.dataset, config.model
-    read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels)
+    read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
     train = ctx.run(load, path=ctx.path(d.train), **read)
     test = ctx.run(load, path=ctx.path(d.test), **read)
     fit, val = train, None

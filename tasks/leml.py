@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from sklearn.preprocessing import normalize as sk_normalize
 
 import algorithms.leml.baselines as leml_baselines
 import algorithms.leml.losses as leml_losses
@@ -45,8 +46,14 @@ def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
 
 
 @step("leml-load", files=("path",), outputs=("X", "Y"), run_name="load {path.name}")
-def load(path: Path, format: str, dtype: str, n_labels: int | None = None) -> dict:
-    """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet."""
+def load(
+    path: Path, format: str, dtype: str, n_labels: int | None = None, normalize: str = "none"
+) -> dict:
+    """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
+
+    ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
+    operation, so train and test are treated alike without shared statistics).
+    """
     dt = DTYPES[dtype]
     if format == "xmc":
         X, Y = read_xmc(path, dtype=dt)
@@ -56,7 +63,12 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None = None) -> di
         X, Y = _read_parquet_xy(path, dt)
     else:
         raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
-    return {"X": sp.csr_matrix(X, dtype=dt), "Y": sp.csr_matrix(Y, dtype=np.float32)}
+    X = sp.csr_matrix(X, dtype=dt)
+    if normalize == "l2":
+        X = sk_normalize(X, norm="l2").astype(dt)
+    elif normalize != "none":
+        raise InputError(f"unknown normalize {normalize!r} (none, l2)", key="dataset.normalize")
+    return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32)}
 
 
 @step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"))

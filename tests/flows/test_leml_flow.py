@@ -167,3 +167,15 @@ def test_invalid_config_values_exit_2(project, capsys):
     ]:
         assert main(["run", "leml", "--set", override]) == 2
         assert f"key '{key}'" in capsys.readouterr().err
+
+
+def test_l2_normalised_rows(project):
+    assert main(["run", "leml", "--set", "dataset.normalize=l2", "--set", "baselines=[]"]) == 0
+    m = _last(project)
+    store = Store(project / "data" / "cache")
+    refs = [o["ref"] for o in m["outputs"] if o["step"] == "leml-load" and o["ref"].endswith("-X")]
+    for ref in refs:
+        X = store.read(ref)
+        norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+        np.testing.assert_allclose(norms[norms > 0], 1.0, rtol=1e-5)
+        assert X.dtype == np.float32
