@@ -13,7 +13,7 @@ from typing import Literal
 
 from prefect import flow, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flows.config import FlowConfig
 from flows.runtime import RunContext, RunOptions
@@ -114,6 +114,13 @@ class RelationsConfig(FlowConfig):
         pattern=WINDOW_PATTERN,
         description="Between-words window of the Hasegawa baseline.",
     )
+
+    @field_validator("window", "hasegawa_window")
+    @classmethod
+    def _window_selects_words(cls, value: str) -> str:
+        if not any(int(part) for part in value.split("-")):
+            raise ValueError(f"window {value!r} selects no context words")
+        return value
 
     @model_validator(mode="after")
     def _k_range(self) -> RelationsConfig:

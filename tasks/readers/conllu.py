@@ -313,12 +313,23 @@ def read_conllu(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         entity brackets, a discontinuous mention or a bad minspan.
     """
     path = Path(path)
+    n_read = 0
+
+    def counted(fh):
+        nonlocal n_read
+        for line in fh:
+            n_read += 1
+            yield line
+
     try:
         with _open(path) as fh:
-            tok_rows, men_rows = _parse(fh, path)
+            tok_rows, men_rows = _parse(counted(fh), path)
     except FileNotFoundError:
         raise InputError("file not found", path=path) from None
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
+    except EOFError:
+        raise InputError(f"truncated gzip file: the compressed data end after line {n_read}",
+                         path=path, line=n_read + 1) from None
+    except (UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise InputError(f"cannot decode: {exc}", path=path) from None
     return _frames(tok_rows, men_rows)
 

@@ -56,7 +56,9 @@ def read_bytes(path: Path) -> bytes:
     chunks: list[bytes] = []
     try:
         with gzip.open(path, "rb") as fh:
-            while chunk := fh.read(1 << 16):
+            # read1: one decompression step at a time, so the data before a cut are kept
+            # (read(n) loops until n bytes and loses them when the stream ends early).
+            while chunk := fh.read1(1 << 16):
                 chunks.append(chunk)
     except EOFError:
         done = b"".join(chunks)
