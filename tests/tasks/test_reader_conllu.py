@@ -1,6 +1,5 @@
 """CoNLL-U reader with CorefUD entities: bundled GUM documents and malformed inputs."""
 
-import gzip
 import re
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import pytest
 
 from tasks.errors import InputError
 from tasks.readers.conllu import read_conllu, read_conllu_files
+from tests.tasks.textfiles import write_text
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "coref"
 HEADER = ("# newdoc id = tiny\n"
@@ -56,14 +56,7 @@ def test_mentions_heads_and_spans_of_a_known_sentence():
 
 
 def write(tmp_path, body, name="doc.conllu", gz=False):
-    text = HEADER + body
-    path = tmp_path / (name + (".gz" if gz else ""))
-    if gz:
-        with gzip.open(path, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+    return write_text(tmp_path / (name + (".gz" if gz else "")), HEADER + body)
 
 
 def tok(i, form, head, misc="_", upos="NOUN", deprel="dep"):

@@ -1,6 +1,5 @@
 """JSON Lines reader for entity-pair mentions."""
 
-import gzip
 import json
 
 import pandas as pd
@@ -9,6 +8,7 @@ import pytest
 from tasks.errors import InputError
 from tasks.readers.jsonl import read_jsonl
 from tasks.readers.semeval import COLUMNS
+from tests.tasks.textfiles import write_text
 
 REC = {"tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4],
        "label": "Cause-Effect"}
@@ -16,13 +16,7 @@ REC = {"tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4
 
 def _write(tmp_path, lines, name="m.jsonl"):
     text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
-    path = tmp_path / name
-    if name.endswith(".gz"):
-        with gzip.open(path, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+    return write_text(tmp_path / name, text)
 
 
 def test_reads_records_into_reader_columns(tmp_path):

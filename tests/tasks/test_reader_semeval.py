@@ -1,12 +1,12 @@
 """SemEval-2010 Task 8 reader: the bundled files and malformed input."""
 
-import gzip
 from pathlib import Path
 
 import pytest
 
 from tasks.errors import InputError
 from tasks.readers.semeval import parse_marked_sentence, read_semeval, tokenize
+from tests.tasks.textfiles import write_text
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "relations" / "semeval2010_task8"
 
@@ -45,13 +45,7 @@ def test_tokenizer_keeps_inner_hyphens_and_splits_punctuation():
 
 
 def _write(tmp_path, text, name="f.txt"):
-    path = tmp_path / name
-    if name.endswith(".gz"):
-        with gzip.open(path, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+    return write_text(tmp_path / name, text)
 
 
 GOOD = '1\t"The <e1>child</e1> was in the <e2>cradle</e2>."\nOther\nComment:\n\n'
