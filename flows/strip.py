@@ -118,12 +118,11 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
     ctx = RunContext.open("strip", config, options)
     splits_file = ctx.path(config.splits_file)
     roles = {"train": config.train_splits, "test": config.test_splits}
-    docs = ctx.run(
-        strip.select_documents,
-        splits_file=splits_file,
-        splits=[*config.train_splits, *config.test_splits],
-    )
-    files = strip.document_files(ctx.read(docs), ctx.path(config.data_dir), roles, splits_file)
+    wanted = [*config.train_splits, *config.test_splits]
+    # The document list is stored only once every document has been read: a malformed
+    # CoNLL-U file then leaves nothing in the store (the plain call below is a small TSV read).
+    documents = strip.select_documents(splits_file, wanted)
+    files = strip.document_files(documents, ctx.path(config.data_dir), roles, splits_file)
     src = config.sources
     prep = dict(
         window=config.window,
@@ -137,6 +136,7 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
         role: ctx.gather([ctx.submit(strip.preprocess, path=p, **prep) for p in paths])
         for role, paths in files.items()
     }
+    ctx.run(strip.select_documents, splits_file=splits_file, splits=wanted)
     train = [d["pairs"] for d in data["train"]]
     learn = dict(loss_ratio=config.loss_ratio, max_thresholds=config.max_thresholds)
     rules, timings = {}, {}

@@ -32,11 +32,6 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"
 
-# Steps that write store entries before the step that reads the bad file.
-STRIP_SPLITS_FIRST = (
-    "strip: the step 'strip-splits' (select_documents) reads splits.tsv and writes "
-    "data/cache/strip-splits/<key>.parquet before 'strip-preprocess' reads the CoNLL-U file"
-)
 
 @dataclass(frozen=True)
 class Case:
@@ -67,7 +62,7 @@ def relations(file: str, expect: str) -> Case:
 
 
 def conllu(file: str, expect: str) -> Case:
-    return Case(file, "strip", expect, leaves_entries=STRIP_SPLITS_FIRST)
+    return Case(file, "strip", expect)
 
 
 def config(file: str, flow: str, expect: str, **known: str) -> Case:
