@@ -80,12 +80,13 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from algorithms.memory import MemoryBudgetError
     from tasks.errors import InputError
 
     _log_to_stderr()
     try:
         return _dispatch(args)
-    except InputError as exc:
+    except (InputError, MemoryBudgetError) as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
@@ -127,10 +128,11 @@ class _InputErrorWithoutTraceback(logging.Formatter):
         self.inner = inner
 
     def format(self, record: logging.LogRecord) -> str:
+        from algorithms.memory import MemoryBudgetError
         from tasks.errors import InputError
 
         exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, InputError):
+        if not isinstance(exc, InputError | MemoryBudgetError):
             return self.inner.format(record)
         saved = record.exc_info, record.exc_text
         record.exc_info, record.exc_text = None, None

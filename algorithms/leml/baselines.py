@@ -37,6 +37,7 @@ from algorithms.leml.model import (
     predict_top_k_in_batches,
     threshold_in_batches,
 )
+from algorithms.memory import check_allocation
 
 __all__ = ["BinaryRelevance", "ClosedFormLowRank"]
 
@@ -55,6 +56,9 @@ class _LinearMultiLabel(BaseEstimator):
     def decision_function(self, X) -> np.ndarray:
         """Decision values (n x L, dense)."""
         X = self._scores(X)
+        check_allocation((X.shape[0], self.coef_.shape[0]), self.coef_.dtype,
+                         what="Binary Relevance decision_function (n x L)",
+                         advice="score row batches with predict_top_k or predict (batch_size)")
         return np.asarray(X @ self.coef_.T) + self.intercept_
 
     def predict(self, X, batch_size: int = 2048) -> sp.csr_matrix:
@@ -145,6 +149,10 @@ class BinaryRelevance(_LinearMultiLabel):
         coef = np.zeros((n_labels, d), dtype=dtype)
         intercept = np.zeros(n_labels, dtype=dtype)
         if self.model == "ridge" and Y_full is not None:
+            check_allocation(Y_full.shape, np.float64, copies=2,
+                             what="Binary Relevance ridge (dense n x L targets for scikit-learn)",
+                             advice="train the BR baseline on a seeded sample of the rows or "
+                             "turn the baseline off")
             est = self._make().fit(X, Y_full.toarray())
             coef[:] = est.coef_
             intercept[:] = est.intercept_

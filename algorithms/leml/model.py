@@ -63,6 +63,7 @@ from tqdm.auto import tqdm
 
 from algorithms.leml.losses import get_loss
 from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
+from algorithms.memory import check_allocation
 
 __all__ = [
     "LEML",
@@ -292,6 +293,12 @@ class LEMLData:
         """The observed entries; for fully observed data a dense n x L copy of ``Y``
         (built once, only the logistic and squared-hinge losses need it)."""
         if self.entries is None:
+            check_allocation(
+                self.Y.shape, self.Y.dtype,
+                what="LEML with the logistic or squared-hinge loss on fully observed labels "
+                "(dense n x L label copy)",
+                advice="use loss 'squared' (its fully observed case never forms n x L) or "
+                "train on a seeded sample of the rows")
             self.entries = _DenseEntries(self.Y.toarray())
         return self.entries
 
@@ -367,6 +374,8 @@ def _labels(Y, mask, n, dtype, entries="auto"):
     else:
         dense = entries == "dense"
     if dense:  # many observed: dense with a mask (see _DenseEntries)
+        check_allocation((n, n_labels), dtype, what="observed labels stored dense (n x L)",
+                         advice="use entries='sparse'", copies=2)
         y = np.zeros((n, n_labels), dtype=dtype)
         y[Yc.nonzero()] = 1
         return None, _DenseEntries(y, omega.toarray().astype(dtype)), n_labels
@@ -995,7 +1004,12 @@ class LEML(BaseEstimator):
 
     def decision_function(self, X) -> np.ndarray:
         """Decision values ``X W H^T`` (n x L, dense; for large L use :meth:`predict_top_k`)."""
-        return self._embed(X) @ self.H_.T
+        A = self._embed(X)
+        check_allocation((A.shape[0], self.H_.shape[0]), A.dtype,
+                         what="LEML decision_function (n x L)",
+                         advice="score row batches with predict_top_k or predict (batch_size), "
+                         "or pass fewer rows at a time")
+        return A @ self.H_.T
 
     def predict(self, X, batch_size: int = 2048) -> sp.csr_matrix:
         """Labels with decision value above ``threshold_``, as a sparse 0/1 matrix (int8).

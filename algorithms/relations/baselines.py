@@ -22,6 +22,7 @@ from scipy.cluster.hierarchy import cut_tree, linkage
 from sklearn.feature_selection import chi2
 from sklearn.preprocessing import normalize
 
+from algorithms.memory import check_allocation
 from algorithms.relations.entropy import rank_by_scores
 from algorithms.relations.selection import full_kmeans_seed, kmeans_labels, prepare_subset
 from algorithms.relations.stability import choose_k, stability_curve
@@ -36,6 +37,10 @@ def cosine_distance_condensed(X, *, block_size: int = 1024) -> np.ndarray:
     Xn = normalize(sp.csr_matrix(X, dtype=np.float64), norm="l2")
     XT = Xn.T.tocsr()
     n = Xn.shape[0]
+    check_allocation((n * (n - 1) // 2,), np.float64, copies=2,
+                     what="complete-link baseline (N(N-1)/2 cosine distances)",
+                     advice="sample the pairs (max_pairs in the relations config) or turn the "
+                     "baselines off (baselines: false)")
     out = np.empty(n * (n - 1) // 2, dtype=np.float64)
     pos = 0
     for start in range(0, n, block_size):

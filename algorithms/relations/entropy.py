@@ -96,6 +96,8 @@ from numpy.polynomial import chebyshev
 from scipy.spatial.distance import pdist
 from sklearn.utils import check_random_state
 
+from algorithms.memory import check_allocation
+
 LN2 = float(np.log(2.0))  # -ln 0.5
 
 
@@ -219,6 +221,9 @@ def _binary_scores(X: sp.csr_matrix, alpha: str, block_size: int) -> tuple[np.nd
     H = np.zeros(nbins, dtype=np.int64)
     A = np.zeros((m, nbins), dtype=np.int64)
     B = np.zeros((m, nbins), dtype=np.int64)
+    check_allocation((min(block_size, n), n), np.int64, copies=4,
+                     what="entropy ranking (a block of rows x N distances)",
+                     advice="lower block_size")
     for start in range(0, n, block_size):
         stop = min(start + block_size, n)
         blk = Xb[start:stop]
@@ -256,6 +261,10 @@ def _binary_scores(X: sp.csr_matrix, alpha: str, block_size: int) -> tuple[np.nd
 
 def _real_scores(X: sp.csr_matrix, alpha: str) -> tuple[np.ndarray, float]:
     n, m = X.shape
+    check_allocation((n, n), np.float64, copies=3,
+                     what="entropy ranking with real-valued weights (N x N squared distances)",
+                     advice="rank on a seeded subsample (n_samples; entropy_samples in the "
+                     "relations config) or use binary weights (histogram method, O(N) memory)")
     G = (X @ X.T).toarray()
     r = np.diag(G).copy()
     D2 = r[:, None] + r[None, :] - 2.0 * G

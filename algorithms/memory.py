@@ -1,0 +1,102 @@
+"""Check that a large dense array fits in memory before allocating it.
+
+Several steps of the methods need one dense array whose size grows with the data as a
+product: ``n x L`` decision values or label copies (LEML's logistic and squared-hinge
+losses, Binary Relevance), ``N x N`` distances (the entropy ranking with real-valued
+weights, the complete-link baseline).  On a large input NumPy would ask the kernel for the
+memory, and the process would be killed part way (by the OOM killer) rather than fail.
+:func:`check_allocation` compares the bytes the array needs with the memory available and
+raises :class:`MemoryBudgetError` first, with a message that names the option to change.
+
+The available memory is the smaller of the physical memory the kernel reports as available
+(``os.sysconf``) and a cgroup v2 limit when one applies; the environment variable
+``SCARCE_MEMORY_LIMIT_GB`` sets a lower ceiling (useful on shared machines and in tests).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+__all__ = ["MemoryBudgetError", "available_bytes", "check_allocation", "format_bytes"]
+
+ENV_LIMIT = "SCARCE_MEMORY_LIMIT_GB"
+# Leave room for the arrays already alive and for temporaries of the same size.
+HEADROOM = 0.8
+
+
+class MemoryBudgetError(MemoryError):
+    """A dense array would not fit in the memory available; the message says what to change."""
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _cgroup_room() -> float:
+    # cgroup v2: the container's limit minus what it uses (a plain system file, not data I/O).
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        if limit == "max":
+            return math.inf
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+        return max(0.0, float(int(limit) - used))
+    except (OSError, ValueError):
+        return math.inf
+
+
+def available_bytes() -> float:
+    """Bytes this process may still allocate: min(kernel's available, cgroup room, env cap)."""
+    room = math.inf
+    try:
+        room = float(os.sysconf("SC_AVPHYS_PAGES")) * float(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):  # not Linux: no estimate
+        pass
+    room = min(room, _cgroup_room())
+    cap = os.environ.get(ENV_LIMIT)
+    if cap:
+        try:
+            room = min(room, float(cap) * 2**30)
+        except ValueError:
+            raise ValueError(f"{ENV_LIMIT} must be a number of GiB, got {cap!r}") from None
+    return room
+
+
+def check_allocation(shape: tuple[int, ...], dtype, *, what: str, advice: str,
+                     copies: float = 1.0) -> int:
+    """Raise :class:`MemoryBudgetError` unless ``copies`` arrays of ``shape`` fit.
+
+    Parameters
+    ----------
+    shape, dtype :
+        The dense array about to be allocated.
+    what : str
+        What the array is, for the message (``"decision values (n x L)"``).
+    advice : str
+        Which option to change, for the message (``"lower batch_size"``).
+    copies : float, default=1
+        How many arrays of this size the operation holds at once (temporaries).
+
+    Returns
+    -------
+    int
+        The bytes one array needs.
+    """
+    need = int(np.prod([int(s) for s in shape], dtype=np.float64)) * np.dtype(dtype).itemsize
+    room = available_bytes()
+    if need * copies > HEADROOM * room:
+        dims = " x ".join(f"{int(s):,}" for s in shape)
+        raise MemoryBudgetError(
+            f"{what}: a dense {dims} {np.dtype(dtype).name} array"
+            f"{f' (x{copies:g} with temporaries)' if copies != 1 else ''} needs "
+            f"{format_bytes(need * copies)}, but only {format_bytes(room)} is available; "
+            f"{advice}")
+    return need

@@ -1,0 +1,97 @@
+"""The memory guard: a dense array that would not fit is refused before it is allocated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from algorithms.leml.baselines import BinaryRelevance
+from algorithms.leml.model import LEML
+from algorithms.memory import (
+    ENV_LIMIT,
+    MemoryBudgetError,
+    available_bytes,
+    check_allocation,
+    format_bytes,
+)
+from algorithms.relations.baselines import cosine_distance_condensed
+from algorithms.relations.entropy import entropy_scores
+
+
+def _problem(n=60, d=12, L=9, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.4, random_state=seed, format="csr", dtype=np.float64)
+    Y = sp.csr_matrix((rng.random((n, L)) < 0.3).astype(np.float64))
+    return X, Y
+
+
+def test_limit_from_environment(monkeypatch):
+    monkeypatch.setenv(ENV_LIMIT, "0.5")
+    assert available_bytes() <= 0.5 * 2**30
+    monkeypatch.setenv(ENV_LIMIT, "lots")
+    with pytest.raises(ValueError, match=ENV_LIMIT):
+        available_bytes()
+
+
+def test_check_allocation_counts_bytes_and_names_the_option(monkeypatch):
+    monkeypatch.setenv(ENV_LIMIT, str(1 / 1024))  # 1 MiB: 0.8 MiB usable
+    assert check_allocation((100, 100), np.float64, what="w", advice="a") == 80_000
+    # 1000 x 1000 float32 = 3.8 MiB: refused, message names size, room and advice
+    with pytest.raises(MemoryBudgetError) as info:
+        check_allocation((1000, 1000), np.float32, what="scores (n x L)",
+                         advice="lower batch_size")
+    msg = str(info.value)
+    assert "1,000 x 1,000 float32" in msg and "3.8 MiB" in msg
+    assert "1.0 MiB is available" in msg and msg.endswith("lower batch_size")
+    # copies multiply the need: 300 x 300 float64 = 0.69 MiB fits once, not twice
+    check_allocation((300, 300), np.float64, what="w", advice="a")
+    with pytest.raises(MemoryBudgetError, match="x2 with temporaries"):
+        check_allocation((300, 300), np.float64, what="w", advice="a", copies=2)
+    assert format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_no_limit_allows_ordinary_arrays(monkeypatch):
+    monkeypatch.delenv(ENV_LIMIT, raising=False)
+    check_allocation((1000, 1000), np.float64, what="w", advice="a")
+
+
+def test_leml_decision_function_refused_but_batched_top_k_works(monkeypatch):
+    X, Y = _problem()
+    model = LEML(rank=3, max_iter=2, random_state=0).fit(X, Y)
+    full = model.decision_function(X)
+    # 60 x 9 float32 = 2,160 bytes: refused under a 2,000-byte cap; batched scoring works
+    assert full.dtype == np.float32
+    monkeypatch.setenv(ENV_LIMIT, str(2000 / 2**30))
+    with pytest.raises(MemoryBudgetError, match="predict_top_k"):
+        model.decision_function(X)
+    top = model.predict_top_k(X, k=2, batch_size=8)
+    np.testing.assert_array_equal(top[:, 0], full.argmax(axis=1))
+
+
+def test_leml_logistic_fully_observed_refused_before_training(monkeypatch):
+    X, Y = _problem()
+    monkeypatch.setenv(ENV_LIMIT, str(1000 / 2**30))
+    with pytest.raises(MemoryBudgetError, match="use loss 'squared'"):
+        LEML(rank=3, loss="logistic", max_iter=1, random_state=0).fit(X, Y)
+    LEML(rank=3, loss="squared", max_iter=1, random_state=0).fit(X, Y)  # never forms n x L
+
+
+def test_binary_relevance_ridge_refused(monkeypatch):
+    X, Y = _problem()
+    monkeypatch.setenv(ENV_LIMIT, str(1000 / 2**30))
+    with pytest.raises(MemoryBudgetError, match="Binary Relevance ridge"):
+        BinaryRelevance(model="ridge").fit(X, Y)
+
+
+def test_relations_real_valued_ranking_refused_subsample_allowed(monkeypatch):
+    X, _ = _problem(n=200, d=15)
+    # N x N float64 x3 for N=200: 0.92 MiB; a 0.5 MiB cap refuses it
+    monkeypatch.setenv(ENV_LIMIT, str(0.5 / 1024))
+    with pytest.raises(MemoryBudgetError, match="entropy_samples"):
+        entropy_scores(X, binary=False)
+    scores = entropy_scores(X, binary=False, n_samples=50, random_state=0)
+    assert scores.shape == (15,) and np.all(np.isfinite(scores))
+    # complete link: 600 points -> 179,700 float64 distances x2 = 2.7 MiB
+    with pytest.raises(MemoryBudgetError, match="baselines: false"):
+        cosine_distance_condensed(sp.vstack([X] * 3).tocsr())
