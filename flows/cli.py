@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -280,11 +281,13 @@ def _print_frame(frame: Any) -> None:
 # -- rerun -------------------------------------------------------------------
 def cmd_rerun(args: argparse.Namespace) -> int:
     from flows import manifest as mf
-    from flows.config import validate_config
+    from flows.config import SAFE_NAME, validate_config
     from flows.registry import FLOWS
     from flows.runtime import RunOptions, default_runs_root, new_run_id
     from tasks.errors import InputError
 
+    if not re.fullmatch(SAFE_NAME, args.run_id):  # a run id never holds a path separator
+        raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
     runs = default_runs_root()
     run_dir = runs / args.run_id
     old = mf.read_manifest(run_dir)

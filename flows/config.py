@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.errors import InputError
 
+# Names that become part of a path (run ids, experiment names): no separators, no "..".
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
 
 class Strict(BaseModel):
     """A config section: no unknown keys, no silent coercion of strings to numbers."""
@@ -31,7 +34,10 @@ class FlowConfig(Strict):
 
     seed: int = Field(0, ge=0, description="The one seed every source of randomness derives from.")
     name: str | None = Field(
-        None, description="Experiment name used in run names; defaults to the flow's own."
+        None,
+        pattern=SAFE_NAME,
+        description="Experiment name used in run names (letters, digits, '.', '_', '-'); "
+        "defaults to the flow's own.",
     )
 
 

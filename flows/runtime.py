@@ -28,7 +28,7 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from flows import manifest as mf
-from flows.config import FlowConfig, project_root, resolve_path
+from flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from tasks.errors import InputError
 from tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
 from tasks.store import Store, atomic_write_parquet, encode, file_sha256
@@ -43,7 +43,9 @@ class RunOptions(BaseModel):
 
     store: str | None = Field(None, description="Store root; default data/cache or $SCARCE_STORE.")
     runs: str | None = Field(None, description="Runs folder; default data/runs or $SCARCE_RUNS.")
-    run_id: str | None = Field(None, description="Run id; generated when empty.")
+    run_id: str | None = Field(
+        None, pattern=SAFE_NAME, description="Run id; generated when empty."
+    )
     refresh: bool = Field(False, description="Ignore cached results and recompute every step.")
     rerun_of: str | None = Field(None, description="The run this one reproduces, if any.")
     runner: str = Field("local", description="Task runner the flow was started with.")
