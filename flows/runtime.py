@@ -13,6 +13,7 @@ hits, and remember every ref (and every input file) for the manifest.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import logging
@@ -31,11 +32,12 @@ from flows import manifest as mf
 from flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from tasks.errors import InputError
 from tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
-from tasks.store import Store, atomic_write_parquet, encode, file_sha256
+from tasks.store import Store, atomic_write_bytes, atomic_write_parquet, encode, file_sha256
 
 log = logging.getLogger("scarce.run")
 
 METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
+PLOTS = "plots"  # the run folder's subfolder of PNG figures (not compared by rerun)
 
 
 class RunOptions(BaseModel):
@@ -77,6 +79,7 @@ class RunContext:
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     cache_hits: list[str] = field(default_factory=list)
+    plots: dict[str, bytes] = field(default_factory=dict)
 
     @classmethod
     def open(cls, flow: str, config: FlowConfig, options: RunOptions | None = None) -> RunContext:
@@ -133,10 +136,18 @@ class RunContext:
         self._note_files(st, kwargs)
         return st, self._task(st).submit(**kwargs)
 
-    def map(self, st: Step, **kwargs: Any) -> list[Any]:
-        """Map a step over the iterables in ``kwargs`` (Prefect's ``.map``)."""
+    def map(self, st: Step, progress: Progress | None = None, **kwargs: Any) -> list[Any]:
+        """Map a step over the iterables in ``kwargs`` (Prefect's ``.map``).
+
+        ``progress`` (from :meth:`progress`) advances by one as each mapped task finishes.
+        """
         futures = self._task(st).map(**kwargs)
-        return [self._record(st, f.wait() or f.state) for f in futures]
+        out = []
+        for f in futures:
+            out.append(self._record(st, f.wait() or f.state))
+            if progress is not None:
+                progress.advance()
+        return out
 
     def gather(self, submitted: Iterable[tuple[Step, Any]]) -> list[Any]:
         out = []
@@ -171,6 +182,27 @@ class RunContext:
             markdown=text, key=self._artifact_key(name), description=description
         )
 
+    def publish_image(self, name: str, png: bytes, description: str = "") -> None:
+        """An image artifact showing ``png``; the file goes to ``plots/<name>.png``.
+
+        The image travels inside the artifact as a ``data:image/png;base64`` URL, so the UI
+        shows it without a file server.  The file is written by :meth:`finish` (a failed run
+        writes no run folder) and listed under ``plots`` in the manifest, outside the outputs
+        that ``rerun`` compares.
+        """
+        from prefect.artifacts import create_image_artifact
+
+        if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+            raise ValueError(f"plot {name!r} is not a PNG image")
+        key = self._artifact_key(name)
+        self.plots[key] = png
+        url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        create_image_artifact(image_url=url, key=key, description=description)
+
+    def progress(self, name: str, total: int, description: str = "") -> Progress:
+        """A progress artifact (at 0%) for a loop of ``total`` units; ``advance()`` per unit."""
+        return Progress(total, key=self._artifact_key(name), description=description)
+
     # -- finishing ----------------------------------------------------------
     def finish(self, metrics_ref: str, headline: dict[str, float] | None = None) -> dict[str, Any]:
         """Write ``metrics.parquet`` and ``manifest.json``; return the run summary."""
@@ -186,6 +218,12 @@ class RunContext:
             {**o, "sha256": self.store.sha256(o["ref"])}
             for o in sorted(self.outputs.values(), key=lambda o: o["ref"])
         ]
+        plots = []
+        for key, png in sorted(self.plots.items()):
+            rel = f"{PLOTS}/{key}.png"
+            (self.run_dir / PLOTS).mkdir(exist_ok=True)
+            atomic_write_bytes(self.run_dir / rel, png)
+            plots.append({"name": key, "path": rel, "sha256": file_sha256(self.run_dir / rel)})
         manifest = {
             "schema": mf.SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -202,6 +240,7 @@ class RunContext:
             "outputs": outputs,
             "metrics_sha256": file_sha256(metrics_path),
             "cache_hits": sorted(set(self.cache_hits)),
+            "plots": plots,
             "headline": headline or headline_metrics(metrics),
         }
         mf.write_manifest(self.run_dir, manifest)
@@ -213,6 +252,29 @@ class RunContext:
             "metrics": metrics,
             "manifest": manifest,
         }
+
+
+class Progress:
+    """A Prefect progress artifact over ``total`` units of a loop.
+
+    Created at 0%; :meth:`advance` updates it when the percentage has moved by a whole point
+    or reached 100 (at most about 100 API calls however long the loop).
+    """
+
+    def __init__(self, total: int, key: str | None = None, description: str = "") -> None:
+        from prefect.artifacts import create_progress_artifact
+
+        self.total, self.done, self.shown = max(int(total), 1), 0, 0.0
+        self.artifact_id = create_progress_artifact(0.0, key=key, description=description)
+
+    def advance(self, n: int = 1) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        self.done = min(self.done + n, self.total)
+        percent = 100.0 * self.done / self.total
+        if percent - self.shown >= 1.0 or (self.done == self.total and percent > self.shown):
+            update_progress_artifact(self.artifact_id, percent)
+            self.shown = percent
 
 
 def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pandas as pd
 from prefect import flow
 from pydantic import Field, model_validator
 
+from flows import plots
 from flows.config import FlowConfig, Strict
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import strip
 
 Variant = Literal["ripper", "strip-labeled", "strip-partial"]
+
+# Stoyanov and Cardie (2006) on MPQA, in %: B³ F1 and pairwise F1 over the source mentions.
+PUBLISHED_MPQA = {"ripper": (81.8, 60.6), "strip-partial": (83.2, 67.1)}
 
 
 class SourceConfig(Strict):
@@ -140,6 +145,11 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
     train = [d["pairs"] for d in data["train"]]
     learn = dict(loss_ratio=config.loss_ratio, max_thresholds=config.max_thresholds)
     rules, timings = {}, {}
+    progress = ctx.progress(
+        "training",
+        3 * len(config.variants),
+        f"grow, prune, optimize for {len(config.variants)} variants",
+    )
     for v in config.variants:
         g = ctx.run(
             strip.grow,
@@ -149,7 +159,9 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
             seed=config.seed,
             **learn,
         )
+        progress.advance()
         p = ctx.run(strip.prune, train=train, rules=g["rules"], variant=v, **learn)
+        progress.advance()
         o = ctx.run(
             strip.optimize,
             train=train,
@@ -160,6 +172,7 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
             k_optimize=config.k_optimize,
             **learn,
         )
+        progress.advance()
         rules[v], timings[v] = o["rules"], [g["timings"], p["timings"], o["timings"]]
     result = ctx.run(
         strip.evaluate,
@@ -179,4 +192,70 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
     )
     ctx.publish_table("scores", result["scores"], "F1 over the source mentions per method")
     ctx.publish_table("training-time", result["timings"], "Seconds per method and phase")
+    scores = ctx.read(result["scores"])
+    ctx.publish_image(
+        "comparison",
+        strip_plot(scores, ctx.read(result["timings"]), config),
+        "F1 over the source mentions per method, and rules after each phase",
+    )
+    ctx.publish_markdown(
+        "summary",
+        summary_markdown(scores, config),
+        "RIPPER against StRip in this run; the paper's MPQA figures are not comparable",
+    )
     return ctx.finish(result["metrics"], headline=strip.headline(ctx.read(result["metrics"])))
+
+
+def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig) -> bytes:
+    return plots.strip_comparison(
+        scores,
+        phases,
+        title=f"{config.dataset} {'+'.join(config.test_splits)}: window {config.window}, "
+        f"loss ratio {config.loss_ratio:g}",
+    )
+
+
+def summary_markdown(scores: pd.DataFrame, config: StripConfig) -> str:
+    """RIPPER and the StRip variants side by side, and why the paper's figures are apart."""
+    measures = [c for c in plots.SCORE_LABELS if c in scores.columns]
+    table = scores[["method", *measures, "n_rules"]].rename(
+        columns={c: f"{plots.SCORE_LABELS[c]} F1" for c in measures}
+    )
+    lines = [
+        f"# StRip on {config.dataset} ({'+'.join(config.test_splits)})",
+        "",
+        f"window {config.window}, loss ratio {config.loss_ratio:g}, sources: "
+        + (
+            ", ".join(config.sources.etypes)
+            if config.sources.kind == "etype"
+            else f"{config.sources.fraction:.0%} of the entities"
+        )
+        + f", seed {config.seed}. F1 over the source mentions:",
+        "",
+        markdown_table(table),
+        "",
+    ]
+    wide = scores.set_index("method")
+    if "ripper" in wide.index and "b3_f" in wide.columns and "pairwise_f" in wide.columns:
+        base = wide.loc["ripper"]
+        for v in (m for m in wide.index if m != "ripper"):
+            lines.append(
+                f"- {v} against RIPPER: B³ F1 {wide.loc[v, 'b3_f'] - base['b3_f']:+.3f}, "
+                f"pairwise F1 {wide.loc[v, 'pairwise_f'] - base['pairwise_f']:+.3f}"
+            )
+        lines.append("")
+    lines += [
+        "| method | B³ F1 (%) | pairwise F1 (%) |",
+        "| --- | --- | --- |",
+        *(
+            f"| {m} (Stoyanov and Cardie 2006, MPQA) | {b:.1f} | {pw:.1f} |"
+            for m, (b, pw) in PUBLISHED_MPQA.items()
+        ),
+        "",
+        "**The published figures are not comparable with this run.** They are on MPQA "
+        "(opinion-holder sources in news, with the paper's own features and mention "
+        "detection); this run is on GUM, with the CorefUD gold mentions, the feature set "
+        "listed in `algorithms/strip/features.py` and the sources chosen above. Compare "
+        "RIPPER with StRip within one run, not with the paper's numbers.",
+    ]
+    return "\n".join(lines)

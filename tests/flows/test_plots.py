@@ -1,0 +1,197 @@
+"""UI figures: valid, deterministic PNGs from stored tables, published as image artifacts."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from prefect import flow
+
+from flows import manifest as mf
+from flows import plots
+from flows.config import FlowConfig
+from flows.runtime import RunContext, RunOptions
+
+CONVERGENCE = pd.DataFrame(
+    {
+        "iteration": [1, 2, 3, 4],
+        "objective": [812.5, 640.25, 601.0, 598.75],
+        "validation_p_at_1": [0.41, 0.52, 0.55, 0.56],
+        "seconds": [0.8, 0.7, 0.7, 0.6],
+    }
+)
+CURVE = pd.DataFrame(
+    {
+        "k": [3, 4, 5, 6],
+        "n_features": [20, 40, 40, 80],
+        "m_mean": [0.71, 0.66, 0.52, 0.49],
+        "m_random": [0.33, 0.25, 0.2, 0.17],
+        "m_norm": [0.38, 0.41, 0.32, 0.32],
+        "m_std": [0.02, 0.01, 0.04, 0.03],
+        "n_samples": [2, 2, 2, 2],
+    }
+)
+SUBSETS = pd.DataFrame(
+    {
+        "k": [3, 4, 5, 6],
+        "n_features": [20, 40, 40, 80],
+        "coverage": [0.6, 0.7, 0.7, 0.9],
+        "feasible": [True] * 4,
+        "criterion": [1.5, 2.25, 3.0, 3.5],
+    }
+)
+SCORES = pd.DataFrame(
+    {
+        "method": ["ripper", "strip-labeled", "strip-partial"],
+        "muc_f": [0.51, 0.40, 0.47],
+        "b3_f": [0.77, 0.76, 0.77],
+        "ceaf_e_f": [0.77, 0.74, 0.76],
+        "pairwise_f": [0.23, 0.17, 0.20],
+        "n_rules": [3, 2, 4],
+    }
+)
+PHASES = pd.DataFrame(
+    {
+        "method": np.repeat(SCORES["method"].to_numpy(), 3),
+        "phase": ["grow", "prune", "optimize"] * 3,
+        "seconds": [0.3, 0.1, 0.2] * 3,
+        "n_rules": [5, 3, 3, 4, 2, 2, 6, 4, 4],
+    }
+)
+
+
+def _image(png: bytes) -> Image.Image:
+    img = Image.open(io.BytesIO(png))
+    img.load()  # decodes every chunk: a truncated or corrupt PNG raises here
+    return img
+
+
+@pytest.mark.parametrize(
+    ("draw", "size"),
+    [
+        (lambda: plots.leml_convergence(CONVERGENCE), (640, 360)),
+        (lambda: plots.relations_stability(CURVE, 4), (640, 360)),
+        (
+            lambda: plots.relations_stability(CURVE, 4, SUBSETS, CURVE.assign(m_norm=0.2)),
+            (640, 680),
+        ),
+        (lambda: plots.strip_comparison(SCORES), (640, 380)),
+        (lambda: plots.strip_comparison(SCORES, PHASES), (1000, 380)),
+    ],
+    ids=["leml", "relations", "relations-with-subsets", "strip", "strip-with-phases"],
+)
+def test_plots_are_small_valid_pngs_with_identical_bytes_on_every_call(draw, size):
+    png = draw()
+    img = _image(png)
+    assert img.format == "PNG" and img.size == size
+    assert 5_000 < len(png) < 200_000
+    assert "Software" not in img.info  # no matplotlib version stamp in the bytes
+    # not blank: the figure has drawn lines and text in more than a handful of colours
+    assert len(img.convert("RGB").getcolors(maxcolors=1 << 16) or []) > 20
+    assert draw() == png
+
+
+def test_the_figures_follow_the_tables():
+    without_val = CONVERGENCE.assign(validation_p_at_1=np.nan)
+    assert plots.leml_convergence(without_val) != plots.leml_convergence(CONVERGENCE)
+    seconds = CONVERGENCE.assign(seconds=[9.0, 9.0, 9.0, 9.0])  # volatile: never drawn
+    assert plots.leml_convergence(seconds) == plots.leml_convergence(CONVERGENCE)
+    assert plots.relations_stability(CURVE, 4) != plots.relations_stability(CURVE, 5)
+    slower = PHASES.assign(seconds=PHASES["seconds"] * 7)
+    assert plots.strip_comparison(SCORES, slower) == plots.strip_comparison(SCORES, PHASES)
+
+
+def test_missing_columns_are_named():
+    with pytest.raises(ValueError, match=r"convergence table lacks columns \['objective'\]"):
+        plots.leml_convergence(CONVERGENCE.drop(columns="objective"))
+    with pytest.raises(ValueError, match="stability curve is empty"):
+        plots.relations_stability(CURVE.iloc[:0], 4)
+    with pytest.raises(ValueError, match="scores table has none of the columns"):
+        plots.strip_comparison(SCORES[["method", "n_rules"]])
+
+
+def _artifacts(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key: a for a in arts}
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_publish_image_writes_the_png_and_an_image_artifact(tmp_path):
+    png = plots.leml_convergence(CONVERGENCE)
+
+    @flow(name="plots-demo")
+    def demo() -> dict:
+        ctx = RunContext.open(
+            "plots-demo",
+            FlowConfig(seed=0),
+            RunOptions(store=str(tmp_path / "cache"), runs=str(tmp_path / "runs"), run_id="r1"),
+        )
+        ctx.publish_image("Objective", png, "objective over iterations")
+        progress = ctx.progress("loop", 3, "three units")
+        for _ in range(3):
+            progress.advance()
+        with pytest.raises(ValueError, match="not a PNG"):
+            ctx.publish_image("bad", b"GIF89a", "")
+        metrics = pd.DataFrame({"dataset": ["d"], "method": ["m"], "metric": ["x"], "value": [1.0]})
+        return ctx.finish(ctx.store.write("plots-demo/metrics", metrics))
+
+    state = demo(return_state=True)
+    summary = state.result()
+    run_dir = tmp_path / "runs" / "r1"
+    assert (run_dir / "plots" / "plots-demo-objective.png").read_bytes() == png
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [p["path"] for p in manifest["plots"]] == ["plots/plots-demo-objective.png"]
+    other = {**manifest, "plots": [{**manifest["plots"][0], "sha256": "0" * 64}]}
+    assert mf.compare_outputs(manifest, other) == []  # plots are not outputs a rerun compares
+    assert summary["manifest"]["plots"][0]["sha256"] == manifest["plots"][0]["sha256"]
+
+    arts = _artifacts(state.state_details.flow_run_id)
+    image = arts["plots-demo-objective"]
+    assert image.type == "image" and image.description == "objective over iterations"
+    prefix = "data:image/png;base64,"
+    assert image.data.startswith(prefix)
+    assert base64.b64decode(image.data[len(prefix) :]) == png  # stored whole, not truncated
+    progress = arts["plots-demo-loop"]
+    assert progress.type == "progress" and float(progress.data) == 100.0
+    assert "plots-demo-bad" not in arts
+
+
+def test_summaries_put_the_run_beside_the_published_figures_and_say_they_differ():
+    from flows.relations import RelationsConfig
+    from flows.relations import summary_markdown as relations_summary
+    from flows.strip import StripConfig
+    from flows.strip import summary_markdown as strip_summary
+
+    text = strip_summary(SCORES, StripConfig())
+    assert "| ripper | 0.51 | 0.77 | 0.77 | 0.23 | 3 |" in text
+    assert "strip-partial against RIPPER: B³ F1 +0.000, pairwise F1 -0.030" in text
+    assert "83.2 | 67.1" in text and "not comparable" in text and "MPQA" in text
+    metrics = pd.DataFrame(
+        [
+            ("s", "entropy", "accuracy", 0.42),
+            ("s", "entropy", "ari", 0.12),
+            ("s", "entropy", "v_measure", 0.36),
+            ("s", "entropy", "k_chosen", 8.0),
+            ("s", "entropy", "k_true", 9.0),
+            ("s", "hasegawa-true-k", "accuracy", 0.18),
+            ("s", "hasegawa-true-k", "ari", 0.004),
+            ("s", "hasegawa-true-k", "v_measure", 0.09),
+            ("s", "hasegawa-true-k", "k_used", 9.0),
+        ],
+        columns=["dataset", "method", "metric", "value"],
+    )
+    text = relations_summary(metrics, RelationsConfig(), 8, 159)
+    assert "| entropy | 0.420 | 41.3 / 50.6 / 42.4 | 0.120 | 0.360 | 8 |" in text
+    assert "| hasegawa-true-k | 0.180 | 32.4 / 43.7 / 26.5 | 0.004 | 0.090 | 9 |" in text
+    assert "true number of types is 9" in text and "Not a like-for-like" in text
