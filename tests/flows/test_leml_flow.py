@@ -127,10 +127,11 @@ def test_second_run_is_all_cache_hits_and_more_iterations_resume(project):
     assert len(new_w) == 2  # W and timings of iteration 4 only
 
 
-def test_rerun_is_identical(project, capsys):
+@pytest.mark.parametrize("runner", ["local", "dask"])
+def test_rerun_is_identical(project, capsys, runner):
     run_id = _runs(project)[0].name
-    assert main(["rerun", run_id]) == 0
-    assert "identical" in capsys.readouterr().out
+    assert main(["rerun", run_id, "--runner", runner]) == 0
+    assert capsys.readouterr().out.strip().endswith("identical")
 
 
 def test_missing_labels_flow_uses_the_stored_mask(project):

@@ -168,3 +168,12 @@ def test_missing_closing_tag_exits_2_with_file_and_line(project, capsys, tmp_pat
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
     assert f"{bad}:17:" in line and "<e2>" in line
     assert runs(project) == before
+
+
+@pytest.mark.parametrize("runner", ["local", "dask"])
+def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
+    """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
+    first = runs(project)[0]
+    code = main(["rerun", first, "--runner", runner])
+    out = capsys.readouterr().out
+    assert code == 0 and out.strip().endswith("identical"), out

@@ -182,3 +182,12 @@ def test_unbalanced_entity_bracket_exits_2_with_file_and_line(project, capsys, t
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
     assert f"GUM_news_broken.conllu:{bad + 1}:" in line and "999" in line
     assert m is None and runs(project) == before
+
+
+@pytest.mark.parametrize("runner", ["local", "dask"])
+def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
+    """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
+    first = runs(project)[0]
+    code = main(["rerun", first, "--runner", runner])
+    out = capsys.readouterr().out
+    assert code == 0 and out.strip().endswith("identical"), out
