@@ -38,7 +38,7 @@ from prefect import Task
 from prefect.cache_policies import CachePolicy
 from prefect.serializers import JSONSerializer
 
-from tasks.store import CorruptEntry, Store, file_sha256
+from tasks.store import CorruptEntry, Store, atomic_write_bytes, file_sha256
 
 log = logging.getLogger("scarce.store")
 
@@ -266,16 +266,63 @@ def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
         refs = st.refs(key)
         if isinstance(refs, str):
             store.write(refs, result, {"task": st.name, "key": key})
+            write_seal(st, store, key)
             return refs
         if not isinstance(result, dict) or set(result) != set(refs):
             got = sorted(result) if isinstance(result, dict) else type(result).__name__
             raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
         for part, ref in refs.items():
             store.write(ref, result[part], {"task": st.name, "key": key, "part": part})
+        write_seal(st, store, key)
         return refs
 
     run.__signature__ = sig  # Prefect reads parameter names from it
     return run
+
+
+SEAL_SUFFIX = ".sha256.json"
+
+
+def seal_path(store: Store, key: str) -> Path:
+    """``<store>/_prefect/<key>.sha256.json``: the sha256 of the files a step wrote."""
+    return store.prefect_dir / f"{key}{SEAL_SUFFIX}"
+
+
+def write_seal(st: Step, store: Store, key: str) -> None:
+    """Record the sha256 of the step's output files (volatile parts aside).
+
+    The checksum inside each file covers the data and metadata it decodes to, not
+    the Parquet statistics, page headers and magic bytes, which a flipped byte can
+    alter without changing what is read; the seal catches those too, so that a
+    cache hit always returns the bytes a run manifest recorded.  Volatile parts
+    (wall-clock tables) differ between two concurrent writers and are left out.
+    """
+    digests = {
+        ref: store.sha256(ref) for ref in _iter_refs(st.refs(key)) if not st.is_volatile(ref)
+    }
+    atomic_write_bytes(seal_path(store, key), json.dumps(digests, sort_keys=True).encode())
+
+
+def _seal_mismatches(store: Store, key: str) -> dict[str, str]:
+    """ref -> reason for every sealed file whose bytes changed (empty without a seal)."""
+    path = seal_path(store, key)
+    if not path.is_file():  # entries written before seals existed
+        return {}
+    try:
+        digests = json.loads(path.read_bytes())
+        if not isinstance(digests, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        return {str(path): f"unreadable seal ({exc})"}
+    out = {}
+    for ref, expected in digests.items():
+        try:
+            actual = store.sha256(ref)
+        except OSError as exc:
+            actual = str(exc)
+        if actual != expected:
+            out[ref] = "file sha256 differs from the one recorded when it was written"
+    return out
 
 
 class StoreCachePolicy(CachePolicy):
@@ -313,11 +360,19 @@ class StoreCachePolicy(CachePolicy):
         record = self.store.prefect_dir / key
         if not record.exists():
             return key
-        for ref in _iter_refs(self.step.refs(key)):
+        damaged = False
+        for ref in _iter_refs(self.step.refs(key)):  # every part, so each damage is named
             try:
                 self.store.read_table(ref)
             except CorruptEntry as exc:
                 log_both(logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, exc)
-                record.unlink(missing_ok=True)
-                break
+                damaged = True
+        if not damaged:
+            for ref, reason in _seal_mismatches(self.store, key).items():
+                log_both(
+                    logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, reason
+                )
+                damaged = True
+        if damaged:
+            record.unlink(missing_ok=True)
         return key

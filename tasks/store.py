@@ -202,7 +202,13 @@ def read_checked_table(path: Path) -> pa.Table:
     stored = meta.get(CHECKSUM_KEY)
     if stored is None:
         raise CorruptEntry(f"{path}: no checksum in metadata")
-    if stored.decode() != table_checksum(table):
+    try:
+        # A damaged footer can still parse, with names or metadata that are not
+        # UTF-8 (decoding them raises UnicodeDecodeError, not a pyarrow error).
+        intact = stored.decode() == table_checksum(table)
+    except Exception as exc:
+        raise CorruptEntry(f"{path}: unreadable Parquet metadata ({exc})") from exc
+    if not intact:
         raise CorruptEntry(f"{path}: checksum mismatch")
     return table
 
