@@ -7,6 +7,9 @@
     scarce rerun RUN_ID [--use-cache]
     scarce runs
     scarce cache ls | scarce cache gc [--dry-run]
+    scarce deploy [--file PATH] [--only NAME ...]
+    scarce serve [--file PATH] [--only NAME ...] [--limit N]
+    scarce ui [--host HOST] [--port PORT]
 
 Bad input (a config key, a malformed file, a missing run) prints one line
 naming the file, line or key and exits with code 2; ``--debug`` shows the
@@ -71,6 +74,18 @@ def _parser() -> argparse.ArgumentParser:
     csub.add_parser("ls", help="list store entries")
     gc = csub.add_parser("gc", help="drop entries that no run refers to")
     gc.add_argument("--dry-run", action="store_true")
+
+    dep = sub.add_parser("deploy", help="register configs/deployments.yaml with the server")
+    srv = sub.add_parser("serve", help="register the deployments and run them on schedule")
+    for q in (dep, srv):
+        q.add_argument("--file", help="deployments YAML (default: configs/deployments.yaml)")
+        q.add_argument(
+            "--only", action="append", metavar="NAME", help="only this deployment (repeatable)"
+        )
+    srv.add_argument("--limit", type=int, help="at most this many runs at once")
+    ui = sub.add_parser("ui", help="start the Prefect server and UI on this machine")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=4200)
     return p
 
 
@@ -170,6 +185,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return cmd_runs()
     if args.command == "bench":
         return cmd_bench(args)
+    if args.command in ("deploy", "serve", "ui"):
+        from flows import deploy
+
+        return getattr(deploy, f"cmd_{args.command}")(args)
     return cmd_cache(args)
 
 

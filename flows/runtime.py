@@ -87,6 +87,9 @@ class RunContext:
         store = Store(options.store or default_store_root())
         run_id = options.run_id or new_run_id(flow, config.name)
         run_dir = Path(options.runs or default_runs_root()) / run_id
+        from flows.deploy import tag_flow_run  # flow:, dataset:, method: tags for the UI
+
+        tag_flow_run(flow, config)
         return cls(flow, config, store, run_dir, run_id, options)
 
     # -- calling steps ------------------------------------------------------

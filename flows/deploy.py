@@ -1,0 +1,405 @@
+"""Prefect deployments of the flows, declared in ``configs/deployments.yaml``.
+
+::
+
+    deployments:
+      leml-bibtex-nightly:
+        flow: leml
+        config: configs/leml.yaml
+        parameters: {model.rank: 64}        # dotted config overrides, as with --set
+        schedule: {cron: "0 2 * * *", timezone: Europe/Berlin}
+        tags: [nightly]
+        description: LEML on Bibtex, every night.
+
+The file is the single source of truth: :func:`load_deployments` validates it
+(errors name the file and the dotted key), :func:`build` turns each entry into a
+``RunnerDeployment`` (``flow.to_deployment``) whose default parameters are the
+flow's validated config, with ``enforce_parameter_schema=True`` so that the
+server rejects an invalid value before a run starts; :func:`register` applies
+them to the server in use and :func:`serve` serves them (``prefect.serve``).
+
+:func:`run_tags` gives the ``flow:``, ``dataset:`` and ``method:`` tags of a
+run; deployments carry them, and :func:`tag_flow_run` adds them to the flow run
+in progress, however it was started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from flows.config import FlowConfig, Strict, apply_overrides, load_config, resolve_path
+from tasks.errors import InputError
+
+log = logging.getLogger("scarce.deploy")
+
+DEFAULT_FILE = "configs/deployments.yaml"
+
+# The method(s) a run of each flow applies, for its ``method:`` tags.
+METHODS: dict[str, Callable[[Any], list[str]]] = {
+    "leml": lambda c: [f"leml-{c.model.loss}"],
+    "relations": lambda c: [f"relations-{c.ranking}"],
+    "strip": lambda c: list(c.variants),
+}
+
+
+# -- the file -----------------------------------------------------------------
+class ScheduleSpec(Strict):
+    cron: str = Field(description="Cron string: minute hour day-of-month month day-of-week.")
+    timezone: str = Field(description="IANA time zone the cron string is read in.")
+    active: bool = Field(True, description="False registers the schedule paused.")
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, v: str) -> str:
+        return _prefect_cron(cron=v).cron
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, v: str) -> str:
+        return _prefect_cron(cron="0 0 * * *", timezone=v).timezone
+
+
+def _prefect_cron(**kwargs: Any) -> Any:
+    """Prefect's own cron schedule model, so the file is checked as the server will."""
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:
+        return CronSchedule(**kwargs)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+
+class DeploymentSpec(Strict):
+    flow: str = Field(description="A flow `scarce run` knows (leml, relations, strip).")
+    config: str | None = Field(
+        None, description="Config file relative to the project root; default the flow's own."
+    )
+    parameters: dict[str, Any] = Field(
+        default_factory=dict, description="Config overrides by dotted key, as with --set."
+    )
+    schedule: ScheduleSpec | None = None
+    tags: list[str] = Field(default_factory=list, description="Extra tags.")
+    description: str | None = None
+
+    @field_validator("flow")
+    @classmethod
+    def _known_flow(cls, v: str) -> str:
+        from flows.registry import FLOWS
+
+        if v not in FLOWS:
+            raise ValueError(f"unknown flow {v!r} (known: {', '.join(sorted(FLOWS))})")
+        return v
+
+
+class DeploymentsFile(Strict):
+    deployments: dict[str, DeploymentSpec] = Field(min_length=1)
+
+    @field_validator("deployments")
+    @classmethod
+    def _names(cls, v: dict[str, DeploymentSpec]) -> dict[str, DeploymentSpec]:
+        import re
+
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                raise ValueError(f"deployment name {name!r}: use letters, digits, '-', '_', '.'")
+        return v
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One validated entry: the flow, its config after overrides, schedule and tags."""
+
+    name: str
+    flow: str
+    config_file: Path
+    config: FlowConfig
+    schedule: ScheduleSpec | None
+    tags: list[str]
+    description: str
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.flow}/{self.name}"
+
+    def parameters(self) -> dict[str, Any]:
+        """The deployment's default parameters (JSON), as the UI's custom-run form shows them."""
+        from flows.runtime import RunOptions
+
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "options": RunOptions().model_dump(mode="json"),
+        }
+
+
+def default_file() -> Path:
+    return resolve_path(DEFAULT_FILE)
+
+
+def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deployment]:
+    """Read and validate a deployments file, and every flow config it names.
+
+    Raises
+    ------
+    InputError
+        Missing file, bad YAML, unknown key or bad value (naming this file and
+        ``deployments.<name>.<key>``), or an invalid flow config (naming the
+        config file, or this file for a value set under ``parameters``).
+    """
+    from flows.registry import FLOWS
+
+    path = Path(path) if path is not None else default_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("deployments file not found", path=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping with the key 'deployments'", path=path)
+    try:
+        parsed = DeploymentsFile.model_validate(data)
+    except ValidationError as exc:
+        raise _input_error(exc, path, prefix="") from None
+
+    out = []
+    for name, spec in parsed.deployments.items():
+        flow = FLOWS[spec.flow]
+        model = flow.load_model()
+        config_file = resolve_path(spec.config or flow.config_file)
+        config = load_config(config_file, model)
+        if spec.parameters:
+            where = f"deployments.{name}.parameters"
+            overrides = [f"{k}={json.dumps(v)}" for k, v in spec.parameters.items()]
+            try:
+                data = apply_overrides(config.model_dump(mode="json"), overrides, model, path)
+                config = model.model_validate(data)
+            except InputError as exc:
+                raise InputError(
+                    exc.message.removeprefix("--set: "), path=path, key=f"{where}.{exc.key}"
+                ) from None
+            except ValidationError as exc:
+                raise _input_error(exc, path, prefix=f"{where}.") from None
+        tags = _unique([*run_tags(spec.flow, config), *spec.tags])
+        description = spec.description or flow.description
+        out.append(
+            Deployment(name, spec.flow, config_file, config, spec.schedule, tags, description)
+        )
+    return out
+
+
+def _input_error(exc: ValidationError, path: Path, prefix: str) -> InputError:
+    err = exc.errors()[0]
+    key = prefix + ".".join(str(p) for p in err["loc"])
+    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+    msg = msg.removeprefix("Value error, ")
+    if "input" in err and err["type"] not in ("missing", "extra_forbidden"):
+        shown = err["input"]
+        if not isinstance(shown, dict | list):
+            msg = f"{msg} (got {shown!r})"
+    return InputError(msg, path=path, key=key.rstrip(".") or None)
+
+
+def select(deployments: list[Deployment], only: list[str] | None) -> list[Deployment]:
+    """The deployments named in ``only`` (deployment name, ``flow/name`` or flow name)."""
+    if not only:
+        return deployments
+    chosen = [d for d in deployments if {d.name, d.full_name, d.flow} & set(only)]
+    known = ", ".join(sorted(d.name for d in deployments))
+    unknown = [o for o in only if not any(o in (d.name, d.full_name, d.flow) for d in deployments)]
+    if unknown:
+        raise InputError(f"--only: no deployment {unknown[0]!r} (known: {known})")
+    return chosen
+
+
+# -- tags -----------------------------------------------------------------------
+def run_tags(flow: str, config: Any) -> list[str]:
+    """``flow:<flow>``, ``dataset:<name>`` and one ``method:<m>`` tag per method run."""
+    tags = [f"flow:{flow}"]
+    dataset = getattr(config, "dataset", None)
+    dataset = getattr(dataset, "name", dataset)
+    if isinstance(dataset, str) and dataset:
+        tags.append(f"dataset:{dataset}")
+    methods = METHODS.get(flow)
+    if methods is not None:
+        tags += [f"method:{m}" for m in methods(config)]
+    return tags
+
+
+def tag_flow_run(flow: str, config: Any) -> None:
+    """Add :func:`run_tags` to the flow run in progress (no-op outside a flow run)."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    run = getattr(ctx, "flow_run", None)
+    if run is None:
+        return
+    tags = _unique([*run.tags, *run_tags(flow, config)])
+    if tags == list(run.tags):
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(run.id, tags=tags)
+        run.tags = tags
+    except Exception as exc:  # tags are for the UI; never fail a computation over them
+        log.warning("could not tag flow run %s: %s", run.id, exc)
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+# -- Prefect ------------------------------------------------------------------------
+def build(deployment: Deployment) -> Any:
+    """A ``RunnerDeployment`` of the entry's flow (``flow.to_deployment``)."""
+    from prefect.schedules import Cron
+    from prefect.types.entrypoint import EntrypointType
+
+    from flows.registry import FLOWS
+
+    s = deployment.schedule
+    schedules = [Cron(s.cron, timezone=s.timezone, active=s.active)] if s else []
+    return FLOWS[deployment.flow].load_flow().to_deployment(
+        name=deployment.name,
+        schedules=schedules,
+        parameters=deployment.parameters(),
+        description=deployment.description,
+        tags=deployment.tags,
+        enforce_parameter_schema=True,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+def require_server() -> str:
+    """The API URL of the Prefect server in use; an error when none is configured."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise InputError(
+            "PREFECT_API_URL is not set: start a server with `scarce ui` and "
+            "export PREFECT_API_URL=http://127.0.0.1:4200/api (deployments need a server "
+            "that outlives this command)"
+        )
+    return url
+
+
+def register(deployments: list[Deployment]) -> dict[str, Any]:
+    """Create or update each deployment on the server; ``{full name: deployment id}``."""
+    return {d.full_name: build(d).apply() for d in deployments}
+
+
+def next_times(schedule: ScheduleSpec, n: int = 1, after: dt.datetime | None = None) -> list:
+    """The next ``n`` times of a cron schedule, computed as Prefect's scheduler does."""
+    from prefect.server.schemas.schedules import CronSchedule
+
+    cron = CronSchedule(cron=schedule.cron, timezone=schedule.timezone)
+    return asyncio.run(cron.get_dates(n=n, start=after))
+
+
+def describe(deployments: list[Deployment]) -> list[dict[str, Any]]:
+    """What the server holds for each deployment, with its next scheduled time."""
+    from prefect.client.orchestration import get_client
+
+    rows = []
+    with get_client(sync_client=True) as client:
+        for d in deployments:
+            remote = client.read_deployment_by_name(d.full_name)
+            sched = next((s for s in remote.schedules), None)
+            cron = getattr(sched.schedule, "cron", None) if sched else None
+            tz = getattr(sched.schedule, "timezone", None) if sched else None
+            nxt = ""
+            if cron and sched.active and not remote.paused:
+                nxt = next_times(ScheduleSpec(cron=cron, timezone=tz))[0].isoformat()
+            rows.append(
+                {
+                    "deployment": d.full_name,
+                    "id": str(remote.id),
+                    "schedule": f"{cron} ({tz})" if cron else "none",
+                    "active": bool(sched and sched.active and not remote.paused),
+                    "next run": nxt or "-",
+                    "tags": ", ".join(remote.tags),
+                }
+            )
+    return rows
+
+
+def _print_rows(rows: list[dict[str, Any]]) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_colwidth", 80):
+        print(pd.DataFrame(rows).to_string(index=False))
+
+
+# -- commands -----------------------------------------------------------------------
+def cmd_deploy(args: Any) -> int:
+    url = require_server()
+    deployments = select(load_deployments(args.file), args.only)
+    register(deployments)
+    print(f"registered {len(deployments)} deployment(s) with {url}")
+    _print_rows(describe(deployments))
+    print("scheduled runs start only while `scarce serve` runs")
+    return 0
+
+
+def cmd_serve(args: Any) -> int:
+    from prefect import serve
+
+    url = require_server()
+    deployments = select(load_deployments(args.file), args.only)
+    runner_deployments = [build(d) for d in deployments]
+    for d in deployments:
+        when = "no schedule"
+        if d.schedule and d.schedule.active:
+            when = f"next {next_times(d.schedule)[0].isoformat()} ({d.schedule.cron})"
+        print(f"serving {d.full_name}: {when}")
+    print(f"against {url}; Ctrl-C stops (and pauses the schedules)", flush=True)
+    serve(*runner_deployments, limit=args.limit)
+    return 0
+
+
+def cmd_ui(args: Any) -> int:
+    """``prefect server start`` on ``host:port`` with analytics off; runs until Ctrl-C."""
+    base = f"http://{args.host}:{args.port}"
+    print(
+        f"Prefect server and UI: {base}\n"
+        "Point runs, deployments and `scarce serve` at it (in another shell):\n"
+        f"  export PREFECT_API_URL={base}/api\n"
+        "  scarce run leml        # the run shows up in the UI\n"
+        "  scarce serve           # registers configs/deployments.yaml and runs its schedules\n"
+        "Ctrl-C stops the server.",
+        flush=True,
+    )
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", args.host,
+           "--port", str(args.port), "--analytics-off"]  # fmt: skip
+    server = subprocess.Popen(cmd, env=env)
+    # Stopping this command stops the server: forward SIGTERM; Ctrl-C reaches both.
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: server.send_signal(signum))
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        server.send_signal(signal.SIGINT)
+        return server.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
