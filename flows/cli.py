@@ -358,9 +358,13 @@ def referenced_refs(runs: Path) -> set[str]:
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from flows.runtime import default_runs_root, default_store_root
+    from tasks.errors import InputError
     from tasks.store import Store
 
-    store = Store(default_store_root())
+    try:
+        store = Store(default_store_root())
+    except ValueError as exc:
+        raise InputError(str(exc), key="$SCARCE_STORE") from None
     if args.cache_command == "ls":
         frame = store.ls()
         if frame.empty:

@@ -43,7 +43,9 @@ PLOTS = "plots"  # the run folder's subfolder of PNG figures (not compared by re
 class RunOptions(BaseModel):
     """Where a run keeps its data, and whether it may reuse the cache."""
 
-    store: str | None = Field(None, description="Store root; default data/cache or $SCARCE_STORE.")
+    store: str | None = Field(
+        None, description="Store root (a path or file:// URL); default data/cache or $SCARCE_STORE."
+    )
     runs: str | None = Field(None, description="Runs folder; default data/runs or $SCARCE_RUNS.")
     run_id: str | None = Field(
         None, pattern=SAFE_NAME, description="Run id; generated when empty."
@@ -53,8 +55,9 @@ class RunOptions(BaseModel):
     runner: str = Field("local", description="Task runner the flow was started with.")
 
 
-def default_store_root() -> Path:
-    return Path(os.environ.get("SCARCE_STORE") or project_root() / "data" / "cache")
+def default_store_root() -> str | Path:
+    """``$SCARCE_STORE`` (a path or a ``file://`` URL) or the project's ``data/cache``."""
+    return os.environ.get("SCARCE_STORE") or project_root() / "data" / "cache"
 
 
 def default_runs_root() -> Path:
@@ -84,7 +87,10 @@ class RunContext:
     @classmethod
     def open(cls, flow: str, config: FlowConfig, options: RunOptions | None = None) -> RunContext:
         options = options or RunOptions()
-        store = Store(options.store or default_store_root())
+        try:
+            store = Store(options.store or default_store_root())
+        except ValueError as exc:
+            raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
         run_id = options.run_id or new_run_id(flow, config.name)
         run_dir = Path(options.runs or default_runs_root()) / run_id
         from flows.deploy import tag_flow_run  # flow:, dataset:, method: tags for the UI

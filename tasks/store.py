@@ -59,20 +59,46 @@ class CorruptEntry(Exception):
     """A store entry that is missing, truncated or fails its checksum."""
 
 
+def local_root(root: str | os.PathLike[str]) -> Path:
+    """The folder of a store root given as a path or as an fsspec URL.
+
+    A URL is resolved with :func:`fsspec.core.url_to_fs`; its filesystem must be a local one
+    (``file://``, or a path on a shared mount such as NFS, which is how workers on several
+    machines share one store).  Object stores (``s3://``, ``gs://``, ...) are refused: the
+    store's atomic writes rely on a rename within one folder, which they do not offer.
+    """
+    text = os.fspath(root)
+    if "://" not in text:
+        return Path(text)
+    from fsspec.core import url_to_fs
+    from fsspec.implementations.local import LocalFileSystem
+
+    try:
+        fs, path = url_to_fs(text)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(f"store root {text!r}: {exc}") from None
+    if not isinstance(fs, LocalFileSystem):
+        raise ValueError(
+            f"store root {text!r}: {type(fs).__name__} is not a local filesystem; use a path or "
+            "a file:// URL (a shared mount works across machines): atomic writes need a rename")
+    return Path(path)
+
+
 @dataclass(frozen=True)
 class Store:
     """A folder of Parquet entries.
 
     Parameters
     ----------
-    root : str or Path
-        The store's folder; created on first write.
+    root : str, Path or URL
+        The store's folder (a path or a ``file://`` URL, see :func:`local_root`); created on
+        first write.
     """
 
     root: Path
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        object.__setattr__(self, "root", Path(root))
+        object.__setattr__(self, "root", local_root(root))
 
     # -- paths -----------------------------------------------------------
     def path(self, ref: str) -> Path:
