@@ -72,6 +72,12 @@ __all__ = [
     "update_W",
     "update_H",
     "w_gradient",
+    "w_loss_value",
+    "WStepProducts",
+    "solve_w_step",
+    "check_w_step",
+    "row_block_bounds",
+    "split_rows",
     "objective",
     "top_k_from_scores",
     "predict_top_k_in_batches",
@@ -147,6 +153,12 @@ class _SparseEntries:
     def label_sums(self, v):
         return np.bincount(self.cols, weights=v, minlength=self.shape[1])
 
+    def row_slice(self, start, stop):
+        """The entries of rows ``start:stop`` (copies), as their own ``_SparseEntries``."""
+        e0, e1 = self.indptr[start], self.indptr[stop]
+        return _SparseEntries(self.indptr[start:stop + 1] - e0, self.cols[e0:e1].copy(),
+                              self.y[e0:e1].copy(), (stop - start, self.shape[1]))
+
     def weighted_grams(self, v, A, iu, ju):
         """``G[j] = sum_{i in Omega_j} v_ij a_i a_i^T``, upper triangles (L x k(k+1)/2)."""
         n, n_labels = self.shape
@@ -208,6 +220,11 @@ class _DenseEntries:
 
     def label_sums(self, v):
         return v.sum(axis=0, dtype=np.float64)
+
+    def row_slice(self, start, stop):
+        """Rows ``start:stop`` (copies), as their own ``_DenseEntries``."""
+        mask = None if self.mask is None else self.mask[start:stop].copy()
+        return _DenseEntries(self.y[start:stop].copy(), mask)
 
     def weighted_grams(self, v, A, iu, ju):
         n = A.shape[0]
@@ -436,6 +453,51 @@ def prepare_data(X, Y, mask=None, *, fit_intercept: bool = False,
     return LEMLData(X, Xt, n_labels, Y=Y_full, entries=ent, fit_intercept=fit_intercept)
 
 
+def row_block_bounds(n_samples: int, n_blocks: int) -> list[tuple[int, int]]:
+    """Row ranges ``[(start, stop), ...]`` of ``min(n_blocks, n_samples)`` contiguous blocks.
+
+    Block ``b`` holds rows ``b n // B`` to ``(b + 1) n // B`` (``B`` blocks), so the
+    blocks depend only on ``n`` and ``B`` and their sizes differ by at most one row.
+    """
+    n_samples, n_blocks = int(n_samples), int(n_blocks)
+    if n_blocks < 1:
+        raise ValueError(f"n_blocks must be at least 1, got {n_blocks}")
+    n_blocks = max(1, min(n_blocks, n_samples))
+    edges = [b * n_samples // n_blocks for b in range(n_blocks + 1)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def split_rows(data: LEMLData, n_blocks: int) -> list[LEMLData]:
+    """Split prepared data into contiguous row blocks (see :func:`row_block_bounds`).
+
+    The W-step's gradient and Hessian-vector product are sums over the rows of
+    ``X`` (and of the label rows), so over the blocks: for every block ``b``,
+    ``WStepProducts(blocks[b], ...)`` gives one term and the terms add up to the
+    products of ``data`` (up to rounding).  Each block is a :class:`LEMLData` with
+    its own copies of its rows of ``X``, ``X^T``, ``Y`` and the observed entries.
+
+    Parameters
+    ----------
+    data : LEMLData
+    n_blocks : int
+        Number of blocks, clipped to the number of rows.
+
+    Returns
+    -------
+    list of LEMLData
+    """
+    blocks = []
+    for start, stop in row_block_bounds(data.n_samples, n_blocks):
+        X = data.X[start:stop]
+        X = sp.csr_matrix(X, copy=True) if sp.issparse(X) else np.array(X, order="C")
+        Xt = X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T)
+        Y = None if data.Y is None else sp.csr_matrix(data.Y[start:stop], copy=True)
+        entries = None if data.entries is None else data.entries.row_slice(start, stop)
+        blocks.append(LEMLData(X, Xt, data.n_labels, Y=Y, entries=entries,
+                               fit_intercept=data.fit_intercept))
+    return blocks
+
+
 # --------------------------------------------------------------------------- half-steps
 def _check_factor(M, shape, dtype, name):
     M = np.asarray(M)
@@ -485,14 +547,101 @@ def objective(data: LEMLData, W, H, lam: float, loss="squared") -> float:
     return float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64)) + reg
 
 
+class WStepProducts:
+    """The loss terms of the W-step's gradient and Hessian-vector product (Yu et al., Sec. 3).
+
+    Built for one ``H`` and one point ``W`` on a :class:`LEMLData`: the whole
+    training set or one row block of it (:func:`split_rows`).  Both products are
+    sums over the rows of ``X``, so the products of the whole set are the sums of
+    the blocks' products; the regulariser ``lam W`` (``lam V``) is not included.
+
+    Never forms ``x~_ij = h_j (x) x_i``: with ``D`` the sparse matrix of loss
+    derivatives on ``Omega``, the loss gradient is ``X^T (D H)`` and the
+    Hessian-vector product ``V -> X^T (D''_Omega(X V H^T) H)``, where only the
+    entries of ``X V H^T`` in ``Omega`` are computed.  For the squared loss on
+    fully observed labels: ``2 X^T (X W H^T H - Y H)`` and ``V -> 2 X^T X V (H^T H)``.
+
+    Parameters
+    ----------
+    data : LEMLData
+    H : ndarray of shape (L, k)
+    W : ndarray of shape (d', k)
+    loss : {"squared", "logistic", "sqhinge"} or Loss, default="squared"
+    z : ndarray, optional
+        Decision values on the observed entries of ``data`` at ``W`` if already
+        computed (see :func:`w_loss_value`).
+    gram_left : bool, optional
+        Squared loss, fully observed: apply ``2 H^T H`` to ``X^T X V`` (True) or to
+        ``X V`` (False); default: on the smaller side of ``data``, ``d' <= n``.  A
+        row block passes the choice of the whole set, so it associates the same way.
+    """
+
+    def __init__(self, data: LEMLData, H, W, loss="squared", *, z=None, gram_left=None):
+        self.data, self.H, self.W = data, H, W
+        self.loss = loss = get_loss(loss)
+        self.fast = loss.name == "squared" and data.fully_observed
+        if self.fast:
+            self.G2 = 2 * (H.T @ H)
+            self.gram_left = (data.n_features <= data.n_samples if gram_left is None
+                              else bool(gram_left))
+            return
+        self.entries = ent = data.observed_entries()
+        self.z = ent.dots(data.X @ W, H) if z is None else z
+        if loss.constant_curvature:
+            c = float(loss.second_derivative(np.zeros(1), np.zeros(1, dtype=data.dtype))[0])
+            self.d2 = ent.full(c, data.dtype)
+        else:
+            self.d2 = ent.masked(loss.second_derivative(ent.y, self.z))
+
+    def gradient(self) -> np.ndarray:
+        """The loss term of the gradient at ``W`` (d' x k, a new array)."""
+        data, H, xt = self.data, self.H, self.data.xt_matmul
+        if self.fast:
+            return xt((data.X @ self.W) @ self.G2 - 2 * (data.Y @ H))
+        ent = self.entries
+        return xt(ent.times(ent.masked(self.loss.derivative(ent.y, self.z)), H))
+
+    def hess_vec(self, V) -> np.ndarray:
+        """The loss term of the Hessian at ``W`` times ``V`` (d' x k, a new array)."""
+        X, xt = self.data.X, self.data.xt_matmul
+        if self.fast:
+            return xt(X @ V) @ self.G2 if self.gram_left else xt((X @ V) @ self.G2)
+        ent = self.entries
+        return xt(ent.times(self.d2 * ent.dots(X @ V, self.H), self.H))
+
+
+def w_loss_value(data: LEMLData, H, W, loss="squared") -> tuple[float, np.ndarray]:
+    """The loss term of ``J(W, H)`` (float64 sum) and the decision values on ``Omega``.
+
+    Used by the TRON W-step (logistic and squared-hinge losses); a sum over rows,
+    so over row blocks (:func:`split_rows`) too.
+    """
+    loss = get_loss(loss)
+    ent = data.observed_entries()
+    z = ent.dots(data.X @ W, H)
+    return float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64)), z
+
+
+def _regularised(products, W, lam: float):
+    """``(grad, hess_vec)`` of ``J(., H)``: the loss terms of ``products`` plus ``lam W``."""
+    grad = products.gradient()
+    grad += lam * W
+
+    def hess_vec(V):
+        out = products.hess_vec(V)
+        out += lam * V
+        return out
+
+    return grad, hess_vec
+
+
 def w_gradient(data: LEMLData, H, W, lam: float, loss="squared", *, z=None):
     """Gradient of ``J(., H)`` at ``W`` and its Hessian-vector product (Yu et al., Sec. 3).
 
-    Never forms ``x~_ij = h_j (x) x_i``: with ``D`` the sparse matrix of loss
-    derivatives on ``Omega``, the gradient is ``X^T (D H) + lam W`` and the
-    Hessian-vector product ``V -> X^T (D''_Omega(X V H^T) H) + lam V``, where only the
-    entries of ``X V H^T`` in ``Omega`` are computed.  For the squared loss on fully
-    observed labels: ``2 X^T (X W H^T H - Y H) + lam W`` and
+    The loss terms of :class:`WStepProducts` plus the regulariser: the gradient is
+    ``X^T (D H) + lam W`` and the Hessian-vector product
+    ``V -> X^T (D''_Omega(X V H^T) H) + lam V``; for the squared loss on fully
+    observed labels ``2 X^T (X W H^T H - Y H) + lam W`` and
     ``V -> 2 X^T X V (H^T H) + lam V``.
 
     Parameters
@@ -511,38 +660,72 @@ def w_gradient(data: LEMLData, H, W, lam: float, loss="squared", *, z=None):
     hess_vec : callable
         ``V (d' x k) -> ndarray (d' x k)``, the Hessian at ``W`` times ``V``.
     """
+    return _regularised(WStepProducts(data, H, W, loss, z=z), W, float(lam))
+
+
+class _LocalWOperators:
+    """The W-step's products on one process, for :func:`solve_w_step`."""
+
+    def __init__(self, data: LEMLData, H, loss):
+        self.data, self.H, self.loss = data, H, loss
+
+    def value(self, W):
+        return w_loss_value(self.data, self.H, W, self.loss)
+
+    def products(self, W, state=None):
+        return WStepProducts(self.data, self.H, W, self.loss, z=state)
+
+
+def check_w_step(n_features: int, n_labels: int, dtype, H, lam: float, W0=None):
+    """Validate the inputs of a W-step: returns ``(H, lam, W0)`` in ``dtype`` (W0 default 0)."""
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    H = np.ascontiguousarray(H, dtype=dtype)
+    if H.ndim != 2 or H.shape[0] != n_labels:
+        raise ValueError(f"H has shape {H.shape}, expected ({n_labels}, k)")
+    shape = (n_features, H.shape[1])
+    W0 = np.zeros(shape, dtype=dtype) if W0 is None else _check_factor(W0, shape, dtype, "W0")
+    return H, lam, W0
+
+
+def solve_w_step(operators, W0, lam: float, loss="squared", *, cg_max_iter: int = 25,
+                 cg_tol: float = 1e-3, newton_max_iter: int = 3):
+    """The solver of :func:`update_W` over any provider of the W-step's loss terms.
+
+    ``operators.products(W, state)`` returns an object with ``gradient()`` and
+    ``hess_vec(V)`` (the loss terms, as :class:`WStepProducts`) and
+    ``operators.value(W)`` returns ``(loss term, state)`` (as :func:`w_loss_value`;
+    ``state`` is passed back to ``products``).  :func:`update_W` computes them on
+    one process; a distributed caller sums them over row blocks held elsewhere
+    (``tasks.leml_dask``) and gets the same CG / TRON iterations.
+
+    Returns
+    -------
+    W : ndarray
+    info : dict with ``cg_iter`` and ``newton_iter``
+    """
     loss = get_loss(loss)
     lam = float(lam)
-    X, xt = data.X, data.xt_matmul
-    if loss.name == "squared" and data.fully_observed:
-        G2 = 2 * (H.T @ H)
-        grad = xt((X @ W) @ G2 - 2 * (data.Y @ H))
-        grad += lam * W
-        gram_left = data.n_features <= data.n_samples  # apply G on the smaller side
-
-        def hess_vec(V):
-            out = xt(X @ V) @ G2 if gram_left else xt((X @ V) @ G2)
-            out += lam * V
-            return out
-
-        return grad, hess_vec
-    ent = data.observed_entries()
-    if z is None:
-        z = ent.dots(X @ W, H)
-    grad = xt(ent.times(ent.masked(loss.derivative(ent.y, z)), H))
-    grad += lam * W
+    info = {"cg_iter": 0, "newton_iter": 0}
     if loss.constant_curvature:
-        c = float(loss.second_derivative(np.zeros(1), np.zeros(1, dtype=data.dtype))[0])
-        d2 = ent.full(c, data.dtype)
+        grad, hess_vec = _regularised(operators.products(W0), W0, lam)
+        step, info["cg_iter"] = conjugate_gradient(hess_vec, -grad, tol=cg_tol,
+                                                   max_iter=cg_max_iter)
+        W = W0 + step
     else:
-        d2 = ent.masked(loss.second_derivative(ent.y, z))
+        def fun(Wc):
+            f, state = operators.value(Wc)
+            return f + 0.5 * lam * _sqnorm(Wc), state
 
-    def hess_vec(V):
-        out = xt(ent.times(d2 * ent.dots(X @ V, H), H))
-        out += lam * V
-        return out
+        def gradient(Wc, state):
+            return _regularised(operators.products(Wc, state), Wc, lam)
 
-    return grad, hess_vec
+        res = trust_region_newton(fun, gradient, W0, tol=1e-3, max_iter=newton_max_iter,
+                                  cg_tol=cg_tol, cg_max_iter=cg_max_iter)
+        W = res.x
+        info["cg_iter"], info["newton_iter"] = res.n_cg, res.n_iter
+    return np.ascontiguousarray(W, dtype=W0.dtype), info
 
 
 def update_W(data: LEMLData, H, lam: float, loss="squared", *, W0=None,
@@ -553,7 +736,8 @@ def update_W(data: LEMLData, H, lam: float, loss="squared", *, W0=None,
     Squared loss: conjugate gradient on the normal equations for the step from
     ``W0`` (so the only product spent outside CG is the gradient at ``W0``).
     Logistic and squared hinge: TRON with the same Hessian-vector product inside
-    (Lin, Weng and Keerthi, 2008).  Products as in :func:`w_gradient`.
+    (Lin, Weng and Keerthi, 2008).  Products as in :func:`w_gradient`; the solver
+    is :func:`solve_w_step`.
 
     Parameters
     ----------
@@ -582,38 +766,10 @@ def update_W(data: LEMLData, H, lam: float, loss="squared", *, W0=None,
     info : dict, only if ``return_info``
     """
     loss = get_loss(loss)
-    lam = float(lam)
-    if lam <= 0:
-        raise ValueError(f"lam must be positive, got {lam}")
-    dtype = data.dtype
-    H = np.ascontiguousarray(H, dtype=dtype)
-    if H.ndim != 2 or H.shape[0] != data.n_labels:
-        raise ValueError(f"H has shape {H.shape}, expected ({data.n_labels}, k)")
-    shape = (data.n_features, H.shape[1])
-    W0 = np.zeros(shape, dtype=dtype) if W0 is None else _check_factor(W0, shape, dtype, "W0")
-    info = {"cg_iter": 0, "newton_iter": 0}
-    if loss.constant_curvature:
-        grad, hess_vec = w_gradient(data, H, W0, lam, loss)
-        step, info["cg_iter"] = conjugate_gradient(hess_vec, -grad, tol=cg_tol,
-                                                   max_iter=cg_max_iter)
-        W = W0 + step
-    else:
-        ent = data.observed_entries()
-        X = data.X
-
-        def fun(Wc):
-            z = ent.dots(X @ Wc, H)
-            f = float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64))
-            return f + 0.5 * lam * _sqnorm(Wc), z
-
-        def gradient(Wc, z):
-            return w_gradient(data, H, Wc, lam, loss, z=z)
-
-        res = trust_region_newton(fun, gradient, W0, tol=1e-3, max_iter=newton_max_iter,
-                                  cg_tol=cg_tol, cg_max_iter=cg_max_iter)
-        W = res.x
-        info["cg_iter"], info["newton_iter"] = res.n_cg, res.n_iter
-    W = np.ascontiguousarray(W, dtype=dtype)
+    H, lam, W0 = check_w_step(data.n_features, data.n_labels, data.dtype, H, lam, W0)
+    W, info = solve_w_step(_LocalWOperators(data, H, loss), W0, lam, loss,
+                           cg_max_iter=cg_max_iter, cg_tol=cg_tol,
+                           newton_max_iter=newton_max_iter)
     return (W, info) if return_info else W
 
 

@@ -22,6 +22,17 @@ Sections (``--sections``, comma-separated):
   observed squared loss and 20% observed; its time ratio against the growth of
   ``nnz(X) + nnz(Y)`` (fully observed) or ``nnz(X) + |Omega|``, and against the bare
   sparse products it needs (CG iterations x (``X V`` + ``X^T U``)).
+* ``distributed``: one W-step (squared loss, k=50, 10 CG iterations, float32; Bibtex
+  fully observed also float64) on a
+  Dask LocalCluster with 1 and then 2 single-threaded worker processes
+  (``tasks.leml_dask.DaskWStep``, row blocks scattered once), on Bibtex (fully
+  observed and 20% observed) and on the synthetic Wikipedia-shaped problem at
+  ``--synthetic-scale`` (default 0.1 here): seconds, max |W_dask - W_single| /
+  max |W_single|, whether 2 workers give the 1-worker W bit for bit, CG's own
+  sensitivity (the single-process solve with its right-hand side and every product
+  moved by one ulp; relative differences are printed times 1e6)
+  and each worker's peak RSS.  A fresh cluster per problem, so the peaks are that
+  problem's.
 
 Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
 norm, ``tfidf``: scikit-learn's TfidfTransformer fitted on train), identically for
@@ -51,7 +62,7 @@ from algorithms.leml.model import initial_factors, prepare_data, update_W
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.readers.xmc import read_xmc
 
-SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic")
+SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "distributed")
 # The Wikipedia set of Yu et al. (Table 2): points, features, labels.
 WIKI = (881_805, 366_932, 213_707)
 # Extreme Classification Repository, LEML row (P@1, P@3, P@5, in %).
@@ -105,9 +116,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed-loss", choices=["squared", "logistic", "sqhinge"],
                         default="squared", help="LEML loss timed in the speed section")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best kept)")
-    parser.add_argument("--synthetic-scale", type=float, default=1.0,
+    parser.add_argument("--synthetic-scale", type=float, default=None,
                         help="size of the synthetic Wikipedia-shaped problem as a fraction "
-                        "of the real one (points, features and labels)")
+                        "of the real one (points, features and labels); default 1 in the "
+                        "synthetic section, 0.1 in the distributed one")
+    parser.add_argument("--dask-memory-limit", default="6GiB",
+                        help="memory limit of each Dask worker in the distributed section")
 
 
 def _say(*parts) -> None:
@@ -514,6 +528,95 @@ def _synthetic(args, rows):
     _say(f"{name}: W-step {w_sec:.1f}s, H-step {h_sec:.1f}s, peak RSS {peak:.2f} GiB")
 
 
+def _cg_sensitivity(data, H, lam, cg_max_iter, W_single) -> float:
+    """max |W - W'| / max |W| for the single-process solve with ``-grad`` and every
+    Hessian-vector product moved by one ulp (the size of a change of summation order)."""
+    from algorithms.leml.model import w_gradient
+    from algorithms.leml.solvers import conjugate_gradient
+
+    grad, hess_vec = w_gradient(data, H, np.zeros_like(W_single), lam)
+    up = np.array(np.inf, dtype=grad.dtype)
+    W_moved, _ = conjugate_gradient(lambda v: np.nextafter(hess_vec(v), up),
+                                    np.nextafter(-grad, up), tol=1e-3, max_iter=cg_max_iter)
+    return float(np.abs(W_moved - W_single).max() / np.abs(W_single).max())
+
+
+def _distributed(args, rows, scale):
+    """One W-step on 1 and 2 Dask workers against the single-process solver."""
+    from distributed import Client, LocalCluster
+
+    from tasks.leml_dask import N_BLOCKS, DaskWStep, worker_peak_memory
+
+    k, lam, cg = 50, 1.0, 10
+    problems = []
+    loaded = _load(Path(args.data), "bibtex")
+    if loaded is None:
+        _say("distributed: no bibtex under --data: Bibtex rows skipped")
+    else:
+        Xtr, Ytr, Xte, _ = loaded
+        Xtr, _ = _preprocess(args.features, Xtr, Xte)
+        problems += [
+            ("bibtex", "fully observed", lambda: prepare_data(Xtr, Ytr, fit_intercept=True)),
+            ("bibtex", "fully observed", lambda: prepare_data(Xtr, Ytr, fit_intercept=True,
+                                                              dtype=np.float64)),
+            ("bibtex", "20% observed", lambda: prepare_data(
+                Xtr, Ytr, _mask(Ytr.shape, 0.2, args.seed), fit_intercept=True,
+                entries="sparse")),
+        ]
+    n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
+    problems.append((f"synthetic Wikipedia-shaped ({scale:g}x)", "fully observed",
+                     lambda: prepare_data(*synthetic_wikipedia(n, d, n_labels,
+                                                               seed=args.seed))))
+    for name, case, make in problems:
+        data = make()
+        _, H = initial_factors(data.n_features, data.n_labels, k, data.dtype, args.seed)
+        sec_single, (W_single, info) = _best_time(
+            lambda d=data, h=H: update_W(d, h, lam, cg_max_iter=cg, cg_tol=1e-3,
+                                         return_info=True), args.repeats)
+        sens = _cg_sensitivity(data, H, lam, cg, W_single)
+        setting = (f"{case}, n={data.n_samples} d'={data.n_features} L={data.n_labels} "
+                   f"nnz(X)={data.X.nnz}, k={k}, {info['cg_iter']} CG, {data.dtype}, "
+                   f"{N_BLOCKS} row blocks")
+        rows += [("distributed", name, "LEML W-step (single process)", setting, "seconds",
+                  sec_single),
+                 ("distributed", name, "LEML W-step (single process)", setting,
+                  "CG sensitivity to 1 ulp (x1e-6)", 1e6 * sens)]
+        _say(f"RESULT distributed {name} | single process | {setting} | {sec_single:.3f}s, "
+             f"1-ulp CG sensitivity {sens:.2e}")
+        W_one = None
+        for n_workers in (1, 2):
+            with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                              memory_limit=args.dask_memory_limit,
+                              dashboard_address=None) as cluster, Client(cluster) as client:
+                client.wait_for_workers(n_workers)
+                base = worker_peak_memory(client)
+                ws, setup = _timed(lambda c=client, d=data: DaskWStep(c, d))
+                with ws:
+                    sec, W = _best_time(
+                        lambda w=ws, h=H: w.update_W(h, lam, cg_max_iter=cg, cg_tol=1e-3),
+                        args.repeats)
+                    peaks = worker_peak_memory(client)
+            W_one = W if W_one is None else W_one
+            err = float(np.abs(W - W_single).max() / np.abs(W_single).max())
+            method = f"LEML W-step (Dask, {n_workers} worker{'s' * (n_workers > 1)})"
+            rows += [("distributed", name, method, setting, "seconds", sec),
+                     ("distributed", name, method, setting, "split + scatter seconds", setup),
+                     ("distributed", name, method, setting,
+                      "max|dW|/max|W| vs single (x1e-6)", 1e6 * err),
+                     ("distributed", name, method, setting, "bit-identical to 1 worker",
+                      float(np.array_equal(W, W_one)))]
+            for i, addr in enumerate(sorted(peaks)):
+                rows += [("distributed", name, method, setting, f"worker {i} RSS MiB at start",
+                          base[addr] / 2**20),
+                         ("distributed", name, method, setting, f"worker {i} peak RSS MiB",
+                          peaks[addr] / 2**20)]
+            _say(f"RESULT distributed {name} | {method} | {case} | {sec:.3f}s "
+                 f"(single {sec_single:.3f}s), setup {setup:.2f}s, rel. diff {err:.2e}, "
+                 f"same as 1 worker: {np.array_equal(W, W_one)}, peak RSS MiB "
+                 + ", ".join(f"{peaks[a] / 2**20:.0f}" for a in sorted(peaks)))
+        del data
+
+
 # --------------------------------------------------------------------------- run
 def _grid(args, Xtr) -> dict:
     quick = args.quick
@@ -540,6 +643,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         args.observed = args.observed[:1]
         args.scales = [c for c in args.scales if c <= 2]
         args.repeats = 1
+    distributed_scale = 0.1 if args.synthetic_scale is None else args.synthetic_scale
+    if args.synthetic_scale is None:
+        args.synthetic_scale = 1.0
     rows: list[tuple] = []
     chosen: dict = {}
     with threadpool_limits(1):
@@ -567,6 +673,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             if args.quick:
                 args.synthetic_scale = min(args.synthetic_scale, 0.01)
             _synthetic(args, rows)
+        if "distributed" in args.sections:
+            _distributed(args, rows, min(distributed_scale, 0.01) if args.quick
+                         else distributed_scale)
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["value"] = table["value"].astype(float).round(4)
     return table
