@@ -197,7 +197,8 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     )
     ctx.publish_image(
         "objective",
-        plots.leml_convergence(
+        ctx.plot(
+            plots.leml_convergence,
             ctx.read(result["convergence"]),
             title=f"LEML on {d.name}: k={m.rank}, lambda={m.lam:g}, {m.loss} loss",
         ),

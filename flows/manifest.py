@@ -7,6 +7,7 @@ of every input file and the ref and sha256 of every output.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -58,7 +59,16 @@ def git_state(root: Path) -> dict[str, Any]:
 
 
 def package_versions() -> dict[str, str]:
-    """Every installed distribution and its version (what ``pip freeze`` lists)."""
+    """Every installed distribution and its version (what ``pip freeze`` lists).
+
+    Read once per process (about a second for the 150 distributions here): the installed set
+    does not change under a running ``scarce serve`` or benchmark.
+    """
+    return dict(_package_versions())
+
+
+@functools.cache
+def _package_versions() -> dict[str, str]:
     out = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]

@@ -309,7 +309,8 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
     )
     ctx.publish_image(
         "stability-plot",
-        plots.relations_stability(
+        ctx.plot(
+            plots.relations_stability,
             ctx.read(chosen["curve"]),
             chosen_k=k,
             subsets=ctx.read(search["subsets"]),

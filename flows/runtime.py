@@ -31,8 +31,22 @@ from pydantic import BaseModel, Field
 from flows import manifest as mf
 from flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from tasks.errors import InputError
-from tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
-from tasks.store import Store, atomic_write_bytes, atomic_write_parquet, encode, file_sha256
+from tasks.steps import (
+    Step,
+    _iter_refs,
+    _seal_mismatches,
+    cached_file_sha256,
+    log_both,
+    seal_path,
+)
+from tasks.store import (
+    CorruptEntry,
+    Store,
+    atomic_write_bytes,
+    atomic_write_parquet,
+    encode,
+    file_sha256,
+)
 
 log = logging.getLogger("scarce.run")
 
@@ -70,6 +84,22 @@ def new_run_id(flow: str, name: str | None) -> str:
     return f"{slug}-{stamp}-{secrets.token_hex(2)}"
 
 
+def _sealed_refs(store: Store, key: str) -> set[str]:
+    """The refs whose file sha256 a step recorded (its non-volatile outputs; none if no seal)."""
+    try:
+        digests = json.loads(seal_path(store, key).read_bytes())
+    except (OSError, ValueError):
+        return set()
+    return set(digests) if isinstance(digests, dict) else set()
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """A submitted step resolved from the store (see :meth:`RunContext._store_hit`)."""
+
+    refs: Any
+
+
 @dataclass
 class RunContext:
     flow: str
@@ -82,6 +112,8 @@ class RunContext:
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     cache_hits: list[str] = field(default_factory=list)
+    store_hits: dict[str, int] = field(default_factory=dict)  # steps resolved without a task run
+    fast_cache: bool = True
     plots: dict[str, bytes] = field(default_factory=dict)
 
     @classmethod
@@ -120,47 +152,120 @@ class RunContext:
         except ValueError:
             return str(path)
 
-    def _record(self, st: Step, state: Any) -> Any:
-        refs = state.result()
+    def _note_outputs(self, st: Step, refs: Any, cached: bool) -> Any:
         for ref in _iter_refs(refs):
             self.outputs[ref] = {
                 "step": st.name,
                 "ref": ref,
-                "cached": state.name == "Cached",
+                "cached": cached,
                 "volatile": st.is_volatile(ref),
             }
-        if state.name == "Cached":
+        if cached:
             self.cache_hits.append(st.name)
             log_both(logging.INFO, "cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
+        return refs
+
+    def _record(self, st: Step, state: Any) -> Any:
+        return self._note_outputs(st, state.result(), state.name == "Cached")
+
+    def _store_hit(self, st: Step, kwargs: dict[str, Any]) -> Any:
+        """The refs of a clean cache hit, read from the store before any task run starts.
+
+        A Prefect task run costs a few API calls even when cached (100-200 ms each on a
+        loaded 2-core machine), which made a cached rerun of the relations flow, with its
+        hundreds of small stability units, take over half the first run's time.  A step
+        whose cache record exists and whose entries all pass their checksums and file
+        hashes is resolved here, without a task run (the run's ``cache-hits`` artifact and
+        log list it).  Anything else -- no record, a damaged entry, ``--refresh`` -- goes
+        through Prefect, whose cache policy logs and repairs the damage.
+        """
+        if self.options.refresh or not self.fast_cache:
+            return None
+        sig = st.signature
+        try:
+            bound = sig.bind(**kwargs)
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        key = st.key(dict(bound.arguments))
+        if not (self.store.prefect_dir / key).is_file():
+            return None
+        refs = st.refs(key)
+        sealed = _sealed_refs(self.store, key)
+        if _seal_mismatches(self.store, key):
+            return None
+        try:  # a file whose sha256 matches its seal is intact; read the others in full
+            for ref in _iter_refs(refs):
+                if ref not in sealed:
+                    self.store.read_table(ref)
+        except (CorruptEntry, OSError, ValueError):
+            return None
+        self.store_hits[st.name] = self.store_hits.get(st.name, 0) + 1
         return refs
 
     def run(self, st: Step, **kwargs: Any) -> Any:
         """Run one step (or take it from the cache) and return its refs."""
         self._note_files(st, kwargs)
+        refs = self._store_hit(st, kwargs)
+        if refs is not None:
+            return self._note_outputs(st, refs, cached=True)
         state = self._task(st)(**kwargs, return_state=True)
         return self._record(st, state)
 
     def submit(self, st: Step, **kwargs: Any) -> Any:
-        """Submit one step to the task runner; pass the future to :meth:`gather`."""
+        """Submit one step to the task runner; pass the result to :meth:`gather`."""
         self._note_files(st, kwargs)
+        refs = self._store_hit(st, kwargs)
+        if refs is not None:
+            return st, _Hit(refs)
         return st, self._task(st).submit(**kwargs)
 
     def map(self, st: Step, progress: Progress | None = None, **kwargs: Any) -> list[Any]:
-        """Map a step over the iterables in ``kwargs`` (Prefect's ``.map``).
+        """Map a step over the lists in ``kwargs`` (Prefect's ``.map``; other values and
+        ``prefect.unmapped(...)`` are passed to every call).
 
         ``progress`` (from :meth:`progress`) advances by one as each mapped task finishes.
         """
-        futures = self._task(st).map(**kwargs)
+        from prefect.utilities.annotations import unmapped
+
+        def mapped(v: Any) -> bool:  # unmapped(...) is a tuple subclass: test it first
+            return not isinstance(v, unmapped) and isinstance(v, list | tuple)
+
+        lengths = {len(v) for v in kwargs.values() if mapped(v)}
+        if len(lengths) != 1:
+            raise ValueError(f"map {st.name}: mapped arguments need one common length, "
+                             f"got {sorted(lengths)}")
+        (n,) = lengths
+        units = [
+            {k: (v[i] if mapped(v) else v.value if isinstance(v, unmapped) else v)
+             for k, v in kwargs.items()}
+            for i in range(n)
+        ]
+        hits = [self._store_hit(st, u) for u in units]
+        todo = [i for i, h in enumerate(hits) if h is None]
+        futures = {}
+        if todo:
+            rest = {k: ([v[i] for i in todo] if mapped(v) else v) for k, v in kwargs.items()}
+            futures = dict(zip(todo, self._task(st).map(**rest), strict=True))
+        if progress is not None and n > len(todo):
+            progress.advance(n - len(todo))  # the store's hits at once: one API call
         out = []
-        for f in futures:
-            out.append(self._record(st, f.wait() or f.state))
-            if progress is not None:
-                progress.advance()
+        for i in range(n):
+            if hits[i] is not None:
+                out.append(self._note_outputs(st, hits[i], cached=True))
+            else:
+                f = futures[i]
+                out.append(self._record(st, f.wait() or f.state))
+                if progress is not None:
+                    progress.advance()
         return out
 
     def gather(self, submitted: Iterable[tuple[Step, Any]]) -> list[Any]:
         out = []
         for st, fut in submitted:
+            if isinstance(fut, _Hit):
+                out.append(self._note_outputs(st, fut.refs, cached=True))
+                continue
             fut.wait()
             out.append(self._record(st, fut.state))
         return out
@@ -208,6 +313,45 @@ class RunContext:
         url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         create_image_artifact(image_url=url, key=key, description=description)
 
+    def plot(self, fn: Any, *args: Any, **kwargs: Any) -> bytes:
+        """``fn(*args, **kwargs)`` (a figure as PNG bytes), memoised in the store.
+
+        Drawing a figure costs seconds (importing matplotlib alone is about one), which was
+        most of a cached rerun of a small flow.  The PNG is kept as a store entry
+        ``plots/<digest>`` (a one-row table with a binary ``png`` column, checksummed like any
+        entry), the digest covering the function's source and the plots module's, and the
+        arguments (tables by their content).  ``scarce cache gc`` drops these memos, which are
+        redrawn when needed.
+        """
+        import hashlib
+        import inspect
+
+        from flows import plots as plots_module
+
+        h = hashlib.sha256()
+        h.update(inspect.getsource(fn).encode())
+        h.update(inspect.getsource(plots_module).encode())
+        for value in (*args, *sorted(kwargs.items())):
+            if isinstance(value, tuple):  # a keyword: (name, value)
+                h.update(value[0].encode())
+                value = value[1]
+            if isinstance(value, pd.DataFrame):
+                h.update(repr((list(value.columns), [str(t) for t in value.dtypes])).encode())
+                h.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+            else:
+                h.update(repr(value).encode())
+        ref = f"plots/{h.hexdigest()[:32]}"
+        if self.store.exists(ref):
+            try:
+                png = self.store.read(ref)["png"].iloc[0]
+                if isinstance(png, bytes) and png.startswith(b"\x89PNG\r\n\x1a\n"):
+                    return png
+            except (CorruptEntry, OSError, ValueError, KeyError, IndexError):
+                pass  # a damaged memo is drawn again and rewritten
+        png = fn(*args, **kwargs)
+        self.store.write(ref, pd.DataFrame({"png": [png]}), {"task": "plots"})
+        return png
+
     def progress(self, name: str, total: int, description: str = "") -> Progress:
         """A progress artifact (at 0%) for a loop of ``total`` units; ``advance()`` per unit."""
         return Progress(total, key=self._artifact_key(name), description=description)
@@ -254,6 +398,13 @@ class RunContext:
         }
         mf.write_manifest(self.run_dir, manifest)
         self.publish_table("metrics", metrics, f"Metrics of run {self.run_id}")
+        if self.store_hits:
+            self.publish_table(
+                "cache-hits",
+                pd.DataFrame(sorted(self.store_hits.items()), columns=["step", "entries reused"]),
+                "Steps taken from the store without a task run (their entries passed their "
+                "checksums and file hashes)",
+            )
         log.info("run %s written to %s", self.run_id, self.run_dir)
         return {
             "run_id": self.run_id,

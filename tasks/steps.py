@@ -126,7 +126,8 @@ class Step:
         self.code_hash = hashlib.sha256(
             (inspect.getsource(self.fn) + _module_source_hash(self.modules)).encode()
         ).hexdigest()
-        params = inspect.signature(self.fn).parameters
+        self.signature = inspect.signature(self.fn)
+        params = self.signature.parameters
         for n in (*self.inputs, *self.files):
             if n not in params:
                 raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
@@ -253,7 +254,7 @@ def _load(store: Store, value: Any) -> Any:
 
 
 def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
-    sig = inspect.signature(st.fn)
+    sig = st.signature
 
     @functools.wraps(st.fn)
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -10,4 +10,5 @@ BENCHMARKS = {
     "leml": "flows.bench.leml",
     "relations": "flows.bench.relations",
     "strip": "flows.bench.strip",
+    "overhead": "flows.bench.overhead",
 }

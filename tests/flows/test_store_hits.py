@@ -1,0 +1,80 @@
+"""Cache hits resolved from the store: no task run, same outputs, damage still repaired."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_digits
+
+import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
+from flows.bench.overhead import _busy_seconds
+from flows.cli import main
+from tests.flows.helpers import manifest, runs
+
+
+def test_busy_seconds_is_the_length_of_the_union():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        starts = rng.integers(0, 100, size=8)
+        spans = [(float(s), float(s + rng.integers(0, 20))) for s in starts]
+        covered = np.zeros(200, dtype=bool)  # unit cells [t, t+1) of integer intervals
+        for s, e in spans:
+            covered[int(s):int(e)] = True
+        assert _busy_seconds(spans) == covered.sum()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    (root / "configs").mkdir()
+    digits = load_digits()
+    frame = pd.DataFrame(digits.data[:200], columns=[f"p{i}" for i in range(64)])
+    frame["label"] = digits.target[:200]
+    frame.to_csv(root / "digits.csv", index=False)
+    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 200\nk: 10\n")
+    return root
+
+
+def _task_runs_of_last_flow_run():
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        (fr,) = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=1)
+        return client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id])))
+
+
+@pytest.mark.usefixtures("prefect_server", "in_project")
+def test_second_run_takes_every_step_from_the_store_without_task_runs(project, capsys):
+    assert main(["run", "digits"]) == 0
+    assert len(_task_runs_of_last_flow_run()) == 3
+    assert main(["run", "digits"]) == 0
+    err = capsys.readouterr().err
+    assert _task_runs_of_last_flow_run() == []
+    first, second = (manifest(project, r) for r in runs(project))
+    assert all(o["cached"] for o in second["outputs"])
+    assert second["cache_hits"] == ["digits-cluster", "digits-evaluate", "digits-load"]
+    assert [(o["ref"], o["sha256"]) for o in second["outputs"]] == [
+        (o["ref"], o["sha256"]) for o in first["outputs"]]
+    assert err.count("cache hit: digits-") == 3
+
+
+@pytest.mark.usefixtures("prefect_server", "in_project")
+def test_a_damaged_entry_goes_back_through_prefect_and_is_rewritten(project, caplog):
+    first = manifest(project, runs(project)[0])
+    ref = next(o["ref"] for o in first["outputs"] if o["step"] == "digits-cluster")
+    path = project / "data" / "cache" / f"{ref}.parquet"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING", logger="scarce.store"):
+        assert main(["run", "digits"]) == 0
+    assert f"store entry {ref} is damaged" in caplog.text
+    names = sorted(tr.name.split(" ")[0] for tr in _task_runs_of_last_flow_run())
+    assert len(names) >= 1  # the damaged step ran as a task again
+    last = manifest(project, runs(project)[-1])
+    assert {o["ref"]: o["sha256"] for o in last["outputs"]} == {
+        o["ref"]: o["sha256"] for o in first["outputs"]}
