@@ -77,6 +77,13 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         Rank on a seeded subsample of this many pairs.
     baseline : {"closed_form", "simulated"}, default "closed_form"
         Random predictor of Eq. 3.
+    stability_pairs : {"all", "distinct"}, default "all"
+        Pairs counted by Eq. 2: all (the paper) or only pairs with different vectors (a
+        deviation; :mod:`algorithms.relations.stability`).
+    n_init_reference : int, optional
+        k-means restarts of the reference clustering C of each k in the stability step and of
+        the final clustering; default ``n_init`` (C is then the clustering the subset search
+        scored).  The subset search and the subsample clusterings keep ``n_init``.
     n_label_words : int, default 2
         DCM words reported per cluster.
     random_state : int, RandomState or None, default 0
@@ -110,7 +117,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
                  min_prefix=10, n_subsamples=10, rho=0.9, n_init=3, row_norm=True, reg=1e-3,
                  entropy_binary=True, entropy_alpha="exact", entropy_importance="change",
                  entropy_samples=None,
-                 baseline="closed_form", n_label_words=2, random_state=0):
+                 baseline="closed_form", stability_pairs="all", n_init_reference=None,
+                 n_label_words=2, random_state=0):
         self.k_min = k_min
         self.k_max = k_max
         self.ranking = ranking
@@ -128,6 +136,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         self.entropy_importance = entropy_importance
         self.entropy_samples = entropy_samples
         self.baseline = baseline
+        self.stability_pairs = stability_pairs
+        self.n_init_reference = n_init_reference
         self.n_label_words = n_label_words
         self.random_state = random_state
 
@@ -184,9 +194,11 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
 
         t0 = time.perf_counter()
         subsets = {k: self.ranking_[:s] for k, s in self.subsets_.items()}
+        n_init_ref = int(self.n_init if self.n_init_reference is None else self.n_init_reference)
         self.stability_samples_, self.stability_ = stability_curve(
             X, subsets, n_samples=self.n_subsamples, seed=seed, rho=self.rho, n_init=self.n_init,
-            row_norm=self.row_norm, baseline=self.baseline)
+            row_norm=self.row_norm, baseline=self.baseline, pairs=self.stability_pairs,
+            n_init_reference=n_init_ref)
         self.n_clusters_ = choose_k(self.stability_)
         timings["stability"] = time.perf_counter() - t0
 
@@ -195,7 +207,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         Z = prepare_subset(X, subsets[self.n_clusters_], row_norm=self.row_norm)
         self.labels_ = kmeans_labels(Z, self.n_clusters_,
                                      random_state=full_kmeans_seed(seed, self.n_clusters_),
-                                     n_init=self.n_init)
+                                     n_init=n_init_ref)
         self.cluster_labels_ = {
             c: [w for w, _ in ws]
             for c, ws in top_words(X, self.labels_, feature_names, self.n_label_words).items()}

@@ -13,6 +13,22 @@ Counts come from contingency tables (never N x N): with ``n_ab`` the number of p
 cluster a of C^mu and b of C, the numerator is ``sum_ab C(n_ab, 2)`` and the denominator
 ``sum_b C(n_.b, 2)``.
 
+Pairs of identical points (``pairs="distinct"``, a deviation; default ``"all"``)
+-------------------------------------------------------------------------------
+With few selected words many pairs share the same vector (on SemEval 0-10-0, the 46 top
+entropy words give 906 distinct vectors for 8,853 pairs, and the 807 pairs with none of the
+words all sit at the origin).  k-means puts identical points in the same cluster in every
+run, so their pairs count as "together in C and in C^mu" whatever k is: they add a constant,
+perfectly stable block to Eq. 2 that grows with the size of the repeated groups and says
+nothing about whether the partition is reproducible.  ``pairs="distinct"`` counts Eq. 2 over
+the pairs i<j of P^mu whose vectors differ (after selecting F and normalising), i.e.
+``(sum_ab C(n_ab,2) - sum_abg C(n_abg,2)) / (sum_b C(n_b,2) - sum_bg C(n_bg,2))`` with g the
+group of identical vectors (exact from contingency tables, no assumption that k-means keeps
+ties together).  The random predictor is unchanged: for any fixed set of pairs, independent
+uniform labels put each pair together with probability 1/k, so E[M(R, C)] = 1/k still.  Levine
+and Domany (2001) define the figure of merit over pairs of distinct data points; repeated
+points are an artefact of the sparse selected contexts, which is the justification.
+
 Random predictor
 ----------------
 Default (``baseline="closed_form"``): R assigns every point of P^mu independently and
@@ -30,7 +46,8 @@ anywhere (a Prefect ``.map``) and give the same numbers:
   numbers make the comparison across k less noisy);
 * k-means on P^mu: ``SeedSequence([seed, 2, k, mu])``;
 * k-means on all of P (the reference C): ``SeedSequence([seed, 0, k])``, shared with the
-  subset search so C is the clustering the search scored;
+  subset search so C is the clustering the search scored (unless ``n_init_reference`` gives
+  C more restarts than the search used: then C is the best of those restarts, same seed);
 * simulated random predictor: ``SeedSequence([seed, 3, k, mu])``.
 
 References
@@ -46,6 +63,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from sklearn.metrics.cluster import contingency_matrix
 
 from algorithms.relations.selection import (
@@ -61,10 +79,38 @@ def _pairs(counts) -> float:
     return float((counts * (counts - 1.0)).sum() / 2.0)
 
 
-def together_counts(labels_sub, labels_ref) -> tuple[float, float]:
+def _cell_pairs(*labelings) -> float:
+    """Pairs of points in the same cell of the joint table of ``labelings``."""
+    codes = np.stack([np.asarray(lab) for lab in labelings], axis=1)
+    _, counts = np.unique(codes, axis=0, return_counts=True)
+    return _pairs(counts)
+
+
+def identical_groups(Z) -> np.ndarray:
+    """Group id per row of Z: rows with exactly the same vector share an id (0, 1, ...).
+
+    Ids follow the first occurrence of each vector.
+    """
+    Z = sp.csr_matrix(Z, copy=True)
+    Z.sum_duplicates()
+    Z.eliminate_zeros()
+    Z.sort_indices()
+    seen: dict[tuple[bytes, bytes], int] = {}
+    out = np.empty(Z.shape[0], dtype=np.int64)
+    for i in range(Z.shape[0]):
+        lo, hi = Z.indptr[i], Z.indptr[i + 1]
+        key = (Z.indices[lo:hi].astype(np.int64).tobytes(),
+               Z.data[lo:hi].astype(np.float64).tobytes())
+        out[i] = seen.setdefault(key, len(seen))
+    return out
+
+
+def together_counts(labels_sub, labels_ref, groups=None) -> tuple[float, float]:
     """Pairs together in both labelings, and pairs together in ``labels_ref``.
 
-    Both arrays label the same points.  Computed from the contingency table.
+    Both arrays label the same points.  Computed from the contingency table.  With
+    ``groups`` (e.g. :func:`identical_groups`), pairs of points in the same group are left
+    out of both counts (``pairs="distinct"``, see the module docstring).
     """
     labels_sub = np.asarray(labels_sub)
     labels_ref = np.asarray(labels_ref)
@@ -74,35 +120,48 @@ def together_counts(labels_sub, labels_ref) -> tuple[float, float]:
     table = contingency_matrix(labels_sub, labels_ref, sparse=True)
     both = _pairs(table.data)
     ref = _pairs(np.asarray(table.sum(axis=0)).ravel())
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != labels_ref.shape:
+            raise ValueError(f"groups has shape {groups.shape} but the labelings have "
+                             f"{labels_ref.shape}")
+        both -= _cell_pairs(labels_sub, labels_ref, groups)
+        ref -= _cell_pairs(labels_ref, groups)
     return both, ref
 
 
-def stability_index(labels_sub, labels_ref) -> float:
+def stability_index(labels_sub, labels_ref, groups=None) -> float:
     """Eq. 2: share of the pairs together in ``labels_ref`` that are together in ``labels_sub``.
 
-    Returns NaN when no pair is together in ``labels_ref`` (every cluster a singleton).
+    ``groups``: leave out pairs within a group (pairs of identical points).  Returns NaN
+    when no (counted) pair is together in ``labels_ref``.
     """
-    both, ref = together_counts(labels_sub, labels_ref)
+    both, ref = together_counts(labels_sub, labels_ref, groups)
     return both / ref if ref > 0 else float("nan")
 
 
-def stability_index_naive(labels_sub, labels_ref) -> float:
+def stability_index_naive(labels_sub, labels_ref, groups=None) -> float:
     """Eq. 2 from explicit connectivity matrices (O(n^2) memory; for tests)."""
     a = np.asarray(labels_sub)
     b = np.asarray(labels_ref)
     ca = a[:, None] == a[None, :]
     cb = b[:, None] == b[None, :]
+    if groups is not None:
+        g = np.asarray(groups)
+        keep = g[:, None] != g[None, :]
+        ca, cb = ca & keep, cb & keep
     iu = np.triu_indices(a.size, 1)
     ref = cb[iu].sum()
     return float((ca & cb)[iu].sum() / ref) if ref > 0 else float("nan")
 
 
 def random_baseline(k: int, labels_ref=None, *, method: str = "closed_form", n_draws: int = 1,
-                    seed: int = 0, sample_index: int = 0) -> float:
+                    seed: int = 0, sample_index: int = 0, groups=None) -> float:
     """Expected Eq. 2 index of a random predictor with k clusters against ``labels_ref``.
 
     ``"closed_form"`` returns ``1/k`` (exact for independent uniform labels, see module
-    docstring); ``"simulated"`` averages ``n_draws`` seeded uniform labelings.
+    docstring; also for ``groups``, which only removes pairs); ``"simulated"`` averages
+    ``n_draws`` seeded uniform labelings, counting the pairs as :func:`stability_index` does.
     """
     k = int(k)
     if k < 1:
@@ -115,7 +174,7 @@ def random_baseline(k: int, labels_ref=None, *, method: str = "closed_form", n_d
         raise ValueError("the simulated baseline needs labels_ref")
     labels_ref = np.asarray(labels_ref)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 3, k, int(sample_index)]))
-    values = [stability_index(rng.integers(0, k, size=labels_ref.size), labels_ref)
+    values = [stability_index(rng.integers(0, k, size=labels_ref.size), labels_ref, groups)
               for _ in range(int(n_draws))]
     return float(np.mean(values))
 
@@ -144,6 +203,7 @@ def stability_one_sample(
     full_labels=None,
     baseline: str = "closed_form",
     n_baseline_draws: int = 1,
+    pairs: str = "all",
 ) -> dict:
     """One unit of the stability estimate: Eq. 2 for subsample ``sample_index``.
 
@@ -166,11 +226,16 @@ def stability_one_sample(
         C, the clustering of all pairs with (F, k); computed with the shared seed if omitted.
     baseline : {"closed_form", "simulated"}
     n_baseline_draws : int, default 1
+    pairs : {"all", "distinct"}, default "all"
+        ``"all"``: Eq. 2 over every pair of P^mu (the paper); ``"distinct"``: only pairs whose
+        vectors (after selecting F) differ (a deviation, see the module docstring).
 
     Returns
     -------
     dict with ``k``, ``sample_index``, ``n_features``, ``m`` (Eq. 2) and ``m_random``.
     """
+    if pairs not in ("all", "distinct"):
+        raise ValueError(f"pairs must be 'all' or 'distinct', got {pairs!r}")
     Z = prepare_subset(X, features, row_norm=row_norm)
     if full_labels is None:
         full_labels = kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
@@ -182,14 +247,29 @@ def stability_one_sample(
     sub = kmeans_labels(Z[idx], k, random_state=derived_seed(seed, 2, k, sample_index),
                         n_init=n_init)
     ref = full_labels[idx]
+    groups = identical_groups(Z[idx]) if pairs == "distinct" else None
     return {
         "k": int(k),
         "sample_index": int(sample_index),
         "n_features": int(len(features)),
-        "m": stability_index(sub, ref),
+        "m": stability_index(sub, ref, groups),
         "m_random": random_baseline(k, ref, method=baseline, n_draws=n_baseline_draws,
-                                    seed=seed, sample_index=sample_index),
+                                    seed=seed, sample_index=sample_index, groups=groups),
     }
+
+
+def reference_labels(X, features, k: int, *, seed: int = 0, n_init: int = 3,
+                     row_norm: bool = True) -> np.ndarray:
+    """C: k-means of all pairs with the columns ``features``, seed ``full_kmeans_seed(seed, k)``.
+
+    With the subset search's ``n_init`` this is the clustering the search scored.  More
+    restarts here (``n_init_reference`` of :func:`stability_curve` and of the model) make C
+    the best of many k-means runs: every subsample of a given k is compared with the same C,
+    so a poor local optimum in C shifts the whole M(k) and does not average out over the q
+    subsamples (measured: see the README).
+    """
+    Z = prepare_subset(X, features, row_norm=row_norm)
+    return kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
 
 
 def summarize_stability(samples: pd.DataFrame) -> pd.DataFrame:
@@ -220,7 +300,8 @@ def choose_k(curve: pd.DataFrame) -> int:
 
 def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho: float = 0.9,
                     n_init: int = 3, row_norm: bool = True, full_labels: dict | None = None,
-                    baseline: str = "closed_form", n_baseline_draws: int = 1
+                    baseline: str = "closed_form", n_baseline_draws: int = 1,
+                    pairs: str = "all", n_init_reference: int | None = None
                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Driver: every (k, mu) unit in a loop, then Eq. 3.
 
@@ -229,7 +310,11 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
     subsets : dict
         k -> feature indices F_k.
     full_labels : dict, optional
-        k -> clustering of all pairs with F_k (reused from the subset search).
+        k -> clustering of all pairs with F_k (reused from the subset search).  Missing
+        entries are computed once per k with the shared seed and ``n_init_reference``
+        restarts (default ``n_init``).
+    n_init_reference : int, optional
+        k-means restarts for the reference clustering C only (see :func:`reference_labels`).
 
     Returns
     -------
@@ -239,9 +324,13 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
     rows = []
     for k in sorted(subsets):
         fl = None if full_labels is None else full_labels.get(k)
+        if fl is None:
+            fl = reference_labels(X, subsets[k], k, seed=seed, row_norm=row_norm,
+                                  n_init=n_init if n_init_reference is None else n_init_reference)
         for mu in range(int(n_samples)):
             rows.append(stability_one_sample(
                 X, subsets[k], k, mu, seed=seed, rho=rho, n_init=n_init, row_norm=row_norm,
-                full_labels=fl, baseline=baseline, n_baseline_draws=n_baseline_draws))
+                full_labels=fl, baseline=baseline, n_baseline_draws=n_baseline_draws,
+                pairs=pairs))
     samples = pd.DataFrame(rows)
     return samples, summarize_stability(samples)

@@ -19,6 +19,16 @@ Hamming-histogram algorithm).  The method is unsupervised: nothing is tuned on g
 settings are the issue's (theta = 0.9, rho = 0.9) and the flow's defaults.  Gold labels are used
 only to score the final clusterings (mapped accuracy of Chen et al. Sec. 3.3, ARI, V-measure).
 
+Model-order settings (``--n-init-reference``, ``--stability-pairs``, ``--reg``; see
+:mod:`algorithms.relations.stability` and :mod:`algorithms.relations.selection`): the
+defaults reproduce the earlier table (reference clustering C with ``--n-init`` restarts, Eq. 2
+over all pairs, ridge 1e-3).  With ridge 1e-3 the invariant criterion is dominated by clusters
+of identical vectors (zero within-scatter), so F_k jumps between the 46 and the 1,880 top
+words from one k to the next; with ``--reg 0.1`` F_k is steady.  ``--n-init-reference 50``
+makes C the best of 50 k-means runs: a poor local optimum in C shifts the whole M(k), since
+every subsample is compared with the same C.  ``--stability-pairs distinct`` (a deviation
+from the paper) leaves pairs of identical vectors out of Eq. 2.
+
 For the main setting (``--main-window``, 0-10-0) the entropy method is rerun with
 ``--seeds`` further seeds (the seed drives k-means, the subsamples and nothing else) to show
 whether the chosen k is steady.  The ranking's speed is the naive O(M^2 N^2) reference over
@@ -46,6 +56,7 @@ from algorithms.relations import baselines as bl
 from algorithms.relations.contexts import build_contexts_frame, parse_window
 from algorithms.relations.entropy import entropy_ranking, entropy_ranking_naive
 from algorithms.relations.model import RelationDiscovery
+from algorithms.relations.stability import choose_k, stability_curve
 from flows.config import project_root
 from tasks import relations as tasks_rel
 from tasks.errors import InputError
@@ -71,7 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-prefixes", type=int, default=12, help="prefix lengths per k")
     parser.add_argument("--min-prefix", type=int, default=20)
     parser.add_argument("--n-subsamples", type=int, default=10, help="q, subsamples per k")
-    parser.add_argument("--n-init", type=int, default=3, help="k-means restarts")
+    parser.add_argument("--n-init", type=int, default=3,
+                        help="k-means restarts (subset search and subsample clusterings)")
+    parser.add_argument("--n-init-reference", type=int, default=None,
+                        help="k-means restarts of the reference clustering C per k, of the "
+                        "final clustering and of the k-means baselines (default: --n-init)")
+    parser.add_argument("--stability-pairs", choices=["all", "distinct"], default="all",
+                        help="pairs counted by Eq. 2: all (the paper) or pairs of different "
+                        "vectors only (deviation)")
+    parser.add_argument("--reg", type=float, default=1e-3,
+                        help="relative ridge of P_W in the invariant criterion")
     parser.add_argument("--theta", type=float, default=0.9, help="coverage threshold")
     parser.add_argument("--rho", type=float, default=0.9, help="subsample fraction")
     parser.add_argument("--min-df", type=int, default=2)
@@ -125,10 +145,24 @@ def _fit(X, ranking, seed, args):
     model = RelationDiscovery(k_min=args.k_low, k_max=args.k_high, ranking=ranking,
                               theta=args.theta, n_steps=args.n_prefixes,
                               min_prefix=args.min_prefix, n_subsamples=args.n_subsamples,
-                              rho=args.rho, n_init=args.n_init, random_state=seed)
+                              rho=args.rho, n_init=args.n_init, reg=args.reg,
+                              n_init_reference=args.n_init_reference,
+                              stability_pairs=args.stability_pairs, random_state=seed)
     t0 = time.perf_counter()
     model.fit(X)
     return model, time.perf_counter() - t0
+
+
+def rl_baseline(X, args) -> tuple[int, np.ndarray]:
+    """RLBaseline with the method's stability settings: all words, k by Eq. 3, k-means at k."""
+    allf = np.arange(X.shape[1])
+    n_init_ref = args.n_init if args.n_init_reference is None else args.n_init_reference
+    _, curve = stability_curve(X, {k: allf for k in range(args.k_low, args.k_high + 1)},
+                               n_samples=args.n_subsamples, seed=args.seed, rho=args.rho,
+                               n_init=args.n_init, pairs=args.stability_pairs,
+                               n_init_reference=n_init_ref)
+    k = choose_k(curve)
+    return k, bl.kmeans_baseline(X, k, seed=args.seed, n_init=n_init_ref)
 
 
 def ranking_speedup(Xb, n_pairs: int, seed: int, importance: str) -> dict:
@@ -161,6 +195,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     if args.main_window not in windows:
         windows.append(args.main_window)
 
+    n_init_ref = args.n_init if args.n_init_reference is None else args.n_init_reference
     rows = []
     with threadpool_limits(1):
         mentions = load_mentions(data, args.max_pairs, args.seed)
@@ -186,13 +221,11 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                                               f"between-words 0-{mid}-0, true k")
                 rows.append(dict(hasegawa_done[mid], window=window))
                 t0 = time.perf_counter()
-                labels = bl.kmeans_baseline(X, k_true, seed=args.seed, n_init=args.n_init)
+                labels = bl.kmeans_baseline(X, k_true, seed=args.seed, n_init=n_init_ref)
                 rows.append(_row(window, "kmeans-true-k", args.seed, k_true, k_true, y, labels,
                                  m, time.perf_counter() - t0, "all words, true k"))
                 t0 = time.perf_counter()
-                k_rl, labels, _ = bl.rl_baseline(
-                    X, range(args.k_low, args.k_high + 1), n_samples=args.n_subsamples,
-                    seed=args.seed, rho=args.rho, n_init=args.n_init)
+                k_rl, labels = rl_baseline(X, args)
                 rows.append(_row(window, "rl-baseline", args.seed, k_rl, k_true, y, labels, m,
                                  time.perf_counter() - t0, "all words, k by stability"))
                 _log(f"  baselines: hasegawa {rows[-3]['accuracy']:.3f}, k-means@{k_true} "
