@@ -11,4 +11,5 @@ BENCHMARKS = {
     "relations": "flows.bench.relations",
     "strip": "flows.bench.strip",
     "overhead": "flows.bench.overhead",
+    "workers": "flows.bench.workers",
 }

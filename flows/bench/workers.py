@@ -1,0 +1,341 @@
+"""One against two Dask workers: the relation stability search and a LEML sweep (issue 6).
+
+``scarce bench workers`` starts a Dask ``LocalCluster`` of single-threaded worker processes
+(one BLAS/OpenMP thread each: the workers' environment pins them), first with one worker,
+then with two (``--workers``), and on each cluster runs, through Prefect:
+
+* ``relations``: the relations flow (``configs/relations.yaml`` without the baselines, with
+  ``--set KEY=VALUE`` overrides, e.g. ``--set baselines=true``; ``--quick``: 400 pairs, k in
+  2..6, 3 subsamples) in a fresh temporary store,
+  so every step is computed.  Its (k, prefix) candidates and (k, subsample) stability units
+  are ``.map``-ped, so the workers share them.  The ``relations: search`` rows are the time
+  inside those task runs alone (the union of the Running intervals of the ``candidate`` and
+  ``stability`` task runs, read from the Prefect API), without parsing, contexts, ranking,
+  labelling and the baselines around the search.
+* ``leml-sweep``: a flow defined here mapping one task per (rank, lam) point of a grid
+  (``--ranks`` x ``--lams``); each fits :class:`algorithms.leml.LEML` (squared loss) on the
+  bundled Bibtex training set (rows scaled to unit L2 norm) less a seeded validation part
+  (``--validation-fraction``, the split of ``tasks.leml.split``) and returns the validation
+  P@1.  The point of best P@1 (first in grid order on ties) is the selection.
+
+Each cluster is started, and every worker has imported the code, before anything is timed:
+``seconds`` is the flow's wall time, not the cluster's start.  ``ratio`` is the first worker
+count's seconds over this row's (above 1: faster).  ``identical`` compares every run with the
+first one: for ``relations`` the chosen k, the chosen number of words |F| and the sha256 of
+every output of the run manifest (the volatile ones aside, as ``scarce runs diff`` does) and
+the metrics file; for ``leml-sweep`` the selection and every point's P@1, exactly.
+
+Times are wall-clock on a shared machine: the ratio is the result, the seconds indicative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+from prefect import flow, task, unmapped
+from prefect.cache_policies import NO_CACHE
+
+COLUMNS = ["job", "workers", "seconds", "ratio", "selection", "identical"]
+JOBS = ("relations", "leml-sweep")
+# The bench's relations run leaves out the baselines (Hasegawa et al., k-means at the true k,
+# the RLBaseline search on all words) unless ``--set baselines=true``: the method's own
+# search is what is measured, and the whole bench stays within minutes.
+DEFAULT_RELATIONS = ["baselines=false"]
+QUICK_RELATIONS = ["max_pairs=400", "k_low=2", "k_high=6", "n_subsamples=3"]
+QUICK_LEML = {"ranks": "25,50", "lams": "0.3,1", "max_iter": 4}
+# One BLAS/OpenMP thread per worker process (set before the worker starts).
+PINNED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# What a worker imports before the timing starts (unpickling the first task would otherwise
+# pay for it inside the first timed run only).
+WORKER_MODULES = ("tasks.relations", "algorithms.leml", "algorithms.metrics.multilabel",
+                  "tasks.readers.xmc", "sklearn.preprocessing")
+BIBTEX_TRAIN = Path("data") / "xmc" / "bibtex" / "bibtex_xmlrepo_train.txt.gz"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(t) for t in text.split(",") if t.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", default="1,2",
+                        help="comma-separated worker counts; ratios are to the first (default 1,2)")
+    parser.add_argument("--jobs", default=",".join(JOBS),
+                        help=f"comma-separated jobs (default: {','.join(JOBS)})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="a relations config override, e.g. max_pairs=2000")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes: relations " + " ".join(QUICK_RELATIONS)
+                        + f"; LEML ranks {QUICK_LEML['ranks']}, lams {QUICK_LEML['lams']}, "
+                        f"{QUICK_LEML['max_iter']} iterations")
+    parser.add_argument("--ranks", default=None, help="LEML ranks (default 25,50,100)")
+    parser.add_argument("--lams", default=None, help="LEML lambdas (default 0.1,0.3,1)")
+    parser.add_argument("--max-iter", type=int, default=None,
+                        help="LEML outer iterations (default 10)")
+    parser.add_argument("--cg-max-iter", type=int, default=10)
+    parser.add_argument("--validation-fraction", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the LEML split and fits")
+
+
+def _say(*parts) -> None:
+    print("[bench workers]", *parts, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- LEML sweep
+@functools.lru_cache(maxsize=2)
+def _bibtex_split(path: str, validation_fraction: float, seed: int):
+    """Bibtex train, L2-normalised rows, split as ``tasks.leml.split`` (once per process)."""
+    import numpy as np
+    from sklearn.preprocessing import normalize
+
+    from tasks.readers.xmc import read_xmc
+
+    X, Y = read_xmc(path)
+    X = normalize(X).astype(X.dtype)
+    n = X.shape[0]
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
+    val = np.zeros(n, dtype=bool)
+    val[rng.choice(n, size=int(round(validation_fraction * n)), replace=False)] = True
+    fit, hold = np.flatnonzero(~val), np.flatnonzero(val)
+    return X[fit], Y[fit], X[hold], Y[hold]
+
+
+@task(name="leml-sweep-point", task_run_name="leml rank={rank} lam={lam}",
+      cache_policy=NO_CACHE)
+def fit_point(rank: int, lam: float, train: str, validation_fraction: float, seed: int,
+              max_iter: int, cg_max_iter: int) -> dict:
+    """Validation P@1 (%) of LEML at one (rank, lam), one BLAS thread."""
+    from threadpoolctl import threadpool_limits
+
+    from algorithms.leml import LEML
+    from algorithms.metrics.multilabel import precision_at_k
+
+    X_fit, Y_fit, X_val, Y_val = _bibtex_split(train, validation_fraction, seed)
+    with threadpool_limits(1):
+        model = LEML(rank=rank, lam=lam, loss="squared", max_iter=max_iter,
+                     cg_max_iter=cg_max_iter, fit_intercept=True, random_state=seed)
+        model.fit(X_fit, Y_fit)
+        top = model.predict_top_k(X_val, 1)
+    p1 = 100 * float(precision_at_k(Y_val, top, ks=(1,))[1])
+    return {"rank": rank, "lam": lam, "p1": p1}
+
+
+@flow(name="bench-leml-sweep")
+def leml_sweep(ranks: list[int], lams: list[float], train: str, validation_fraction: float,
+               seed: int, max_iter: int, cg_max_iter: int) -> list[dict]:
+    """One mapped task per (rank, lam); the points in grid order."""
+    grid = [(r, la) for r in ranks for la in lams]
+    futures = fit_point.map(
+        rank=[r for r, _ in grid], lam=[la for _, la in grid], train=unmapped(train),
+        validation_fraction=unmapped(validation_fraction), seed=unmapped(seed),
+        max_iter=unmapped(max_iter), cg_max_iter=unmapped(cg_max_iter))
+    return [f.result() for f in futures]
+
+
+def _best(points: list[dict]) -> dict:
+    best = points[0]
+    for p in points[1:]:
+        if p["p1"] > best["p1"]:
+            best = p
+    return best
+
+
+# --------------------------------------------------------------------------- Prefect API
+def _task_runs(flow_run_id) -> list[tuple[str, float, float]]:
+    """(name, start, end) of the task runs of a flow run that ran."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return [(tr.name, tr.start_time.timestamp(), tr.end_time.timestamp())
+            for tr in runs if tr.start_time and tr.end_time]
+
+
+def _search_seconds(flow_run_id) -> tuple[float, int]:
+    """Union of the Running intervals of the candidate and stability task runs, and their
+    number."""
+    from flows.bench.overhead import _busy_seconds
+
+    spans = [(s, e) for name, s, e in _task_runs(flow_run_id)
+             if name.startswith(("candidate ", "stability "))]
+    return _busy_seconds(spans), len(spans)
+
+
+# --------------------------------------------------------------------------- runs
+def _api_url() -> str | None:
+    """The Prefect API this process uses: ``PREFECT_API_URL`` or the temporary server started
+    by :func:`flows.bench.overhead._warm_up`.  Worker processes get it in their environment;
+    without it each would start a temporary server of its own (20 s or more here)."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if url:
+        return url
+    server = SubprocessASGIServer()
+    return server.api_url if server.running else None
+
+
+def _import_worker_modules() -> None:
+    import importlib
+
+    for name in WORKER_MODULES:
+        importlib.import_module(name)
+
+
+def _relations_once(runner, spec, config) -> dict:
+    from flows.runtime import RunOptions
+    from tasks.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="scarce-bench-workers-"))
+    try:
+        options = RunOptions(store=str(tmp / "cache"), runs=str(tmp / "runs"), runner="dask")
+        flow_fn = spec.load_flow().with_options(task_runner=runner)
+        t0 = time.perf_counter()
+        state = flow_fn(config=config, options=options, return_state=True)
+        seconds = time.perf_counter() - t0
+        summary = state.result()  # raises if the flow failed
+        manifest = summary["manifest"]
+        metrics = summary["metrics"]
+        method = metrics[(metrics["method"] == config.ranking) & (metrics["metric"] == "k_chosen")]
+        k = int(method["value"].iloc[0])
+        store = Store(options.store)
+        subsets = [o["ref"] for o in manifest["outputs"]
+                   if o["step"] == "relations-subsets" and o["ref"].endswith("-subsets")]
+        table = store.read(subsets[0])
+        n_features = int(table.loc[table["k"].astype(int) == k, "n_features"].iloc[0])
+        hashes = {o["ref"]: o["sha256"] for o in manifest["outputs"] if not o.get("volatile")}
+        hashes["metrics.parquet"] = manifest["metrics_sha256"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    search, units = _search_seconds(state.state_details.flow_run_id)
+    return {"seconds": seconds, "search": search, "units": units, "k": k,
+            "n_features": n_features, "hashes": hashes,
+            "selection": f"k={k}, {n_features} words"}
+
+
+def _leml_once(runner, params: dict) -> dict:
+    flow_fn = leml_sweep.with_options(task_runner=runner)
+    t0 = time.perf_counter()
+    points = flow_fn(**params)
+    seconds = time.perf_counter() - t0
+    best = _best(points)
+    return {"seconds": seconds, "points": points,
+            "selection": f"rank={best['rank']} lam={best['lam']:g} P@1={best['p1']:.2f}",
+            "key": (best["rank"], best["lam"], [(p["rank"], p["lam"], p["p1"]) for p in points])}
+
+
+def _same_relations(a: dict, b: dict) -> bool:
+    return (a["k"], a["n_features"], a["hashes"]) == (b["k"], b["n_features"], b["hashes"])
+
+
+def _report_difference(name: str, a: dict, b: dict) -> None:
+    if name == "relations":
+        refs = sorted(r for r in set(a["hashes"]) | set(b["hashes"])
+                      if a["hashes"].get(r) != b["hashes"].get(r))
+        _say(f"relations differ: k {a['k']} vs {b['k']}, |F| {a['n_features']} vs "
+             f"{b['n_features']}, outputs {refs[:10]}")
+    else:
+        _say(f"leml-sweep differs: {a['key']} vs {b['key']}")
+
+
+def run(args: argparse.Namespace) -> pd.DataFrame:
+    from distributed import Client, LocalCluster
+    from prefect_dask import DaskTaskRunner
+
+    from flows.bench.overhead import _warm_up
+    from flows.config import load_config, project_root, resolve_path
+    from flows.registry import FLOWS
+
+    counts = _ints(args.workers)
+    if not counts or min(counts) < 1:
+        raise ValueError(f"--workers {args.workers!r}: expected positive counts, e.g. 1,2")
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    unknown = set(jobs) - set(JOBS)
+    if unknown or not jobs:
+        raise ValueError(f"--jobs {args.jobs!r}: unknown {sorted(unknown)}; known: {list(JOBS)}")
+    spec = config = params = None
+    if "relations" in jobs:
+        spec = FLOWS["relations"]
+        overrides = (DEFAULT_RELATIONS + (QUICK_RELATIONS if args.quick else [])
+                     + list(args.overrides))
+        config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides)
+    if "leml-sweep" in jobs:
+        train = project_root() / BIBTEX_TRAIN
+        if not train.is_file():
+            raise FileNotFoundError(f"{train}: the bundled Bibtex training file is missing")
+        quick = QUICK_LEML if args.quick else {}
+        params = {
+            "ranks": _ints(args.ranks or quick.get("ranks", "25,50,100")),
+            "lams": _floats(args.lams or quick.get("lams", "0.1,0.3,1")),
+            "train": str(train),
+            "validation_fraction": args.validation_fraction,
+            "seed": args.seed,
+            "max_iter": args.max_iter or quick.get("max_iter", 10),
+            "cg_max_iter": args.cg_max_iter,
+        }
+        if not params["ranks"] or not params["lams"]:
+            raise ValueError("--ranks and --lams must each name at least one value")
+
+    _warm_up()  # a temporary Prefect server starts here, untimed
+    env = dict(PINNED)
+    url = _api_url()
+    if url:
+        env["PREFECT_API_URL"] = url
+    results: dict[str, list[tuple[int, dict]]] = {j: [] for j in jobs}
+    for n in counts:
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, env=env)
+        try:
+            with Client(cluster) as client:
+                client.run(_import_worker_modules)
+            runner = DaskTaskRunner(address=cluster.scheduler_address)
+            for job in jobs:
+                _say(f"{job}: {n} worker(s)")
+                if job == "relations":
+                    out = _relations_once(runner, spec, config)
+                    _say(f"relations, {n} worker(s): {out['seconds']:.1f}s (search "
+                         f"{out['search']:.1f}s over {out['units']} task runs), {out['selection']}")
+                else:
+                    out = _leml_once(runner, params)
+                    _say(f"leml-sweep, {n} worker(s): {out['seconds']:.1f}s, {out['selection']}; "
+                         + ", ".join(f"({p['rank']}, {p['lam']:g}) {p['p1']:.2f}"
+                                     for p in out["points"]))
+                results[job].append((n, out))
+        finally:
+            cluster.close()
+
+    rows = []
+    for job in jobs:
+        (_, first), *_ = results[job]
+        for n, out in results[job]:
+            if job == "relations":
+                same = _same_relations(first, out)
+            else:
+                same = first["key"] == out["key"]
+            if not same:
+                _report_difference(job, first, out)
+            rows.append((job, n, out["seconds"], first["seconds"] / out["seconds"],
+                         out["selection"], same))
+            if job == "relations":
+                ratio = first["search"] / out["search"] if out["search"] > 0 else float("nan")
+                rows.append(("relations: search", n, out["search"], ratio,
+                             f"{out['units']} task runs", same))
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["seconds"] = table["seconds"].astype(float).round(2)
+    table["ratio"] = table["ratio"].astype(float).round(3)
+    table["identical"] = table["identical"].astype(bool)
+    return table
