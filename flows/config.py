@@ -116,6 +116,24 @@ def _check_key(model: type[BaseModel], path: list[str]) -> None:
         current = field.annotation
 
 
+def read_yaml(path: Path, what: str) -> Any:
+    """``yaml.safe_load`` of a file; a missing file or bad YAML is an :class:`InputError`
+    naming the file (and the line, for a syntax error)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} file not found", path=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} ({exc.strerror})", path=path) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+
+
 def load_config(
     path: str | os.PathLike[str],
     model: type[C],
@@ -130,19 +148,7 @@ def load_config(
         the message names the file and the dotted key.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("config file not found", path=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read config ({exc.strerror})", path=path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+    data = read_yaml(path, "config")
     if data is None:
         data = {}
     if not isinstance(data, dict):

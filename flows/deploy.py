@@ -38,10 +38,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from flows.config import FlowConfig, Strict, apply_overrides, load_config, resolve_path
+from flows.config import (
+    FlowConfig,
+    Strict,
+    apply_overrides,
+    load_config,
+    read_yaml,
+    resolve_path,
+)
 from tasks.errors import InputError
 
 log = logging.getLogger("scarce.deploy")
@@ -162,17 +168,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
     from flows.registry import FLOWS
 
     path = Path(path) if path is not None else default_file()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("deployments file not found", path=path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+    data = read_yaml(path, "deployments")
     if not isinstance(data, dict):
         raise InputError("expected a mapping with the key 'deployments'", path=path)
     try:

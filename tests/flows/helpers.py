@@ -13,3 +13,19 @@ def runs(project):
 
 def manifest(project, run_id):
     return json.loads((project / "data" / "runs" / run_id / "manifest.json").read_text())
+
+
+def digits_project(root, n_samples=200, k=10):
+    """A project folder for the test ``digits`` flow: ``digits.csv`` (the first
+    ``n_samples`` scikit-learn digits) and ``configs/digits.yaml``; returns ``root``."""
+    import pandas as pd
+    from sklearn.datasets import load_digits
+
+    (root / "configs").mkdir()
+    digits = load_digits()
+    frame = pd.DataFrame(digits.data[:n_samples], columns=[f"p{i}" for i in range(64)])
+    frame["label"] = digits.target[:n_samples]
+    frame.to_csv(root / "digits.csv", index=False)
+    (root / "configs" / "digits.yaml").write_text(
+        f"data: digits.csv\nn_samples: {n_samples}\nk: {k}\n")
+    return root

@@ -13,13 +13,12 @@ import ast
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from sklearn.datasets import load_digits
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows.cli import main
 from tasks.store import Store
+from tests.flows.helpers import digits_project
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("algorithms", "tasks", "flows")
@@ -81,14 +80,7 @@ def test_store_refuses_refs_that_are_not_task_slash_key(tmp_path, ref):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    (root / "configs").mkdir()
-    digits = load_digits()
-    frame = pd.DataFrame(digits.data[:200], columns=[f"p{i}" for i in range(64)])
-    frame["label"] = digits.target[:200]
-    frame.to_csv(root / "digits.csv", index=False)
-    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 200\nk: 10\n")
-    return root
+    return digits_project(tmp_path_factory.mktemp("project"))
 
 
 def _cli(capsys, *args):

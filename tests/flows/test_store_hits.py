@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
-from sklearn.datasets import load_digits
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows.bench.overhead import _busy_seconds
 from flows.cli import main
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import digits_project, manifest, runs
 
 
 def test_busy_seconds_is_the_length_of_the_union():
@@ -26,14 +24,7 @@ def test_busy_seconds_is_the_length_of_the_union():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    (root / "configs").mkdir()
-    digits = load_digits()
-    frame = pd.DataFrame(digits.data[:200], columns=[f"p{i}" for i in range(64)])
-    frame["label"] = digits.target[:200]
-    frame.to_csv(root / "digits.csv", index=False)
-    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 200\nk: 10\n")
-    return root
+    return digits_project(tmp_path_factory.mktemp("project"))
 
 
 def _task_runs_of_last_flow_run():
@@ -48,18 +39,21 @@ def _task_runs_of_last_flow_run():
 
 
 @pytest.mark.usefixtures("prefect_server", "in_project")
-def test_second_run_takes_every_step_from_the_store_without_task_runs(project, capsys):
+def test_second_run_takes_every_step_from_the_store_without_task_runs(project, caplog):
     assert main(["run", "digits"]) == 0
     assert len(_task_runs_of_last_flow_run()) == 3
-    assert main(["run", "digits"]) == 0
-    err = capsys.readouterr().err
+    caplog.clear()
+    with caplog.at_level("INFO", logger="scarce.store"):
+        assert main(["run", "digits"]) == 0
+    hits = [r for r in caplog.records
+            if r.name == "scarce.store" and r.getMessage().startswith("cache hit: digits-")]
     assert _task_runs_of_last_flow_run() == []
     first, second = (manifest(project, r) for r in runs(project))
     assert all(o["cached"] for o in second["outputs"])
     assert second["cache_hits"] == ["digits-cluster", "digits-evaluate", "digits-load"]
     assert [(o["ref"], o["sha256"]) for o in second["outputs"]] == [
         (o["ref"], o["sha256"]) for o in first["outputs"]]
-    assert err.count("cache hit: digits-") == 3
+    assert len(hits) == 3
 
 
 @pytest.mark.usefixtures("prefect_server", "in_project")

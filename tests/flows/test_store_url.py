@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
-from sklearn.datasets import load_digits
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows.cli import main
 from tasks.store import Store, local_root
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import digits_project, manifest, runs
 
 
 def test_local_root_of_paths_and_urls(tmp_path):
@@ -23,14 +21,7 @@ def test_local_root_of_paths_and_urls(tmp_path):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    (root / "configs").mkdir()
-    digits = load_digits()
-    frame = pd.DataFrame(digits.data[:200], columns=[f"p{i}" for i in range(64)])
-    frame["label"] = digits.target[:200]
-    frame.to_csv(root / "digits.csv", index=False)
-    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 200\nk: 10\n")
-    return root
+    return digits_project(tmp_path_factory.mktemp("project"))
 
 
 @pytest.mark.usefixtures("prefect_server")
