@@ -216,9 +216,35 @@ def _with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
         task_runner = DaskTaskRunner(address=address)
     else:
         task_runner = DaskTaskRunner(
-            cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True}
+            cluster_kwargs={
+                "n_workers": 2,
+                "threads_per_worker": 1,
+                "processes": True,
+                "env": _worker_env(),
+            }
         )
     return flow_fn.with_options(task_runner=task_runner)
+
+
+def _worker_env() -> dict[str, str]:
+    """Environment of local Dask workers: one BLAS thread, and this process's Prefect API.
+
+    Without ``PREFECT_API_URL`` each worker process would start a temporary Prefect server of
+    its own (20 s or more here): the temporary server of this process is started first and
+    its address handed to the workers.
+    """
+    from prefect.settings import PREFECT_API_URL
+
+    env = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    url = PREFECT_API_URL.value()
+    if not url:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        server = SubprocessASGIServer()
+        server.start()
+        url = server.api_url
+    env["PREFECT_API_URL"] = url
+    return env
 
 
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
