@@ -93,6 +93,14 @@ def _sealed_refs(store: Store, key: str) -> set[str]:
     return set(digests) if isinstance(digests, dict) else set()
 
 
+def _flow_run_id() -> str | None:
+    """The Prefect flow run this run is (its page in the UI), if any."""
+    from prefect.runtime import flow_run
+
+    run_id = flow_run.id
+    return str(run_id) if run_id else None
+
+
 @dataclass(frozen=True)
 class _Hit:
     """A submitted step resolved from the store (see :meth:`RunContext._store_hit`)."""
@@ -394,6 +402,7 @@ class RunContext:
             "metrics_sha256": file_sha256(metrics_path),
             "cache_hits": sorted(set(self.cache_hits)),
             "plots": plots,
+            "prefect_flow_run_id": _flow_run_id(),
             "headline": headline or headline_metrics(metrics),
         }
         mf.write_manifest(self.run_dir, manifest)

@@ -129,12 +129,20 @@ def test_second_run_is_all_cache_hits(project, capsys):
 
 def test_stability_curve_and_labels_are_prefect_artifacts(project):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
 
     keys = ["relations-stability", "relations-labels"]
+    last = json.loads((project / "data" / "runs" / runs(project)[-1] / "manifest.json")
+                      .read_text())
+    # this run's artifacts only: other test modules run relations flows on the same server
     with get_client(sync_client=True) as client:
-        arts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=keys),
+            flow_run_id=ArtifactFilterFlowRunId(any_=[last["prefect_flow_run_id"]])))
     by_key = {a.key: a for a in arts}
     assert set(by_key) == set(keys)
     table = by_key["relations-labels"].data
