@@ -31,14 +31,7 @@ from pydantic import BaseModel, Field
 from flows import manifest as mf
 from flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from tasks.errors import InputError
-from tasks.steps import (
-    Step,
-    _iter_refs,
-    _seal_mismatches,
-    cached_file_sha256,
-    log_both,
-    seal_path,
-)
+from tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
 from tasks.store import (
     CorruptEntry,
     Store,
@@ -82,15 +75,6 @@ def new_run_id(flow: str, name: str | None) -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     slug = "-".join(p for p in (flow, name) if p)
     return f"{slug}-{stamp}-{secrets.token_hex(2)}"
-
-
-def _sealed_refs(store: Store, key: str) -> set[str]:
-    """The refs whose file sha256 a step recorded (its non-volatile outputs; none if no seal)."""
-    try:
-        digests = json.loads(seal_path(store, key).read_bytes())
-    except (OSError, ValueError):
-        return set()
-    return set(digests) if isinstance(digests, dict) else set()
 
 
 def _flow_run_id() -> str | None:
@@ -198,16 +182,12 @@ class RunContext:
         key = st.key(dict(bound.arguments))
         if not (self.store.prefect_dir / key).is_file():
             return None
+        try:
+            if damaged_entries(st, self.store, key):
+                return None
+        except (OSError, ValueError):
+            return None
         refs = st.refs(key)
-        sealed = _sealed_refs(self.store, key)
-        if _seal_mismatches(self.store, key):
-            return None
-        try:  # a file whose sha256 matches its seal is intact; read the others in full
-            for ref in _iter_refs(refs):
-                if ref not in sealed:
-                    self.store.read_table(ref)
-        except (CorruptEntry, OSError, ValueError):
-            return None
         self.store_hits[st.name] = self.store_hits.get(st.name, 0) + 1
         return refs
 

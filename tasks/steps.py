@@ -304,17 +304,18 @@ def write_seal(st: Step, store: Store, key: str) -> None:
     atomic_write_bytes(seal_path(store, key), json.dumps(digests, sort_keys=True).encode())
 
 
-def _seal_mismatches(store: Store, key: str) -> dict[str, str]:
-    """ref -> reason for every sealed file whose bytes changed (empty without a seal)."""
+def _seal_mismatches(store: Store, key: str) -> tuple[set[str], dict[str, str]]:
+    """The sealed refs, and ref -> reason for every sealed file whose bytes changed
+    (no refs and no reasons without a seal)."""
     path = seal_path(store, key)
     if not path.is_file():  # entries written before seals existed
-        return {}
+        return set(), {}
     try:
         digests = json.loads(path.read_bytes())
         if not isinstance(digests, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
-        return {str(path): f"unreadable seal ({exc})"}
+        return set(), {str(path): f"unreadable seal ({exc})"}
     out = {}
     for ref, expected in digests.items():
         try:
@@ -323,7 +324,25 @@ def _seal_mismatches(store: Store, key: str) -> dict[str, str]:
             actual = str(exc)
         if actual != expected:
             out[ref] = "file sha256 differs from the one recorded when it was written"
-    return out
+    return set(digests), out
+
+
+def damaged_entries(st: Step, store: Store, key: str) -> dict[str, str]:
+    """ref -> reason for every damaged output of the call ``key`` (empty when all are intact).
+
+    A file whose sha256 equals its seal is intact without being read; every other part
+    (volatile parts, entries written before seals, files that fail their seal) is read in full,
+    so a damaged file is named with the reader's reason when it has one.
+    """
+    sealed, problems = _seal_mismatches(store, key)
+    for ref in _iter_refs(st.refs(key)):
+        if ref in sealed and ref not in problems:
+            continue
+        try:
+            store.read_table(ref)
+        except CorruptEntry as exc:
+            problems[ref] = str(exc)
+    return problems
 
 
 class StoreCachePolicy(CachePolicy):
@@ -361,19 +380,9 @@ class StoreCachePolicy(CachePolicy):
         record = self.store.prefect_dir / key
         if not record.exists():
             return key
-        damaged = False
-        for ref in _iter_refs(self.step.refs(key)):  # every part, so each damage is named
-            try:
-                self.store.read_table(ref)
-            except CorruptEntry as exc:
-                log_both(logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, exc)
-                damaged = True
-        if not damaged:
-            for ref, reason in _seal_mismatches(self.store, key).items():
-                log_both(
-                    logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, reason
-                )
-                damaged = True
+        damaged = damaged_entries(self.step, self.store, key)
+        for ref, reason in damaged.items():  # every part, so each damage is named
+            log_both(logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, reason)
         if damaged:
             record.unlink(missing_ok=True)
         return key

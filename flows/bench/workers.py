@@ -51,7 +51,6 @@ DEFAULT_RELATIONS = ["baselines=false"]
 QUICK_RELATIONS = ["max_pairs=400", "k_low=2", "k_high=6", "n_subsamples=3"]
 QUICK_LEML = {"ranks": "25,50", "lams": "0.3,1", "max_iter": 4}
 # One BLAS/OpenMP thread per worker process (set before the worker starts).
-PINNED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # What a worker imports before the timing starts (unpickling the first task would otherwise
 # pay for it inside the first timed run only).
 WORKER_MODULES = ("tasks.relations", "algorithms.leml", "algorithms.metrics.multilabel",
@@ -175,20 +174,6 @@ def _search_seconds(flow_run_id) -> tuple[float, int]:
 
 
 # --------------------------------------------------------------------------- runs
-def _api_url() -> str | None:
-    """The Prefect API this process uses: ``PREFECT_API_URL`` or the temporary server started
-    by :func:`flows.bench.overhead._warm_up`.  Worker processes get it in their environment;
-    without it each would start a temporary server of its own (20 s or more here)."""
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    if url:
-        return url
-    server = SubprocessASGIServer()
-    return server.api_url if server.running else None
-
-
 def _import_worker_modules() -> None:
     import importlib
 
@@ -257,6 +242,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from prefect_dask import DaskTaskRunner
 
     from flows.bench.overhead import _warm_up
+    from flows.cli import _worker_env
     from flows.config import load_config, project_root, resolve_path
     from flows.registry import FLOWS
 
@@ -291,10 +277,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             raise ValueError("--ranks and --lams must each name at least one value")
 
     _warm_up()  # a temporary Prefect server starts here, untimed
-    env = dict(PINNED)
-    url = _api_url()
-    if url:
-        env["PREFECT_API_URL"] = url
+    env = _worker_env()  # one BLAS thread, and this process's Prefect API (as --runner dask)
     results: dict[str, list[tuple[int, dict]]] = {j: [] for j in jobs}
     for n in counts:
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,

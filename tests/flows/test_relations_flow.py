@@ -22,7 +22,7 @@ from algorithms.relations.model import RelationDiscovery
 from flows.cli import main
 from tasks.readers.semeval import read_semeval
 from tasks.store import Store
-from tests.flows.helpers import runs
+from tests.flows.helpers import rerun_first, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -181,7 +181,5 @@ def test_missing_closing_tag_exits_2_with_file_and_line(project, capsys, tmp_pat
 @pytest.mark.parametrize("runner", ["local", "dask"])
 def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
     """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
-    first = runs(project)[0]
-    code = main(["rerun", first, "--runner", runner])
-    out = capsys.readouterr().out
+    code, out = rerun_first(project, capsys, runner)
     assert code == 0 and out.strip().endswith("identical"), out

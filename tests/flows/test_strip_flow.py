@@ -20,7 +20,7 @@ from algorithms.strip.ripper import StRip
 from flows.cli import main
 from tasks.readers.conllu import read_conllu_files
 from tasks.store import Store
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import manifest, rerun_first, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -187,7 +187,5 @@ def test_unbalanced_entity_bracket_exits_2_with_file_and_line(project, capsys, t
 @pytest.mark.parametrize("runner", ["local", "dask"])
 def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
     """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
-    first = runs(project)[0]
-    code = main(["rerun", first, "--runner", runner])
-    out = capsys.readouterr().out
+    code, out = rerun_first(project, capsys, runner)
     assert code == 0 and out.strip().endswith("identical"), out
