@@ -211,3 +211,63 @@ def strip_comparison(
         right.set_title("Rule-set size after each phase")
         right.grid(True, axis="y", alpha=0.3)
     return _png(fig)
+
+
+def _short(text: str, width: int = 46) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def strip_rule_coverage(
+    coverage: pd.DataFrame,
+    methods: Sequence[str] | None = None,
+    title: str = "Rule coverage on the test set",
+) -> bytes:
+    """Per method, what each rule adds to the chains: labelled pairs newly covered after closure.
+
+    ``coverage`` is the ``coverage`` output of ``strip-evaluate`` (``method``, ``rule_id``,
+    ``rule``, ``new_pos``, ``new_neg``): one panel per method, one pair of horizontal bars per
+    rule in rule order (coreferent and non-coreferent labelled pairs it brings into a chain,
+    links through unlabelled NPs included), the rule's text as its label.  ``methods`` (default:
+    those in the table) sets the panels; a method without rules gets a panel saying so.
+    """
+    columns = ["method", "rule_id", "rule", "new_pos", "new_neg"]
+    missing = [c for c in columns if c not in coverage.columns]
+    if missing:
+        raise ValueError(f"rule coverage table lacks columns {missing}; it has "
+                         f"{list(coverage.columns)}")
+    methods = list(dict.fromkeys(coverage["method"].astype(str))) if methods is None \
+        else [str(m) for m in methods]
+    if not methods:
+        raise ValueError("rule coverage table is empty and no methods were given")
+    counts = coverage["method"].astype(str).value_counts()
+    heights = [0.7 + 0.34 * max(int(counts.get(m, 0)), 1) for m in methods]
+    # one panel per method, stacked, each as tall as its rule list
+    fig, axes = _figure(8.0, 0.8 + sum(heights), nrows=len(methods),
+                        gridspec_kw={"height_ratios": heights})
+    top = float(max(coverage["new_pos"].max(), coverage["new_neg"].max(), 1)) \
+        if len(coverage) else 1.0
+    for ax, method in zip(axes, methods, strict=True):
+        part = coverage[coverage["method"].astype(str) == method].sort_values("rule_id")
+        ax.set_title(method, fontsize="medium")
+        if part.empty:
+            ax.text(0.5, 0.5, "no rules: every pair is not coreferent", ha="center",
+                    va="center", transform=ax.transAxes, fontsize="small")
+            ax.set_axis_off()
+            continue
+        y = np.arange(len(part), dtype=float)
+        for off, column, label, colour in ((-0.2, "new_pos", "coreferent", COLOURS[2]),
+                                           (0.2, "new_neg", "not coreferent", COLOURS[1])):
+            bars = ax.barh(y + off, part[column].to_numpy(float), 0.4, label=label, color=colour)
+            ax.bar_label(bars, fmt="%d", fontsize="x-small", padding=1)
+        ax.set_yticks(y, [f"R{r}: {_short(t)}" for r, t in zip(part["rule_id"], part["rule"],
+                                                                 strict=True)],
+                      fontsize="x-small")
+        ax.invert_yaxis()  # the first rule on top
+        ax.set_xlim(0, top * 1.18)
+        ax.set_xlabel("labelled pairs newly covered after closure")
+        ax.grid(True, axis="x", alpha=0.3)
+    handles = [h for ax in axes for h in [ax.get_legend_handles_labels()] if h[0]]
+    if handles:
+        fig.legend(*handles[0], loc="outside lower center", ncols=2, frameon=False)
+    fig.suptitle(title)
+    return _png(fig)

@@ -201,6 +201,16 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
                  config),
         "F1 over the source mentions per method, and rules after each phase",
     )
+    coverage = ctx.read(result["coverage"])
+    ctx.publish_table("rule-coverage", result["coverage"],
+                      "Per rule: labelled test pairs it fires on, and those it brings into a "
+                      "chain after the closure")
+    ctx.publish_image(
+        "rule-coverage-plot",
+        ctx.plot(coverage_plot, coverage[["method", "rule_id", "rule", "new_pos", "new_neg"]],
+                 config),
+        "Labelled test pairs each rule newly covers after single-link clustering",
+    )
     ctx.publish_markdown(
         "summary",
         summary_markdown(scores, config),
@@ -215,6 +225,15 @@ def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig) 
         phases,
         title=f"{config.dataset} {'+'.join(config.test_splits)}: window {config.window}, "
         f"loss ratio {config.loss_ratio:g}",
+    )
+
+
+def coverage_plot(coverage: pd.DataFrame, config: StripConfig) -> bytes:
+    return plots.strip_rule_coverage(
+        coverage,
+        config.variants,
+        title=f"{config.dataset} {'+'.join(config.test_splits)}: what each rule adds to the "
+        "chains",
     )
 
 

@@ -353,7 +353,7 @@ def _long_scores(scores: pd.DataFrame, prefix: str) -> dict[str, float]:
 @step(
     "strip-evaluate",
     inputs=("test_pairs", "test_mentions", "rules", "timings"),
-    outputs=("metrics", "scores", "clusters", "timings"),
+    outputs=("metrics", "scores", "clusters", "coverage", "timings"),
     volatile=("timings",),
     modules=(*RULE_MODULES, coref_metrics),
 )
@@ -369,16 +369,22 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
     -------
     dict
         ``metrics`` (long: dataset, method, metric, value), ``scores`` (one row per method, the
-        F1 columns over sources), ``clusters`` (doc, mention, method, cluster) and ``timings``
-        (seconds per method and phase, volatile).
+        F1 columns over sources), ``clusters`` (doc, mention, method, cluster), ``coverage``
+        (per method and rule, what the rule covers among the labelled test pairs, alone and after
+        the closure: :func:`algorithms.strip.ripper.rule_coverage`) and ``timings`` (seconds per
+        method and phase, volatile).
     """
     pairs = pd.concat(test_pairs, ignore_index=True)
     mentions = pd.concat(test_mentions, ignore_index=True)
     key = mentions["entity"].to_numpy()
     groups = mentions["doc"].to_numpy()
     source = mentions["source"].to_numpy(dtype=bool)
-    rows, clusters, wide = [], [], []
+    rows, clusters, wide, coverage = [], [], [], []
     for method, table in rules.items():
+        cov = ripper.rule_coverage(table, features(pairs), pairs["label"].to_numpy(),
+                                   pairs["doc"].to_numpy(), pairs["mention_i"].to_numpy(),
+                                   pairs["mention_j"].to_numpy())
+        coverage.append(cov.assign(method=method))
         response = cluster_mentions(table, pairs, mentions)
         values = {
             **_long_scores(coref_metrics.coref_scores(key, response, source, groups), ""),
@@ -396,6 +402,8 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
         "metrics": metrics,
         "scores": pd.DataFrame(wide),
         "clusters": pd.concat(clusters, ignore_index=True),
+        "coverage": pd.concat(coverage, ignore_index=True)[
+            ["method", *ripper.RULE_COVERAGE_COLUMNS]],
         "timings": times,
     }
 

@@ -56,11 +56,13 @@ from sklearn.utils import check_random_state
 from algorithms.strip.closure import PairGraph
 
 __all__ = [
-    "RULE_COLUMNS", "RuleProblem", "make_problem", "grow", "prune", "optimize",
-    "description_length", "rules_fire", "rules_to_text", "StRip",
+    "RULE_COLUMNS", "RULE_COVERAGE_COLUMNS", "RuleProblem", "make_problem", "grow", "prune",
+    "optimize", "description_length", "rules_fire", "rules_to_text", "rule_coverage", "StRip",
 ]
 
 RULE_COLUMNS = ["rule_id", "antecedent_index", "feature", "op", "value", "pruned"]
+RULE_COVERAGE_COLUMNS = ["rule_id", "rule", "fires", "fires_pos", "fires_neg", "new_pos",
+                         "new_neg", "covered_pos", "covered_neg"]
 _OPS = ("==", "<=", ">=")
 
 
@@ -275,11 +277,20 @@ def rules_fire(rules: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
     -------
     ndarray of bool, shape (len(X),)
     """
+    out = np.zeros(len(X), dtype=bool)
+    for _, _, fired in _rule_masks(rules, X):
+        out |= fired
+    return out
+
+
+def _rule_masks(rules: pd.DataFrame, X: pd.DataFrame) -> list[tuple[int, str, np.ndarray]]:
+    """(rule id, text, mask of the rows of ``X`` the rule fires on) per rule, in rule order."""
     rules = _check_table(rules)
     if "pruned" in rules.columns:
         rules = rules[~rules["pruned"].astype(bool)]
-    out = np.zeros(len(X), dtype=bool)
-    for _, grp in rules.groupby("rule_id", sort=True):
+    out = []
+    for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id",
+                                                                             sort=True):
         m = np.ones(len(X), dtype=bool)
         for feat, op, val in zip(grp["feature"], grp["op"], grp["value"], strict=True):
             if feat not in X.columns:
@@ -291,8 +302,52 @@ def rules_fire(rules: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
                 m &= (col.to_numpy(dtype=np.float64) <= float(val))
             else:
                 m &= (col.to_numpy(dtype=np.float64) >= float(val))
-        out |= m
+        text = " AND ".join(f"{f} {o} {v}" for f, o, v in
+                            zip(grp["feature"], grp["op"], grp["value"], strict=True))
+        out.append((int(rid), text, m))
     return out
+
+
+def rule_coverage(rules: pd.DataFrame, X: pd.DataFrame, y, groups, mention_i,
+                  mention_j) -> pd.DataFrame:
+    """What each rule of an ordered rule set covers on labelled pairs, alone and after closure.
+
+    For rule ``r`` (in order), with ``y`` in {1, 0, -1 = unknown}:
+
+    * ``fires``: pairs the rule fires on (any label); ``fires_pos`` / ``fires_neg``: the
+      labelled coreferent / non-coreferent ones among them;
+    * ``new_pos`` / ``new_neg``: labelled pairs covered by rules ``0..r`` after the transitive
+      closure within each document (the clustering of the rule set's decisions) and not by rules
+      ``0..r-1``: what adding the rule brings to the chains, links through unknown pairs included;
+    * ``covered_pos`` / ``covered_neg``: the cumulative counts after rule ``r``.
+
+    Returns
+    -------
+    DataFrame
+        One row per rule: ``rule_id, rule, fires, fires_pos, fires_neg, new_pos, new_neg,
+        covered_pos, covered_neg``; the text of a rule is its antecedents joined by ``AND``.
+    """
+    y = np.asarray(y)
+    if y.shape != (len(X),):
+        raise ValueError(f"y must have one label per row of X ({len(X)}); got shape {y.shape}")
+    graph = PairGraph(groups, mention_i, mention_j, closure=True)
+    pos, neg = y == 1, y == 0
+    positive = np.zeros(len(X), dtype=bool)
+    before = np.zeros(len(X), dtype=bool)
+    rows = []
+    for rid, text, fired in _rule_masks(rules, X):
+        positive |= fired
+        covered = graph.covered(positive)
+        new = covered & ~before
+        rows.append({
+            "rule_id": rid, "rule": text, "fires": int(fired.sum()),
+            "fires_pos": int((fired & pos).sum()), "fires_neg": int((fired & neg).sum()),
+            "new_pos": int((new & pos).sum()), "new_neg": int((new & neg).sum()),
+            "covered_pos": int((covered & pos).sum()), "covered_neg": int((covered & neg).sum()),
+        })
+        before = covered
+    return pd.DataFrame(rows, columns=RULE_COVERAGE_COLUMNS).astype(
+        {c: np.int64 for c in RULE_COVERAGE_COLUMNS if c != "rule"})
 
 
 def rules_to_text(rules: pd.DataFrame) -> str:

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from algorithms.strip.closure import covered_pairs
 from algorithms.strip.ripper import (
     RULE_COLUMNS,
     StRip,
@@ -12,6 +13,7 @@ from algorithms.strip.ripper import (
     make_problem,
     optimize,
     prune,
+    rule_coverage,
     rules_fire,
     rules_to_text,
 )
@@ -153,3 +155,31 @@ def test_invalid_labels_are_rejected(bad, match):
 def test_unfitted_estimator_says_so():
     with pytest.raises(ValueError, match="not fitted"):
         StRip().predict(pd.DataFrame({"f": [1]}))
+
+
+def test_rule_coverage_counts_a_hand_worked_chain():
+    # One document, mentions a b c d; pairs and labels (-1: unknown, a non-source NP in it).
+    #   pair  (a,b) y=1  f=1 g=0      rule 0 "f == 1" fires on (a,b), (b,c)
+    #   pair  (b,c) y=-1 f=1 g=0      rule 1 "g >= 1" fires on (c,d)
+    #   pair  (a,c) y=1  f=0 g=0
+    #   pair  (c,d) y=0  f=0 g=1
+    #   pair  (a,d) y=0  f=0 g=0
+    # After rule 0 the closure joins a b c: covered labelled pairs (a,b)+ (a,c)+ -> 2 pos, 0 neg;
+    # (a,c) is covered only through the unknown pair (b,c).  Rule 1 adds d to the chain: (c,d)-
+    # and (a,d)- become covered -> 0 new pos, 2 new neg.
+    X = pd.DataFrame({"f": ["1", "1", "0", "0", "0"], "g": [0.0, 0.0, 0.0, 1.0, 0.0]})
+    y = np.array([1, -1, 1, 0, 0])
+    mi = np.array(["a", "b", "a", "c", "a"])
+    mj = np.array(["b", "c", "c", "d", "d"])
+    rules = pd.DataFrame({"rule_id": [0, 0, 1], "antecedent_index": [0, 1, 0],
+                          "feature": ["f", "g", "g"], "op": ["==", "<=", ">="],
+                          "value": ["1", "0.0", "1.0"], "pruned": [False, True, False]})
+    cov = rule_coverage(rules, X, y, np.zeros(5, dtype=int), mi, mj)
+    assert cov["rule"].tolist() == ["f == 1", "g >= 1.0"]
+    assert cov[["fires", "fires_pos", "fires_neg"]].to_numpy().tolist() == [[2, 1, 0], [1, 0, 1]]
+    assert cov[["new_pos", "new_neg"]].to_numpy().tolist() == [[2, 0], [0, 2]]
+    assert cov[["covered_pos", "covered_neg"]].to_numpy().tolist() == [[2, 0], [2, 2]]
+    # the cumulative counts after the last rule are those of the whole rule set's chains
+    covered = covered_pairs(np.zeros(5, dtype=int), mi, mj, rules_fire(rules, X))
+    assert cov["covered_pos"].iloc[-1] == np.count_nonzero(covered & (y == 1))
+    assert cov["covered_neg"].iloc[-1] == np.count_nonzero(covered & (y == 0))

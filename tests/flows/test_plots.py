@@ -65,6 +65,19 @@ PHASES = pd.DataFrame(
 )
 
 
+COVERAGE = pd.DataFrame(
+    {
+        "method": ["ripper", "ripper", "strip-partial", "strip-partial", "strip-partial"],
+        "rule_id": [0, 1, 0, 1, 2],
+        "rule": ["head_match == True", "alias == True AND sentence_distance <= 2.0",
+                 "string_match == True", "pronoun_j == True AND gender_agree == yes "
+                 "AND number_agree == yes AND mention_distance <= 1.0", "appositive == True"],
+        "new_pos": [120, 14, 131, 40, 6],
+        "new_neg": [9, 3, 11, 25, 1],
+    }
+)
+
+
 def _image(png: bytes) -> Image.Image:
     img = Image.open(io.BytesIO(png))
     img.load()  # decodes every chunk: a truncated or corrupt PNG raises here
@@ -82,8 +95,12 @@ def _image(png: bytes) -> Image.Image:
         ),
         (lambda: plots.strip_comparison(SCORES), (640, 380)),
         (lambda: plots.strip_comparison(SCORES, PHASES), (1000, 380)),
+        (lambda: plots.strip_rule_coverage(COVERAGE), (800, 390)),
+        (lambda: plots.strip_rule_coverage(COVERAGE, ["ripper", "strip-labeled",
+                                                      "strip-partial"]), (800, 494)),
     ],
-    ids=["leml", "relations", "relations-with-subsets", "strip", "strip-with-phases"],
+    ids=["leml", "relations", "relations-with-subsets", "strip", "strip-with-phases",
+         "strip-rule-coverage", "strip-rule-coverage-with-empty"],
 )
 def test_plots_are_small_valid_pngs_with_identical_bytes_on_every_call(draw, size):
     png = draw()
@@ -102,6 +119,8 @@ def test_the_figures_follow_the_tables():
     seconds = CONVERGENCE.assign(seconds=[9.0, 9.0, 9.0, 9.0])  # volatile: never drawn
     assert plots.leml_convergence(seconds) == plots.leml_convergence(CONVERGENCE)
     assert plots.relations_stability(CURVE, 4) != plots.relations_stability(CURVE, 5)
+    fewer = COVERAGE.assign(new_neg=COVERAGE["new_neg"].where(COVERAGE["rule_id"] != 1, 0))
+    assert plots.strip_rule_coverage(fewer) != plots.strip_rule_coverage(COVERAGE)
     slower = PHASES.assign(seconds=PHASES["seconds"] * 7)
     assert plots.strip_comparison(SCORES, slower) == plots.strip_comparison(SCORES, PHASES)
 
@@ -113,6 +132,8 @@ def test_missing_columns_are_named():
         plots.relations_stability(CURVE.iloc[:0], 4)
     with pytest.raises(ValueError, match="scores table has none of the columns"):
         plots.strip_comparison(SCORES[["method", "n_rules"]])
+    with pytest.raises(ValueError, match=r"rule coverage table lacks columns \['new_neg'\]"):
+        plots.strip_rule_coverage(COVERAGE.drop(columns="new_neg"))
 
 
 def _artifacts(flow_run_id):

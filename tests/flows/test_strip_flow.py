@@ -8,6 +8,7 @@ and ``coref_scores`` recomputed from the stored clusters and the gold entities.
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import numpy as np
@@ -110,10 +111,11 @@ def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
 
     # Independent truth 2: the stored chains equal StRip.cluster on the test pairs, and the
     # metrics equal coref_scores of those chains against the gold entities.
-    mentions, sources, tpairs, tX, _ = pairs_of(TEST)
+    mentions, sources, tpairs, tX, ty = pairs_of(TEST)
     (ev,) = [o["ref"] for o in m["outputs"] if o["ref"].startswith("strip-evaluate/")
              and o["ref"].endswith("-clusters")]
     clusters = store.read(ev)
+    coverage = store.read(ev.replace("-clusters", "-coverage"))
     metrics = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
     assert list(metrics.columns) == ["dataset", "method", "metric", "value"]
     assert set(metrics["dataset"]) == {"gum-small-test"}
@@ -138,6 +140,38 @@ def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
                                                                  abs=1e-12)
         assert got["n_rules"] == est.rules_["rule_id"].nunique()
         assert 0 < got["b3_f"] <= 1
+        # the rule coverage: one row per rule; after the last rule, the labelled test pairs
+        # whose two mentions share a chain of est.cluster
+        cov = coverage[coverage["method"] == method]
+        assert cov["rule_id"].tolist() == sorted(est.rules_["rule_id"].unique())
+        chain = direct.set_index(["doc", "mention"])["cluster"]
+        ci = chain.reindex(pd.MultiIndex.from_arrays([tpairs["doc"], tpairs["mention_i"]]))
+        cj = chain.reindex(pd.MultiIndex.from_arrays([tpairs["doc"], tpairs["mention_j"]]))
+        same = ci.to_numpy() == cj.to_numpy()
+        assert cov["covered_pos"].iloc[-1] == np.count_nonzero(same & (ty == 1))
+        assert cov["covered_neg"].iloc[-1] == np.count_nonzero(same & (ty == 0))
+        assert (cov["new_pos"].sum(), cov["new_neg"].sum()) == (
+            cov["covered_pos"].iloc[-1], cov["covered_neg"].iloc[-1])
+
+
+def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    first = manifest(project, runs(project)[0])
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[first["prefect_flow_run_id"]])))
+    by_key = {a.key: a for a in arts}
+    assert {"strip-rules", "strip-scores", "strip-rule-coverage", "strip-rule-coverage-plot",
+            "strip-comparison", "strip-summary"} <= set(by_key)
+    table = by_key["strip-rule-coverage"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert {r["method"] for r in rows} == set(VARIANTS)
+    assert all(r["new_pos"] + r["new_neg"] <= r["covered_pos"] + r["covered_neg"] for r in rows)
+    assert by_key["strip-rule-coverage-plot"].type == "image"
+    png = project / "data" / "runs" / first["run_id"] / "plots" / "strip-rule-coverage-plot.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_second_run_is_all_cache_hits(project, capsys):
