@@ -207,7 +207,8 @@ def _specs(name: str) -> list[Any]:
     return [FLOWS[name]]
 
 
-def _with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
+def with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
+    """``flow_fn`` with the task runner of ``scarce run --runner`` / ``--dask-address``."""
     if runner == "local" and not address:
         return flow_fn
     from prefect_dask import DaskTaskRunner
@@ -249,7 +250,7 @@ def _worker_env() -> dict[str, str]:
 
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
     """Run one registered flow with a validated config; returns its summary."""
-    flow_fn = _with_runner(spec.load_flow(), runner, address)
+    flow_fn = with_runner(spec.load_flow(), runner, address)
     return flow_fn(config=config, options=options)
 
 

@@ -33,10 +33,11 @@ import os
 import signal
 import subprocess
 import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -100,6 +101,14 @@ class DeploymentSpec(Strict):
     schedule: ScheduleSpec | None = None
     tags: list[str] = Field(default_factory=list, description="Extra tags.")
     description: str | None = None
+    runner: Literal["local", "dask"] = Field(
+        "local",
+        description="Task runner of the served runs: local threads, or Dask (a LocalCluster of "
+        "two single-thread worker processes per run, or the cluster at dask_address).",
+    )
+    dask_address: str | None = Field(
+        None, description="Scheduler address of an existing Dask cluster (implies runner: dask)."
+    )
 
     @field_validator("flow")
     @classmethod
@@ -136,6 +145,8 @@ class Deployment:
     schedule: ScheduleSpec | None
     tags: list[str]
     description: str
+    runner: str = "local"
+    dask_address: str | None = None
 
     @property
     def full_name(self) -> str:
@@ -147,7 +158,7 @@ class Deployment:
 
         return {
             "config": self.config.model_dump(mode="json"),
-            "options": RunOptions().model_dump(mode="json"),
+            "options": RunOptions(runner=self.runner).model_dump(mode="json"),
         }
 
 
@@ -197,7 +208,8 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
         tags = _unique([*run_tags(spec.flow, config), *spec.tags])
         description = spec.description or flow.description
         out.append(
-            Deployment(name, spec.flow, config_file, config, spec.schedule, tags, description)
+            Deployment(name, spec.flow, config_file, config, spec.schedule, tags, description,
+                       "dask" if spec.dask_address else spec.runner, spec.dask_address)
         )
     return out
 
@@ -265,24 +277,38 @@ def _unique(items: list[str]) -> list[str]:
 
 
 # -- Prefect ------------------------------------------------------------------------
-def build(deployment: Deployment) -> Any:
-    """A ``RunnerDeployment`` of the entry's flow (``flow.to_deployment``)."""
+def _flow_and_options(deployment: Deployment) -> tuple[Any, dict[str, Any]]:
+    """The entry's flow (with its task runner) and the keyword arguments of its deployment."""
     from prefect.schedules import Cron
     from prefect.types.entrypoint import EntrypointType
 
+    from flows.cli import with_runner
     from flows.registry import FLOWS
 
     s = deployment.schedule
     schedules = [Cron(s.cron, timezone=s.timezone, active=s.active)] if s else []
-    return FLOWS[deployment.flow].load_flow().to_deployment(
-        name=deployment.name,
-        schedules=schedules,
-        parameters=deployment.parameters(),
-        description=deployment.description,
-        tags=deployment.tags,
-        enforce_parameter_schema=True,
-        entrypoint_type=EntrypointType.MODULE_PATH,
-    )
+    flow = with_runner(FLOWS[deployment.flow].load_flow(), deployment.runner,
+                       deployment.dask_address)
+    # A served run gets this flow object in a subprocess, where its function arrives by value
+    # with only the globals its code names: the string annotations of `from __future__ import
+    # annotations` (`config: LemlConfig`) would no longer resolve when Prefect validates the
+    # parameters.  Resolved here, the annotations travel as the classes themselves.
+    flow.fn.__annotations__ = typing.get_type_hints(flow.fn)
+    return flow, {
+        "name": deployment.name,
+        "schedules": schedules,
+        "parameters": deployment.parameters(),
+        "description": deployment.description,
+        "tags": deployment.tags,
+        "enforce_parameter_schema": True,
+        "entrypoint_type": EntrypointType.MODULE_PATH,
+    }
+
+
+def build(deployment: Deployment) -> Any:
+    """A ``RunnerDeployment`` of the entry's flow (``flow.to_deployment``)."""
+    flow, options = _flow_and_options(deployment)
+    return flow.to_deployment(**options)
 
 
 def require_server() -> str:
@@ -358,18 +384,29 @@ def cmd_deploy(args: Any) -> int:
 
 
 def cmd_serve(args: Any) -> int:
-    from prefect import serve
+    from prefect.runner import Runner
 
     url = require_server()
     deployments = select(load_deployments(args.file), args.only)
-    runner_deployments = [build(d) for d in deployments]
+    # `Runner.add_flow` (not `prefect.serve` of built deployments) keeps the flow object per
+    # deployment, so served runs use its task runner; a deployment alone would be re-imported
+    # from its entrypoint, with the flow's default (thread pool) runner.
+    runner = Runner(pause_on_shutdown=True, limit=args.limit)
+    for d in deployments:
+        flow, options = _flow_and_options(d)
+        runner.add_flow(flow, **options)
     for d in deployments:
         when = "no schedule"
         if d.schedule and d.schedule.active:
             when = f"next {next_times(d.schedule)[0].isoformat()} ({d.schedule.cron})"
         print(f"serving {d.full_name}: {when}")
     print(f"against {url}; Ctrl-C stops (and pauses the schedules)", flush=True)
-    serve(*runner_deployments, limit=args.limit)
+    from prefect.exceptions import TerminationSignal
+
+    try:
+        asyncio.run(runner.start())
+    except (KeyboardInterrupt, TerminationSignal) as exc:
+        log.info("received %s, shutting down", type(exc).__name__)
     return 0
 
 

@@ -85,6 +85,15 @@ def _flow_run_id() -> str | None:
     return str(run_id) if run_id else None
 
 
+def _task_runner() -> str | None:
+    """Class name of the task runner of the flow run in progress (``DaskTaskRunner``, ...)."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = getattr(ctx, "task_runner", None)
+    return type(runner).__name__ if runner is not None else None
+
+
 @dataclass(frozen=True)
 class _Hit:
     """A submitted step resolved from the store (see :meth:`RunContext._store_hit`)."""
@@ -383,6 +392,7 @@ class RunContext:
             "cache_hits": sorted(set(self.cache_hits)),
             "plots": plots,
             "prefect_flow_run_id": _flow_run_id(),
+            "task_runner": _task_runner(),
             "headline": headline or headline_metrics(metrics),
         }
         mf.write_manifest(self.run_dir, manifest)

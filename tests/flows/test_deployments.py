@@ -26,6 +26,7 @@ import yaml
 from flows.cli import main
 from flows.config import load_config
 from flows.deploy import load_deployments, next_times, register
+from flows.manifest import compare_outputs
 from tasks.errors import InputError
 from tasks.store import Store
 from tests.flows.helpers import manifest, runs
@@ -58,6 +59,13 @@ deployments:
     schedule: {cron: "15 6 1 * *", timezone: America/New_York}
     tags: [test]
     description: tiny LEML
+  tiny-dask:
+    flow: leml
+    config: configs/leml.yaml
+    parameters: {model.rank: 5, model.cg_max_iter: 4}
+    tags: [test]
+    description: tiny LEML on a local Dask cluster
+    runner: dask
 """
 
 
@@ -153,7 +161,7 @@ def project(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serving(server, project, tmp_path_factory):
-    """``scarce serve --only tiny`` in a subprocess of the temporary project."""
+    """``scarce serve`` of both tiny deployments in a subprocess of the temporary project."""
     home = tmp_path_factory.mktemp("serve-home")
     env = _clean_env(
         PREFECT_API_URL=server,
@@ -162,7 +170,7 @@ def serving(server, project, tmp_path_factory):
         SCARCE_ROOT=str(project),
     )
     log = home / "serve.log"
-    cmd = [sys.executable, "-m", "flows.cli", "serve", "--only", "tiny"]
+    cmd = [sys.executable, "-m", "flows.cli", "serve", "--only", "tiny", "--only", "tiny-dask"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=project, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -331,7 +339,9 @@ def test_invalid_parameter_is_rejected_by_the_server_before_a_run(server, projec
     from prefect.exceptions import PrefectHTTPStatusError
 
     monkeypatch.setenv("SCARCE_ROOT", str(project))
-    (dep,) = load_deployments(project / "configs" / "deployments.yaml")
+    dep, dask_dep = load_deployments(project / "configs" / "deployments.yaml")
+    assert (dep.name, dep.runner, dask_dep.name, dask_dep.runner) == (
+        "tiny", "local", "tiny-dask", "dask")
     (dep_id,) = register([dep]).values()
     before = runs(project)
     with _client() as client:
@@ -396,14 +406,37 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
                 fr.tags
             )
             assert "dataset:bibtex-mini" in fr.tags
+
+            # The same run through the Dask deployment, every step recomputed (not cache
+            # hits of the run above): its task runs execute on a local Dask cluster.
+            dask_dep = _deployment(client, "leml/tiny-dask")
+            assert dask_dep is not None and dask_dep.parameters["options"]["runner"] == "dask"
+            dask_params = {"config": params["config"],
+                           "options": {**dask_dep.parameters["options"], "refresh": True}}
+            flow_run = run_deployment("leml/tiny-dask", parameters=dask_params, timeout=0)
+            try:
+                dask_fr = _wait_for(finished, 300, "the Dask deployment run", proc)
+            except BaseException:
+                print(log.read_text(), file=sys.stderr)
+                raise
+            assert dask_fr.state_type == StateType.COMPLETED, log.read_text()[-3000:]
+            assert dask_fr.name == "leml-bibtex-mini-k3-seed0"
     finally:
         _stop(proc)  # also checks that Ctrl-C stops `scarce serve`
     assert proc.returncode == 0, log.read_text()[-3000:]
     with _client() as client:  # stopping `scarce serve` pauses what it served
         assert client.read_deployment_by_name("leml/tiny").paused
 
-    (run_id,) = set(runs(project)) - before
+    by_runner = {manifest(project, r)["options"]["runner"]: r for r in set(runs(project)) - before}
+    assert set(by_runner) == {"local", "dask"}
+    run_id = by_runner["local"]
     m = manifest(project, run_id)
+    # the Dask run recomputed every step on the cluster and gave the same bytes
+    md = manifest(project, by_runner["dask"])
+    assert not any(o["cached"] for o in md["outputs"])
+    assert [o["ref"] for o in md["outputs"]] == [o["ref"] for o in m["outputs"]]
+    assert compare_outputs(m, md) == []  # every output but the wall-clock timings
+    assert (m["task_runner"], md["task_runner"]) == ("ThreadPoolTaskRunner", "DaskTaskRunner")
     assert m["flow"] == "leml"
     assert m["config"]["model"]["rank"] == 3 and m["config"]["model"]["cg_max_iter"] == 4
     assert m["config"]["dataset"]["name"] == "bibtex-mini"
@@ -412,11 +445,12 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
     p1 = metrics.set_index("metric").loc["precision@1", "value"]
     assert 0.0 < p1 <= 1.0
     store = Store(project / "data" / "cache")
-    assert m["outputs"] and all(store.sha256(o["ref"]) == o["sha256"] for o in m["outputs"])
+    # the store holds what the last (Dask) run wrote: its entries, timings included
+    assert md["outputs"] and all(store.sha256(o["ref"]) == o["sha256"] for o in md["outputs"])
 
     # The same tags on a run started by `scarce run` (in this process, same server).
     assert main(["run", "leml", "--set", "model.rank=3", "--set", "model.cg_max_iter=4"]) == 0
-    (cli_run,) = set(runs(project)) - before - {run_id}
+    (cli_run,) = set(runs(project)) - before - set(by_runner.values())
     capsys.readouterr()
     with _client() as client:
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
