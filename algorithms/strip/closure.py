@@ -16,7 +16,8 @@ A candidate rule adds a bag ``B`` of pairs.  Only the base clusters touched by `
 the new clustering is the connected components of a graph over the touched clusters only, and the
 newly covered labelled pairs are read from a sparse table of the labelled, not-yet-covered pairs
 between base clusters (rows indexed by cluster).  One candidate costs
-``O(|B| log |B| + sum of table rows of the touched clusters)`` instead of
+``O(|B| + sum of table rows of the touched clusters)`` (a union-find over the touched clusters,
+compiled in :mod:`algorithms.strip._kernels`) instead of
 ``O(n_mentions + n_pairs)`` for closing everything again; the base closure is paid once per
 refinement step.  For a nominal feature the candidate bags (one per value) are disjoint, so a whole
 feature costs ``O(|cover(rule)|)`` plus the table rows; thresholds of a numeric feature are nested
@@ -31,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
+
+from algorithms.strip._kernels import nested_counts
 
 __all__ = ["PairGraph", "CoverageContext", "closure_labels", "covered_pairs"]
 
@@ -57,35 +60,6 @@ def closure_labels(n_nodes: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     g = sp.csr_matrix((np.ones(u.size, dtype=np.int8), (u, v)), shape=(n_nodes, n_nodes))
     _, labels = connected_components(g, directed=True, connection="weak")
     return labels.astype(np.int64, copy=False)
-
-
-def _components(k: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Component labels of ``k`` nodes joined by the edges ``(a, b)``: vectorised union-find.
-
-    Each round hooks, for every edge whose ends have different roots, the larger root under the
-    smaller (``np.minimum.at``), then jumps pointers until every node points at its root.  Every
-    round removes at least one root, and on the sparse, local graphs of coreference pairs two to
-    four rounds suffice; each round is ``O(k + edges)``.  The label of a component is its
-    smallest node id.  Equal to :func:`scipy.sparse.csgraph.connected_components` up to renaming
-    (tested), and about ten times faster on these small graphs.
-    """
-    lab = np.arange(k, dtype=np.int64)
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    while a.size:
-        la = lab[a]
-        lb = lab[b]
-        d = la != lb
-        if not d.any():
-            break
-        a, b, la, lb = a[d], b[d], la[d], lb[d]
-        np.minimum.at(lab, np.maximum(la, lb), np.minimum(la, lb))
-        while True:
-            nxt = lab[lab]
-            if np.array_equal(nxt, lab):
-                break
-            lab = nxt
-    return lab
 
 
 class PairGraph:
@@ -204,12 +178,9 @@ class CoverageContext:
             self._wp = self.w_pos[live][order]
             self._wn = self.w_neg[live][order]
             self._indptr = np.searchsorted(self._rows, np.arange(self.n_comp + 1))
-            self._scratch = np.full(self.n_comp, -1, dtype=np.int64)
-            self._local = np.full(self.n_comp, -1, dtype=np.int64)
-            # 0, 1, 2, ... shared read-only by every bag (a fresh arange per bag was ~8 % of
-            # the training time)
-            self._iota = np.arange(max(2 * graph.n_pairs, self.n_comp) + 1, dtype=np.int64)
-            self._iota.flags.writeable = False
+            # scratch of the compiled counting loop (union-find over touched clusters)
+            self._parent = np.full(self.n_comp, -1, dtype=np.int64)
+            self._touched = np.empty(self.n_comp, dtype=np.int64)
         else:
             self.covered_base = positive.copy()
         self._free_p = np.where(self.covered_base, 0.0, self.w_pos)
@@ -231,9 +202,7 @@ class CoverageContext:
     def prepare(self, idx: np.ndarray) -> tuple:
         """The edges of ``idx`` for repeated :meth:`counts_by_value` / :meth:`counts_by_threshold`
         calls over the same pairs (one per feature): pass the result as ``edges=``."""
-        keep, a, b, m = self._edges(idx)
-        glob = self._localize(a, b) if self.closure and keep.size else None
-        return keep, a, b, m, glob
+        return self._edges(idx)
 
     def _edges(self, idx):
         idx = np.asarray(idx, dtype=np.int64)
@@ -257,86 +226,17 @@ class CoverageContext:
             return 0.0, 0.0
         if not self.closure:
             return float(self._free_p[keep].sum()), float(self._free_n[keep].sum())
-        p, n = self._nested(a, b, np.array([a.size]))
+        p, n = self._nested(a, b, np.array([a.size], dtype=np.int64))
         return float(p[0]), float(n[0])
 
     def _nested(self, a, b, cuts):
-        """Counts for the nested bags ``edges[:cut]``, ``cut`` in increasing ``cuts``.
-
-        A forward pass keeps a running clustering of the touched base clusters: each step closes
-        only the new edges over the current cluster labels (``O(k + |delta|)`` with ``k`` touched
-        clusters) and recounts the table entries among the touched clusters (``O(T_touched)``).
-        """
-        if a.size == 0:
-            return np.zeros(cuts.size), np.zeros(cuts.size)
-        return self._sweep(self._localize(a, b), cuts)
-
-    def _localize(self, a, b):
-        """Local ids ``0..k-1`` of the clusters touched by the edges ``(a, b)``, the edges in
-        those ids, and the table entries (local ids and weights) with both ends among them."""
-        ne = a.size
-        # Local ids of the touched clusters without sorting (scratch array, reset).
-        ab = np.concatenate([a, b])
-        iota = self._iota
-        local = self._local
-        local[ab] = iota[:ab.size]
-        inv = local[ab]
-        rep = inv == iota[:ab.size]
-        touched = ab[rep]
-        local[ab] = -1
-        compact = np.cumsum(rep) - 1
-        node = compact[inv]
-        k = touched.size
-        # Table entries with both ends among the touched clusters.
-        start = self._indptr[touched]
-        length = self._indptr[touched + 1] - start
-        total = int(length.sum())
-        offs = np.cumsum(length) - length
-        pos = np.repeat(start - offs, length) + iota[:total]
-        scratch = self._scratch
-        scratch[touched] = iota[:k]
-        ec = scratch[self._cols[pos]]
-        scratch[touched] = -1
-        inside = ec >= 0
-        pos = pos[inside]
-        er = np.repeat(iota[:k], length)[inside]
-        return k, node[:ne], node[ne:], er, ec[inside], self._wp[pos], self._wn[pos]
-
-    def _sweep(self, local, cuts):
-        k, ea, eb, er, ec, wp, wn = local
-        m = cuts.size
-        p_out = np.zeros(m)
-        n_out = np.zeros(m)
-        if er.size == 0:
-            return p_out, n_out
-        cur = self._iota[:k]
-        prev = 0
-        for t in range(m):
-            cut = int(cuts[t])
-            if cut > prev:
-                da = cur[ea[prev:cut]]
-                db = cur[eb[prev:cut]]
-                diff = da != db
-                if diff.any():
-                    cur = _components(k, da[diff], db[diff])[cur]
-                prev = cut
-            same = cur[er] == cur[ec]
-            p_out[t] = wp[same].sum()
-            n_out[t] = wn[same].sum()
-        return p_out, n_out
-
-    def _bag(self, edges, sl, cuts):
-        """Counts for the nested bags of the edges ``sl`` (positions in ``edges``).
-
-        A large bag reuses the clusters and table entries localised once for all the edges
-        (``prepare``): entries outside the bag stay in singleton clusters and count nothing.  A
-        small bag is localised on its own, so that its cost stays proportional to its size.
-        """
-        keep, a, b, _m, glob = edges
-        if glob is not None and 4 * sl.size >= keep.size:
-            k, ea, eb, er, ec, wp, wn = glob
-            return self._sweep((k, ea[sl], eb[sl], er, ec, wp, wn), cuts)
-        return self._nested(a[sl], b[sl], cuts)
+        """Counts for the nested bags ``edges[:cut]``, ``cut`` in increasing ``cuts``: a running
+        union-find over the touched base clusters, recounting the table entries among them at
+        each cut (``O(|edges| + table rows of the touched clusters)`` per cut), compiled."""
+        return nested_counts(np.ascontiguousarray(a, dtype=np.int64),
+                             np.ascontiguousarray(b, dtype=np.int64),
+                             np.ascontiguousarray(cuts, dtype=np.int64), self._indptr,
+                             self._cols, self._wp, self._wn, self._parent, self._touched)
 
     # ------------------------------------------------------------------ many bags
     def counts_by_value(self, idx: np.ndarray, codes: np.ndarray, n_values: int, edges=None):
@@ -349,8 +249,8 @@ class CoverageContext:
         p, n : ndarray of float64, shape (n_values,)
         """
         if edges is None:
-            edges = (*self._edges(idx), None)
-        keep, a, b, m, _ = edges
+            edges = self._edges(idx)
+        keep, a, b, m = edges
         c = np.asarray(codes)[m]
         if not self.closure:
             p = np.bincount(c, weights=self._free_p[keep], minlength=n_values)
@@ -364,10 +264,9 @@ class CoverageContext:
             order = np.argsort(c, kind="stable")
             bounds = np.searchsorted(c[order], np.arange(n_values + 1))
             bags = (order[bounds[val]:bounds[val + 1]] for val in range(n_values))
-        one = np.ones(1, dtype=np.int64)
         for val, sl in enumerate(bags):
             if sl.size:
-                pv, nv = self._bag(edges, sl, one * sl.size)
+                pv, nv = self._nested(a[sl], b[sl], np.array([sl.size], dtype=np.int64))
                 p[val], n[val] = pv[0], nv[0]
         return p, n
 
@@ -382,8 +281,8 @@ class CoverageContext:
         p_le, n_le, p_ge, n_ge : ndarray of float64, shape (n_thresholds,)
         """
         if edges is None:
-            edges = (*self._edges(idx), None)
-        keep, a, b, m, _ = edges
+            edges = self._edges(idx)
+        keep, a, b, m = edges
         vals = np.asarray(values, dtype=np.float64)[m]
         order = np.argsort(vals, kind="stable")
         keep, vals = keep[order], vals[order]
@@ -400,7 +299,8 @@ class CoverageContext:
             out[2] = cp[-1] - cp[cut_ge]
             out[3] = cn[-1] - cn[cut_ge]
             return out[0], out[1], out[2], out[3]
-        p_le, n_le = self._bag(edges, order, cut_le)
+        a, b = a[order], b[order]
+        p_le, n_le = self._nested(a, b, cut_le)
         # ">= t" bags are suffixes: a forward pass over the reversed order
-        p_ge, n_ge = self._bag(edges, order[::-1], (keep.size - cut_ge)[::-1])
+        p_ge, n_ge = self._nested(a[::-1], b[::-1], (keep.size - cut_ge)[::-1])
         return p_le, n_le, p_ge[::-1], n_ge[::-1]

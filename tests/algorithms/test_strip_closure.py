@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.sparse.csgraph import connected_components
 
-from algorithms.strip.closure import PairGraph, _components, closure_labels, covered_pairs
+from algorithms.strip._kernels import nested_counts
+from algorithms.strip.closure import PairGraph, closure_labels, covered_pairs
 
 
 def brute_closure(n, edges):
@@ -68,21 +68,28 @@ def test_closure_never_crosses_documents():
     np.testing.assert_array_equal(got, [True, True, False])
 
 
-@given(st.integers(1, 30), st.lists(st.tuples(st.integers(0, 29), st.integers(0, 29)),
-                                    max_size=60))
+@given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)),
+                                    max_size=30), st.data())
 @settings(max_examples=80, deadline=None)
-def test_vectorised_union_find_equals_scipy(k, edges):
+def test_compiled_nested_counts_equal_scipy_components(k, edges, draw):
+    # table: every pair x < y of the k clusters with weights (1, 0.5); the count after a prefix
+    # of edges is the weight of the pairs in one connected component of that prefix
     edges = [(a % k, b % k) for a, b in edges]
     a = np.array([e[0] for e in edges], dtype=np.int64)
     b = np.array([e[1] for e in edges], dtype=np.int64)
-    ours = _components(k, a, b)
-    ref = closure_labels(k, a, b)
-    # same partition: labels agree pairwise
-    np.testing.assert_array_equal(ours[:, None] == ours[None, :], ref[:, None] == ref[None, :])
-    import scipy.sparse as sp
-    g = sp.coo_matrix((np.ones(a.size), (a, b)), shape=(k, k))
-    n_ref, _ = connected_components(g, directed=False)
-    assert np.unique(ours).size == n_ref
+    rows, cols = np.triu_indices(k, 1)
+    indptr = np.searchsorted(rows, np.arange(k + 1)).astype(np.int64)
+    wp, wn = np.ones(rows.size), np.full(rows.size, 0.5)
+    cuts = np.array(sorted(draw.draw(st.lists(st.integers(0, a.size), min_size=1, max_size=4))),
+                    dtype=np.int64)
+    parent = np.full(k, -1, dtype=np.int64)
+    p, n = nested_counts(a, b, cuts, indptr, cols.astype(np.int64), wp, wn, parent,
+                         np.empty(k, dtype=np.int64))
+    assert (parent == -1).all()  # the scratch is reset for the next bag
+    for t, cut in enumerate(cuts):
+        lab = closure_labels(k, a[:cut], b[:cut])
+        same = int(np.count_nonzero(lab[rows] == lab[cols]))
+        assert (p[t], n[t]) == (same, 0.5 * same)
 
 
 def brute_counts(rows, base, bag, y):
