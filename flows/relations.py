@@ -108,6 +108,34 @@ class RelationsConfig(FlowConfig):
         "closed_form", description="Random predictor of Eq. 3: exact 1/k or simulated."
     )
     n_baseline_draws: int = Field(1, ge=1, description="Draws of the simulated predictor.")
+    n_init_reference: int | None = Field(
+        None,
+        ge=1,
+        description="k-means restarts of the reference clustering C of each k (stability), "
+        "of the final clustering and of the k-means baselines; null: n_init (C is then the "
+        "clustering the subset search scored).",
+    )
+    n_init_subsample: int | None = Field(
+        None,
+        ge=1,
+        description="k-means restarts of the subsample clusterings C^mu; null: n_init.",
+    )
+    n_references: int = Field(
+        1,
+        ge=1,
+        description="R, reference clusterings C per k (each with n_init_reference restarts, "
+        "own seed); Eq. 2 is averaged over them. 1: the paper's single C.",
+    )
+    k_rule: Literal["max", "one_se"] = Field(
+        "max",
+        description="k from the Eq. 3 curve: its maximum (the paper) or the smallest k "
+        "within one standard error of it (a deviation, algorithms/relations/stability.py).",
+    )
+    stability_pairs: Literal["all", "distinct"] = Field(
+        "all",
+        description="Pairs counted by Eq. 2: all (the paper) or only pairs whose vectors "
+        "differ (a deviation, see algorithms/relations/stability.py).",
+    )
 
     n_label_words: int = Field(2, ge=1, description="DCM words reported per cluster.")
     baselines: bool = Field(
@@ -171,21 +199,47 @@ def _search(ctx, cfg, X, ranking, k_values, sizes, all_features):
         search = ctx.run(rel.choose_subsets, scores=[c["score"] for c in cands])
         table = ctx.read(search["subsets"])
         subsets = dict(zip(table["k"].astype(int), table["n_features"].astype(int), strict=True))
+    n_refs = cfg.n_references
+    references = {k: [labels[(k, subsets[k])]] for k in k_values}
+    if reference_restarts(cfg) != cfg.n_init or n_refs > 1:  # C: more restarts, or R of them
+        ref_units = [(k, r) for k in k_values for r in range(n_refs)]
+        refs = ctx.map(
+            rel.reference_clustering,
+            k=[k for k, _ in ref_units],
+            n_features=[subsets[k] for k, _ in ref_units],
+            index=[r for _, r in ref_units],
+            **dict(common, n_init=reference_restarts(cfg)),
+        )
+        references = {k: [] for k in k_values}
+        for (k, _), ref in zip(ref_units, refs, strict=True):
+            references[k].append(ref)
+        labels.update({(k, subsets[k]): references[k][0] for k in k_values})
     samples = ctx.map(
         rel.stability_sample,
         progress=progress,
         k=[k for k, _ in units],
         sample_index=[mu for _, mu in units],
         n_features=[subsets[k] for k, _ in units],
-        full_labels=[labels[(k, subsets[k])] for k, _ in units],
+        full_labels=[references[k] if n_refs > 1 else references[k][0] for k, _ in units],
         rho=cfg.rho,
         baseline=cfg.random_baseline,
         n_baseline_draws=cfg.n_baseline_draws,
-        **common,
+        pairs=cfg.stability_pairs,
+        **dict(common, n_init=subsample_restarts(cfg)),
     )
-    chosen = ctx.run(rel.choose, samples=samples)
+    chosen = ctx.run(rel.choose, samples=samples, rule=cfg.k_rule)
     choice = ctx.read(chosen["choice"]).iloc[0]
     return labels, search, chosen, int(choice["k"]), int(choice["n_features"])
+
+
+def reference_restarts(cfg: RelationsConfig) -> int:
+    """k-means restarts of C, the final clustering and the k-means baselines."""
+    return cfg.n_init if cfg.n_init_reference is None else cfg.n_init_reference
+
+
+def subsample_restarts(cfg: RelationsConfig) -> int:
+    """k-means restarts of the subsample clusterings C^mu."""
+    return cfg.n_init if cfg.n_init_subsample is None else cfg.n_init_subsample
 
 
 RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
@@ -259,7 +313,7 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
         k=k,
         n_features=n_features,
         seed=cfg.seed,
-        n_init=cfg.n_init,
+        n_init=reference_restarts(cfg),
         row_norm=cfg.row_norm,
         n_label_words=cfg.n_label_words,
     )
@@ -272,18 +326,16 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
         baselines["kmeans-true-k"] = (
             rl_labels.get((k_true, n_words))
             or ctx.run(
-                rel.score_candidate,
+                rel.reference_clustering,
                 X=feats["X"],
                 ranking=None,
                 k=k_true,
                 n_features=n_words,
                 all_features=True,
                 seed=cfg.seed,
-                n_init=cfg.n_init,
-                theta=cfg.theta,
-                reg=cfg.reg,
+                n_init=reference_restarts(cfg),
                 row_norm=cfg.row_norm,
-            )["labels"]
+            )
         )
         (baselines["hasegawa-true-k"],) = ctx.gather([hasegawa])
         k_used = {"rl-baseline": k_rl, "kmeans-true-k": k_true, "hasegawa-true-k": k_true}

@@ -264,27 +264,55 @@ def choose_subsets(scores: list[pd.DataFrame]) -> dict:
 # -- stability ------------------------------------------------------------------------
 @step("relations-stability", inputs=("X", "ranking", "full_labels"),
       run_name="stability k={k} sample={sample_index}", modules=_SEARCH)
-def stability_sample(X: sp.csr_matrix, ranking: pd.DataFrame | None, full_labels: np.ndarray,
+def stability_sample(X: sp.csr_matrix, ranking: pd.DataFrame | None,
+                     full_labels: np.ndarray | list[np.ndarray],
                      k: int, n_features: int, sample_index: int, all_features: bool = False,
                      seed: int = 0, rho: float = 0.9, n_init: int = 3, row_norm: bool = True,
-                     baseline: str = "closed_form", n_baseline_draws: int = 1) -> pd.DataFrame:
-    """One (k, mu) unit: Eq. 2 for subsample mu against the full clustering C (one row)."""
+                     baseline: str = "closed_form", n_baseline_draws: int = 1,
+                     pairs: str = "all") -> pd.DataFrame:
+    """One (k, mu) unit: Eq. 2 for subsample mu against the full clustering C (one row);
+    a list of R reference labelings averages Eq. 2 over them.
+
+    ``pairs``: ``"all"`` (the paper) or ``"distinct"`` (pairs of different vectors only,
+    :mod:`algorithms.relations.stability`).
+    """
     feats = _features(ranking, X, n_features, all_features)
     row = stability_one_sample(X, feats, k, sample_index, seed=seed, rho=rho, n_init=n_init,
                                row_norm=row_norm, full_labels=full_labels, baseline=baseline,
-                               n_baseline_draws=n_baseline_draws)
+                               n_baseline_draws=n_baseline_draws, pairs=pairs)
     row["all_features"] = bool(all_features)
     return pd.DataFrame([row])
 
 
+@step("relations-reference", inputs=("X", "ranking"),
+      run_name="reference k={k} F={n_features} all={all_features}", modules=_SEARCH)
+def reference_clustering(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int,
+                         n_features: int, all_features: bool = False, seed: int = 0,
+                         n_init: int = 3, row_norm: bool = True, index: int = 0) -> np.ndarray:
+    """Reference clustering ``index`` (C_1 for 0) for one k: k-means of all pairs on (F_k, k)
+    with ``n_init`` restarts, seed :func:`stability.reference_seed` ``(seed, k, index)``
+    (the search's seed for index 0; :func:`stability.reference_labels`).
+
+    The flow runs it only when ``n_init_reference`` differs from ``n_init`` or
+    ``n_references > 1``; otherwise C is the clustering :func:`score_candidate` already
+    stored for (k, F_k).
+    """
+    feats = _features(ranking, X, n_features, all_features)
+    labels = stability_mod.reference_labels(X, feats, k, seed=seed, n_init=n_init,
+                                            row_norm=row_norm, index=index)
+    return np.asarray(labels, np.int64)
+
+
 @step("relations-choose", inputs=("samples",), outputs=("samples", "curve", "choice"),
       run_name="choose k", modules=(stability_mod,))
-def choose(samples: list[pd.DataFrame]) -> dict:
-    """Eq. 3 per k and the k (with its F_k) of largest M_norm (smallest k on ties)."""
+def choose(samples: list[pd.DataFrame], rule: str = "max") -> dict:
+    """Eq. 3 per k and the chosen k with its F_k (:func:`stability.choose_k`): the largest
+    M_norm (smallest k on ties) or, with ``rule="one_se"``, the smallest k within one
+    standard error of it."""
     table = pd.concat(samples, ignore_index=True).sort_values(["k", "sample_index"])
     table = table.reset_index(drop=True)
     curve = summarize_stability(table)
-    k = choose_k(curve)
+    k = choose_k(curve, rule=rule)
     row = curve[curve["k"] == k].iloc[0]
     choice = pd.DataFrame({"k": [int(k)], "n_features": [int(row["n_features"])],
                            "m_norm": [float(row["m_norm"])]})

@@ -83,7 +83,17 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     n_init_reference : int, optional
         k-means restarts of the reference clustering C of each k in the stability step and of
         the final clustering; default ``n_init`` (C is then the clustering the subset search
-        scored).  The subset search and the subsample clusterings keep ``n_init``.
+        scored).  The subset search keeps ``n_init``.
+    n_init_subsample : int, optional
+        k-means restarts of the subsample clusterings C^mu; default ``n_init``.  Setting it
+        to ``n_init_reference`` clusters P and every P^mu with the same algorithm.
+    n_references : int, default 1
+        R, reference clusterings C_1..C_R per k (each with ``n_init_reference`` restarts and
+        its own seed); Eq. 2 is averaged over them (1: the paper's single C).  The final
+        clustering is C_1.
+    k_rule : {"max", "one_se"}, default "max"
+        How k is read off the Eq. 3 curve (:func:`stability.choose_k`): its maximum (the
+        paper) or the one-standard-error rule (a deviation).
     n_label_words : int, default 2
         DCM words reported per cluster.
     random_state : int, RandomState or None, default 0
@@ -118,7 +128,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
                  entropy_binary=True, entropy_alpha="exact", entropy_importance="change",
                  entropy_samples=None,
                  baseline="closed_form", stability_pairs="all", n_init_reference=None,
-                 n_label_words=2, random_state=0):
+                 n_init_subsample=None, n_references=1, k_rule="max", n_label_words=2,
+                 random_state=0):
         self.k_min = k_min
         self.k_max = k_max
         self.ranking = ranking
@@ -138,6 +149,9 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         self.baseline = baseline
         self.stability_pairs = stability_pairs
         self.n_init_reference = n_init_reference
+        self.n_init_subsample = n_init_subsample
+        self.n_references = n_references
+        self.k_rule = k_rule
         self.n_label_words = n_label_words
         self.random_state = random_state
 
@@ -195,11 +209,12 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         t0 = time.perf_counter()
         subsets = {k: self.ranking_[:s] for k, s in self.subsets_.items()}
         n_init_ref = int(self.n_init if self.n_init_reference is None else self.n_init_reference)
+        n_init_sub = int(self.n_init if self.n_init_subsample is None else self.n_init_subsample)
         self.stability_samples_, self.stability_ = stability_curve(
-            X, subsets, n_samples=self.n_subsamples, seed=seed, rho=self.rho, n_init=self.n_init,
+            X, subsets, n_samples=self.n_subsamples, seed=seed, rho=self.rho, n_init=n_init_sub,
             row_norm=self.row_norm, baseline=self.baseline, pairs=self.stability_pairs,
-            n_init_reference=n_init_ref)
-        self.n_clusters_ = choose_k(self.stability_)
+            n_init_reference=n_init_ref, n_references=int(self.n_references))
+        self.n_clusters_ = choose_k(self.stability_, rule=self.k_rule)
         timings["stability"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -29,6 +29,28 @@ uniform labels put each pair together with probability 1/k, so E[M(R, C)] = 1/k 
 and Domany (2001) define the figure of merit over pairs of distinct data points; repeated
 points are an artefact of the sparse selected contexts, which is the justification.
 
+Several reference clusterings (``n_references`` R, a variance reduction; default 1)
+-----------------------------------------------------------------------------------
+Every subsample of a given k is compared with the same C, so C's luck is not averaged out
+by the q subsamples: k-means on SemEval contexts has many local optima of nearly equal
+inertia, and on 0-10-0 (entropy ranking, ridge 0.1, q = 20, seeds 0, 1, 4) the M_norm of
+one k moves by a standard deviation of 0.01 to 0.08 (mostly 0.03 to 0.05) from one
+reference clustering (best of 10 restarts, own seed) to another, against a standard error
+of about 0.02 from the subsamples and differences of 0.01 to 0.05 between the best k.
+Eq. 3 then picks whichever k had the luckiest C.  With R > 1, C_1..C_R are k-means runs
+of all pairs with their own seeds (C_1 is the search's) and M(C^mu) is the mean of Eq. 2
+against each: Monte Carlo over the algorithm's randomness on the full set, as the q
+subsamples are over the data.  R = 1 is the paper.  The final clustering at the chosen k
+is C_1.  The cost is R reference runs per k; R references of n restarts cost what one
+reference of R * n restarts does.
+
+Reading k off the curve (``rule``)
+----------------------------------
+``"max"`` (the paper) takes the largest M_norm.  ``"one_se"`` (a deviation, off by default)
+takes the smallest k within one standard error (over the q subsamples) of the maximum: on
+SemEval the curve is a plateau from k of about 6 to 20 whose differences are of the order
+of that standard error.
+
 Random predictor
 ----------------
 Default (``baseline="closed_form"``): R assigns every point of P^mu independently and
@@ -44,10 +66,12 @@ anywhere (a Prefect ``.map``) and give the same numbers:
 
 * subsample mu: ``SeedSequence([seed, 1, mu])`` - the same P^mu for every k (common random
   numbers make the comparison across k less noisy);
-* k-means on P^mu: ``SeedSequence([seed, 2, k, mu])``;
+* k-means on P^mu: ``SeedSequence([seed, 2, k, mu])`` (``n_init`` restarts, the model's
+  ``n_init_subsample``);
 * k-means on all of P (the reference C): ``SeedSequence([seed, 0, k])``, shared with the
   subset search so C is the clustering the search scored (unless ``n_init_reference`` gives
   C more restarts than the search used: then C is the best of those restarts, same seed);
+  further references C_2..C_R: ``SeedSequence([seed, 0, k, r])``;
 * simulated random predictor: ``SeedSequence([seed, 3, k, mu])``.
 
 References
@@ -224,6 +248,8 @@ def stability_one_sample(
         L2-normalise rows after selecting F (see :func:`selection.prepare_subset`).
     full_labels : array of int, optional
         C, the clustering of all pairs with (F, k); computed with the shared seed if omitted.
+        A 2-D array (or a list) of R labelings gives R reference clusterings C_1..C_R: ``m``
+        is then the mean of Eq. 2 against each (``n_references``, see the module docstring).
     baseline : {"closed_form", "simulated"}
     n_baseline_draws : int, default 1
     pairs : {"all", "distinct"}, default "all"
@@ -239,28 +265,36 @@ def stability_one_sample(
     Z = prepare_subset(X, features, row_norm=row_norm)
     if full_labels is None:
         full_labels = kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
-    full_labels = np.asarray(full_labels)
-    if full_labels.shape[0] != Z.shape[0]:
-        raise ValueError(f"full_labels has {full_labels.shape[0]} items but X has "
-                         f"{Z.shape[0]} rows")
+    refs = np.atleast_2d(np.asarray(full_labels))
+    if refs.ndim != 2 or refs.shape[1] != Z.shape[0]:
+        raise ValueError(f"full_labels has {refs.shape[-1]} items but X has {Z.shape[0]} rows")
     idx = subsample_indices(Z.shape[0], rho, seed, sample_index)
     sub = kmeans_labels(Z[idx], k, random_state=derived_seed(seed, 2, k, sample_index),
                         n_init=n_init)
-    ref = full_labels[idx]
     groups = identical_groups(Z[idx]) if pairs == "distinct" else None
+    m = [stability_index(sub, ref[idx], groups) for ref in refs]
+    m_random = [random_baseline(k, ref[idx], method=baseline, n_draws=n_baseline_draws,
+                                seed=seed, sample_index=sample_index, groups=groups)
+                for ref in refs]
     return {
         "k": int(k),
         "sample_index": int(sample_index),
         "n_features": int(len(features)),
-        "m": stability_index(sub, ref, groups),
-        "m_random": random_baseline(k, ref, method=baseline, n_draws=n_baseline_draws,
-                                    seed=seed, sample_index=sample_index, groups=groups),
+        "m": float(np.mean(m)),
+        "m_random": float(np.mean(m_random)),
     }
 
 
+def reference_seed(seed: int, k: int, index: int = 0) -> int:
+    """Seed of reference clustering ``index`` for k: the search's seed for index 0,
+    ``SeedSequence([seed, 0, k, index])`` for the others."""
+    return full_kmeans_seed(seed, k) if int(index) == 0 else derived_seed(seed, 0, k, index)
+
+
 def reference_labels(X, features, k: int, *, seed: int = 0, n_init: int = 3,
-                     row_norm: bool = True) -> np.ndarray:
-    """C: k-means of all pairs with the columns ``features``, seed ``full_kmeans_seed(seed, k)``.
+                     row_norm: bool = True, index: int = 0) -> np.ndarray:
+    """C: k-means of all pairs with the columns ``features``, seed ``full_kmeans_seed(seed, k)``
+    (:func:`reference_seed` ``(seed, k, index)`` for the further references C_2..C_R).
 
     With the subset search's ``n_init`` this is the clustering the search scored.  More
     restarts here (``n_init_reference`` of :func:`stability_curve` and of the model) make C
@@ -269,7 +303,7 @@ def reference_labels(X, features, k: int, *, seed: int = 0, n_init: int = 3,
     subsamples (measured: see the README).
     """
     Z = prepare_subset(X, features, row_norm=row_norm)
-    return kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
+    return kmeans_labels(Z, k, random_state=reference_seed(seed, k, index), n_init=n_init)
 
 
 def summarize_stability(samples: pd.DataFrame) -> pd.DataFrame:
@@ -290,19 +324,38 @@ def summarize_stability(samples: pd.DataFrame) -> pd.DataFrame:
     return out[["k", "n_features", "m_mean", "m_random", "m_norm", "m_std", "n_samples"]]
 
 
-def choose_k(curve: pd.DataFrame) -> int:
-    """The k with the largest M_norm (the smallest such k on ties)."""
+K_RULES = ("max", "one_se")
+
+
+def choose_k(curve: pd.DataFrame, rule: str = "max") -> int:
+    """The chosen k from the Eq. 3 curve.
+
+    ``"max"`` (the paper): the k with the largest M_norm (the smallest such k on ties).
+    ``"one_se"`` (a deviation, off by default): the smallest k whose M_norm is at least
+    ``max - se``, with ``se = m_std / sqrt(n_samples)`` the standard error of the mean over
+    the q subsamples at the maximising k (the one-standard-error rule of Breiman et al.'s
+    CART and of Tibshirani et al.'s gap statistic): when the curve is a plateau whose
+    differences are within the subsample noise, the simplest model on the plateau.
+    """
+    if rule not in K_RULES:
+        raise ValueError(f"rule must be one of {K_RULES}, got {rule!r}")
     if curve.empty or curve["m_norm"].isna().all():
         raise ValueError("the stability curve has no finite M_norm")
     best = curve["m_norm"].max()
-    return int(curve.loc[curve["m_norm"] == best, "k"].min())
+    k_best = int(curve.loc[curve["m_norm"] == best, "k"].min())
+    if rule == "max":
+        return k_best
+    row = curve[curve["k"] == k_best].iloc[0]
+    se = float(row["m_std"]) / np.sqrt(max(float(row["n_samples"]), 1.0))
+    se = 0.0 if not np.isfinite(se) else se
+    return int(curve.loc[curve["m_norm"] >= best - se, "k"].min())
 
 
 def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho: float = 0.9,
                     n_init: int = 3, row_norm: bool = True, full_labels: dict | None = None,
                     baseline: str = "closed_form", n_baseline_draws: int = 1,
-                    pairs: str = "all", n_init_reference: int | None = None
-                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                    pairs: str = "all", n_init_reference: int | None = None,
+                    n_references: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Driver: every (k, mu) unit in a loop, then Eq. 3.
 
     Parameters
@@ -315,6 +368,9 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
         restarts (default ``n_init``).
     n_init_reference : int, optional
         k-means restarts for the reference clustering C only (see :func:`reference_labels`).
+    n_references : int, default 1
+        R, reference clusterings per k (seeds :func:`reference_seed`); Eq. 2 is averaged
+        over them.  Only used for the k missing from ``full_labels``.
 
     Returns
     -------
@@ -325,8 +381,10 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
     for k in sorted(subsets):
         fl = None if full_labels is None else full_labels.get(k)
         if fl is None:
-            fl = reference_labels(X, subsets[k], k, seed=seed, row_norm=row_norm,
-                                  n_init=n_init if n_init_reference is None else n_init_reference)
+            fl = np.stack([
+                reference_labels(X, subsets[k], k, seed=seed, row_norm=row_norm, index=r,
+                                 n_init=n_init if n_init_reference is None else n_init_reference)
+                for r in range(int(n_references))])
         for mu in range(int(n_samples)):
             rows.append(stability_one_sample(
                 X, subsets[k], k, mu, seed=seed, rho=rho, n_init=n_init, row_norm=row_norm,

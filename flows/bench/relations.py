@@ -26,7 +26,11 @@ over all pairs, ridge 1e-3).  With ridge 1e-3 the invariant criterion is dominat
 of identical vectors (zero within-scatter), so F_k jumps between the 46 and the 1,880 top
 words from one k to the next; with ``--reg 0.1`` F_k is steady.  ``--n-init-reference 50``
 makes C the best of 50 k-means runs: a poor local optimum in C shifts the whole M(k), since
-every subsample is compared with the same C.  ``--stability-pairs distinct`` (a deviation
+every subsample is compared with the same C.  ``--n-references R`` (a variance reduction,
+default 1 = the paper) averages Eq. 2 over R reference clusterings with their own seeds,
+each the best of ``--n-init-reference`` restarts; ``--n-init-subsample`` sets the restarts
+of the subsample clusterings; ``--k-rule one_se`` (a deviation) takes the smallest k within
+one standard error of the curve's maximum.  ``--stability-pairs distinct`` (a deviation
 from the paper) leaves pairs of identical vectors out of Eq. 2.
 
 For the main setting (``--main-window``, 0-10-0) the entropy method is rerun with
@@ -87,6 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-init-reference", type=int, default=None,
                         help="k-means restarts of the reference clustering C per k, of the "
                         "final clustering and of the k-means baselines (default: --n-init)")
+    parser.add_argument("--n-init-subsample", type=int, default=None,
+                        help="k-means restarts of the subsample clusterings C^mu (default: "
+                        "--n-init)")
+    parser.add_argument("--n-references", type=int, default=1,
+                        help="reference clusterings C per k, Eq. 2 averaged over them "
+                        "(1: the paper)")
+    parser.add_argument("--k-rule", choices=["max", "one_se"], default="max",
+                        help="k from the Eq. 3 curve: its maximum (the paper) or the "
+                        "one-standard-error rule (deviation)")
     parser.add_argument("--stability-pairs", choices=["all", "distinct"], default="all",
                         help="pairs counted by Eq. 2: all (the paper) or pairs of different "
                         "vectors only (deviation)")
@@ -147,6 +160,8 @@ def _fit(X, ranking, seed, args):
                               min_prefix=args.min_prefix, n_subsamples=args.n_subsamples,
                               rho=args.rho, n_init=args.n_init, reg=args.reg,
                               n_init_reference=args.n_init_reference,
+                              n_init_subsample=args.n_init_subsample, k_rule=args.k_rule,
+                              n_references=args.n_references,
                               stability_pairs=args.stability_pairs, random_state=seed)
     t0 = time.perf_counter()
     model.fit(X)
@@ -157,11 +172,12 @@ def rl_baseline(X, args) -> tuple[int, np.ndarray]:
     """RLBaseline with the method's stability settings: all words, k by Eq. 3, k-means at k."""
     allf = np.arange(X.shape[1])
     n_init_ref = args.n_init if args.n_init_reference is None else args.n_init_reference
+    n_init_sub = args.n_init if args.n_init_subsample is None else args.n_init_subsample
     _, curve = stability_curve(X, {k: allf for k in range(args.k_low, args.k_high + 1)},
                                n_samples=args.n_subsamples, seed=args.seed, rho=args.rho,
-                               n_init=args.n_init, pairs=args.stability_pairs,
-                               n_init_reference=n_init_ref)
-    k = choose_k(curve)
+                               n_init=n_init_sub, pairs=args.stability_pairs,
+                               n_init_reference=n_init_ref, n_references=args.n_references)
+    k = choose_k(curve, rule=args.k_rule)
     return k, bl.kmeans_baseline(X, k, seed=args.seed, n_init=n_init_ref)
 
 

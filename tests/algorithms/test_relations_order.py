@@ -16,6 +16,7 @@ from algorithms.relations.selection import (
     prepare_subset,
 )
 from algorithms.relations.stability import (
+    choose_k,
     identical_groups,
     random_baseline,
     reference_labels,
@@ -148,3 +149,58 @@ def test_model_options_reach_stability_and_final_clustering():
     curve = stability_curve(X, {kk: opt.ranking_[:s] for kk, s in opt.subsets_.items()},
                             n_samples=3, n_init=1, pairs="distinct", n_init_reference=6)[1]
     np.testing.assert_allclose(curve["m_norm"], opt.stability_["m_norm"])
+
+
+def _curve(m_norm, m_std, n=16):
+    import pandas as pd
+
+    ks = list(range(2, 2 + len(m_norm)))
+    return pd.DataFrame({"k": ks, "m_norm": m_norm, "m_std": m_std, "n_samples": n})
+
+
+def test_one_se_rule_takes_the_smallest_k_within_one_standard_error():
+    # max 0.70 at k=6 with se = 0.08 / 4 = 0.02: k=3 (0.69) is within it, k=2 (0.60) is not
+    curve = _curve([0.60, 0.69, 0.50, 0.68, 0.70, 0.65], [0.1, 0.1, 0.1, 0.1, 0.08, 0.1])
+    assert choose_k(curve) == 6
+    assert choose_k(curve, rule="one_se") == 3
+    # a wider spread at the maximum widens the band: se = 0.48 / 4 = 0.12 reaches k=2
+    curve.loc[curve["k"] == 6, "m_std"] = 0.48
+    assert choose_k(curve, rule="one_se") == 2
+    # no spread (one subsample or identical values): the rule is the maximum
+    assert choose_k(_curve([0.6, 0.7, 0.69], [0.0, 0.0, 0.0]), rule="one_se") == 3
+    with pytest.raises(ValueError, match="rule"):
+        choose_k(curve, rule="elbow")
+
+
+def test_subsample_restarts_and_k_rule_reach_the_model():
+    X = _data(2, n=120)
+    kw = dict(k_min=2, k_max=4, ranking="frequency", n_steps=3, min_prefix=4, n_subsamples=3,
+              n_init=1, theta=0.5)
+    opt = RelationDiscovery(**kw, n_init_subsample=4, n_init_reference=2, k_rule="one_se").fit(X)
+    subsets = {kk: opt.ranking_[:s] for kk, s in opt.subsets_.items()}
+    # C^mu with 4 restarts, C with 2: the same as the driver with those restarts
+    samples, curve = stability_curve(X, subsets, n_samples=3, n_init=4, n_init_reference=2)
+    assert samples.equals(opt.stability_samples_)
+    assert opt.n_clusters_ == choose_k(curve, rule="one_se")
+    other, _ = stability_curve(X, subsets, n_samples=3, n_init=1, n_init_reference=2)
+    assert not np.allclose(other["m"], samples["m"])
+
+
+def test_several_references_average_eq2_and_one_reference_is_the_paper():
+    X = _data(3, n=90)
+    feats = np.arange(X.shape[1])
+    k, mu = 3, 1
+    refs = np.stack([reference_labels(X, feats, k, n_init=2, index=r) for r in range(3)])
+    # index 0 is the search's clustering (shared seed); the others have their own seeds
+    np.testing.assert_array_equal(refs[0], kmeans_labels(
+        prepare_subset(X, feats), k, random_state=full_kmeans_seed(0, k), n_init=2))
+    assert not all(np.array_equal(refs[0], r) for r in refs[1:])
+    one = [stability_one_sample(X, feats, k, mu, n_init=2, full_labels=r)["m"] for r in refs]
+    row = stability_one_sample(X, feats, k, mu, n_init=2, full_labels=refs)
+    assert row["m"] == pytest.approx(np.mean(one), abs=1e-12)
+    assert row["m_random"] == pytest.approx(1 / k)
+    samples, _ = stability_curve(X, {k: feats}, n_samples=2, n_init=2, n_init_reference=2,
+                                 n_references=3)
+    assert samples.loc[samples["sample_index"] == mu, "m"].item() == pytest.approx(row["m"])
+    with pytest.raises(ValueError, match="items"):
+        stability_one_sample(X, feats, k, mu, full_labels=refs[:, :-1])

@@ -183,3 +183,36 @@ def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
     """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
     code, out = rerun_first(project, capsys, runner)
     assert code == 0 and out.strip().endswith("identical"), out
+
+
+def test_model_order_options_reach_the_computation(project, capsys, sample):
+    """``n_init_reference``, ``n_init_subsample``, ``n_references``, ``stability_pairs`` and
+    ``k_rule`` from the config give the estimator's numbers with the same options (the
+    baselines, which share the search code, are left out to keep the test short)."""
+    opts = dict(n_init_reference=5, n_init_subsample=1, n_references=2,
+                stability_pairs="distinct", k_rule="one_se")
+    code, m, err = run(project, capsys, "--set", "baselines=false",
+                       *[a for key, v in opts.items() for a in ("--set", f"{key}={v}")])
+    assert code == 0, err
+    store = Store(project / "data" / "cache")
+    X, vocab = build_contexts_frame(sample, "0-10-0", weighting="tfidf", min_df=1)
+    model = RelationDiscovery(k_min=3, k_max=5, n_steps=4, min_prefix=20, theta=0.5, n_init=2,
+                              n_subsamples=2, random_state=1, **opts).fit(X,
+                                                                           feature_names=vocab)
+    default = RelationDiscovery(k_min=3, k_max=5, n_steps=4, min_prefix=20, theta=0.5,
+                                n_init=2, n_subsamples=2, random_state=1).fit(X)
+    assert not np.allclose(model.stability_["m_norm"], default.stability_["m_norm"])
+    refs = outputs(m, "relations-reference")  # R = 2 references for each k in 3..5
+    assert len(refs) == 2 * 3
+    (samples_ref,) = [o["ref"] for o in outputs(m, "relations-choose", "samples")
+                      if not store.read(o["ref"])["all_features"].any()]
+    curve = store.read(samples_ref.removesuffix("-samples") + "-curve")
+    np.testing.assert_allclose(curve["m_norm"].to_numpy(float), model.stability_["m_norm"],
+                               rtol=0, atol=1e-12)
+    (clusters_ref,) = outputs(m, "relations-label", "clusters")
+    np.testing.assert_array_equal(store.read(clusters_ref["ref"])["cluster"].to_numpy(),
+                                  model.labels_)
+    metrics = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
+    value = metrics.set_index(["method", "metric"])["value"]
+    assert value[("entropy", "k_chosen")] == model.n_clusters_
+    assert ("kmeans-true-k", "accuracy") not in value.index
