@@ -22,6 +22,7 @@ from tasks.leml import (
     evaluate,
     initialise,
     load,
+    margin_start,
     observe,
     split,
 )
@@ -66,6 +67,17 @@ class ModelConfig(Strict):
     cg_tol: float = Field(1e-3, gt=0, lt=1, description="CG relative residual tolerance.")
     newton_max_iter: int = Field(3, ge=1, description="Newton steps (logistic, sq. hinge).")
     fit_intercept: bool = Field(True, description="Add a constant feature.")
+    h_solver: Literal["direct", "cg"] = Field(
+        "direct",
+        description="H-step Newton directions for logistic / sq. hinge: explicit per-label "
+        "k x k Hessians or per-label conjugate gradient (cg_max_iter, cg_tol).",
+    )
+    squared_init_iter: int = Field(
+        0,
+        ge=0,
+        description="Logistic / sq. hinge: start from this many squared-loss iterations "
+        "mapped to +-1 margins (needs fit_intercept; 0 = random start).",
+    )
     dtype: Literal["float32", "float64"] = Field("float32", description="Floating type.")
 
 
@@ -83,6 +95,16 @@ class LemlConfig(FlowConfig):
     )
     baseline_alpha: float = Field(1.0, gt=0, description="Ridge / inverse-C strength.")
     batch_size: int = Field(2048, ge=1, description="Rows scored at a time in evaluation.")
+
+    @model_validator(mode="after")
+    def _margin_start_needs_intercept(self) -> LemlConfig:
+        m = self.model
+        if m.squared_init_iter > 0 and m.loss != "squared":
+            if not m.fit_intercept:
+                raise ValueError("model.squared_init_iter > 0 needs model.fit_intercept: true")
+            if m.rank < 2:
+                raise ValueError("model.squared_init_iter > 0 needs model.rank >= 2")
+        return self
 
     @model_validator(mode="after")
     def _closed_form_needs_full_labels(self) -> LemlConfig:
@@ -136,6 +158,19 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
         dtype=m.dtype,
         seed=config.seed,
     )
+    if m.squared_init_iter > 0 and m.loss != "squared":
+        factors = ctx.run(
+            margin_start,
+            train=fit,
+            mask=mask,
+            H=factors["H"],
+            lam=m.lam,
+            fit_intercept=m.fit_intercept,
+            dtype=m.dtype,
+            squared_init_iter=m.squared_init_iter,
+            cg_max_iter=m.cg_max_iter,
+            cg_tol=m.cg_tol,
+        )
     W, H = factors["W"], factors["H"]
     traces, timings = [], []
     progress = ctx.progress(
@@ -154,7 +189,17 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
             **common,
         )
         h = ctx.run(
-            alternate_H, train=fit, mask=mask, W=w["W"], H=H, validation=val, iteration=t, **common
+            alternate_H,
+            train=fit,
+            mask=mask,
+            W=w["W"],
+            H=H,
+            validation=val,
+            iteration=t,
+            h_solver=m.h_solver,
+            cg_max_iter=m.cg_max_iter,
+            cg_tol=m.cg_tol,
+            **common,
         )
         W, H = w["W"], h["H"]
         traces.append(h["trace"])

@@ -113,6 +113,29 @@ def initialise(train: dict, rank: int, fit_intercept: bool, dtype: str, seed: in
     return {"W": W, "H": H}
 
 
+@step("leml-margin-start", inputs=("train", "mask", "H"), outputs=("W", "H"),
+      modules=SOLVER_MODULES)
+def margin_start(
+    train: dict,
+    mask,
+    H: np.ndarray,
+    lam: float,
+    fit_intercept: bool,
+    dtype: str,
+    squared_init_iter: int,
+    cg_max_iter: int,
+    cg_tol: float,
+) -> dict:
+    """Starting factors of a margin loss from squared-loss iterations at rank k - 1
+    (:func:`algorithms.leml.model.squared_margin_start`, as ``LEML(squared_init_iter=...)``);
+    ``H`` is the rank-k initial H, of which the first k - 1 columns are used."""
+    data = _data(train, mask, fit_intercept, dtype)
+    W0, H0 = leml_model.squared_margin_start(data, H[:, : H.shape[1] - 1], lam,
+                                             squared_init_iter, cg_max_iter=cg_max_iter,
+                                             cg_tol=cg_tol)
+    return {"W": W0, "H": H0}
+
+
 def _data(train: dict, mask, fit_intercept: bool, dtype: str) -> LEMLData:
     return prepare_data(
         train["X"], train["Y"], mask, fit_intercept=fit_intercept, dtype=DTYPES[dtype]
@@ -187,12 +210,17 @@ def alternate_H(
     fit_intercept: bool,
     dtype: str,
     newton_max_iter: int,
+    h_solver: str = "direct",
+    cg_max_iter: int = 25,
+    cg_tol: float = 1e-3,
 ) -> dict:
-    """One H-step with W fixed (batched k x k solves), then the iteration's objective
-    and validation P@1."""
+    """One H-step with W fixed (batched k x k solves, or per-label CG for the margin
+    losses with ``h_solver="cg"``), then the iteration's objective and validation P@1."""
     data = _data(train, mask, fit_intercept, dtype)
     t0 = time.perf_counter()
-    H = update_H(data, W, lam, loss, H0=H, newton_max_iter=newton_max_iter)
+    H, info = update_H(data, W, lam, loss, H0=H, newton_max_iter=newton_max_iter,
+                       h_solver=h_solver, cg_max_iter=cg_max_iter, cg_tol=cg_tol,
+                       return_info=True)
     seconds = time.perf_counter() - t0
     obj = objective(data, W, H, lam, loss)
     val_p1 = float("nan")
@@ -203,7 +231,8 @@ def alternate_H(
         {"iteration": [iteration], "objective": [obj], "validation_p_at_1": [val_p1]}
     )
     timings = pd.DataFrame(
-        {"iteration": [iteration], "half": ["H"], "seconds": [seconds], "cg_iter": [0]}
+        {"iteration": [iteration], "half": ["H"], "seconds": [seconds],
+         "cg_iter": [int(info.get("cg_iter", 0))]}
     )
     return {"H": H, "trace": trace, "timings": timings}
 

@@ -34,10 +34,49 @@ from scipy.special import expit
 __all__ = ["Loss", "LOSSES", "get_loss"]
 
 
-def _margin_label(y: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """``s = 2 y - 1`` in the dtype of ``z``."""
-    y = np.asarray(y, dtype=np.asarray(z).dtype)
-    return 2 * y - 1
+def _operands(y, z):
+    """``(y, z)`` as arrays of ``z``'s dtype broadcast to one shape (``z`` then owns it)."""
+    z = np.asarray(z)
+    y = np.asarray(y, dtype=z.dtype)
+    shape = np.broadcast_shapes(y.shape, z.shape)
+    if z.shape != shape:
+        z = np.broadcast_to(z, shape)
+    return y, z
+
+
+# Elements per block of the elementwise loss functions: their several passes then
+# run in cache instead of streaming n x L arrays through memory each time.
+_CHUNK = 1 << 15
+
+
+def _blockwise(fn):
+    """Apply the elementwise ``fn(y, z)`` block by block over large C-contiguous
+    operands of one shape (the result is the same; other inputs go to ``fn`` whole)."""
+
+    def wrapped(y, z):
+        y, z = _operands(y, z)
+        if (z.size <= 2 * _CHUNK or y.shape != z.shape or not z.flags.c_contiguous
+                or not y.flags.c_contiguous):
+            return fn(y, z)
+        out = np.empty(z.shape, dtype=z.dtype)
+        yf, zf, of = y.reshape(-1), z.reshape(-1), out.reshape(-1)
+        for s in range(0, zf.size, _CHUNK):
+            of[s:s + _CHUNK] = fn(yf[s:s + _CHUNK], zf[s:s + _CHUNK])
+        return out
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+def _margin(y, z):
+    """``s z`` with ``s = 2 y - 1``: a new array of ``z``'s dtype (two passes, no
+    temporary ``s``)."""
+    y, z = _operands(y, z)
+    out = np.multiply(y, 2, out=np.empty(z.shape, dtype=z.dtype))
+    out -= 1
+    out *= z
+    return out
 
 
 def _squared_value(y, z):
@@ -53,33 +92,78 @@ def _squared_d2(y, z):
     return np.full(np.broadcast_shapes(np.shape(y), z.shape), 2, dtype=z.dtype)
 
 
+# The logistic loss and its derivatives are written with y in {0, 1} directly:
+# log(1 + exp(-s z)) = log(1 + exp(-|z|)) + (max(z, 0) - y z) and
+# -s expit(-s z) = expit(z) - y, in place on one array.  On a
+# 12920 x 983 float32 array (Delicious) this takes 0.25 s for the value against
+# 0.64 s for np.logaddexp(0, -s z), and 0.12 s for the derivative against 0.19 s.
+@_blockwise
 def _logistic_value(y, z):
-    return np.logaddexp(0, -_margin_label(y, z) * z).astype(z.dtype, copy=False)
+    y, z = _operands(y, z)
+    out = np.abs(z, out=np.empty(z.shape, dtype=z.dtype))
+    np.negative(out, out=out)
+    np.exp(out, out=out)
+    if out.dtype == np.float64:
+        np.log1p(out, out=out)
+    else:
+        # float32: NumPy's log is vectorised, log1p is not (0.12 s against 0.29 s
+        # above); log(1 + e) loses only terms e < 2^-24 (absolute error < 6e-8).
+        out += 1
+        np.log(out, out=out)
+    # max(z, 0) - y z = max(-s z, 0) is exact for y in {0, 1}: added last, so the
+    # small log term is not cancelled against z.
+    r = np.maximum(z, 0)
+    r -= y * z
+    out += r
+    return out
 
 
+@_blockwise
 def _logistic_d1(y, z):
-    s = _margin_label(y, z)
-    return -s * expit(-s * z)
+    y, z = _operands(y, z)
+    out = expit(z)
+    out -= y
+    return out
 
 
+@_blockwise
 def _logistic_d2(y, z):
-    p = expit(z)
-    return p * (1 - p)
+    y, z = _operands(y, z)
+    # p (1 - p) is symmetric in z: with p = expit(-|z|) <= 1/2, 1 - p loses nothing.
+    p = np.abs(z, out=np.empty(z.shape, dtype=z.dtype))
+    np.negative(p, out=p)
+    expit(p, out=p)
+    q = 1 - p
+    p *= q
+    return p
 
 
+@_blockwise
 def _sqhinge_value(y, z):
-    m = np.maximum(1 - _margin_label(y, z) * z, 0)
-    return m * m
+    m = _margin(y, z)  # s z
+    np.subtract(1, m, out=m)
+    np.maximum(m, 0, out=m)
+    m *= m
+    return m
 
 
+@_blockwise
 def _sqhinge_d1(y, z):
-    s = _margin_label(y, z)
-    return -2 * s * np.maximum(1 - s * z, 0)
+    y, z = _operands(y, z)
+    s = np.multiply(y, 2, out=np.empty(z.shape, dtype=z.dtype))
+    s -= 1
+    m = np.multiply(s, z)
+    np.subtract(1, m, out=m)
+    np.maximum(m, 0, out=m)
+    m *= s
+    m *= -2
+    return m
 
 
+@_blockwise
 def _sqhinge_d2(y, z):
-    active = (1 - _margin_label(y, z) * z) > 0
-    return (2 * active).astype(z.dtype)
+    m = _margin(y, z)
+    return (2 * (m < 1)).astype(m.dtype)
 
 
 @dataclass(frozen=True)

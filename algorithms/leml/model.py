@@ -83,12 +83,16 @@ __all__ = [
     "predict_top_k_in_batches",
     "threshold_in_batches",
     "initial_factors",
+    "squared_margin_start",
+    "H_SOLVERS",
     "scores_linear",
     "top_k_linear",
 ]
 
 log = logging.getLogger(__name__)
 
+# Solvers of the H-step's Newton steps (logistic and squared hinge), see update_H.
+H_SOLVERS = ("direct", "cg")
 # Elements per temporary block (entries x k, rows x k(k+1)/2, labels x k x k).
 _BLOCK = 1 << 22
 # Largest n x L stored dense for partially observed labels (1 GiB per float32 array).
@@ -789,16 +793,59 @@ def _solve_grams(G_tri, lam, R, iu, ju):
     return out
 
 
+def _per_label_cg(ent, A, d2, lam, g, cg_max_iter, cg_tol):
+    """Newton directions of all labels by conjugate gradient, batched over labels.
+
+    Solves ``(A^T D''_j A + lam I) s_j = -g_j`` for every label ``j`` at once; a
+    label's iterations stop when its residual falls below ``cg_tol`` times its
+    ``||g_j||`` (its later updates are zero).  One product
+    ``V -> (D'' o (A V^T))^T A + lam V`` per iteration, ``O(|Omega| k)``.
+    Returns ``(steps, iterations)``.
+    """
+    S = np.zeros_like(g)
+    R = -g
+    D = R.copy()
+    rr = np.einsum("ij,ij->i", R, R, dtype=np.float64)
+    stop = (cg_tol * cg_tol) * rr
+    active = rr > stop
+    n_iter = 0
+    while n_iter < cg_max_iter and active.any():
+        HD = ent.t_times(d2 * ent.dots(A, D), A)
+        HD += lam * D
+        dhd = np.einsum("ij,ij->i", D, HD, dtype=np.float64)
+        active &= dhd > 0
+        alpha = np.where(active, rr / np.where(active, dhd, 1.0), 0.0).astype(g.dtype)
+        S += alpha[:, None] * D
+        R -= alpha[:, None] * HD
+        rr_new = np.einsum("ij,ij->i", R, R, dtype=np.float64)
+        beta = np.where(active, rr_new / np.where(rr > 0, rr, 1.0), 0.0).astype(g.dtype)
+        D *= beta[:, None]
+        D += R
+        rr = rr_new
+        active &= rr > stop
+        n_iter += 1
+    return S, n_iter
+
+
 def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
-             newton_max_iter: int = 3, return_info: bool = False):
+             newton_max_iter: int = 3, h_solver: str = "direct", cg_max_iter: int = 25,
+             cg_tol: float = 1e-3, return_info: bool = False):
     """H-step: minimise ``J(W, .)`` over ``H``, all labels at once (Yu et al., Sec. 3).
 
     Each ``h_j`` solves a ``k``-dimensional problem over ``Omega_j = {i : (i, j) in
     Omega}`` with inputs ``a_i = W^T x_i``.  Squared loss: exact, one batched
     solve of the ``L`` normal equations (fully observed: one shared ``k x k``
-    matrix ``2 A^T A + lam I``).  Logistic and squared hinge: ``newton_max_iter``
-    Newton steps for all labels together, each with a per-label backtracking
-    (Armijo) line search, so no label's objective increases.
+    matrix ``2 A^T A + lam I``).  Logistic and squared hinge, ``h_solver="direct"``:
+    ``newton_max_iter`` Newton steps for all labels together, each solving the
+    ``L`` Hessians ``sum_i D''_ij a_i a_i^T + lam I`` formed explicitly
+    (``O(|Omega| k^2)`` per step) with a per-label backtracking (Armijo) line
+    search, so no label's objective increases.  ``h_solver="cg"``: the same
+    Newton steps and line search, but each label's Newton direction comes from at
+    most ``cg_max_iter`` conjugate-gradient iterations (batched over the labels,
+    each stopping at its own relative residual ``cg_tol``) on Hessian-vector
+    products ``V -> (D'' o (A V^T))^T A + lam V`` of cost ``O(|Omega| k)`` each,
+    never forming a Hessian (a truncated Newton method).  For ``k = 100`` one
+    set of explicit Hessians costs about as much as 25 such products.
 
     Parameters
     ----------
@@ -810,8 +857,16 @@ def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
         Starting point of the Newton iterations (default zeros); unused for the
         squared loss, whose solution is exact.
     newton_max_iter : int, default=3
+    h_solver : {"direct", "cg"}, default="direct"
+        Newton directions of the logistic and squared-hinge losses: explicit
+        per-label Hessians or conjugate gradient (see above); unused for the
+        squared loss.
+    cg_max_iter : int, default=25
+        Inner CG iterations per Newton step (``h_solver="cg"`` only).
+    cg_tol : float, default=1e-3
+        Relative residual at which the inner CG stops (``h_solver="cg"`` only).
     return_info : bool, default=False
-        Also return a dict with ``newton_iter``.
+        Also return a dict with ``newton_iter`` (and ``cg_iter`` for ``"cg"``).
 
     Returns
     -------
@@ -822,6 +877,8 @@ def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
     lam = float(lam)
     if lam <= 0:
         raise ValueError(f"lam must be positive, got {lam}")
+    if h_solver not in H_SOLVERS:
+        raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {h_solver!r}")
     dtype = data.dtype
     W = np.asarray(W)
     if W.ndim != 2 or W.shape[0] != data.n_features:
@@ -856,8 +913,12 @@ def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
         f, z = per_label(H)
         for _ in range(newton_max_iter):
             g = ent.t_times(ent.masked(loss.derivative(ent.y, z)), A) + lam * H
-            G = ent.weighted_grams(ent.masked(loss.second_derivative(ent.y, z)), A, iu, ju)
-            step = -_solve_grams(G, lam, g, iu, ju)
+            d2 = ent.masked(loss.second_derivative(ent.y, z))
+            if h_solver == "cg":
+                step, n_cg = _per_label_cg(ent, A, d2, lam, g, cg_max_iter, cg_tol)
+                info["cg_iter"] = info.get("cg_iter", 0) + n_cg
+            else:
+                step = -_solve_grams(ent.weighted_grams(d2, A, iu, ju), lam, g, iu, ju)
             slope = np.einsum("ij,ij->i", g, step, dtype=np.float64)
             alpha = np.ones(data.n_labels)
             todo = slope < 0
@@ -872,12 +933,59 @@ def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
                 if not todo.any():
                     break
                 alpha[todo] *= 0.5
-            alpha[todo] = 0.0
-            H = H + (alpha[:, None] * step).astype(dtype)
-            f, z = per_label(H)
+            if todo.any():  # some labels found no decrease: they keep their h_j
+                alpha[todo] = 0.0
+                H = H + (alpha[:, None] * step).astype(dtype)
+                f, z = per_label(H)
+            else:  # the last trial point is the new H: reuse its values
+                H, f, z = Hn, fn, zn
             info["newton_iter"] += 1
     H = np.ascontiguousarray(H, dtype=dtype)
     return (H, info) if return_info else H
+
+
+def squared_margin_start(data: LEMLData, H, lam: float, n_iter: int, *,
+                         cg_max_iter: int = 25, cg_tol: float = 1e-3):
+    """Starting factors for a margin loss from ``n_iter`` squared-loss iterations.
+
+    Runs ``n_iter`` alternating iterations of the squared loss on the 0/1 labels
+    from ``W = 0`` and the given ``H`` (rank ``k - 1``), then maps the fit
+    ``Z = X W H^T`` to the ``{-1, +1}`` margins of the logistic and squared-hinge
+    losses with one more column: ``W0 = [sqrt(2) W, -c e]``, ``H0 = [sqrt(2) H, 1/c]``
+    with ``e`` the unit vector of the intercept row (``data.fit_intercept`` must be
+    True) and ``c = L^(1/4)``, so ``X W0 H0^T = 2 Z - 1`` exactly and the extra
+    column's two factors have equal norms.
+
+    Parameters
+    ----------
+    data : LEMLData
+    H : ndarray of shape (L, k - 1)
+        Initial ``H`` of the squared-loss iterations.
+    lam : float
+    n_iter : int
+    cg_max_iter, cg_tol : see :func:`update_W`
+
+    Returns
+    -------
+    W0 : ndarray of shape (d', k)
+    H0 : ndarray of shape (L, k)
+    """
+    if not data.fit_intercept:
+        raise ValueError("squared_margin_start needs data prepared with fit_intercept=True")
+    dtype = data.dtype
+    H = np.ascontiguousarray(H, dtype=dtype)
+    W = np.zeros((data.n_features, H.shape[1]), dtype=dtype)
+    for _ in range(int(n_iter)):
+        W = update_W(data, H, lam, "squared", W0=W, cg_max_iter=cg_max_iter, cg_tol=cg_tol)
+        H = update_H(data, W, lam, "squared", H0=H)
+    c = data.n_labels ** 0.25
+    W0 = np.zeros((data.n_features, H.shape[1] + 1), dtype=dtype)
+    H0 = np.zeros((data.n_labels, H.shape[1] + 1), dtype=dtype)
+    W0[:, :-1] = math.sqrt(2) * W
+    H0[:, :-1] = math.sqrt(2) * H
+    W0[-1, -1] = -c
+    H0[:, -1] = 1 / c
+    return W0, H0
 
 
 # --------------------------------------------------------------------------- prediction
@@ -1021,6 +1129,22 @@ class LEML(BaseEstimator):
         Newton steps per half-step for the logistic and squared-hinge losses.
     fit_intercept : bool, default=False
         Add a constant feature; its weights are the last row of ``W_``.
+    h_solver : {"direct", "cg"}, default="direct"
+        Newton directions of the H-step for the logistic and squared-hinge losses:
+        explicit ``k x k`` Hessians per label (``O(|Omega| k^2)`` per Newton step)
+        or at most ``cg_max_iter`` conjugate-gradient iterations of
+        ``O(|Omega| k)`` each, see :func:`update_H`.  No effect on the squared loss.
+    squared_init_iter : int, default=0
+        Logistic and squared-hinge losses only (needs ``fit_intercept=True``): when
+        positive and no ``W_init`` / ``H_init`` is given, start from
+        ``squared_init_iter`` alternating iterations of the squared loss (cheap when
+        every label is observed) at rank ``k - 1``, mapped to the ``{-1, +1}``
+        margins: with ``Z = X W H^T`` the squared-loss fit of the 0/1 labels, the
+        starting factors ``W0 = [sqrt(2) W, -c e]`` and ``H0 = [sqrt(2) H, 1 / c]``
+        (``e`` the intercept row, ``c = L^(1/4)`` balancing the two norms) give
+        exactly ``X W0 H0^T = 2 Z - 1``, see :func:`squared_margin_start`.  Those
+        iterations are not counted in ``max_iter``, ``objective_`` or ``n_iter_``
+        and do not call ``callback``.  Ignored for the squared loss.
     dtype : {np.float32, np.float64}, default=np.float32
     random_state : int, RandomState instance or None, default=None
         Seeds the random initial ``H`` (normal, scaled by ``1/sqrt(k)``; ``W``
@@ -1053,8 +1177,9 @@ class LEML(BaseEstimator):
     """
 
     def __init__(self, rank=50, lam=1.0, loss="squared", max_iter=10, cg_max_iter=25,
-                 cg_tol=1e-3, newton_max_iter=3, fit_intercept=False, dtype=np.float32,
-                 random_state=None, verbose=False, callback=None):
+                 cg_tol=1e-3, newton_max_iter=3, fit_intercept=False, h_solver="direct",
+                 squared_init_iter=0, dtype=np.float32, random_state=None, verbose=False,
+                 callback=None):
         self.rank = rank
         self.lam = lam
         self.loss = loss
@@ -1063,6 +1188,8 @@ class LEML(BaseEstimator):
         self.cg_tol = cg_tol
         self.newton_max_iter = newton_max_iter
         self.fit_intercept = fit_intercept
+        self.h_solver = h_solver
+        self.squared_init_iter = squared_init_iter
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
@@ -1073,13 +1200,22 @@ class LEML(BaseEstimator):
             raise ValueError(f"rank must be a positive integer, got {self.rank!r}")
         if not self.lam > 0:
             raise ValueError(f"lam must be positive, got {self.lam!r}")
-        for name in ("max_iter", "cg_max_iter", "newton_max_iter"):
+        if self.h_solver not in H_SOLVERS:
+            raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {self.h_solver!r}")
+        for name in ("max_iter", "cg_max_iter", "newton_max_iter", "squared_init_iter"):
             value = getattr(self, name)
             if not (isinstance(value, int | np.integer) and value >= 0):
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if not self.cg_tol >= 0:
             raise ValueError(f"cg_tol must be non-negative, got {self.cg_tol!r}")
-        return get_loss(self.loss)
+        loss = get_loss(self.loss)
+        if self.squared_init_iter > 0 and loss.name != "squared":
+            if not self.fit_intercept:
+                raise ValueError("squared_init_iter > 0 needs fit_intercept=True (the "
+                                 "margin offset -1 is carried by the intercept row)")
+            if self.rank < 2:
+                raise ValueError("squared_init_iter > 0 needs rank >= 2")
+        return loss
 
     def fit(self, X, Y, mask=None, *, W_init=None, H_init=None, start_iter: int = 0):
         """Fit ``W_`` and ``H_`` by alternating minimisation.
@@ -1116,23 +1252,27 @@ class LEML(BaseEstimator):
             H = _check_factor(H_init, (data.n_labels, k), dtype, "H_init")
         if W_init is not None:
             W = _check_factor(W_init, (data.n_features, k), dtype, "W_init")
+        steps = dict(cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol),
+                     newton_max_iter=int(self.newton_max_iter))
+        lam = float(self.lam)
+        if (self.squared_init_iter > 0 and loss.name != "squared" and W_init is None
+                and H_init is None):
+            W, H = squared_margin_start(data, H[:, :k - 1], lam, int(self.squared_init_iter),
+                                        cg_max_iter=steps["cg_max_iter"],
+                                        cg_tol=steps["cg_tol"])
 
         self.n_features_in_ = data.n_features - int(self.fit_intercept)
         self.n_labels_ = data.n_labels
         self.threshold_ = loss.threshold
         self.W_, self.H_ = W, H
         self.objective_ = []
-        lam = float(self.lam)
-        steps = dict(cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol),
-                     newton_max_iter=int(self.newton_max_iter))
         bar = tqdm(range(start_iter, int(self.max_iter)), disable=not self.verbose,
                    desc="LEML", unit="it")
         for t in bar:
             t0 = time.perf_counter()
             W, w_info = update_W(data, H, lam, loss, W0=W, return_info=True, **steps)
             t1 = time.perf_counter()
-            H = update_H(data, W, lam, loss, H0=H,
-                         newton_max_iter=steps["newton_max_iter"])
+            H = update_H(data, W, lam, loss, H0=H, h_solver=self.h_solver, **steps)
             t2 = time.perf_counter()
             obj = objective(data, W, H, lam, loss)
             seconds = time.perf_counter() - t0

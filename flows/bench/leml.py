@@ -34,6 +34,10 @@ Sections (``--sections``, comma-separated):
   and each worker's peak RSS.  A fresh cluster per problem, so the peaks are that
   problem's.
 
+LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
+``--h-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`) apply to every
+section; the squared loss ignores them.
+
 Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
 norm, ``tfidf``: scikit-learn's TfidfTransformer fitted on train), identically for
 every method.
@@ -115,6 +119,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed-lam", type=float, default=1.0)
     parser.add_argument("--speed-loss", choices=["squared", "logistic", "sqhinge"],
                         default="squared", help="LEML loss timed in the speed section")
+    parser.add_argument("--h-solver", choices=["direct", "cg"], default="direct",
+                        help="LEML H-step Newton solver for the logistic and squared-hinge "
+                        "losses: explicit per-label Hessians or TRON with CG")
+    parser.add_argument("--squared-init", type=int, default=0,
+                        help="LEML logistic / squared hinge: start from this many squared-loss "
+                        "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
+    parser.add_argument("--newton-iter", type=int, default=3,
+                        help="LEML Newton (TRON) steps per half-step, non-squared losses")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best kept)")
     parser.add_argument("--synthetic-scale", type=float, default=None,
                         help="size of the synthetic Wikipedia-shaped problem as a fraction "
@@ -193,20 +205,26 @@ def _mean_sq_norm(X) -> float:
         (X * X).sum() / X.shape[0])
 
 
+def _leml(args, **params) -> LEML:
+    """LEML with the bench's fixed and command-line solver options (``params`` on top)."""
+    return LEML(cg_max_iter=10, fit_intercept=True, random_state=args.seed,
+                newton_max_iter=args.newton_iter, h_solver=args.h_solver,
+                squared_init_iter=args.squared_init, **params)
+
+
 class _Search:
     """Grid over (rank, lam) for LEML with early stopping on validation P@1."""
 
-    def __init__(self, X, Y, mask, fit_rows, val_rows, Y_val_truth, max_iter, seed):
+    def __init__(self, X, Y, mask, fit_rows, val_rows, Y_val_truth, max_iter, args):
         self.Xf, self.Yf = X[fit_rows], Y[fit_rows]
         self.mask_f = None if mask is None else mask[fit_rows]
         self.Xv, self.Yv = X[val_rows], Y_val_truth
-        self.max_iter, self.seed = max_iter, seed
+        self.max_iter, self.args = max_iter, args
 
     def leml(self, loss, rank, lam):
         """Validation P@1 after each outer iteration: list of floats."""
         curve = []
-        model = LEML(rank=rank, lam=lam, loss=loss, max_iter=self.max_iter, cg_max_iter=10,
-                     fit_intercept=True, random_state=self.seed)
+        model = _leml(self.args, rank=rank, lam=lam, loss=loss, max_iter=self.max_iter)
         model.callback = lambda it, sec, obj: curve.append(_p1(model, self.Xv, self.Yv))
         model.fit(self.Xf, self.Yf, self.mask_f)
         return curve
@@ -241,7 +259,7 @@ def _accuracy(ds, args, grid, rows, chosen):
     name, Xtr, Ytr, Xte, Yte = ds
     fit_rows, val_rows = _split(Xtr.shape[0], args.validation_fraction, args.seed)
     search = _Search(Xtr, Ytr, None, fit_rows, val_rows, Ytr[val_rows], grid["max_iter"],
-                     args.seed)
+                     args)
     s = grid["scale"]
 
     def add(method, setting, metrics):
@@ -256,9 +274,8 @@ def _accuracy(ds, args, grid, rows, chosen):
     for loss in grid["losses"]:
         _say(f"{name}: LEML {loss} grid")
         val, (rank, lam, T) = search.best_leml(loss, grid["ranks"], [s * v for v in grid["lams"]])
-        model, sec = _timed(lambda: LEML(rank=rank, lam=lam, loss=loss, max_iter=T,  # noqa: B023
-                                         cg_max_iter=10, fit_intercept=True,
-                                         random_state=args.seed).fit(Xtr, Ytr))
+        model, sec = _timed(lambda: _leml(args, rank=rank, lam=lam, loss=loss,  # noqa: B023
+                                          max_iter=T).fit(Xtr, Ytr))  # noqa: B023
         setting = f"k={rank} lam={lam:.3g} T={T} (val P@1 {val:.1f})"
         add(f"LEML {loss}", setting, {**_scores(model, Xte, Yte), "train seconds": sec})
         if loss == "squared":
@@ -289,14 +306,13 @@ def _missing(ds, args, grid, rows):
         mask = _mask(Ytr.shape, frac, args.seed)
         Y_obs = Ytr.multiply(mask).tocsr()  # what a user knows: observed positives
         search = _Search(Xtr, Ytr, mask, fit_rows, val_rows, Y_obs[val_rows],
-                         grid["max_iter"], args.seed)
+                         grid["max_iter"], args)
         setting_obs = f"observed={frac:.0%}"
         for loss in grid["missing_losses"]:
             _say(f"{name} {setting_obs}: LEML {loss} grid")
             val, (rank, lam, T) = search.best_leml(loss, grid["ranks"],
                                                    [s * v for v in grid["lams"]])
-            model = LEML(rank=rank, lam=lam, loss=loss, max_iter=T, cg_max_iter=10,
-                         fit_intercept=True, random_state=args.seed).fit(Xtr, Ytr, mask)
+            model = _leml(args, rank=rank, lam=lam, loss=loss, max_iter=T).fit(Xtr, Ytr, mask)
             m = _scores(model, Xte, Yte)
             setting = f"{setting_obs} k={rank} lam={lam:.3g} T={T} (val P@1 {val:.1f})"
             rows += [("missing", name, f"LEML {loss}", setting, k, m[k]) for k in ("P@1", "AUC")]
@@ -369,9 +385,11 @@ def _speed(ds, args, grid, rows, chosen):
     rank, lam, T = chosen.get(name, (args.speed_rank, s * args.speed_lam, grid["max_iter"]))
     alpha = chosen.get(("alpha", name), s)
     peers = [
-        (f"LEML {args.speed_loss}", f"k={rank} lam={lam:.3g} T={T}",
-         lambda: LEML(rank=rank, lam=lam, max_iter=T, cg_max_iter=10, fit_intercept=True,
-                      loss=args.speed_loss, random_state=args.seed)),
+        (f"LEML {args.speed_loss}", f"k={rank} lam={lam:.3g} T={T}" + (
+            "" if args.speed_loss == "squared" else
+            f" newton={args.newton_iter} h_solver={args.h_solver} "
+            f"squared_init={args.squared_init}"),
+         lambda: _leml(args, rank=rank, lam=lam, max_iter=T, loss=args.speed_loss)),
         ("full-rank ridge (closed form)", f"alpha={alpha:.3g}",
          lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True)),
         ("BR ridge (scikit-learn Ridge)", f"alpha={alpha:.3g}",

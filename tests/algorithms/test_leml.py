@@ -92,6 +92,37 @@ def test_loss_values_by_hand():
         get_loss("hinge")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fast_loss_formulas_equal_the_textbook_ones(dtype):
+    """The in-place forms (softplus(z) - y z, expit(z) - y, ...) against the margin
+    forms of the definitions, over z from -60 to 60 and both labels, and broadcast."""
+    z = np.concatenate([np.linspace(-60, 60, 241), [-1e-3, 0.0, 1e-3]])
+    y = np.tile([0.0, 1.0], (z.size, 1)).T.ravel()
+    z = np.tile(z, 2)
+    s = 2 * y - 1
+    ref = {
+        "logistic": (np.logaddexp(0, -s * z), -s / (1 + np.exp(s * z)),
+                     np.exp(-np.abs(z)) / (1 + np.exp(-np.abs(z))) ** 2),
+        "sqhinge": (np.maximum(1 - s * z, 0) ** 2, -2 * s * np.maximum(1 - s * z, 0),
+                    2.0 * (1 - s * z > 0)),
+    }
+    # expit(z) - y cancels where expit(z) is within rounding of y: absolute error
+    # ~ eps against derivatives of size up to 1 (and 2 for the squared hinge).
+    tol = dict(rtol=1e-9, atol=1e-15) if dtype == np.float64 else dict(rtol=2e-6, atol=1e-7)
+    zc = z.astype(dtype)
+    for name, (value, d1, d2) in ref.items():
+        f = get_loss(name)
+        for got, want in ((f.value(y, zc), value), (f.derivative(y, zc), d1),
+                          (f.second_derivative(y, zc), d2)):
+            assert got.dtype == dtype and got.shape == z.shape
+            np.testing.assert_allclose(got, want, **tol)
+        # y broadcast against a column of z, and a scalar z against a vector y.
+        np.testing.assert_allclose(f.value(np.array([0.0, 1.0]), zc[:3, None]),
+                                   np.stack([f.value(np.zeros(3), zc[:3]),
+                                             f.value(np.ones(3), zc[:3])], axis=1))
+        assert f.derivative(np.array([0.0, 1.0]), np.asarray(2.0, dtype=dtype)).shape == (2,)
+
+
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_losses_keep_float32(name):
     loss = get_loss(name)
@@ -243,6 +274,110 @@ def test_newton_h_step_equals_per_label_minimiser(loss, masked):
         ref = minimize(value, np.zeros(2), method="BFGS", options={"gtol": 1e-10})
         assert value(H[j]) <= ref.fun + 1e-9
         np.testing.assert_allclose(H[j], ref.x, atol=1e-4)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+@pytest.mark.parametrize("masked", STRATEGIES + [None])
+def test_cg_h_step_equals_per_label_minimiser_and_direct_newton(loss, masked):
+    X, Xd, Y, mask, _, W = make_problem(9, n=16, d=6, n_labels=5, k=4,
+                                        mask_density=0.6 if masked else None)
+    lam = 0.5
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    H0 = np.random.default_rng(1).standard_normal((5, 4))
+    # One Newton step: CG run to convergence (k = 4 iterations in exact arithmetic,
+    # 8 allowed) gives the direct solve's direction, so the same line search result.
+    one_cg, info = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
+                            cg_max_iter=8, cg_tol=1e-12, return_info=True)
+    one_direct = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1)
+    np.testing.assert_allclose(one_cg, one_direct, rtol=1e-8, atol=1e-10)
+    assert 1 <= info["cg_iter"] <= 8 and info["newton_iter"] == 1
+    # Truncated CG (2 of 4 iterations) is a different, still decreasing, step.
+    trunc = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
+                     cg_max_iter=2)
+    assert not np.allclose(trunc, one_direct)
+    H = update_H(data, W, lam, loss, H0=H0, newton_max_iter=40, h_solver="cg",
+                 cg_max_iter=3)
+    A = Xd @ W
+    omega = np.ones_like(Y, dtype=bool) if mask is None else mask
+    f = get_loss(loss)
+    for j in range(Y.shape[1]):
+        Aj, yj = A[omega[:, j]], Y[omega[:, j], j]
+
+        def value(h, Aj=Aj, yj=yj):
+            return f.value(yj, Aj @ h).sum() + 0.5 * lam * h @ h
+
+        assert value(trunc[j]) <= value(H0[j]) + 1e-12
+        ref = minimize(value, np.zeros(4), method="BFGS", options={"gtol": 1e-10})
+        assert value(H[j]) <= ref.fun + 1e-9
+        np.testing.assert_allclose(H[j], ref.x, atol=1e-4)
+
+
+def test_h_solver_is_validated_and_unused_by_the_squared_loss():
+    X, _, Y, _, _, W = make_problem(10, n=12, d=4, n_labels=5, k=3, mask_density=None)
+    data = prepare_data(X, Y, dtype=np.float64)
+    np.testing.assert_array_equal(update_H(data, W, 0.5, "squared", h_solver="cg"),
+                                  update_H(data, W, 0.5, "squared"))
+    with pytest.raises(ValueError, match="h_solver"):
+        update_H(data, W, 0.5, "logistic", h_solver="bfgs")
+    with pytest.raises(ValueError, match="h_solver"):
+        LEML(h_solver="exact").fit(X, Y)
+
+
+# ----------------------------------------------------------------------------- margin start
+def test_squared_margin_start_maps_the_squared_fit_to_margins_exactly():
+    X, _, Y, _, _, _ = make_problem(27, n=30, d=6, n_labels=7, mask_density=None)
+    k, n_init = 4, 3
+    start = LEML(rank=k, loss="logistic", max_iter=0, fit_intercept=True, squared_init_iter=n_init,
+                 dtype=np.float64, random_state=3).fit(X, Y)
+    # Independently: the squared-loss estimator at rank k - 1 from the same initial H.
+    _, H_init = initial_factors(7, 7, k, np.float64, 3)
+    sq = LEML(rank=k - 1, loss="squared", max_iter=n_init, fit_intercept=True,
+              dtype=np.float64).fit(X, Y, H_init=H_init[:, :k - 1])
+    Z = sq.decision_function(X)
+    np.testing.assert_allclose(start.decision_function(X), 2 * Z - 1, rtol=1e-12, atol=1e-12)
+    assert start.W_.shape == (7, k) and start.H_.shape == (7, k)
+    assert start.objective_ == [] and start.n_iter_ == 0
+    # The extra column's two factors have equal norms (c = L^(1/4)).
+    assert np.isclose(np.linalg.norm(start.W_[:, -1]), np.linalg.norm(start.H_[:, -1]))
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_squared_margin_start_continues_to_a_cold_starts_objective(loss):
+    X, _, Y, _, _, _ = make_problem(28, n=60, d=8, n_labels=6, mask_density=None)
+    common = dict(rank=6, lam=0.5, loss=loss, cg_max_iter=20, newton_max_iter=5,
+                  fit_intercept=True, dtype=np.float64, random_state=0)
+    cold = LEML(max_iter=40, **common).fit(X, Y)
+    warm = LEML(max_iter=40, squared_init_iter=3, **common).fit(X, Y)
+    short = LEML(max_iter=1, squared_init_iter=3, **common).fit(X, Y)
+    # Full rank (k = L): the factored problem has no spurious local minima of
+    # note here, so both starts end at the same objective.
+    assert warm.objective_[-1] == pytest.approx(cold.objective_[-1], rel=1e-3)
+    # The warm start is already better after one iteration than the cold one.
+    assert short.objective_[0] < cold.objective_[0]
+    assert np.all(np.diff(warm.objective_) <= 1e-9 * abs(warm.objective_[0]))
+
+
+def test_squared_init_changes_nothing_when_off_or_for_the_squared_loss():
+    X, _, Y, _, _, _ = make_problem(29, n=30, d=6, n_labels=5, mask_density=None)
+    common = dict(rank=3, lam=0.5, max_iter=3, fit_intercept=True, random_state=0)
+    base = LEML(loss="logistic", **common).fit(X, Y)
+    off = LEML(loss="logistic", squared_init_iter=0, h_solver="direct", **common).fit(X, Y)
+    np.testing.assert_array_equal(base.W_, off.W_)
+    sq = LEML(loss="squared", **common).fit(X, Y)
+    sq_init = LEML(loss="squared", squared_init_iter=4, h_solver="cg", **common).fit(X, Y)
+    np.testing.assert_array_equal(sq.W_, sq_init.W_)
+    np.testing.assert_array_equal(sq.H_, sq_init.H_)
+    # An explicit warm start wins over the squared-loss start.
+    W0, H0 = initial_factors(7, 5, 3, np.float32, 1)
+    a = LEML(loss="logistic", squared_init_iter=2, **common).fit(X, Y, W_init=W0, H_init=H0)
+    b = LEML(loss="logistic", **common).fit(X, Y, W_init=W0, H_init=H0)
+    np.testing.assert_array_equal(a.W_, b.W_)
+    with pytest.raises(ValueError, match="fit_intercept"):
+        LEML(loss="logistic", squared_init_iter=1, rank=3).fit(X, Y)
+    with pytest.raises(ValueError, match="rank"):
+        LEML(loss="sqhinge", squared_init_iter=1, rank=1, fit_intercept=True).fit(X, Y)
+    with pytest.raises(ValueError, match="squared_init_iter"):
+        LEML(loss="sqhinge", squared_init_iter=-1, fit_intercept=True).fit(X, Y)
 
 
 # ----------------------------------------------------------------------------- estimator
