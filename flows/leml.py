@@ -81,6 +81,25 @@ class ModelConfig(Strict):
     dtype: Literal["float32", "float64"] = Field("float32", description="Floating type.")
 
 
+class WStepConfig(Strict):
+    runner: Literal["local", "dask"] = Field(
+        "local",
+        description="Where the W-step's gradient and Hessian-vector products run: this "
+        "process, or Dask over row blocks of X kept on the workers.",
+    )
+    blocks: int = Field(
+        4, ge=1, le=256, description="Row blocks of X (fixes the reduction order, so W)."
+    )
+    workers: int = Field(
+        2, ge=1, le=64, description="Workers of the LocalCluster started when no address."
+    )
+    address: str | None = Field(
+        None,
+        description="Scheduler of an existing Dask cluster (tcp://host:8786); none: the "
+        "task runner's cluster under --runner dask, else a LocalCluster.",
+    )
+
+
 class LemlConfig(FlowConfig):
     dataset: DatasetConfig
     model: ModelConfig = ModelConfig()
@@ -94,6 +113,9 @@ class LemlConfig(FlowConfig):
         default_factory=list, description="Baselines trained on the same observed entries."
     )
     baseline_alpha: float = Field(1.0, gt=0, description="Ridge / inverse-C strength.")
+    w_step: WStepConfig = Field(
+        default_factory=WStepConfig, description="Where the W-step runs (Dask: row blocks)."
+    )
     batch_size: int = Field(2048, ge=1, description="Rows scored at a time in evaluation.")
 
     @model_validator(mode="after")
@@ -176,6 +198,9 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     progress = ctx.progress(
         "iterations", m.outer_iterations, f"Outer iterations (of {m.outer_iterations})"
     )
+    # the local W-step passes nothing, so its cache keys stay those of earlier runs
+    w_step = {} if config.w_step.runner == "local" else {
+        "w_step": config.w_step.model_dump(exclude={"runner"})}
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(
             alternate_W,
@@ -186,6 +211,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
             iteration=t,
             cg_max_iter=m.cg_max_iter,
             cg_tol=m.cg_tol,
+            **w_step,
             **common,
         )
         h = ctx.run(

@@ -136,6 +136,78 @@ def margin_start(
     return {"W": W0, "H": H0}
 
 
+# Dask clients of the distributed W-step, kept for the life of this process so that every
+# outer iteration reuses one cluster: (workers, address) -> (cluster or None, client).
+_W_CLUSTERS: dict[tuple, tuple] = {}
+
+
+def _close_w_clusters() -> None:
+    for cluster, client in _W_CLUSTERS.values():
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    _W_CLUSTERS.clear()
+
+
+def _w_step_client(workers: int, address: str | None):
+    """The Dask client of the distributed W-step.
+
+    ``address``: the cluster there.  Otherwise a ``LocalCluster`` of ``workers``
+    single-threaded worker processes (one BLAS thread each), started on first use and kept
+    until this process exits.
+    """
+    import atexit
+
+    key = (workers, address)
+    if key not in _W_CLUSTERS:
+        from distributed import Client, LocalCluster
+
+        if address:
+            try:
+                _W_CLUSTERS[key] = (None, Client(address, timeout="30s"))
+            except OSError as exc:
+                raise InputError(f"no Dask scheduler at {address} ({exc})",
+                                 key="model.w_step.address") from None
+        else:
+            pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                     "MKL_NUM_THREADS")}
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, env=pins)
+            client = Client(cluster)
+            client.wait_for_workers(workers)
+            _W_CLUSTERS[key] = (cluster, client)
+        if len(_W_CLUSTERS) == 1:
+            atexit.register(_close_w_clusters)
+    return _W_CLUSTERS[key][1]
+
+
+def _in_dask_worker() -> bool:
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def _dask_update_W(data: LEMLData, H, lam, loss, W0, w_step: dict, **solver):
+    """:meth:`tasks.leml_dask.DaskWStep.update_W`: the row blocks scattered once for this
+    W-step, each CG iteration sending only the direction.  Inside a task of the Dask task
+    runner (no address given) the blocks go to the cluster running the flow, through
+    ``worker_client`` (the task leaves its worker's thread pool while it waits)."""
+    from tasks.leml_dask import DaskWStep
+
+    blocks, workers, address = w_step["blocks"], w_step["workers"], w_step["address"]
+    if not address and _in_dask_worker():
+        from distributed import worker_client
+
+        with worker_client() as client, DaskWStep(client, data, blocks) as step_:
+            return step_.update_W(H, lam, loss, W0=W0, return_info=True, **solver)
+    with DaskWStep(_w_step_client(workers, address), data, blocks) as step_:
+        return step_.update_W(H, lam, loss, W0=W0, return_info=True, **solver)
+
+
 def _data(train: dict, mask, fit_intercept: bool, dtype: str) -> LEMLData:
     return prepare_data(
         train["X"], train["Y"], mask, fit_intercept=fit_intercept, dtype=DTYPES[dtype]
@@ -163,21 +235,21 @@ def alternate_W(
     cg_max_iter: int,
     cg_tol: float,
     newton_max_iter: int,
+    w_step: dict | None = None,
 ) -> dict:
-    """One W-step with H fixed (CG with the fast Hessian-vector product)."""
+    """One W-step with H fixed (CG with the fast Hessian-vector product).
+
+    ``w_step``: ``None`` (this process) or ``{"blocks", "workers", "address"}`` to run the
+    gradient and Hessian-vector products on Dask over row blocks of X
+    (:class:`tasks.leml_dask.DaskWStep`; any number of workers gives the same W bit for bit).
+    """
     data = _data(train, mask, fit_intercept, dtype)
     t0 = time.perf_counter()
-    W, info = update_W(
-        data,
-        H,
-        lam,
-        loss,
-        W0=W,
-        cg_max_iter=cg_max_iter,
-        cg_tol=cg_tol,
-        newton_max_iter=newton_max_iter,
-        return_info=True,
-    )
+    solver = {"cg_max_iter": cg_max_iter, "cg_tol": cg_tol, "newton_max_iter": newton_max_iter}
+    if w_step is None:
+        W, info = update_W(data, H, lam, loss, W0=W, return_info=True, **solver)
+    else:
+        W, info = _dask_update_W(data, H, lam, loss, W, w_step, **solver)
     seconds = time.perf_counter() - t0
     timings = pd.DataFrame(
         {

@@ -134,6 +134,40 @@ def test_rerun_is_identical(project, capsys, runner):
     assert capsys.readouterr().out.strip().endswith("identical")
 
 
+def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
+    # the local W-step's keys stay those of the first run: no recomputation
+    assert main(["run", "leml", "--set", "baselines=[]"]) == 0
+    local = _last(project)
+    assert all(o["cached"] for o in local["outputs"] if o["step"] == "leml-alternate-W")
+    W_local, H_local, _store = _final(project, local, 3)
+
+    # the W-step on a LocalCluster of 2 workers (the flow's tasks in this process) ...
+    dask = ["--set", "baselines=[]", "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    assert main(["run", "leml", *dask]) == 0
+    m = _last(project)
+    assert m["config"]["w_step"] == {"runner": "dask", "blocks": 3, "workers": 2,
+                                     "address": None}
+    assert not any(o["cached"] for o in m["outputs"] if o["step"] == "leml-alternate-W")
+    W_dask, H_dask, _ = _final(project, m, 3)
+    # only the summation order of the products differs: W and H agree to float32 rounding,
+    # amplified by three alternations of 10 early-stopped CG iterations (measured: 2e-3 of
+    # max|W|; tests/tasks/test_leml_dask.py checks 1e-4 at a tight CG tolerance)
+    assert float(np.abs(W_dask - W_local).max()) <= 1e-2 * float(np.abs(W_local).max())
+    objective = [_store.read(next(o["ref"] for o in run["outputs"]
+                                  if o["ref"].endswith("-convergence")))["objective"].to_numpy()
+                 for run in (local, m)]
+    np.testing.assert_allclose(objective[1], objective[0], rtol=1e-3)  # measured 2.4e-4
+
+    # ... and inside the Dask task runner's own cluster (worker_client): the same blocks in
+    # the same order, so the same W bit for bit
+    assert main(["run", "leml", *dask, "--runner", "dask", "--refresh"]) == 0
+    m2 = _last(project)
+    assert m2["task_runner"] == "DaskTaskRunner"
+    W_runner, H_runner, _ = _final(project, m2, 3)
+    np.testing.assert_array_equal(W_runner, W_dask)
+    np.testing.assert_array_equal(H_runner, H_dask)
+
+
 def test_missing_labels_flow_uses_the_stored_mask(project):
     assert main(["run", "leml", "--set", "observed_fraction=0.5", "--set", "baselines=[]"]) == 0
     m = _last(project)
