@@ -254,14 +254,8 @@ def test_squared_h_step_equals_per_label_solve(masked):
         np.testing.assert_allclose(H[j], h, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
-@pytest.mark.parametrize("masked", STRATEGIES + [None])
-def test_newton_h_step_equals_per_label_minimiser(loss, masked):
-    X, Xd, Y, mask, _, W = make_problem(8, n=14, d=4, n_labels=5, k=2,
-                                        mask_density=0.6 if masked else None)
-    lam = 0.5
-    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
-    H = update_H(data, W, lam, loss, newton_max_iter=40)
+def label_objectives(Xd, W, Y, mask, loss, lam):
+    """(j, h -> objective of label j's H-step problem over its observed rows), per label."""
     A = Xd @ W
     omega = np.ones_like(Y, dtype=bool) if mask is None else mask
     f = get_loss(loss)
@@ -271,6 +265,18 @@ def test_newton_h_step_equals_per_label_minimiser(loss, masked):
         def value(h, Aj=Aj, yj=yj):
             return f.value(yj, Aj @ h).sum() + 0.5 * lam * h @ h
 
+        yield j, value
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+@pytest.mark.parametrize("masked", STRATEGIES + [None])
+def test_newton_h_step_equals_per_label_minimiser(loss, masked):
+    X, Xd, Y, mask, _, W = make_problem(8, n=14, d=4, n_labels=5, k=2,
+                                        mask_density=0.6 if masked else None)
+    lam = 0.5
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    H = update_H(data, W, lam, loss, newton_max_iter=40)
+    for j, value in label_objectives(Xd, W, Y, mask, loss, lam):
         ref = minimize(value, np.zeros(2), method="BFGS", options={"gtol": 1e-10})
         assert value(H[j]) <= ref.fun + 1e-9
         np.testing.assert_allclose(H[j], ref.x, atol=1e-4)
@@ -297,15 +303,7 @@ def test_cg_h_step_equals_per_label_minimiser_and_direct_newton(loss, masked):
     assert not np.allclose(trunc, one_direct)
     H = update_H(data, W, lam, loss, H0=H0, newton_max_iter=40, h_solver="cg",
                  cg_max_iter=3)
-    A = Xd @ W
-    omega = np.ones_like(Y, dtype=bool) if mask is None else mask
-    f = get_loss(loss)
-    for j in range(Y.shape[1]):
-        Aj, yj = A[omega[:, j]], Y[omega[:, j], j]
-
-        def value(h, Aj=Aj, yj=yj):
-            return f.value(yj, Aj @ h).sum() + 0.5 * lam * h @ h
-
+    for j, value in label_objectives(Xd, W, Y, mask, loss, lam):
         assert value(trunc[j]) <= value(H0[j]) + 1e-12
         ref = minimize(value, np.zeros(4), method="BFGS", options={"gtol": 1e-10})
         assert value(H[j]) <= ref.fun + 1e-9

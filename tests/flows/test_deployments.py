@@ -388,18 +388,23 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
             # A custom run as the UI form sends it: the defaults with two values changed.
             params["config"]["model"]["rank"] = 3
             params["config"]["dataset"]["name"] = "bibtex-mini"
-            flow_run = run_deployment("leml/tiny", parameters=params, timeout=0)
 
-            def finished():
-                fr = client.read_flow_run(flow_run.id)
-                return fr if fr.state_type in FINAL else None
+            def run_to_completion(name, parameters, seconds):
+                flow_run = run_deployment(name, parameters=parameters, timeout=0)
 
-            try:
-                fr = _wait_for(finished, 240, "the deployment run", proc)
-            except BaseException:
-                print(log.read_text(), file=sys.stderr)
-                raise
-            assert fr.state_type == StateType.COMPLETED, log.read_text()[-3000:]
+                def finished():
+                    fr = client.read_flow_run(flow_run.id)
+                    return fr if fr.state_type in FINAL else None
+
+                try:
+                    fr = _wait_for(finished, seconds, f"the run of {name}", proc)
+                except BaseException:
+                    print(log.read_text(), file=sys.stderr)
+                    raise
+                assert fr.state_type == StateType.COMPLETED, log.read_text()[-3000:]
+                return fr
+
+            fr = run_to_completion("leml/tiny", params, 240)
             assert fr.name == "leml-bibtex-mini-k3-seed0"
             # Deployment tags plus the run's own (from its parameters, added by RunContext).
             assert {"flow:leml", "dataset:bibtex-tiny", "method:leml-squared", "test"} <= set(
@@ -413,13 +418,7 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
             assert dask_dep is not None and dask_dep.parameters["options"]["runner"] == "dask"
             dask_params = {"config": params["config"],
                            "options": {**dask_dep.parameters["options"], "refresh": True}}
-            flow_run = run_deployment("leml/tiny-dask", parameters=dask_params, timeout=0)
-            try:
-                dask_fr = _wait_for(finished, 300, "the Dask deployment run", proc)
-            except BaseException:
-                print(log.read_text(), file=sys.stderr)
-                raise
-            assert dask_fr.state_type == StateType.COMPLETED, log.read_text()[-3000:]
+            dask_fr = run_to_completion("leml/tiny-dask", dask_params, 300)
             assert dask_fr.name == "leml-bibtex-mini-k3-seed0"
     finally:
         _stop(proc)  # also checks that Ctrl-C stops `scarce serve`
