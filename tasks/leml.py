@@ -196,15 +196,17 @@ def _dask_update_W(data: LEMLData, H, lam, loss, W0, w_step: dict, **solver):
     W-step, each CG iteration sending only the direction.  Inside a task of the Dask task
     runner (no address given) the blocks go to the cluster running the flow, through
     ``worker_client`` (the task leaves its worker's thread pool while it waits)."""
+    from contextlib import nullcontext
+
     from tasks.leml_dask import DaskWStep
 
-    blocks, workers, address = w_step["blocks"], w_step["workers"], w_step["address"]
-    if not address and _in_dask_worker():
+    if not w_step["address"] and _in_dask_worker():
         from distributed import worker_client
 
-        with worker_client() as client, DaskWStep(client, data, blocks) as step_:
-            return step_.update_W(H, lam, loss, W0=W0, return_info=True, **solver)
-    with DaskWStep(_w_step_client(workers, address), data, blocks) as step_:
+        connect = worker_client()
+    else:
+        connect = nullcontext(_w_step_client(w_step["workers"], w_step["address"]))
+    with connect as client, DaskWStep(client, data, w_step["blocks"]) as step_:
         return step_.update_W(H, lam, loss, W0=W0, return_info=True, **solver)
 
 

@@ -283,6 +283,12 @@ def rules_fire(rules: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def _antecedents(grp: pd.DataFrame) -> str:
+    """One rule's antecedents (its rows of a rule table) as ``a AND b``."""
+    return " AND ".join(f"{f} {o} {v}" for f, o, v in
+                        zip(grp["feature"], grp["op"], grp["value"], strict=True))
+
+
 def _rule_masks(rules: pd.DataFrame, X: pd.DataFrame) -> list[tuple[int, str, np.ndarray]]:
     """(rule id, text, mask of the rows of ``X`` the rule fires on) per rule, in rule order."""
     rules = _check_table(rules)
@@ -302,9 +308,7 @@ def _rule_masks(rules: pd.DataFrame, X: pd.DataFrame) -> list[tuple[int, str, np
                 m &= (col.to_numpy(dtype=np.float64) <= float(val))
             else:
                 m &= (col.to_numpy(dtype=np.float64) >= float(val))
-        text = " AND ".join(f"{f} {o} {v}" for f, o, v in
-                            zip(grp["feature"], grp["op"], grp["value"], strict=True))
-        out.append((int(rid), text, m))
+        out.append((int(rid), _antecedents(grp), m))
     return out
 
 
@@ -357,9 +361,7 @@ def rules_to_text(rules: pd.DataFrame) -> str:
         rules = rules[~rules["pruned"].astype(bool)]
     lines = []
     for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id"):
-        conds = " AND ".join(f"{f} {o} {v}" for f, o, v in
-                             zip(grp["feature"], grp["op"], grp["value"], strict=True))
-        lines.append(f"R{rid}: IF {conds} THEN coreferent")
+        lines.append(f"R{rid}: IF {_antecedents(grp)} THEN coreferent")
     lines.append("DEFAULT: not coreferent")
     return "\n".join(lines)
 
