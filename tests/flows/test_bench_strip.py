@@ -20,15 +20,20 @@ SPLITS = {"GUM_news_worship": "train", "GUM_news_stampede": "train", "GUM_news_c
 HAS_PEER = importlib.util.find_spec("wittgenstein") is not None
 
 
-@pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bench-strip")
+def _data_root(root: Path) -> Path:
+    """A --data folder holding the four documents of SPLITS and their splits.tsv."""
     gum = root / "coref" / "gum"
     gum.mkdir(parents=True)
     for doc in SPLITS:
         (gum / f"{doc}.conllu.gz").symlink_to(GUM / f"{doc}.conllu.gz")
     (gum / "splits.tsv").write_text(
         "doc_id\tsplit\n" + "".join(f"{d}\t{s}\n" for d, s in SPLITS.items()))
+    return root
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    root = _data_root(tmp_path_factory.mktemp("bench-strip"))
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     return bench.run(parser.parse_args(["--data", str(root), "--quick"]))
@@ -81,3 +86,35 @@ def test_quick_time_ratio_is_seconds_over_the_peer_on_the_same_pairs(table):
         assert row.time_ratio == pytest.approx(row.train_seconds / secs[row.peer])
         assert row.train_pairs == n[row.peer]
     assert pd.isna(peers["time_ratio"]).all()
+
+
+def test_full_supervision_labels_every_pair_and_scores_every_mention(tmp_path):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    full = bench.run(parser.parse_args(["--data", str(_data_root(tmp_path)), "--quick",
+                                        "--no-peer", "--supervision", "all", "--select", "conll"]))
+    # strip-partial is strip-labeled once nothing is unknown
+    assert list(full["method"]) == ["ripper", "strip-labeled"]
+    # every pair within the window is labelled: an independent count with all mentions sources
+    n = 0
+    for doc, split in SPLITS.items():
+        if split == "train":
+            tokens, mentions = read_conllu(GUM / f"{doc}.conllu.gz")
+            y = build_pairs(tokens, mentions, max_mention_distance=10,
+                            sources=np.ones(len(mentions), dtype=bool))[2]
+            assert (y >= 0).all()
+            n += y.size
+    assert (full["train_pairs"] == n).all() and (full["train_labeled"] == n).all()
+    # the sources are every mention, so the source scores are the all-mention scores
+    np.testing.assert_allclose(full["muc_f"], full["all_muc_f"])
+    np.testing.assert_allclose(full["b3_f"], full["all_b3_f"])
+    np.testing.assert_allclose(full["ceaf_e_f"], full["all_ceaf_e_f"])
+    np.testing.assert_allclose(full["conll_f"],
+                               full[["muc_f", "b3_f", "ceaf_e_f"]].mean(axis=1))
+
+
+def test_choose_uses_the_requested_dev_score():
+    sweep = [{"loss_ratio": 0.5, "dev_b3_f": 0.70, "dev_conll_f": 0.60, "dev_pairwise_f": 0.2},
+             {"loss_ratio": 1.0, "dev_b3_f": 0.65, "dev_conll_f": 0.62, "dev_pairwise_f": 0.1}]
+    assert bench._choose(sweep, "b3")["loss_ratio"] == 0.5
+    assert bench._choose(sweep, "conll")["loss_ratio"] == 1.0
