@@ -67,10 +67,16 @@ class ModelConfig(Strict):
     cg_tol: float = Field(1e-3, gt=0, lt=1, description="CG relative residual tolerance.")
     newton_max_iter: int = Field(3, ge=1, description="Newton steps (logistic, sq. hinge).")
     fit_intercept: bool = Field(True, description="Add a constant feature.")
-    h_solver: Literal["direct", "cg"] = Field(
+    h_solver: Literal["direct", "cg", "bound"] = Field(
         "direct",
         description="H-step Newton directions for logistic / sq. hinge: explicit per-label "
-        "k x k Hessians or per-label conjugate gradient (cg_max_iter, cg_tol).",
+        "k x k Hessians or per-label conjugate gradient (cg_max_iter, cg_tol); or bound: "
+        "newton_max_iter steps on the quadratic curvature bound.",
+    )
+    w_solver: Literal["tron", "bound"] = Field(
+        "tron",
+        description="W-step for logistic / sq. hinge: TRON, or newton_max_iter steps on the "
+        "quadratic curvature bound solved through the eigendecomposition of X^T X.",
     )
     squared_init_iter: int = Field(
         0,
@@ -126,6 +132,9 @@ class LemlConfig(FlowConfig):
                 raise ValueError("model.squared_init_iter > 0 needs model.fit_intercept: true")
             if m.rank < 2:
                 raise ValueError("model.squared_init_iter > 0 needs model.rank >= 2")
+        if m.w_solver == "bound" and m.loss != "squared" and self.w_step.runner != "local":
+            raise ValueError("model.w_solver: bound runs on one process; use w_step.runner: "
+                             "local (or model.w_solver: tron)")
         return self
 
     @model_validator(mode="after")
@@ -201,6 +210,8 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # the local W-step passes nothing, so its cache keys stay those of earlier runs
     w_step = {} if config.w_step.runner == "local" else {
         "w_step": config.w_step.model_dump(exclude={"runner"})}
+    if m.w_solver != "tron":  # passed only when set, so earlier cache keys stay valid
+        w_step["w_solver"] = m.w_solver
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(
             alternate_W,

@@ -238,18 +238,24 @@ def alternate_W(
     cg_tol: float,
     newton_max_iter: int,
     w_step: dict | None = None,
+    w_solver: str = "tron",
 ) -> dict:
     """One W-step with H fixed (CG with the fast Hessian-vector product).
 
     ``w_step``: ``None`` (this process) or ``{"blocks", "workers", "address"}`` to run the
     gradient and Hessian-vector products on Dask over row blocks of X
     (:class:`tasks.leml_dask.DaskWStep`; any number of workers gives the same W bit for bit).
+    ``w_solver``: ``"tron"`` or ``"bound"`` (logistic / squared hinge, this process only),
+    see :func:`algorithms.leml.model.update_W`.
     """
     data = _data(train, mask, fit_intercept, dtype)
     t0 = time.perf_counter()
     solver = {"cg_max_iter": cg_max_iter, "cg_tol": cg_tol, "newton_max_iter": newton_max_iter}
     if w_step is None:
-        W, info = update_W(data, H, lam, loss, W0=W, return_info=True, **solver)
+        W, info = update_W(data, H, lam, loss, W0=W, return_info=True, w_solver=w_solver,
+                           **solver)
+    elif w_solver != "tron":
+        raise InputError(f"w_solver {w_solver!r} runs on one process only, not on Dask")
     else:
         W, info = _dask_update_W(data, H, lam, loss, W, w_step, **solver)
     seconds = time.perf_counter() - t0

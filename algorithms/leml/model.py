@@ -61,7 +61,7 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from algorithms.leml.losses import get_loss
+from algorithms.leml.losses import derivative_into, get_loss
 from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
 from algorithms.memory import check_allocation
 
@@ -85,6 +85,7 @@ __all__ = [
     "initial_factors",
     "squared_margin_start",
     "H_SOLVERS",
+    "W_SOLVERS",
     "scores_linear",
     "top_k_linear",
 ]
@@ -92,7 +93,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Solvers of the H-step's Newton steps (logistic and squared hinge), see update_H.
-H_SOLVERS = ("direct", "cg")
+H_SOLVERS = ("direct", "cg", "bound")
+# Solvers of the W-step for the logistic and squared-hinge losses, see update_W.
+W_SOLVERS = ("tron", "bound")
+# Largest d' for which the "bound" W-step diagonalises X^T X (d' x d', once per fit);
+# above it the bound's linear system is solved by CG.
+_EIG_MAX = 4096
 # Elements per temporary block (entries x k, rows x k(k+1)/2, labels x k x k).
 _BLOCK = 1 << 22
 # Largest n x L stored dense for partially observed labels (1 GiB per float32 array).
@@ -272,6 +278,18 @@ class LEMLData:
         self.Yt = None if Y is None else Y.T.tocsr()
         self.entries = entries
         self.fit_intercept = bool(fit_intercept)
+        self._gram_eigh = None
+
+    def gram_eigh(self):
+        """Eigendecomposition ``X^T X = U diag(s) U^T`` (computed in float64 once, then
+        kept): ``(s, U)`` with ``s >= 0`` (float64) and ``U`` in the working dtype."""
+        if self._gram_eigh is None:
+            X = self.X.astype(np.float64)
+            G = X.T @ X
+            G = G.toarray() if sp.issparse(G) else np.asarray(G)
+            s, U = np.linalg.eigh(G)
+            self._gram_eigh = (np.maximum(s, 0.0), np.ascontiguousarray(U, dtype=self.dtype))
+        return self._gram_eigh
 
     @property
     def fully_observed(self) -> bool:
@@ -732,9 +750,62 @@ def solve_w_step(operators, W0, lam: float, loss="squared", *, cg_max_iter: int 
     return np.ascontiguousarray(W, dtype=W0.dtype), info
 
 
+def _w_bound_solve(data: LEMLData, HtH, R, lam: float, c: float, cg_max_iter: int,
+                   cg_tol: float):
+    """Solve ``c X^T X S (H^T H) + lam S = R`` for ``S`` (d' x k).
+
+    With ``d' <= _EIG_MAX``: exactly, from ``X^T X = U diag(s) U^T`` (once per data) and
+    ``H^T H = Q diag(t) Q^T``: ``S = U [(U^T R Q) / (c s t^T + lam)] Q^T``.  Otherwise
+    by at most ``cg_max_iter`` CG iterations on the product
+    ``V -> c X^T (X V) (H^T H) + lam V`` (no n x L term)."""
+    if data.n_features <= _EIG_MAX:
+        s, U = data.gram_eigh()
+        t, Q = np.linalg.eigh(HtH.astype(np.float64))
+        Q = Q.astype(R.dtype)
+        denom = (c * np.outer(s, np.maximum(t, 0.0)) + lam).astype(R.dtype)
+        B = (U.T @ R) @ Q
+        B /= denom
+        return (U @ B) @ Q.T
+    G2 = (c * HtH).astype(R.dtype)
+    X, xt = data.X, data.xt_matmul
+
+    def hess_vec(V):
+        out = xt(X @ V) @ G2
+        out += lam * V
+        return out
+
+    S, _ = conjugate_gradient(hess_vec, R, tol=cg_tol, max_iter=cg_max_iter)
+    return S
+
+
+def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
+                    cg_max_iter: int, cg_tol: float):
+    """``n_steps`` majorise-minimise steps of the W-step (``w_solver="bound"``).
+
+    With ``c = loss.curvature_bound`` every entry's loss is at most its second-order
+    expansion with curvature ``c``, so, adding the unobserved entries' squares too,
+    ``J(W + S, H) <= J(W, H) + <G, S> + (c/2) ||X S H^T||_F^2 + lam <W, S> + lam ||S||^2 / 2``
+    with ``G = X^T (D H)`` the loss gradient.  Its minimiser solves
+    ``c X^T X S H^T H + lam S = -(G + lam W)`` (:func:`_w_bound_solve`), a system of
+    the fully observed squared loss's structure, so a step costs one gradient
+    (``O(|Omega| k)``) and no Hessian-vector product over ``Omega``; the objective
+    never increases (Bohning and Lindsay's bound for the logistic loss).
+    """
+    ent = data.observed_entries()
+    c = float(loss.curvature_bound)
+    HtH = H.T @ H
+    for _ in range(n_steps):
+        D = derivative_into(loss, ent.y, ent.dots(data.X @ W, H))
+        R = data.xt_matmul(ent.times(ent.masked(D), H))
+        del D
+        R += lam * W
+        W = W - _w_bound_solve(data, HtH, R, lam, c, cg_max_iter, cg_tol)
+    return W
+
+
 def update_W(data: LEMLData, H, lam: float, loss="squared", *, W0=None,
              cg_max_iter: int = 25, cg_tol: float = 1e-3, newton_max_iter: int = 3,
-             return_info: bool = False):
+             w_solver: str = "tron", return_info: bool = False):
     """W-step: minimise ``J(., H)`` over ``W`` (Yu et al., Sec. 3).
 
     Squared loss: conjugate gradient on the normal equations for the step from
@@ -759,7 +830,16 @@ def update_W(data: LEMLData, H, lam: float, loss="squared", *, W0=None,
         CG stops when the residual falls below ``cg_tol`` times the gradient norm
         at ``W0`` (squared loss) or at the current Newton iterate.
     newton_max_iter : int, default=3
-        Newton (TRON) steps for the logistic and squared-hinge losses.
+        Newton (TRON) steps, or bound steps with ``w_solver="bound"``, for the
+        logistic and squared-hinge losses.
+    w_solver : {"tron", "bound"}, default="tron"
+        Logistic and squared-hinge losses: TRON (above), or ``newton_max_iter``
+        majorise-minimise steps on the quadratic bound of curvature
+        ``loss.curvature_bound`` (see :func:`_bound_update_W`): each costs one
+        gradient and an exact solve through the eigendecomposition of ``X^T X``
+        (kept in ``data``; by CG without ``n x L`` products when ``d' > 4096``),
+        where a TRON step costs a gradient and up to ``cg_max_iter``
+        Hessian-vector products over ``Omega``.  Unused for the squared loss.
     return_info : bool, default=False
         Also return a dict with ``cg_iter`` (Hessian-vector products) and
         ``newton_iter``.
@@ -770,7 +850,14 @@ def update_W(data: LEMLData, H, lam: float, loss="squared", *, W0=None,
     info : dict, only if ``return_info``
     """
     loss = get_loss(loss)
+    if w_solver not in W_SOLVERS:
+        raise ValueError(f"w_solver must be one of {W_SOLVERS}, got {w_solver!r}")
     H, lam, W0 = check_w_step(data.n_features, data.n_labels, data.dtype, H, lam, W0)
+    if w_solver == "bound" and not loss.constant_curvature:
+        W = _bound_update_W(data, H, W0, lam, loss, int(newton_max_iter), cg_max_iter, cg_tol)
+        W = np.ascontiguousarray(W, dtype=data.dtype)
+        info = {"cg_iter": 0, "newton_iter": int(newton_max_iter)}
+        return (W, info) if return_info else W
     W, info = solve_w_step(_LocalWOperators(data, H, loss), W0, lam, loss,
                            cg_max_iter=cg_max_iter, cg_tol=cg_tol,
                            newton_max_iter=newton_max_iter)
@@ -827,6 +914,39 @@ def _per_label_cg(ent, A, d2, lam, g, cg_max_iter, cg_tol):
     return S, n_iter
 
 
+def _bound_update_H(data: LEMLData, ent, A, H, lam: float, loss, n_steps: int, iu, ju):
+    """``n_steps`` majorise-minimise steps of the H-step (``h_solver="bound"``).
+
+    Label ``j``'s loss is majorised by its expansion with curvature
+    ``c = loss.curvature_bound``, whose minimiser is
+    ``h_j - (c sum_{i in Omega_j} a_i a_i^T + lam I)^{-1} g_j``: the matrices are
+    those of the squared loss's H-step, formed once (fully observed: one shared
+    ``c A^T A + lam I``) and kept over the steps, so a step costs one gradient
+    ``O(|Omega| k)``; no label's objective increases.
+    """
+    c = float(loss.curvature_bound)
+    k = A.shape[1]
+    if data.fully_observed:
+        M = c * (A.T @ A)
+        M[np.diag_indices(k)] += lam
+        M = M.astype(np.float64)
+
+        def solve(g):
+            return np.linalg.solve(M, g.T.astype(np.float64)).T.astype(A.dtype)
+    else:
+        G = c * ent.weighted_grams(None, A, iu, ju)
+
+        def solve(g):
+            return _solve_grams(G, lam, g, iu, ju)
+    for _ in range(n_steps):
+        D = derivative_into(loss, ent.y, ent.dots(A, H))
+        g = ent.t_times(ent.masked(D), A)
+        del D
+        g += lam * H
+        H = H - solve(g)
+    return H
+
+
 def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
              newton_max_iter: int = 3, h_solver: str = "direct", cg_max_iter: int = 25,
              cg_tol: float = 1e-3, return_info: bool = False):
@@ -857,10 +977,14 @@ def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
         Starting point of the Newton iterations (default zeros); unused for the
         squared loss, whose solution is exact.
     newton_max_iter : int, default=3
-    h_solver : {"direct", "cg"}, default="direct"
+        Newton steps (or bound steps with ``h_solver="bound"``).
+    h_solver : {"direct", "cg", "bound"}, default="direct"
         Newton directions of the logistic and squared-hinge losses: explicit
-        per-label Hessians or conjugate gradient (see above); unused for the
-        squared loss.
+        per-label Hessians or conjugate gradient (see above); or ``"bound"``:
+        ``newton_max_iter`` majorise-minimise steps, each a gradient and a solve
+        with the fixed matrices ``c sum_{i in Omega_j} a_i a_i^T + lam I``
+        (``c = loss.curvature_bound``, see :func:`_bound_update_H`), without line
+        search.  Unused for the squared loss.
     cg_max_iter : int, default=25
         Inner CG iterations per Newton step (``h_solver="cg"`` only).
     cg_tol : float, default=1e-3
@@ -910,6 +1034,10 @@ def update_H(data: LEMLData, W, lam: float, loss="squared", *, H0=None,
             f = ent.label_sums(ent.masked(loss.value(ent.y, z)))
             return f + 0.5 * lam * np.einsum("ij,ij->i", Hc, Hc, dtype=np.float64), z
 
+        if h_solver == "bound":
+            H = _bound_update_H(data, ent, A, H, lam, loss, int(newton_max_iter), iu, ju)
+            info["newton_iter"] = int(newton_max_iter)
+            return (H, info) if return_info else H
         f, z = per_label(H)
         for _ in range(newton_max_iter):
             g = ent.t_times(ent.masked(loss.derivative(ent.y, z)), A) + lam * H
@@ -1126,14 +1254,26 @@ class LEML(BaseEstimator):
     cg_tol : float, default=1e-3
         Relative residual at which CG stops.
     newton_max_iter : int, default=3
-        Newton steps per half-step for the logistic and squared-hinge losses.
+        Newton steps (or bound steps, see ``w_solver`` and ``h_solver``) per
+        half-step for the logistic and squared-hinge losses.
     fit_intercept : bool, default=False
         Add a constant feature; its weights are the last row of ``W_``.
-    h_solver : {"direct", "cg"}, default="direct"
+    h_solver : {"direct", "cg", "bound"}, default="direct"
         Newton directions of the H-step for the logistic and squared-hinge losses:
         explicit ``k x k`` Hessians per label (``O(|Omega| k^2)`` per Newton step)
         or at most ``cg_max_iter`` conjugate-gradient iterations of
-        ``O(|Omega| k)`` each, see :func:`update_H`.  No effect on the squared loss.
+        ``O(|Omega| k)`` each; or ``"bound"``: ``newton_max_iter``
+        majorise-minimise steps on the quadratic bound of curvature
+        ``c = loss.curvature_bound`` (1/4 logistic, 2 squared hinge), each one
+        gradient and a solve with matrices formed once per H-step, see
+        :func:`update_H`.  No effect on the squared loss.
+    w_solver : {"tron", "bound"}, default="tron"
+        W-step of the logistic and squared-hinge losses: TRON with
+        Hessian-vector products over ``Omega``, or ``newton_max_iter``
+        majorise-minimise steps on the same quadratic bound, each one gradient
+        and an exact solve of ``c X^T X S H^T H + lam S = -grad`` through the
+        eigendecomposition of ``X^T X`` (computed once per fit), see
+        :func:`update_W`.  No effect on the squared loss.
     squared_init_iter : int, default=0
         Logistic and squared-hinge losses only (needs ``fit_intercept=True``): when
         positive and no ``W_init`` / ``H_init`` is given, start from
@@ -1179,7 +1319,7 @@ class LEML(BaseEstimator):
     def __init__(self, rank=50, lam=1.0, loss="squared", max_iter=10, cg_max_iter=25,
                  cg_tol=1e-3, newton_max_iter=3, fit_intercept=False, h_solver="direct",
                  squared_init_iter=0, dtype=np.float32, random_state=None, verbose=False,
-                 callback=None):
+                 callback=None, w_solver="tron"):
         self.rank = rank
         self.lam = lam
         self.loss = loss
@@ -1194,6 +1334,7 @@ class LEML(BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
+        self.w_solver = w_solver
 
     def _validate_params_(self):
         if not (isinstance(self.rank, int | np.integer) and self.rank >= 1):
@@ -1202,6 +1343,8 @@ class LEML(BaseEstimator):
             raise ValueError(f"lam must be positive, got {self.lam!r}")
         if self.h_solver not in H_SOLVERS:
             raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {self.h_solver!r}")
+        if self.w_solver not in W_SOLVERS:
+            raise ValueError(f"w_solver must be one of {W_SOLVERS}, got {self.w_solver!r}")
         for name in ("max_iter", "cg_max_iter", "newton_max_iter", "squared_init_iter"):
             value = getattr(self, name)
             if not (isinstance(value, int | np.integer) and value >= 0):
@@ -1270,7 +1413,8 @@ class LEML(BaseEstimator):
                    desc="LEML", unit="it")
         for t in bar:
             t0 = time.perf_counter()
-            W, w_info = update_W(data, H, lam, loss, W0=W, return_info=True, **steps)
+            W, w_info = update_W(data, H, lam, loss, W0=W, return_info=True,
+                                 w_solver=self.w_solver, **steps)
             t1 = time.perf_counter()
             H = update_H(data, W, lam, loss, H0=H, h_solver=self.h_solver, **steps)
             t2 = time.perf_counter()

@@ -35,8 +35,8 @@ Sections (``--sections``, comma-separated):
   problem's.
 
 LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
-``--h-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`) apply to every
-section; the squared loss ignores them.
+``--h-solver``, ``--w-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`)
+apply to every section; the squared loss ignores them.
 
 Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
 norm, ``tfidf``: scikit-learn's TfidfTransformer fitted on train), identically for
@@ -119,9 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed-lam", type=float, default=1.0)
     parser.add_argument("--speed-loss", choices=["squared", "logistic", "sqhinge"],
                         default="squared", help="LEML loss timed in the speed section")
-    parser.add_argument("--h-solver", choices=["direct", "cg"], default="direct",
-                        help="LEML H-step Newton solver for the logistic and squared-hinge "
-                        "losses: explicit per-label Hessians or TRON with CG")
+    parser.add_argument("--h-solver", choices=["direct", "cg", "bound"], default="direct",
+                        help="LEML H-step solver for the logistic and squared-hinge "
+                        "losses: Newton with explicit per-label Hessians or with CG, or "
+                        "steps on the quadratic curvature bound (LEML h_solver)")
+    parser.add_argument("--w-solver", choices=["tron", "bound"], default="tron",
+                        help="LEML W-step solver for the logistic and squared-hinge losses: "
+                        "TRON or steps on the quadratic curvature bound (LEML w_solver)")
     parser.add_argument("--squared-init", type=int, default=0,
                         help="LEML logistic / squared hinge: start from this many squared-loss "
                         "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
@@ -209,7 +213,7 @@ def _leml(args, **params) -> LEML:
     """LEML with the bench's fixed and command-line solver options (``params`` on top)."""
     return LEML(cg_max_iter=10, fit_intercept=True, random_state=args.seed,
                 newton_max_iter=args.newton_iter, h_solver=args.h_solver,
-                squared_init_iter=args.squared_init, **params)
+                w_solver=args.w_solver, squared_init_iter=args.squared_init, **params)
 
 
 class _Search:
@@ -388,7 +392,7 @@ def _speed(ds, args, grid, rows, chosen):
         (f"LEML {args.speed_loss}", f"k={rank} lam={lam:.3g} T={T}" + (
             "" if args.speed_loss == "squared" else
             f" newton={args.newton_iter} h_solver={args.h_solver} "
-            f"squared_init={args.squared_init}"),
+            f"w_solver={args.w_solver} squared_init={args.squared_init}"),
          lambda: _leml(args, rank=rank, lam=lam, max_iter=T, loss=args.speed_loss)),
         ("full-rank ridge (closed form)", f"alpha={alpha:.3g}",
          lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True)),

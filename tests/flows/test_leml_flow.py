@@ -214,3 +214,25 @@ def test_l2_normalised_rows(project):
         norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
         np.testing.assert_allclose(norms[norms > 0], 1.0, rtol=1e-5)
         assert X.dtype == np.float32
+
+
+def test_bound_solvers_in_the_flow_equal_the_estimator(project):
+    solvers = ["--set", "model.loss=logistic", "--set", "model.w_solver=bound",
+               "--set", "model.h_solver=bound", "--set", "baselines=[]"]
+    assert main(["run", "leml", *solvers]) == 0
+    m = _last(project)
+    W, H, store = _final(project, m, 3)
+    X, Y = read_xmc(project / "train.txt")
+    est = LEML(rank=8, lam=4.0, loss="logistic", max_iter=3, cg_max_iter=10, fit_intercept=True,
+               w_solver="bound", h_solver="bound", random_state=3).fit(X, Y)
+    np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(H, est.H_, rtol=1e-4, atol=1e-5)
+    conv = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-convergence")))
+    # majorise-minimise steps never raise the objective
+    assert (np.diff(conv["objective"]) <= 1e-5 * conv["objective"].abs().max()).all()
+
+
+def test_bound_w_solver_on_dask_is_rejected_by_name(project, capsys):
+    assert main(["run", "leml", "--set", "model.loss=logistic", "--set", "model.w_solver=bound",
+                 "--set", "w_step.runner=dask"]) == 2
+    assert "w_solver" in capsys.readouterr().err
