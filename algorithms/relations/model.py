@@ -24,7 +24,9 @@ from algorithms.relations.baselines import frequency_ranking
 from algorithms.relations.dcm import top_words
 from algorithms.relations.entropy import entropy_ranking
 from algorithms.relations.selection import (
+    SUBSET_RULES,
     best_subsets,
+    best_subsets_cross_projection,
     full_kmeans_seed,
     kmeans_labels,
     prefix_sizes,
@@ -94,6 +96,10 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     k_rule : {"max", "one_se"}, default "max"
         How k is read off the Eq. 3 curve (:func:`stability.choose_k`): its maximum (the
         paper) or the one-standard-error rule (a deviation).
+    subset_rule : {"max", "cross_projection"}, default "max"
+        How F_k is chosen among the feasible prefixes: the largest invariant criterion (the
+        paper) or Dy and Brodley's cross-projection comparison, which removes the
+        criterion's bias towards more features (a deviation; :mod:`selection`).
     n_label_words : int, default 2
         DCM words reported per cluster.
     random_state : int, RandomState or None, default 0
@@ -108,6 +114,9 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         Every (k, prefix) tried: ``k``, ``n_features``, ``coverage``, ``feasible``, ``criterion``.
     subsets_ : dict
         k -> F_k prefix length.
+    subset_comparisons_ : DataFrame or None
+        With ``subset_rule="cross_projection"``: every comparison of two prefixes
+        (:func:`selection.best_subsets_cross_projection`).
     stability_ : DataFrame
         Per k: ``k``, ``n_features``, ``m_mean``, ``m_random``, ``m_norm`` (the score), ``m_std``.
     stability_samples_ : DataFrame
@@ -128,8 +137,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
                  entropy_binary=True, entropy_alpha="exact", entropy_importance="change",
                  entropy_samples=None,
                  baseline="closed_form", stability_pairs="all", n_init_reference=None,
-                 n_init_subsample=None, n_references=1, k_rule="max", n_label_words=2,
-                 random_state=0):
+                 n_init_subsample=None, n_references=1, k_rule="max", subset_rule="max",
+                 n_label_words=2, random_state=0):
         self.k_min = k_min
         self.k_max = k_max
         self.ranking = ranking
@@ -152,6 +161,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         self.n_init_subsample = n_init_subsample
         self.n_references = n_references
         self.k_rule = k_rule
+        self.subset_rule = subset_rule
         self.n_label_words = n_label_words
         self.random_state = random_state
 
@@ -189,6 +199,9 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         feature_names = np.asarray(feature_names, dtype=object)
         if feature_names.shape != (m,):
             raise ValueError(f"feature_names has {feature_names.size} names but X has {m} columns")
+        if self.subset_rule not in SUBSET_RULES:
+            raise ValueError(f"subset_rule must be one of {SUBSET_RULES}, got "
+                             f"{self.subset_rule!r}")
         seed = int_seed(self.random_state)
         timings = {}
 
@@ -200,10 +213,17 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         sizes = prefix_sizes(self.ranking_.size, step=self.step, n_steps=self.n_steps,
                              min_size=self.min_prefix)
         k_values = list(range(k_min, k_max + 1))
-        self.search_ = search_subsets(X, self.ranking_, k_values, sizes=sizes, theta=self.theta,
-                                      seed=seed, n_init=self.n_init, row_norm=self.row_norm,
-                                      reg=self.reg)
-        self.subsets_ = best_subsets(self.search_)
+        cross = self.subset_rule == "cross_projection"
+        found = search_subsets(X, self.ranking_, k_values, sizes=sizes, theta=self.theta,
+                               seed=seed, n_init=self.n_init, row_norm=self.row_norm,
+                               reg=self.reg, return_labels=cross)
+        if cross:
+            self.search_, labels = found
+            self.subsets_, self.subset_comparisons_ = best_subsets_cross_projection(
+                X, self.ranking_, self.search_, labels, reg=self.reg, row_norm=self.row_norm)
+        else:
+            self.search_, self.subset_comparisons_ = found, None
+            self.subsets_ = best_subsets(self.search_)
         timings["search"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

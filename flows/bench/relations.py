@@ -30,14 +30,35 @@ every subsample is compared with the same C.  ``--n-references R`` (a variance r
 default 1 = the paper) averages Eq. 2 over R reference clusterings with their own seeds,
 each the best of ``--n-init-reference`` restarts; ``--n-init-subsample`` sets the restarts
 of the subsample clusterings; ``--k-rule one_se`` (a deviation) takes the smallest k within
-one standard error of the curve's maximum.  ``--stability-pairs distinct`` (a deviation
-from the paper) leaves pairs of identical vectors out of Eq. 2.
+one standard error of the curve's maximum.  ``--subset-rule cross_projection`` (a deviation)
+picks F_k by Dy and Brodley's (2004) cross-projection comparison instead of the largest
+criterion, which favours larger prefixes (:mod:`algorithms.relations.selection`).
+``--stability-pairs distinct`` (a deviation from the paper) leaves pairs of identical
+vectors out of Eq. 2.
 
 For the main setting (``--main-window``, 0-10-0) the entropy method is rerun with
 ``--seeds`` further seeds (the seed drives k-means, the subsamples and nothing else) to show
 whether the chosen k is steady.  The ranking's speed is the naive O(M^2 N^2) reference over
 the fast one on a seeded subsample of ``--speed-pairs`` pairs (only the words present in it),
 checked to give the same ranking; the fast ranking's seconds on all pairs are reported too.
+
+Settings (``--setting``; the issue's main setting and the two further ones it asks for):
+
+* ``nine`` (default): the 9 undirected relation types without Other, 8,853 pairs, true k 9;
+* ``other``: the 9 undirected types plus Other as a tenth gold type, 10,717 pairs, true k 10;
+* ``directed``: the 18 directed labels (``Cause-Effect(e1,e2)`` and ``Cause-Effect(e2,e1)``
+  are two types; ``Entity-Destination(e2,e1)`` has 2 pairs) without Other, 8,853 pairs,
+  true k 18 (the flow's ``directed: true``);
+* ``directed-other``: the 18 directed labels plus Other, 10,717 pairs, true k 19 (the
+  flow's ``directed: true, include_other: true``).
+
+The contexts are the same words in every setting (direction shows only through the
+position tags of the words); only the pairs kept and the gold classes differ.  The true k is
+the number of gold classes among the pairs used; ``--k-high`` must reach it (e.g. K in
+[2, 25] for the directed settings), else the run stops with an input error.
+
+``--baselines`` picks some of the three baselines (e.g. ``kmeans-true-k`` alone, to compare
+the method with k-means at the true k over seeds without the cost of RLBaseline).
 
 Data: ``--data DIR`` holds ``relations/semeval2010_task8/{TRAIN_FILE.TXT,TEST_FILE_FULL.TXT}``
 (default: the project's bundled copy).  ``--quick``: 1,500 pairs of the main window, K in
@@ -65,16 +86,29 @@ from flows.config import project_root
 from tasks import relations as tasks_rel
 from tasks.errors import InputError
 
+SETTINGS = {
+    # name: (include_other, directed)
+    "nine": (False, False),
+    "other": (True, False),
+    "directed": (False, True),
+    "directed-other": (True, True),
+}
 WINDOWS = ("0-5-0", "2-5-2", "0-10-0", "2-10-2", "5-10-5")
 RANKINGS = ("frequency", "chi2", "entropy")
+BASELINES = ("hasegawa", "kmeans-true-k", "rl-baseline")
 FILES = ("TRAIN_FILE.TXT", "TEST_FILE_FULL.TXT")
-COLUMNS = ["window", "method", "seed", "k", "k_true", "accuracy", "ari", "v_measure",
+COLUMNS = ["setting", "window", "method", "seed", "k", "k_true", "accuracy", "ari", "v_measure",
            "n_features", "seconds", "speedup", "same_ranking", "note"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=None,
                         help="folder holding relations/semeval2010_task8/ (default: data/)")
+    parser.add_argument("--setting", choices=list(SETTINGS), default="nine",
+                        help="pairs and gold types: nine = 9 undirected types without Other "
+                        "(8,853 pairs), other = 9 types + Other (10,717), directed = 18 directed "
+                        "labels without Other (8,853), directed-other = 18 directed labels + "
+                        "Other (10,717)")
     parser.add_argument("--windows", default=",".join(WINDOWS),
                         help="comma-separated window settings pre-mid-post")
     parser.add_argument("--main-window", default="0-10-0",
@@ -100,6 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k-rule", choices=["max", "one_se"], default="max",
                         help="k from the Eq. 3 curve: its maximum (the paper) or the "
                         "one-standard-error rule (deviation)")
+    parser.add_argument("--subset-rule", choices=["max", "cross_projection"], default="max",
+                        help="F_k among the feasible prefixes: the largest invariant criterion "
+                        "(the paper) or Dy and Brodley's cross-projection comparison (deviation)")
     parser.add_argument("--stability-pairs", choices=["all", "distinct"], default="all",
                         help="pairs counted by Eq. 2: all (the paper) or pairs of different "
                         "vectors only (deviation)")
@@ -118,6 +155,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pairs of the subsample on which the naive ranking is timed")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip Hasegawa, k-means at the true k and RLBaseline")
+    parser.add_argument("--baselines", default=",".join(BASELINES),
+                        help=f"comma-separated subset of {', '.join(BASELINES)} (the baselines "
+                        "run unless --no-baselines)")
     parser.add_argument("--quick", action="store_true",
                         help="1,500 pairs, main window only, K in [6, 12], 4 prefixes, "
                         "3 subsamples, 2 seeds, 120-pair speed check")
@@ -136,14 +176,19 @@ def _apply_quick(args: argparse.Namespace) -> None:
     args.speed_pairs = min(args.speed_pairs, 120)
 
 
-def load_mentions(data: Path, max_pairs: int | None, seed: int) -> pd.DataFrame:
-    """The 9-type (undirected, no Other) mentions of TRAIN + TEST, optionally sampled."""
+def load_mentions(data: Path, max_pairs: int | None, seed: int, setting: str = "nine"
+                  ) -> pd.DataFrame:
+    """The mentions of TRAIN + TEST for ``setting`` (:data:`SETTINGS`), optionally sampled."""
+    if setting not in SETTINGS:
+        raise InputError(f"unknown setting {setting!r}; expected one of {list(SETTINGS)}")
+    include_other, directed = SETTINGS[setting]
     folder = data / "relations" / "semeval2010_task8"
     paths = [folder / f for f in FILES]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise InputError(f"SemEval-2010 Task 8 file not found: {', '.join(missing)}")
-    parts = [tasks_rel.parse.fn(str(p)) for p in paths]
+    parts = [tasks_rel.parse.fn(str(p), include_other=include_other, directed=directed)
+             for p in paths]
     return tasks_rel.combine.fn(parts, max_pairs=max_pairs, seed=seed)["mentions"]
 
 
@@ -161,7 +206,7 @@ def _fit(X, ranking, seed, args):
                               rho=args.rho, n_init=args.n_init, reg=args.reg,
                               n_init_reference=args.n_init_reference,
                               n_init_subsample=args.n_init_subsample, k_rule=args.k_rule,
-                              n_references=args.n_references,
+                              n_references=args.n_references, subset_rule=args.subset_rule,
                               stability_pairs=args.stability_pairs, random_state=seed)
     t0 = time.perf_counter()
     model.fit(X)
@@ -210,14 +255,23 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         raise InputError(f"unknown ranking(s) {bad}; expected some of {list(RANKINGS)}")
     if args.main_window not in windows:
         windows.append(args.main_window)
+    baselines = [] if args.no_baselines else [
+        b.strip() for b in args.baselines.split(",") if b.strip()]
+    bad = sorted(set(baselines) - set(BASELINES))
+    if bad:
+        raise InputError(f"unknown baseline(s) {bad}; expected some of {list(BASELINES)}")
 
     n_init_ref = args.n_init if args.n_init_reference is None else args.n_init_reference
     rows = []
     with threadpool_limits(1):
-        mentions = load_mentions(data, args.max_pairs, args.seed)
+        mentions = load_mentions(data, args.max_pairs, args.seed, args.setting)
         y = mentions["gold"].astype(str).to_numpy()
         k_true = int(np.unique(y).size)
-        _log(f"{len(mentions)} pairs, {k_true} types, K in [{args.k_low}, {args.k_high}]")
+        _log(f"setting {args.setting}: {len(mentions)} pairs, {k_true} types, "
+             f"K in [{args.k_low}, {args.k_high}]")
+        if not args.k_low <= k_true <= args.k_high:
+            raise InputError(f"the true k of setting {args.setting!r} is {k_true}, outside "
+                             f"K in [{args.k_low}, {args.k_high}]: set --k-low/--k-high")
         tokens = tasks_rel.token_lists(mentions)
         hasegawa_done: dict[int, dict] = {}
         for window in windows:
@@ -225,7 +279,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                                             position_tags=True, lowercase=True)
             m = X.shape[1]
             _log(f"window {window}: {m} words")
-            if not args.no_baselines:
+            if "hasegawa" in baselines:
                 mid = parse_window(window)[1]
                 if mid not in hasegawa_done:
                     t0 = time.perf_counter()
@@ -236,16 +290,19 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                                               labels, Xh.shape[1], time.perf_counter() - t0,
                                               f"between-words 0-{mid}-0, true k")
                 rows.append(dict(hasegawa_done[mid], window=window))
+                _log(f"  hasegawa {rows[-1]['accuracy']:.3f}")
+            if "kmeans-true-k" in baselines:
                 t0 = time.perf_counter()
                 labels = bl.kmeans_baseline(X, k_true, seed=args.seed, n_init=n_init_ref)
                 rows.append(_row(window, "kmeans-true-k", args.seed, k_true, k_true, y, labels,
                                  m, time.perf_counter() - t0, "all words, true k"))
+                _log(f"  k-means@{k_true} {rows[-1]['accuracy']:.3f}")
+            if "rl-baseline" in baselines:
                 t0 = time.perf_counter()
                 k_rl, labels = rl_baseline(X, args)
                 rows.append(_row(window, "rl-baseline", args.seed, k_rl, k_true, y, labels, m,
                                  time.perf_counter() - t0, "all words, k by stability"))
-                _log(f"  baselines: hasegawa {rows[-3]['accuracy']:.3f}, k-means@{k_true} "
-                     f"{rows[-2]['accuracy']:.3f}, rl k={k_rl} {rows[-1]['accuracy']:.3f}")
+                _log(f"  rl-baseline k={k_rl} {rows[-1]['accuracy']:.3f}")
             seeds = [args.seed]
             if window == args.main_window:
                 seeds = [args.seed + i for i in range(max(1, args.seeds))]
@@ -284,7 +341,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                      "speedup": sp_["naive"] / sp_["fast"], "same_ranking": sp_["same"],
                      "note": f"naive/fast on {sp_['n']} pairs x {sp_['m']} words; fast on all "
                              f"{Xb.shape[0]} pairs x {Xb.shape[1]} words: {t_all:.1f}s"})
-    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    table = pd.DataFrame(rows)
+    table["setting"] = args.setting
+    table = table.reindex(columns=COLUMNS)
     table["k"] = table["k"].astype("Int64")
     table["same_ranking"] = table["same_ranking"].astype("boolean")
     return table

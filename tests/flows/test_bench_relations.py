@@ -62,3 +62,25 @@ def test_missing_data_and_unknown_ranking_are_input_errors(tmp_path):
         bench.run(parser.parse_args(["--data", str(tmp_path), "--quick"]))
     with pytest.raises(InputError, match="unknown ranking"):
         bench.run(_args("--rankings", "entropy,tfidf"))
+
+
+def test_settings_keep_the_documented_pairs_and_gold_types():
+    # TRAIN_TEST_DISTRIB.TXT: 10,717 pairs, 1,864 of them Other
+    nine = bench.load_mentions(DATA, None, 0, "nine")
+    other = bench.load_mentions(DATA, None, 0, "other")
+    directed = bench.load_mentions(DATA, None, 0, "directed")
+    both = bench.load_mentions(DATA, None, 0, "directed-other")
+    assert (len(nine), len(other), len(directed), len(both)) == (8853, 10717, 8853, 10717)
+    assert nine["gold"].nunique() == 9 and "Other" not in set(nine["gold"])
+    assert other["gold"].nunique() == 10 and (other["gold"] == "Other").sum() == 1864
+    assert directed["gold"].nunique() == 18 and both["gold"].nunique() == 19
+    # a directed label is the undirected type plus its argument order
+    assert directed["gold"].str.replace(r"\(e[12],e[12]\)$", "", regex=True).equals(nine["gold"])
+    assert set(directed["gold"].str[-7:]) == {"(e1,e2)", "(e2,e1)"}
+
+
+def test_true_k_outside_the_k_range_is_an_input_error():
+    with pytest.raises(InputError, match="true k of setting 'directed' is 18"):
+        bench.run(_args("--setting", "directed"))  # --quick: K in [6, 12]
+    with pytest.raises(InputError, match="unknown baseline"):
+        bench.run(_args("--baselines", "kmeans"))
