@@ -56,6 +56,16 @@ def project(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _close_w_step_clusters():
+    """Close the W-step's process-wide Dask cluster while pytest's streams are still open
+    (at interpreter exit its scheduler logs into a closed stream)."""
+    yield
+    from tasks.leml import _close_w_clusters
+
+    _close_w_clusters()
+
+
 def _runs(project):
     d = project / "data" / "runs"
     return sorted(d.iterdir(), key=lambda p: p.stat().st_mtime) if d.is_dir() else []
