@@ -77,8 +77,13 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         Rank by ``|E_{-w} - E|`` or by ``E_{-w}`` (see :mod:`algorithms.relations.entropy`).
     entropy_samples : int, optional
         Rank on a seeded subsample of this many pairs.
-    baseline : {"closed_form", "simulated"}, default "closed_form"
-        Random predictor of Eq. 3.
+    baseline : {"closed_form", "simulated", "null_permuted"}, default "closed_form"
+        What Eq. 3 subtracts: the random predictor's 1/k (the paper), its simulation, or the
+        mean Eq. 2 index of the same scheme on ``n_null`` null datasets whose columns are
+        permuted independently (Dudoit and Fridlyand's Clest, a deviation;
+        :mod:`algorithms.relations.stability`).
+    n_null : int, default 5
+        B, null datasets per k with ``baseline="null_permuted"``.
     stability_pairs : {"all", "distinct"}, default "all"
         Pairs counted by Eq. 2: all (the paper) or only pairs with different vectors (a
         deviation; :mod:`algorithms.relations.stability`).
@@ -118,7 +123,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         With ``subset_rule="cross_projection"``: every comparison of two prefixes
         (:func:`selection.best_subsets_cross_projection`).
     stability_ : DataFrame
-        Per k: ``k``, ``n_features``, ``m_mean``, ``m_random``, ``m_norm`` (the score), ``m_std``.
+        Per k: ``k``, ``n_features``, ``m_mean``, ``m_random`` (1/k, or the null data's mean
+        M), ``m_norm`` (the score), ``m_std``.
     stability_samples_ : DataFrame
         Per (k, subsample): ``m`` and ``m_random``.
     n_clusters_ : int
@@ -138,7 +144,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
                  entropy_samples=None,
                  baseline="closed_form", stability_pairs="all", n_init_reference=None,
                  n_init_subsample=None, n_references=1, k_rule="max", subset_rule="max",
-                 n_label_words=2, random_state=0):
+                 n_null=5, n_label_words=2, random_state=0):
         self.k_min = k_min
         self.k_max = k_max
         self.ranking = ranking
@@ -162,6 +168,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         self.n_references = n_references
         self.k_rule = k_rule
         self.subset_rule = subset_rule
+        self.n_null = n_null
         self.n_label_words = n_label_words
         self.random_state = random_state
 
@@ -233,7 +240,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         self.stability_samples_, self.stability_ = stability_curve(
             X, subsets, n_samples=self.n_subsamples, seed=seed, rho=self.rho, n_init=n_init_sub,
             row_norm=self.row_norm, baseline=self.baseline, pairs=self.stability_pairs,
-            n_init_reference=n_init_ref, n_references=int(self.n_references))
+            n_init_reference=n_init_ref, n_references=int(self.n_references),
+            n_null=int(self.n_null))
         self.n_clusters_ = choose_k(self.stability_, rule=self.k_rule)
         timings["stability"] = time.perf_counter() - t0
 

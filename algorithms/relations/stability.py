@@ -16,7 +16,7 @@ cluster a of C^mu and b of C, the numerator is ``sum_ab C(n_ab, 2)`` and the den
 Pairs of identical points (``pairs="distinct"``, a deviation; default ``"all"``)
 -------------------------------------------------------------------------------
 With few selected words many pairs share the same vector (on SemEval 0-10-0, the 46 top
-entropy words give 906 distinct vectors for 8,853 pairs, and the 807 pairs with none of the
+entropy words give under 2,000 distinct vectors for 8,853 pairs, and the 807 pairs with none of the
 words all sit at the origin).  k-means puts identical points in the same cluster in every
 run, so their pairs count as "together in C and in C^mu" whatever k is: they add a constant,
 perfectly stable block to Eq. 2 that grows with the size of the repeated groups and says
@@ -59,6 +59,21 @@ independently of C, so E[numerator] = denominator / k and **E[M(R, C)] = 1/k exa
 (the denominator is fixed given C and P^mu).  ``baseline="simulated"`` draws such labelings
 with seeds derived from (seed, k, mu) and averages M; its mean converges to 1/k (tested).
 
+Null-data baseline (``baseline="null_permuted"``, a deviation; Dudoit and Fridlyand, 2002)
+----------------------------------------------------------------------------------------
+The 1/k of the random predictor does not depend on the data's shape.  With few selected
+words the matrix X_F is sparse and has few distinct rows, so large k can look stable on any
+data of that shape, and a flat M(k) minus a falling 1/k rises with k.  Clest (Dudoit and
+Fridlyand, 2002) and the gap statistic (Tibshirani, Walther and Hastie, 2001) compare
+instead with null data of the same shape: here B = ``n_null`` datasets X_F^(b), each
+column (word) of X[:, F_k] permuted over the pairs independently (:func:`null_dataset`;
+every word keeps its multiset of values, hence its frequency, the co-occurrence of words
+is destroyed).  Each null dataset goes through the same scheme as the data: R reference
+clusterings of all pairs (the same restarts), the same subsamples P^mu clustered with the
+same restarts, Eq. 2 averaged over the references; ``m_random`` is then the mean over the
+B null datasets of that Eq. 2 index, and Eq. 3's score is observed M minus null M.  The
+cost of the stability step is multiplied by 1 + B.
+
 Seeds
 -----
 All randomness is derived with ``numpy.random.SeedSequence`` so each unit of work can run
@@ -72,10 +87,17 @@ anywhere (a Prefect ``.map``) and give the same numbers:
   subset search so C is the clustering the search scored (unless ``n_init_reference`` gives
   C more restarts than the search used: then C is the best of those restarts, same seed);
   further references C_2..C_R: ``SeedSequence([seed, 0, k, r])``;
-* simulated random predictor: ``SeedSequence([seed, 3, k, mu])``.
+* simulated random predictor: ``SeedSequence([seed, 3, k, mu])``;
+* null dataset b (``null_permuted``): column permutations from ``SeedSequence([seed, 4, k, b])``;
+  its reference clustering r: ``SeedSequence([seed, 5, k, b, r])``; its clustering of
+  P^mu: ``SeedSequence([seed, 6, k, b, mu])``.
 
 References
 ----------
+S. Dudoit and J. Fridlyand. A prediction-based resampling method for estimating the
+number of clusters in a dataset. Genome Biology 3(7) (2002) (Clest).
+R. Tibshirani, G. Walther and T. Hastie. Estimating the number of clusters in a data set
+via the gap statistic. J. R. Statist. Soc. B 63(2) (2001).
 E. Levine and E. Domany. Resampling method for unsupervised estimation of cluster
 validity. Neural Computation 13 (2001).
 T. Lange, M. Braun, V. Roth and J. M. Buhmann. Stability-based model selection. NIPS 2002.
@@ -203,6 +225,52 @@ def random_baseline(k: int, labels_ref=None, *, method: str = "closed_form", n_d
     return float(np.mean(values))
 
 
+BASELINES = ("closed_form", "simulated", "null_permuted")
+
+
+def null_dataset(X, features, seed: int, k: int, null_index: int) -> sp.csr_matrix:
+    """Null dataset ``null_index`` (b) for k: ``X[:, features]`` with every column permuted
+    over the rows independently, permutations from ``SeedSequence([seed, 4, k, b])``.
+
+    Column j of the result is column ``features[j]`` of X with its entries moved from row i
+    to row ``perm_j[i]`` (a uniform permutation of the whole column, zeros included): every
+    column keeps its multiset of values, the rows' co-occurrences are destroyed.  Returns an
+    (n_rows, len(features)) CSR matrix (not row-normalised).
+    """
+    Xf = sp.csc_matrix(prepare_subset(X, features, row_norm=False))
+    Xf.sum_duplicates()
+    n = Xf.shape[0]
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 4, int(k), int(null_index)]))
+    indices = np.empty_like(Xf.indices)
+    for j in range(Xf.shape[1]):
+        lo, hi = Xf.indptr[j], Xf.indptr[j + 1]
+        indices[lo:hi] = rng.permutation(n)[Xf.indices[lo:hi]]
+    out = sp.csc_matrix((Xf.data.copy(), indices, Xf.indptr.copy()), shape=Xf.shape)
+    out = out.tocsr()
+    out.sort_indices()
+    return out
+
+
+def null_reference_labels(X, features, k: int, null_index: int, *, seed: int = 0,
+                          n_init: int = 3, row_norm: bool = True, index: int = 0) -> np.ndarray:
+    """Reference clustering ``index`` (r) of null dataset ``null_index`` (b) for k: k-means
+    of all its rows, seed ``SeedSequence([seed, 5, k, b, r])``, ``n_init`` restarts."""
+    N = null_dataset(X, features, seed, k, null_index)
+    Z = prepare_subset(N, np.arange(N.shape[1]), row_norm=row_norm)
+    return kmeans_labels(Z, k, random_state=derived_seed(seed, 5, k, null_index, index),
+                         n_init=n_init)
+
+
+def null_references(X, features, k: int, *, n_null: int, n_references: int = 1, seed: int = 0,
+                    n_init: int = 3, row_norm: bool = True) -> np.ndarray:
+    """All reference clusterings of the null datasets for k: shape (n_null, R, n_rows)."""
+    return np.stack([
+        np.stack([null_reference_labels(X, features, k, b, seed=seed, n_init=n_init,
+                                        row_norm=row_norm, index=r)
+                  for r in range(int(n_references))])
+        for b in range(int(n_null))])
+
+
 def subsample_indices(n: int, rho: float, seed: int, sample_index: int) -> np.ndarray:
     """Sorted indices of subsample ``sample_index``: ``round(rho * n)`` points, no replacement."""
     if not 0.0 < rho <= 1.0:
@@ -228,6 +296,8 @@ def stability_one_sample(
     baseline: str = "closed_form",
     n_baseline_draws: int = 1,
     pairs: str = "all",
+    n_null: int = 1,
+    null_labels=None,
 ) -> dict:
     """One unit of the stability estimate: Eq. 2 for subsample ``sample_index``.
 
@@ -250,11 +320,20 @@ def stability_one_sample(
         C, the clustering of all pairs with (F, k); computed with the shared seed if omitted.
         A 2-D array (or a list) of R labelings gives R reference clusterings C_1..C_R: ``m``
         is then the mean of Eq. 2 against each (``n_references``, see the module docstring).
-    baseline : {"closed_form", "simulated"}
+    baseline : {"closed_form", "simulated", "null_permuted"}
+        ``m_random``: 1/k (the paper), simulated uniform labelings, or the mean Eq. 2 index
+        of the same scheme on ``n_null`` column-permuted null datasets (a deviation, see the
+        module docstring).
     n_baseline_draws : int, default 1
     pairs : {"all", "distinct"}, default "all"
         ``"all"``: Eq. 2 over every pair of P^mu (the paper); ``"distinct"``: only pairs whose
         vectors (after selecting F) differ (a deviation, see the module docstring).
+    n_null : int, default 1
+        B, null datasets (``baseline="null_permuted"`` only).
+    null_labels : array, optional
+        Reference clusterings of the null datasets, shape (B, R, n_rows) as returned by
+        :func:`null_references`; computed here (with ``n_init`` restarts and R = the number
+        of references in ``full_labels``) if omitted.  Pass them to share them across mu.
 
     Returns
     -------
@@ -262,6 +341,8 @@ def stability_one_sample(
     """
     if pairs not in ("all", "distinct"):
         raise ValueError(f"pairs must be 'all' or 'distinct', got {pairs!r}")
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
     Z = prepare_subset(X, features, row_norm=row_norm)
     if full_labels is None:
         full_labels = kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
@@ -273,9 +354,14 @@ def stability_one_sample(
                         n_init=n_init)
     groups = identical_groups(Z[idx]) if pairs == "distinct" else None
     m = [stability_index(sub, ref[idx], groups) for ref in refs]
-    m_random = [random_baseline(k, ref[idx], method=baseline, n_draws=n_baseline_draws,
-                                seed=seed, sample_index=sample_index, groups=groups)
-                for ref in refs]
+    if baseline == "null_permuted":
+        m_random = _null_sample(X, features, k, sample_index, idx, refs.shape[0], seed=seed,
+                                n_init=n_init, row_norm=row_norm, pairs=pairs, n_null=n_null,
+                                null_labels=null_labels)
+    else:
+        m_random = [random_baseline(k, ref[idx], method=baseline, n_draws=n_baseline_draws,
+                                    seed=seed, sample_index=sample_index, groups=groups)
+                    for ref in refs]
     return {
         "k": int(k),
         "sample_index": int(sample_index),
@@ -283,6 +369,40 @@ def stability_one_sample(
         "m": float(np.mean(m)),
         "m_random": float(np.mean(m_random)),
     }
+
+
+def _null_sample(X, features, k, sample_index, idx, n_refs, *, seed, n_init, row_norm, pairs,
+                 n_null, null_labels) -> list[float]:
+    """Eq. 2 on subsample mu (rows ``idx``) of every null dataset, averaged over its
+    references: one value per null dataset."""
+    n_null = int(n_null)
+    if n_null < 1:
+        raise ValueError(f"n_null must be at least 1, got {n_null}")
+    if null_labels is not None:
+        null_labels = np.asarray(null_labels)
+        if null_labels.ndim == 2:
+            null_labels = null_labels[:, None, :]
+        if null_labels.ndim != 3 or null_labels.shape[0] != n_null:
+            raise ValueError(f"null_labels must have shape (n_null={n_null}, R, n_rows), got "
+                             f"{null_labels.shape}")
+    values = []
+    for b in range(n_null):
+        N = null_dataset(X, features, seed, k, b)
+        Zb = prepare_subset(N, np.arange(N.shape[1]), row_norm=row_norm)
+        if null_labels is None:
+            refs_b = np.stack([kmeans_labels(Zb, k, n_init=n_init,
+                                             random_state=derived_seed(seed, 5, k, b, r))
+                               for r in range(int(n_refs))])
+        else:
+            refs_b = null_labels[b]
+        if refs_b.shape[1] != Zb.shape[0]:
+            raise ValueError(f"null_labels has {refs_b.shape[1]} items but X has "
+                             f"{Zb.shape[0]} rows")
+        sub = kmeans_labels(Zb[idx], k, random_state=derived_seed(seed, 6, k, b, sample_index),
+                            n_init=n_init)
+        groups = identical_groups(Zb[idx]) if pairs == "distinct" else None
+        values.append(float(np.mean([stability_index(sub, ref[idx], groups) for ref in refs_b])))
+    return values
 
 
 def reference_seed(seed: int, k: int, index: int = 0) -> int:
@@ -355,7 +475,8 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
                     n_init: int = 3, row_norm: bool = True, full_labels: dict | None = None,
                     baseline: str = "closed_form", n_baseline_draws: int = 1,
                     pairs: str = "all", n_init_reference: int | None = None,
-                    n_references: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+                    n_references: int = 1, n_null: int = 1
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Driver: every (k, mu) unit in a loop, then Eq. 3.
 
     Parameters
@@ -371,6 +492,10 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
     n_references : int, default 1
         R, reference clusterings per k (seeds :func:`reference_seed`); Eq. 2 is averaged
         over them.  Only used for the k missing from ``full_labels``.
+    baseline : {"closed_form", "simulated", "null_permuted"}
+        With ``"null_permuted"`` the references of the ``n_null`` null datasets of each k are
+        computed once (:func:`null_references`, ``n_init_reference`` restarts, as many as
+        the data's references) and shared by the subsamples.
 
     Returns
     -------
@@ -385,10 +510,16 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
                 reference_labels(X, subsets[k], k, seed=seed, row_norm=row_norm, index=r,
                                  n_init=n_init if n_init_reference is None else n_init_reference)
                 for r in range(int(n_references))])
+        null_fl = None
+        if baseline == "null_permuted":
+            null_fl = null_references(
+                X, subsets[k], k, n_null=n_null, n_references=np.atleast_2d(fl).shape[0],
+                seed=seed, row_norm=row_norm,
+                n_init=n_init if n_init_reference is None else n_init_reference)
         for mu in range(int(n_samples)):
             rows.append(stability_one_sample(
                 X, subsets[k], k, mu, seed=seed, rho=rho, n_init=n_init, row_norm=row_norm,
                 full_labels=fl, baseline=baseline, n_baseline_draws=n_baseline_draws,
-                pairs=pairs))
+                pairs=pairs, n_null=n_null, null_labels=null_fl))
     samples = pd.DataFrame(rows)
     return samples, summarize_stability(samples)

@@ -34,7 +34,10 @@ one standard error of the curve's maximum.  ``--subset-rule cross_projection`` (
 picks F_k by Dy and Brodley's (2004) cross-projection comparison instead of the largest
 criterion, which favours larger prefixes (:mod:`algorithms.relations.selection`).
 ``--stability-pairs distinct`` (a deviation from the paper) leaves pairs of identical
-vectors out of Eq. 2.
+vectors out of Eq. 2.  ``--baseline null_permuted`` (a deviation; Dudoit and Fridlyand's
+Clest, 2002) subtracts, instead of the random predictor's 1/k, the mean Eq. 2 index of the
+same scheme on ``--n-null`` null datasets per k whose columns (words) are permuted over
+the pairs independently; it multiplies the stability step's cost by 1 + ``--n-null``.
 
 For the main setting (``--main-window``, 0-10-0) the entropy method is rerun with
 ``--seeds`` further seeds (the seed drives k-means, the subsamples and nothing else) to show
@@ -140,6 +143,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stability-pairs", choices=["all", "distinct"], default="all",
                         help="pairs counted by Eq. 2: all (the paper) or pairs of different "
                         "vectors only (deviation)")
+    parser.add_argument("--baseline", choices=["closed_form", "simulated", "null_permuted"],
+                        default="closed_form",
+                        help="what Eq. 3 subtracts: the random predictor's 1/k (the paper), "
+                        "its simulation, or the mean Eq. 2 index on --n-null column-permuted "
+                        "null datasets (Dudoit and Fridlyand's Clest; deviation)")
+    parser.add_argument("--n-null", type=int, default=5,
+                        help="null datasets per k with --baseline null_permuted")
     parser.add_argument("--reg", type=float, default=1e-3,
                         help="relative ridge of P_W in the invariant criterion")
     parser.add_argument("--theta", type=float, default=0.9, help="coverage threshold")
@@ -207,7 +217,8 @@ def _fit(X, ranking, seed, args):
                               n_init_reference=args.n_init_reference,
                               n_init_subsample=args.n_init_subsample, k_rule=args.k_rule,
                               n_references=args.n_references, subset_rule=args.subset_rule,
-                              stability_pairs=args.stability_pairs, random_state=seed)
+                              stability_pairs=args.stability_pairs, baseline=args.baseline,
+                              n_null=args.n_null, random_state=seed)
     t0 = time.perf_counter()
     model.fit(X)
     return model, time.perf_counter() - t0
@@ -221,7 +232,8 @@ def rl_baseline(X, args) -> tuple[int, np.ndarray]:
     _, curve = stability_curve(X, {k: allf for k in range(args.k_low, args.k_high + 1)},
                                n_samples=args.n_subsamples, seed=args.seed, rho=args.rho,
                                n_init=n_init_sub, pairs=args.stability_pairs,
-                               n_init_reference=n_init_ref, n_references=args.n_references)
+                               n_init_reference=n_init_ref, n_references=args.n_references,
+                               baseline=args.baseline, n_null=args.n_null)
     k = choose_k(curve, rule=args.k_rule)
     return k, bl.kmeans_baseline(X, k, seed=args.seed, n_init=n_init_ref)
 
@@ -325,6 +337,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                     _log(f"  {name} seed {seed}: k={model.n_clusters_} "
                          f"|F|={model.selected_features_.size} acc={rows[-1]['accuracy']:.3f} "
                          f"({t_rank + t_fit:.0f}s)")
+                    _log("    curve k:|F|:M:baseline:score " + " ".join(
+                        f"{int(r.k)}:{int(r.n_features)}:{r.m_mean:.3f}:{r.m_random:.3f}:"
+                        f"{r.m_norm:.3f}" for r in model.stability_.itertuples()))
 
         Xm, _ = build_contexts_frame(tokens, args.main_window, weighting="tfidf",
                                      min_df=args.min_df, position_tags=True, lowercase=True)
