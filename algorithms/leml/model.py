@@ -750,23 +750,29 @@ def solve_w_step(operators, W0, lam: float, loss="squared", *, cg_max_iter: int 
     return np.ascontiguousarray(W, dtype=W0.dtype), info
 
 
-def _w_bound_solve(data: LEMLData, HtH, R, lam: float, c: float, cg_max_iter: int,
-                   cg_tol: float):
-    """Solve ``c X^T X S (H^T H) + lam S = R`` for ``S`` (d' x k).
+def _w_bound_solver(data: LEMLData, HtH, lam: float, c: float, cg_max_iter: int,
+                    cg_tol: float):
+    """The solver ``R -> S`` of ``c X^T X S (H^T H) + lam S = R`` (S and R d' x k), built once
+    per W-step: H is fixed over its steps, so the factors below are too.
 
     With ``d' <= _EIG_MAX``: exactly, from ``X^T X = U diag(s) U^T`` (once per data) and
     ``H^T H = Q diag(t) Q^T``: ``S = U [(U^T R Q) / (c s t^T + lam)] Q^T``.  Otherwise
     by at most ``cg_max_iter`` CG iterations on the product
     ``V -> c X^T (X V) (H^T H) + lam V`` (no n x L term)."""
+    dtype = data.dtype
     if data.n_features <= _EIG_MAX:
         s, U = data.gram_eigh()
         t, Q = np.linalg.eigh(HtH.astype(np.float64))
-        Q = Q.astype(R.dtype)
-        denom = (c * np.outer(s, np.maximum(t, 0.0)) + lam).astype(R.dtype)
-        B = (U.T @ R) @ Q
-        B /= denom
-        return (U @ B) @ Q.T
-    G2 = (c * HtH).astype(R.dtype)
+        Q = Q.astype(dtype)
+        denom = (c * np.outer(s, np.maximum(t, 0.0)) + lam).astype(dtype)
+
+        def solve(R):
+            B = (U.T @ R) @ Q
+            B /= denom
+            return (U @ B) @ Q.T
+
+        return solve
+    G2 = (c * HtH).astype(dtype)
     X, xt = data.X, data.xt_matmul
 
     def hess_vec(V):
@@ -774,8 +780,10 @@ def _w_bound_solve(data: LEMLData, HtH, R, lam: float, c: float, cg_max_iter: in
         out += lam * V
         return out
 
-    S, _ = conjugate_gradient(hess_vec, R, tol=cg_tol, max_iter=cg_max_iter)
-    return S
+    def solve(R):
+        return conjugate_gradient(hess_vec, R, tol=cg_tol, max_iter=cg_max_iter)[0]
+
+    return solve
 
 
 def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
@@ -786,20 +794,20 @@ def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
     expansion with curvature ``c``, so, adding the unobserved entries' squares too,
     ``J(W + S, H) <= J(W, H) + <G, S> + (c/2) ||X S H^T||_F^2 + lam <W, S> + lam ||S||^2 / 2``
     with ``G = X^T (D H)`` the loss gradient.  Its minimiser solves
-    ``c X^T X S H^T H + lam S = -(G + lam W)`` (:func:`_w_bound_solve`), a system of
+    ``c X^T X S H^T H + lam S = -(G + lam W)`` (:func:`_w_bound_solver`), a system of
     the fully observed squared loss's structure, so a step costs one gradient
     (``O(|Omega| k)``) and no Hessian-vector product over ``Omega``; the objective
     never increases (Bohning and Lindsay's bound for the logistic loss).
     """
     ent = data.observed_entries()
-    c = float(loss.curvature_bound)
-    HtH = H.T @ H
+    solve = _w_bound_solver(data, H.T @ H, lam, float(loss.curvature_bound), cg_max_iter,
+                            cg_tol)
     for _ in range(n_steps):
         D = derivative_into(loss, ent.y, ent.dots(data.X @ W, H))
         R = data.xt_matmul(ent.times(ent.masked(D), H))
         del D
         R += lam * W
-        W = W - _w_bound_solve(data, HtH, R, lam, c, cg_max_iter, cg_tol)
+        W = W - solve(R)
     return W
 
 

@@ -304,6 +304,13 @@ def best_subsets_cross_projection(X, ranking, scores: pd.DataFrame, labels: dict
     fallback = best_subsets(scores)
     out: dict[int, int] = {}
     rows = []
+    prepared: dict[int, object] = {}  # the prefixes are the same for every k
+
+    def points(size: int):
+        if size not in prepared:
+            prepared[size] = prepare_subset(X, ranking[:size], row_norm=row_norm)
+        return prepared[size]
+
     for k, g in scores.groupby("k", sort=True):
         k = int(k)
         ok = g[g["feasible"] & g["criterion"].notna()].sort_values("n_features")
@@ -313,9 +320,9 @@ def best_subsets_cross_projection(X, ranking, scores: pd.DataFrame, labels: dict
         sizes = ok["n_features"].astype(int).tolist()
         crit = dict(zip(sizes, ok["criterion"].astype(float), strict=True))
         best = sizes[0]
-        Z_best = prepare_subset(X, ranking[:best], row_norm=row_norm)
+        Z_best = points(best)
         for size in sizes[1:]:
-            Z = prepare_subset(X, ranking[:size], row_norm=row_norm)
+            Z = points(size)
             v_best, v_cand = cross_projection_values(
                 Z_best, labels[(k, best)], Z, labels[(k, size)], reg=reg,
                 crit_ii=crit[best], crit_jj=crit[size])

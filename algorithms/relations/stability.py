@@ -251,12 +251,19 @@ def null_dataset(X, features, seed: int, k: int, null_index: int) -> sp.csr_matr
     return out
 
 
-def null_reference_labels(X, features, k: int, null_index: int, *, seed: int = 0,
-                          n_init: int = 3, row_norm: bool = True, index: int = 0) -> np.ndarray:
-    """Reference clustering ``index`` (r) of null dataset ``null_index`` (b) for k: k-means
-    of all its rows, seed ``SeedSequence([seed, 5, k, b, r])``, ``n_init`` restarts."""
+def _null_points(X, features, seed: int, k: int, null_index: int, row_norm: bool):
+    """Null dataset b for k prepared for clustering (row-normalised like the data)."""
     N = null_dataset(X, features, seed, k, null_index)
-    Z = prepare_subset(N, np.arange(N.shape[1]), row_norm=row_norm)
+    return prepare_subset(N, np.arange(N.shape[1]), row_norm=row_norm)
+
+
+def null_reference_labels(X, features, k: int, null_index: int, *, seed: int = 0,
+                          n_init: int = 3, row_norm: bool = True, index: int = 0,
+                          points=None) -> np.ndarray:
+    """Reference clustering ``index`` (r) of null dataset ``null_index`` (b) for k: k-means
+    of all its rows, seed ``SeedSequence([seed, 5, k, b, r])``, ``n_init`` restarts
+    (``points``: the prepared null dataset, if already built)."""
+    Z = _null_points(X, features, seed, k, null_index, row_norm) if points is None else points
     return kmeans_labels(Z, k, random_state=derived_seed(seed, 5, k, null_index, index),
                          n_init=n_init)
 
@@ -387,11 +394,10 @@ def _null_sample(X, features, k, sample_index, idx, n_refs, *, seed, n_init, row
                              f"{null_labels.shape}")
     values = []
     for b in range(n_null):
-        N = null_dataset(X, features, seed, k, b)
-        Zb = prepare_subset(N, np.arange(N.shape[1]), row_norm=row_norm)
+        Zb = _null_points(X, features, seed, k, b, row_norm)
         if null_labels is None:
-            refs_b = np.stack([kmeans_labels(Zb, k, n_init=n_init,
-                                             random_state=derived_seed(seed, 5, k, b, r))
+            refs_b = np.stack([null_reference_labels(X, features, k, b, seed=seed,
+                                                     n_init=n_init, index=r, points=Zb)
                                for r in range(int(n_refs))])
         else:
             refs_b = null_labels[b]

@@ -190,8 +190,8 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     ratios = [0.5, 1.0] if args.quick else [float(x) for x in args.loss_ratios.split(",")]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
-    supervision = getattr(args, "supervision", "sources")
-    select = getattr(args, "select", "b3")
+    supervision = args.supervision
+    select = args.select
     if supervision == "all" and "strip-partial" in variants:
         variants.remove("strip-partial")
         _log("--supervision all: every pair is labelled, so strip-partial equals strip-labeled "
