@@ -52,13 +52,13 @@ next: on SemEval 0-10-0 with all 1,880 words, M of one subsample has a standard 
 of 0.10 to 0.12 around its k's mean, and even R = 20 references of 10 restarts and q = 60
 subsamples leave a curve flat to within 0.02 over k = 6 to 10, whose maximum moves from
 seed to seed (6, 6, 7, 8, 9).  With 20 restarts per subsample and R = 5 references of 30
-(q = 20), that
-standard deviation drops to 0.03 to 0.08, the references agree with one another (standard
-deviation 0.003 to 0.007 on four seeds of five) and the curve peaks at k = 6 on four seeds
-(margins 0.02 to 0.06 over the next k; the fifth seed peaks at 5).  Restarts are cheap here
-(one k-means run on 8,853 x 1,880 takes 0.02 to 0.04 s).  These figures are from one
-exploration (2026-11-30, this module's functions on the five seeds); the benchmark with the
-method's own subset search is in the README.
+(q = 20), that standard deviation drops to 0.03 to 0.08, the references agree with one
+another (standard deviation 0.003 to 0.007 on four seeds of five) and the curve peaks at
+k = 6 on four seeds (margins 0.02 to 0.06 over the next k; the fifth seed peaks at 5).
+Restarts are cheap here (one k-means run on 8,853 x 1,880 takes 0.02 to 0.04 s).  These
+figures are from one exploration (2026-11-30, a script calling this module's functions on
+the five seeds, not a project command); the benchmark with the method's own subset search
+is in the README.
 
 Reading k off the curve (``rule``)
 ----------------------------------
