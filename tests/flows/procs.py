@@ -194,9 +194,10 @@ LEML_CONFIG = {
     "model": {"rank": 16, "outer_iterations": LEML_ITERATIONS, "cg_max_iter": 5},
     "baselines": [],
 }
-# 300 SemEval pairs, k in [3, 5] x 2 prefixes, then 3 x 4 = 12 stability units.
+# 300 SemEval pairs, k in [3, 5] x 2 prefixes, then 3 x 6 = 18 stability units (a wide
+# window for the kill test to land between its second and its last unit).
 RELATIONS_K = (3, 5)
-RELATIONS_SUBSAMPLES = 4
+RELATIONS_SUBSAMPLES = 6
 RELATIONS_CONFIG = {
     "seed": 1,
     "dataset": "semeval-sample",
