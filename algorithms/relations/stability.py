@@ -284,14 +284,23 @@ def null_reference_labels(X, features, k: int, null_index: int, *, seed: int = 0
                          n_init=n_init)
 
 
+def null_points(X, features, k: int, *, n_null: int, seed: int = 0,
+                row_norm: bool = True) -> list:
+    """The ``n_null`` null datasets for k, prepared for clustering (b = 0, 1, ...)."""
+    return [_null_points(X, features, seed, k, b, row_norm) for b in range(int(n_null))]
+
+
 def null_references(X, features, k: int, *, n_null: int, n_references: int = 1, seed: int = 0,
-                    n_init: int = 3, row_norm: bool = True) -> np.ndarray:
-    """All reference clusterings of the null datasets for k: shape (n_null, R, n_rows)."""
+                    n_init: int = 3, row_norm: bool = True, points=None) -> np.ndarray:
+    """All reference clusterings of the null datasets for k: shape (n_null, R, n_rows)
+    (``points``: the datasets from :func:`null_points`, if already built)."""
+    if points is None:
+        points = null_points(X, features, k, n_null=n_null, seed=seed, row_norm=row_norm)
     return np.stack([
         np.stack([null_reference_labels(X, features, k, b, seed=seed, n_init=n_init,
-                                        row_norm=row_norm, index=r)
+                                        index=r, points=Zb)
                   for r in range(int(n_references))])
-        for b in range(int(n_null))])
+        for b, Zb in enumerate(points)])
 
 
 def subsample_indices(n: int, rho: float, seed: int, sample_index: int) -> np.ndarray:
@@ -321,6 +330,7 @@ def stability_one_sample(
     pairs: str = "all",
     n_null: int = 1,
     null_labels=None,
+    null_data=None,
 ) -> dict:
     """One unit of the stability estimate: Eq. 2 for subsample ``sample_index``.
 
@@ -357,6 +367,9 @@ def stability_one_sample(
         Reference clusterings of the null datasets, shape (B, R, n_rows) as returned by
         :func:`null_references`; computed here (with ``n_init`` restarts and R = the number
         of references in ``full_labels``) if omitted.  Pass them to share them across mu.
+    null_data : list, optional
+        The null datasets from :func:`null_points`; built here if omitted.  Pass them to
+        share them across mu.
 
     Returns
     -------
@@ -380,7 +393,7 @@ def stability_one_sample(
     if baseline == "null_permuted":
         m_random = _null_sample(X, features, k, sample_index, idx, refs.shape[0], seed=seed,
                                 n_init=n_init, row_norm=row_norm, pairs=pairs, n_null=n_null,
-                                null_labels=null_labels)
+                                null_labels=null_labels, null_data=null_data)
     else:
         m_random = [random_baseline(k, ref[idx], method=baseline, n_draws=n_baseline_draws,
                                     seed=seed, sample_index=sample_index, groups=groups)
@@ -395,7 +408,7 @@ def stability_one_sample(
 
 
 def _null_sample(X, features, k, sample_index, idx, n_refs, *, seed, n_init, row_norm, pairs,
-                 n_null, null_labels) -> list[float]:
+                 n_null, null_labels, null_data) -> list[float]:
     """Eq. 2 on subsample mu (rows ``idx``) of every null dataset, averaged over its
     references: one value per null dataset."""
     n_null = int(n_null)
@@ -408,9 +421,12 @@ def _null_sample(X, features, k, sample_index, idx, n_refs, *, seed, n_init, row
         if null_labels.ndim != 3 or null_labels.shape[0] != n_null:
             raise ValueError(f"null_labels must have shape (n_null={n_null}, R, n_rows), got "
                              f"{null_labels.shape}")
+    if null_data is None:
+        null_data = null_points(X, features, k, n_null=n_null, seed=seed, row_norm=row_norm)
+    elif len(null_data) != n_null:
+        raise ValueError(f"null_data holds {len(null_data)} datasets, n_null is {n_null}")
     values = []
-    for b in range(n_null):
-        Zb = _null_points(X, features, seed, k, b, row_norm)
+    for b, Zb in enumerate(null_data):
         if null_labels is None:
             refs_b = np.stack([null_reference_labels(X, features, k, b, seed=seed,
                                                      n_init=n_init, index=r, points=Zb)
@@ -515,9 +531,9 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
         R, reference clusterings per k (seeds :func:`reference_seed`); Eq. 2 is averaged
         over them.  Only used for the k missing from ``full_labels``.
     baseline : {"closed_form", "simulated", "null_permuted"}
-        With ``"null_permuted"`` the references of the ``n_null`` null datasets of each k are
-        computed once (:func:`null_references`, ``n_init_reference`` restarts, as many as
-        the data's references) and shared by the subsamples.
+        With ``"null_permuted"`` the ``n_null`` null datasets of each k and their references
+        are built once (:func:`null_points`; :func:`null_references`, ``n_init_reference``
+        restarts, as many as the data's references) and shared by the subsamples.
 
     Returns
     -------
@@ -525,23 +541,25 @@ def stability_curve(X, subsets: dict, *, n_samples: int = 10, seed: int = 0, rho
     curve : DataFrame, one row per k (see :func:`summarize_stability`)
     """
     rows = []
+    n_init_ref = n_init if n_init_reference is None else n_init_reference
     for k in sorted(subsets):
         fl = None if full_labels is None else full_labels.get(k)
         if fl is None:
             fl = np.stack([
                 reference_labels(X, subsets[k], k, seed=seed, row_norm=row_norm, index=r,
-                                 n_init=n_init if n_init_reference is None else n_init_reference)
+                                 n_init=n_init_ref)
                 for r in range(int(n_references))])
-        null_fl = None
-        if baseline == "null_permuted":
+        null_data = null_fl = None
+        if baseline == "null_permuted":  # built once per k, shared by the subsamples
+            null_data = null_points(X, subsets[k], k, n_null=n_null, seed=seed,
+                                    row_norm=row_norm)
             null_fl = null_references(
                 X, subsets[k], k, n_null=n_null, n_references=np.atleast_2d(fl).shape[0],
-                seed=seed, row_norm=row_norm,
-                n_init=n_init if n_init_reference is None else n_init_reference)
+                seed=seed, n_init=n_init_ref, points=null_data)
         for mu in range(int(n_samples)):
             rows.append(stability_one_sample(
                 X, subsets[k], k, mu, seed=seed, rho=rho, n_init=n_init, row_norm=row_norm,
                 full_labels=fl, baseline=baseline, n_baseline_draws=n_baseline_draws,
-                pairs=pairs, n_null=n_null, null_labels=null_fl))
+                pairs=pairs, n_null=n_null, null_labels=null_fl, null_data=null_data))
     samples = pd.DataFrame(rows)
     return samples, summarize_stability(samples)

@@ -84,6 +84,7 @@ from algorithms.relations import baselines as bl
 from algorithms.relations.contexts import build_contexts_frame, parse_window
 from algorithms.relations.entropy import entropy_ranking, entropy_ranking_naive
 from algorithms.relations.model import RelationDiscovery
+from algorithms.relations.stability import BASELINES as EQ3_BASELINES
 from algorithms.relations.stability import choose_k, stability_curve
 from flows.config import project_root
 from tasks import relations as tasks_rel
@@ -143,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stability-pairs", choices=["all", "distinct"], default="all",
                         help="pairs counted by Eq. 2: all (the paper) or pairs of different "
                         "vectors only (deviation)")
-    parser.add_argument("--baseline", choices=["closed_form", "simulated", "null_permuted"],
+    parser.add_argument("--baseline", choices=EQ3_BASELINES,
                         default="closed_form",
                         help="what Eq. 3 subtracts: the random predictor's 1/k (the paper), "
                         "its simulation, or the mean Eq. 2 index on --n-null column-permuted "

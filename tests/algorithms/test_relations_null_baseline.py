@@ -9,6 +9,7 @@ from algorithms.relations.selection import derived_seed, kmeans_labels, prepare_
 from algorithms.relations.stability import (
     null_dataset,
     null_references,
+    reference_labels,
     stability_curve,
     stability_index_naive,
     stability_one_sample,
@@ -89,3 +90,17 @@ def test_null_curve_is_deterministic_and_model_uses_it():
         stability_one_sample(X, np.arange(3), 2, 0, baseline="permuted")
     with pytest.raises(ValueError, match="n_null"):
         stability_one_sample(X, np.arange(3), 2, 0, baseline="null_permuted", n_null=0)
+
+
+def test_curve_sharing_null_data_across_subsamples_equals_units_building_their_own():
+    X = _data(3, n=32)
+    feats, seed = np.arange(6), 7
+    samples, _ = stability_curve(X, {3: feats}, n_samples=3, seed=seed, n_init=2,
+                                 n_references=2, baseline="null_permuted", n_null=2)
+    refs = np.stack([reference_labels(X, feats, 3, seed=seed, index=r, n_init=2)
+                     for r in (0, 1)])
+    for mu in range(3):  # each unit alone builds its null datasets and their references
+        row = stability_one_sample(X, feats, 3, mu, seed=seed, n_init=2, full_labels=refs,
+                                   baseline="null_permuted", n_null=2)
+        assert samples.iloc[mu]["m_random"] == pytest.approx(row["m_random"], rel=1e-12)
+        assert samples.iloc[mu]["m"] == pytest.approx(row["m"], rel=1e-12)
