@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 1
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: install dev bench-deps run test lint clean
+.PHONY: install dev bench-deps run test test-fast lint clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: $(VENV)/.installed
 
 test: lint
 	$(VENV)/bin/python -m pytest
+
+# The edit-test loop: everything but the tests marked slow (servers, processes, whole flows).
+test-fast: lint
+	$(VENV)/bin/python -m pytest -m "not slow"
 
 clean:
 	rm -rf data/cache data/runs

@@ -23,3 +23,14 @@ def prefect_server():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that needs the Prefect server runs whole flows: mark it ``slow``.
+
+    ``make test-fast`` (``-m "not slow"``) leaves these out for the edit-test loop; modules
+    that start processes or clusters without the server mark themselves.
+    """
+    for item in items:
+        if "prefect_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -31,6 +31,8 @@ from tasks.errors import InputError
 from tasks.store import Store
 from tests.flows.helpers import manifest, runs
 
+pytestmark = pytest.mark.slow  # starts `prefect server start` for the module
+
 REPO = Path(__file__).resolve().parents[2]
 BIBTEX = REPO / "data" / "xmc" / "bibtex"
 STARTUP_SECONDS = 150

@@ -18,6 +18,8 @@ from tasks.leml_dask import DaskWStep, worker_peak_memory  # noqa: E402
 
 N, D, L, K, LAM = 160, 10, 12, 3, 2.0
 
+pytestmark = pytest.mark.slow  # starts a Dask LocalCluster
+
 
 def _problem(case: str, dtype=np.float64) -> LEMLData:
     X = normalize(sp.random(N, D, density=0.4, random_state=1, format="csr"))
@@ -78,8 +80,10 @@ def test_dask_w_step_equals_single_process_solver(client, case):
         W_dask, info_dask = ws.update_W(H, LAM, "squared", **kwargs)
     assert W_dask.dtype == np.float64 and W_dask.shape == W_single.shape
     assert abs(info_dask["cg_iter"] - info_single["cg_iter"]) <= 1
-    # Only the order of the block sums differs: converged W agrees to rounding.
-    assert np.abs(W_dask - W_single).max() <= 1e-10 * np.abs(W_single).max()
+    # Only the order of the block sums differs.  Each CG stops once its relative residual is
+    # below 1e-10, so the two iterates may differ by that residual times the system's
+    # condition number (1.9e-11 against max|W| 0.12 was seen): agree to 1e-8 relative.
+    assert np.abs(W_dask - W_single).max() <= 1e-8 * np.abs(W_single).max()
 
 
 def test_dask_w_step_float32_stays_float32_and_close(client):

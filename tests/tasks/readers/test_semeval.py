@@ -6,9 +6,9 @@ import pytest
 
 from tasks.errors import InputError
 from tasks.readers.semeval import parse_marked_sentence, read_semeval, tokenize
-from tests.tasks.textfiles import write_text
+from tests.tasks.readers.textfiles import write_text
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "relations" / "semeval2010_task8"
+DATA = Path(__file__).resolve().parents[3] / "data" / "relations" / "semeval2010_task8"
 
 # PROVENANCE.md, undirected counts in the train file
 TRAIN_COUNTS = {"Other": 1410, "Cause-Effect": 1003, "Component-Whole": 941,

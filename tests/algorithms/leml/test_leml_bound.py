@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import algorithms.leml.model as leml_model
 from algorithms.leml.losses import derivative_into, get_loss
 from algorithms.leml.model import LEML, objective, prepare_data, update_H, update_W
-from tests.algorithms.test_leml import kronecker_reference
+from tests.algorithms.leml.test_leml import kronecker_reference
 
 MARGIN_LOSSES = ["logistic", "sqhinge"]
 

@@ -7,9 +7,9 @@ import pytest
 
 from tasks.errors import InputError
 from tasks.readers.conllu import read_conllu, read_conllu_files
-from tests.tasks.textfiles import write_text
+from tests.tasks.readers.textfiles import write_text
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "coref"
+DATA = Path(__file__).resolve().parents[3] / "data" / "coref"
 HEADER = ("# newdoc id = tiny\n"
           "# global.Entity = GRP-etype-infstat-salience-centering-minspan-link-identity\n")
 

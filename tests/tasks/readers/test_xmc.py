@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tasks.errors import InputError
 from tasks.readers.xmc import _parse_line, read_xmc
 
-BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
+BIBTEX = Path(__file__).resolve().parents[3] / "data" / "xmc" / "bibtex"
 
 
 def write_xmc(path: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:

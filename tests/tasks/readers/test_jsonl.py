@@ -8,7 +8,7 @@ import pytest
 from tasks.errors import InputError
 from tasks.readers.jsonl import read_jsonl
 from tasks.readers.semeval import COLUMNS
-from tests.tasks.textfiles import write_text
+from tests.tasks.readers.textfiles import write_text
 
 REC = {"tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4],
        "label": "Cause-Effect"}
