@@ -413,7 +413,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import datetime as dt
     import importlib
 
-    from flows.bench import BENCHMARKS
+    from bench import BENCHMARKS
     from flows.config import project_root
     from flows.runtime import markdown_table
     from tasks.errors import InputError

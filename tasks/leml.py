@@ -16,10 +16,8 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
-import algorithms.leml.baselines as leml_baselines
 import algorithms.leml.losses as leml_losses
 import algorithms.leml.model as leml_model
-import algorithms.leml.solvers as leml_solvers
 import algorithms.metrics.multilabel as ml_metrics
 from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
 from algorithms.leml.model import LEMLData, objective, prepare_data, update_H, update_W
@@ -30,7 +28,6 @@ from tasks.readers.xmc import read_xmc
 from tasks.steps import step
 from tasks.store import read_parquet_entry
 
-SOLVER_MODULES = (leml_model, leml_losses, leml_solvers)
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
@@ -105,7 +102,7 @@ def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int) -> sp.csr_mat
     return mask
 
 
-@step("leml-init", inputs=("train",), outputs=("W", "H"), modules=(leml_model,))
+@step("leml-init", inputs=("train",), outputs=("W", "H"))
 def initialise(train: dict, rank: int, fit_intercept: bool, dtype: str, seed: int) -> dict:
     """W = 0 and H ~ N(0, 1/k), as :class:`algorithms.leml.model.LEML` starts."""
     n_features = train["X"].shape[1] + int(fit_intercept)
@@ -113,8 +110,7 @@ def initialise(train: dict, rank: int, fit_intercept: bool, dtype: str, seed: in
     return {"W": W, "H": H}
 
 
-@step("leml-margin-start", inputs=("train", "mask", "H"), outputs=("W", "H"),
-      modules=SOLVER_MODULES)
+@step("leml-margin-start", inputs=("train", "mask", "H"), outputs=("W", "H"))
 def margin_start(
     train: dict,
     mask,
@@ -222,7 +218,6 @@ def _data(train: dict, mask, fit_intercept: bool, dtype: str) -> LEMLData:
     outputs=("W", "timings"),
     volatile=("timings",),
     run_name="alternate-W iter={iteration}",
-    modules=SOLVER_MODULES,
 )
 def alternate_W(
     train: dict,
@@ -276,7 +271,6 @@ def alternate_W(
     outputs=("H", "trace", "timings"),
     volatile=("timings",),
     run_name="alternate-H iter={iteration}",
-    modules=SOLVER_MODULES,
 )
 def alternate_H(
     train: dict,
@@ -322,7 +316,6 @@ def alternate_H(
     inputs=("test", "W", "H", "traces", "timings"),
     outputs=("metrics", "convergence"),
     volatile=("convergence",),
-    modules=(ml_metrics,),
 )
 def evaluate(
     test: dict,
@@ -363,7 +356,6 @@ def evaluate(
     "leml-baseline",
     inputs=("train", "mask", "test"),
     run_name="baseline {method}",
-    modules=(leml_baselines, ml_metrics),
 )
 def baseline(
     train: dict,

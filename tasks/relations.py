@@ -23,15 +23,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-import algorithms.metrics.clustering as clustering_mod
 import algorithms.relations.baselines as baselines_mod
-import algorithms.relations.contexts as contexts_mod
-import algorithms.relations.dcm as dcm_mod
-import algorithms.relations.entropy as entropy_mod
-import algorithms.relations.selection as selection_mod
 import algorithms.relations.stability as stability_mod
-import tasks.readers.jsonl as jsonl_mod
-import tasks.readers.semeval as semeval_mod
 from algorithms.metrics.clustering import clustering_scores
 from algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
 from algorithms.relations.contexts import build_contexts_frame, context_words
@@ -62,8 +55,6 @@ MENTION_COLUMNS = ["source", "id", "tokens", "e1_start", "e1_end", "e2_start", "
 SAMPLE_STREAM = 4
 """``SeedSequence([seed, 4])`` draws the pair sample (0-3 are used by the search)."""
 
-_READERS = (semeval_mod, jsonl_mod)
-_SEARCH = (selection_mod, stability_mod)
 
 
 def detect_format(path: str | Path, fmt: str = "auto") -> str:
@@ -75,7 +66,7 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
 
 
 # -- parse -------------------------------------------------------------------------
-@step("relations-parse", files=("path",), run_name="parse {fmt}", modules=_READERS)
+@step("relations-parse", files=("path",), run_name="parse {fmt}")
 def parse(path: str, fmt: str = "auto", relation_types: list[str] | None = None,
           include_other: bool = False, directed: bool = False) -> pd.DataFrame:
     """One file of entity-pair mentions -> the mentions table.
@@ -146,7 +137,7 @@ def combine(parts: list[pd.DataFrame], max_pairs: int | None = None, seed: int =
 
 # -- features and ranking ----------------------------------------------------------
 @step("relations-features", inputs=("mentions",), outputs=("X", "vocabulary", "contexts"),
-      run_name="contexts {window} {weighting}", modules=(contexts_mod,))
+      run_name="contexts {window} {weighting}")
 def extract_features(mentions: pd.DataFrame, window: str = "0-10-0", weighting: str = "tfidf",
                      position_tags: bool = True, lowercase: bool = True, min_df: int = 1,
                      drop_punctuation: bool = True) -> dict:
@@ -175,8 +166,7 @@ def extract_features(mentions: pd.DataFrame, window: str = "0-10-0", weighting: 
     return {"X": X, "vocabulary": vocabulary, "contexts": contexts}
 
 
-@step("relations-rank", inputs=("X", "vocabulary"), run_name="rank {method}",
-      modules=(entropy_mod, baselines_mod, selection_mod))
+@step("relations-rank", inputs=("X", "vocabulary"), run_name="rank {method}")
 def rank_features(X: sp.csr_matrix, vocabulary: pd.DataFrame, method: str = "entropy",
                   alpha: str = "exact", binary: bool = True, n_samples: int | None = None,
                   seed: int = 0, chi2_k: int = 9, n_init: int = 3,
@@ -225,7 +215,7 @@ def _features(ranking: pd.DataFrame | None, X, n_features: int, all_features: bo
 
 # -- subset search ------------------------------------------------------------------
 @step("relations-candidate", inputs=("X", "ranking"), outputs=("score", "labels"),
-      run_name="candidate k={k} F={n_features} all={all_features}", modules=_SEARCH)
+      run_name="candidate k={k} F={n_features} all={all_features}")
 def score_candidate(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int, n_features: int,
                     all_features: bool = False, seed: int = 0, n_init: int = 3,
                     theta: float = 0.9, reg: float = 1e-3, row_norm: bool = True) -> dict:
@@ -245,7 +235,7 @@ def score_candidate(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int, n_fe
 
 
 @step("relations-subsets", inputs=("scores",), outputs=("search", "subsets"),
-      run_name="choose subsets", modules=(selection_mod,))
+      run_name="choose subsets")
 def choose_subsets(scores: list[pd.DataFrame]) -> dict:
     """F_k per k: the feasible prefix with the largest criterion (:func:`best_subsets`).
 
@@ -263,7 +253,7 @@ def choose_subsets(scores: list[pd.DataFrame]) -> dict:
 
 # -- stability ------------------------------------------------------------------------
 @step("relations-stability", inputs=("X", "ranking", "full_labels"),
-      run_name="stability k={k} sample={sample_index}", modules=_SEARCH)
+      run_name="stability k={k} sample={sample_index}")
 def stability_sample(X: sp.csr_matrix, ranking: pd.DataFrame | None,
                      full_labels: np.ndarray | list[np.ndarray],
                      k: int, n_features: int, sample_index: int, all_features: bool = False,
@@ -285,7 +275,7 @@ def stability_sample(X: sp.csr_matrix, ranking: pd.DataFrame | None,
 
 
 @step("relations-reference", inputs=("X", "ranking"),
-      run_name="reference k={k} F={n_features} all={all_features}", modules=_SEARCH)
+      run_name="reference k={k} F={n_features} all={all_features}")
 def reference_clustering(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int,
                          n_features: int, all_features: bool = False, seed: int = 0,
                          n_init: int = 3, row_norm: bool = True, index: int = 0) -> np.ndarray:
@@ -304,7 +294,7 @@ def reference_clustering(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int,
 
 
 @step("relations-choose", inputs=("samples",), outputs=("samples", "curve", "choice"),
-      run_name="choose k", modules=(stability_mod,))
+      run_name="choose k")
 def choose(samples: list[pd.DataFrame], rule: str = "max") -> dict:
     """Eq. 3 per k and the chosen k with its F_k (:func:`stability.choose_k`): the largest
     M_norm (smallest k on ties) or, with ``rule="one_se"``, the smallest k within one
@@ -321,8 +311,7 @@ def choose(samples: list[pd.DataFrame], rule: str = "max") -> dict:
 
 # -- final clustering and labels ------------------------------------------------------------
 @step("relations-label", inputs=("X", "vocabulary", "ranking", "mentions"),
-      outputs=("clusters", "words"), run_name="label k={k} F={n_features}",
-      modules=(selection_mod, dcm_mod))
+      outputs=("clusters", "words"), run_name="label k={k} F={n_features}")
 def label_clusters(X: sp.csr_matrix, vocabulary: pd.DataFrame, ranking: pd.DataFrame,
                    mentions: pd.DataFrame, k: int, n_features: int, seed: int = 0,
                    n_init: int = 3, row_norm: bool = True, n_label_words: int = 2) -> dict:
@@ -346,8 +335,7 @@ def label_clusters(X: sp.csr_matrix, vocabulary: pd.DataFrame, ranking: pd.DataF
 
 
 # -- baselines and evaluation -----------------------------------------------------------------
-@step("relations-hasegawa", inputs=("mentions",), run_name="hasegawa k={k}",
-      modules=(contexts_mod, baselines_mod))
+@step("relations-hasegawa", inputs=("mentions",), run_name="hasegawa k={k}")
 def hasegawa(mentions: pd.DataFrame, k: int, window: str = "0-5-0",
              lowercase: bool = True) -> np.ndarray:
     """Hasegawa et al. (2004): tf-idf between-words, cosine, complete linkage cut at k."""
@@ -356,8 +344,7 @@ def hasegawa(mentions: pd.DataFrame, k: int, window: str = "0-5-0",
     return baselines_mod.hasegawa_clustering(X, k)
 
 
-@step("relations-evaluate", inputs=("clusters", "baselines"), run_name="evaluate",
-      modules=(clustering_mod,))
+@step("relations-evaluate", inputs=("clusters", "baselines"), run_name="evaluate")
 def evaluate(clusters: pd.DataFrame, baselines: dict, dataset: str, method: str,
              k_chosen: int, k_baselines: dict | None = None) -> pd.DataFrame:
     """Metrics in long form (``dataset``, ``method``, ``metric``, ``value``).

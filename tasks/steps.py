@@ -7,10 +7,13 @@ that
 * takes its upstream inputs as store refs (small strings), loads them, calls
   the function, writes each output to the store and returns the refs;
 * is keyed by :class:`StoreCachePolicy`: a hash of the step's name, version,
-  source code (and the source of the algorithm modules it names), its
-  parameters, the refs of its inputs and the content hash of its input files.
-  The cache check never touches the data (PITFALLS: Prefect's ``INPUTS`` policy
-  pickles and hashes every input);
+  the source of every project module its code can reach (:func:`code_digest`:
+  the module that defines it and, transitively, every module of ``algorithms``
+  and ``tasks`` imported from there, found by reading the imports, never listed
+  by hand), its parameters, the refs of its inputs and the content hash of its
+  input files.  The cache check never touches the data: Prefect's ``INPUTS``
+  policy pickles and hashes every input, which was unstable for pandas inputs
+  and took seconds on large ones;
 * shows as *Cached* in the Prefect UI when its outputs are already in the store
   and pass their checksums.  A missing or damaged output is logged as a warning
   and the step runs again.
@@ -21,6 +24,7 @@ never a pickle) in ``<store>/_prefect``.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -31,7 +35,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from prefect import Task
@@ -100,10 +103,75 @@ def cached_file_sha256(path: str | os.PathLike[str]) -> str:
     return h
 
 
-def _module_source_hash(modules: Sequence[ModuleType]) -> str:
+# Packages whose modules enter a step's code digest: the mathematics and the steps.  Third-party
+# code is covered by the package versions each run manifest records.
+CODE_PACKAGES = ("algorithms", "tasks")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    """The source file of module ``name`` below ``root`` (a package's ``__init__.py``)."""
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module name an import statement of ``tree`` may load, anywhere in the file
+    (function-level imports included); ``from a import b`` yields ``a`` and ``a.b``."""
+    out: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *(node.module.split(".") if node.module else [])])
+            else:
+                base = node.module or ""
+            parts = base.split(".")
+            out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
+    """``module`` and every module of :data:`CODE_PACKAGES` it imports, transitively.
+
+    Read from the import statements of the source files below ``root`` (nothing is imported),
+    so a helper module called by a step -- ``algorithms/strip/_kernels.py`` below the closure
+    counting, say -- is found without being named anywhere.
+    """
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(name, root)
+        if path is None:
+            continue
+        seen[name] = path
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        for dep in _imported_names(tree, name, path.name == "__init__.py"):
+            if dep.split(".")[0] in CODE_PACKAGES and dep not in seen:
+                todo.append(dep)
+    return sorted(seen)
+
+
+def code_digest(module: str, root: Path = PROJECT_ROOT) -> str:
+    """sha256 over the name and source bytes of :func:`project_modules` of ``module``."""
     h = hashlib.sha256()
-    for m in modules:
-        h.update(inspect.getsource(m).encode())
+    for name in project_modules(module, root):
+        h.update(name.encode() + b"\0")
+        h.update(_module_file(name, root).read_bytes())
+        h.update(b"\0")
     return h.hexdigest()
 
 
@@ -118,14 +186,11 @@ class Step:
     files: tuple[str, ...] = ()
     outputs: tuple[str, ...] | None = None
     run_name: str | None = None
-    modules: tuple[ModuleType, ...] = ()
     volatile: tuple[str, ...] = ()
     _bound: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.code_hash = hashlib.sha256(
-            (inspect.getsource(self.fn) + _module_source_hash(self.modules)).encode()
-        ).hexdigest()
+        self.code_hash = code_digest(self.fn.__module__)
         self.signature = inspect.signature(self.fn)
         params = self.signature.parameters
         for n in (*self.inputs, *self.files):
@@ -191,7 +256,6 @@ def step(
     files: Sequence[str] = (),
     outputs: Sequence[str] | None = None,
     run_name: str | None = None,
-    modules: Sequence[ModuleType] = (),
     volatile: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Step]:
     """Declare a store-backed step.
@@ -209,8 +273,6 @@ def step(
     outputs : part names when the function returns a dict of several outputs;
         None when it returns one value.
     run_name : Prefect task run name template (``"alternate-W iter={iteration}"``).
-    modules : algorithm modules whose source enters the key, so that editing
-        the mathematics invalidates the cache.
     volatile : output parts holding wall-clock times; they are stored and
         listed in the manifest, but a rerun does not expect the same bytes.
     """
@@ -224,7 +286,6 @@ def step(
             files=tuple(files),
             outputs=None if outputs is None else tuple(outputs),
             run_name=run_name,
-            modules=tuple(modules),
             volatile=tuple(volatile),
         )
 
@@ -359,8 +420,8 @@ class StoreCachePolicy(CachePolicy):
         self.store = store
 
     def __deepcopy__(self, memo: dict[int, Any]) -> StoreCachePolicy:
-        # Prefect copies policies in ``configure``; a Step holds modules, which
-        # do not deep-copy, and is immutable once declared.
+        # Prefect copies policies in ``configure``; a Step holds its function and bound
+        # tasks, and is immutable once declared: share it.
         new = StoreCachePolicy(self.step, self.store)
         new.key_storage, new.isolation_level, new.lock_manager = (
             self.key_storage,

@@ -25,7 +25,6 @@ rule table to the store.  ``grow`` also stores the state of its random generator
 
 from __future__ import annotations
 
-import sys
 import time
 import zlib
 from collections.abc import Sequence
@@ -35,18 +34,12 @@ import numpy as np
 import pandas as pd
 
 import algorithms.metrics.coref as coref_metrics
-import algorithms.strip.closure as strip_closure
 import algorithms.strip.features as strip_features
 import algorithms.strip.ripper as ripper
 import tasks.readers.conllu as conllu
 from algorithms.strip.closure import PairGraph
 from tasks.errors import InputError
 from tasks.steps import step
-
-# The helpers below (pair selection, clustering) are part of every step: this module's source
-# enters the cache key with the algorithm modules, not only the decorated function's.
-_THIS = sys.modules[__name__]
-RULE_MODULES = (_THIS, ripper, strip_closure)
 
 # variant -> (closure coverage, train on: "labeled" pairs only or "all" pairs)
 VARIANTS = {
@@ -62,7 +55,7 @@ SCORE_NAMES = ("muc", "b3", "ceaf_e", "pairwise")
 
 
 # ----------------------------------------------------------------------------- documents
-@step("strip-splits", files=("splits_file",), modules=(_THIS,))
+@step("strip-splits", files=("splits_file",))
 def select_documents(splits_file: Path, splits: list[str]) -> pd.DataFrame:
     """The documents of the requested splits, from a ``doc_id <TAB> split`` file (GUM's).
 
@@ -131,7 +124,6 @@ def _source_seed(seed: int, doc: str) -> np.random.RandomState:
     files=("path",),
     outputs=("mentions", "pairs"),
     run_name="preprocess {path.name}",
-    modules=(_THIS, conllu, strip_features),
 )
 def preprocess(
     path: Path,
@@ -252,7 +244,6 @@ def _rng_from_state(state: np.ndarray) -> np.random.RandomState:
     outputs=("rules", "rng", "timings"),
     volatile=("timings",),
     run_name="grow {variant}",
-    modules=RULE_MODULES,
 )
 def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_surplus: float,
          seed: int) -> dict:
@@ -277,7 +268,6 @@ def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_s
     outputs=("rules", "timings"),
     volatile=("timings",),
     run_name="prune {variant}",
-    modules=RULE_MODULES,
 )
 def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
           max_thresholds: int) -> dict:
@@ -296,7 +286,6 @@ def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
     outputs=("rules", "timings"),
     volatile=("timings",),
     run_name="optimize {variant}",
-    modules=RULE_MODULES,
 )
 def optimize(train: list, rules: pd.DataFrame, rng: np.ndarray, variant: str,
              loss_ratio: float, max_thresholds: int, dl_surplus: float, k_optimize: int) -> dict:
@@ -355,7 +344,6 @@ def _long_scores(scores: pd.DataFrame, prefix: str) -> dict[str, float]:
     inputs=("test_pairs", "test_mentions", "rules", "timings"),
     outputs=("metrics", "scores", "clusters", "coverage", "timings"),
     volatile=("timings",),
-    modules=(*RULE_MODULES, coref_metrics),
 )
 def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
              dataset: str) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flows.bench import leml as bench
+from bench import leml as bench
 
 BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.bench import relations as bench
+from bench import relations as bench
 from tasks.errors import InputError
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from algorithms.strip.features import build_pairs, source_mask
-from flows.bench import strip as bench
+from bench import strip as bench
 from tasks.readers.conllu import read_conllu
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"

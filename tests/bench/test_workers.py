@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from flows.bench import workers as bench
+from bench import workers as bench
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

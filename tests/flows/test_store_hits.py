@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows.bench.overhead import _busy_seconds
+from bench.overhead import busy_seconds
 from flows.cli import main
 from tests.flows.helpers import digits_project, manifest, runs
 
@@ -19,7 +19,7 @@ def test_busy_seconds_is_the_length_of_the_union():
         covered = np.zeros(200, dtype=bool)  # unit cells [t, t+1) of integer intervals
         for s, e in spans:
             covered[int(s):int(e)] = True
-        assert _busy_seconds(spans) == covered.sum()
+        assert busy_seconds(spans) == covered.sum()
 
 
 @pytest.fixture(scope="module")

@@ -166,11 +166,11 @@ def _task_runs(flow_run_id) -> list[tuple[str, float, float]]:
 def _search_seconds(flow_run_id) -> tuple[float, int]:
     """Union of the Running intervals of the candidate and stability task runs, and their
     number."""
-    from flows.bench.overhead import _busy_seconds
+    from bench.overhead import busy_seconds
 
     spans = [(s, e) for name, s, e in _task_runs(flow_run_id)
              if name.startswith(("candidate ", "stability "))]
-    return _busy_seconds(spans), len(spans)
+    return busy_seconds(spans), len(spans)
 
 
 # --------------------------------------------------------------------------- runs
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from distributed import Client, LocalCluster
     from prefect_dask import DaskTaskRunner
 
-    from flows.bench.overhead import _warm_up
+    from bench.overhead import warm_up
     from flows.cli import _worker_env
     from flows.config import load_config, project_root, resolve_path
     from flows.registry import FLOWS
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         if not params["ranks"] or not params["lams"]:
             raise ValueError("--ranks and --lams must each name at least one value")
 
-    _warm_up()  # a temporary Prefect server starts here, untimed
+    warm_up()  # a temporary Prefect server starts here, untimed
     env = _worker_env()  # one BLAS thread, and this process's Prefect API (as --runner dask)
     results: dict[str, list[tuple[int, dict]]] = {j: [] for j in jobs}
     for n in counts:

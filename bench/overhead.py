@@ -54,7 +54,7 @@ def _say(*parts) -> None:
     print("[bench overhead]", *parts, file=sys.stderr, flush=True)
 
 
-def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of ``[start, end]`` intervals."""
     total, end = 0.0, -float("inf")
     for s, e in sorted(intervals):
@@ -87,7 +87,7 @@ def _task_intervals(flow_run_id) -> tuple[list[tuple[float, float]], list[str], 
     return intervals, ran, cached
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """Start the Prefect server (a temporary one unless PREFECT_API_URL is set) untimed."""
     from prefect import flow
 
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             raise ValueError(f"--set {text!r}: expected FLOW:KEY=VALUE with FLOW in {names}")
         overrides[flow].append(rest)
     rows: list[tuple] = []
-    _warm_up()
+    warm_up()
     for name in names:
         spec = FLOWS[name]
         config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides[name])
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             reused = sum(o["cached"] for o in outputs)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        busy = _busy_seconds(intervals)
+        busy = busy_seconds(intervals)
         rows += [
             (name, "first", first, "task runs computed", completed),
             (name, "first", first, "seconds inside task runs (union)", busy),

@@ -7,9 +7,9 @@ peer measured in the same run, since these machines are shared and noisy.
 """
 
 BENCHMARKS = {
-    "leml": "flows.bench.leml",
-    "relations": "flows.bench.relations",
-    "strip": "flows.bench.strip",
-    "overhead": "flows.bench.overhead",
-    "workers": "flows.bench.workers",
+    "leml": "bench.leml",
+    "relations": "bench.relations",
+    "strip": "bench.strip",
+    "overhead": "bench.overhead",
+    "workers": "bench.workers",
 }

@@ -1,0 +1,125 @@
+"""A step's cache key covers the source of every project module its code can reach.
+
+The reached modules are found by reading import statements (``tasks.steps.project_modules``);
+these tests edit copies of the project's sources and check the key moves exactly when a reached
+module changes, and cross-check the static reading against what the step functions actually
+refer to at run time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+from tasks.steps import CODE_PACKAGES, PROJECT_ROOT, Step, code_digest, project_modules
+
+STEP_MODULES = ("tasks.leml", "tasks.relations", "tasks.strip")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of ``algorithms/`` and ``tasks/`` to edit."""
+    for pkg in CODE_PACKAGES:
+        shutil.copytree(PROJECT_ROOT / pkg, tmp_path / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _edit_a_function(path: Path) -> None:
+    """Change the body of the first function of the file (a new first statement)."""
+    lines = path.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if stripped.startswith("def ") and line.rstrip().endswith(":"):
+            indent = " " * (len(line) - len(stripped) + 4)
+            lines.insert(i + 1, f"{indent}_edited = 1\n")
+            path.write_text("".join(lines))
+            return
+    path.write_text(path.read_text() + "\n\ndef _edited():\n    return 1\n")
+
+
+def test_the_union_find_kernel_is_in_the_key_of_every_strip_step(tree):
+    assert "algorithms.strip._kernels" in project_modules("tasks.strip", tree)
+    before = code_digest("tasks.strip", tree)
+    _edit_a_function(tree / "algorithms" / "strip" / "_kernels.py")
+    assert code_digest("tasks.strip", tree) != before
+
+
+@pytest.mark.parametrize("module", STEP_MODULES)
+def test_editing_any_reached_module_changes_the_key(tree, module):
+    reached = project_modules(module, tree)
+    assert module in reached and "tasks.steps" in reached and "tasks.store" in reached
+    for name in reached:
+        before = code_digest(module, tree)
+        parts = name.split(".")
+        path = tree.joinpath(*parts).with_suffix(".py")
+        if not path.is_file():
+            path = tree.joinpath(*parts, "__init__.py")
+        original = path.read_text()
+        _edit_a_function(path)
+        assert code_digest(module, tree) != before, name
+        path.write_text(original)
+        assert code_digest(module, tree) == before, name
+
+
+@pytest.mark.parametrize("module", STEP_MODULES)
+def test_editing_an_unreached_module_leaves_the_key(tree, module):
+    reached = set(project_modules(module, tree))
+    others = sorted(
+        ".".join(p.relative_to(tree).with_suffix("").parts).removesuffix(".__init__")
+        for pkg in CODE_PACKAGES for p in (tree / pkg).rglob("*.py"))
+    unreached = [m for m in others if m not in reached]
+    assert unreached, "every module is reached: the test would prove nothing"
+    before = code_digest(module, tree)
+    for name in unreached:
+        parts = name.split(".")
+        path = tree.joinpath(*parts).with_suffix(".py")
+        if not path.is_file():
+            path = tree.joinpath(*parts, "__init__.py")
+        _edit_a_function(path)
+    assert code_digest(module, tree) == before
+
+
+def _referenced_modules(fn: types.FunctionType) -> set[str]:
+    """Project modules a function refers to through its globals (names it loads, and the
+    modules of the functions and classes they are), followed one level into the functions of
+    its own module -- an independent reading of what a step calls."""
+    out: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(f: types.FunctionType) -> None:
+        if id(f) in seen:
+            return
+        seen.add(id(f))
+        codes = [f.__code__]
+        while codes:
+            code = codes.pop()
+            codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+            for name in code.co_names:
+                obj = f.__globals__.get(name)
+                if isinstance(obj, types.ModuleType):
+                    out.add(obj.__name__)
+                elif obj is not None and getattr(obj, "__module__", None):
+                    out.add(obj.__module__)
+                    if isinstance(obj, types.FunctionType) and obj.__module__ == f.__module__:
+                        visit(obj)
+
+    visit(fn)
+    return {m for m in out if m.split(".")[0] in CODE_PACKAGES}
+
+
+@pytest.mark.parametrize("module", STEP_MODULES)
+def test_every_module_a_step_refers_to_is_in_its_key(module):
+    mod = importlib.import_module(module)
+    steps = [v for v in vars(mod).values() if isinstance(v, Step)]
+    assert steps
+    reached = set(project_modules(module))
+    for st in steps:
+        assert st.code_hash == code_digest(module)
+        missing = _referenced_modules(inspect.unwrap(st.fn)) - reached
+        assert not missing, (st.name, missing)
