@@ -242,9 +242,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from prefect_dask import DaskTaskRunner
 
     from bench.overhead import warm_up
-    from flows.cli import _worker_env
     from flows.config import load_config, project_root, resolve_path
     from flows.registry import FLOWS
+    from flows.runners import worker_env
 
     counts = _ints(args.workers)
     if not counts or min(counts) < 1:
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             raise ValueError("--ranks and --lams must each name at least one value")
 
     warm_up()  # a temporary Prefect server starts here, untimed
-    env = _worker_env()  # one BLAS thread, and this process's Prefect API (as --runner dask)
+    env = worker_env()  # one BLAS thread, and this process's Prefect API (as --runner dask)
     results: dict[str, list[tuple[int, dict]]] = {j: [] for j in jobs}
     for n in counts:
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,

@@ -20,18 +20,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
-
-# Before numpy or scipy are imported: one BLAS/OpenMP thread per process (two were
-# 3-100x slower on 2-core machines; see PITFALLS), and Prefect offline-friendly.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
@@ -95,6 +87,9 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from flows.runners import pin_threads
+
+    pin_threads()  # before numpy or scipy are imported: one BLAS thread, Prefect offline
     args = _parser().parse_args(argv)
     from algorithms.memory import MemoryBudgetError
     from tasks.errors import InputError
@@ -207,49 +202,10 @@ def _specs(name: str) -> list[Any]:
     return [FLOWS[name]]
 
 
-def with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
-    """``flow_fn`` with the task runner of ``scarce run --runner`` / ``--dask-address``."""
-    if runner == "local" and not address:
-        return flow_fn
-    from prefect_dask import DaskTaskRunner
-
-    if address:
-        task_runner = DaskTaskRunner(address=address)
-    else:
-        task_runner = DaskTaskRunner(
-            cluster_kwargs={
-                "n_workers": 2,
-                "threads_per_worker": 1,
-                "processes": True,
-                "env": _worker_env(),
-            }
-        )
-    return flow_fn.with_options(task_runner=task_runner)
-
-
-def _worker_env() -> dict[str, str]:
-    """Environment of local Dask workers: one BLAS thread, and this process's Prefect API.
-
-    Without ``PREFECT_API_URL`` each worker process would start a temporary Prefect server of
-    its own (20 s or more here): the temporary server of this process is started first and
-    its address handed to the workers.
-    """
-    from prefect.settings import PREFECT_API_URL
-
-    env = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    url = PREFECT_API_URL.value()
-    if not url:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        server = SubprocessASGIServer()
-        server.start()
-        url = server.api_url
-    env["PREFECT_API_URL"] = url
-    return env
-
-
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
     """Run one registered flow with a validated config; returns its summary."""
+    from flows.runners import with_runner
+
     flow_fn = with_runner(spec.load_flow(), runner, address)
     return flow_fn(config=config, options=options)
 

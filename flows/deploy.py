@@ -18,9 +18,7 @@ flow's validated config, with ``enforce_parameter_schema=True`` so that the
 server rejects an invalid value before a run starts; :func:`register` applies
 them to the server in use and :func:`serve` serves them (``prefect.serve``).
 
-:func:`run_tags` gives the ``flow:``, ``dataset:`` and ``method:`` tags of a
-run; deployments carry them, and :func:`tag_flow_run` adds them to the flow run
-in progress, however it was started.
+Deployments carry the tags of :mod:`flows.tags`.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ import signal
 import subprocess
 import sys
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -49,19 +46,12 @@ from flows.config import (
     read_yaml,
     resolve_path,
 )
+from flows.tags import run_tags, unique
 from tasks.errors import InputError
 
 log = logging.getLogger("scarce.deploy")
 
 DEFAULT_FILE = "configs/deployments.yaml"
-
-# The method(s) a run of each flow applies, for its ``method:`` tags.
-METHODS: dict[str, Callable[[Any], list[str]]] = {
-    "leml": lambda c: [f"leml-{c.model.loss}"],
-    "relations": lambda c: [f"relations-{c.ranking}"],
-    "strip": lambda c: list(c.variants),
-}
-
 
 # -- the file -----------------------------------------------------------------
 class ScheduleSpec(Strict):
@@ -205,7 +195,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
                 ) from None
             except ValidationError as exc:
                 raise _input_error(exc, path, prefix=f"{where}.") from None
-        tags = _unique([*run_tags(spec.flow, config), *spec.tags])
+        tags = unique([*run_tags(spec.flow, config), *spec.tags])
         description = spec.description or flow.description
         out.append(
             Deployment(name, spec.flow, config_file, config, spec.schedule, tags, description,
@@ -238,52 +228,14 @@ def select(deployments: list[Deployment], only: list[str] | None) -> list[Deploy
     return chosen
 
 
-# -- tags -----------------------------------------------------------------------
-def run_tags(flow: str, config: Any) -> list[str]:
-    """``flow:<flow>``, ``dataset:<name>`` and one ``method:<m>`` tag per method run."""
-    tags = [f"flow:{flow}"]
-    dataset = getattr(config, "dataset", None)
-    dataset = getattr(dataset, "name", dataset)
-    if isinstance(dataset, str) and dataset:
-        tags.append(f"dataset:{dataset}")
-    methods = METHODS.get(flow)
-    if methods is not None:
-        tags += [f"method:{m}" for m in methods(config)]
-    return tags
-
-
-def tag_flow_run(flow: str, config: Any) -> None:
-    """Add :func:`run_tags` to the flow run in progress (no-op outside a flow run)."""
-    from prefect.client.orchestration import get_client
-    from prefect.context import FlowRunContext
-
-    ctx = FlowRunContext.get()
-    run = getattr(ctx, "flow_run", None)
-    if run is None:
-        return
-    tags = _unique([*run.tags, *run_tags(flow, config)])
-    if tags == list(run.tags):
-        return
-    try:
-        with get_client(sync_client=True) as client:
-            client.update_flow_run(run.id, tags=tags)
-        run.tags = tags
-    except Exception as exc:  # tags are for the UI; never fail a computation over them
-        log.warning("could not tag flow run %s: %s", run.id, exc)
-
-
-def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
 # -- Prefect ------------------------------------------------------------------------
 def _flow_and_options(deployment: Deployment) -> tuple[Any, dict[str, Any]]:
     """The entry's flow (with its task runner) and the keyword arguments of its deployment."""
     from prefect.schedules import Cron
     from prefect.types.entrypoint import EntrypointType
 
-    from flows.cli import with_runner
     from flows.registry import FLOWS
+    from flows.runners import with_runner
 
     s = deployment.schedule
     schedules = [Cron(s.cron, timezone=s.timezone, active=s.active)] if s else []

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from flows import plots
 from flows.config import FlowConfig, Strict
+from flows.published import LEML_XC
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks.leml import (
     alternate_H,
@@ -27,11 +28,7 @@ from tasks.leml import (
     split,
 )
 
-# The Extreme Classification Repository's LEML row (P@1, P@3, P@5, in %).
-PUBLISHED = {
-    "bibtex": {"precision@1": 62.54, "precision@3": 38.41, "precision@5": 28.21},
-    "delicious": {"precision@1": 65.67, "precision@3": 60.55, "precision@5": 56.08},
-}
+PUBLISHED = LEML_XC
 
 
 class DatasetConfig(Strict):

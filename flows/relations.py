@@ -18,15 +18,14 @@ from pydantic import Field, field_validator, model_validator
 
 from flows import plots
 from flows.config import FlowConfig
+from flows.published import CHEN_ACE
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import relations as rel
 from tasks.errors import InputError
 
 WINDOW_PATTERN = r"^\d+-\d+-\d+$"
 
-# Chen et al. (2005), accuracy in % on ACE in three domains: entropy ranking and Hasegawa et
-# al. (2004) at the true k (Tables 4 and 5).  ACE is LDC-licensed and not used here.
-PUBLISHED_ACE = {"entropy": (41.3, 50.6, 42.4), "hasegawa-true-k": (32.4, 43.7, 26.5)}
+PUBLISHED_ACE = CHEN_ACE  # ACE is LDC-licensed and not used here
 
 
 class RelationsConfig(FlowConfig):
@@ -380,6 +379,10 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
     return ctx.finish(metrics)
 
 
+def _pct(values: tuple[float, ...]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
+
+
 def summary_markdown(metrics: pd.DataFrame, cfg: RelationsConfig, k: int, n_features: int) -> str:
     """The run's accuracy, ARI and V per method next to the paper's ACE accuracies."""
     lines = [
@@ -412,11 +415,11 @@ def summary_markdown(metrics: pd.DataFrame, cfg: RelationsConfig, k: int, n_feat
     lines += [
         "",
         "**Not a like-for-like comparison.** Chen, Ji, Tan and Niu (2005) report accuracy on "
-        "ACE (three domains): entropy ranking 41.3 / 50.6 / 42.4 % against Hasegawa et al. "
-        "(true k) 32.4 / 43.7 / 26.5 %, with the chosen k within 1 to 3 of the true number "
-        "of types. ACE is LDC-licensed; this run uses other data (SemEval-2010 Task 8 by "
-        "default), other relation types, entity annotations and pair counts. Only the "
-        "ordering of the methods and the distance of the chosen k from the true k can be "
-        "compared, not the numbers.",
+        f"ACE (three domains): entropy ranking {_pct(CHEN_ACE['entropy'])} % against "
+        f"Hasegawa et al. (true k) {_pct(CHEN_ACE['hasegawa-true-k'])} %, with the chosen k "
+        "within 1 to 3 of the true number of types. ACE is LDC-licensed; this run uses other "
+        "data (SemEval-2010 Task 8 by default), other relation types, entity annotations and "
+        "pair counts. Only the ordering of the methods and the distance of the chosen k from "
+        "the true k can be compared, not the numbers.",
     ]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from flows import manifest as mf
 from flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
+from flows.tags import tag_flow_run
 from tasks.errors import InputError
 from tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
 from tasks.store import (
@@ -126,9 +127,7 @@ class RunContext:
             raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
         run_id = options.run_id or new_run_id(flow, config.name)
         run_dir = Path(options.runs or default_runs_root()) / run_id
-        from flows.deploy import tag_flow_run  # flow:, dataset:, method: tags for the UI
-
-        tag_flow_run(flow, config)
+        tag_flow_run(flow, config, options)
         return cls(flow, config, store, run_dir, run_id, options)
 
     # -- calling steps ------------------------------------------------------

@@ -18,13 +18,13 @@ from pydantic import Field, model_validator
 
 from flows import plots
 from flows.config import FlowConfig, Strict
+from flows.published import STOYANOV_MPQA
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import strip
 
 Variant = Literal["ripper", "strip-labeled", "strip-partial"]
 
-# Stoyanov and Cardie (2006) on MPQA, in %: B³ F1 and pairwise F1 over the source mentions.
-PUBLISHED_MPQA = {"ripper": (81.8, 60.6), "strip-partial": (83.2, 67.1)}
+PUBLISHED_MPQA = STOYANOV_MPQA
 
 
 class SourceConfig(Strict):

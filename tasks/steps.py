@@ -141,6 +141,16 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return out
 
 
+def imported_modules(module: str, root: Path = PROJECT_ROOT) -> set[str]:
+    """Names of the modules below ``root`` that the source of ``module`` imports (directly)."""
+    path = _module_file(module, root)
+    if path is None:
+        raise ValueError(f"no module {module!r} below {root}")
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    names = _imported_names(tree, module, path.name == "__init__.py")
+    return {n for n in names if n != module and _module_file(n, root) is not None}
+
+
 def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
     """``module`` and every module of :data:`CODE_PACKAGES` it imports, transitively.
 
@@ -158,10 +168,8 @@ def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
         if path is None:
             continue
         seen[name] = path
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        for dep in _imported_names(tree, name, path.name == "__init__.py"):
-            if dep.split(".")[0] in CODE_PACKAGES and dep not in seen:
-                todo.append(dep)
+        todo += [d for d in imported_modules(name, root)
+                 if d.split(".")[0] in CODE_PACKAGES and d not in seen]
     return sorted(seen)
 
 

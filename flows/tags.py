@@ -1,0 +1,63 @@
+"""Tags of a flow run, so that runs can be told apart and filtered in the Prefect UI.
+
+``flow:<flow>``, ``dataset:<name>``, one ``method:<m>`` per method the run applies,
+``runner:<local|dask>``, and ``rerun-of:<run id>`` for a ``scarce rerun``.  Deployments carry
+the same tags (:mod:`flows.deploy`), and :func:`tag_flow_run` adds them to the flow run in
+progress however it was started.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("scarce.run")
+
+# The method(s) a run of each flow applies, for its ``method:`` tags.
+METHODS: dict[str, Callable[[Any], list[str]]] = {
+    "leml": lambda c: [f"leml-{c.model.loss}"],
+    "relations": lambda c: [f"relations-{c.ranking}"],
+    "strip": lambda c: list(c.variants),
+}
+
+
+def run_tags(flow: str, config: Any, options: Any = None) -> list[str]:
+    """The tags of a run of ``flow`` with ``config`` (and its :class:`RunOptions`, if any)."""
+    tags = [f"flow:{flow}"]
+    dataset = getattr(config, "dataset", None)
+    dataset = getattr(dataset, "name", dataset)
+    if isinstance(dataset, str) and dataset:
+        tags.append(f"dataset:{dataset}")
+    methods = METHODS.get(flow)
+    if methods is not None:
+        tags += [f"method:{m}" for m in methods(config)]
+    if options is not None:
+        tags.append(f"runner:{options.runner}")
+        if options.rerun_of:
+            tags.append(f"rerun-of:{options.rerun_of}")
+    return tags
+
+
+def unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def tag_flow_run(flow: str, config: Any, options: Any = None) -> None:
+    """Add :func:`run_tags` to the flow run in progress (no-op outside a flow run)."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    run = getattr(ctx, "flow_run", None)
+    if run is None:
+        return
+    tags = unique([*run.tags, *run_tags(flow, config, options)])
+    if tags == list(run.tags):
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(run.id, tags=tags)
+        run.tags = tags
+    except Exception as exc:  # tags are for the UI; never fail a computation over them
+        log.warning("could not tag flow run %s: %s", run.id, exc)

@@ -1,0 +1,110 @@
+"""The module map holds: no import cycle, each layer imports only the ones below it, and
+importing a module changes nothing in the process (no environment variables set)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tasks.steps import PROJECT_ROOT, imported_modules
+
+PACKAGES = ("algorithms", "tasks", "flows", "bench")
+# What each layer may import from the project (its own package and those listed).
+ALLOWED = {
+    "algorithms": {"algorithms"},
+    "tasks": {"algorithms", "tasks"},
+    "flows": {"algorithms", "tasks", "flows"},
+    "bench": {"algorithms", "tasks", "flows", "bench"},
+}
+# The command line is the one entry point: `scarce bench NAME` loads the benchmark modules.
+ENTRY_POINT = {"flows.cli": {"bench"}}
+
+
+def _modules() -> list[str]:
+    out = []
+    for pkg in PACKAGES:
+        for path in sorted((PROJECT_ROOT / pkg).rglob("*.py")):
+            name = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
+            out.append(name.removesuffix(".__init__"))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """Every import statement of the project's modules, function-level imports included
+    (they hide cycles from the interpreter, not from this test)."""
+    mods = set(_modules())
+    graph = {}
+    for m in mods:
+        # a package's __init__ is not a dependency of its own submodules' imports of siblings
+        deps = {d for d in imported_modules(m) if d in mods}
+        graph[m] = {d for d in deps if not m.startswith(d + ".")}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state and (found := visit(d)):
+                return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (found := visit(n)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_among_the_project_modules():
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_each_layer_imports_only_the_layers_below():
+    bad = [(m, d) for m, deps in _graph().items() for d in deps
+           if d.split(".")[0] not in ALLOWED[m.split(".")[0]] | ENTRY_POINT.get(m, set())]
+    assert not bad
+
+
+def test_algorithms_never_import_prefect_or_do_io_through_the_store():
+    for m in _modules():
+        if m.startswith("algorithms"):
+            assert not any(d.startswith(("prefect", "tasks", "flows"))
+                           for d in imported_modules(m)), m
+
+
+def test_importing_the_modules_sets_no_environment_variable():
+    code = (
+        "import json, os, importlib, sys\n"
+        # the libraries first: scikit-learn and Prefect set variables of their own
+        "import numpy, scipy, sklearn, pandas, pyarrow, numba, prefect, prefect_dask\n"
+        "before = dict(os.environ)\n"
+        "for m in sys.argv[1:]:\n"
+        "    importlib.import_module(m)\n"
+        "after = dict(os.environ)\n"
+        "print(json.dumps(sorted(k for k in set(before) | set(after)"
+        " if before.get(k) != after.get(k))))\n"
+    )
+    mods = [m for m in _modules() if m.startswith(("flows", "tasks"))]
+    # without the variables the command line would set (the test session sets them)
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_NUM_THREADS") and not k.startswith("PREFECT_SERVER_")}
+    out = subprocess.run([sys.executable, "-c", code, *mods], cwd=PROJECT_ROOT, env=env,
+                         capture_output=True, text=True, check=True, timeout=300)
+    changed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert changed == []
