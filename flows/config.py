@@ -10,6 +10,7 @@ randomness derives from the one ``seed``.
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +43,21 @@ class FlowConfig(Strict):
 
 
 C = TypeVar("C", bound=FlowConfig)
+
+
+def from_estimator(estimator: type, param: str, **field: Any) -> Any:
+    """A config field whose default is ``estimator``'s default for ``param``.
+
+    The estimator's signature is the one source of a method's defaults: the config schema,
+    the bundled YAML (whose comments name any value it changes: ``# default 50; chosen on
+    ...``) and the estimator cannot drift apart (``tests/flows/test_defaults.py``).  ``field``
+    takes pydantic's constraints and the description.
+    """
+    parameters = inspect.signature(estimator).parameters
+    if param not in parameters or parameters[param].default is inspect.Parameter.empty:
+        raise TypeError(f"{estimator.__name__} has no parameter {param!r} with a default")
+    extra = {"estimator": f"{estimator.__module__}.{estimator.__qualname__}", "parameter": param}
+    return Field(parameters[param].default, json_schema_extra=extra, **field)
 
 
 def project_root() -> Path:

@@ -266,6 +266,25 @@ class RunContext:
             out.append(self._record(st, fut.state))
         return out
 
+    def stage(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` inside a Prefect task run named ``name``.
+
+        A stage groups steps under one node of the flow run (``stability-search`` over its
+        hundreds of mapped units): the steps ``fn`` runs through this context are task runs
+        nested in it, submitted to the flow's own task runner (Dask included), each cached in
+        the store as usual.  The stage itself is neither cached nor persisted: it holds no data,
+        and its steps' cache hits make a repeated stage cheap.
+        """
+        from prefect import Task
+        from prefect.cache_policies import NO_CACHE
+
+        def run_stage() -> Any:
+            return fn(*args, **kwargs)
+
+        task = Task(fn=run_stage, name=name, task_run_name=name, cache_policy=NO_CACHE,
+                    persist_result=False)
+        return task()
+
     def read(self, ref: str) -> Any:
         """Load a stored value (small ones: metrics, summaries for artifacts)."""
         return self.store.read(ref)
