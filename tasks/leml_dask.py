@@ -180,7 +180,8 @@ class DaskWStep:
     pin_blas : bool, default=True
         Limit each worker process's BLAS and OpenMP pools to one thread
         (threadpoolctl, once per worker): needed for bit-identical results across
-        clusters, and the fast setting on these machines (see PITFALLS).
+        clusters, and the fast setting on 2-core machines (two BLAS threads in one
+        process were measured 3 to 100 times slower than one).
 
     Attributes
     ----------

@@ -1,7 +1,7 @@
 """Test-session set-up shared by every test.
 
 BLAS/OpenMP pinned to one thread (two were 3-100x slower on these 2-core
-machines; see PITFALLS), Prefect offline with a temporary home.
+machines), Prefect offline with a temporary home.
 """
 
 import os
