@@ -205,9 +205,13 @@ def _specs(name: str) -> list[Any]:
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
     """Run one registered flow with a validated config; returns its summary."""
     from flows.runners import with_runner
+    from flows.runtime import release_leases
 
     flow_fn = with_runner(spec.load_flow(), runner, address)
-    return flow_fn(config=config, options=options)
+    try:
+        return flow_fn(config=config, options=options)
+    finally:
+        release_leases()  # a failed run's lease: what it used is no longer in use
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -329,13 +333,20 @@ def cmd_runs() -> int:
 
 
 def referenced_refs(runs: Path) -> set[str]:
+    """Every store entry a run manifest in ``runs`` names: its outputs and its plots' memos.
+
+    A manifest that cannot be read stops the collection (an error naming it): gc cannot know
+    what such a run keeps, so it removes nothing.
+    """
     from flows import manifest as mf
 
     keep: set[str] = set()
     if runs.is_dir():
-        for d in runs.iterdir():
+        for d in sorted(runs.iterdir()):
             if (d / mf.MANIFEST).is_file():
-                keep.update(o["ref"] for o in mf.read_manifest(d)["outputs"])
+                m = mf.read_manifest(d)
+                keep.update(o["ref"] for o in m["outputs"])
+                keep.update(p["ref"] for p in m.get("plots") or [] if p.get("ref"))
     return keep
 
 
@@ -357,11 +368,14 @@ def cmd_cache(args: argparse.Namespace) -> int:
             _print_frame(frame)
             print(f"{len(frame)} entries, {frame['bytes'].sum() / 1e6:.1f} MB in {store.root}")
         return EXIT_OK
-    removed = store.gc(referenced_refs(default_runs_root()), dry_run=args.dry_run)
+    report = store.gc(referenced_refs(default_runs_root()), dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} {len(removed)} entries")
-    for ref in removed:
+    print(f"{verb} {len(report.removed)} entries ({report.bytes / 1e6:.1f} MB) from {store.root}")
+    for ref in report.removed:
         print(f"  {ref}")
+    if report.live_runs:
+        print(f"kept {report.kept_for_live_runs} entries in use by {len(report.live_runs)} "
+              f"running run(s): {', '.join(report.live_runs)}")
     return EXIT_OK
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
 import re
 import secrets
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from tasks.errors import InputError
 from tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
 from tasks.store import (
     CorruptEntry,
+    Lease,
     Store,
     atomic_write_bytes,
     atomic_write_parquet,
@@ -46,6 +49,17 @@ log = logging.getLogger("scarce.run")
 
 METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
 PLOTS = "plots"  # the run folder's subfolder of PNG figures (not compared by rerun)
+
+
+# Leases of the runs this process opened; a run that fails before `finish` leaves its lease to
+# `release_leases`, called by whoever started the flow (the command line, after each flow).
+_open_leases: list[Lease] = []
+
+
+def release_leases() -> None:
+    """Release every lease this process still holds (runs that ended without ``finish``)."""
+    while _open_leases:
+        _open_leases.pop().release()
 
 
 class RunOptions(BaseModel):
@@ -117,6 +131,9 @@ class RunContext:
     store_hits: dict[str, int] = field(default_factory=dict)  # steps resolved without a task run
     fast_cache: bool = True
     plots: dict[str, bytes] = field(default_factory=dict)
+    lease: Lease | None = None  # keeps what this run uses safe from `scarce cache gc`
+    plot_refs: dict[str, str] = field(default_factory=dict)  # plot name -> its store memo
+    _plot_memos: dict[str, str] = field(default_factory=dict)  # sha256 of a PNG -> its memo
 
     @classmethod
     def open(cls, flow: str, config: FlowConfig, options: RunOptions | None = None) -> RunContext:
@@ -128,7 +145,10 @@ class RunContext:
         run_id = options.run_id or new_run_id(flow, config.name)
         run_dir = Path(options.runs or default_runs_root()) / run_id
         tag_flow_run(flow, config, options)
-        return cls(flow, config, store, run_dir, run_id, options)
+        ctx = cls(flow, config, store, run_dir, run_id, options)
+        ctx.lease = store.lease(run_id)
+        _open_leases.append(ctx.lease)
+        return ctx
 
     # -- calling steps ------------------------------------------------------
     def _task(self, st: Step):
@@ -153,6 +173,8 @@ class RunContext:
             return str(path)
 
     def _note_outputs(self, st: Step, refs: Any, cached: bool) -> Any:
+        if self.lease is not None:
+            self.lease.note(_iter_refs(refs))
         for ref in _iter_refs(refs):
             self.outputs[ref] = {
                 "step": st.name,
@@ -190,12 +212,15 @@ class RunContext:
         key = st.key(dict(bound.arguments))
         if not (self.store.prefect_dir / key).is_file():
             return None
-        try:
-            if damaged_entries(st, self.store, key):
-                return None
-        except (OSError, ValueError):
-            return None
         refs = st.refs(key)
+        # Noted in the lease before the check, under gc's lock: a gc running now either
+        # finished before the check or will see the note and keep the entries.
+        with self.lease.hold(_iter_refs(refs)) if self.lease else nullcontext():
+            try:
+                if damaged_entries(st, self.store, key):
+                    return None
+            except (OSError, ValueError):
+                return None
         self.store_hits[st.name] = self.store_hits.get(st.name, 0) + 1
         return refs
 
@@ -325,6 +350,9 @@ class RunContext:
             raise ValueError(f"plot {name!r} is not a PNG image")
         key = self._artifact_key(name)
         self.plots[key] = png
+        memo = self._plot_memos.get(hashlib.sha256(png).hexdigest())
+        if memo is not None:
+            self.plot_refs[key] = memo
         url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         create_image_artifact(image_url=url, key=key, description=description)
 
@@ -335,10 +363,9 @@ class RunContext:
         most of a cached rerun of a small flow.  The PNG is kept as a store entry
         ``plots/<digest>`` (a one-row table with a binary ``png`` column, checksummed like any
         entry), the digest covering the function's source and the plots module's, and the
-        arguments (tables by their content).  ``scarce cache gc`` drops these memos, which are
-        redrawn when needed.
+        arguments (tables by their content).  The manifest lists the memo of each published
+        plot, so ``scarce cache gc`` keeps the memos of existing runs and drops the others.
         """
-        import hashlib
         import inspect
 
         from flows import plots as plots_module
@@ -356,15 +383,18 @@ class RunContext:
             else:
                 h.update(repr(value).encode())
         ref = f"plots/{h.hexdigest()[:32]}"
-        if self.store.exists(ref):
-            try:
-                png = self.store.read(ref)["png"].iloc[0]
-                if isinstance(png, bytes) and png.startswith(b"\x89PNG\r\n\x1a\n"):
-                    return png
-            except (CorruptEntry, OSError, ValueError, KeyError, IndexError):
-                pass  # a damaged memo is drawn again and rewritten
+        with self.lease.hold([ref]) if self.lease else nullcontext():
+            if self.store.exists(ref):
+                try:
+                    png = self.store.read(ref)["png"].iloc[0]
+                    if isinstance(png, bytes) and png.startswith(b"\x89PNG\r\n\x1a\n"):
+                        self._plot_memos[hashlib.sha256(png).hexdigest()] = ref
+                        return png
+                except (CorruptEntry, OSError, ValueError, KeyError, IndexError):
+                    pass  # a damaged memo is drawn again and rewritten
         png = fn(*args, **kwargs)
         self.store.write(ref, pd.DataFrame({"png": [png]}), {"task": "plots"})
+        self._plot_memos[hashlib.sha256(png).hexdigest()] = ref
         return png
 
     def progress(self, name: str, total: int, description: str = "") -> Progress:
@@ -391,7 +421,8 @@ class RunContext:
             rel = f"{PLOTS}/{key}.png"
             (self.run_dir / PLOTS).mkdir(exist_ok=True)
             atomic_write_bytes(self.run_dir / rel, png)
-            plots.append({"name": key, "path": rel, "sha256": file_sha256(self.run_dir / rel)})
+            plots.append({"name": key, "path": rel, "sha256": file_sha256(self.run_dir / rel),
+                          "ref": self.plot_refs.get(key)})
         manifest = {
             "schema": mf.SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -422,6 +453,10 @@ class RunContext:
                 "Steps taken from the store without a task run (their entries passed their "
                 "checksums and file hashes)",
             )
+        if self.lease is not None:  # the manifest now names what this run keeps
+            self.lease.release()
+            if self.lease in _open_leases:
+                _open_leases.remove(self.lease)
         log.info("run %s written to %s", self.run_id, self.run_dir)
         return {
             "run_id": self.run_id,

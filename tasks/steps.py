@@ -41,7 +41,14 @@ from prefect import Task
 from prefect.cache_policies import CachePolicy
 from prefect.serializers import JSONSerializer
 
-from tasks.store import CorruptEntry, Store, atomic_write_bytes, file_sha256
+from tasks.store import (
+    KEY_HEX,
+    SEAL_SUFFIX,
+    CorruptEntry,
+    Store,
+    atomic_write_bytes,
+    file_sha256,
+)
 
 log = logging.getLogger("scarce.store")
 
@@ -58,7 +65,7 @@ def log_both(level: int, msg: str, *args: Any) -> None:
         pass
 
 
-KEY_LENGTH = 32
+KEY_LENGTH = KEY_HEX
 
 
 def canonical(value: Any) -> Any:
@@ -350,7 +357,6 @@ def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
     return run
 
 
-SEAL_SUFFIX = ".sha256.json"
 
 
 def seal_path(store: Store, key: str) -> Path:

@@ -32,10 +32,14 @@ damaged entry raises :class:`CorruptEntry` on read.  Nothing is ever pickled.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import tempfile
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +57,13 @@ META_PREFIX = b"scarce."
 CHECKSUM_KEY = b"scarce.checksum"
 PREFECT_DIR = "_prefect"
 FORMAT_VERSION = "1"
+LEASE_DIR = "_leases"
+LEASE_SUFFIX = ".lease"
+LEASE_REFS = ".refs"
+GC_LOCK = "gc.lock"
+SEAL_SUFFIX = ".sha256.json"  # <key>.sha256.json beside Prefect's record <key>
+MTIME_MARGIN = 1.0  # seconds; see Lease
+KEY_HEX = 32  # a key is the first 32 hex digits of a sha256 (tasks.steps.KEY_LENGTH)
 
 
 class CorruptEntry(Exception):
@@ -194,26 +205,189 @@ class Store:
         columns = ["ref", "task", "kind", "shape", "dtype", "bytes", "modified"]
         return pd.DataFrame(rows, columns=columns)
 
-    def gc(self, keep: Iterable[str], dry_run: bool = False) -> list[str]:
-        """Delete every entry not in ``keep`` (and stray temporary files).
+    def size(self, ref: str) -> int:
+        """Bytes of the entry's file (0 when it is gone)."""
+        try:
+            return self.path(ref).stat().st_size
+        except FileNotFoundError:
+            return 0
 
-        Prefect's cache records are dropped too, so a dropped entry is
-        recomputed, not reported as cached.  Returns the refs removed.
+    # -- leases of running runs and garbage collection ----------------------
+    @property
+    def lease_dir(self) -> Path:
+        """Where running runs keep their leases (``<root>/_leases``)."""
+        return self.root / LEASE_DIR
+
+    def lease(self, run_id: str) -> Lease:
+        """A lease for the run ``run_id``: what it uses stays in the store until it ends."""
+        return Lease(self, run_id)
+
+    def live_leases(self) -> list[dict[str, Any]]:
+        """The leases of runs that are still running; stale ones (their process is gone) are
+        removed.  Each: ``run_id``, ``started`` (epoch seconds) and the ``refs`` it noted."""
+        out = []
+        if not self.lease_dir.is_dir():
+            return out
+        for lock in sorted(self.lease_dir.glob(f"*{LEASE_SUFFIX}")):
+            run_id = lock.name[: -len(LEASE_SUFFIX)]
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except FileNotFoundError:
+                continue  # released meanwhile
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # its run holds it: live
+                    info = _read_lease(lock)
+                    refs_file = self.lease_dir / f"{run_id}{LEASE_REFS}"
+                    refs = refs_file.read_text().split() if refs_file.is_file() else []
+                    out.append({"run_id": run_id, "started": info.get("started", 0.0),
+                                "host": info.get("host"), "pid": info.get("pid"),
+                                "refs": set(refs)})
+                else:  # nobody holds it: the run ended without releasing it (killed)
+                    (self.lease_dir / f"{run_id}{LEASE_REFS}").unlink(missing_ok=True)
+                    lock.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
+        return out
+
+    @contextmanager
+    def _gc_lock(self, shared: bool) -> Iterator[None]:
+        """Shared: a run noting a cache hit it is about to use; exclusive: gc deciding and
+        deleting.  Either the hit is noted before gc reads the leases, or gc is done."""
+        self.lease_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def gc(self, keep: Iterable[str], dry_run: bool = False) -> GcReport:
+        """Delete every entry not in ``keep`` and not used by a running run.
+
+        Kept besides ``keep``: every ref a live lease has noted, and every entry written
+        since the oldest live lease began (a running step's new outputs, written on any worker
+        before the run notes them).  Stray temporary files are removed only when no run is
+        live.  Prefect's cache records (and seals) of the removed steps go with them, so a
+        removed step is recomputed, not reported as cached; the records of kept steps stay.
         """
         keep = set(keep)
-        removed = [r for r in self.refs() if r not in keep]
-        if dry_run:
-            return removed
-        for ref in removed:
-            self.delete(ref)
-        if self.root.is_dir():
-            for tmp in self.root.glob("*/.*.tmp*"):
-                tmp.unlink(missing_ok=True)
-        if removed and self.prefect_dir.is_dir():
-            for record in self.prefect_dir.iterdir():
-                if record.is_file():
-                    record.unlink(missing_ok=True)
-        return removed
+        with self._gc_lock(shared=False):
+            leases = self.live_leases()
+            protected = set().union(*(lease["refs"] for lease in leases)) if leases else set()
+            since = min((lease["started"] for lease in leases), default=None)
+            removed, kept_live, freed = [], 0, 0
+            for ref in self.refs():
+                if ref in keep:
+                    continue
+                if ref in protected or (since is not None and _mtime(self.path(ref)) >= since):
+                    kept_live += 1
+                    continue
+                removed.append(ref)
+                freed += self.size(ref)
+            if not dry_run:
+                for ref in removed:
+                    self.delete(ref)
+                for key in sorted({ref.split("/", 1)[1][:KEY_HEX] for ref in removed}):
+                    (self.prefect_dir / key).unlink(missing_ok=True)
+                    (self.prefect_dir / f"{key}{SEAL_SUFFIX}").unlink(missing_ok=True)
+                if not leases and self.root.is_dir():
+                    for tmp in self.root.glob("*/.*.tmp*"):
+                        tmp.unlink(missing_ok=True)
+        return GcReport(removed=removed, bytes=freed, kept_for_live_runs=kept_live,
+                        live_runs=[lease["run_id"] for lease in leases])
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What :meth:`Store.gc` removed (or would remove, with ``dry_run``)."""
+
+    removed: list[str]
+    bytes: int
+    kept_for_live_runs: int
+    live_runs: list[str]
+
+
+class Lease:
+    """A running run's claim on the store entries it uses.
+
+    ``<root>/_leases/<run_id>.lease`` is held with a shared ``flock`` for the run's life (the
+    lock vanishes with the process, so a killed run leaves a stale lease that the next gc
+    removes), ``<run_id>.refs`` lists every ref the run has noted, one per line.  gc keeps those
+    refs and every entry written since the lease began (:meth:`Store.gc`).  A lease rather
+    than a grace period by age: a run reuses cached entries of any age (a week-old X is the
+    input of today's W-step), and a lock tied to the process needs no clock and no timeout.
+    """
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        store.lease_dir.mkdir(parents=True, exist_ok=True)
+        self.path = store.lease_dir / f"{run_id}{LEASE_SUFFIX}"
+        self.refs_path = store.lease_dir / f"{run_id}{LEASE_REFS}"
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        # gc keeps the entries modified since then; a margin of a second for file systems
+        # whose timestamps lag the clock (coarse kernel clocks, a shared mount's server).
+        info = {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(),
+                "started": time.time() - MTIME_MARGIN}
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, json.dumps(info).encode())
+        self._noted: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        return self._fd is not None
+
+    def note(self, refs: Iterable[str]) -> None:
+        """Add refs the run uses (appended and flushed at once)."""
+        with self._lock:
+            new = [r for r in refs if r not in self._noted]
+            if not new or self._fd is None:
+                return
+            with open(self.refs_path, "a", encoding="utf-8") as fh:
+                fh.write("".join(f"{r}\n" for r in new))
+            self._noted.update(new)
+
+    @contextmanager
+    def hold(self, refs: Iterable[str]) -> Iterator[None]:
+        """Note ``refs`` and keep any gc from deleting while the caller checks them."""
+        with self.store._gc_lock(shared=True):
+            self.note(refs)
+            yield
+
+    def release(self) -> None:
+        """The run is over (its manifest, if any, now names what it keeps)."""
+        with self._lock:
+            if self._fd is None:
+                return
+            self.refs_path.unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:  # a failed run's context, collected: let gc proceed
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def _read_lease(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def read_checked_table(path: Path) -> pa.Table:

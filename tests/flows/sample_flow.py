@@ -7,6 +7,8 @@ digit labels.  Three steps: load -> cluster -> evaluate.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 from prefect import flow
@@ -61,12 +63,27 @@ def evaluate(data: dict, labels: np.ndarray) -> pd.DataFrame:
     )
 
 
+def cluster_sizes(labels: np.ndarray) -> bytes:
+    """A bar chart of the cluster sizes, as PNG bytes (a plot the run publishes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3, 2), dpi=50)
+    FigureCanvasAgg(fig)
+    sizes = np.bincount(labels)
+    fig.subplots().bar(np.arange(sizes.size), sizes)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
 @flow(name="digits", flow_run_name="digits-k{config.k}-seed{config.seed}")
 def digits_flow(config: DigitsConfig, options: RunOptions | None = None) -> dict:
     ctx = RunContext.open("digits", config, options)
     data = ctx.run(load, path=ctx.path(config.data), n_samples=config.n_samples, seed=config.seed)
     labels = ctx.run(cluster, data=data, k=config.k, n_init=config.n_init, seed=config.seed)
     metrics = ctx.run(evaluate, data=data, labels=labels)
+    ctx.publish_image("sizes", ctx.plot(cluster_sizes, ctx.read(labels)), "cluster sizes")
     return ctx.finish(metrics)
 
 

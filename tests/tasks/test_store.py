@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -16,6 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tasks.store import CorruptEntry, Store
+
+REPO = Path(__file__).resolve().parents[2]
 
 _refs = itertools.count()
 
@@ -193,21 +199,77 @@ def test_unsupported_values_are_rejected(tmp_path):
     assert not os.path.exists(store.path("t/k"))
 
 
+K1, K2, K3 = "1" * 32, "2" * 32, "3" * 32
+
+
 def test_ls_and_gc(tmp_path):
     store = Store(tmp_path)
-    store.write("a/k1", np.zeros(2))
-    store.write("a/k2", np.zeros(2))
-    store.write("b/k3-X", np.zeros(2))
-    (store.prefect_dir).mkdir()
-    (store.prefect_dir / "k2").write_text("{}")
+    store.write(f"a/{K1}", np.zeros(2))
+    store.write(f"a/{K2}", np.zeros(2))
+    store.write(f"b/{K3}-X", np.zeros(2))
     frame = store.ls()
-    assert frame["ref"].tolist() == ["a/k1", "a/k2", "b/k3-X"]
+    assert frame["ref"].tolist() == [f"a/{K1}", f"a/{K2}", f"b/{K3}-X"]
     assert set(frame["kind"]) == {"dense"}
-    assert store.gc(keep={"a/k1"}, dry_run=True) == ["a/k2", "b/k3-X"]
-    assert store.refs() == ["a/k1", "a/k2", "b/k3-X"]
-    assert store.gc(keep={"a/k1"}) == ["a/k2", "b/k3-X"]
-    assert store.refs() == ["a/k1"]
-    assert not (store.prefect_dir / "k2").exists()
+    size = store.size(f"a/{K2}") + store.size(f"b/{K3}-X")
+    report = store.gc(keep={f"a/{K1}"}, dry_run=True)
+    assert report.removed == [f"a/{K2}", f"b/{K3}-X"] and report.bytes == size
+    assert store.refs() == [f"a/{K1}", f"a/{K2}", f"b/{K3}-X"]
+    assert store.gc(keep={f"a/{K1}"}).removed == [f"a/{K2}", f"b/{K3}-X"]
+    assert store.refs() == [f"a/{K1}"]
+
+
+def test_gc_removes_the_records_of_removed_steps_only(tmp_path):
+    store = Store(tmp_path)
+    for ref in (f"a/{K1}", f"b/{K2}-X", f"b/{K2}-Y"):
+        store.write(ref, np.zeros(2))
+    store.prefect_dir.mkdir()
+    for key in (K1, K2):
+        (store.prefect_dir / key).write_text("{}")
+        (store.prefect_dir / f"{key}.sha256.json").write_text("{}")
+    store.gc(keep={f"a/{K1}"})
+    assert sorted(p.name for p in store.prefect_dir.iterdir()) == [K1, f"{K1}.sha256.json"]
+
+
+def test_gc_spares_what_a_live_lease_noted_or_wrote_until_it_is_released(tmp_path):
+    store = Store(tmp_path)
+    store.write(f"a/{K1}", np.zeros(2))  # an old entry the run takes from the cache
+    store.write(f"a/{K2}", np.zeros(2))  # an old entry nobody uses
+    for ref in (f"a/{K1}", f"a/{K2}"):
+        old = store.path(ref).stat().st_mtime - 3600
+        os.utime(store.path(ref), (old, old))
+    lease = store.lease("run-1")
+    lease.note([f"a/{K1}"])
+    store.write(f"b/{K3}", np.zeros(2))  # written by the run
+    tmp = store.root / "b" / f".{K3}.parquet.abc.tmp"  # a write in progress
+    tmp.write_bytes(b"partial")
+    report = store.gc(keep=set())
+    assert report.removed == [f"a/{K2}"] and report.live_runs == ["run-1"]
+    assert report.kept_for_live_runs == 2 and tmp.exists()
+    lease.release()
+    assert store.gc(keep=set()).removed == [f"a/{K1}", f"b/{K3}"]
+    assert not tmp.exists() and not list(store.lease_dir.glob("*.lease"))
+
+
+def test_the_lease_of_a_killed_process_is_stale(tmp_path):
+    """A run killed with SIGKILL cannot release its lease; its lock goes with the process."""
+    code = (
+        "import os, signal, sys\n"
+        "from tasks.store import Store\n"
+        "lease = Store(sys.argv[1]).lease('killed')\n"
+        "lease.note(['a/' + '1' * 32])\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    store = Store(tmp_path)
+    store.write(f"a/{K1}", np.zeros(2))
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert (store.lease_dir / "killed.lease").exists()
+    old = store.path(f"a/{K1}").stat().st_mtime - 3600
+    os.utime(store.path(f"a/{K1}"), (old, old))
+    report = store.gc(keep=set())
+    assert report.live_runs == [] and report.removed == [f"a/{K1}"]
+    assert not (store.lease_dir / "killed.lease").exists()
+    assert not (store.lease_dir / "killed.refs").exists()
 
 
 def test_tables_with_missing_values_and_lists_round_trip(tmp_path):
