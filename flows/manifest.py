@@ -137,6 +137,15 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             lines.append(f"differs: {ref} ({a[ref][:12]} != {b[ref][:12]})")
     if old.get("metrics_sha256") != new.get("metrics_sha256"):
         lines.append("differs: metrics.parquet")
+    a = {o["name"]: o["sha256"] for o in old.get("named_outputs") or []}
+    b = {o["name"]: o["sha256"] for o in new.get("named_outputs") or []}
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            lines.append(f"missing in rerun: outputs/{name}")
+        elif name not in a:
+            lines.append(f"new in rerun: outputs/{name}")
+        elif a[name] != b[name]:
+            lines.append(f"differs: outputs/{name} ({a[name][:12]} != {b[name][:12]})")
     return lines
 
 

@@ -36,6 +36,7 @@ from flows.tags import tag_flow_run
 from tasks.errors import InputError
 from tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
 from tasks.store import (
+    SUFFIX,
     CorruptEntry,
     Lease,
     Store,
@@ -133,6 +134,8 @@ class RunContext:
     plots: dict[str, bytes] = field(default_factory=dict)
     lease: Lease | None = None  # keeps what this run uses safe from `scarce cache gc`
     plot_refs: dict[str, str] = field(default_factory=dict)  # plot name -> its store memo
+    named: dict[str, str] = field(default_factory=dict)  # outputs/<name> -> store ref
+    files: dict[str, bytes] = field(default_factory=dict)  # outputs/<name> -> bytes
     _plot_memos: dict[str, str] = field(default_factory=dict)  # sha256 of a PNG -> its memo
 
     @classmethod
@@ -317,6 +320,45 @@ class RunContext:
     def path(self, p: str | os.PathLike[str]) -> Path:
         return resolve_path(p)
 
+    # -- named outputs: what the user came for, as files in the run folder ----------
+    def name_output(self, name: str, ref: str) -> None:
+        """Publish the store entry ``ref`` as ``outputs/<name>`` of the run folder.
+
+        ``name`` is a relative path ending in ``.parquet`` (``assignments.parquet``,
+        ``model/W.parquet``).  :meth:`finish` hard-links the entry there (a copy across file
+        systems), so the store stays the one truth; the manifest lists it with its sha256, and
+        ``scarce rerun`` compares it.
+        """
+        _check_output_name(name)
+        if not name.endswith(SUFFIX):
+            raise ValueError(f"output {name!r}: a store entry is published as a .parquet file")
+        if name in self.named or name in self.files:
+            raise ValueError(f"output {name!r} named twice")
+        self.named[name] = ref
+
+    def write_output(self, name: str, data: bytes | str) -> None:
+        """A file of the run's outputs that is not a store entry (readable rules, a model's
+        JSON, CoNLL-U); written by :meth:`finish`, listed and compared like the others."""
+        _check_output_name(name)
+        if name in self.named or name in self.files:
+            raise ValueError(f"output {name!r} named twice")
+        self.files[name] = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+    def _write_named_outputs(self) -> list[dict[str, Any]]:
+        out = []
+        root = self.run_dir / OUTPUTS
+        for name, ref in sorted(self.named.items()):
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            link_or_copy(self.store.path(ref), path)
+            out.append({"name": name, "ref": ref, "sha256": file_sha256(path)})
+        for name, data in sorted(self.files.items()):
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data)
+            out.append({"name": name, "ref": None, "sha256": hashlib.sha256(data).hexdigest()})
+        return sorted(out, key=lambda o: o["name"])
+
     # -- what the Prefect UI shows -------------------------------------------
     def _artifact_key(self, name: str) -> str:
         return re.sub(r"[^a-z0-9-]+", "-", f"{self.flow}-{name}".lower()).strip("-")
@@ -423,6 +465,7 @@ class RunContext:
             atomic_write_bytes(self.run_dir / rel, png)
             plots.append({"name": key, "path": rel, "sha256": file_sha256(self.run_dir / rel),
                           "ref": self.plot_refs.get(key)})
+        named = self._write_named_outputs()
         manifest = {
             "schema": mf.SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -440,6 +483,7 @@ class RunContext:
             "metrics_sha256": file_sha256(metrics_path),
             "cache_hits": sorted(set(self.cache_hits)),
             "plots": plots,
+            "named_outputs": named,
             "prefect_flow_run_id": _flow_run_id(),
             "task_runner": _task_runner(),
             "headline": headline or headline_metrics(metrics),
@@ -487,6 +531,31 @@ class Progress:
         if percent - self.shown >= 1.0 or (self.done == self.total and percent > self.shown):
             update_progress_artifact(self.artifact_id, percent)
             self.shown = percent
+
+
+OUTPUTS = "outputs"  # the run folder's subfolder of named outputs
+
+
+def _check_output_name(name: str) -> None:
+    parts = Path(name).parts
+    if (not parts or Path(name).is_absolute() or any(p in ("", ".", "..") for p in parts)
+            or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p) for p in parts)):
+        raise ValueError(f"not an output name: {name!r} (a relative path of plain names)")
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (the same bytes, no copy), or a copy where the
+    two are on different file systems; atomic either way (a temporary name, then a rename)."""
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or links not allowed: copy the bytes
+            with open(source, "rb") as fh:
+                atomic_write_bytes(tmp, fh.read())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:

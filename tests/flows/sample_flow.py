@@ -84,6 +84,8 @@ def digits_flow(config: DigitsConfig, options: RunOptions | None = None) -> dict
     labels = ctx.run(cluster, data=data, k=config.k, n_init=config.n_init, seed=config.seed)
     metrics = ctx.run(evaluate, data=data, labels=labels)
     ctx.publish_image("sizes", ctx.plot(cluster_sizes, ctx.read(labels)), "cluster sizes")
+    ctx.name_output("labels.parquet", labels)
+    ctx.write_output("model/k.txt", f"{config.k}\n")
     return ctx.finish(metrics)
 
 

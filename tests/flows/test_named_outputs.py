@@ -1,0 +1,65 @@
+"""Named outputs: what a run learned, as files with names in its run folder."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+from sklearn.datasets import load_digits
+
+import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
+from flows import manifest as mf
+from flows.cli import main
+from flows.runtime import _check_output_name
+from tasks.store import Store, file_sha256
+from tests.flows.helpers import manifest, runs
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    root = tmp_path / "project"
+    (root / "configs").mkdir(parents=True)
+    digits = load_digits()
+    frame = pd.DataFrame(digits.data, columns=[f"p{i}" for i in range(64)])
+    frame["label"] = digits.target
+    frame.to_csv(root / "digits.csv", index=False)
+    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 150\nk: 5\n")
+    monkeypatch.setenv("SCARCE_ROOT", str(root))
+    monkeypatch.delenv("SCARCE_STORE", raising=False)
+    monkeypatch.delenv("SCARCE_RUNS", raising=False)
+    return root
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_named_outputs_are_the_store_entries_and_a_rerun_compares_them(project, capsys):
+    assert main(["run", "digits"]) == 0
+    (run_id,) = runs(project)
+    m = manifest(project, run_id)
+    named = {o["name"]: o for o in m["named_outputs"]}
+    assert set(named) == {"labels.parquet", "model/k.txt"}
+    out = project / "data" / "runs" / run_id / "outputs"
+    store = Store(project / "data" / "cache")
+    entry = named["labels.parquet"]
+    # the same bytes as the store entry (a hard link on one file system), opened by pandas
+    assert os.path.samefile(out / "labels.parquet", store.path(entry["ref"]))
+    assert file_sha256(out / "labels.parquet") == entry["sha256"]
+    labels = pd.read_parquet(out / "labels.parquet")
+    assert labels["value"].tolist() == store.read(entry["ref"]).tolist()
+    assert (out / "model" / "k.txt").read_text() == "5\n"
+
+    capsys.readouterr()
+    assert main(["rerun", run_id]) == 0
+    assert "identical" in capsys.readouterr().out
+    # a named output that changed is reported by the comparison
+    other = {**m, "named_outputs": [{**named["model/k.txt"], "sha256": "0" * 64},
+                                    named["labels.parquet"]]}
+    assert mf.compare_outputs(m, other) == [
+        f"differs: outputs/model/k.txt ({named['model/k.txt']['sha256'][:12]} != 000000000000)"]
+
+
+@pytest.mark.parametrize("name", ["../x.parquet", "/abs.parquet", "a/../b", "", ".hidden",
+                                  "a b.txt"])
+def test_output_names_are_plain_relative_paths(name):
+    with pytest.raises(ValueError, match="not an output name"):
+        _check_output_name(name)
