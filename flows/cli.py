@@ -55,6 +55,17 @@ def _parser() -> argparse.ArgumentParser:
     rr.add_argument("--use-cache", action="store_true", help="allow cached results")
     _runner_args(rr)
 
+    ap = sub.add_parser("apply", help="apply what a finished run learned to new input")
+    ap.add_argument("run_id", help="a training run id, or 'latest' / 'latest:NAME' with --flow")
+    ap.add_argument("--input", required=True, help="input file, or a folder of input files")
+    ap.add_argument("--output", help="output file (or folder); default: the apply run's "
+                    "outputs/")
+    ap.add_argument("--flow", help="the training flow, for 'latest' / 'latest:NAME'")
+    ap.add_argument("--top-k", type=int, help="LEML: labels per row (default 5)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    metavar="KEY=VALUE", help="override a key of the apply config")
+    _runner_args(ap)
+
     sub.add_parser("runs", help="list past runs with their headline metrics")
 
     b = sub.add_parser("bench", help="run a benchmark and print its table")
@@ -170,12 +181,14 @@ def _quiet_input_errors() -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if not args.debug and args.command in ("run", "rerun"):
+    if not args.debug and args.command in ("run", "rerun", "apply"):
         _quiet_input_errors()
     if args.command == "run":
         return cmd_run(args)
     if args.command == "rerun":
         return cmd_rerun(args)
+    if args.command == "apply":
+        return cmd_apply(args)
     if args.command == "runs":
         return cmd_runs()
     if args.command == "bench":
@@ -192,10 +205,11 @@ def _specs(name: str) -> list[Any]:
     from flows.registry import FLOWS
     from tasks.errors import InputError
 
-    if name == "all":
-        if not FLOWS:
+    if name == "all":  # every training flow (an apply flow needs a model run and input)
+        specs = [s for s in FLOWS.values() if s.applies is None]
+        if not specs:
             raise InputError("no flows are registered")
-        return list(FLOWS.values())
+        return specs
     if name not in FLOWS:
         known = ", ".join(sorted(FLOWS)) or "none"
         raise InputError(f"unknown flow {name!r} (known: {known}, all)")
@@ -317,6 +331,48 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         return EXIT_OK
     print("\n".join(diffs))
     return EXIT_FAIL
+
+
+# -- apply ---------------------------------------------------------------------
+def cmd_apply(args: argparse.Namespace) -> int:
+    from flows import manifest as mf
+    from flows.apply import resolve_model_run
+    from flows.config import SAFE_NAME, apply_overrides, validate_config
+    from flows.registry import FLOWS
+    from flows.runtime import RunOptions, default_runs_root
+    from tasks.errors import InputError
+
+    runs = default_runs_root()
+    if args.run_id == "latest" or args.run_id.startswith("latest:"):
+        if not args.flow:
+            raise InputError(f"{args.run_id!r} needs --flow (leml, relations or strip)",
+                             key="run_id")
+        flow = args.flow
+        run_dir = resolve_model_run(args.run_id, flow, runs)
+    else:
+        if not re.fullmatch(SAFE_NAME, args.run_id):
+            raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
+        flow = mf.read_manifest(runs / args.run_id)["flow"]
+        run_dir = resolve_model_run(args.run_id, args.flow or flow, runs)
+    spec = FLOWS.get(f"apply-{flow}")
+    if spec is None:
+        raise InputError(f"runs of the {flow} flow cannot be applied", key="run_id")
+    model = spec.load_model()
+    data: dict[str, Any] = {"model_run": run_dir.name, "input": args.input}
+    if args.output:
+        data["output"] = args.output
+    if args.top_k is not None:
+        if "top_k" not in model.model_fields:
+            raise InputError(f"--top-k is an option of LEML, not of {flow}", key="top_k")
+        data["top_k"] = args.top_k
+    data = apply_overrides(data, args.overrides, model) if args.overrides else data
+    config = validate_config(data, model, None)
+    options = RunOptions(runner=args.runner)
+    summary = execute(spec, config, options, args.runner, args.dask_address)
+    _print_summary(spec.name, summary)
+    for o in summary["manifest"].get("named_outputs") or []:
+        print(f"  outputs/{o['name']}")
+    return EXIT_OK
 
 
 # -- runs and cache ------------------------------------------------------------

@@ -19,6 +19,7 @@ class FlowSpec:
     config_model: str  # "module:ConfigModel"
     config_file: str  # relative to the project root
     description: str = ""
+    applies: str | None = None  # for an apply flow: the training flow whose model it applies
 
     def load_flow(self) -> Any:
         return _load(self.target)

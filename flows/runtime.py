@@ -101,6 +101,17 @@ def _flow_run_id() -> str | None:
     return str(run_id) if run_id else None
 
 
+def _deployment_name() -> str | None:
+    """The deployment that started this flow run (``scarce serve``), if any."""
+    from prefect.runtime import deployment
+
+    try:
+        name = deployment.name
+    except Exception:  # no API to ask: not a deployment run
+        return None
+    return str(name) if name else None
+
+
 def _task_runner() -> str | None:
     """Class name of the task runner of the flow run in progress (``DaskTaskRunner``, ...)."""
     from prefect.context import FlowRunContext
@@ -485,6 +496,7 @@ class RunContext:
             "plots": plots,
             "named_outputs": named,
             "prefect_flow_run_id": _flow_run_id(),
+            "deployment": _deployment_name(),
             "task_runner": _task_runner(),
             "headline": headline or headline_metrics(metrics),
         }
