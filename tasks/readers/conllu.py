@@ -36,7 +36,8 @@ import pandas as pd
 
 from tasks.errors import InputError
 
-__all__ = ["read_conllu", "read_conllu_files", "TOKEN_COLUMNS", "MENTION_COLUMNS"]
+__all__ = ["read_conllu", "read_conllu_files", "write_chains", "TOKEN_COLUMNS",
+           "MENTION_COLUMNS"]
 
 TOKEN_COLUMNS = [
     "doc", "sent", "token", "position", "form", "lemma", "upos", "xpos", "feats",
@@ -355,3 +356,94 @@ def read_conllu_files(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.Dat
     if not toks:
         return _frames([], [])
     return (pd.concat(toks, ignore_index=True), pd.concat(mens, ignore_index=True))
+
+
+# -- writing predicted chains --------------------------------------------------------------
+PREDICTED_ENTITY_FIELDS = "eid-etype-head"
+_COREF_MISC = ("Entity=", "Bridge=", "SplitAnte=")
+
+
+def _entity_misc(opening: list[tuple], closing: list[tuple], single: list[tuple]) -> str:
+    """The ``Entity=`` value of one token in CorefUD 1.x order: closing brackets of the
+    mentions ending here (the innermost first), then openings (the outermost first), with the
+    single-token mentions after the openings, or before the closings when nothing opens here
+    (the order udapi writes)."""
+    def text(m):
+        return "-".join(p for p in (f"e{m[0]}", m[1], str(m[2])))
+
+    closes = "".join(f"e{m[0]})" for m in closing)
+    opens = "".join(f"({text(m)}" for m in opening)
+    singles = "".join(f"({text(m)})" for m in single)
+    return closes + opens + singles if opening else singles + closes
+
+
+def write_chains(path: str | Path, mentions: pd.DataFrame) -> str:
+    """The CoNLL-U file ``path`` with its coreference replaced by predicted chains.
+
+    Every line is kept as it is (comments, sentence ids, multiword tokens, the other MISC
+    items), so the output aligns token by token with the input, as the CRAC scorer requires;
+    the input's own ``Entity=``, ``Bridge=`` and ``SplitAnte=`` annotations are dropped and
+    each document's ``# global.Entity`` becomes ``eid-etype-head``.
+
+    Parameters
+    ----------
+    path : the input file (``.gz`` read transparently), as read by :func:`read_conllu`.
+    mentions : one row per predicted mention: ``doc``, ``sent``, ``start``, ``end``, ``head``
+        (sentence and token ids as :func:`read_conllu` gives them) and ``cluster`` (an integer;
+        mentions of one cluster form one entity ``e<cluster>``); ``etype`` optional (written
+        where known, empty otherwise).  Singletons are written as single mentions.
+
+    Returns
+    -------
+    str
+        The CoNLL-U text (UTF-8, ``\n`` line ends).
+    """
+    path = Path(path)
+    by_token: dict[tuple, dict[str, list]] = {}
+    etypes = mentions["etype"] if "etype" in mentions.columns else [""] * len(mentions)
+    for doc, sent, start, end, head, cluster, etype in zip(
+            mentions["doc"], mentions["sent"], mentions["start"], mentions["end"],
+            mentions["head"], mentions["cluster"], etypes, strict=True):
+        m = (int(cluster), "" if etype is None or pd.isna(etype) else str(etype),
+             int(head) - int(start) + 1, int(start), int(end))
+        if start == end:
+            by_token.setdefault((doc, int(sent), int(start)), {}).setdefault("single", []).append(m)
+        else:
+            by_token.setdefault((doc, int(sent), int(start)), {}).setdefault("open", []).append(m)
+            by_token.setdefault((doc, int(sent), int(end)), {}).setdefault("close", []).append(m)
+    # The reader's own (doc, sent, token) of every token line, in file order: the writer
+    # walks the same lines, so the two can never disagree on document or sentence numbers.
+    tokens, _ = read_conllu(path)
+    where = iter(zip(tokens["doc"], tokens["sent"], tokens["token"], strict=True))
+    try:
+        with _open(path) as fh:
+            lines = [line.rstrip("\n").rstrip("\r") for line in fh]
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
+        raise InputError(f"cannot read: {exc}", path=path) from None
+    header = f"# global.Entity = {PREDICTED_ENTITY_FIELDS}"
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("#"):
+            key = line[1:].partition("=")[0].strip()
+            if key == "global.Entity":
+                continue  # replaced by ours, after each # newdoc
+            out.append(line)
+            if key in ("newdoc id", "newdoc"):
+                out.append(header)
+            continue
+        cols = line.split("\t")
+        if len(cols) == 10 and cols[0].isdigit():
+            doc, sent, tok = next(where)
+            items = [i for i in cols[9].split("|") if i != "_" and not i.startswith(_COREF_MISC)]
+            here = by_token.get((doc, int(sent), int(tok)))
+            if here:
+                opening = sorted(here.get("open", []), key=lambda m: (-m[4], m[0]))
+                closing = sorted(here.get("close", []), key=lambda m: (-m[3], m[0]))
+                single = sorted(here.get("single", []), key=lambda m: m[0])
+                items.append("Entity=" + _entity_misc(opening, closing, single))
+            cols[9] = "|".join(items) or "_"
+            line = "\t".join(cols)
+        out.append(line)
+    if header not in out:  # no # newdoc line: the header opens the file
+        out.insert(0, header)
+    return "".join(f"{line}\n" for line in out)

@@ -1,12 +1,14 @@
 """CoNLL-U reader with CorefUD entities: bundled GUM documents and malformed inputs."""
 
+import gzip
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tasks.errors import InputError
-from tasks.readers.conllu import read_conllu, read_conllu_files
+from tasks.readers.conllu import read_conllu, read_conllu_files, write_chains
 from tests.tasks.readers.textfiles import write_text
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "coref"
@@ -108,3 +110,88 @@ def test_malformed_input_names_file_and_line(tmp_path, body, message, line):
 def test_missing_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="file not found"):
         read_conllu(tmp_path / "absent.conllu")
+
+
+# -- writing predicted chains --------------------------------------------------------------
+def _partition(mentions, label) -> set[frozenset]:
+    groups: dict = {}
+    for row in mentions.itertuples(index=False):
+        groups.setdefault((row.doc, getattr(row, label)), set()).add(
+            (row.doc, row.sent, row.start, row.end))
+    return {frozenset(g) for g in groups.values()}
+
+
+@pytest.mark.parametrize("name", ["GUM_news_warhol", "GUM_academic_art"])
+def test_written_gold_chains_read_back_as_the_gold_chains(tmp_path, name):
+    path = DATA / "gum" / f"{name}.conllu.gz"
+    tokens, mentions = read_conllu(path)
+    gold = mentions.assign(cluster=mentions["entity"].astype("category").cat.codes)
+    text = write_chains(path, gold)
+    out = tmp_path / f"{name}.conllu"
+    out.write_text(text)
+    tokens2, mentions2 = read_conllu(out)
+    # the same tokens, the same mentions, the same partition into entities
+    cols = ["doc", "sent", "token", "form", "lemma", "upos", "head", "deprel"]
+    assert tokens2[cols].equals(tokens[cols])
+    assert _partition(mentions2, "entity") == _partition(gold, "cluster")
+    # every line but the coreference annotation is the input's
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        original = fh.read().splitlines()
+    assert _same_but_entities(original, text.splitlines())
+
+
+def _same_but_entities(original: list[str], written: list[str]) -> bool:
+    a = [line for line in original if not line.startswith("# global.Entity")]
+    b = [line for line in written if not line.startswith("# global.Entity")]
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if "\t" not in x:
+            if x != y:
+                return False
+            continue
+        cx, cy = x.split("\t"), y.split("\t")
+        if cx[:9] != cy[:9]:
+            return False
+        keep = [i for i in cx[9].split("|")
+                if i != "_" and not i.startswith(("Entity=", "Bridge=", "SplitAnte="))]
+        if [i for i in cy[9].split("|") if i != "_" and not i.startswith("Entity=")] != keep:
+            return False
+    return True
+
+
+def test_nested_adjacent_and_single_token_mentions_are_read_by_udapi(tmp_path):
+    """Brackets in CorefUD 1.x order, checked with udapi (the reader of the official scorer)."""
+    from udapi.core.document import Document
+
+    body = "\n".join([
+        "# newdoc id = d1",
+        "# sent_id = s1",
+        "# text = a b c d",
+        "1\ta\ta\tX\tX\t_\t0\troot\t_\tSpaceAfter=No",
+        "2\tb\tb\tX\tX\t_\t1\tdep\t_\t_",
+        "3\tc\tc\tX\tX\t_\t2\tdep\t_\t_",
+        "4\td\td\tX\tX\t_\t3\tdep\t_\t_",
+        "",
+    ]) + "\n"
+    src = tmp_path / "in.conllu"
+    src.write_text(body)
+    # mentions: [1-4] e7, [1-2] e3, [2] e3 single, [3-4] e7, [3] e9 single
+    mentions = pd.DataFrame({
+        "doc": ["d1"] * 5, "sent": [0] * 5,
+        "start": [1, 1, 2, 3, 3], "end": [4, 2, 2, 4, 3], "head": [1, 1, 2, 3, 3],
+        "cluster": [7, 3, 3, 7, 9],
+    })
+    text = write_chains(src, mentions)
+    misc = [line.split("\t")[9] for line in text.splitlines() if "\t" in line]
+    assert misc == ["SpaceAfter=No|Entity=(e7--1(e3--1", "Entity=(e3--1)e3)",
+                    "Entity=(e7--1(e9--1)", "Entity=e7)e7)"]
+    out = tmp_path / "out.conllu"
+    out.write_text(text)
+    doc = Document(str(out))
+    got = sorted((e.eid, m.span) for e in doc.coref_entities for m in e.mentions)
+    assert got == [("e3", "1-2"), ("e3", "2"), ("e7", "1-4"), ("e7", "3-4"), ("e9", "3")]
+    # and our own reader agrees
+    _, back = read_conllu(out)
+    assert sorted(zip(back["entity"], back["start"], back["end"], strict=True)) == [
+        ("e3", 1, 2), ("e3", 2, 2), ("e7", 1, 4), ("e7", 3, 4), ("e9", 3, 3)]
