@@ -135,6 +135,7 @@ def _log_to_stderr() -> None:
             logging.Formatter("%(asctime)s | %(levelname)-7s | %(message)s", "%H:%M:%S")
         )
         logger.addHandler(handler)
+        logger.propagate = False  # shown once, by this handler (Prefect's root handler aside)
     logger.setLevel(logging.INFO)
 
 

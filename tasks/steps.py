@@ -54,15 +54,16 @@ log = logging.getLogger("scarce.store")
 
 
 def log_both(level: int, msg: str, *args: Any) -> None:
-    """Log to this project's logger and, inside a flow or task run, to Prefect's run
-    logger, so that the message also shows in the Prefect UI."""
-    log.log(level, msg, *args)
+    """Log once: to Prefect's run logger inside a flow or task run (the console and the
+    Prefect UI), else to this project's logger."""
     try:
         from prefect.logging import get_run_logger
 
-        get_run_logger().log(level, msg, *args)
+        logger = get_run_logger()
     except Exception:  # outside a run context
-        pass
+        log.log(level, msg, *args)
+        return
+    logger.log(level, msg, *args)
 
 
 KEY_LENGTH = KEY_HEX

@@ -208,3 +208,21 @@ def test_bad_input_inside_a_flow_prints_no_traceback_in_a_real_process(project):
     assert "Traceback" not in proc.stderr + proc.stdout
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "absent.csv" in errors[0]
+
+
+def test_each_cache_hit_is_printed_once_in_a_real_process(project):
+    """Prefect's console handler, the root logger and ours each printed it: three times."""
+    import prefect.settings
+
+    code = ("import sys, tests.flows.sample_flow; from flows.cli import main; "
+            "sys.exit(main(['run', 'digits']))")
+    env = {**os.environ, "SCARCE_ROOT": str(project),
+           "PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
+    root = Path(__file__).resolve().parents[2]
+    for _ in range(2):  # the second run takes every step from the store
+        proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    for step in ("digits-load", "digits-cluster", "digits-evaluate"):
+        assert sum(f"cache hit: {step} ->" in line for line in lines) == 1, step
