@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                     metavar="KEY=VALUE", help="override a key of the apply config")
     _runner_args(ap)
 
-    sub.add_parser("runs", help="list past runs with their headline metrics")
+    ru = sub.add_parser("runs", help="list past runs (one line each), or show one")
+    ru.add_argument("run_id", nargs="?", help="show this run in detail")
+    ru.add_argument("--flow", help="only the runs of this flow")
 
     b = sub.add_parser("bench", help="run a benchmark and print its table")
     b.add_argument("name", help="leml, relations or strip")
@@ -191,7 +193,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "apply":
         return cmd_apply(args)
     if args.command == "runs":
-        return cmd_runs()
+        return cmd_runs(args)
     if args.command == "bench":
         return cmd_bench(args)
     if args.command in ("deploy", "serve", "ui"):
@@ -377,15 +379,32 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 # -- runs and cache ------------------------------------------------------------
-def cmd_runs() -> int:
-    from flows.manifest import list_runs
-    from flows.runtime import default_runs_root
+def cmd_runs(args: argparse.Namespace) -> int:
+    import pandas as pd
 
-    frame = list_runs(default_runs_root())
+    from flows.config import SAFE_NAME
+    from flows.manifest import describe_run, list_runs
+    from flows.runtime import default_runs_root
+    from tasks.errors import InputError
+
+    runs = default_runs_root()
+    if args.run_id:
+        if not re.fullmatch(SAFE_NAME, args.run_id):
+            raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
+        print(describe_run(runs / args.run_id))
+        return EXIT_OK
+    warnings: list[str] = []
+    frame = list_runs(runs, flow=args.flow, warn=warnings)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     if frame.empty:
-        print("no runs yet")
-    else:
-        _print_frame(frame)
+        print("no runs yet" if not args.flow else f"no {args.flow} runs yet")
+        return EXIT_OK
+    frame["seconds"] = frame["seconds"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
+    cells = [list(frame.columns)] + frame.astype(str).to_numpy().tolist()
+    widths = [max(len(row[j]) for row in cells) for j in range(len(frame.columns))]
+    for row in cells:  # left-aligned: a run id starts its line
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ of every input file and the ref and sha256 of every output.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import hashlib
 import importlib.metadata
@@ -149,8 +150,46 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return lines
 
 
-def list_runs(runs_dir: Path) -> pd.DataFrame:
-    """One row per run: id, flow, started, status and its headline metrics."""
+RUN_COLUMNS = ["run_id", "flow", "dataset", "runner", "started", "seconds", "status",
+               "headline"]
+
+
+def _dataset(config: Any) -> str:
+    dataset = (config or {}).get("dataset") if isinstance(config, dict) else None
+    if isinstance(dataset, dict):
+        dataset = dataset.get("name")
+    return str(dataset) if dataset else ""
+
+
+def _seconds(m: dict[str, Any]) -> float | None:
+    try:
+        start = dt.datetime.fromisoformat(m["started"])
+        end = dt.datetime.fromisoformat(m["finished"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return round((end - start).total_seconds(), 1)
+
+
+def _headline(m: dict[str, Any], run_id: str, warn: list[str], n: int = 2) -> str:
+    headline = m.get("headline")
+    if headline is None:
+        return ""
+    if not isinstance(headline, dict) or not all(
+            isinstance(v, int | float) for v in headline.values()):
+        warn.append(f"run {run_id}: malformed headline metrics in its manifest; left out")
+        return ""
+    return ", ".join(f"{k.rsplit('/', 2)[-2]}/{k.rsplit('/', 1)[-1]}={v:.4g}"
+                     for k, v in list(headline.items())[:n])
+
+
+def list_runs(runs_dir: Path, flow: str | None = None,
+              warn: list[str] | None = None) -> pd.DataFrame:
+    """One row per finished run, oldest first: id, flow, dataset, runner, start, duration,
+    status (``finished``, or ``rerun of <id>``) and its first two headline metrics.
+
+    A manifest that cannot be read, or whose headline is malformed, adds a line to ``warn``
+    and is left out (the headline alone, in the second case)."""
+    warn = [] if warn is None else warn
     rows = []
     if runs_dir.is_dir():
         for d in sorted(runs_dir.iterdir()):
@@ -158,10 +197,58 @@ def list_runs(runs_dir: Path) -> pd.DataFrame:
                 continue
             try:
                 m = read_manifest(d)
-            except InputError:
+            except InputError as exc:
+                warn.append(f"run {d.name}: {exc}; left out")
                 continue
-            row = {"run_id": d.name, "flow": m["flow"], "started": m.get("started", "")}
-            for k, v in (m.get("headline") or {}).items():
-                row[k] = v
-            rows.append(row)
-    return pd.DataFrame(rows)
+            if flow is not None and m["flow"] != flow:
+                continue
+            options = m.get("options") or {}
+            runner = "dask" if m.get("task_runner") == "DaskTaskRunner" else (
+                options.get("runner") or "local")
+            rerun_of = options.get("rerun_of")
+            rows.append({
+                "run_id": d.name,
+                "flow": m["flow"],
+                "dataset": _dataset(m.get("config")),
+                "runner": runner,
+                "started": str(m.get("started", ""))[:19].replace("T", " "),
+                "seconds": _seconds(m),
+                "status": f"rerun of {rerun_of}" if rerun_of else "finished",
+                "headline": _headline(m, d.name, warn),
+            })
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    return frame.sort_values(["started", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def describe_run(run_dir: Path) -> str:
+    """What ``scarce runs RUN_ID`` prints: the run's record and its metrics."""
+    m = read_manifest(run_dir)
+    code = m.get("code") or {}
+    lines = [
+        f"run        {run_dir.name}",
+        f"flow       {m['flow']}  (dataset {_dataset(m.get('config')) or '-'})",
+        f"started    {m.get('started', '')}",
+        f"finished   {m.get('finished', '')}  ({_seconds(m)} s)",
+        f"runner     {m.get('task_runner') or '-'}",
+        f"seed       {m.get('seed')}",
+        f"code       scarce {code.get('scarce', '?')}, commit {code.get('commit', '-')}"
+        + (" (with uncommitted changes)" if code.get("dirty") else ""),
+        f"store      {m.get('store', '')}",
+        f"inputs     {len(m.get('inputs') or [])} file(s)",
+        f"outputs    {len(m['outputs'])} store entries, "
+        f"{sum(1 for o in m['outputs'] if o.get('cached'))} taken from the cache",
+    ]
+    named = m.get("named_outputs") or []
+    if named:
+        lines.append("named      " + ", ".join(f"outputs/{o['name']}" for o in named))
+    if m.get("prefect_flow_run_id"):
+        lines.append(f"prefect    flow run {m['prefect_flow_run_id']}")
+    metrics_path = run_dir / METRICS
+    if metrics_path.is_file():
+        metrics = pd.read_parquet(metrics_path)
+        wide = metrics.pivot_table(index=["dataset", "method"], columns="metric",
+                                   values="value", sort=False)
+        with pd.option_context("display.width", 120, "display.max_columns", 12,
+                               "display.float_format", "{:.4f}".format):
+            lines += ["", wide.to_string()]
+    return "\n".join(lines)

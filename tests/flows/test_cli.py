@@ -132,11 +132,34 @@ def test_rerun_reports_what_differs(project, capsys):
     assert f"differs: {m['outputs'][0]['ref']}" in out
 
 
-def test_runs_lists_runs_with_headline_metrics(project, capsys):
+def test_runs_lists_one_line_per_run_and_shows_one_in_detail(project, capsys):
     code, out, _ = run_cli(capsys, "runs")
     assert code == 0
-    assert runs(project)[0] in out
-    assert "digits/kmeans/ari" in out
+    lines = out.splitlines()
+    assert lines[0].split() == ["run_id", "flow", "dataset", "runner", "started", "seconds",
+                                "status", "headline"]
+    ids = runs(project)
+    assert len(lines) == 1 + len(ids) and all(len(line) < 200 for line in lines)
+    first = next(line for line in lines if line.startswith(ids[0]))
+    assert " digits " in first and " local " in first and "kmeans/ari=" in first
+    code, out, _ = run_cli(capsys, "runs", "--flow", "leml")
+    assert code == 0 and out.strip() == "no leml runs yet"
+    code, out, _ = run_cli(capsys, "runs", ids[0])
+    assert code == 0 and f"run        {ids[0]}" in out and "ari" in out
+
+
+def test_runs_leaves_out_a_malformed_headline_with_a_warning(project, capsys):
+    run_id = runs(project)[0]
+    path = project / "data" / "runs" / run_id / "manifest.json"
+    good = path.read_text()
+    m = json.loads(good)
+    path.write_text(json.dumps({**m, "headline": ["not", "a", "mapping"]}))
+    try:
+        code, out, err = run_cli(capsys, "runs")
+    finally:
+        path.write_text(good)
+    assert code == 0 and run_id in out
+    assert f"warning: run {run_id}: malformed headline metrics" in err
 
 
 @pytest.mark.parametrize(

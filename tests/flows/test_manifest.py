@@ -57,6 +57,8 @@ def test_list_runs_skips_folders_without_a_valid_manifest(tmp_path):
     )
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "manifest.json").write_text("{")
-    frame = list_runs(tmp_path)
+    warnings: list[str] = []
+    frame = list_runs(tmp_path, warn=warnings)
     assert frame["run_id"].tolist() == ["good"]
-    assert frame.loc[0, "d/m/p@1"] == 0.5
+    assert frame.loc[0, "headline"] == "m/p@1=0.5"
+    assert len(warnings) == 1 and warnings[0].startswith("run junk: ")
