@@ -41,13 +41,12 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from algorithms.metrics.coref import coref_scores
-from algorithms.strip.ripper import StRip
+from algorithms.strip.ripper import VARIANTS, StRip
 from flows.config import project_root
 from flows.runtime import markdown_table
 from tasks import strip as tasks_strip
 from tasks.errors import InputError
 
-VARIANTS = ("ripper", "strip-labeled", "strip-partial")
 # method -> the peer fitted on the same pair instances
 PEER_OF = {"ripper": "wittgenstein-labeled", "strip-labeled": "wittgenstein-labeled",
            "strip-partial": "wittgenstein-all"}
@@ -63,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated loss ratios swept on the dev split")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of {', '.join(VARIANTS)}")
-    parser.add_argument("--k-optimize", type=int, default=2, help="RIPPER's k (both learners)")
+    parser.add_argument("--k-optimize", type=int, default=StRip().k_optimize,
+                        help="RIPPER's k (both learners; default: StRip's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-docs", type=int, default=None,
                         help="at most this many documents per split (first by id)")
@@ -84,8 +84,8 @@ def _log(msg: str) -> None:
 
 
 # ----------------------------------------------------------------------------- data
-def load_split(gum: Path, docs: list[str], window: int, supervision: str = "sources") -> dict:
-    """Pairs (keys, label, features) and mentions of the given documents.
+def load_split(files: list[Path], window: int, supervision: str = "sources") -> dict:
+    """Pairs (keys, label, features) and mentions of the given CoNLL-U files.
 
     ``supervision="all"``: every entity's mentions are sources (a fraction of 1 of the entities),
     so every pair is labelled; otherwise the person and organization mentions.
@@ -96,8 +96,7 @@ def load_split(gum: Path, docs: list[str], window: int, supervision: str = "sour
         sources = {"source_kind": "etype", "etypes": ["person", "organization"],
                    "fraction": None, "seed": None}
     pairs, mentions = [], []
-    for path in tasks_strip.document_files(pd.DataFrame({"doc_id": docs, "split": "x"}), gum,
-                                           {"x": ["x"]})["x"]:
+    for path in files:
         out = tasks_strip.preprocess(path=path, window=window, max_sentence_distance=None,
                                      **sources)
         pairs.append(out["pairs"])
@@ -106,20 +105,15 @@ def load_split(gum: Path, docs: list[str], window: int, supervision: str = "sour
             "mentions": pd.concat(mentions, ignore_index=True)}
 
 
-def _documents(gum: Path, max_docs: dict[str, int | None]) -> dict[str, list[str]]:
+def _documents(gum: Path, max_docs: dict[str, int | None]) -> dict[str, list[Path]]:
+    """The CoNLL-U files of each split (train, dev, test), at most ``max_docs[split]``."""
     splits_file = gum / "splits.tsv"
     if not splits_file.is_file():
         raise InputError("splits file not found (expected coref/gum/splits.tsv under --data)",
                          path=splits_file)
-    table = tasks_strip.select_documents(splits_file, ["train", "dev", "test"])
-    out = {}
-    for split, limit in max_docs.items():
-        docs = [d for d in table.loc[table["split"] == split, "doc_id"]
-                if any((gum / f"{d}{s}").is_file() for s in tasks_strip.DOC_SUFFIXES)]
-        if not docs:
-            raise InputError(f"no document of split {split!r} in {gum}", path=splits_file)
-        out[split] = docs[:limit] if limit else docs
-    return out
+    table = tasks_strip.select_documents(splits_file, gum, {s: [s] for s in max_docs})
+    return {split: list(table.loc[table["role"] == split, "file"])[: limit or None]
+            for split, limit in max_docs.items()}
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -142,12 +136,10 @@ def score(positive: np.ndarray, data: dict) -> dict[str, float]:
 
 
 def _fit_strip(train: pd.DataFrame, variant: str, loss_ratio: float, k: int, seed: int):
-    closure = tasks_strip.VARIANTS[variant][0]
-    table = tasks_strip.training_pairs([train], variant)
-    model = StRip(closure=closure, loss_ratio=loss_ratio, k_optimize=k, random_state=seed)
+    model = StRip.from_variant(variant, loss_ratio=loss_ratio, k_optimize=k, random_state=seed)
     t0 = time.perf_counter()
-    model.fit(tasks_strip.features(table), table["label"].to_numpy(), table["doc"].to_numpy(),
-              table["mention_i"].to_numpy(), table["mention_j"].to_numpy())
+    model.fit(tasks_strip.features(train), train["label"].to_numpy(),
+              *tasks_strip.pair_ends(train))
     return model, time.perf_counter() - t0
 
 
@@ -198,14 +190,14 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
              "(dropped)")
     if bad or not ratios or min(ratios) <= 0 or not variants:
         raise InputError(f"bad --variants {bad} or --loss-ratios {ratios} (expected a subset of "
-                         f"{VARIANTS} and positive ratios)")
+                         f"{list(VARIANTS)} and positive ratios)")
     limits = dict(QUICK_DOCS) if args.quick else {s: args.max_docs for s in QUICK_DOCS}
     docs = _documents(gum, limits)
     _log(f"documents: {', '.join(f'{s} {len(d)}' for s, d in docs.items())}; window {window}")
 
     with threadpool_limits(1):
         t0 = time.perf_counter()
-        data = {s: load_split(gum, d, window, supervision) for s, d in docs.items()}
+        data = {s: load_split(d, window, supervision) for s, d in docs.items()}
         data["train"]["pairs"]["gold"] = _gold(data["train"])
         _log(f"features in {time.perf_counter() - t0:.1f} s: " + ", ".join(
             f"{s} {len(d['pairs'])} pairs ({int((d['pairs']['label'] >= 0).sum())} labelled)"

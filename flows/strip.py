@@ -3,9 +3,12 @@
 Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
 through Structured Rule Learning" (EMNLP 2006)::
 
-    splits -> preprocess (per file) -> for each variant: grow -> prune -> optimize -> evaluate
+    preprocess (per file) -> for each variant: grow -> prune -> optimize -> evaluate
 
-Options live in ``configs/strip.yaml``.
+Each training step calls the same-named step method of
+:class:`~algorithms.strip.ripper.StRip` (``StRip.fit`` is the loop over them); the variants are
+:data:`algorithms.strip.ripper.VARIANTS`, the learner's defaults its signature.  Options live in
+``configs/strip.yaml``.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import pandas as pd
 from prefect import flow
 from pydantic import Field, model_validator
 
+from algorithms.strip.ripper import VARIANTS, StRip
 from flows import plots
-from flows.config import FlowConfig, Strict
+from flows.config import FlowConfig, Strict, from_estimator
 from flows.published import STOYANOV_MPQA
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import strip
 
-Variant = Literal["ripper", "strip-labeled", "strip-partial"]
+Variant = Literal[tuple(VARIANTS)]
 
 PUBLISHED_MPQA = STOYANOV_MPQA
 
@@ -51,7 +55,7 @@ class SourceConfig(Strict):
 
 
 class StripConfig(FlowConfig):
-    """Options of the StRip flow (``configs/strip.yaml``)."""
+    """Options of the StRip flow (``configs/strip.yaml``); the learner's defaults are StRip's."""
 
     dataset: str = Field(
         "gum",
@@ -83,27 +87,27 @@ class StripConfig(FlowConfig):
     )
     sources: SourceConfig = Field(SourceConfig(), description="The labelled mentions.")
     variants: list[Variant] = Field(
-        ["ripper", "strip-labeled", "strip-partial"],
+        list(VARIANTS),
         min_length=1,
         description="ripper: plain RIPPER on labelled pairs (baseline); strip-labeled: StRip "
         "on labelled pairs; strip-partial: StRip on all pairs, unknown labels "
         "taking part in the closure only.",
     )
-    loss_ratio: float = Field(
-        1.0,
-        gt=0,
+    loss_ratio: float = from_estimator(
+        StRip, "loss_ratio", gt=0, allow_inf_nan=False,
         description="Cost of a false positive over a false negative (the paper varied it).",
     )
-    k_optimize: int = Field(2, ge=0, le=10, description="Rounds of RIPPER's optimisation.")
-    dl_surplus: float = Field(
-        64.0,
-        gt=0,
-        description="Stop adding rules when the description "
-        "length exceeds the least seen by this "
-        "many bits.",
+    k_optimize: int = from_estimator(
+        StRip, "k_optimize", ge=0, le=10, description="Rounds of RIPPER's optimisation."
     )
-    max_thresholds: int = Field(
-        16, ge=1, description="Candidate thresholds per numeric feature (quantiles)."
+    dl_surplus: float = from_estimator(
+        StRip, "dl_surplus", gt=0, allow_inf_nan=False,
+        description="Stop adding rules when the description length exceeds the least seen by "
+        "this many bits.",
+    )
+    max_thresholds: int = from_estimator(
+        StRip, "max_thresholds", ge=1,
+        description="Candidate thresholds per numeric feature (quantiles).",
     )
 
     @model_validator(mode="after")
@@ -120,60 +124,25 @@ class StripConfig(FlowConfig):
     flow_run_name="strip-{config.dataset}-w{config.window}-L{config.loss_ratio}-seed{config.seed}",
 )
 def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
+    """preprocess -> grow -> prune -> optimize (per variant) -> evaluate, then the artifacts."""
     ctx = RunContext.open("strip", config, options)
-    splits_file = ctx.path(config.splits_file)
-    roles = {"train": config.train_splits, "test": config.test_splits}
-    wanted = [*config.train_splits, *config.test_splits]
-    # The document list is stored only once every document has been read: a malformed
-    # CoNLL-U file then leaves nothing in the store (the plain call below is a small TSV read).
-    documents = strip.select_documents(splits_file, wanted)
-    files = strip.document_files(documents, ctx.path(config.data_dir), roles, splits_file)
-    src = config.sources
-    prep = dict(
-        window=config.window,
-        max_sentence_distance=config.max_sentence_distance,
-        source_kind=src.kind,
-        etypes=src.etypes,
-        fraction=src.fraction if src.kind == "fraction" else None,
-        seed=config.seed if src.kind == "fraction" else None,
-    )
-    data = {
-        role: ctx.gather([ctx.submit(strip.preprocess, path=p, **prep) for p in paths])
-        for role, paths in files.items()
-    }
-    ctx.run(strip.select_documents, splits_file=splits_file, splits=wanted)
+    data = preprocess(ctx, config)
     train = [d["pairs"] for d in data["train"]]
-    learn = dict(loss_ratio=config.loss_ratio, max_thresholds=config.max_thresholds)
+    progress = ctx.progress("training", 3 * len(config.variants),
+                            f"grow, prune, optimize for {len(config.variants)} variants")
     rules, timings = {}, {}
-    progress = ctx.progress(
-        "training",
-        3 * len(config.variants),
-        f"grow, prune, optimize for {len(config.variants)} variants",
-    )
     for v in config.variants:
-        g = ctx.run(
-            strip.grow,
-            train=train,
-            variant=v,
-            dl_surplus=config.dl_surplus,
-            seed=config.seed,
-            **learn,
-        )
+        learn = dict(train=train, variant=v, loss_ratio=config.loss_ratio,
+                     max_thresholds=config.max_thresholds)
+        grown = ctx.run(strip.grow, dl_surplus=config.dl_surplus, seed=config.seed, **learn)
         progress.advance()
-        p = ctx.run(strip.prune, train=train, rules=g["rules"], variant=v, **learn)
+        pruned = ctx.run(strip.prune, rules=grown["rules"], **learn)
         progress.advance()
-        o = ctx.run(
-            strip.optimize,
-            train=train,
-            rules=p["rules"],
-            rng=g["rng"],
-            variant=v,
-            dl_surplus=config.dl_surplus,
-            k_optimize=config.k_optimize,
-            **learn,
-        )
+        optimized = ctx.run(strip.optimize, rules=pruned["rules"], rng=grown["rng"],
+                            dl_surplus=config.dl_surplus, k_optimize=config.k_optimize, **learn)
         progress.advance()
-        rules[v], timings[v] = o["rules"], [g["timings"], p["timings"], o["timings"]]
+        rules[v] = optimized["rules"]
+        timings[v] = [grown["timings"], pruned["timings"], optimized["timings"]]
     result = ctx.run(
         strip.evaluate,
         test_pairs=[d["pairs"] for d in data["test"]],
@@ -182,17 +151,52 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
         timings=timings,
         dataset=f"{config.dataset}-{'+'.join(config.test_splits)}",
     )
+    publish(ctx, config, rules, result)
+    return ctx.finish(result["metrics"], headline=strip.headline(ctx.read(result["metrics"])))
+
+
+def preprocess(ctx: RunContext, config: StripConfig) -> dict[str, list[dict[str, str]]]:
+    """One ``preprocess`` step per CoNLL-U file, per role (``train``, ``test``): their refs.
+
+    The splits file is read once; the document table is stored after every document has been
+    read, so that a malformed CoNLL-U file leaves nothing in the store (the training files are
+    read, and fail, before the test files are submitted).
+    """
+    splits_file = ctx.path(config.splits_file)
+    roles = {"train": config.train_splits, "test": config.test_splits}
+    documents = strip.select_documents(splits_file, ctx.path(config.data_dir), roles)
+    src = config.sources
+    drawn = src.kind == "fraction"  # the seed and fraction key the step only when they are used
+    prep = dict(
+        window=config.window,
+        max_sentence_distance=config.max_sentence_distance,
+        source_kind=src.kind,
+        etypes=src.etypes,
+        fraction=src.fraction if drawn else None,
+        seed=config.seed if drawn else None,
+    )
+    data = {
+        role: ctx.gather([ctx.submit(strip.preprocess, path=p, **prep) for p in part["file"]])
+        for role, part in documents.groupby("role", sort=False)
+    }
+    ctx.run(strip.record_documents, splits_file=splits_file,
+            documents=documents.assign(file=[p.name for p in documents["file"]]).to_dict("records"))
+    return data
+
+
+def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict) -> None:
+    """The run's artifacts: rules, scores, timings, comparison and rule-coverage plots, summary."""
+    scores = ctx.read(result["scores"])
     ctx.publish_markdown(
         "rules",
         strip.rules_markdown(
             {v: ctx.read(r) for v, r in rules.items()},
             f"# StRip rules ({config.dataset}, window {config.window}, loss ratio "
-            f"{config.loss_ratio})\n\n" + markdown_table(ctx.read(result["scores"])),
+            f"{config.loss_ratio})\n\n" + markdown_table(scores),
         ),
     )
     ctx.publish_table("scores", result["scores"], "F1 over the source mentions per method")
     ctx.publish_table("training-time", result["timings"], "Seconds per method and phase")
-    scores = ctx.read(result["scores"])
     ctx.publish_image(
         "comparison",
         # only the rule counts of the (volatile) timings table are drawn: the seconds, which
@@ -202,7 +206,7 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
         "F1 over the source mentions per method, and rules after each phase",
     )
     coverage = ctx.read(result["coverage"])
-    ctx.publish_table("rule-coverage", result["coverage"],
+    ctx.publish_table("rule-coverage", coverage,
                       "Per rule: labelled test pairs it fires on, and those it brings into a "
                       "chain after the closure")
     ctx.publish_image(
@@ -216,7 +220,6 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
         summary_markdown(scores, config),
         "RIPPER against StRip in this run; the paper's MPQA figures are not comparable",
     )
-    return ctx.finish(result["metrics"], headline=strip.headline(ctx.read(result["metrics"])))
 
 
 def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig) -> bytes:

@@ -1,26 +1,18 @@
-"""StRip's Prefect steps: splits -> preprocess -> grow -> prune -> optimize -> evaluate.
+"""StRip's Prefect steps: preprocess -> grow -> prune -> optimize -> evaluate.
 
 Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
 through Structured Rule Learning", EMNLP 2006.  Thin wrappers: the rule learner is
-:mod:`algorithms.strip.ripper` (over :mod:`algorithms.strip.closure`), the pair features
+:class:`algorithms.strip.ripper.StRip` (over :mod:`algorithms.strip.closure`), the pair features
 :mod:`algorithms.strip.features`, the scores :mod:`algorithms.metrics.coref` and the reader
 :mod:`tasks.readers.conllu`.
 
-Three training variants share one code path (:data:`VARIANTS`):
-
-``ripper``
-    plain RIPPER (no closure) on the labelled pairs only, the paper's baseline;
-``strip-labeled``
-    StRip (closure coverage) on the labelled pairs only (pairs of two source NPs);
-``strip-partial``
-    StRip on all pairs with partial supervision: pairs with an unknown label (at least one NP is
-    not a source) are never counted but take part in the closure.
-
-``grow``, ``prune`` and ``optimize`` are RIPPER's three phases as separate steps, each writing its
-rule table to the store.  ``grow`` also stores the state of its random generator, which
-``optimize`` continues from, so the three steps give exactly the rules of
-``StRip(random_state=seed).fit`` on the same pairs.  Training times are ``timings`` parts
-(volatile); the metrics table never holds a time.
+``grow``, ``prune`` and ``optimize`` call the estimator's step methods of the same names, each
+writing its rule table to the store; the estimator is built from the variant's name
+(:data:`algorithms.strip.ripper.VARIANTS`: ``ripper``, ``strip-labeled``, ``strip-partial``) and
+the parameters the step uses, so a step's key holds only those.  ``grow`` also stores the state
+of its random generator, which ``optimize`` continues from, so the three steps give exactly the
+rules of ``StRip.fit`` on the same pairs.  Training times are ``timings`` parts (volatile); the
+metrics table never holds a time.
 """
 
 from __future__ import annotations
@@ -41,29 +33,16 @@ from algorithms.strip.closure import PairGraph
 from tasks.errors import InputError
 from tasks.steps import step
 
-# variant -> (closure coverage, train on: "labeled" pairs only or "all" pairs)
-VARIANTS = {
-    "ripper": (False, "labeled"),
-    "strip-labeled": (True, "labeled"),
-    "strip-partial": (True, "all"),
-}
 PAIR_KEYS = ["doc", "mention_i", "mention_j", "label"]
 MENTION_KEYS = ["doc", "mention", "entity", "source", "sent", "position_start", "position_end",
                 "position_head"]
+DOCUMENT_COLUMNS = ["role", "split", "doc_id", "file"]
 DOC_SUFFIXES = (".conllu.gz", ".conllu")
 SCORE_NAMES = ("muc", "b3", "ceaf_e", "pairwise")
 
 
 # ----------------------------------------------------------------------------- documents
-@step("strip-splits", files=("splits_file",))
-def select_documents(splits_file: Path, splits: list[str]) -> pd.DataFrame:
-    """The documents of the requested splits, from a ``doc_id <TAB> split`` file (GUM's).
-
-    Returns
-    -------
-    DataFrame
-        ``doc_id``, ``split``, sorted by split (in the order requested) and document id.
-    """
+def _read_splits(splits_file: Path) -> pd.DataFrame:
     try:
         table = pd.read_csv(splits_file, sep="\t", dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -77,39 +56,54 @@ def select_documents(splits_file: Path, splits: list[str]) -> pd.DataFrame:
         line = int(np.flatnonzero(dup.to_numpy())[0]) + 2
         raise InputError(f"document {table['doc_id'][dup].iloc[0]!r} listed twice",
                          path=splits_file, line=line)
-    order = {s: k for k, s in enumerate(splits)}
-    table = table[table["split"].isin(order)].copy()
-    table["_order"] = table["split"].map(order)
-    table = table.sort_values(["_order", "doc_id"], kind="stable").drop(columns="_order")
-    return table.reset_index(drop=True)[["doc_id", "split"]]
+    return table
 
 
-def document_files(documents: pd.DataFrame, data_dir: Path,
-                   splits: dict[str, Sequence[str]], splits_file: Path | None = None
-                   ) -> dict[str, list[Path]]:
-    """The CoNLL-U file of every listed document present in ``data_dir``, per role.
+def select_documents(splits_file: Path, data_dir: Path,
+                     roles: dict[str, Sequence[str]]) -> pd.DataFrame:
+    """The documents each role reads, from a ``doc_id <TAB> split`` file (GUM's).
 
-    ``splits`` maps a role (``train``, ``test``) to the split names it takes.  Documents listed
-    in the splits file but absent from the folder are skipped (the bundled data is a part of
-    GUM); a role left without documents is an error.
+    ``roles`` maps a role (``train``, ``test``) to the split names it takes.  Documents listed
+    in the splits file but absent from ``data_dir`` (as ``<doc_id>.conllu[.gz]``) are skipped
+    (the bundled data is a part of GUM); a role left without documents is an error.  A plain
+    function, not a step: the flow stores its table with :func:`record_documents` once every
+    document has been read.
+
+    Returns
+    -------
+    DataFrame
+        ``role``, ``split``, ``doc_id`` and ``file`` (the path), per role in the order given,
+        then by split (in the order listed) and document id.
     """
+    table = _read_splits(splits_file)
     if not Path(data_dir).is_dir():
         raise InputError("data folder not found", path=data_dir, key="data_dir")
-    out: dict[str, list[Path]] = {}
-    for role, names in splits.items():
-        files = []
-        for doc in documents.loc[documents["split"].isin(list(names)), "doc_id"]:
-            for suffix in DOC_SUFFIXES:
-                p = Path(data_dir) / f"{doc}{suffix}"
-                if p.is_file():
-                    files.append(p)
-                    break
-        if not files:
+    out = []
+    for role, names in roles.items():
+        order = {s: k for k, s in enumerate(names)}
+        part = table.assign(_order=table["split"].map(order)).dropna(subset="_order")
+        part = part.sort_values(["_order", "doc_id"], kind="stable")
+        for split, doc in zip(part["split"], part["doc_id"], strict=True):
+            path = next((p for p in (Path(data_dir) / f"{doc}{x}" for x in DOC_SUFFIXES)
+                         if p.is_file()), None)
+            if path is not None:
+                out.append((role, split, doc, path))
+        if not any(r[0] == role for r in out):
             raise InputError(f"no document of split(s) {list(names)} found in {data_dir} "
                              f"(names: <doc_id>.conllu[.gz])", path=splits_file,
                              key=f"{role}_splits")
-        out[role] = files
-    return out
+    return pd.DataFrame(out, columns=DOCUMENT_COLUMNS)
+
+
+@step("strip-documents", files=("splits_file",), run_name="record documents")
+def record_documents(splits_file: Path, documents: list[dict]) -> pd.DataFrame:
+    """The run's document table (:func:`select_documents`, ``file`` as a name) for the store.
+
+    The flow runs this step once every document has been read, so that a malformed CoNLL-U
+    file leaves nothing in the store.  The splits file is not read again: it is an argument for
+    its content hash, which keys the entry and lists the file among the run's inputs.
+    """
+    return pd.DataFrame(documents, columns=DOCUMENT_COLUMNS)
 
 
 # ----------------------------------------------------------------------------- preprocess
@@ -183,45 +177,42 @@ def preprocess(
 
 
 # ----------------------------------------------------------------------------- training
-def _variant(variant: str) -> tuple[bool, str]:
-    if variant not in VARIANTS:
-        raise InputError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})",
-                         key="variants")
-    return VARIANTS[variant]
-
-
-def training_pairs(train: list[pd.DataFrame], variant: str) -> pd.DataFrame:
-    """The pairs a variant learns from: the labelled ones, or all (partial supervision)."""
-    table = pd.concat(train, ignore_index=True)
-    if _variant(variant)[1] == "labeled":
-        table = table[table["label"].to_numpy() >= 0].reset_index(drop=True)
-    return table
-
-
 def features(pairs: pd.DataFrame) -> pd.DataFrame:
     """The feature columns of a pair table."""
     return pairs.drop(columns=PAIR_KEYS)
 
 
-def _problem(train: list[pd.DataFrame], variant: str, loss_ratio: float,
-             max_thresholds: int) -> ripper.RuleProblem:
-    table = training_pairs(train, variant)
-    if not (table["label"] == 1).any():
+def pair_ends(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Document and the two mention ids of every pair (``groups, mention_i, mention_j``)."""
+    return pairs["doc"].to_numpy(), pairs["mention_i"].to_numpy(), pairs["mention_j"].to_numpy()
+
+
+def _learner(variant: str, **params) -> ripper.StRip:
+    try:
+        return ripper.StRip.from_variant(variant, **params)
+    except ValueError as exc:
+        raise InputError(str(exc), key="variants") from None
+
+
+def _prepare(model: ripper.StRip, train: list[pd.DataFrame], variant: str) -> ripper.RuleProblem:
+    """The estimator's problem over the training pairs of every file."""
+    table = pd.concat(train, ignore_index=True)
+    problem = model.prepare(features(table), table["label"].to_numpy(), *pair_ends(table))
+    if problem.n_positive == 0:
         raise InputError(f"variant {variant}: no coreferent labelled pair among the "
-                         f"{len(table)} training pairs (more documents or sources needed)",
+                         f"{problem.n_pairs} training pairs (more documents or sources needed)",
                          key="train_splits")
-    return ripper.make_problem(
-        features(table), table["label"].to_numpy(), table["doc"].to_numpy(),
-        table["mention_i"].to_numpy(), table["mention_j"].to_numpy(),
-        closure=_variant(variant)[0], loss_ratio=loss_ratio, max_thresholds=max_thresholds)
+    return problem
 
 
-def _timing(variant: str, phase: str, setup: float, seconds: float,
+def _timing(variant: str, phase: str, seconds: tuple[float, float, float],
             problem: ripper.RuleProblem, rules: pd.DataFrame) -> pd.DataFrame:
+    """One row of the (volatile) timings table: set-up and phase seconds, sizes."""
+    t0, t1, t2 = seconds
     return pd.DataFrame({
-        "method": [variant], "phase": [phase], "setup_seconds": [setup], "seconds": [seconds],
-        "n_pairs": [problem.n_pairs], "n_labeled": [int(np.count_nonzero(problem.y >= 0))],
-        "n_rules": [int(rules.loc[~rules["pruned"], "rule_id"].nunique())],
+        "method": [variant], "phase": [phase], "setup_seconds": [t1 - t0], "seconds": [t2 - t1],
+        "n_pairs": [problem.n_pairs], "n_labeled": [problem.n_labeled],
+        "n_rules": [ripper.rule_count(rules)],
     })
 
 
@@ -247,19 +238,20 @@ def _rng_from_state(state: np.ndarray) -> np.random.RandomState:
 )
 def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_surplus: float,
          seed: int) -> dict:
-    """RIPPER's building stage (IREP*) with the variant's coverage (Cohen 1995, section 3).
+    """:meth:`StRip.grow <algorithms.strip.ripper.StRip.grow>`: RIPPER's building stage.
 
     Returns the grown rule table (antecedents removed by pruning marked ``pruned``), the state
     of the random generator after growing (``optimize`` continues from it) and the timing.
     """
+    model = _learner(variant, loss_ratio=loss_ratio, max_thresholds=max_thresholds,
+                     dl_surplus=dl_surplus, random_state=seed)
     t0 = time.perf_counter()
-    problem = _problem(train, variant, loss_ratio, max_thresholds)
+    problem = _prepare(model, train, variant)
     t1 = time.perf_counter()
-    rng = np.random.RandomState(seed)
-    rules = ripper.grow(problem, dl_surplus=dl_surplus, random_state=rng)
+    rules, rng = model.grow(problem)
     t2 = time.perf_counter()
     return {"rules": rules, "rng": _rng_state(rng),
-            "timings": _timing(variant, "grow", t1 - t0, t2 - t1, problem, rules)}
+            "timings": _timing(variant, "grow", (t0, t1, t2), problem, rules)}
 
 
 @step(
@@ -271,13 +263,15 @@ def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_s
 )
 def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
           max_thresholds: int) -> dict:
-    """Drop pruned antecedents, then rules whose deletion lowers the description length."""
+    """:meth:`StRip.prune <algorithms.strip.ripper.StRip.prune>`: drop pruned antecedents, then
+    the rules whose deletion lowers the description length."""
+    model = _learner(variant, loss_ratio=loss_ratio, max_thresholds=max_thresholds)
     t0 = time.perf_counter()
-    problem = _problem(train, variant, loss_ratio, max_thresholds)
+    problem = _prepare(model, train, variant)
     t1 = time.perf_counter()
-    out = ripper.prune(problem, rules)
+    out = model.prune(problem, rules)
     t2 = time.perf_counter()
-    return {"rules": out, "timings": _timing(variant, "prune", t1 - t0, t2 - t1, problem, out)}
+    return {"rules": out, "timings": _timing(variant, "prune", (t0, t1, t2), problem, out)}
 
 
 @step(
@@ -289,46 +283,31 @@ def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
 )
 def optimize(train: list, rules: pd.DataFrame, rng: np.ndarray, variant: str,
              loss_ratio: float, max_thresholds: int, dl_surplus: float, k_optimize: int) -> dict:
-    """RIPPER's optimisation phase, ``k_optimize`` rounds (RIPPERk), continuing grow's RNG."""
+    """:meth:`StRip.optimize <algorithms.strip.ripper.StRip.optimize>`: ``k_optimize`` rounds
+    of RIPPER's optimisation, continuing grow's random generator."""
+    model = _learner(variant, loss_ratio=loss_ratio, max_thresholds=max_thresholds,
+                     dl_surplus=dl_surplus, k_optimize=k_optimize)
     t0 = time.perf_counter()
-    problem = _problem(train, variant, loss_ratio, max_thresholds)
+    problem = _prepare(model, train, variant)
     t1 = time.perf_counter()
-    out = ripper.optimize(problem, rules, k=k_optimize, dl_surplus=dl_surplus,
-                          random_state=_rng_from_state(rng))
+    out = model.optimize(problem, rules, _rng_from_state(rng))
     t2 = time.perf_counter()
     return {"rules": out,
-            "timings": _timing(variant, "optimize", t1 - t0, t2 - t1, problem, out)}
+            "timings": _timing(variant, "optimize", (t0, t1, t2), problem, out)}
 
 
 # ----------------------------------------------------------------------------- evaluation
-def cluster_mentions(rules: pd.DataFrame, pairs: pd.DataFrame,
-                     mentions: pd.DataFrame) -> np.ndarray:
-    """Chain label of every mention: single-link clustering of the pairs the rules mark positive.
-
-    Mentions in no positive pair are singletons.  Labels are integers unique over all documents.
-    """
-    return chains(ripper.rules_fire(rules, features(pairs)), pairs, mentions)
-
-
 def chains(positive: np.ndarray, pairs: pd.DataFrame, mentions: pd.DataFrame) -> np.ndarray:
     """Chain label of every mention: single-link clustering of the ``positive`` pairs.
 
     ``positive`` is a boolean mask over the rows of ``pairs`` (any classifier's decisions).
     Mentions in no positive pair are singletons.  Labels are integers unique over all documents.
     """
-    positive = np.asarray(positive, dtype=bool)
-    graph = PairGraph(pairs["doc"].to_numpy(), pairs["mention_i"].to_numpy(),
-                      pairs["mention_j"].to_numpy(), closure=True)
-    lab = graph.labels(positive)
-    ends = pd.DataFrame({
-        "doc": np.concatenate([pairs["doc"].to_numpy(), pairs["doc"].to_numpy()]),
-        "mention": np.concatenate([pairs["mention_i"].to_numpy(),
-                                   pairs["mention_j"].to_numpy()]),
-        "label": lab[np.concatenate([graph.u, graph.v])],
-    }).drop_duplicates(["doc", "mention"])
+    graph = PairGraph(*pair_ends(pairs), closure=True)
+    ends = graph.clusters(np.asarray(positive, dtype=bool))
     idx = pd.MultiIndex.from_frame(ends[["doc", "mention"]])
     rows = idx.get_indexer(pd.MultiIndex.from_frame(mentions[["doc", "mention"]]))
-    out = np.where(rows >= 0, ends["label"].to_numpy()[np.maximum(rows, 0)], -1)
+    out = np.where(rows >= 0, ends["cluster"].to_numpy()[np.maximum(rows, 0)], -1)
     alone = out < 0
     out[alone] = graph.n_nodes + np.arange(int(alone.sum()))
     return out.astype(np.int64)
@@ -344,6 +323,7 @@ def _long_scores(scores: pd.DataFrame, prefix: str) -> dict[str, float]:
     inputs=("test_pairs", "test_mentions", "rules", "timings"),
     outputs=("metrics", "scores", "clusters", "coverage", "timings"),
     volatile=("timings",),
+    run_name="evaluate {dataset}",
 )
 def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
              dataset: str) -> dict:
@@ -367,17 +347,16 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
     key = mentions["entity"].to_numpy()
     groups = mentions["doc"].to_numpy()
     source = mentions["source"].to_numpy(dtype=bool)
+    X = features(pairs)
     rows, clusters, wide, coverage = [], [], [], []
     for method, table in rules.items():
-        cov = ripper.rule_coverage(table, features(pairs), pairs["label"].to_numpy(),
-                                   pairs["doc"].to_numpy(), pairs["mention_i"].to_numpy(),
-                                   pairs["mention_j"].to_numpy())
+        cov = ripper.rule_coverage(table, X, pairs["label"].to_numpy(), *pair_ends(pairs))
         coverage.append(cov.assign(method=method))
-        response = cluster_mentions(table, pairs, mentions)
+        response = chains(ripper.rules_fire(table, X), pairs, mentions)
         values = {
             **_long_scores(coref_metrics.coref_scores(key, response, source, groups), ""),
             **_long_scores(coref_metrics.coref_scores(key, response, None, groups), "all_"),
-            "n_rules": float(table.loc[~table["pruned"].astype(bool), "rule_id"].nunique()),
+            "n_rules": float(ripper.rule_count(table)),
         }
         rows += [(dataset, method, m, v) for m, v in values.items()]
         wide.append({"method": method, **{f"{s}_f": values[f"{s}_f"] for s in SCORE_NAMES},

@@ -30,6 +30,7 @@ fixed base clustering.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
@@ -83,6 +84,8 @@ class PairGraph:
         documents).
     n_nodes : int
         Number of distinct mentions.
+    groups, mention_i, mention_j : ndarray
+        The arguments, as arrays.
     """
 
     def __init__(self, groups, mention_i, mention_j, closure: bool = True):
@@ -97,6 +100,7 @@ class PairGraph:
         _, m = np.unique(np.concatenate([mi, mj]), return_inverse=True)
         key = np.concatenate([g, g]).astype(np.int64) * (int(m.max()) + 1 if n else 1) + m
         _, nodes = np.unique(key, return_inverse=True)
+        self.groups, self.mention_i, self.mention_j = groups, mi, mj
         self.u = nodes[:n].astype(np.int64)
         self.v = nodes[n:].astype(np.int64)
         self.n_nodes = int(nodes.max()) + 1 if n else 0
@@ -107,6 +111,25 @@ class PairGraph:
         """Cluster label of every node after the closure of the ``positive`` pairs."""
         positive = self._mask(positive)
         return closure_labels(self.n_nodes, self.u[positive], self.v[positive])
+
+    def clusters(self, positive: np.ndarray) -> pd.DataFrame:
+        """The chains of the closure of the ``positive`` pairs (single-link clustering).
+
+        Returns
+        -------
+        DataFrame
+            One row per mention of a pair, in order of first appearance (``mention_i`` of every
+            pair, then ``mention_j``): ``doc``, ``mention`` and ``cluster``, the node label of
+            :meth:`labels` (an integer below ``n_nodes``, unique over all documents).
+        """
+        lab = self.labels(positive)
+        ends = pd.DataFrame({
+            "doc": np.concatenate([self.groups, self.groups]),
+            "mention": np.concatenate([self.mention_i, self.mention_j]),
+            "node": np.concatenate([self.u, self.v]),
+        }).drop_duplicates("node")
+        return pd.DataFrame({"doc": ends["doc"].to_numpy(), "mention": ends["mention"].to_numpy(),
+                             "cluster": lab[ends["node"].to_numpy()]})
 
     def covered(self, positive: np.ndarray) -> np.ndarray:
         """Boolean mask of the pairs covered when ``positive`` pairs are marked coreferent."""

@@ -8,24 +8,32 @@ in one cluster of the transitive closure, within each document, of the pairs tha
 but they are edges of the closure, so links through unlabelled NPs are rewarded indirectly
 (Stoyanov and Cardie 2006, section 3 and 4).  ``closure=False`` gives plain RIPPER, the baseline.
 
-The three phases are pure functions over a plain rule table (a DataFrame with columns
-``rule_id, antecedent_index, feature, op, value, pruned``) so that a pipeline can store each
-phase's result:
+The estimator exposes RIPPER's phases as step methods over a prepared problem, so that a pipeline
+can run (and store) each phase on its own; :meth:`StRip.fit` is the plain loop over the same
+steps.  A phase returns a plain rule table (a DataFrame with columns
+``rule_id, antecedent_index, feature, op, value, pruned``):
 
-* :func:`grow` — RIPPER's building stage (IREP*): split the training documents 2/3 grow, 1/3
-  prune (documents kept whole, new seeded split for every rule); grow a rule by adding the
+* :meth:`StRip.prepare` — select the training pairs of the variant (``use_unlabeled``) and encode
+  them as a :class:`RuleProblem`.
+* :meth:`StRip.grow` — RIPPER's building stage (IREP*): split the training documents 2/3 grow,
+  1/3 prune (documents kept whole, new seeded split for every rule); grow a rule by adding the
   antecedent of largest FOIL gain until it covers no negative or nothing improves; prune its final
   sequence of antecedents on the prune set by ``(p - n) / (p + n)``; stop when the rule's error on
   the prune set reaches 1/2, when no positive is left, or when the description length exceeds the
-  smallest seen by ``dl_surplus`` (64) bits.  The antecedents removed by pruning stay in the table
+  smallest seen by ``dl_surplus`` bits.  The antecedents removed by pruning stay in the table
   with ``pruned=True`` (they show what was grown); the covering used the pruned rules.
-* :func:`prune` — drop the pruned antecedents and delete, from the last rule back, every rule whose
-  removal lowers the total description length (Cohen's simplification of the rule set).
-* :func:`optimize` — ``k`` rounds: for each rule a replacement (grown from scratch) and a revision
-  (the rule grown further), both pruned to minimise the error of the whole rule set on the prune
-  set; keep the variant (original, replacement, revision) of least description length in the
-  context of the rule set; cover the positives still uncovered with new rules as in :func:`grow`;
-  delete rules that raise the description length.
+* :meth:`StRip.prune` — drop the pruned antecedents and delete, from the last rule back, every
+  rule whose removal lowers the total description length (Cohen's simplification of the rule
+  set).
+* :meth:`StRip.optimize` — ``k_optimize`` rounds: for each rule a replacement (grown from
+  scratch) and a revision (the rule grown further), both pruned to minimise the error of the whole
+  rule set on the prune set; keep the variant (original, replacement, revision) of least
+  description length in the context of the rule set; cover the positives still uncovered with new
+  rules as in :meth:`StRip.grow`; delete rules that raise the description length.
+
+The paper's three training set-ups are settings of two parameters (:data:`VARIANTS`): ``ripper``
+(plain coverage, labelled pairs), ``strip-labeled`` (closure, labelled pairs) and
+``strip-partial`` (closure, all pairs: the unknown ones join the closure but are never counted).
 
 Description length follows Cohen (1995) as implemented in Weka's JRip: a rule with ``k`` of the
 ``N`` possible conditions costs ``0.5 * (log2 k + 2 log2 log2 k + S(N, k, k/N))`` bits, and the
@@ -56,8 +64,8 @@ from sklearn.utils import check_random_state
 from algorithms.strip.closure import PairGraph
 
 __all__ = [
-    "RULE_COLUMNS", "RULE_COVERAGE_COLUMNS", "RuleProblem", "make_problem", "grow", "prune",
-    "optimize", "description_length", "rules_fire", "rules_to_text", "rule_coverage", "StRip",
+    "RULE_COLUMNS", "RULE_COVERAGE_COLUMNS", "VARIANTS", "RuleProblem", "description_length",
+    "rule_count", "rules_fire", "rules_to_text", "rule_coverage", "StRip",
 ]
 
 RULE_COLUMNS = ["rule_id", "antecedent_index", "feature", "op", "value", "pruned"]
@@ -65,11 +73,18 @@ RULE_COVERAGE_COLUMNS = ["rule_id", "rule", "fires", "fires_pos", "fires_neg", "
                          "new_neg", "covered_pos", "covered_neg"]
 _OPS = ("==", "<=", ">=")
 
+# The training set-ups compared by Stoyanov and Cardie (2006), as StRip parameters.
+VARIANTS = {
+    "ripper": {"closure": False, "use_unlabeled": False},  # the baseline: plain RIPPER
+    "strip-labeled": {"closure": True, "use_unlabeled": False},
+    "strip-partial": {"closure": True, "use_unlabeled": True},  # partial supervision
+}
+
 
 # ----------------------------------------------------------------------------- problem
 @dataclass
 class RuleProblem:
-    """Encoded training data for the rule learner (built by :func:`make_problem`)."""
+    """Encoded training pairs for the rule learner (built by :meth:`StRip.prepare`)."""
 
     names: list[str]
     nominal: list[bool]
@@ -87,7 +102,18 @@ class RuleProblem:
 
     @property
     def n_pairs(self) -> int:
+        """Training pairs (labelled or not)."""
         return self.y.size
+
+    @property
+    def n_labeled(self) -> int:
+        """Training pairs with a known label (1 or 0)."""
+        return int(np.count_nonzero(self.y >= 0))
+
+    @property
+    def n_positive(self) -> int:
+        """Training pairs labelled coreferent."""
+        return int(np.count_nonzero(self.y == 1))
 
 
 def _encode_column(col: pd.Series, max_thresholds: int):
@@ -103,56 +129,24 @@ def _encode_column(col: pd.Series, max_thresholds: int):
     return False, vals, None, uniq
 
 
-def make_problem(X, y, groups, mention_i, mention_j, *, closure: bool = True,
-                 loss_ratio: float = 1.0, max_thresholds: int = 16) -> RuleProblem:
-    """Validate and encode a pair data set for :func:`grow`, :func:`prune` and :func:`optimize`.
+def _as_frame(X) -> pd.DataFrame:
+    """``X`` as a DataFrame; a numpy array is all numeric with columns ``x0, x1, ...``."""
+    if isinstance(X, pd.DataFrame):
+        return X
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"X must be 2-d; got shape {arr.shape}")
+    return pd.DataFrame(arr, columns=[f"x{k}" for k in range(arr.shape[1])])
 
-    Parameters
-    ----------
-    X : DataFrame, shape (n_pairs, n_features)
-        Pair features.  Bool, object, string and categorical columns are nominal (tests
-        ``feature == value``); numeric columns get thresholds (``<= t``, ``>= t``).  A numpy array
-        is taken as all numeric with columns ``x0, x1, ...``.
-    y : array-like of int, shape (n_pairs,)
-        1 coreferent, 0 not coreferent, -1 unknown.
-    groups : array-like, shape (n_pairs,)
-        Document of each pair (the closure never crosses documents; splits keep documents whole).
-    mention_i, mention_j : array-like, shape (n_pairs,)
-        Mention ids of the pair, unique within a document.
-    closure : bool, default True
-        StRip's transitive-closure coverage (True) or RIPPER's plain coverage (False).
-    loss_ratio : float, default 1.0
-        Cost of a false positive relative to a false negative.
-    max_thresholds : int, default 16
-        At most this many candidate thresholds per numeric feature (quantiles of its values).
 
-    Returns
-    -------
-    RuleProblem
-    """
-    if not isinstance(X, pd.DataFrame):
-        arr = np.asarray(X, dtype=np.float64)
-        if arr.ndim != 2:
-            raise ValueError(f"X must be 2-d; got shape {arr.shape}")
-        X = pd.DataFrame(arr, columns=[f"x{k}" for k in range(arr.shape[1])])
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] != len(X):
-        raise ValueError(f"y must be 1-d with {len(X)} entries (one per row of X); got shape "
-                         f"{y.shape}")
-    if not np.isin(y, (-1, 0, 1)).all():
-        raise ValueError(f"y must hold 1, 0 or -1 (unknown); got values {np.unique(y)[:10]}")
-    if not (loss_ratio > 0 and math.isfinite(loss_ratio)):
-        raise ValueError(f"loss_ratio must be a positive number; got {loss_ratio}")
-    if int(max_thresholds) < 1:
-        raise ValueError(f"max_thresholds must be >= 1; got {max_thresholds}")
-    groups = np.asarray(groups)
-    if groups.shape != y.shape:
-        raise ValueError(f"groups has shape {groups.shape} but y has {y.shape}")
+def _encode(X: pd.DataFrame, y: np.ndarray, groups: np.ndarray, mention_i, mention_j, *,
+            closure: bool, loss_ratio: float, max_thresholds: int) -> RuleProblem:
+    """The :class:`RuleProblem` of validated pairs (see :meth:`StRip.prepare`)."""
     graph = PairGraph(groups, mention_i, mention_j, closure=closure)
     names, nominal, columns, cats, thr = [], [], [], [], []
     n_cond = 0
     for name in X.columns:
-        is_nom, col, cat, t = _encode_column(X[name], int(max_thresholds))
+        is_nom, col, cat, t = _encode_column(X[name], max_thresholds)
         names.append(str(name))
         nominal.append(is_nom)
         columns.append(col)
@@ -235,10 +229,16 @@ def _check_table(rules: pd.DataFrame) -> pd.DataFrame:
     return rules
 
 
-def _from_frame(problem: RuleProblem, rules: pd.DataFrame, keep_pruned=False):
+def _kept(rules: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a (checked) rule table that the rules use: ``pruned`` rows left out."""
     rules = _check_table(rules)
-    if "pruned" in rules.columns and not keep_pruned:
+    if "pruned" in rules.columns:
         rules = rules[~rules["pruned"].astype(bool)]
+    return rules
+
+
+def _from_frame(problem: RuleProblem, rules: pd.DataFrame):
+    rules = _kept(rules)
     index = {n: k for k, n in enumerate(problem.names)}
     out = []
     for _, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id",
@@ -291,9 +291,7 @@ def _antecedents(grp: pd.DataFrame) -> str:
 
 def _rule_masks(rules: pd.DataFrame, X: pd.DataFrame) -> list[tuple[int, str, np.ndarray]]:
     """(rule id, text, mask of the rows of ``X`` the rule fires on) per rule, in rule order."""
-    rules = _check_table(rules)
-    if "pruned" in rules.columns:
-        rules = rules[~rules["pruned"].astype(bool)]
+    rules = _kept(rules)
     out = []
     for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id",
                                                                              sort=True):
@@ -354,11 +352,14 @@ def rule_coverage(rules: pd.DataFrame, X: pd.DataFrame, y, groups, mention_i,
         {c: np.int64 for c in RULE_COVERAGE_COLUMNS if c != "rule"})
 
 
+def rule_count(rules: pd.DataFrame) -> int:
+    """Rules in a rule table (rows with ``pruned=True`` are ignored)."""
+    return int(_kept(rules)["rule_id"].nunique())
+
+
 def rules_to_text(rules: pd.DataFrame) -> str:
     """Readable rules, one per line: ``IF a AND b THEN coreferent``."""
-    rules = _check_table(rules)
-    if "pruned" in rules.columns:
-        rules = rules[~rules["pruned"].astype(bool)]
+    rules = _kept(rules)
     lines = []
     for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id"):
         lines.append(f"R{rid}: IF {_antecedents(grp)} THEN coreferent")
@@ -582,77 +583,24 @@ def _reduce_dl(problem: RuleProblem, rules):
     return rules
 
 
-# ----------------------------------------------------------------------------- phases
-def grow(problem: RuleProblem, *, dl_surplus: float = 64.0, random_state=None) -> pd.DataFrame:
-    """RIPPER's building stage (IREP*): grow, prune and add rules until a stopping criterion.
-
-    Parameters
-    ----------
-    problem : RuleProblem
-        From :func:`make_problem`.
-    dl_surplus : float, default 64.0
-        Stop when the description length exceeds the smallest so far by this many bits.
-    random_state : int, RandomState or None
-        Seeds the grow / prune document splits.
-
-    Returns
-    -------
-    DataFrame
-        Rule table (``RULE_COLUMNS``); antecedents removed by pruning have ``pruned=True``.
-    """
-    rng = check_random_state(random_state)
-    rules, tails = _cover(problem, [], rng, dl_surplus)
-    return _to_frame(problem, rules, tails)
-
-
-def prune(problem: RuleProblem, rules: pd.DataFrame) -> pd.DataFrame:
-    """Drop pruned antecedents, then delete rules whose removal lowers the description length.
-
-    Returns
-    -------
-    DataFrame
-        Rule table without pruned rows, rules renumbered from 0.
-    """
-    return _to_frame(problem, _reduce_dl(problem, _from_frame(problem, rules)))
-
-
-def optimize(problem: RuleProblem, rules: pd.DataFrame, *, k: int = 2,
-             dl_surplus: float = 64.0, random_state=None) -> pd.DataFrame:
-    """RIPPER's optimisation phase, ``k`` rounds (Cohen 1995, section 3.3 "RIPPERk").
-
-    For each rule ``R_i`` in order: a replacement grown from an empty rule and a revision grown from
-    ``R_i``, both on a fresh grow split with the other rules in place, and pruned to minimise the
-    error of the whole rule set on the prune split; the variant (``R_i``, replacement, revision)
-    giving the least description length of the rule set is kept.  Then uncovered positives are
-    covered by new rules (as :func:`grow`) and rules that raise the description length are
-    deleted.
-
-    Returns
-    -------
-    DataFrame
-        The optimised rule table.
-    """
-    if int(k) < 0:
-        raise ValueError(f"k must be >= 0; got {k}")
-    rng = check_random_state(random_state)
-    current = _from_frame(problem, rules)
-    for _ in range(int(k)):
-        for i in range(len(current)):
-            others = current[:i] + current[i + 1:]
-            base = _ruleset_mask(problem, others)
-            g, pmask = _split(problem, rng)
-            variants = [current[i]]
-            rep = _grow_rule(problem, base, g)
-            if rep:
-                variants.append(rep[:_prune_rule(problem, base, pmask, rep, "ruleset")])
-            rev = _grow_rule(problem, base, g, start=current[i])
-            if len(rev) > len(current[i]):
-                variants.append(rev[:_prune_rule(problem, base, pmask, rev, "ruleset")])
-            dls = [_dl(problem, current[:i] + [v] + current[i + 1:]) for v in variants]
-            current = current[:i] + [variants[int(np.argmin(dls))]] + current[i + 1:]
-        current, _ = _cover(problem, current, rng, dl_surplus)
-        current = _reduce_dl(problem, current)
-    return _to_frame(problem, current)
+def _optimize_round(problem: RuleProblem, rules, rng, dl_surplus):
+    """One round of RIPPER's optimisation (see :meth:`StRip.optimize`)."""
+    current = list(rules)
+    for i in range(len(current)):
+        others = current[:i] + current[i + 1:]
+        base = _ruleset_mask(problem, others)
+        g, pmask = _split(problem, rng)
+        variants = [current[i]]
+        rep = _grow_rule(problem, base, g)
+        if rep:
+            variants.append(rep[:_prune_rule(problem, base, pmask, rep, "ruleset")])
+        rev = _grow_rule(problem, base, g, start=current[i])
+        if len(rev) > len(current[i]):
+            variants.append(rev[:_prune_rule(problem, base, pmask, rev, "ruleset")])
+        dls = [_dl(problem, current[:i] + [v] + current[i + 1:]) for v in variants]
+        current = current[:i] + [variants[int(np.argmin(dls))]] + current[i + 1:]
+    current, _ = _cover(problem, current, rng, dl_surplus)
+    return _reduce_dl(problem, current)
 
 
 # ----------------------------------------------------------------------------- estimator
@@ -662,67 +610,199 @@ class StRip(BaseEstimator):
     Parameters
     ----------
     closure : bool, default True
-        True: StRip (closure coverage within each document); False: plain RIPPER, the baseline.
+        True: StRip, every rule-quality count is taken after the transitive closure (single-link
+        clustering) of the pair decisions within each document; False: plain RIPPER, the
+        baseline.
+    use_unlabeled : bool, default True
+        True: the pairs labelled -1 (unknown) are kept; they are never counted but are edges of
+        the closure (partial supervision).  False: they are dropped before training.
     loss_ratio : float, default 1.0
         Cost of a false positive over a false negative (Cohen's loss ratio; the paper varied it).
     k_optimize : int, default 2
         Rounds of the optimisation phase (RIPPER2).
     dl_surplus : float, default 64.0
-        Description-length stopping margin in bits.
+        Stop adding rules when the description length exceeds the smallest seen by this many
+        bits (Cohen 1995 and JRip use 64).
     max_thresholds : int, default 16
-        Candidate thresholds per numeric feature.
-    random_state : int, RandomState or None
-        Seeds the grow / prune document splits.
+        At most this many candidate thresholds per numeric feature (quantiles of its values).
+    random_state : int, RandomState or None, default None
+        Seeds the grow / prune document splits of :meth:`grow` and, continuing the same
+        generator, of :meth:`optimize`.
 
     Attributes
     ----------
     rules_ : DataFrame
         The learned rule table (``rule_id, antecedent_index, feature, op, value, pruned``).
     rules_grown_, rules_pruned_ : DataFrame
-        The tables after :func:`grow` and :func:`prune` (before optimisation).
+        The tables after :meth:`grow` and :meth:`prune` (before optimisation).
     feature_names_in_ : ndarray of str
+    n_features_in_ : int
     n_pairs_, n_labeled_ : int
-        Training pairs and labelled training pairs.
+        Training pairs and labelled training pairs (after the ``use_unlabeled`` selection).
 
     Notes
     -----
     ``fit(X, y, groups, mention_i, mention_j)`` takes one row per candidate pair: features ``X``
     (DataFrame), labels ``y`` in {1, 0, -1 = unknown}, the document of the pair and its two mention
-    ids.  ``predict`` returns the pair decisions of the rules, ``cluster`` the chains after
-    single-link clustering (transitive closure) of the positive pairs.
+    ids.  It is the loop ``prepare -> grow -> prune -> optimize``; a pipeline can call those steps
+    itself (and store each rule table) and gets the same rules.  :data:`VARIANTS` names the
+    paper's three set-ups (:meth:`from_variant`).  ``predict`` returns the pair decisions of the
+    rules, ``cluster`` the chains after single-link clustering (transitive closure) of the
+    positive pairs.
+
+    References
+    ----------
+    Cohen, W. W. (1995). Fast effective rule induction. ICML, 115-123.
+    Stoyanov, V. and Cardie, C. (2006). Partially supervised coreference resolution for opinion
+    summarization through structured rule learning. EMNLP, 336-344.
     """
 
-    def __init__(self, closure=True, loss_ratio=1.0, k_optimize=2, dl_surplus=64.0,
-                 max_thresholds=16, random_state=None):
+    def __init__(self, closure=True, use_unlabeled=True, loss_ratio=1.0, k_optimize=2,
+                 dl_surplus=64.0, max_thresholds=16, random_state=None):
         self.closure = closure
+        self.use_unlabeled = use_unlabeled
         self.loss_ratio = loss_ratio
         self.k_optimize = k_optimize
         self.dl_surplus = dl_surplus
         self.max_thresholds = max_thresholds
         self.random_state = random_state
 
-    def fit(self, X, y, groups, mention_i, mention_j):
-        """Learn the rule set; returns self."""
-        problem = make_problem(X, y, groups, mention_i, mention_j, closure=bool(self.closure),
-                               loss_ratio=float(self.loss_ratio),
-                               max_thresholds=int(self.max_thresholds))
+    @classmethod
+    def from_variant(cls, variant: str, **params) -> StRip:
+        """The estimator of one of :data:`VARIANTS` (``ripper``, ``strip-labeled``,
+        ``strip-partial``), with ``params`` for the other parameters."""
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; expected one of {list(VARIANTS)}")
+        return cls(**VARIANTS[variant], **params)
+
+    # ------------------------------------------------------------------ steps
+    def prepare(self, X, y, groups, mention_i, mention_j) -> RuleProblem:
+        """Validate the pairs, keep the training ones and encode them for the phases.
+
+        Parameters
+        ----------
+        X : DataFrame, shape (n_pairs, n_features)
+            Pair features.  Bool, object, string and categorical columns are nominal (tests
+            ``feature == value``); numeric columns get thresholds (``<= t``, ``>= t``).  A numpy
+            array is taken as all numeric with columns ``x0, x1, ...``.
+        y : array-like of int, shape (n_pairs,)
+            1 coreferent, 0 not coreferent, -1 unknown.
+        groups : array-like, shape (n_pairs,)
+            Document of each pair (the closure never crosses documents; splits keep documents
+            whole).
+        mention_i, mention_j : array-like, shape (n_pairs,)
+            Mention ids of the pair, unique within a document.
+
+        Returns
+        -------
+        RuleProblem
+            The training pairs (all of them, or the labelled ones when ``use_unlabeled`` is
+            False), encoded.
+        """
+        X = _as_frame(X)
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != len(X):
+            raise ValueError(f"y must be 1-d with {len(X)} entries (one per row of X); got shape "
+                             f"{y.shape}")
+        if not np.isin(y, (-1, 0, 1)).all():
+            raise ValueError(f"y must hold 1, 0 or -1 (unknown); got values {np.unique(y)[:10]}")
+        loss_ratio = float(self.loss_ratio)
+        if not (loss_ratio > 0 and math.isfinite(loss_ratio)):
+            raise ValueError(f"loss_ratio must be a positive number; got {self.loss_ratio}")
+        if int(self.max_thresholds) < 1:
+            raise ValueError(f"max_thresholds must be >= 1; got {self.max_thresholds}")
+        groups, mention_i, mention_j = (np.asarray(a) for a in (groups, mention_i, mention_j))
+        if groups.shape != y.shape:
+            raise ValueError(f"groups has shape {groups.shape} but y has {y.shape}")
+        if not self.use_unlabeled:
+            keep = y >= 0
+            X = X[keep].reset_index(drop=True)
+            y, groups, mention_i, mention_j = (a[keep] for a in (y, groups, mention_i, mention_j))
+        return _encode(X, y, groups, mention_i, mention_j, closure=bool(self.closure),
+                       loss_ratio=loss_ratio, max_thresholds=int(self.max_thresholds))
+
+    def grow(self, problem: RuleProblem) -> tuple[pd.DataFrame, np.random.RandomState]:
+        """RIPPER's building stage (IREP*): grow, prune and add rules until a stopping criterion.
+
+        Parameters
+        ----------
+        problem : RuleProblem
+            From :meth:`prepare`.
+
+        Returns
+        -------
+        rules : DataFrame
+            Rule table (``RULE_COLUMNS``); antecedents removed by pruning have ``pruned=True``.
+        rng : RandomState
+            The generator of ``random_state`` after growing; :meth:`optimize` continues from it.
+        """
         rng = check_random_state(self.random_state)
-        self.rules_grown_ = grow(problem, dl_surplus=self.dl_surplus, random_state=rng)
-        self.rules_pruned_ = prune(problem, self.rules_grown_)
-        self.rules_ = optimize(problem, self.rules_pruned_, k=self.k_optimize,
-                               dl_surplus=self.dl_surplus, random_state=rng)
+        rules, tails = _cover(problem, [], rng, float(self.dl_surplus))
+        return _to_frame(problem, rules, tails), rng
+
+    def prune(self, problem: RuleProblem, rules: pd.DataFrame) -> pd.DataFrame:
+        """Drop pruned antecedents, then delete rules whose removal lowers the description length.
+
+        Returns
+        -------
+        DataFrame
+            Rule table without pruned rows, rules renumbered from 0.
+        """
+        return _to_frame(problem, _reduce_dl(problem, _from_frame(problem, rules)))
+
+    def optimize(self, problem: RuleProblem, rules: pd.DataFrame,
+                 rng: np.random.RandomState) -> pd.DataFrame:
+        """RIPPER's optimisation phase, ``k_optimize`` rounds (Cohen 1995, section 3.3).
+
+        For each rule ``R_i`` in order: a replacement grown from an empty rule and a revision grown
+        from ``R_i``, both on a fresh grow split with the other rules in place, and pruned to
+        minimise the error of the whole rule set on the prune split; the variant (``R_i``,
+        replacement, revision) giving the least description length of the rule set is kept.  Then
+        uncovered positives are covered by new rules (as :meth:`grow`) and rules that raise the
+        description length are deleted.
+
+        Parameters
+        ----------
+        problem : RuleProblem
+        rules : DataFrame
+            The rule table of :meth:`prune`.
+        rng : RandomState
+            The generator returned by :meth:`grow` (advanced in place).
+
+        Returns
+        -------
+        DataFrame
+            The optimised rule table.
+        """
+        if int(self.k_optimize) < 0:
+            raise ValueError(f"k_optimize must be >= 0; got {self.k_optimize}")
+        current = _from_frame(problem, rules)
+        for _ in range(int(self.k_optimize)):
+            current = _optimize_round(problem, current, rng, float(self.dl_surplus))
+        return _to_frame(problem, current)
+
+    def fit(self, X, y, groups, mention_i, mention_j):
+        """Learn the rule set: :meth:`prepare`, :meth:`grow`, :meth:`prune`, :meth:`optimize`.
+
+        Returns
+        -------
+        self
+        """
+        problem = self.prepare(X, y, groups, mention_i, mention_j)
+        self.rules_grown_, rng = self.grow(problem)
+        self.rules_pruned_ = self.prune(problem, self.rules_grown_)
+        self.rules_ = self.optimize(problem, self.rules_pruned_, rng)
         self.feature_names_in_ = np.asarray(problem.names, dtype=object)
+        self.n_features_in_ = len(problem.names)
         self.n_pairs_ = problem.n_pairs
-        self.n_labeled_ = int(np.count_nonzero(problem.y >= 0))
+        self.n_labeled_ = problem.n_labeled
         return self
 
+    # ------------------------------------------------------------------ fitted model
     def _check_X(self, X):
         if not hasattr(self, "rules_"):
             raise ValueError("this StRip instance is not fitted; call fit first")
-        if not isinstance(X, pd.DataFrame):
-            arr = np.asarray(X, dtype=np.float64)
-            X = pd.DataFrame(arr, columns=[f"x{k}" for k in range(arr.shape[1])])
-        return X
+        return _as_frame(X)
 
     def predict(self, X) -> np.ndarray:
         """Pair decisions (1 coreferent, 0 not) of the rules, before any closure."""
@@ -739,15 +819,8 @@ class StRip(BaseEstimator):
             integer, unique over all documents).
         """
         positive = self.predict(X).astype(bool)
-        graph = PairGraph(groups, mention_i, mention_j, closure=True)
-        lab = graph.labels(positive)
-        frame = pd.DataFrame({
-            "doc": np.concatenate([np.asarray(groups), np.asarray(groups)]),
-            "mention": np.concatenate([np.asarray(mention_i), np.asarray(mention_j)]),
-            "node": np.concatenate([graph.u, graph.v]),
-        }).drop_duplicates("node")
-        frame["cluster"] = lab[frame["node"].to_numpy()]
-        return frame.drop(columns="node").sort_values(["doc", "mention"]).reset_index(drop=True)
+        frame = PairGraph(groups, mention_i, mention_j, closure=True).clusters(positive)
+        return frame.sort_values(["doc", "mention"]).reset_index(drop=True)
 
     def rules_text(self) -> str:
         """The learned rules as readable text."""

@@ -19,6 +19,9 @@ from algorithms.metrics.coref import coref_scores
 from algorithms.strip.features import build_pairs, source_mask
 from algorithms.strip.ripper import StRip
 from flows.cli import main
+from flows.strip import StripConfig
+from tasks import strip as tasks_strip
+from tasks.errors import InputError
 from tasks.readers.conllu import read_conllu_files
 from tasks.store import Store
 from tests.flows.helpers import manifest, rerun_first, runs
@@ -84,10 +87,14 @@ def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
     assert code == 0, err
     store = Store(project / "data" / "cache")
     assert {o["step"] for o in m["outputs"]} == {
-        "strip-splits", "strip-preprocess", "strip-grow", "strip-prune", "strip-optimize",
+        "strip-documents", "strip-preprocess", "strip-grow", "strip-prune", "strip-optimize",
         "strip-evaluate"}
     assert {Path(i["path"]).name for i in m["inputs"]} == {
         "splits.tsv", *(f"{d}.conllu.gz" for d in TRAIN + TEST)}
+    (docs,) = [o["ref"] for o in m["outputs"] if o["step"] == "strip-documents"]
+    assert store.read(docs).to_dict("records") == [
+        {"role": role, "split": role, "doc_id": d, "file": f"{d}.conllu.gz"}
+        for role, names in (("train", TRAIN), ("test", TEST)) for d in sorted(names)]
 
     # Independent truth 1: StRip.fit on pairs built directly from the files, same seed.
     _, _, pairs, X, y = pairs_of(TRAIN)
@@ -174,12 +181,27 @@ def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_every_task_run_is_named_by_its_piece_of_work(project):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    first = manifest(project, runs(project)[0])
+    with get_client(sync_client=True) as client:
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[first["prefect_flow_run_id"]])))
+    names = sorted(t.name for t in tasks)
+    assert names == sorted([
+        "record documents", "evaluate gum-small-test",
+        *(f"preprocess {d}.conllu.gz" for d in TRAIN + TEST),
+        *(f"{phase} {v}" for phase in ("grow", "prune", "optimize") for v in VARIANTS)])
+
+
 def test_second_run_is_all_cache_hits(project, capsys):
     first = manifest(project, runs(project)[0])
     code, err, m = run(project, capsys)
     assert code == 0, err
-    assert m["cache_hits"] == ["strip-evaluate", "strip-grow", "strip-optimize",
-                               "strip-preprocess", "strip-prune", "strip-splits"]
+    assert m["cache_hits"] == ["strip-documents", "strip-evaluate", "strip-grow",
+                               "strip-optimize", "strip-preprocess", "strip-prune"]
     assert all(o["cached"] for o in m["outputs"])
     assert m["metrics_sha256"] == first["metrics_sha256"]
 
@@ -188,7 +210,7 @@ def test_changing_loss_ratio_reruns_training_but_not_preprocess(project, capsys)
     code, err, m = run(project, capsys, "--set", "loss_ratio=3")
     assert code == 0, err
     assert m["config"]["loss_ratio"] == 3
-    assert m["cache_hits"] == ["strip-preprocess", "strip-splits"]
+    assert m["cache_hits"] == ["strip-documents", "strip-preprocess"]
     ran = {o["step"] for o in m["outputs"] if not o["cached"]}
     assert ran == {"strip-grow", "strip-prune", "strip-optimize", "strip-evaluate"}
 
@@ -216,6 +238,43 @@ def test_unbalanced_entity_bracket_exits_2_with_file_and_line(project, capsys, t
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
     assert f"GUM_news_broken.conllu:{bad + 1}:" in line and "999" in line
     assert m is None and runs(project) == before
+
+
+def test_select_documents_reads_the_splits_once_and_skips_absent_documents(tmp_path):
+    (tmp_path / "a.conllu").write_text("")
+    (tmp_path / "c.conllu.gz").write_bytes(b"")
+    (tmp_path / "d.conllu").write_text("")
+    (tmp_path / "splits.tsv").write_text(
+        "doc_id\tsplit\nd\ttest\nc\tdev\nb\ttrain\na\ttrain\nz\ttest\n")
+    got = tasks_strip.select_documents(tmp_path / "splits.tsv", tmp_path,
+                                       {"train": ["train", "dev"], "test": ["test"]})
+    assert got[["role", "split", "doc_id"]].to_numpy().tolist() == [
+        ["train", "train", "a"], ["train", "dev", "c"], ["test", "test", "d"]]
+    assert [p.name for p in got["file"]] == ["a.conllu", "c.conllu.gz", "d.conllu"]
+    with pytest.raises(InputError, match=r"no document of split\(s\) \['nothing'\]") as err:
+        tasks_strip.select_documents(tmp_path / "splits.tsv", tmp_path,
+                                     {"train": ["train"], "test": ["nothing"]})
+    assert err.value.key == "test_splits"
+    (tmp_path / "twice.tsv").write_text("doc_id\tsplit\na\ttrain\na\ttest\n")
+    with pytest.raises(InputError, match="listed twice") as err:
+        tasks_strip.select_documents(tmp_path / "twice.tsv", tmp_path, {"train": ["train"]})
+    assert err.value.line == 3
+
+
+def test_training_without_a_coreferent_labelled_pair_names_the_config_key():
+    _, _, pairs, X, y = pairs_of(TRAIN)
+    table = pd.concat([pairs.reset_index(drop=True).assign(label=np.where(y == 1, 0, y)),
+                       X.reset_index(drop=True)], axis=1)
+    with pytest.raises(InputError, match="variant ripper: no coreferent labelled pair") as err:
+        tasks_strip.grow(train=[table], variant="ripper", loss_ratio=1.0, max_thresholds=16,
+                         dl_surplus=64.0, seed=0)
+    assert err.value.key == "train_splits"
+
+
+@pytest.mark.parametrize("key", ["loss_ratio", "dl_surplus"])
+def test_learner_options_must_be_finite(key):
+    with pytest.raises(ValueError, match="finite number"):
+        StripConfig(**{key: float("inf")})
 
 
 @pytest.mark.parametrize("runner", ["local", "dask"])

@@ -37,15 +37,17 @@ def pair_sets(draw, max_docs=3, max_mentions=7):
     return rows, positive, y
 
 
+def brute_joined(rows, positive, d, i, j):
+    """Whether mentions ``i`` and ``j`` of document ``d`` are joined by the positive pairs."""
+    nodes = sorted({x for dd, a, b in rows if dd == d for x in (a, b)})
+    pos = {x: p for p, x in enumerate(nodes)}
+    edges = [(pos[a], pos[b]) for (dd, a, b), p in zip(rows, positive, strict=True)
+             if dd == d and p]
+    return bool(brute_closure(len(nodes), edges)[pos[i], pos[j]])
+
+
 def brute_covered(rows, positive):
-    out = []
-    for d, i, j in rows:
-        nodes = sorted({x for dd, a, b in rows if dd == d for x in (a, b)})
-        pos = {x: p for p, x in enumerate(nodes)}
-        edges = [(pos[a], pos[b]) for (dd, a, b), p in zip(rows, positive, strict=True)
-                 if dd == d and p]
-        out.append(brute_closure(len(nodes), edges)[pos[i], pos[j]])
-    return np.array(out)
+    return np.array([brute_joined(rows, positive, d, i, j) for d, i, j in rows])
 
 
 @given(pair_sets())
@@ -57,6 +59,22 @@ def test_covered_equals_brute_force_closure_within_documents(data):
     np.testing.assert_array_equal(got, brute_covered(rows, positive))
     # plain coverage (RIPPER) is the positive mask itself
     np.testing.assert_array_equal(covered_pairs(d, i, j, positive, closure=False), positive)
+
+
+@given(pair_sets())
+@settings(max_examples=60, deadline=None)
+def test_clusters_are_the_brute_force_chains_of_every_paired_mention(data):
+    rows, positive, _ = data
+    d, i, j = map(np.array, zip(*rows, strict=True))
+    chains = PairGraph(d, i, j).clusters(positive)
+    mentions = sorted({(dd, x) for dd, a, b in rows for x in (a, b)})
+    assert sorted(zip(chains["doc"], chains["mention"], strict=True)) == mentions
+    label = dict(zip(zip(chains["doc"], chains["mention"], strict=True), chains["cluster"],
+                     strict=True))
+    # two mentions share a chain iff the brute-force closure within their document joins them
+    for (da, a), (db, b) in itertools.combinations(mentions, 2):
+        joined = da == db and brute_joined(rows, positive, da, a, b)
+        assert (label[(da, a)] == label[(db, b)]) == joined
 
 
 def test_closure_never_crosses_documents():

@@ -3,16 +3,15 @@
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
 
 from algorithms.strip.closure import covered_pairs
 from algorithms.strip.ripper import (
     RULE_COLUMNS,
+    VARIANTS,
     StRip,
     description_length,
-    grow,
-    make_problem,
-    optimize,
-    prune,
+    rule_count,
     rule_coverage,
     rules_fire,
     rules_to_text,
@@ -93,29 +92,72 @@ def test_partial_supervision_rewards_links_through_unlabelled_nps():
     assert not ripper.predict(X)[y == -1].any()
 
 
-def test_phases_are_pure_functions_over_rule_tables():
+def test_step_methods_are_pure_functions_over_rule_tables():
     X, y, g, mi, mj = conjunctive_data(seed=4)
-    problem = make_problem(X, y, g, mi, mj, closure=True)
-    grown = grow(problem, random_state=0)
+    est = StRip(closure=True, random_state=0)
+    problem = est.prepare(X, y, g, mi, mj)
+    grown, rng = est.grow(problem)
     assert list(grown.columns) == RULE_COLUMNS
-    pruned = prune(problem, grown)
+    pruned = est.prune(problem, grown)
     assert not pruned["pruned"].any()
     kept = grown[~grown["pruned"]]
     assert len(pruned) <= len(kept)
-    final = optimize(problem, pruned, k=2, random_state=0)
+    final = est.optimize(problem, pruned, rng)
     assert description_length(problem, final) <= description_length(problem, pruned) + 1e-9 \
         or len(final) > 0
     # a table round-trips through the problem encoding and fires like the estimator
     np.testing.assert_array_equal(rules_fire(final, X), (y == 1))
     # same seed, same rules
-    again = optimize(problem, prune(problem, grow(problem, random_state=0)), k=2, random_state=0)
+    grown_again, rng_again = est.grow(problem)
+    again = est.optimize(problem, est.prune(problem, grown_again), rng_again)
     pd.testing.assert_frame_equal(final, again)
     assert rules_to_text(final).count("THEN coreferent") == final["rule_id"].nunique()
+    assert rule_count(final) == final["rule_id"].nunique()
+    assert rule_count(grown) == grown.loc[~grown["pruned"], "rule_id"].nunique()
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_fit_is_the_loop_over_the_step_methods(variant):
+    """Steps driven from outside, with grow's generator handed to optimize, give fit's rules."""
+    X, y, g, mi, mj = chain_data(n_docs=12)
+    X = X.assign(noise=np.random.default_rng(7).integers(0, 4, len(X)))
+    fitted = StRip.from_variant(variant, k_optimize=1, random_state=3).fit(X, y, g, mi, mj)
+    est = StRip.from_variant(variant, k_optimize=1, random_state=3)
+    problem = est.prepare(X, y, g, mi, mj)
+    grown, rng = est.grow(problem)
+    pruned = est.prune(problem, grown)
+    pd.testing.assert_frame_equal(grown, fitted.rules_grown_)
+    pd.testing.assert_frame_equal(pruned, fitted.rules_pruned_)
+    pd.testing.assert_frame_equal(est.optimize(problem, pruned, rng), fitted.rules_)
+    assert (fitted.n_pairs_, fitted.n_labeled_) == (problem.n_pairs, problem.n_labeled)
+
+
+def test_use_unlabeled_false_is_fitting_on_the_labelled_pairs():
+    X, y, g, mi, mj = chain_data(n_docs=20)
+    X = X.assign(noise=np.random.default_rng(8).integers(0, 3, len(X)))
+    keep = y >= 0
+    by_hand = StRip(closure=True, random_state=1).fit(
+        X[keep].reset_index(drop=True), y[keep], g[keep], mi[keep], mj[keep])
+    dropped = StRip(closure=True, use_unlabeled=False, random_state=1).fit(X, y, g, mi, mj)
+    pd.testing.assert_frame_equal(dropped.rules_, by_hand.rules_)
+    assert dropped.n_pairs_ == dropped.n_labeled_ == int(keep.sum())
+    assert StRip(random_state=1).fit(X, y, g, mi, mj).n_pairs_ == y.size
+
+
+def test_variants_name_the_papers_three_settings():
+    assert {v: (StRip.from_variant(v).closure, StRip.from_variant(v).use_unlabeled)
+            for v in VARIANTS} == {"ripper": (False, False), "strip-labeled": (True, False),
+                                   "strip-partial": (True, True)}
+    est = StRip.from_variant("ripper", loss_ratio=2.0, random_state=5)
+    assert clone(est).get_params() == est.get_params()
+    assert est.get_params()["loss_ratio"] == 2.0 and est.get_params()["k_optimize"] == 2
+    with pytest.raises(ValueError, match="unknown variant 'strip'; expected one of"):
+        StRip.from_variant("strip")
 
 
 def test_description_length_prefers_the_true_rule():
     X, y, g, mi, mj = conjunctive_data(seed=5)
-    problem = make_problem(X, y, g, mi, mj, closure=False)
+    problem = StRip(closure=False).prepare(X, y, g, mi, mj)
     true = pd.DataFrame({"rule_id": [0, 0], "antecedent_index": [0, 1],
                          "feature": ["colour", "size"], "op": ["==", "<="],
                          "value": ["red", "3.0"], "pruned": [False, False]})
@@ -150,6 +192,19 @@ def test_invalid_labels_are_rejected(bad, match):
     args.update(bad)
     with pytest.raises(ValueError, match=match):
         StRip().fit(X, args["y"], [0, 0, 0], [0, 1, 0], [1, 2, 2])
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(loss_ratio=0.0), "loss_ratio must be a positive number"),
+    (dict(loss_ratio=float("inf")), "loss_ratio must be a positive number"),
+    (dict(max_thresholds=0), "max_thresholds must be >= 1"),
+    (dict(k_optimize=-1), "k_optimize must be >= 0"),
+])
+def test_invalid_parameters_are_rejected_by_fit_not_init(params, match):
+    X, y, g, mi, mj = conjunctive_data(n=60)
+    est = StRip(**params)  # __init__ stores, fit validates
+    with pytest.raises(ValueError, match=match):
+        est.fit(X, y, g, mi, mj)
 
 
 def test_unfitted_estimator_says_so():
