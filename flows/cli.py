@@ -219,6 +219,28 @@ def _specs(name: str) -> list[Any]:
     return [FLOWS[name]]
 
 
+def preflight(address: str | None) -> None:
+    """Check the environment before anything runs: the memory cap, the store root and the
+    Dask scheduler (each a one-line error naming the variable or option)."""
+    from algorithms.memory import available_bytes
+    from flows.runtime import default_store_root
+    from tasks.errors import InputError
+    from tasks.store import Store
+
+    try:
+        available_bytes()
+    except ValueError as exc:
+        raise InputError(str(exc), key="SCARCE_MEMORY_LIMIT_GB") from None
+    try:
+        Store(default_store_root())
+    except ValueError as exc:
+        raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
+    if address:
+        from flows.runners import check_scheduler
+
+        check_scheduler(address)
+
+
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
     """Run one registered flow with a validated config; returns its summary."""
     from flows.runners import with_runner
@@ -239,11 +261,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = _specs(args.flow)
     if args.config and len(specs) > 1:
         raise InputError("--config names one flow's file; use it with a single flow")
-    # Validate every config before running anything: a typo fails in a second.
+    # Validate every config and the environment before running anything: a typo fails in a
+    # second, not after the first flow.
     plans = []
     for spec in specs:
         path = resolve_path(args.config or spec.config_file)
         plans.append((spec, load_config(path, spec.load_model(), args.overrides)))
+    preflight(args.dask_address)
     summaries = []
     for spec, config in plans:
         options = RunOptions(refresh=args.refresh, runner=args.runner)
@@ -317,7 +341,11 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     spec = FLOWS.get(old["flow"])
     if spec is None:
         raise InputError(f"flow {old['flow']!r} of this run is not available", path=run_dir)
+    if not isinstance(old.get("config"), dict):
+        raise InputError("the manifest has no config to rerun", path=run_dir / mf.MANIFEST,
+                         key="config")
     config = validate_config(old["config"], spec.load_model(), run_dir / mf.MANIFEST)
+    preflight(args.dask_address)
     options = RunOptions(
         store=old.get("store"),
         runs=str(runs),
@@ -370,6 +398,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         data["top_k"] = args.top_k
     data = apply_overrides(data, args.overrides, model) if args.overrides else data
     config = validate_config(data, model, None)
+    preflight(args.dask_address)
     options = RunOptions(runner=args.runner)
     summary = execute(spec, config, options, args.runner, args.dask_address)
     _print_summary(spec.name, summary)

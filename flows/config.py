@@ -12,28 +12,53 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from tasks.errors import InputError
+from tasks.errors import InputError, excerpt
+from tasks.readers.text import decode_text
 
 # Names that become part of a path (run ids, experiment names): no separators, no "..".
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
-class Strict(BaseModel):
-    """A config section: no unknown keys, no silent coercion of strings to numbers."""
+def _accepts_bool(annotation: Any) -> bool:
+    """True when a field of this type may hold ``true`` / ``false``."""
+    if annotation is bool or annotation is Any:
+        return True
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return any(isinstance(a, bool) for a in args)
+    return any(_accepts_bool(a) for a in args)
 
-    model_config = ConfigDict(extra="forbid", strict=False, validate_default=True, frozen=True)
+
+class Strict(BaseModel):
+    """A config section: no unknown keys, no infinite or NaN numbers, no ``true`` where a
+    number is expected (pydantic would read it as 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=False, validate_default=True, frozen=True,
+                              allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields[info.field_name]
+            if not _accepts_bool(field.annotation):
+                raise ValueError(f"a boolean ({str(value).lower()}) where a number or a "
+                                 "string is expected")
+        return value
 
 
 class FlowConfig(Strict):
     """Keys every flow config has."""
 
-    seed: int = Field(0, ge=0, description="The one seed every source of randomness derives from.")
+    seed: int = Field(0, ge=0, le=2**32 - 1,
+                      description="The one seed every source of randomness derives from.")
     name: str | None = Field(
         None,
         pattern=SAFE_NAME,
@@ -90,7 +115,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise InputError(f"--set {key}: value {raw!r} is not valid YAML ({exc})", key=key) from None
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise InputError(f"--set: value {excerpt(raw)} is not valid YAML ({problem})",
+                         key=key) from None
     return key.split("."), value
 
 
@@ -136,11 +163,12 @@ def read_yaml(path: Path, what: str) -> Any:
     """``yaml.safe_load`` of a file; a missing file or bad YAML is an :class:`InputError`
     naming the file (and the line, for a syntax error)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{what} file not found", path=path) from None
     except OSError as exc:
         raise InputError(f"cannot read {what} ({exc.strerror})", path=path) from None
+    text = decode_text(raw, path)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -184,7 +212,7 @@ def validate_config(data: dict[str, Any], model: type[C], path: str | os.PathLik
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif "input" in err and err["type"] != "missing":
-            msg = f"{msg} (got {err['input']!r})"
+            msg = f"{msg} (got {excerpt(err['input'])})"
         more = len(exc.errors()) - 1
         if more:
             msg += f" (and {more} more error{'s' if more > 1 else ''})"

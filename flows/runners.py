@@ -68,3 +68,23 @@ def with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
             }
         )
     return flow_fn.with_options(task_runner=task_runner)
+
+
+def check_scheduler(address: str, timeout: float = 10.0) -> None:
+    """Reach the Dask scheduler at ``address`` once, before any work: an address with nothing
+    listening is an :class:`~tasks.errors.InputError` naming it (otherwise a run whose steps are
+    all cached would finish without ever noticing)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from tasks.errors import InputError
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname or not parts.port:
+        raise InputError(f"not a scheduler address: {address!r} (expected tcp://HOST:PORT)",
+                         key="--dask-address")
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=timeout).close()
+    except OSError as exc:
+        raise InputError(f"no Dask scheduler at {address} ({exc.strerror or exc})",
+                         key="--dask-address") from None

@@ -8,7 +8,30 @@ them adds the file it was working on.
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
+
+# An error is one short line: a message that echoes input (a 25-million-field header, a YAML
+# alias bomb) is cut to this many characters.
+MAX_MESSAGE = 300
+
+
+_SHORT = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 60, 60, 40
+_SHORT.maxtuple = _SHORT.maxlist = _SHORT.maxdict = _SHORT.maxset = 4
+
+
+def excerpt(value: object, limit: int = 60) -> str:
+    """A ``repr`` of ``value`` cut to ``limit`` characters, for echoing input in a message;
+    nested values are abbreviated as they are walked (a YAML alias bomb is never expanded)."""
+    shown = _SHORT.repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def one_line(message: str, limit: int = MAX_MESSAGE) -> str:
+    """The message on one line (newlines folded) and at most ``limit`` characters long."""
+    text = " ".join(str(message).split())
+    return text if len(text) <= limit else f"{text[: limit - 30]}… ({len(text):,} characters)"
 
 
 class InputError(ValueError):
@@ -34,7 +57,7 @@ class InputError(ValueError):
         line: int | None = None,
         key: str | None = None,
     ) -> None:
-        self.message = message
+        self.message = one_line(message)
         self.path = None if path is None else str(path)
         self.line = line
         self.key = key

@@ -109,7 +109,10 @@ class Store:
     root: Path
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        object.__setattr__(self, "root", local_root(root))
+        path = local_root(root)
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"store root {path} is not a folder")
+        object.__setattr__(self, "root", path)
 
     # -- paths -----------------------------------------------------------
     def path(self, ref: str) -> Path:

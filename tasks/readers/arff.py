@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from tasks.errors import InputError
-from tasks.readers.xmc import decode_text, read_bytes
+from tasks.readers.text import decode_text, read_bytes
 
 __all__ = ["read_arff", "read_mulan_labels"]
 

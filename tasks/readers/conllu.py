@@ -26,7 +26,6 @@ assigned per entity and leak the coreference answer.
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError
+from tasks.readers.text import read_lines
 
 __all__ = ["read_conllu", "read_conllu_files", "write_chains", "TOKEN_COLUMNS",
            "MENTION_COLUMNS"]
@@ -51,12 +51,6 @@ MENTION_COLUMNS = [
 _DEFAULT_ENTITY_FIELDS = ["GRP", "etype", "infstat", "salience", "centering", "minspan", "link",
                           "identity"]
 _BRACKET = re.compile(r"\(([^()]+)(\))?|([^()]+)\)")
-
-
-def _open(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
 
 
 def _doc_name(path: Path) -> str:
@@ -124,9 +118,15 @@ def _parse(lines: Iterable[str], path: Path):
     sent_tokens: list[tuple] = []  # (lineno, cols)
     speaker = None
 
-    def new_doc(doc_id):
+    doc_lines: dict[str, int] = {}
+
+    def new_doc(doc_id, lineno=None):
         nonlocal doc
         finish_doc()
+        if doc_id in doc_lines:
+            raise InputError(f"document {doc_id[:60]!r} appears twice in the file (first at "
+                             f"line {doc_lines[doc_id]})", path=path, line=lineno)
+        doc_lines[doc_id] = lineno or 0
         doc = _Doc(doc_id, list(fields))
 
     def finish_doc():
@@ -231,7 +231,7 @@ def _parse(lines: Iterable[str], path: Path):
             key = key.strip()
             val = val.strip()
             if key == "newdoc id" or key == "newdoc":
-                new_doc(val if eq and val else f"{_doc_name(path)}#{len(men_rows)}")
+                new_doc(val if eq and val else f"{_doc_name(path)}#{len(men_rows)}", lineno)
             elif key == "global.Entity" and eq:
                 fields = val.split("-")
                 if doc is not None:
@@ -314,24 +314,7 @@ def read_conllu(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         entity brackets, a discontinuous mention or a bad minspan.
     """
     path = Path(path)
-    n_read = 0
-
-    def counted(fh):
-        nonlocal n_read
-        for line in fh:
-            n_read += 1
-            yield line
-
-    try:
-        with _open(path) as fh:
-            tok_rows, men_rows = _parse(counted(fh), path)
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
-    except EOFError:
-        raise InputError(f"truncated gzip file: the compressed data end after line {n_read}",
-                         path=path, line=n_read + 1) from None
-    except (UnicodeDecodeError, gzip.BadGzipFile) as exc:
-        raise InputError(f"cannot decode: {exc}", path=path) from None
+    tok_rows, men_rows = _parse(read_lines(path), path)
     return _frames(tok_rows, men_rows)
 
 
@@ -415,11 +398,7 @@ def write_chains(path: str | Path, mentions: pd.DataFrame) -> str:
     # walks the same lines, so the two can never disagree on document or sentence numbers.
     tokens, _ = read_conllu(path)
     where = iter(zip(tokens["doc"], tokens["sent"], tokens["token"], strict=True))
-    try:
-        with _open(path) as fh:
-            lines = [line.rstrip("\n").rstrip("\r") for line in fh]
-    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
-        raise InputError(f"cannot read: {exc}", path=path) from None
+    lines = read_lines(path)
     header = f"# global.Entity = {PREDICTED_ENTITY_FIELDS}"
     out: list[str] = []
     for line in lines:

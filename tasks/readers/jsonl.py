@@ -18,7 +18,6 @@ not be the order in the sentence), ``label`` and ``relation`` are the given labe
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pandas as pd
 
 from tasks.errors import InputError
 from tasks.readers.semeval import COLUMNS
+from tasks.readers.text import read_lines
 
 
 def _span(obj: dict, key: str, n_tokens: int) -> tuple[int, int]:
@@ -64,42 +64,43 @@ def read_jsonl(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise InputError("file not found", path=path)
-    opener = gzip.open if path.name.endswith(".gz") else open
     rows: list[tuple] = []
     seen: dict = {}
-    with opener(path, "rt", encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}",
-                                 path=path, line=lineno) from None
-            try:
-                if not isinstance(obj, dict):
-                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-                tokens = obj.get("tokens")
-                if (not isinstance(tokens, list) or not tokens
-                        or not all(isinstance(t, str) for t in tokens)):
-                    raise ValueError("'tokens' must be a non-empty list of strings")
-                head = _span(obj, "head", len(tokens))
-                tail = _span(obj, "tail", len(tokens))
-                if head[0] < tail[1] and tail[0] < head[1]:
-                    raise ValueError(f"head {list(head)} and tail {list(tail)} overlap")
-                label = obj.get("label")
-                if label is not None and not isinstance(label, str):
-                    raise ValueError(f"'label' must be a string, got {label!r}")
-                rid = obj.get("id", lineno)
-                if isinstance(rid, bool) or not isinstance(rid, int | str):
-                    raise ValueError(f"'id' must be an integer or a string, got {rid!r}")
-            except ValueError as exc:
-                raise InputError(str(exc), path=path, line=lineno) from None
-            if rid in seen:
-                raise InputError(f"duplicated id {rid!r} (first on line {seen[rid]})",
-                                 path=path, line=lineno)
-            seen[rid] = lineno
-            rows.append((rid, tokens, head[0], head[1], tail[0], tail[1], label, label, None))
+    for lineno, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}",
+                             path=path, line=lineno) from None
+        except RecursionError:
+            raise InputError("invalid JSON: nested too deeply", path=path,
+                             line=lineno) from None
+        try:
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            tokens = obj.get("tokens")
+            if (not isinstance(tokens, list) or not tokens
+                    or not all(isinstance(t, str) for t in tokens)):
+                raise ValueError("'tokens' must be a non-empty list of strings")
+            head = _span(obj, "head", len(tokens))
+            tail = _span(obj, "tail", len(tokens))
+            if head[0] < tail[1] and tail[0] < head[1]:
+                raise ValueError(f"head {list(head)} and tail {list(tail)} overlap")
+            label = obj.get("label")
+            if label is not None and not isinstance(label, str):
+                raise ValueError(f"'label' must be a string, got {label!r}")
+            rid = obj.get("id", lineno)
+            if isinstance(rid, bool) or not isinstance(rid, int | str):
+                raise ValueError(f"'id' must be an integer or a string, got {rid!r}")
+        except ValueError as exc:
+            raise InputError(str(exc), path=path, line=lineno) from None
+        if rid in seen:
+            raise InputError(f"duplicated id {rid!r} (first on line {seen[rid]})",
+                             path=path, line=lineno)
+        seen[rid] = lineno
+        rows.append((rid, tokens, head[0], head[1], tail[0], tail[1], label, label, None))
     if not rows:
         raise InputError("no records found", path=path)
     df = pd.DataFrame(rows, columns=COLUMNS)

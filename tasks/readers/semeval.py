@@ -36,7 +36,6 @@ line, a missing ``Comment:`` line and duplicated ids.
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +43,9 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.errors import InputError
+from tasks.readers.text import read_lines
+
+MAX_ID = 2**63 - 1  # ids are stored as int64
 
 RELATION_TYPES = (
     "Cause-Effect",
@@ -151,16 +153,8 @@ def parse_label(label: str) -> tuple[str, str | None]:
     return m.group(1), f"{m.group(2)},{m.group(3)}"
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline=None)
-    return open(path, encoding="utf-8-sig", newline=None)
-
-
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            yield lineno, line.rstrip("\r\n")
+    yield from enumerate(read_lines(path), start=1)
 
 
 def read_semeval(path: str | Path) -> pd.DataFrame:
@@ -198,6 +192,9 @@ def read_semeval(path: str | Path) -> pd.DataFrame:
             raise InputError(f"expected '<id><TAB>\"sentence\"', got {line[:60]!r}",
                              path=path, line=lineno)
         sid = int(m.group(1))
+        if sid > MAX_ID:
+            raise InputError(f"id {m.group(1)[:30]} is out of range (at most {MAX_ID})",
+                             path=path, line=lineno)
         if sid in seen:
             raise InputError(f"duplicated id {sid} (first on line {seen[sid]})",
                              path=path, line=lineno)

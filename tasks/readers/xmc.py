@@ -26,63 +26,20 @@ text that is not UTF-8, and a truncated or corrupt gzip file.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import math
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from tasks.errors import InputError
+from tasks.errors import InputError, excerpt
+from tasks.readers.text import decode_text, read_bytes
 
 __all__ = ["read_xmc"]
 
 _BLOCK_LINES = 100_000
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when the name ends in ``.gz``.
-
-    Raises :class:`InputError` for a missing file and for a corrupt or
-    truncated gzip stream (naming the line at which the data stop).
-    """
-    if not path.is_file():
-        raise InputError("file not found", path=path)
-    if not path.name.endswith(".gz"):
-        return path.read_bytes()
-    chunks: list[bytes] = []
-    try:
-        with gzip.open(path, "rb") as fh:
-            # read1: one decompression step at a time, so the data before a cut are kept
-            # (read(n) loops until n bytes and loses them when the stream ends early).
-            while chunk := fh.read1(1 << 16):
-                chunks.append(chunk)
-    except EOFError:
-        done = b"".join(chunks)
-        lines = done.count(b"\n")
-        raise InputError(f"truncated gzip file: the compressed data end after line {lines} "
-                         "(was the download or copy interrupted?)",
-                         path=path, line=lines + 1) from None
-    except (OSError, zlib.error) as exc:
-        done = b"".join(chunks)
-        raise InputError(f"corrupt gzip file ({exc})", path=path,
-                         line=done.count(b"\n") + 1 if done else None) from None
-    return b"".join(chunks)
-
-
-def decode_text(raw: bytes, path: Path) -> str:
-    """UTF-8 text with ``\\r\\n`` normalised, or :class:`InputError` naming the line."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path,
-                         line=raw[:exc.start].count(b"\n") + 1) from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text.replace("\r\n", "\n")
 
 
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
@@ -94,8 +51,13 @@ def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
         if min(n, d, n_labels) < 0:
             raise ValueError
     except ValueError:
-        raise InputError(f"bad header {line.strip()!r}: expected 'N D L', three non-negative "
-                         "integers (points, features, labels)", path=path, line=1) from None
+        raise InputError(f"bad header {excerpt(line.strip())}: expected 'N D L', three "
+                         "non-negative integers (points, features, labels)",
+                         path=path, line=1) from None
+    for count, what in ((n, "points"), (d, "features"), (n_labels, "labels")):
+        if count == 0:
+            raise InputError(f"the header declares 0 {what}; a dataset needs at least one",
+                             path=path, line=1)
     return n, d, n_labels
 
 

@@ -42,6 +42,9 @@ class Case:
     config: bool = False  # the file is the config itself (--config)
     leaves_entries: str | None = None  # known: the store is not left empty (xfail reason)
     wrong_message: str | None = None  # known: the error line misses the place (xfail reason)
+    env: tuple[tuple[str, str], ...] = ()  # environment; {project} is the project folder
+    args: tuple[str, ...] = ()  # more command-line arguments
+    name: str = ""  # id of a case without a file
 
 
 def xmc(file: str, expect: str) -> Case:
@@ -82,29 +85,41 @@ CASES = [
     xmc("xmc_nonnumeric_value.txt", "xmc_nonnumeric_value.txt:3: feature value 'abc'"),
     xmc("xmc_nan_feature.txt", "xmc_nan_feature.txt:4: feature value 'nan' is not finite"),
     xmc("xmc_inf_feature.txt", "xmc_inf_feature.txt:2: feature value 'inf' is not finite"),
+    xmc("xmc_zero_points.txt", "xmc_zero_points.txt:1: the header declares 0 points"),
+    xmc("xmc_zero_features.txt", "xmc_zero_features.txt:1: the header declares 0 features"),
+    xmc("xmc_zero_labels.txt", "xmc_zero_labels.txt:1: the header declares 0 labels"),
+    xmc("xmc_long_header.txt", "xmc_long_header.txt:1: bad header '1 1 1"),  # generated
     # Mulan ARFF (leml, format arff, the last two attributes are the labels)
     arff("arff_no_data.arff", "arff_no_data.arff:6: no @data section"),
     arff("arff_wrong_value_count.arff", "arff_wrong_value_count.arff:8: dense row has 3"),
     arff("arff_label_not_binary.arff", "arff_label_not_binary.arff:8: value '2' of attribute"),
     arff("arff_nan_value.arff", "arff_nan_value.arff:8: value 'NaN' of attribute 'f0'"),
     arff("arff_sparse_index_out_of_range.arff", "arff_sparse_index_out_of_range.arff:8: sparse"),
+    arff("arff_latin1.arff", "arff_latin1.arff:4: not UTF-8 text (byte 0xe9"),
     # SemEval-2010 Task 8 (relations); an empty file has no line to name
     relations("semeval_empty.txt", "semeval_empty.txt: no sentences found"),
     relations("semeval_no_e2.txt", "semeval_no_e2.txt:5: sentence 2: missing <e2>"),
     relations("semeval_nested.txt", "semeval_nested.txt:5: sentence 2: tag <e2> nested"),
     relations("semeval_reversed.txt", "semeval_reversed.txt:5: sentence 2: <e2> appears before"),
     relations("semeval_unknown_label.txt", "semeval_unknown_label.txt:6: sentence 2: unknown"),
+    relations("semeval_latin1.txt", "semeval_latin1.txt:1: not UTF-8 text (byte 0xe9"),
+    relations("semeval_plain_named.txt.gz", "semeval_plain_named.txt.gz: the name ends in .gz"),
+    relations("semeval_huge_id.txt", "semeval_huge_id.txt:5: id 99999999999999999999 is out"),
     # JSON Lines (relations)
     relations("jsonl_span_outside_tokens.jsonl", "jsonl_span_outside_tokens.jsonl:2: 'tail'"),
     relations("jsonl_negative_span.jsonl", "jsonl_negative_span.jsonl:3: 'head' span [-1, 1)"),
     relations("jsonl_overlapping_spans.jsonl", "jsonl_overlapping_spans.jsonl:2: head [0, 2]"),
     relations("jsonl_invalid_json.jsonl", "jsonl_invalid_json.jsonl:2: invalid JSON"),
+    relations("jsonl_latin1.jsonl", "jsonl_latin1.jsonl:1: not UTF-8 text (byte 0xe9"),
+    relations("jsonl_deep.jsonl", "jsonl_deep.jsonl:2: invalid JSON: nested too deeply"),
     # CoNLL-U with CorefUD Entity= brackets (strip; the file is a training document)
     conllu("conllu_unbalanced_open.conllu", "conllu_unbalanced_open.conllu:6: mention of"),
     conllu("conllu_unbalanced_close.conllu", "conllu_unbalanced_close.conllu:7: closing bracket"),
     conllu("conllu_nine_columns.conllu", "conllu_nine_columns.conllu:7: 9 tab-separated"),
     # 333 complete lines are recoverable from the cut stream (zlib.decompressobj agrees)
     conllu("conllu_truncated.conllu.gz", "conllu_truncated.conllu.gz:334: truncated gzip"),
+    conllu("conllu_latin1.conllu", "conllu_latin1.conllu:3: not UTF-8 text (byte 0xe9"),
+    conllu("conllu_duplicate_doc.conllu", "conllu_duplicate_doc.conllu:5: document 'twice'"),
     # configs
     config("config_leml_unknown_key.yaml", "leml", "key 'model.rnak': unknown key"),
     config("config_leml_negative_rank.yaml", "leml", "key 'model.rank': Input should be greater"),
@@ -127,7 +142,15 @@ CASES = [
         "config_relations_window_zero.yaml: key 'window': Value error, window '0-0-0' selects",
     ),
     config("config_strip_window_zero.yaml", "strip", "key 'window': Input should be greater"),
+    config("config_latin1.yaml", "leml", "config_latin1.yaml:2: not UTF-8 text (byte 0xe9"),
+    config("config_alias_bomb.yaml", "leml", "key 'model.rank': Input should be a valid integer"),
 ]
+# Files made by the test instead of shipped (too large to keep in the repository).
+GENERATED = {
+    "xmc_long_header.txt": lambda: ("1 " * 200_000 + "\n").encode(),  # 400 KB of header
+    "jsonl_deep.jsonl": lambda: (JSONL_GOOD.splitlines()[0] + "\n" + "[" * 100_000
+                                 + "]" * 100_000 + "\n").encode(),
+}
 
 # Bad values given on the command line instead of in a file.
 OVERRIDE_CASES = [
@@ -135,6 +158,19 @@ OVERRIDE_CASES = [
     Case("", "leml", "leml.yaml: key 'model.rnak': --set: unknown key", ("model.rnak=3",)),
     Case("", "relations", "relations.yaml: Value error, k_low (9)", ("k_low=9", "k_high=3")),
     Case("", "strip", "strip.yaml: key 'window'", ("window=0",)),
+    Case("", "leml", "key 'model.rank': --set: value '{' is not valid YAML", ("model.rank={{",),
+         name="leml-set-rank-not-yaml"),
+    Case("", "leml", "key 'model.lam': Input should be a finite number", ("model.lam=.inf",)),
+    Case("", "leml", "key 'model.rank': Value error, a boolean", ("model.rank=true",),
+         name="leml-set-rank-bool"),
+    Case("", "strip", "key 'seed': Input should be less than or equal to 4294967295",
+         ("seed=4294967296",)),
+    Case("", "leml", "SCARCE_MEMORY_LIMIT_GB must be a number of GiB, got 'lots'",
+         env=(("SCARCE_MEMORY_LIMIT_GB", "lots"),), name="leml-memory-limit-lots"),
+    Case("", "leml", "is not a folder", env=(("SCARCE_STORE", "{project}/a-file"),),
+         name="leml-store-is-a-file"),
+    Case("", "leml", "no Dask scheduler at tcp://127.0.0.1:9",
+         args=("--dask-address", "tcp://127.0.0.1:9"), name="leml-dask-nothing-listening"),
 ]
 
 # -- the small valid project each case starts from ------------------------------------
@@ -197,6 +233,9 @@ def make_project(root: Path, case: Case) -> list[str]:
             shutil.copy(BAD / case.file, good / "gum" / case.file)
             doc = case.file.removesuffix(".gz").removesuffix(".conllu")
             splits += f"{doc}\ttrain\n"
+        elif case.file in GENERATED:
+            (root / "bad").mkdir()
+            (root / "bad" / case.file).write_bytes(GENERATED[case.file]())
         else:
             (root / "bad").mkdir()
             shutil.copy(BAD / case.file, root / "bad" / case.file)
@@ -205,7 +244,8 @@ def make_project(root: Path, case: Case) -> list[str]:
     (good / "gum" / "splits.tsv").write_text(splits)
     for text in case.overrides:
         args += ["--set", text.format(file=f"bad/{case.file}")]
-    return args
+    (root / "a-file").write_text("not a folder\n")
+    return args + list(case.args)
 
 
 @dataclass
@@ -225,10 +265,13 @@ def run_case(case: Case, root: Path) -> Outcome:
     if key not in _outcomes:
         project = root / key
         args = make_project(project, case)
-        saved = {v: os.environ.get(v) for v in ("SCARCE_ROOT", "SCARCE_STORE", "SCARCE_RUNS")}
+        names = ("SCARCE_ROOT", "SCARCE_STORE", "SCARCE_RUNS", "SCARCE_MEMORY_LIMIT_GB")
+        saved = {v: os.environ.get(v) for v in names}
         os.environ["SCARCE_ROOT"] = str(project)
-        os.environ.pop("SCARCE_STORE", None)
-        os.environ.pop("SCARCE_RUNS", None)
+        for var in names[1:]:
+            os.environ.pop(var, None)
+        for var, value in case.env:
+            os.environ[var] = value.format(project=project)
         err, out = io.StringIO(), io.StringIO()
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -255,6 +298,8 @@ def run_case(case: Case, root: Path) -> Outcome:
 def case_id(case: Case) -> str:
     if case.file:
         return case.file
+    if case.name:
+        return case.name
     return f"{case.flow}-set-" + "-".join(o.split("=")[0] for o in case.overrides)
 
 
@@ -268,7 +313,7 @@ def root(tmp_path_factory):
 
 def test_manifest_covers_every_file_of_the_folder():
     files = sorted(p.name for p in BAD.iterdir() if p.is_file())
-    named = sorted(c.file for c in CASES)
+    named = sorted(c.file for c in CASES if c.file not in GENERATED)
     assert named == files
     assert len(files) >= 25
     for stem in ("xmc_", "arff_", "semeval_", "jsonl_", "conllu_", "config_"):
@@ -293,6 +338,10 @@ def test_exit_2_with_one_error_line_naming_the_place(case, root):
     assert len(lines) == 1, outcome.err[-2000:]
     assert case.expect in lines[0], lines[0]
     assert "Traceback" not in outcome.err
+    # one short line, and the last thing said: nothing of the message spills onto more lines
+    assert len(lines[0]) < 500, lines[0][:1000]
+    assert outcome.err.rstrip().splitlines()[-1] == lines[0]
+    assert len(outcome.err) < 20_000  # no echo of the input in Prefect's logs either
 
 
 @pytest.mark.parametrize("case", known("leaves_entries"))

@@ -249,3 +249,17 @@ def test_each_cache_hit_is_printed_once_in_a_real_process(project):
     lines = (proc.stdout + proc.stderr).splitlines()
     for step in ("digits-load", "digits-cluster", "digits-evaluate"):
         assert sum(f"cache hit: {step} ->" in line for line in lines) == 1, step
+
+
+def test_rerun_of_a_manifest_without_its_config_is_an_input_error(project, capsys):
+    m = manifest(project, runs(project)[0])
+    del m["config"]
+    forged = project / "data" / "runs" / "no-config"
+    forged.mkdir()
+    (forged / "manifest.json").write_text(json.dumps(m))
+    try:
+        code, _, err = run_cli(capsys, "rerun", "no-config")
+    finally:
+        (forged / "manifest.json").unlink()
+        forged.rmdir()
+    assert code == 2 and "key 'config': the manifest has no config to rerun" in err

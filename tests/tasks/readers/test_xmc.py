@@ -42,7 +42,7 @@ def test_bibtex_train_shape_and_first_row():
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(0, 12), gz=st.booleans())
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 12), gz=st.booleans())
 def test_round_trip(tmp_path_factory, seed, n, gz):
     rng = np.random.default_rng(seed)
     X = sp.random(n, 7, density=0.3, format="csr", random_state=seed,
@@ -114,6 +114,9 @@ def test_truncated_and_corrupt_gzip(tmp_path):
         read_xmc(path)
     assert info.value.path == str(path) and info.value.line >= 1
     path.write_bytes(b"not gzip at all")
+    with pytest.raises(InputError, match="not gzip-compressed"):
+        read_xmc(path)
+    path.write_bytes(blob[:10] + b"\xff" * 64)  # a gzip header, then garbage
     with pytest.raises(InputError, match="corrupt gzip"):
         read_xmc(path)
     with pytest.raises(InputError, match="not found"):
@@ -123,3 +126,21 @@ def test_truncated_and_corrupt_gzip(tmp_path):
 def test_slow_path_accepts_what_the_fast_path_accepts():
     # The vectorised parser reads "3.0" and "1e1" as integers; the exact one must agree.
     assert _parse_line("1.0,2 3.0:1 1e1:0.5", 20, 5) == ([1, 2], [3, 10], [1.0, 0.5])
+
+
+@pytest.mark.parametrize("header, what", [("0 4 3", "0 points"), ("3 0 3", "0 features"),
+                                          ("3 4 0", "0 labels")])
+def test_a_header_with_an_empty_dimension_is_refused_at_line_1(tmp_path, header, what):
+    path = tmp_path / "d.txt"
+    path.write_text(f"{header}\n")
+    with pytest.raises(InputError, match=f"declares {what}") as info:
+        read_xmc(path)
+    assert info.value.line == 1
+
+
+def test_an_enormous_header_gives_a_short_error_line(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_text("1 " * 200_000 + "\n")
+    with pytest.raises(InputError, match="bad header") as info:
+        read_xmc(path)
+    assert len(str(info.value)) < 300 + len(str(path)) + 10
