@@ -10,8 +10,7 @@ of the 9 undirected relation types without Other (TRAIN + TEST: 8,853 pairs), on
 * ``frequency``, ``chi2``, ``entropy``: the full method (subset search under coverage >= theta,
   stability over k, k-means at the chosen k) with the words ranked by document frequency, by
   chi^2 against k-means pseudo-labels (label-free; k = the middle of [K_low, K_high]) and by
-  the entropy measure (Dash et al.; ``--entropy-importance``, see
-  :mod:`algorithms.relations.entropy`).
+  the entropy measure (Dash et al.; :mod:`algorithms.relations.entropy`).
 
 Contexts: position-tagged lower-cased words, tf-idf, minimum document frequency 2 (the flow's
 defaults, ``configs/relations.yaml``); the entropy ranking uses the binarised matrix (the exact
@@ -19,25 +18,22 @@ Hamming-histogram algorithm).  The method is unsupervised: nothing is tuned on g
 settings are the issue's (theta = 0.9, rho = 0.9) and the flow's defaults.  Gold labels are used
 only to score the final clusterings (mapped accuracy of Chen et al. Sec. 3.3, ARI, V-measure).
 
-Model-order settings (``--n-init-reference``, ``--stability-pairs``, ``--reg``; see
-:mod:`algorithms.relations.stability` and :mod:`algorithms.relations.selection`): the
-defaults reproduce the earlier table (reference clustering C with ``--n-init`` restarts, Eq. 2
-over all pairs, ridge 1e-3).  With ridge 1e-3 the invariant criterion is dominated by clusters
-of identical vectors (zero within-scatter), so F_k jumps between the 46 and the 1,880 top
-words from one k to the next; with ``--reg 0.1`` F_k is steady.  ``--n-init-reference 50``
-makes C the best of 50 k-means runs: a poor local optimum in C shifts the whole M(k), since
-every subsample is compared with the same C.  ``--n-references R`` (a variance reduction,
-default 1 = the paper) averages Eq. 2 over R reference clusterings with their own seeds,
-each the best of ``--n-init-reference`` restarts; ``--n-init-subsample`` sets the restarts
-of the subsample clusterings; ``--k-rule one_se`` (a deviation) takes the smallest k within
-one standard error of the curve's maximum.  ``--subset-rule cross_projection`` (a deviation)
-picks F_k by Dy and Brodley's (2004) cross-projection comparison instead of the largest
-criterion, which favours larger prefixes (:mod:`algorithms.relations.selection`).
-``--stability-pairs distinct`` (a deviation from the paper) leaves pairs of identical
-vectors out of Eq. 2.  ``--baseline null_permuted`` (a deviation; Dudoit and Fridlyand's
-Clest, 2002) subtracts, instead of the random predictor's 1/k, the mean Eq. 2 index of the
-same scheme on ``--n-null`` null datasets per k whose columns (words) are permuted over
-the pairs independently; it multiplies the stability step's cost by 1 + ``--n-null``.
+Method settings: ``--k-low``, ``--k-high``, ``--n-prefixes``, ``--min-prefix``, ``--theta``,
+``--reg``, ``--n-init``, ``--n-subsamples``, ``--rho``, ``--n-init-reference``,
+``--n-init-subsample`` and ``--n-references`` are the parameters of
+:class:`~algorithms.relations.model.RelationDiscovery` under the same names, with its defaults
+(but ``--min-prefix 20``); the k-means baselines and RLBaseline are run with the same
+estimator's steps (:meth:`~RelationDiscovery.cluster_reference` on all words at the true k,
+:meth:`~RelationDiscovery.select_k` on all words).  With ridge 1e-3 the invariant criterion
+is dominated by clusters of identical vectors (zero within-scatter), so F_k jumps between the
+46 and the 1,880 top words from one k to the next; with ``--reg 0.1`` F_k is steady.
+``--n-init-reference 50`` makes C the best of 50 k-means runs: a poor local optimum in C
+shifts the whole M(k), since every subsample is compared with the same C.  ``--n-references
+R`` (a variance reduction, default 1 = the paper) averages Eq. 2 over R reference clusterings
+with their own seeds; ``--n-init-subsample`` sets the restarts of the subsample clusterings.
+The options ``--k-rule``, ``--subset-rule``, ``--stability-pairs``, ``--baseline``,
+``--n-null`` and ``--entropy-importance`` were removed with the estimator options they set
+(their last run: commit 4980c6c; their findings: docs/relations.md).
 
 For the main setting (``--main-window``, 0-10-0) the entropy method is rerun with
 ``--seeds`` further seeds (the seed drives k-means, the subsamples and nothing else) to show
@@ -84,8 +80,6 @@ from algorithms.relations import baselines as bl
 from algorithms.relations.contexts import build_contexts_frame, parse_window
 from algorithms.relations.entropy import entropy_ranking, entropy_ranking_naive
 from algorithms.relations.model import RelationDiscovery
-from algorithms.relations.stability import BASELINES as EQ3_BASELINES
-from algorithms.relations.stability import choose_k, stability_curve
 from flows.config import project_root
 from tasks import relations as tasks_rel
 from tasks.errors import InputError
@@ -105,7 +99,14 @@ COLUMNS = ["setting", "window", "method", "seed", "k", "k_true", "accuracy", "ar
            "n_features", "seconds", "speedup", "same_ranking", "note"]
 
 
+# The options that are RelationDiscovery's parameters (same names, its defaults but min_prefix).
+METHOD_OPTIONS = ("k_low", "k_high", "n_prefixes", "min_prefix", "theta", "reg", "n_init",
+                  "n_subsamples", "rho", "n_init_reference", "n_init_subsample", "n_references")
+MIN_PREFIX = 20
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = RelationDiscovery().get_params()
     parser.add_argument("--data", type=Path, default=None,
                         help="folder holding relations/semeval2010_task8/ (default: data/)")
     parser.add_argument("--setting", choices=list(SETTINGS), default="nine",
@@ -119,44 +120,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the setting whose entropy method is rerun over --seeds")
     parser.add_argument("--rankings", default=",".join(RANKINGS),
                         help=f"comma-separated subset of {', '.join(RANKINGS)}")
-    parser.add_argument("--k-low", type=int, default=2)
-    parser.add_argument("--k-high", type=int, default=20)
-    parser.add_argument("--n-prefixes", type=int, default=12, help="prefix lengths per k")
-    parser.add_argument("--min-prefix", type=int, default=20)
-    parser.add_argument("--n-subsamples", type=int, default=10, help="q, subsamples per k")
-    parser.add_argument("--n-init", type=int, default=3,
-                        help="k-means restarts (subset search and subsample clusterings)")
-    parser.add_argument("--n-init-reference", type=int, default=None,
-                        help="k-means restarts of the reference clustering C per k, of the "
-                        "final clustering and of the k-means baselines (default: --n-init)")
-    parser.add_argument("--n-init-subsample", type=int, default=None,
-                        help="k-means restarts of the subsample clusterings C^mu (default: "
-                        "--n-init)")
-    parser.add_argument("--n-references", type=int, default=1,
-                        help="reference clusterings C per k, Eq. 2 averaged over them "
-                        "(1: the paper)")
-    parser.add_argument("--k-rule", choices=["max", "one_se"], default="max",
-                        help="k from the Eq. 3 curve: its maximum (the paper) or the "
-                        "one-standard-error rule (deviation)")
-    parser.add_argument("--subset-rule", choices=["max", "cross_projection"], default="max",
-                        help="F_k among the feasible prefixes: the largest invariant criterion "
-                        "(the paper) or Dy and Brodley's cross-projection comparison (deviation)")
-    parser.add_argument("--stability-pairs", choices=["all", "distinct"], default="all",
-                        help="pairs counted by Eq. 2: all (the paper) or pairs of different "
-                        "vectors only (deviation)")
-    parser.add_argument("--baseline", choices=EQ3_BASELINES,
-                        default="closed_form",
-                        help="what Eq. 3 subtracts: the random predictor's 1/k (the paper), "
-                        "its simulation, or the mean Eq. 2 index on --n-null column-permuted "
-                        "null datasets (Dudoit and Fridlyand's Clest; deviation)")
-    parser.add_argument("--n-null", type=int, default=5,
-                        help="null datasets per k with --baseline null_permuted")
-    parser.add_argument("--reg", type=float, default=1e-3,
-                        help="relative ridge of P_W in the invariant criterion")
-    parser.add_argument("--theta", type=float, default=0.9, help="coverage threshold")
-    parser.add_argument("--rho", type=float, default=0.9, help="subsample fraction")
+    helps = {
+        "k_low": "K_low", "k_high": "K_high", "n_prefixes": "prefix lengths per k",
+        "min_prefix": "smallest prefix length", "theta": "coverage threshold",
+        "reg": "relative ridge of P_W in the invariant criterion",
+        "n_init": "k-means restarts (subset search; references and subsample clusterings "
+        "unless set)",
+        "n_subsamples": "q, subsamples per k", "rho": "subsample fraction",
+        "n_init_reference": "k-means restarts of the reference clusterings C per k (so of the "
+        "final clustering and the k-means baselines; default: --n-init)",
+        "n_init_subsample": "k-means restarts of the subsample clusterings C^mu (default: "
+        "--n-init)",
+        "n_references": "reference clusterings C per k, Eq. 2 averaged over them (1: the paper)",
+    }
+    for name in METHOD_OPTIONS:
+        default = MIN_PREFIX if name == "min_prefix" else defaults[name]
+        kind = float if name in ("theta", "reg", "rho") else int
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=default,
+                            help=f"{helps[name]} (default {default})")
     parser.add_argument("--min-df", type=int, default=2)
-    parser.add_argument("--entropy-importance", choices=["change", "removed"], default="change")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, default=5,
                         help="seeds (seed, seed+1, ...) of the entropy method on the main window")
@@ -198,7 +180,8 @@ def load_mentions(data: Path, max_pairs: int | None, seed: int, setting: str = "
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise InputError(f"SemEval-2010 Task 8 file not found: {', '.join(missing)}")
-    parts = [tasks_rel.parse.fn(str(p), include_other=include_other, directed=directed)
+    parts = [tasks_rel.parse.fn(str(p), fmt="semeval", relation_types=None,
+                                include_other=include_other, directed=directed)
              for p in paths]
     return tasks_rel.combine.fn(parts, max_pairs=max_pairs, seed=seed)["mentions"]
 
@@ -210,46 +193,31 @@ def _row(window, method, seed, k, k_true, y, labels, n_features, seconds, note="
             "n_features": int(n_features), "seconds": seconds, "note": note}
 
 
-def _fit(X, ranking, seed, args):
-    model = RelationDiscovery(k_min=args.k_low, k_max=args.k_high, ranking=ranking,
-                              theta=args.theta, n_steps=args.n_prefixes,
-                              min_prefix=args.min_prefix, n_subsamples=args.n_subsamples,
-                              rho=args.rho, n_init=args.n_init, reg=args.reg,
-                              n_init_reference=args.n_init_reference,
-                              n_init_subsample=args.n_init_subsample, k_rule=args.k_rule,
-                              n_references=args.n_references, subset_rule=args.subset_rule,
-                              stability_pairs=args.stability_pairs, baseline=args.baseline,
-                              n_null=args.n_null, random_state=seed)
-    t0 = time.perf_counter()
-    model.fit(X)
-    return model, time.perf_counter() - t0
+def estimator(args: argparse.Namespace, seed: int, ranking: str = "entropy"
+              ) -> RelationDiscovery:
+    """The method with the benchmark's settings."""
+    return RelationDiscovery(ranking=ranking, random_state=seed,
+                             **{name: getattr(args, name) for name in METHOD_OPTIONS})
 
 
-def rl_baseline(X, args) -> tuple[int, np.ndarray]:
-    """RLBaseline with the method's stability settings: all words, k by Eq. 3, k-means at k."""
-    allf = np.arange(X.shape[1])
-    n_init_ref = args.n_init if args.n_init_reference is None else args.n_init_reference
-    n_init_sub = args.n_init if args.n_init_subsample is None else args.n_init_subsample
-    _, curve = stability_curve(X, {k: allf for k in range(args.k_low, args.k_high + 1)},
-                               n_samples=args.n_subsamples, seed=args.seed, rho=args.rho,
-                               n_init=n_init_sub, pairs=args.stability_pairs,
-                               n_init_reference=n_init_ref, n_references=args.n_references,
-                               baseline=args.baseline, n_null=args.n_null)
-    k = choose_k(curve, rule=args.k_rule)
-    return k, bl.kmeans_baseline(X, k, seed=args.seed, n_init=n_init_ref)
+def rl_baseline(X, model: RelationDiscovery) -> tuple[int, np.ndarray]:
+    """RLBaseline with the method's stability settings: all words, k by Eq. 3, C_1 at k."""
+    every = np.arange(X.shape[1])
+    _, _, k, references = model.select_k(X, dict.fromkeys(model.k_values(), every))
+    return k, references[k][0]
 
 
-def ranking_speedup(Xb, n_pairs: int, seed: int, importance: str) -> dict:
+def ranking_speedup(Xb, n_pairs: int, seed: int) -> dict:
     """Naive over fast entropy ranking on a seeded subsample (its words only)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 5]))
     rows = np.sort(rng.choice(Xb.shape[0], size=min(n_pairs, Xb.shape[0]), replace=False))
     sub = Xb[rows]
     sub = sub[:, np.flatnonzero(sub.getnnz(axis=0))]
     t0 = time.perf_counter()
-    r_fast, _ = entropy_ranking(sub, binary=True, importance=importance)
+    r_fast, _ = entropy_ranking(sub, binary=True)
     fast = time.perf_counter() - t0
     t0 = time.perf_counter()
-    r_naive, _ = entropy_ranking_naive(sub.toarray(), importance=importance)
+    r_naive, _ = entropy_ranking_naive(sub.toarray())
     naive = time.perf_counter() - t0
     return {"n": sub.shape[0], "m": sub.shape[1], "fast": fast, "naive": naive,
             "same": bool(np.array_equal(r_fast, r_naive))}
@@ -274,7 +242,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     if bad:
         raise InputError(f"unknown baseline(s) {bad}; expected some of {list(BASELINES)}")
 
-    n_init_ref = args.n_init if args.n_init_reference is None else args.n_init_reference
+    base = estimator(args, args.seed)
     rows = []
     with threadpool_limits(1):
         mentions = load_mentions(data, args.max_pairs, args.seed, args.setting)
@@ -306,13 +274,13 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                 _log(f"  hasegawa {rows[-1]['accuracy']:.3f}")
             if "kmeans-true-k" in baselines:
                 t0 = time.perf_counter()
-                labels = bl.kmeans_baseline(X, k_true, seed=args.seed, n_init=n_init_ref)
+                labels = base.cluster_reference(X, np.arange(m), k_true, 0)
                 rows.append(_row(window, "kmeans-true-k", args.seed, k_true, k_true, y, labels,
                                  m, time.perf_counter() - t0, "all words, true k"))
                 _log(f"  k-means@{k_true} {rows[-1]['accuracy']:.3f}")
             if "rl-baseline" in baselines:
                 t0 = time.perf_counter()
-                k_rl, labels = rl_baseline(X, args)
+                k_rl, labels = rl_baseline(X, base)
                 rows.append(_row(window, "rl-baseline", args.seed, k_rl, k_true, y, labels, m,
                                  time.perf_counter() - t0, "all words, k by stability"))
                 _log(f"  rl-baseline k={k_rl} {rows[-1]['accuracy']:.3f}")
@@ -322,22 +290,14 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             for name in rankings:
                 for seed in seeds if name == "entropy" else [args.seed]:
                     t0 = time.perf_counter()
-                    if name == "entropy":
-                        ranking, _ = entropy_ranking(X, binary=True,
-                                                     importance=args.entropy_importance)
-                    elif name == "frequency":
-                        ranking = bl.frequency_ranking(X)
-                    else:
-                        ranking, _ = bl.chi2_pseudo_ranking(X, (args.k_low + args.k_high) // 2,
-                                                            seed=seed, n_init=args.n_init)
-                    t_rank = time.perf_counter() - t0
-                    model, t_fit = _fit(X, ranking, seed, args)
+                    model = estimator(args, seed, name).fit(X)
+                    seconds, t_rank = time.perf_counter() - t0, model.timings_["ranking"]
                     rows.append(_row(window, name, seed, model.n_clusters_, k_true, y,
                                      model.labels_, model.selected_features_.size,
-                                     t_rank + t_fit, f"ranking {t_rank:.1f}s"))
+                                     seconds, f"ranking {t_rank:.1f}s"))
                     _log(f"  {name} seed {seed}: k={model.n_clusters_} "
                          f"|F|={model.selected_features_.size} acc={rows[-1]['accuracy']:.3f} "
-                         f"({t_rank + t_fit:.0f}s)")
+                         f"({seconds:.0f}s)")
                     _log("    curve k:|F|:M:baseline:score " + " ".join(
                         f"{int(r.k)}:{int(r.n_features)}:{r.m_mean:.3f}:{r.m_random:.3f}:"
                         f"{r.m_norm:.3f}" for r in model.stability_.itertuples()))
@@ -347,9 +307,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         Xb = Xm.copy()
         Xb.data[:] = 1.0
         t0 = time.perf_counter()
-        entropy_ranking(Xb, binary=True, importance=args.entropy_importance)
+        entropy_ranking(Xb, binary=True)
         t_all = time.perf_counter() - t0
-        sp_ = ranking_speedup(Xb, args.speed_pairs, args.seed, args.entropy_importance)
+        sp_ = ranking_speedup(Xb, args.speed_pairs, args.seed)
         _log(f"speed: naive {sp_['naive']:.2f}s, fast {sp_['fast']:.4f}s on {sp_['n']} pairs")
         rows.append({"window": args.main_window, "method": "entropy-ranking speed-up",
                      "seed": args.seed, "k": np.nan, "k_true": k_true,

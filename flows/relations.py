@@ -1,23 +1,31 @@
 """Relation discovery: Chen, Ji, Tan and Niu, "Unsupervised Feature Selection for Relation
 Extraction" (IJCNLP 2005), as a Prefect flow.
 
-parse -> extract_features -> rank_features -> subset search over (k, prefix) ->
-stability over (k, subsample) -> choose k -> label_clusters -> evaluate.
-The two searches are ``.map``-ped units, so a Dask task runner spreads them.
+The flow function reads as the method's outline::
+
+    parse -> feature-extract -> rank -> stability-search -> label -> evaluate
+
+``stability-search`` is one task run holding its mapped units: the (k, prefix) candidates,
+the choice of F_k, the reference clusterings, the (k, subsample) scores and the choice of k;
+RLBaseline's search on all words is another (``rl-baseline-search``).  Every unit is a step
+of :class:`~algorithms.relations.model.RelationDiscovery` run as its own cached task, so a
+Dask task runner spreads them; the estimator's ``fit`` is the same loop in one process.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Literal
 
 import pandas as pd
 from prefect import flow, unmapped
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field, field_validator, model_validator
 
+from algorithms.relations.contexts import build_contexts, parse_window
+from algorithms.relations.model import RelationDiscovery
 from flows import plots
-from flows.config import FlowConfig
+from flows.config import FlowConfig, from_estimator
 from flows.published import CHEN_ACE
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import relations as rel
@@ -29,7 +37,12 @@ PUBLISHED_ACE = CHEN_ACE  # ACE is LDC-licensed and not used here
 
 
 class RelationsConfig(FlowConfig):
-    """Options of the relation discovery flow (``configs/relations.yaml``)."""
+    """Options of the relation discovery flow (``configs/relations.yaml``).
+
+    The method's options are :class:`RelationDiscovery`'s parameters under the same names
+    (``seed`` is its ``random_state``), with its defaults; the contexts' are those of
+    :func:`~algorithms.relations.contexts.build_contexts`.
+    """
 
     dataset: str = Field("semeval-9", description="Dataset name in the metrics table.")
     data: list[str] = Field(
@@ -54,89 +67,98 @@ class RelationsConfig(FlowConfig):
         None, ge=10, description="Seeded sample of this many pairs; null uses every pair."
     )
 
-    window: str = Field(
-        "0-10-0",
-        pattern=WINDOW_PATTERN,
+    window: str = from_estimator(
+        build_contexts, "window", pattern=WINDOW_PATTERN,
         description="Context window pre-mid-post (the paper: 0-10-0 best).",
     )
-    weighting: Literal["tfidf", "binary"] = Field("tfidf", description="Context weights.")
-    position_tags: bool = Field(True, description="Tag words with pre:/mid:/post:.")
-    lowercase: bool = Field(True, description="Lowercase context words.")
-    min_df: int = Field(1, ge=1, description="Keep words in at least this many contexts.")
-
-    ranking: Literal["entropy", "frequency", "chi2"] = Field(
-        "entropy",
-        description="Word ranking: entropy (Dash et al.), or the ablations "
-        "frequency and chi2 (k-means pseudo-labels).",
+    weighting: Literal["tfidf", "binary"] = from_estimator(
+        build_contexts, "weighting", description="Context weights."
     )
-    entropy_alpha: Literal["exact", "fixed"] = Field(
-        "exact",
-        description="alpha recomputed per removal (exact) or held at the full-data "
-        "value (an approximation).",
+    position_tags: bool = from_estimator(
+        build_contexts, "position_tags", description="Tag words with pre:/mid:/post:."
     )
-    entropy_binary: bool = Field(
-        True, description="Rank on the binarised contexts (exact Hamming-histogram method)."
+    lowercase: bool = from_estimator(
+        build_contexts, "lowercase", description="Lowercase context words."
     )
-    entropy_samples: int | None = Field(
-        None, ge=2, description="Rank on a seeded subsample of this many pairs; null: all."
-    )
-    chi2_k: int | None = Field(
-        None, ge=2, description="k of the chi2 pseudo-labels; null: (k_low + k_high) // 2."
+    min_df: int = from_estimator(
+        build_contexts, "min_df", ge=1, description="Keep words in at least this many contexts."
     )
 
-    k_low: int = Field(2, ge=2, description="K_low, the smallest number of clusters tried.")
-    k_high: int = Field(20, ge=2, description="K_high, the largest number of clusters tried.")
-    prefix_step: int | None = Field(
-        None,
-        ge=1,
-        description="Prefix lengths step, 2*step, ...; null: n_prefixes "
-        "geometric lengths from min_prefix to all words.",
+    ranking: Literal["entropy", "frequency", "chi2"] = from_estimator(
+        RelationDiscovery, "ranking",
+        description="Word ranking: entropy (Dash et al.), or the ablations frequency and chi2 "
+        "(k-means pseudo-labels).",
     )
-    n_prefixes: int = Field(12, ge=1, description="Number of geometric prefix lengths.")
-    min_prefix: int = Field(10, ge=1, description="Smallest geometric prefix length.")
-    theta: float = Field(
-        0.9, ge=0.0, le=1.0, description="Coverage threshold: share of pairs with a selected word."
+    entropy_binary: bool = from_estimator(
+        RelationDiscovery, "entropy_binary",
+        description="Rank on the binarised contexts (exact Hamming-histogram method).",
     )
-    reg: float = Field(1e-3, gt=0.0, description="Relative ridge on P_W in trace(P_W^-1 P_B).")
-    row_norm: bool = Field(True, description="L2-normalise pairs after selecting words.")
-    n_init: int = Field(3, ge=1, description="k-means restarts.")
+    entropy_samples: int | None = from_estimator(
+        RelationDiscovery, "entropy_samples", ge=2,
+        description="Rank on a seeded subsample of this many pairs; null: all.",
+    )
+    chi2_k: int | None = from_estimator(
+        RelationDiscovery, "chi2_k", ge=2,
+        description="k of the chi2 pseudo-labels; null: (k_low + k_high) // 2.",
+    )
 
-    n_subsamples: int = Field(10, ge=1, description="q, subsamples per k for stability.")
-    rho: float = Field(0.9, gt=0.0, le=1.0, description="Subsample fraction rho.")
-    random_baseline: Literal["closed_form", "simulated"] = Field(
-        "closed_form", description="Random predictor of Eq. 3: exact 1/k or simulated."
+    k_low: int = from_estimator(
+        RelationDiscovery, "k_low", ge=2, description="K_low, the smallest number of clusters."
     )
-    n_baseline_draws: int = Field(1, ge=1, description="Draws of the simulated predictor.")
-    n_init_reference: int | None = Field(
-        None,
-        ge=1,
-        description="k-means restarts of the reference clustering C of each k (stability), "
-        "of the final clustering and of the k-means baselines; null: n_init (C is then the "
-        "clustering the subset search scored).",
+    k_high: int = from_estimator(
+        RelationDiscovery, "k_high", ge=2, description="K_high, the largest number of clusters."
     )
-    n_init_subsample: int | None = Field(
-        None,
-        ge=1,
+    prefix_step: int | None = from_estimator(
+        RelationDiscovery, "prefix_step", ge=1,
+        description="Prefix lengths step, 2*step, ...; null: n_prefixes geometric lengths "
+        "from min_prefix to all words.",
+    )
+    n_prefixes: int = from_estimator(
+        RelationDiscovery, "n_prefixes", ge=1, description="Number of geometric prefix lengths."
+    )
+    min_prefix: int = from_estimator(
+        RelationDiscovery, "min_prefix", ge=1, description="Smallest geometric prefix length."
+    )
+    theta: float = from_estimator(
+        RelationDiscovery, "theta", ge=0.0, le=1.0,
+        description="Coverage threshold: share of pairs with a selected word.",
+    )
+    reg: float = from_estimator(
+        RelationDiscovery, "reg", gt=0.0,
+        description="Relative ridge on P_W in trace(P_W^-1 P_B).",
+    )
+    row_norm: bool = from_estimator(
+        RelationDiscovery, "row_norm", description="L2-normalise pairs after selecting words."
+    )
+    n_init: int = from_estimator(
+        RelationDiscovery, "n_init", ge=1, description="k-means restarts of the subset search."
+    )
+
+    n_subsamples: int = from_estimator(
+        RelationDiscovery, "n_subsamples", ge=1, description="q, subsamples per k."
+    )
+    rho: float = from_estimator(
+        RelationDiscovery, "rho", gt=0.0, le=1.0, description="Subsample fraction rho."
+    )
+    n_init_reference: int | None = from_estimator(
+        RelationDiscovery, "n_init_reference", ge=1,
+        description="k-means restarts of each reference clustering C of a k (C_1 of the "
+        "chosen k is the final clustering, C_1 on all words at the true k the k-means "
+        "baseline); null: n_init (C_1 is then the clustering the subset search scored).",
+    )
+    n_init_subsample: int | None = from_estimator(
+        RelationDiscovery, "n_init_subsample", ge=1,
         description="k-means restarts of the subsample clusterings C^mu; null: n_init.",
     )
-    n_references: int = Field(
-        1,
-        ge=1,
-        description="R, reference clusterings C per k (each with n_init_reference restarts, "
-        "own seed); Eq. 2 is averaged over them. 1: the paper's single C.",
-    )
-    k_rule: Literal["max", "one_se"] = Field(
-        "max",
-        description="k from the Eq. 3 curve: its maximum (the paper) or the smallest k "
-        "within one standard error of it (a deviation, algorithms/relations/stability.py).",
-    )
-    stability_pairs: Literal["all", "distinct"] = Field(
-        "all",
-        description="Pairs counted by Eq. 2: all (the paper) or only pairs whose vectors "
-        "differ (a deviation, see algorithms/relations/stability.py).",
+    n_references: int = from_estimator(
+        RelationDiscovery, "n_references", ge=1,
+        description="R, reference clusterings C per k (own seeds); Eq. 2 is averaged over "
+        "them. 1: the paper's single C.",
     )
 
-    n_label_words: int = Field(2, ge=1, description="DCM words reported per cluster.")
+    n_label_words: int = from_estimator(
+        RelationDiscovery, "n_label_words", ge=1, description="DCM words reported per cluster."
+    )
     baselines: bool = Field(
         True,
         description="Also run Hasegawa et al. and k-means on all words at the true k, "
@@ -151,94 +173,78 @@ class RelationsConfig(FlowConfig):
     @field_validator("window", "hasegawa_window")
     @classmethod
     def _window_selects_words(cls, value: str) -> str:
-        if not any(int(part) for part in value.split("-")):
-            raise ValueError(f"window {value!r} selects no context words")
+        parse_window(value)
         return value
 
     @model_validator(mode="after")
     def _k_range(self) -> RelationsConfig:
-        if self.k_low > self.k_high:
-            raise ValueError(f"k_low ({self.k_low}) must not exceed k_high ({self.k_high})")
+        self.estimator().k_values()
         return self
 
-
-def _search(ctx, cfg, X, ranking, k_values, sizes, all_features):
-    """Map the (k, prefix) units, then the (k, mu) units; returns refs and the choice."""
-    grid = [(k, s) for k in k_values for s in sizes]
-    units = [(k, mu) for k in k_values for mu in range(cfg.n_subsamples)]
-    what = "RLBaseline (all words)" if all_features else f"{cfg.ranking} ranking"
-    progress = ctx.progress(
-        "rl-baseline-search" if all_features else "stability-search",
-        len(grid) + len(units),
-        f"Stability search, {what}: {len(grid)} (k, prefix) candidates, "
-        f"then {len(units)} (k, subsample) units",
-    )
-    common = dict(
-        X=X,
-        ranking=ranking,
-        all_features=all_features,
-        seed=cfg.seed,
-        n_init=cfg.n_init,
-        row_norm=cfg.row_norm,
-    )
-    cands = ctx.map(
-        rel.score_candidate,
-        progress=progress,
-        k=[k for k, _ in grid],
-        n_features=[s for _, s in grid],
-        theta=cfg.theta,
-        reg=cfg.reg,
-        **common,
-    )
-    labels = {g: c["labels"] for g, c in zip(grid, cands, strict=True)}
-    if all_features:
-        subsets = {k: sizes[0] for k in k_values}
-        search = None
-    else:
-        search = ctx.run(rel.choose_subsets, scores=[c["score"] for c in cands])
-        table = ctx.read(search["subsets"])
-        subsets = dict(zip(table["k"].astype(int), table["n_features"].astype(int), strict=True))
-    n_refs = cfg.n_references
-    references = {k: [labels[(k, subsets[k])]] for k in k_values}
-    if reference_restarts(cfg) != cfg.n_init or n_refs > 1:  # C: more restarts, or R of them
-        ref_units = [(k, r) for k in k_values for r in range(n_refs)]
-        refs = ctx.map(
-            rel.reference_clustering,
-            k=[k for k, _ in ref_units],
-            n_features=[subsets[k] for k, _ in ref_units],
-            index=[r for _, r in ref_units],
-            **dict(common, n_init=reference_restarts(cfg)),
+    def estimator(self) -> RelationDiscovery:
+        """The method with this config's parameters (``seed`` as its ``random_state``)."""
+        names = RelationDiscovery._get_param_names()
+        return RelationDiscovery(
+            random_state=self.seed, **{p: getattr(self, p) for p in names if p != "random_state"}
         )
-        references = {k: [] for k in k_values}
-        for (k, _), ref in zip(ref_units, refs, strict=True):
-            references[k].append(ref)
-        labels.update({(k, subsets[k]): references[k][0] for k in k_values})
-    samples = ctx.map(
-        rel.stability_sample,
-        progress=progress,
-        k=[k for k, _ in units],
-        sample_index=[mu for _, mu in units],
-        n_features=[subsets[k] for k, _ in units],
-        full_labels=[references[k] if n_refs > 1 else references[k][0] for k, _ in units],
-        rho=cfg.rho,
-        baseline=cfg.random_baseline,
-        n_baseline_draws=cfg.n_baseline_draws,
-        pairs=cfg.stability_pairs,
-        **dict(common, n_init=subsample_restarts(cfg)),
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a stability search left in the store (refs) and what it chose."""
+
+    choice: dict  # relations-choose: samples, curve, choice
+    references: dict  # k -> refs of C_1..C_R
+    k: int
+    n_features: int
+    subsets: dict | None = None  # relations-subsets: search, subsets (None on all words)
+
+
+def stability_search(ctx: RunContext, model: RelationDiscovery, X, ranking, n_words: int):
+    """The subset search over (k, prefix), F_k per k, then the stability step on F_k."""
+    grid = model.candidate_units(n_words)
+    progress = ctx.progress(
+        "stability-search", len(grid) + len(model.reference_units() + model.stability_units()),
+        f"Stability search, {model.ranking} ranking: {len(grid)} (k, prefix) candidates, "
+        "then the reference clusterings and the (k, subsample) units",
     )
-    chosen = ctx.run(rel.choose, samples=samples, rule=cfg.k_rule)
+    scores = ctx.map(rel.score_candidate, progress=progress, X=unmapped(X),
+                     ranking=unmapped(ranking), k=[k for k, _ in grid],
+                     n_features=[s for _, s in grid],
+                     params=unmapped(model.step_params("score_candidate")))
+    subsets = ctx.run(rel.choose_subsets, scores=scores,
+                      params=model.step_params("choose_subsets"))
+    table = ctx.read(subsets["subsets"])
+    sizes = dict(zip(table["k"].astype(int), table["n_features"].astype(int), strict=True))
+    return select_k(ctx, model, X, ranking, sizes, progress, subsets)
+
+
+def rl_baseline_search(ctx: RunContext, model: RelationDiscovery, X, n_words: int):
+    """RLBaseline: the stability step with every word for every k."""
+    n = len(model.reference_units() + model.stability_units())
+    progress = ctx.progress("rl-baseline-search", n, "Stability search, RLBaseline (all words)")
+    return select_k(ctx, model, X, None, dict.fromkeys(model.k_values(), n_words), progress)
+
+
+def select_k(ctx, model, X, ranking, sizes: dict, progress, subsets=None) -> Search:
+    """References (k, r), subsample scores (k, mu) and the choice of k on the columns ``sizes``
+    (k -> prefix length of ``ranking``; every column when ``ranking`` is None)."""
+    common = dict(X=unmapped(X), ranking=unmapped(ranking), all_features=ranking is None)
+    refs, units = model.reference_units(), model.stability_units()
+    labels = ctx.map(rel.cluster_reference, progress=progress, k=[k for k, _ in refs],
+                     index=[r for _, r in refs], n_features=[sizes[k] for k, _ in refs],
+                     params=unmapped(model.step_params("cluster_reference")), **common)
+    references = {k: [] for k in sizes}
+    for (k, _), ref in zip(refs, labels, strict=True):
+        references[k].append(ref)
+    samples = ctx.map(rel.score_subsample, progress=progress, k=[k for k, _ in units],
+                      sample_index=[mu for _, mu in units], n_features=[sizes[k] for k, _ in units],
+                      references=[references[k] for k, _ in units],
+                      params=unmapped(model.step_params("score_subsample")), **common)
+    chosen = ctx.run(rel.choose_k, samples=samples, all_features=ranking is None,
+                     params=model.step_params("choose_k"))
     choice = ctx.read(chosen["choice"]).iloc[0]
-    return labels, search, chosen, int(choice["k"]), int(choice["n_features"])
-
-
-def reference_restarts(cfg: RelationsConfig) -> int:
-    """k-means restarts of C, the final clustering and the k-means baselines."""
-    return cfg.n_init if cfg.n_init_reference is None else cfg.n_init_reference
-
-
-def subsample_restarts(cfg: RelationsConfig) -> int:
-    """k-means restarts of the subsample clusterings C^mu."""
-    return cfg.n_init if cfg.n_init_subsample is None else cfg.n_init_subsample
+    return Search(chosen, references, int(choice["k"]), int(choice["n_features"]), subsets)
 
 
 RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
@@ -246,137 +252,65 @@ RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
 
 @flow(name="relations", flow_run_name=RUN_NAME)
 def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -> dict:
-    cfg = config
+    cfg, model = config, config.estimator()
     ctx = RunContext.open("relations", cfg, options)
-    parts = [
-        ctx.run(
-            rel.parse,
-            path=ctx.path(p),
-            fmt=cfg.format,
-            relation_types=cfg.relation_types,
-            include_other=cfg.include_other,
-            directed=cfg.directed,
-        )
-        for p in cfg.data
-    ]
+    parts = [ctx.run(rel.parse, path=ctx.path(p), fmt=cfg.format, relation_types=cfg.relation_types,
+                     include_other=cfg.include_other, directed=cfg.directed) for p in cfg.data]
     data = ctx.run(rel.combine, parts=parts, max_pairs=cfg.max_pairs, seed=cfg.seed)
     n_pairs = json.loads(ctx.store.meta(data["mentions"])["shape"])[0]
-    if cfg.k_high >= n_pairs:
-        raise InputError(f"k_high must be below the number of pairs ({n_pairs})", key="k_high")
+    try:
+        model.k_values(n_pairs)
+    except ValueError as exc:
+        raise InputError(str(exc), key="k_high") from None
     classes = ctx.read(data["classes"])
-    with_baselines = cfg.baselines and int(classes["count"].sum()) == n_pairs
-    k_true = len(classes)
+    with_baselines, k_true = cfg.baselines and int(classes["count"].sum()) == n_pairs, len(classes)
     if with_baselines:  # O(N^2) and independent of the rest: runs beside the search
-        hasegawa = ctx.submit(
-            rel.hasegawa,
-            mentions=data["mentions"],
-            k=k_true,
-            window=cfg.hasegawa_window,
-            lowercase=cfg.lowercase,
-        )
-    feats = ctx.run(
-        rel.extract_features,
-        mentions=data["mentions"],
-        window=cfg.window,
-        weighting=cfg.weighting,
-        position_tags=cfg.position_tags,
-        lowercase=cfg.lowercase,
-        min_df=cfg.min_df,
-    )
-    X, vocab = unmapped(feats["X"]), feats["vocabulary"]
-    ranking = ctx.run(
-        rel.rank_features,
-        X=feats["X"],
-        vocabulary=vocab,
-        method=cfg.ranking,
-        alpha=cfg.entropy_alpha,
-        binary=cfg.entropy_binary,
-        n_samples=cfg.entropy_samples,
-        seed=cfg.seed,
-        chi2_k=cfg.chi2_k or (cfg.k_low + cfg.k_high) // 2,
-        n_init=cfg.n_init,
-        row_norm=cfg.row_norm,
-    )
-    n_words = len(ctx.read(vocab))
-    k_values = list(range(cfg.k_low, cfg.k_high + 1))
-    sizes = rel.prefix_lengths(
-        n_words, step=cfg.prefix_step, n_steps=cfg.n_prefixes, min_size=cfg.min_prefix
-    )
-    _, search, chosen, k, n_features = _search(ctx, cfg, X, ranking, k_values, sizes, False)
-    labelled = ctx.run(
-        rel.label_clusters,
-        X=feats["X"],
-        vocabulary=vocab,
-        ranking=ranking,
-        mentions=data["mentions"],
-        k=k,
-        n_features=n_features,
-        seed=cfg.seed,
-        n_init=reference_restarts(cfg),
-        row_norm=cfg.row_norm,
-        n_label_words=cfg.n_label_words,
-    )
-
-    baselines, k_used, rl_curve = {}, {}, None
+        hasegawa = ctx.submit(rel.hasegawa, mentions=data["mentions"], k=k_true,
+                              window=cfg.hasegawa_window, lowercase=cfg.lowercase)
+    feats = ctx.run(rel.extract_features, mentions=data["mentions"], window=cfg.window,
+                    weighting=cfg.weighting, position_tags=cfg.position_tags,
+                    lowercase=cfg.lowercase, min_df=cfg.min_df)
+    X, vocab, n_words = feats["X"], feats["vocabulary"], len(ctx.read(feats["vocabulary"]))
+    ranking = ctx.run(rel.rank_features, X=X, vocabulary=vocab, params=model.step_params("rank"))
+    search = ctx.stage("stability-search", stability_search, ctx, model, X, ranking, n_words)
+    labelled = ctx.run(rel.label_clusters, X=X, vocabulary=vocab, mentions=data["mentions"],
+                       labels=search.references[search.k][0], params=model.step_params("label"))
+    baselines, k_used, rl = {}, {}, None
     if with_baselines:
-        rl_labels, _, rl, k_rl, _ = _search(ctx, cfg, X, None, k_values, [n_words], True)
-        rl_curve = ctx.read(rl["curve"])
-        baselines["rl-baseline"] = rl_labels[(k_rl, n_words)]
-        baselines["kmeans-true-k"] = (
-            rl_labels.get((k_true, n_words))
-            or ctx.run(
-                rel.reference_clustering,
-                X=feats["X"],
-                ranking=None,
-                k=k_true,
-                n_features=n_words,
-                all_features=True,
-                seed=cfg.seed,
-                n_init=reference_restarts(cfg),
-                row_norm=cfg.row_norm,
-            )
-        )
-        (baselines["hasegawa-true-k"],) = ctx.gather([hasegawa])
-        k_used = {"rl-baseline": k_rl, "kmeans-true-k": k_true, "hasegawa-true-k": k_true}
-    metrics = ctx.run(
-        rel.evaluate,
-        clusters=labelled["clusters"],
-        baselines=baselines,
-        dataset=cfg.dataset,
-        method=cfg.ranking,
-        k_chosen=k,
-        k_baselines=k_used,
-    )
-
-    create_markdown_artifact(
-        rel.stability_markdown(ctx.read(chosen["curve"]), k, rl_curve),
-        key="relations-stability",
-        description=f"M_norm over k; chosen k={k}, |F|={n_features}",
-    )
-    create_table_artifact(
-        rel.label_rows(ctx.read(labelled["words"])),
-        key="relations-labels",
-        description=f"DCM labels of the {k} clusters",
-    )
-    ctx.publish_image(
-        "stability-plot",
-        ctx.plot(
-            plots.relations_stability,
-            ctx.read(chosen["curve"]),
-            chosen_k=k,
-            subsets=ctx.read(search["subsets"]),
-            baseline_curve=rl_curve,
-            title=f"Stability over k: {cfg.dataset}, window {cfg.window}, {cfg.ranking} "
-            f"ranking, seed {cfg.seed}",
-        ),
-        f"M_norm over k (chosen k={k}, |F|={n_features}) and the criterion of F_k",
-    )
-    ctx.publish_markdown(
-        "summary",
-        summary_markdown(ctx.read(metrics), cfg, k, n_features),
-        "The run beside Chen et al. (2005); not like-for-like (ACE against this data)",
-    )
+        rl = ctx.stage("rl-baseline-search", rl_baseline_search, ctx, model, X, n_words)
+        kmeans = ctx.run(rel.cluster_reference, X=X, ranking=None, k=k_true, n_features=n_words,
+                         all_features=True, index=0, params=model.step_params("cluster_reference"))
+        (hasegawa_labels,) = ctx.gather([hasegawa])
+        baselines = {"rl-baseline": rl.references[rl.k][0], "kmeans-true-k": kmeans,
+                     "hasegawa-true-k": hasegawa_labels}
+        k_used = {"rl-baseline": rl.k, "kmeans-true-k": k_true, "hasegawa-true-k": k_true}
+    metrics = ctx.run(rel.evaluate, clusters=labelled["clusters"], baselines=baselines,
+                      dataset=cfg.dataset, method=cfg.ranking, k_chosen=search.k,
+                      k_baselines=k_used)
+    publish(ctx, cfg, search, rl, labelled, metrics)
     return ctx.finish(metrics)
+
+
+def publish(ctx: RunContext, cfg: RelationsConfig, search: Search, rl: Search | None,
+            labelled: dict, metrics: str) -> None:
+    """The run's artifacts: the stability curve (table and plot), the DCM labels, the summary."""
+    k, n = search.k, search.n_features
+    curve = ctx.read(search.choice["curve"])
+    rl_curve = None if rl is None else ctx.read(rl.choice["curve"])
+    ctx.publish_markdown("stability", rel.stability_markdown(curve, k, rl_curve),
+                         f"M_norm over k; chosen k={k}, |F|={n}")
+    ctx.publish_table("labels", pd.DataFrame(rel.label_rows(ctx.read(labelled["words"]))),
+                      f"DCM labels of the {k} clusters")
+    title = (f"Stability over k: {cfg.dataset}, window {cfg.window}, {cfg.ranking} ranking, "
+             f"seed {cfg.seed}")
+    png = ctx.plot(plots.relations_stability, curve, chosen_k=k,
+                   subsets=ctx.read(search.subsets["subsets"]), baseline_curve=rl_curve,
+                   title=title)
+    ctx.publish_image("stability-plot", png,
+                      f"M_norm over k (chosen k={k}, |F|={n}) and the criterion of F_k")
+    ctx.publish_markdown("summary", summary_markdown(ctx.read(metrics), cfg, k, n),
+                         "The run beside Chen et al. (2005); not like-for-like (ACE against "
+                         "this data)")
 
 
 def _pct(values: tuple[float, ...]) -> str:

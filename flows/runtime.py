@@ -312,13 +312,28 @@ class RunContext:
         hundreds of mapped units): the steps ``fn`` runs through this context are task runs
         nested in it, submitted to the flow's own task runner (Dask included), each cached in
         the store as usual.  The stage itself is neither cached nor persisted: it holds no data,
-        and its steps' cache hits make a repeated stage cheap.
+        and its steps' cache hits make a repeated stage cheap.  Two things Prefect does to
+        nested tasks are undone here:
+
+        * it ships the stage's task, closure included, in the context of every task submitted
+          to a Dask worker from inside the stage (the worker never calls it); the closure holds
+          this context, whose lease cannot be pickled, so it travels as :class:`_Local`, which
+          pickles empty;
+        * it commits the cache records of nested tasks with their parent's transaction, so a run
+          killed inside the stage would keep none of its finished units; an eager transaction
+          commits each unit as it ends.
         """
         from prefect import Task
         from prefect.cache_policies import NO_CACHE
 
+        held = _Local((fn, args, kwargs))
+
         def run_stage() -> Any:
-            return fn(*args, **kwargs)
+            from prefect.transactions import CommitMode, transaction
+
+            f, a, k = held.value
+            with transaction(commit_mode=CommitMode.EAGER):
+                return f(*a, **k)
 
         task = Task(fn=run_stage, name=name, task_run_name=name, cache_policy=NO_CACHE,
                     persist_result=False)
@@ -543,6 +558,16 @@ class Progress:
         if percent - self.shown >= 1.0 or (self.done == self.total and percent > self.shown):
             update_progress_artifact(self.artifact_id, percent)
             self.shown = percent
+
+
+class _Local:
+    """A value that stays in this process: pickled, it becomes an empty holder."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        return (_Local, (None,))
 
 
 OUTPUTS = "outputs"  # the run folder's subfolder of named outputs

@@ -1,18 +1,21 @@
 """Steps of the relation discovery flow (Chen, Ji, Tan and Niu, IJCNLP 2005).
 
-Thin store-backed wrappers over :mod:`algorithms.relations` and the readers::
+Store-backed wrappers over the readers and the steps of
+:class:`algorithms.relations.model.RelationDiscovery`::
 
     parse -> combine -> extract_features -> rank_features
-          -> score_candidate (mapped over (k, prefix)) -> choose_subsets
-          -> stability_sample (mapped over (k, subsample mu)) -> choose
-          -> label_clusters -> evaluate (with hasegawa and the all-feature units as baselines)
+          -> score_candidate (per (k, prefix)) -> choose_subsets
+          -> cluster_reference (per (k, r)) -> score_subsample (per (k, mu)) -> choose_k
+          -> label_clusters -> evaluate (beside hasegawa and the k-means baselines)
 
-Every unit of the search is its own task keyed by its own parameters, and all its
-randomness is derived from ``(seed, k, mu)`` (see :mod:`algorithms.relations.stability`),
-so the units can run in any order on any task runner and give the same numbers; adding
-subsamples only runs the new units.  The same two unit steps with ``all_features=True``
-give the baselines: k-means on all words (at the true k, and at the k that stability on
-all words chooses, the paper's "RLBaseline").
+A step of the method takes ``params``, the estimator's parameters that its method reads
+(:meth:`RelationDiscovery.step_params`), builds the estimator from them and calls that one
+method: every loop, rule and default is the estimator's, and a unit's cache key covers
+exactly what it computes with.  All randomness is derived from ``(seed, k, mu)``
+(:mod:`algorithms.relations.stability`), so the units run in any order on any task runner
+and give the same numbers; adding subsamples only runs the new units.  With
+``all_features`` the reference and subsample units use every word: RLBaseline's search
+and the k-means baseline at the true k.
 """
 
 from __future__ import annotations
@@ -24,27 +27,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 import algorithms.relations.baselines as baselines_mod
-import algorithms.relations.stability as stability_mod
 from algorithms.metrics.clustering import clustering_scores
-from algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
-from algorithms.relations.contexts import build_contexts_frame, context_words
-from algorithms.relations.dcm import top_words
-from algorithms.relations.entropy import entropy_ranking
-from algorithms.relations.selection import (
-    best_subsets,
-    full_kmeans_seed,
-    kmeans_labels,
-    prefix_sizes,
-    prepare_subset,
-)
-from algorithms.relations.selection import (
-    score_candidate as score_unit,
-)
-from algorithms.relations.stability import (
-    choose_k,
-    stability_one_sample,
-    summarize_stability,
-)
+from algorithms.relations.contexts import build_contexts_frame
+from algorithms.relations.model import RelationDiscovery
 from tasks.errors import InputError
 from tasks.readers.jsonl import read_jsonl
 from tasks.readers.semeval import read_semeval
@@ -56,8 +41,7 @@ SAMPLE_STREAM = 4
 """``SeedSequence([seed, 4])`` draws the pair sample (0-3 are used by the search)."""
 
 
-
-def detect_format(path: str | Path, fmt: str = "auto") -> str:
+def detect_format(path: str | Path, fmt: str) -> str:
     """``"semeval"`` or ``"jsonl"``: ``fmt`` itself, or guessed from the file name."""
     if fmt != "auto":
         return fmt
@@ -66,9 +50,13 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
 
 
 # -- parse -------------------------------------------------------------------------
-@step("relations-parse", files=("path",), run_name="parse {fmt}")
-def parse(path: str, fmt: str = "auto", relation_types: list[str] | None = None,
-          include_other: bool = False, directed: bool = False) -> pd.DataFrame:
+def _parse_name(parameters: dict) -> str:
+    return f"parse {Path(parameters['path']).name}"
+
+
+@step("relations-parse", files=("path",), run_name=_parse_name)
+def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: bool,
+          directed: bool) -> pd.DataFrame:
     """One file of entity-pair mentions -> the mentions table.
 
     Parameters
@@ -117,7 +105,7 @@ def token_lists(mentions: pd.DataFrame) -> pd.DataFrame:
 
 @step("relations-combine", inputs=("parts",), outputs=("mentions", "classes"),
       run_name="combine n={max_pairs}")
-def combine(parts: list[pd.DataFrame], max_pairs: int | None = None, seed: int = 0) -> dict:
+def combine(parts: list[pd.DataFrame], max_pairs: int | None, seed: int) -> dict:
     """Concatenate the parsed files and draw the seeded sample of ``max_pairs`` pairs.
 
     The sample is ``numpy.random.default_rng(SeedSequence([seed, 4])).choice(n, max_pairs,
@@ -138,58 +126,52 @@ def combine(parts: list[pd.DataFrame], max_pairs: int | None = None, seed: int =
 # -- features and ranking ----------------------------------------------------------
 @step("relations-features", inputs=("mentions",), outputs=("X", "vocabulary", "contexts"),
       run_name="contexts {window} {weighting}")
-def extract_features(mentions: pd.DataFrame, window: str = "0-10-0", weighting: str = "tfidf",
-                     position_tags: bool = True, lowercase: bool = True, min_df: int = 1,
-                     drop_punctuation: bool = True) -> dict:
-    """Pre-mid-post contexts -> sparse X (pairs x words), the vocabulary and the contexts.
+def extract_features(mentions: pd.DataFrame, window: str, weighting: str, position_tags: bool,
+                     lowercase: bool, min_df: int) -> dict:
+    """Pre-mid-post contexts -> sparse X (pairs x words), the vocabulary and the contexts
+    (:func:`algorithms.relations.contexts.build_contexts`).
 
     ``vocabulary`` has ``feature`` (column index), ``word`` and ``df`` (pairs containing it);
     ``contexts`` has the pair ``source``, ``id`` and its context words joined by spaces.
     """
-    opts = dict(lowercase=lowercase, position_tags=position_tags,
-                drop_punctuation=drop_punctuation)
-    mentions = token_lists(mentions)
     try:
-        X, vocab = build_contexts_frame(mentions, window, weighting=weighting, min_df=min_df,
-                                        **opts)
+        X, vocab, docs = build_contexts_frame(
+            token_lists(mentions), window, weighting=weighting, min_df=min_df,
+            lowercase=lowercase, position_tags=position_tags, return_docs=True)
     except ValueError as exc:
         raise InputError(str(exc), key="min_df") from None
-    words = [" ".join(context_words(t, (a, b), (c, d), window, **opts))
-             for t, a, b, c, d in zip(mentions["tokens"], mentions["e1_start"],
-                                      mentions["e1_end"], mentions["e2_start"],
-                                      mentions["e2_end"], strict=True)]
     df = np.diff(sp.csc_matrix(X).indptr).astype(np.int64)
     vocabulary = pd.DataFrame({"feature": np.arange(len(vocab), dtype=np.int64),
                                "word": vocab.astype(str), "df": df})
     contexts = pd.DataFrame({"source": mentions["source"], "id": mentions["id"],
-                             "context": words})
+                             "context": [" ".join(d) for d in docs]})
     return {"X": X, "vocabulary": vocabulary, "contexts": contexts}
 
 
-@step("relations-rank", inputs=("X", "vocabulary"), run_name="rank {method}")
-def rank_features(X: sp.csr_matrix, vocabulary: pd.DataFrame, method: str = "entropy",
-                  alpha: str = "exact", binary: bool = True, n_samples: int | None = None,
-                  seed: int = 0, chi2_k: int = 9, n_init: int = 3,
-                  row_norm: bool = True) -> pd.DataFrame:
-    """Rank the words, most important first.
+class RunName:
+    """A task run name from the call's parameters: ``template`` formatted with them, with
+    the estimator's ``params`` and with ``{words}``: ``F=<n>`` for a prefix of the ranking,
+    ``all words`` for the units on every word (RLBaseline, k-means at the true k), so that
+    two different tasks never share a name."""
 
-    ``entropy``: :func:`algorithms.relations.entropy.entropy_ranking` (``binary``, ``alpha``,
-    ``n_samples`` points drawn with ``seed``); ``frequency``: by document frequency;
-    ``chi2``: chi^2 against k-means pseudo-labels at ``chi2_k`` on all words (label-free).
+    def __init__(self, template: str) -> None:
+        self.template = template
+
+    def __call__(self, parameters: dict) -> str:
+        fields = {**parameters.get("params", {}), **parameters}
+        if "{words}" in self.template:
+            fields["words"] = ("all words" if parameters["all_features"]
+                               else f"F={parameters['n_features']}")
+        return self.template.format(**fields)
+
+
+@step("relations-rank", inputs=("X", "vocabulary"), run_name=RunName("rank {ranking}"))
+def rank_features(X: sp.csr_matrix, vocabulary: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """Rank the words, most important first (:meth:`RelationDiscovery.rank`).
 
     Returns a table ``rank``, ``feature``, ``word``, ``score`` (E_{-w}, df or chi^2), ``df``.
     """
-    if method == "entropy":
-        ranking, scores = entropy_ranking(X, binary=bool(binary), alpha=alpha,
-                                          n_samples=n_samples, random_state=seed)
-    elif method == "frequency":
-        ranking = frequency_ranking(X)
-        scores = vocabulary["df"].to_numpy(np.float64)
-    elif method == "chi2":
-        ranking, scores = chi2_pseudo_ranking(X, chi2_k, seed=seed, n_init=n_init,
-                                              row_norm=row_norm)
-    else:
-        raise ValueError(f"method must be 'entropy', 'frequency' or 'chi2', got {method!r}")
+    ranking, scores = RelationDiscovery(**params).rank(X)
     ranking = np.asarray(ranking, dtype=np.int64)
     return pd.DataFrame({
         "rank": np.arange(ranking.size, dtype=np.int64),
@@ -200,12 +182,8 @@ def rank_features(X: sp.csr_matrix, vocabulary: pd.DataFrame, method: str = "ent
     })
 
 
-def prefix_lengths(n_words: int, *, step: int | None, n_steps: int, min_size: int) -> list[int]:
-    """The prefix lengths of the ranked list the subset search tries (``prefix_sizes``)."""
-    return [int(s) for s in prefix_sizes(n_words, step=step, n_steps=n_steps, min_size=min_size)]
-
-
-def _features(ranking: pd.DataFrame | None, X, n_features: int, all_features: bool):
+def _features(X, ranking: pd.DataFrame | None, n_features: int, all_features: bool):
+    """The columns of a unit: the first ``n_features`` ranked words, or every column."""
     if all_features:
         return np.arange(X.shape[1])
     if ranking is None:
@@ -213,119 +191,80 @@ def _features(ranking: pd.DataFrame | None, X, n_features: int, all_features: bo
     return ranking["feature"].to_numpy(np.intp)[: int(n_features)]
 
 
-# -- subset search ------------------------------------------------------------------
-@step("relations-candidate", inputs=("X", "ranking"), outputs=("score", "labels"),
-      run_name="candidate k={k} F={n_features} all={all_features}")
-def score_candidate(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int, n_features: int,
-                    all_features: bool = False, seed: int = 0, n_init: int = 3,
-                    theta: float = 0.9, reg: float = 1e-3, row_norm: bool = True) -> dict:
-    """One (k, F) unit: k-means on the first ``n_features`` ranked words, scored by
-    trace(P_W^-1 P_B) when coverage >= theta (:func:`selection.score_candidate`).
-
-    ``all_features`` uses every column in index order and is always clustered (the
-    k-means baselines).  ``labels`` is the clustering C (empty when infeasible).
-    """
-    feats = _features(ranking, X, n_features, all_features)
-    out = score_unit(X, feats, k, seed=seed, n_init=n_init, row_norm=row_norm, reg=reg,
-                     theta=theta, skip_infeasible=not all_features, return_labels=True)
-    labels = out.pop("labels")
-    out["all_features"] = bool(all_features)
-    labels = np.zeros(0, np.int64) if labels is None else np.asarray(labels, np.int64)
-    return {"score": pd.DataFrame([out]), "labels": labels}
+# -- stability search ------------------------------------------------------------------
+@step("relations-candidate", inputs=("X", "ranking"),
+      run_name="candidate k={k} F={n_features}")
+def score_candidate(X: sp.csr_matrix, ranking: pd.DataFrame, k: int, n_features: int,
+                    params: dict) -> pd.DataFrame:
+    """One (k, prefix) candidate of the subset search, one row
+    (:meth:`RelationDiscovery.score_candidate`)."""
+    feats = _features(X, ranking, n_features, False)
+    return pd.DataFrame([RelationDiscovery(**params).score_candidate(X, feats, k)])
 
 
 @step("relations-subsets", inputs=("scores",), outputs=("search", "subsets"),
-      run_name="choose subsets")
-def choose_subsets(scores: list[pd.DataFrame]) -> dict:
-    """F_k per k: the feasible prefix with the largest criterion (:func:`best_subsets`).
-
-    ``search`` is every (k, F) tried; ``subsets`` has ``k``, ``n_features`` and that
-    candidate's ``coverage`` and ``criterion``.
-    """
-    search = pd.concat(scores, ignore_index=True).sort_values(["k", "n_features"])
-    search = search.reset_index(drop=True)
-    best = best_subsets(search)
-    rows = [search[(search["k"] == k) & (search["n_features"] == s)].iloc[0]
-            for k, s in sorted(best.items())]
-    subsets = pd.DataFrame(rows)[["k", "n_features", "coverage", "feasible", "criterion"]]
-    return {"search": search, "subsets": subsets.reset_index(drop=True)}
-
-
-# -- stability ------------------------------------------------------------------------
-@step("relations-stability", inputs=("X", "ranking", "full_labels"),
-      run_name="stability k={k} sample={sample_index}")
-def stability_sample(X: sp.csr_matrix, ranking: pd.DataFrame | None,
-                     full_labels: np.ndarray | list[np.ndarray],
-                     k: int, n_features: int, sample_index: int, all_features: bool = False,
-                     seed: int = 0, rho: float = 0.9, n_init: int = 3, row_norm: bool = True,
-                     baseline: str = "closed_form", n_baseline_draws: int = 1,
-                     pairs: str = "all") -> pd.DataFrame:
-    """One (k, mu) unit: Eq. 2 for subsample mu against the full clustering C (one row);
-    a list of R reference labelings averages Eq. 2 over them.
-
-    ``pairs``: ``"all"`` (the paper) or ``"distinct"`` (pairs of different vectors only,
-    :mod:`algorithms.relations.stability`).
-    """
-    feats = _features(ranking, X, n_features, all_features)
-    row = stability_one_sample(X, feats, k, sample_index, seed=seed, rho=rho, n_init=n_init,
-                               row_norm=row_norm, full_labels=full_labels, baseline=baseline,
-                               n_baseline_draws=n_baseline_draws, pairs=pairs)
-    row["all_features"] = bool(all_features)
-    return pd.DataFrame([row])
+      run_name="choose F_k")
+def choose_subsets(scores: list[pd.DataFrame], params: dict) -> dict:
+    """F_k per k (:meth:`RelationDiscovery.choose_subsets`): ``search`` is every candidate,
+    ``subsets`` the chosen one's row per k (``k``, ``n_features``, ``coverage``, ...)."""
+    search, subsets = RelationDiscovery(**params).choose_subsets(scores)
+    return {"search": search, "subsets": subsets}
 
 
 @step("relations-reference", inputs=("X", "ranking"),
-      run_name="reference k={k} F={n_features} all={all_features}")
-def reference_clustering(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int,
-                         n_features: int, all_features: bool = False, seed: int = 0,
-                         n_init: int = 3, row_norm: bool = True, index: int = 0) -> np.ndarray:
-    """Reference clustering ``index`` (C_1 for 0) for one k: k-means of all pairs on (F_k, k)
-    with ``n_init`` restarts, seed :func:`stability.reference_seed` ``(seed, k, index)``
-    (the search's seed for index 0; :func:`stability.reference_labels`).
+      run_name=RunName("reference k={k} r={index} {words}"))
+def cluster_reference(X: sp.csr_matrix, ranking: pd.DataFrame | None, k: int, n_features: int,
+                      all_features: bool, index: int, params: dict) -> np.ndarray:
+    """Reference clustering C_{index+1} of all pairs for k
+    (:meth:`RelationDiscovery.cluster_reference`); C_1 of the chosen k is the final
+    clustering, C_1 on all words at the true k the k-means baseline."""
+    feats = _features(X, ranking, n_features, all_features)
+    return np.asarray(RelationDiscovery(**params).cluster_reference(X, feats, k, index), np.int64)
 
-    The flow runs it only when ``n_init_reference`` differs from ``n_init`` or
-    ``n_references > 1``; otherwise C is the clustering :func:`score_candidate` already
-    stored for (k, F_k).
-    """
-    feats = _features(ranking, X, n_features, all_features)
-    labels = stability_mod.reference_labels(X, feats, k, seed=seed, n_init=n_init,
-                                            row_norm=row_norm, index=index)
-    return np.asarray(labels, np.int64)
+
+@step("relations-stability", inputs=("X", "ranking", "references"),
+      run_name=RunName("stability k={k} sample={sample_index} {words}"))
+def score_subsample(X: sp.csr_matrix, ranking: pd.DataFrame | None,
+                    references: list[np.ndarray], k: int, n_features: int, all_features: bool,
+                    sample_index: int, params: dict) -> pd.DataFrame:
+    """One (k, mu) unit: Eq. 2 of subsample mu against the references of k, one row
+    (:meth:`RelationDiscovery.score_subsample`)."""
+    feats = _features(X, ranking, n_features, all_features)
+    row = RelationDiscovery(**params).score_subsample(X, feats, k, sample_index, references)
+    return pd.DataFrame([{**row, "all_features": bool(all_features)}])
+
+
+def _choice_name(parameters: dict) -> str:
+    return "choose k (all words)" if parameters.get("all_features") else "choose k (F_k)"
 
 
 @step("relations-choose", inputs=("samples",), outputs=("samples", "curve", "choice"),
-      run_name="choose k")
-def choose(samples: list[pd.DataFrame], rule: str = "max") -> dict:
-    """Eq. 3 per k and the chosen k with its F_k (:func:`stability.choose_k`): the largest
-    M_norm (smallest k on ties) or, with ``rule="one_se"``, the smallest k within one
-    standard error of it."""
-    table = pd.concat(samples, ignore_index=True).sort_values(["k", "sample_index"])
-    table = table.reset_index(drop=True)
-    curve = summarize_stability(table)
-    k = choose_k(curve, rule=rule)
+      run_name=_choice_name)
+def choose_k(samples: list[pd.DataFrame], all_features: bool, params: dict) -> dict:
+    """Eq. 3 per k and the chosen k with its |F_k| (:meth:`RelationDiscovery.choose_k`);
+    ``all_features``: the units were on every word (RLBaseline)."""
+    table, curve, k = RelationDiscovery(**params).choose_k(samples)
     row = curve[curve["k"] == k].iloc[0]
     choice = pd.DataFrame({"k": [int(k)], "n_features": [int(row["n_features"])],
-                           "m_norm": [float(row["m_norm"])]})
+                           "m_norm": [float(row["m_norm"])],
+                           "all_features": [bool(all_features)]})
     return {"samples": table, "curve": curve, "choice": choice}
 
 
-# -- final clustering and labels ------------------------------------------------------------
-@step("relations-label", inputs=("X", "vocabulary", "ranking", "mentions"),
-      outputs=("clusters", "words"), run_name="label k={k} F={n_features}")
-def label_clusters(X: sp.csr_matrix, vocabulary: pd.DataFrame, ranking: pd.DataFrame,
-                   mentions: pd.DataFrame, k: int, n_features: int, seed: int = 0,
-                   n_init: int = 3, row_norm: bool = True, n_label_words: int = 2) -> dict:
-    """Final k-means at the chosen (k, F_k) and the DCM words of each cluster.
+# -- labels -----------------------------------------------------------------------------------
+@step("relations-label", inputs=("X", "vocabulary", "mentions", "labels"),
+      outputs=("clusters", "words"), run_name="label clusters")
+def label_clusters(X: sp.csr_matrix, vocabulary: pd.DataFrame, mentions: pd.DataFrame,
+                   labels: np.ndarray, params: dict) -> dict:
+    """The DCM words of each cluster of the final clustering ``labels``
+    (:meth:`RelationDiscovery.label`; Fung et al. 2002; Chen et al. 2005, Table 6).
 
     ``clusters``: ``source``, ``id``, ``gold``, ``cluster`` per pair.  ``words``: ``cluster``,
-    ``size``, ``rank``, ``word``, ``weight`` (the ``n_label_words`` best DCM words over all
-    words, Fung et al. 2002; Chen et al. 2005, Table 6).
+    ``size``, ``rank``, ``word``, ``weight``.
     """
-    feats = _features(ranking, X, n_features, False)
-    Z = prepare_subset(X, feats, row_norm=row_norm)
-    labels = kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
-    top = top_words(X, labels, vocabulary["word"].to_numpy(dtype=object), n_label_words)
-    sizes = np.bincount(labels, minlength=int(k))
+    labels = np.asarray(labels, np.int64)
+    top = RelationDiscovery(**params).label(X, labels, vocabulary["word"].to_numpy(dtype=object))
+    sizes = np.bincount(labels)
     rows = [(int(c), int(sizes[c]), r, w, wt)
             for c, ws in sorted(top.items()) for r, (w, wt) in enumerate(ws)]
     words = pd.DataFrame(rows, columns=["cluster", "size", "rank", "word", "weight"])
@@ -336,8 +275,7 @@ def label_clusters(X: sp.csr_matrix, vocabulary: pd.DataFrame, ranking: pd.DataF
 
 # -- baselines and evaluation -----------------------------------------------------------------
 @step("relations-hasegawa", inputs=("mentions",), run_name="hasegawa k={k}")
-def hasegawa(mentions: pd.DataFrame, k: int, window: str = "0-5-0",
-             lowercase: bool = True) -> np.ndarray:
+def hasegawa(mentions: pd.DataFrame, k: int, window: str, lowercase: bool) -> np.ndarray:
     """Hasegawa et al. (2004): tf-idf between-words, cosine, complete linkage cut at k."""
     X, _ = build_contexts_frame(token_lists(mentions), window, position_tags=False,
                                 lowercase=lowercase, weighting="tfidf")

@@ -5,8 +5,9 @@
   true number of types.  Build the vectors with
   ``build_contexts(..., window="0-5-0", position_tags=False)`` (words between the entities
   only; Hasegawa et al. used at most 5 intervening words).
-* :func:`kmeans_baseline` - k-means on all features at a given k (the true k, or the k
-  estimated by stability: "RLBaseline", see :func:`rl_baseline`).
+* :func:`kmeans_baseline` - k-means on all features at a given k (the true k).  RLBaseline,
+  the k estimated by stability on all features and k-means at that k, is the estimator's
+  :meth:`~algorithms.relations.model.RelationDiscovery.select_k` on all words.
 * :func:`frequency_ranking` and :func:`chi2_ranking` - the ranking ablations.  The chi^2
   statistic needs class labels; the paper does not say where they come from in its
   unsupervised setting.  :func:`chi2_ranking` takes any labels; :func:`chi2_pseudo_ranking`
@@ -24,8 +25,7 @@ from sklearn.preprocessing import normalize
 
 from algorithms.memory import check_allocation
 from algorithms.relations.entropy import rank_by_scores
-from algorithms.relations.selection import full_kmeans_seed, kmeans_labels, prepare_subset
-from algorithms.relations.stability import choose_k, stability_curve
+from algorithms.relations.stability import reference_labels
 
 
 def cosine_distance_condensed(X, *, block_size: int = 1024) -> np.ndarray:
@@ -80,35 +80,20 @@ def hasegawa_clustering(X, n_clusters: int) -> np.ndarray:
     return cut_tree(Z, n_clusters=int(n_clusters)).ravel().astype(np.int64)
 
 
-def kmeans_baseline(X, k: int, *, seed: int = 0, n_init: int = 3, row_norm: bool = True
-                    ) -> np.ndarray:
-    """k-means on all features (same seeding and row normalisation as the full method)."""
-    Z = prepare_subset(X, np.arange(X.shape[1]), row_norm=row_norm)
-    return kmeans_labels(Z, k, random_state=full_kmeans_seed(seed, k), n_init=n_init)
+def kmeans_baseline(X, k: int, *, seed: int, n_init: int, row_norm: bool) -> np.ndarray:
+    """k-means on all features, seeded and row-normalised as the method's first reference
+    clustering C_1 (:func:`stability.reference_labels` with every column)."""
+    return reference_labels(X, np.arange(X.shape[1]), k, seed=seed, n_init=n_init,
+                            row_norm=row_norm, index=0)
 
 
-def rl_baseline(X, k_values, *, n_samples: int = 10, seed: int = 0, rho: float = 0.9,
-                n_init: int = 3, row_norm: bool = True, baseline: str = "closed_form"):
-    """RLBaseline: stability-based choice of k with all features, then k-means at that k.
+def frequency_ranking(X) -> tuple[np.ndarray, np.ndarray]:
+    """Features by decreasing document frequency (ties: lower index first).
 
-    Returns
-    -------
-    k : int
-    labels : ndarray of int
-    curve : DataFrame (see :func:`stability.summarize_stability`)
+    Returns ``(ranking, scores)``, the scores being the document frequencies.
     """
-    allf = np.arange(X.shape[1])
-    _, curve = stability_curve(X, {int(k): allf for k in k_values}, n_samples=n_samples,
-                               seed=seed, rho=rho, n_init=n_init, row_norm=row_norm,
-                               baseline=baseline)
-    k = choose_k(curve)
-    return k, kmeans_baseline(X, k, seed=seed, n_init=n_init, row_norm=row_norm), curve
-
-
-def frequency_ranking(X) -> np.ndarray:
-    """Features by decreasing document frequency (ties: lower index first)."""
     df = np.diff(sp.csc_matrix(X).indptr).astype(np.float64)
-    return rank_by_scores(df)
+    return rank_by_scores(df), df
 
 
 def chi2_ranking(X, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +110,7 @@ def chi2_ranking(X, labels) -> tuple[np.ndarray, np.ndarray]:
     return rank_by_scores(scores, df), scores
 
 
-def chi2_pseudo_ranking(X, k: int, *, seed: int = 0, n_init: int = 3, row_norm: bool = True
+def chi2_pseudo_ranking(X, k: int, *, seed: int, n_init: int, row_norm: bool
                         ) -> tuple[np.ndarray, np.ndarray]:
     """chi^2 ranking against k-means pseudo-labels (all features, k clusters)."""
     return chi2_ranking(X, kmeans_baseline(X, k, seed=seed, n_init=n_init, row_norm=row_norm))

@@ -50,11 +50,11 @@ def context_words(
     tokens: Sequence[str],
     e1: tuple[int, int],
     e2: tuple[int, int],
-    window: str | Sequence[int] = "0-10-0",
+    window: str | Sequence[int],
     *,
-    lowercase: bool = True,
-    position_tags: bool = True,
-    drop_punctuation: bool = True,
+    lowercase: bool,
+    position_tags: bool,
+    drop_punctuation: bool,
 ) -> list[str]:
     """Context words of one mention, in sentence order.
 
@@ -64,13 +64,15 @@ def context_words(
         The sentence.
     e1, e2 : tuple of int
         Token spans ``[start, end)`` of the two mentions, in any order; they must not overlap.
-    window : str or 3-sequence of int, default "0-10-0"
+    window : str or 3-sequence of int
         ``pre-mid-post`` sizes.
-    lowercase : bool, default True
-    position_tags : bool, default True
+    lowercase : bool
+    position_tags : bool
         Prefix every word with ``pre:``, ``mid:`` or ``post:``.
-    drop_punctuation : bool, default True
+    drop_punctuation : bool
         Drop tokens made only of punctuation before windowing.
+
+    The defaults of these options are :func:`build_contexts`'.
 
     Returns
     -------
@@ -120,7 +122,8 @@ def build_contexts(
     min_df: int = 1,
     drop_punctuation: bool = True,
     dtype=np.float64,
-) -> tuple[sp.csr_matrix, np.ndarray]:
+    return_docs: bool = False,
+) -> tuple[sp.csr_matrix, np.ndarray] | tuple[sp.csr_matrix, np.ndarray, list[list[str]]]:
     """Context matrix of entity-pair mentions.
 
     Parameters
@@ -129,14 +132,21 @@ def build_contexts(
         One tokenised sentence per mention.
     e1_spans, e2_spans : sequences of (int, int)
         Entity spans ``[start, end)`` per mention.
-    window, lowercase, position_tags, drop_punctuation
-        See :func:`context_words`.
+    window : str or 3-sequence of int, default "0-10-0"
+        ``pre-mid-post`` sizes (:func:`context_words`; the paper found 0-10-0 best).
+    lowercase : bool, default True
+    position_tags : bool, default True
+        Prefix every word with ``pre:``, ``mid:`` or ``post:``.
+    drop_punctuation : bool, default True
+        Drop tokens made only of punctuation before windowing.
     weighting : {"tfidf", "binary"}, default "tfidf"
         ``"tfidf"``: scikit-learn's ``TfidfVectorizer`` (smoothed idf, rows L2-normalised);
         ``"binary"``: ``CountVectorizer(binary=True)``, 1 if the word occurs in the context.
     min_df : int, default 1
         Keep words occurring in at least ``min_df`` contexts.
     dtype : numpy dtype, default float64
+    return_docs : bool, default False
+        Also return the context words of every mention (:func:`context_words`).
 
     Returns
     -------
@@ -144,6 +154,8 @@ def build_contexts(
         Rows with no context word are all zero.
     vocabulary : ndarray of str
         Column names, sorted.
+    docs : list of list of str
+        Only with ``return_docs``.
     """
     n = len(tokens)
     if not (len(e1_spans) == n and len(e2_spans) == n):
@@ -171,10 +183,11 @@ def build_contexts(
                          f"{exc}") from None
     X = sp.csr_matrix(X, dtype=dtype)
     X.sort_indices()
-    return X, np.asarray(vec.get_feature_names_out(), dtype=object)
+    vocabulary = np.asarray(vec.get_feature_names_out(), dtype=object)
+    return (X, vocabulary, docs) if return_docs else (X, vocabulary)
 
 
-def build_contexts_frame(frame, window="0-10-0", **kwargs):
+def build_contexts_frame(frame, window, **kwargs):
     """:func:`build_contexts` on a reader DataFrame (columns ``tokens``, ``e1_*``, ``e2_*``)."""
     e1 = list(zip(frame["e1_start"].to_numpy(), frame["e1_end"].to_numpy(), strict=True))
     e2 = list(zip(frame["e2_start"].to_numpy(), frame["e2_end"].to_numpy(), strict=True))

@@ -84,7 +84,7 @@ def dcm_weights(X, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     return W, WC, CC, clusters
 
 
-def top_words(X, labels, vocabulary, n_words: int = 2) -> dict:
+def top_words(X, labels, vocabulary, n_words: int) -> dict:
     """The ``n_words`` words with the largest DCM weight per cluster (Chen et al., Table 6).
 
     Ties are broken by the lower column index.  Words with weight 0 are never reported.

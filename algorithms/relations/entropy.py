@@ -15,35 +15,31 @@ entropy, the clusters are clearest without it, so ``w`` is the least important w
 
 Which ranking
 -------------
-Two readings of "importance" exist in the sources, and both are offered
-(``importance=``):
+Two readings of "importance" exist in the sources.  The ranking here is by
+``|E_{-w} - E|``, how much the entropy of the data changes when ``w`` is removed; the
+word whose removal changes E least is the least important.  This is the criterion of
+Dash, Liu and Yao (1997) on which Dash and Liu (2000) build ("remove as many features as
+possible and yet maintain the level of distinction between the samples as if no features
+had been removed"; Kantardzic, *Data Mining*, 2nd ed. 2011, Sec. 3.4: the feature removed
+first is the one for which "the difference between entropy for F and entropy for F - f is
+minimum").  The literal reading of Chen et al. (2005, Sec. 2.1), ``E_{-w}`` itself ranked
+by decreasing value, was an option (``importance="removed"``, the estimator's
+``entropy_importance``, the benchmark's ``--entropy-importance``) until commit 4980c6c; no
+configuration or documented benchmark command used it.
 
-* ``"change"`` (default): the importance of ``w`` is ``|E_{-w} - E|``, how much the
-  entropy of the data changes when ``w`` is removed; the word whose removal changes
-  E least is the least important.  This is the criterion of Dash, Liu and Yao (1997)
-  on which Dash and Liu (2000) build ("remove as many features as possible and yet
-  maintain the level of distinction between the samples as if no features had been
-  removed"; Kantardzic, *Data Mining*, 2nd ed. 2011, Sec. 3.4: the feature removed
-  first is the one for which "the difference between entropy for F and entropy for
-  F - f is minimum").
-* ``"removed"``: the importance is ``E_{-w}`` itself, ranked by decreasing value (a
-  removal that leaves the lowest E marks the least important word), the literal
-  reading of Chen et al. (2005, Sec. 2.1) and of the issue.
-
-Why ``"change"`` is the default: on sparse binary context vectors ``E_{-w} - E`` is
+Why not ``E_{-w}`` itself: on sparse binary context vectors ``E_{-w} - E`` is
 negative for almost every frequent word, because removing a word present in many
 pairs shortens many distances at once and moves the distance histogram as a whole,
 whatever the word says about the clusters.  Measured on SemEval-2010 Task 8 (8,853
-pairs of the 9 types, 0-10-0 contexts, 1,880 words): under ``"removed"`` the most
+pairs of the 9 types, 0-10-0 contexts, 1,880 words): ranked by ``E_{-w}`` the most
 frequent and most relation-bearing words (``mid:of``, ``the``, ``from``, ``into``,
 ``a``, ``in``, ``by``, ``caused``) are ranked **last**, so a prefix reaches the
 coverage threshold theta = 0.9 only with the whole vocabulary (coverage of the first
-1,000 words: 0.36) and the feature selection never acts.  Under ``"change"`` the same
-words come first (|E_{-w} - E| correlates with log df at r = 0.53) and the first 50
-words already cover 0.91 of the pairs.  Both readings use the same ``E_{-w}``, which
-is what :func:`entropy_scores` returns.
+1,000 words: 0.36) and the feature selection never acts.  Ranked by ``|E_{-w} - E|`` the
+same words come first (it correlates with log df at r = 0.53) and the first 50 words
+already cover 0.91 of the pairs.
 
-Either way every ``E_{-w}`` is computed once on the full feature set (single pass).
+Every ``E_{-w}`` is computed once on the full feature set (single pass).
 Dash and Liu (2000) used the measure inside a sequential backward elimination that
 re-scores all remaining words after every removal (M passes); with thousands of words
 that multiplies the cost by M for a ranking Chen et al. did not use, so it is not
@@ -72,9 +68,10 @@ differ on ``w``; we exploit that:
   differ by ~1/M relative, so the interpolation error is at rounding level; the tests
   compare with the naive formula).  Cost O(N^2 + N * nnz(X)), memory O(N^2): use
   ``n_samples`` for large N.
-* ``alpha="fixed"`` keeps the full-data ``alpha`` for every removal: an approximation,
-  offered because it is what a "pairs that differ" shortcut gives for free; its rank
-  agreement with the exact ranking is reported by the benchmark in the report.
+
+Keeping the full data's ``alpha`` for every removal (``alpha="fixed"``, an approximation
+that a "pairs that differ" shortcut gives for free) was an option until commit 4980c6c
+(``entropy_alpha: fixed``); ``alpha`` is always recomputed per removal, as defined.
 
 References
 ----------
@@ -111,16 +108,14 @@ def pair_entropy(x: np.ndarray) -> np.ndarray:
     return x * s - tail
 
 
-def _entropy_of_distances(dist: np.ndarray, alpha: float | None = None) -> float:
+def _entropy_of_distances(dist: np.ndarray) -> float:
     """E over ordered pairs from the condensed (i < j) distance vector."""
     if dist.size == 0:
         return 0.0
-    if alpha is None:
-        mean = float(dist.mean())
-        if mean == 0.0:
-            return 0.0
-        alpha = LN2 / mean
-    return 2.0 * float(pair_entropy(alpha * dist).sum())
+    mean = float(dist.mean())
+    if mean == 0.0:
+        return 0.0
+    return 2.0 * float(pair_entropy(LN2 / mean * dist).sum())
 
 
 def data_entropy(X) -> float:
@@ -145,8 +140,7 @@ def rank_by_scores(scores: np.ndarray, tie_break: np.ndarray | None = None, *,
     return np.lexsort((idx, -tb, -key))
 
 
-def entropy_ranking_naive(X, *, alpha: str = "exact", importance: str = "change"
-                          ) -> tuple[np.ndarray, np.ndarray]:
+def entropy_ranking_naive(X) -> tuple[np.ndarray, np.ndarray]:
     """Reference implementation: recompute all distances after removing each word.
 
     O(M^2 N^2); for tests and for measuring the speed-up only.
@@ -154,45 +148,23 @@ def entropy_ranking_naive(X, *, alpha: str = "exact", importance: str = "change"
     Returns
     -------
     ranking : ndarray of int
-        Feature indices, most important first (largest ``|E_{-w} - E|`` for
-        ``importance="change"``, largest ``E_{-w}`` for ``"removed"``).
+        Feature indices, most important first (largest ``|E_{-w} - E|``).
     scores : ndarray of float
         ``E_{-w}`` per feature.
     """
     Xd = np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
-    _check_alpha(alpha)
-    _check_importance(importance)
-    d = pdist(Xd, "euclidean")
-    fixed = None
-    if alpha == "fixed":
-        fixed = LN2 / d.mean() if d.size and d.mean() > 0 else None
-    full = _entropy_of_distances(d, fixed)
+    full = _entropy_of_distances(pdist(Xd, "euclidean"))
     scores = np.empty(Xd.shape[1])
     for w in range(Xd.shape[1]):
-        d = pdist(np.delete(Xd, w, axis=1), "euclidean")
-        scores[w] = _entropy_of_distances(d, fixed)
+        scores[w] = _entropy_of_distances(pdist(np.delete(Xd, w, axis=1), "euclidean"))
     df = (Xd != 0).sum(axis=0)
-    return _rank(scores, full, df, importance), scores
+    return _rank(scores, full, df), scores
 
 
-def _rank(scores: np.ndarray, full: float, df: np.ndarray, importance: str) -> np.ndarray:
-    if importance == "removed":
-        return rank_by_scores(scores, df)
+def _rank(scores: np.ndarray, full: float, df: np.ndarray) -> np.ndarray:
     # |E_{-w} - E| is a difference of two sums of N^2 terms: compare it at 9 digits so
     # that values equal in exact arithmetic tie in any implementation.
     return rank_by_scores(np.abs(scores - full), df, digits=9)
-
-
-def _check_importance(importance: str) -> None:
-    if importance not in ("change", "removed"):
-        raise ValueError(f"importance must be 'change' (|E_-w - E|) or 'removed' (E_-w), "
-                         f"got {importance!r}")
-
-
-def _check_alpha(alpha: str) -> None:
-    if alpha not in ("exact", "fixed"):
-        raise ValueError(f"alpha must be 'exact' (recomputed per removal) or 'fixed', "
-                         f"got {alpha!r}")
 
 
 def _as_csr(X) -> sp.csr_matrix:
@@ -209,7 +181,7 @@ def _as_csr(X) -> sp.csr_matrix:
     return X
 
 
-def _binary_scores(X: sp.csr_matrix, alpha: str, block_size: int) -> tuple[np.ndarray, float]:
+def _binary_scores(X: sp.csr_matrix, block_size: int) -> tuple[np.ndarray, float]:
     n, m = X.shape
     Xb = sp.csr_matrix((np.ones(X.nnz, dtype=np.int64), X.indices.copy(), X.indptr.copy()),
                        shape=X.shape)
@@ -249,17 +221,14 @@ def _binary_scores(X: sp.csr_matrix, alpha: str, block_size: int) -> tuple[np.nd
     mean0 = float(Hu @ root) / n_pairs
     alpha0 = LN2 / mean0 if mean0 > 0 else 0.0
     full = 2.0 * float(Hu @ pair_entropy(alpha0 * root))
-    if alpha == "fixed":
-        alphas = np.full(m, alpha0)
-    else:
-        means = (Hw @ root) / n_pairs
-        with np.errstate(divide="ignore"):
-            alphas = np.where(means > 0, LN2 / np.where(means > 0, means, 1.0), 0.0)
+    means = (Hw @ root) / n_pairs
+    with np.errstate(divide="ignore"):
+        alphas = np.where(means > 0, LN2 / np.where(means > 0, means, 1.0), 0.0)
     G_ = pair_entropy(alphas[:, None] * root[None, :])
     return 2.0 * (Hw * G_).sum(axis=1), full
 
 
-def _real_scores(X: sp.csr_matrix, alpha: str) -> tuple[np.ndarray, float]:
+def _real_scores(X: sp.csr_matrix) -> tuple[np.ndarray, float]:
     n, m = X.shape
     check_allocation((n, n), np.float64, copies=3,
                      what="entropy ranking with real-valued weights (N x N squared distances)",
@@ -291,15 +260,12 @@ def _real_scores(X: sp.csr_matrix, alpha: str) -> tuple[np.ndarray, float]:
         weight[np.arange(rows.size), rows] = 0.0
         return np.sqrt(old2), np.sqrt(new2), weight
 
-    if alpha == "fixed":
-        alphas = np.full(m, LN2 / mean0 if mean0 > 0 else 0.0)
-    else:
-        means = np.empty(m)
-        for w in range(m):
-            old, new, weight = affected(w)
-            means[w] = mean0 - float((weight * (old - new)).sum()) / n_pairs
-        with np.errstate(divide="ignore"):
-            alphas = np.where(means > 0, LN2 / np.where(means > 0, means, 1.0), 0.0)
+    means = np.empty(m)
+    for w in range(m):
+        old, new, weight = affected(w)
+        means[w] = mean0 - float((weight * (old - new)).sum()) / n_pairs
+    with np.errstate(divide="ignore"):
+        alphas = np.where(means > 0, LN2 / np.where(means > 0, means, 1.0), 0.0)
 
     def phi(a):
         return np.array([float(pair_entropy(ai * dv).sum()) for ai in np.atleast_1d(a)])
@@ -324,7 +290,6 @@ def _real_scores(X: sp.csr_matrix, alpha: str) -> tuple[np.ndarray, float]:
 def entropy_scores(
     X,
     *,
-    alpha: str = "exact",
     binary: str | bool = "auto",
     n_samples: int | None = None,
     random_state=None,
@@ -336,9 +301,6 @@ def entropy_scores(
     Parameters
     ----------
     X : array-like or sparse matrix of shape (n_points, n_features)
-    alpha : {"exact", "fixed"}, default "exact"
-        ``"exact"`` recomputes ``alpha = -ln 0.5 / mean(D)`` after each removal (the
-        definition); ``"fixed"`` keeps the full-data ``alpha`` (an approximation).
     binary : {"auto", True, False}, default "auto"
         Use the exact Hamming-histogram algorithm.  ``"auto"`` uses it when every stored
         value of X is 1; ``True`` treats every non-zero as 1 (binarises X).
@@ -359,7 +321,6 @@ def entropy_scores(
     entropy : float
         Only if ``return_entropy``.
     """
-    _check_alpha(alpha)
     X = _as_csr(X)
     if n_samples is not None:
         n_samples = int(n_samples)
@@ -374,21 +335,18 @@ def entropy_scores(
     elif binary not in (True, False):
         raise ValueError(f"binary must be 'auto', True or False, got {binary!r}")
     if binary:
-        scores, full = _binary_scores(X, alpha, max(1, int(block_size)))
+        scores, full = _binary_scores(X, max(1, int(block_size)))
     else:
-        scores, full = _real_scores(X, alpha)
+        scores, full = _real_scores(X)
     return (scores, full) if return_entropy else scores
 
 
-def entropy_ranking(X, *, importance: str = "change", **kwargs
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Rank features by importance (most important first).
+def entropy_ranking(X, **kwargs) -> tuple[np.ndarray, np.ndarray]:
+    """Rank features by decreasing ``|E_{-w} - E|`` (most important first; Dash, Liu and Yao
+    1997, see the module docstring).
 
     Parameters
     ----------
-    importance : {"change", "removed"}, default "change"
-        ``"change"``: by decreasing ``|E_{-w} - E|`` (Dash, Liu and Yao 1997; see the
-        module docstring); ``"removed"``: by decreasing ``E_{-w}`` (literal Chen et al.).
     **kwargs
         Those of :func:`entropy_scores`.
 
@@ -401,8 +359,7 @@ def entropy_ranking(X, *, importance: str = "change", **kwargs
     scores : ndarray of float, shape (n_features,)
         ``E_{-w}`` per feature (not reordered).
     """
-    _check_importance(importance)
     kwargs.pop("return_entropy", None)
     scores, full = entropy_scores(X, return_entropy=True, **kwargs)
     df = np.diff(sp.csc_matrix(X).indptr) if sp.issparse(X) else (np.asarray(X) != 0).sum(0)
-    return _rank(scores, full, df, importance), scores
+    return _rank(scores, full, df), scores

@@ -84,3 +84,20 @@ def test_true_k_outside_the_k_range_is_an_input_error():
         bench.run(_args("--setting", "directed"))  # --quick: K in [6, 12]
     with pytest.raises(InputError, match="unknown baseline"):
         bench.run(_args("--baselines", "kmeans"))
+
+
+def test_method_options_are_the_estimators_parameters_with_its_defaults():
+    from algorithms.relations.model import RelationDiscovery
+
+    args = _args()
+    defaults = RelationDiscovery().get_params()
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    plain = parser.parse_args([])
+    for name in bench.METHOD_OPTIONS:
+        expected = bench.MIN_PREFIX if name == "min_prefix" else defaults[name]
+        assert getattr(plain, name) == expected, name
+    model = bench.estimator(args, 3, "chi2")
+    assert model.get_params() == {**defaults, **{n: getattr(args, n) for n in
+                                                 bench.METHOD_OPTIONS},
+                                  "ranking": "chi2", "random_state": 3}

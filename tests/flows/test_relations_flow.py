@@ -1,8 +1,9 @@
 """The relation discovery flow end to end through Prefect on 300 SemEval pairs.
 
 Independent truth: the same sample read, filtered and featurised without the flow, then
-the single-process estimator ``RelationDiscovery`` and the baseline functions called
-directly with the same seeds; the metrics recomputed from the stored clusters.
+``RelationDiscovery.fit`` (the single-process loop over the steps the flow runs as tasks)
+and the baseline functions called directly with the same seeds; the metrics recomputed from
+the stored clusters.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ CONFIG = {
     "n_init": 2, "n_subsamples": 2, "baselines": True,
 }
 SEARCH_STEPS = ["relations-candidate", "relations-combine", "relations-features",
-                "relations-hasegawa", "relations-parse", "relations-rank", "relations-subsets"]
+                "relations-hasegawa", "relations-parse", "relations-rank", "relations-reference",
+                "relations-subsets"]
+ESTIMATOR = dict(k_low=3, k_high=5, n_prefixes=4, min_prefix=20, theta=0.5, n_init=2,
+                 n_subsamples=2, random_state=1)
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
@@ -79,21 +84,17 @@ def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, 
     X, vocab = build_contexts_frame(sample, "0-10-0", weighting="tfidf", min_df=1)
     stored_X = store.read(outputs(m, "relations-features", "X")[0]["ref"])
     assert (stored_X != X).nnz == 0 and stored_X.shape == X.shape
-    model = RelationDiscovery(k_min=3, k_max=5, n_steps=4, min_prefix=20, theta=0.5, n_init=2,
-                              n_subsamples=2, random_state=1).fit(X, feature_names=vocab)
+    model = RelationDiscovery(**ESTIMATOR).fit(X, feature_names=vocab)
 
     (clusters_ref,) = outputs(m, "relations-label", "clusters")
     clusters = store.read(clusters_ref["ref"])
     assert value[("entropy", "k_chosen")] == model.n_clusters_
     np.testing.assert_array_equal(clusters["cluster"].to_numpy(), model.labels_)
     np.testing.assert_array_equal(clusters["gold"].to_numpy(), sample["relation"].to_numpy())
-    # the method's choice (not RLBaseline's): its samples use the ranked prefixes
-    (samples_ref,) = [o["ref"] for o in outputs(m, "relations-choose", "samples")
-                      if not store.read(o["ref"])["all_features"].any()]
-    curve_ref = {"ref": samples_ref.removesuffix("-samples") + "-curve"}
-    curve = store.read(curve_ref["ref"])
+    curve = store.read(method_choice(store, m, "curve"))
     np.testing.assert_allclose(curve["m_norm"].to_numpy(float), model.stability_["m_norm"],
                                rtol=0, atol=1e-12)
+    assert store.read(method_choice(store, m, "choice"))["k"].item() == model.n_clusters_
     (search_ref,) = outputs(m, "relations-subsets", "search")
     search = store.read(search_ref["ref"])
     np.testing.assert_allclose(search["criterion"].to_numpy(float, na_value=np.nan),
@@ -108,7 +109,7 @@ def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, 
     for metric in ("accuracy", "ari", "v_measure"):
         assert value[("entropy", metric)] == pytest.approx(scores[metric], abs=1e-12)
     assert value[("entropy", "k_true")] == len(set(y))
-    km = kmeans_baseline(X, len(set(y)), seed=1, n_init=2)
+    km = kmeans_baseline(X, len(set(y)), seed=1, n_init=2, row_norm=True)
     assert value[("kmeans-true-k", "accuracy")] == pytest.approx(
         clustering_scores(y, km)["accuracy"], abs=1e-12)
     between, _ = build_contexts_frame(sample, "0-5-0", position_tags=False)
@@ -118,6 +119,43 @@ def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, 
     assert 0.2 < value[("entropy", "accuracy")] < 1.0
     for o in m["outputs"]:
         assert store.sha256(o["ref"]) == o["sha256"]
+
+
+def method_choice(store, m, part):
+    """The ref of ``part`` of the method's choice of k (not RLBaseline's)."""
+    (ref,) = [o["ref"] for o in outputs(m, "relations-choose", "choice")
+              if not store.read(o["ref"])["all_features"].item()]
+    return ref.removesuffix("-choice") + f"-{part}"
+
+
+def test_stability_search_is_one_task_run_holding_its_units_and_names_are_unique(project):
+    """The Prefect UI shows the design's DAG: the (k, prefix) candidates, F_k, references,
+    subsample units and choice of k run inside the ``stability-search`` task run (RLBaseline's
+    inside ``rl-baseline-search``), and no two different tasks share a run name."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    first = json.loads((project / "data" / "runs" / runs(project)[0] / "manifest.json")
+                       .read_text())
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[first["prefect_flow_run_id"]])))
+    names = [t.name for t in task_runs]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    by_id = {t.id: t.name for t in task_runs}
+
+    def parent(t):
+        ids = [p.id for p in t.task_inputs.get("__parents__", [])]
+        return by_id.get(ids[0]) if ids else None
+
+    inside = {}
+    for t in task_runs:
+        inside.setdefault(parent(t), set()).add(t.name.split(" ")[0])
+    assert inside["stability-search"] == {"candidate", "choose", "reference", "stability"}
+    assert inside["rl-baseline-search"] == {"choose", "reference", "stability"}
+    assert "choose k (F_k)" in names and "choose k (all words)" in names
+    assert {"parse", "combine", "contexts", "rank", "stability-search", "label",
+            "rl-baseline-search", "hasegawa", "evaluate"} <= inside[None]
 
 
 def test_second_run_is_all_cache_hits(project, capsys):
@@ -161,6 +199,7 @@ def test_more_subsamples_rerun_only_the_stability_part(project, capsys):
     stab = outputs(m, "relations-stability")
     # 3 values of k, for the method and for RLBaseline: samples 0-1 cached, sample 2 new
     assert sum(o["cached"] for o in stab) == 12 and len(stab) == 18
+    assert len(m["outputs"]) == len({o["ref"] for o in m["outputs"]})
     assert not any(o["cached"] for o in outputs(m, "relations-choose"))
 
 
@@ -186,27 +225,21 @@ def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
 
 
 def test_model_order_options_reach_the_computation(project, capsys, sample):
-    """``n_init_reference``, ``n_init_subsample``, ``n_references``, ``stability_pairs`` and
-    ``k_rule`` from the config give the estimator's numbers with the same options (the
-    baselines, which share the search code, are left out to keep the test short)."""
-    opts = dict(n_init_reference=5, n_init_subsample=1, n_references=2,
-                stability_pairs="distinct", k_rule="one_se")
+    """``n_init_reference``, ``n_init_subsample`` and ``n_references`` from the config give the
+    estimator's numbers with the same options (the baselines, which run the same steps on all
+    words, are left out to keep the test short)."""
+    opts = dict(n_init_reference=5, n_init_subsample=1, n_references=2)
     code, m, err = run(project, capsys, "--set", "baselines=false",
                        *[a for key, v in opts.items() for a in ("--set", f"{key}={v}")])
     assert code == 0, err
     store = Store(project / "data" / "cache")
     X, vocab = build_contexts_frame(sample, "0-10-0", weighting="tfidf", min_df=1)
-    model = RelationDiscovery(k_min=3, k_max=5, n_steps=4, min_prefix=20, theta=0.5, n_init=2,
-                              n_subsamples=2, random_state=1, **opts).fit(X,
-                                                                           feature_names=vocab)
-    default = RelationDiscovery(k_min=3, k_max=5, n_steps=4, min_prefix=20, theta=0.5,
-                                n_init=2, n_subsamples=2, random_state=1).fit(X)
+    model = RelationDiscovery(**ESTIMATOR, **opts).fit(X, feature_names=vocab)
+    default = RelationDiscovery(**ESTIMATOR).fit(X)
     assert not np.allclose(model.stability_["m_norm"], default.stability_["m_norm"])
     refs = outputs(m, "relations-reference")  # R = 2 references for each k in 3..5
     assert len(refs) == 2 * 3
-    (samples_ref,) = [o["ref"] for o in outputs(m, "relations-choose", "samples")
-                      if not store.read(o["ref"])["all_features"].any()]
-    curve = store.read(samples_ref.removesuffix("-samples") + "-curve")
+    curve = store.read(method_choice(store, m, "curve"))
     np.testing.assert_allclose(curve["m_norm"].to_numpy(float), model.stability_["m_norm"],
                                rtol=0, atol=1e-12)
     (clusters_ref,) = outputs(m, "relations-label", "clusters")
@@ -216,3 +249,12 @@ def test_model_order_options_reach_the_computation(project, capsys, sample):
     value = metrics.set_index(["method", "metric"])["value"]
     assert value[("entropy", "k_chosen")] == model.n_clusters_
     assert ("kmeans-true-k", "accuracy") not in value.index
+
+
+def test_config_defaults_are_the_estimators_and_build_it():
+    from flows.relations import RelationsConfig
+
+    cfg = RelationsConfig(seed=4, reg=0.1, k_low=3)
+    params = cfg.estimator().get_params()
+    assert params == {**RelationDiscovery().get_params(), "random_state": 4, "reg": 0.1,
+                      "k_low": 3}

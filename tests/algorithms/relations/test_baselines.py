@@ -45,7 +45,9 @@ def test_hasegawa_gives_exactly_k_clusters_when_merges_tie_at_distance_one():
 
 def test_frequency_and_chi2_rankings_by_hand():
     X = sp.csr_matrix(np.array([[1, 1, 0], [1, 1, 0], [1, 0, 1], [1, 0, 1]], dtype=float))
-    np.testing.assert_array_equal(frequency_ranking(X), [0, 1, 2])
+    ranking, df = frequency_ranking(X)
+    np.testing.assert_array_equal(ranking, [0, 1, 2])
+    np.testing.assert_array_equal(df, [4, 2, 2])
     ranking, scores = chi2_ranking(X, [0, 0, 1, 1])
     assert scores[0] == 0.0  # word 0 occurs everywhere: no association
     assert ranking[-1] == 0 and set(ranking[:2]) == {1, 2}
@@ -54,5 +56,6 @@ def test_frequency_and_chi2_rankings_by_hand():
 def test_chi2_pseudo_labels_come_from_the_seeded_kmeans_baseline():
     rng = np.random.default_rng(1)
     X = sp.csr_matrix((rng.random((40, 7)) < 0.3).astype(float))
-    pseudo = kmeans_baseline(X, 3, seed=4)
-    np.testing.assert_array_equal(chi2_pseudo_ranking(X, 3, seed=4)[0], chi2_ranking(X, pseudo)[0])
+    pseudo = kmeans_baseline(X, 3, seed=4, n_init=3, row_norm=True)
+    np.testing.assert_array_equal(chi2_pseudo_ranking(X, 3, seed=4, n_init=3, row_norm=True)[0],
+                                  chi2_ranking(X, pseudo)[0])

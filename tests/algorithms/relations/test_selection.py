@@ -5,13 +5,13 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+from algorithms.relations.model import RelationDiscovery
 from algorithms.relations.selection import (
     best_subsets,
     coverage,
     invariant_criterion,
     prefix_sizes,
     score_candidate,
-    search_subsets,
 )
 
 
@@ -30,14 +30,15 @@ def test_invariant_criterion_equals_explicit_scatter_matrices():
     P_T = (Z - m).T @ (Z - m)
     lam = 1e-3 * np.trace(P_T) / 4
     expected = np.trace(np.linalg.solve(P_W + lam * np.eye(4), P_B))
-    assert invariant_criterion(sp.csr_matrix(Z), labels) == pytest.approx(expected, rel=1e-9)
-    assert invariant_criterion(Z, labels) == pytest.approx(expected, rel=1e-9)
+    assert invariant_criterion(sp.csr_matrix(Z), labels, reg=1e-3) == pytest.approx(expected,
+                                                                                     rel=1e-9)
+    assert invariant_criterion(Z, labels, reg=1e-3) == pytest.approx(expected, rel=1e-9)
 
 
 def test_invariant_criterion_is_finite_when_within_scatter_is_singular():
     # each word used by one cluster only: P_W = 0, the ridge keeps it finite
     Z = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=float)
-    value = invariant_criterion(Z, np.array([0, 0, 1, 1]))
+    value = invariant_criterion(Z, np.array([0, 0, 1, 1]), reg=1e-3)
     assert np.isfinite(value) and value > 0
     with pytest.raises(ValueError, match="reg must be positive"):
         invariant_criterion(Z, np.array([0, 0, 1, 1]), reg=0.0)
@@ -50,9 +51,19 @@ def test_coverage_counts_rows_with_a_selected_word():
     assert coverage(X, [0, 1, 2]) == 0.75
 
 
+def test_criterion_of_one_partition_grows_with_noise_features():
+    # the bias towards more words: the same partition scores higher with 4 noise features
+    rng = np.random.default_rng(0)
+    centres = np.array([[0, 0], [0, 3], [3, 0], [3, 3]], dtype=float)
+    y = np.repeat(np.arange(4), 15)
+    X = np.hstack([centres[y] + rng.normal(0, 0.3, (60, 2)), rng.normal(0, 1.0, (60, 4))])
+    assert invariant_criterion(X, y, reg=0.1) > invariant_criterion(X[:, :2], y, reg=0.1)
+
+
 def test_prefix_sizes_end_with_the_whole_list():
-    np.testing.assert_array_equal(prefix_sizes(10, step=4), [4, 8, 10])
-    s = prefix_sizes(1000, n_steps=5, min_size=10)
+    np.testing.assert_array_equal(
+        prefix_sizes(10, prefix_step=4, n_prefixes=12, min_prefix=10), [4, 8, 10])
+    s = prefix_sizes(1000, prefix_step=None, n_prefixes=5, min_prefix=10)
     assert s[0] == 10 and s[-1] == 1000 and np.all(np.diff(s) > 0)
 
 
@@ -60,15 +71,20 @@ def test_search_skips_infeasible_prefixes_and_picks_best_feasible():
     rng = np.random.default_rng(0)
     X = sp.csr_matrix((rng.random((60, 8)) < 0.4).astype(float))
     ranking = np.arange(8)
-    scores = search_subsets(X, ranking, [2, 3], sizes=[1, 4, 8], theta=0.8, seed=1)
-    assert len(scores) == 6
+    model = RelationDiscovery(k_low=2, k_high=3, theta=0.8, random_state=1)
+    rows = [model.score_candidate(X, ranking[:s], k) for k in (3, 2) for s in (8, 1, 4)]
+    scores, chosen = model.choose_subsets(rows)
+    assert scores[["k", "n_features"]].values.tolist() == [[2, 1], [2, 4], [2, 8], [3, 1],
+                                                           [3, 4], [3, 8]]
     infeasible = scores[~scores["feasible"]]
-    assert infeasible["criterion"].isna().all()
+    assert len(infeasible) and infeasible["criterion"].isna().all()
     best = best_subsets(scores)
     for k, size in best.items():
         g = scores[(scores.k == k) & scores.feasible]
         assert size == int(g.loc[g.criterion.idxmax(), "n_features"])
-    unit = score_candidate(X, ranking[:4], 3, seed=1, theta=0.8)
+    assert dict(zip(chosen["k"], chosen["n_features"], strict=True)) == best
+    unit = score_candidate(X, ranking[:4], 3, seed=1, n_init=3, row_norm=True, reg=1e-3,
+                           theta=0.8)
     row = scores[(scores.k == 3) & (scores.n_features == 4)].iloc[0]
     assert unit["criterion"] == row["criterion"] or (np.isnan(unit["criterion"])
                                                      and np.isnan(row["criterion"]))

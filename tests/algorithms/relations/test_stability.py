@@ -8,10 +8,11 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from algorithms.relations.model import RelationDiscovery
 from algorithms.relations.stability import (
     choose_k,
     random_baseline,
-    stability_curve,
+    reference_labels,
     stability_index,
     stability_index_naive,
     stability_one_sample,
@@ -43,21 +44,13 @@ def test_stability_by_hand():
     assert stability_index(sub, ref) == pytest.approx(0.5)
 
 
-def test_closed_form_random_baseline_is_exact_expectation_over_all_labelings():
+def test_random_baseline_one_over_k_is_the_exact_expectation_over_all_labelings():
     ref = np.array([0, 0, 1, 1, 1])
     k = 3
     values = [stability_index(np.array(lab), ref)
               for lab in itertools.product(range(k), repeat=ref.size)]
-    assert np.mean(values) == pytest.approx(random_baseline(k, ref), rel=1e-12)
+    assert np.mean(values) == pytest.approx(random_baseline(k), rel=1e-12)
     assert random_baseline(k) == pytest.approx(1 / 3)
-
-
-def test_simulated_random_baseline_converges_to_one_over_k():
-    rng = np.random.default_rng(0)
-    ref = rng.integers(0, 4, size=300)
-    sim = random_baseline(5, ref, method="simulated", n_draws=200, seed=1)
-    assert sim == pytest.approx(0.2, abs=0.01)
-    assert sim == random_baseline(5, ref, method="simulated", n_draws=200, seed=1)
 
 
 def _blobs(seed=0, n_per=30, k=3, dim=6):
@@ -67,15 +60,18 @@ def _blobs(seed=0, n_per=30, k=3, dim=6):
     return sp.csr_matrix(np.abs(X))
 
 
-def test_units_reproduce_driver_and_clear_structure_picks_true_k():
+def test_units_reproduce_the_estimator_and_clear_structure_picks_true_k():
     X = _blobs()
     feats = np.arange(X.shape[1])
-    subsets = {k: feats for k in (2, 3, 4, 5)}
-    samples, curve = stability_curve(X, subsets, n_samples=4, seed=7, row_norm=False)
-    unit = stability_one_sample(X, feats, 3, 2, seed=7, row_norm=False)
+    model = RelationDiscovery(k_low=2, k_high=5, n_subsamples=4, row_norm=False, random_state=7)
+    samples, curve, k, refs = model.select_k(X, dict.fromkeys(range(2, 6), feats))
+    c1 = reference_labels(X, feats, 3, seed=7, n_init=3, row_norm=False, index=0)
+    np.testing.assert_array_equal(refs[3][0], c1)
+    unit = stability_one_sample(X, feats, 3, 2, [c1], seed=7, rho=0.9, n_init=3,
+                                row_norm=False)
     row = samples[(samples.k == 3) & (samples.sample_index == 2)].iloc[0]
     assert unit["m"] == row["m"]
-    assert choose_k(curve) == 3
+    assert k == choose_k(curve) == 3
     np.testing.assert_allclose(curve["m_norm"], curve["m_mean"] - 1 / curve["k"])
 
 
