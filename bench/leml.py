@@ -15,7 +15,8 @@ Sections (``--sections``, comma-separated):
   scored against their *observed* labels only (the unobserved ones are unknown to a
   user too).
 * ``speed``: training seconds of LEML (at the setting chosen in ``accuracy``, or
-  ``--speed-rank`` / ``--speed-lam``), scikit-learn one-vs-rest ridge and logistic
+  ``--speed-rank`` / ``--speed-lam``, by default LEML's), scikit-learn one-vs-rest ridge
+  and logistic
   regression, full-rank ridge and omikuji, one BLAS thread each, in the same run; as
   ratios to LEML, with the test P@1 each reaches.
 * ``scaling``: one W-step on 1x, 2x, 4x stacked copies of the training data, fully
@@ -25,7 +26,8 @@ Sections (``--sections``, comma-separated):
 * ``distributed``: one W-step (squared loss, k=50, 10 CG iterations, float32; Bibtex
   fully observed also float64) on a
   Dask LocalCluster with 1 and then 2 single-threaded worker processes
-  (``tasks.leml_dask.DaskWStep``, row blocks scattered once), on Bibtex (fully
+  (``LEML.w_step`` with a ``tasks.leml_dask.DaskWStep`` backend, row blocks scattered
+  once), on Bibtex (fully
   observed and 20% observed) and on the synthetic Wikipedia-shaped problem at
   ``--synthetic-scale`` (default 0.1 here): seconds, max |W_dask - W_single| /
   max |W_single|, whether 2 workers give the 1-worker W bit for bit, CG's own
@@ -36,7 +38,8 @@ Sections (``--sections``, comma-separated):
 
 LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
 ``--h-solver``, ``--w-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`)
-apply to every section; the squared loss ignores them.
+apply to every section; the squared loss ignores them.  An option not given keeps the
+estimator's default (``LEML``'s signature is the one source of defaults).
 
 Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
 norm, ``tfidf``: scikit-learn's TfidfTransformer fitted on train), identically for
@@ -60,11 +63,17 @@ import pandas as pd
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from algorithms.leml import LEML
-from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
-from algorithms.leml.model import initial_factors, prepare_data, update_W
+from algorithms.leml import (
+    H_SOLVERS,
+    LEML,
+    W_SOLVERS,
+    BinaryRelevance,
+    ClosedFormLowRank,
+    prepare_data,
+)
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from flows.published import LEML_XC
+from tasks.leml import observe, validation_rows
 from tasks.readers.xmc import read_xmc
 
 SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "distributed")
@@ -107,7 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LEML lam values to try (times the mean squared row norm of X)")
     parser.add_argument("--alphas", type=_floats, default=None,
                         help="ridge penalties to try (times the mean squared row norm of X)")
-    parser.add_argument("--max-iter", type=int, default=None, help="LEML outer iterations")
+    parser.add_argument("--outer-iterations", "--max-iter", dest="outer_iterations", type=int,
+                        default=None, help="LEML outer iterations: the largest T of the "
+                        "early-stopping search (default 15; 4 with --quick)")
     parser.add_argument("--observed", type=_floats, default=[0.2, 0.4],
                         help="observed fractions in the missing-label section")
     parser.add_argument("--scales", type=_ints, default=[1, 2, 4],
@@ -116,21 +127,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also fit scikit-learn BR ridge in the accuracy section")
     parser.add_argument("--br-logistic", action=argparse.BooleanOptionalAction, default=True,
                         help="time scikit-learn BR logistic in the speed section")
-    parser.add_argument("--speed-rank", type=int, default=50)
-    parser.add_argument("--speed-lam", type=float, default=1.0)
+    parser.add_argument("--speed-rank", type=int, default=None,
+                        help="LEML rank in the speed section without accuracy (default LEML's)")
+    parser.add_argument("--speed-lam", type=float, default=None,
+                        help="LEML lam in the speed section without accuracy (default LEML's)")
     parser.add_argument("--speed-loss", choices=["squared", "logistic", "sqhinge"],
                         default="squared", help="LEML loss timed in the speed section")
-    parser.add_argument("--h-solver", choices=["direct", "cg", "bound"], default="direct",
+    parser.add_argument("--h-solver", choices=H_SOLVERS, default=None,
                         help="LEML H-step solver for the logistic and squared-hinge "
                         "losses: Newton with explicit per-label Hessians or with CG, or "
                         "steps on the quadratic curvature bound (LEML h_solver)")
-    parser.add_argument("--w-solver", choices=["tron", "bound"], default="tron",
+    parser.add_argument("--w-solver", choices=W_SOLVERS, default=None,
                         help="LEML W-step solver for the logistic and squared-hinge losses: "
                         "TRON or steps on the quadratic curvature bound (LEML w_solver)")
-    parser.add_argument("--squared-init", type=int, default=0,
+    parser.add_argument("--squared-init", type=int, default=None,
                         help="LEML logistic / squared hinge: start from this many squared-loss "
                         "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
-    parser.add_argument("--newton-iter", type=int, default=3,
+    parser.add_argument("--newton-iter", type=int, default=None,
                         help="LEML Newton (TRON) steps per half-step, non-squared losses")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best kept)")
     parser.add_argument("--synthetic-scale", type=float, default=None,
@@ -168,22 +181,14 @@ def _preprocess(kind: str, Xtr, Xte):
     return tf.transform(Xtr).astype(Xtr.dtype), tf.transform(Xte).astype(Xte.dtype)
 
 
-def _split(n: int, fraction: float, seed: int):
-    """Seeded fit / validation row indices (as ``tasks.leml.split``)."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
-    val = np.zeros(n, dtype=bool)
-    val[rng.choice(n, size=int(round(fraction * n)), replace=False)] = True
-    return np.flatnonzero(~val), np.flatnonzero(val)
+# The flow's own split and mask (the plain functions of its steps), so the bench chooses on
+# the validation rows a run holds out.
+_split = validation_rows
 
 
 def _mask(shape, fraction: float, seed: int) -> sp.csr_matrix:
-    """Each entry observed with probability ``fraction`` (as ``tasks.leml.observe``)."""
-    n, n_labels = shape
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 202]))
-    keep = rng.random((n, n_labels)) < fraction
-    mask = sp.csr_matrix(keep)
-    mask.sort_indices()
-    return mask
+    """Each entry observed with probability ``fraction``: ``tasks.leml.observe``."""
+    return observe(sp.csr_matrix(shape, dtype=np.float32), fraction, seed)
 
 
 # --------------------------------------------------------------------------- scoring
@@ -210,26 +215,33 @@ def _mean_sq_norm(X) -> float:
         (X * X).sum() / X.shape[0])
 
 
+# LEML's solver options on the command line: parameter -> argparse dest (None: not given).
+SOLVER_OPTIONS = {"newton_max_iter": "newton_iter", "h_solver": "h_solver",
+                  "w_solver": "w_solver", "squared_init_iter": "squared_init"}
+
+
 def _leml(args, **params) -> LEML:
-    """LEML with the bench's fixed and command-line solver options (``params`` on top)."""
-    return LEML(cg_max_iter=10, fit_intercept=True, random_state=args.seed,
-                newton_max_iter=args.newton_iter, h_solver=args.h_solver,
-                w_solver=args.w_solver, squared_init_iter=args.squared_init, **params)
+    """LEML with the command-line solver options that were given (``params`` on top); the
+    others keep the estimator's defaults."""
+    given = {name: getattr(args, dest) for name, dest in SOLVER_OPTIONS.items()
+             if getattr(args, dest, None) is not None}
+    return LEML(random_state=args.seed, **{**given, **params})
 
 
 class _Search:
     """Grid over (rank, lam) for LEML with early stopping on validation P@1."""
 
-    def __init__(self, X, Y, mask, fit_rows, val_rows, Y_val_truth, max_iter, args):
+    def __init__(self, X, Y, mask, fit_rows, val_rows, Y_val_truth, outer_iterations, args):
         self.Xf, self.Yf = X[fit_rows], Y[fit_rows]
         self.mask_f = None if mask is None else mask[fit_rows]
         self.Xv, self.Yv = X[val_rows], Y_val_truth
-        self.max_iter, self.args = max_iter, args
+        self.outer_iterations, self.args = outer_iterations, args
 
     def leml(self, loss, rank, lam):
         """Validation P@1 after each outer iteration: list of floats."""
         curve = []
-        model = _leml(self.args, rank=rank, lam=lam, loss=loss, max_iter=self.max_iter)
+        model = _leml(self.args, rank=rank, lam=lam, loss=loss,
+                      outer_iterations=self.outer_iterations)
         model.callback = lambda it, sec, obj: curve.append(_p1(model, self.Xv, self.Yv))
         model.fit(self.Xf, self.Yf, self.mask_f)
         return curve
@@ -263,8 +275,8 @@ class _Search:
 def _accuracy(ds, args, grid, rows, chosen):
     name, Xtr, Ytr, Xte, Yte = ds
     fit_rows, val_rows = _split(Xtr.shape[0], args.validation_fraction, args.seed)
-    search = _Search(Xtr, Ytr, None, fit_rows, val_rows, Ytr[val_rows], grid["max_iter"],
-                     args)
+    search = _Search(Xtr, Ytr, None, fit_rows, val_rows, Ytr[val_rows],
+                     grid["outer_iterations"], args)
     s = grid["scale"]
 
     def add(method, setting, metrics):
@@ -280,7 +292,7 @@ def _accuracy(ds, args, grid, rows, chosen):
         _say(f"{name}: LEML {loss} grid")
         val, (rank, lam, T) = search.best_leml(loss, grid["ranks"], [s * v for v in grid["lams"]])
         model, sec = _timed(lambda: _leml(args, rank=rank, lam=lam, loss=loss,  # noqa: B023
-                                          max_iter=T).fit(Xtr, Ytr))  # noqa: B023
+                                          outer_iterations=T).fit(Xtr, Ytr))  # noqa: B023
         setting = f"k={rank} lam={lam:.3g} T={T} (val P@1 {val:.1f})"
         add(f"LEML {loss}", setting, {**_scores(model, Xte, Yte), "train seconds": sec})
         if loss == "squared":
@@ -311,13 +323,14 @@ def _missing(ds, args, grid, rows):
         mask = _mask(Ytr.shape, frac, args.seed)
         Y_obs = Ytr.multiply(mask).tocsr()  # what a user knows: observed positives
         search = _Search(Xtr, Ytr, mask, fit_rows, val_rows, Y_obs[val_rows],
-                         grid["max_iter"], args)
+                         grid["outer_iterations"], args)
         setting_obs = f"observed={frac:.0%}"
         for loss in grid["missing_losses"]:
             _say(f"{name} {setting_obs}: LEML {loss} grid")
             val, (rank, lam, T) = search.best_leml(loss, grid["ranks"],
                                                    [s * v for v in grid["lams"]])
-            model = _leml(args, rank=rank, lam=lam, loss=loss, max_iter=T).fit(Xtr, Ytr, mask)
+            model = _leml(args, rank=rank, lam=lam, loss=loss,
+                          outer_iterations=T).fit(Xtr, Ytr, mask)
             m = _scores(model, Xte, Yte)
             setting = f"{setting_obs} k={rank} lam={lam:.3g} T={T} (val P@1 {val:.1f})"
             rows += [("missing", name, f"LEML {loss}", setting, k, m[k]) for k in ("P@1", "AUC")]
@@ -387,14 +400,18 @@ def _omikuji(Xtr, Ytr, Xte, Yte):
 def _speed(ds, args, grid, rows, chosen):
     name, Xtr, Ytr, Xte, Yte = ds
     s = grid["scale"]
-    rank, lam, T = chosen.get(name, (args.speed_rank, s * args.speed_lam, grid["max_iter"]))
+    default = LEML()
+    rank, lam, T = chosen.get(name, (args.speed_rank or default.rank,
+                                     s * (args.speed_lam or default.lam),
+                                     grid["outer_iterations"]))
     alpha = chosen.get(("alpha", name), s)
+    leml = _leml(args, rank=rank, lam=lam, outer_iterations=T, loss=args.speed_loss)
     peers = [
         (f"LEML {args.speed_loss}", f"k={rank} lam={lam:.3g} T={T}" + (
             "" if args.speed_loss == "squared" else
-            f" newton={args.newton_iter} h_solver={args.h_solver} "
-            f"w_solver={args.w_solver} squared_init={args.squared_init}"),
-         lambda: _leml(args, rank=rank, lam=lam, max_iter=T, loss=args.speed_loss)),
+            f" newton={leml.newton_max_iter} h_solver={leml.h_solver} "
+            f"w_solver={leml.w_solver} squared_init={leml.squared_init_iter}"),
+         lambda: leml),
         ("full-rank ridge (closed form)", f"alpha={alpha:.3g}",
          lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True)),
         ("BR ridge (scikit-learn Ridge)", f"alpha={alpha:.3g}",
@@ -440,9 +457,16 @@ def _best_time(fn, repeats):
     return best, out
 
 
+def _one_w_step(model: LEML, data, H, backend=None):
+    """``model.w_step`` from ``W = 0``: ``(W, info)``."""
+    return model.w_step(data, np.zeros((data.n_features, H.shape[1]), data.dtype), H,
+                        backend=backend)
+
+
 def _scaling(ds, args, grid, rows):
     name, Xtr, Ytr, _, _ = ds
-    k, cg = grid["scaling_rank"], 10
+    k = grid["scaling_rank"]
+    model = LEML(rank=k, lam=1.0, cg_max_iter=10, cg_tol=0.0, random_state=args.seed)
     first = {}
     for copies in args.scales:
         X = sp.vstack([Xtr] * copies, format="csr")
@@ -450,14 +474,13 @@ def _scaling(ds, args, grid, rows):
         frac = 0.2
         mask = sp.vstack([_mask(Ytr.shape, frac, args.seed)] * copies, format="csr")
         for case, data in (
-            ("fully observed", prepare_data(X, Y, fit_intercept=True)),
-            (f"{frac:.0%} observed", prepare_data(X, Y, mask, fit_intercept=True,
-                                                  entries="sparse")),
+            ("fully observed", model.prepare(X, Y)),
+            (f"{frac:.0%} observed", prepare_data(X, Y, mask, fit_intercept=model.fit_intercept,
+                                                  dtype=model.dtype, entries="sparse")),
         ):
-            _, H = initial_factors(data.n_features, data.n_labels, k, data.dtype, args.seed)
-            step_sec, (_, info) = _best_time(
-                lambda d=data, h=H: update_W(d, h, 1.0, cg_max_iter=cg, cg_tol=0.0,
-                                             return_info=True), args.repeats)
+            _, H = model.start(data)
+            step_sec, (_, info) = _best_time(lambda d=data, h=H: _one_w_step(model, d, h),
+                                             args.repeats)
             n_cg = info["cg_iter"]
             V = np.asarray(np.random.default_rng(args.seed).standard_normal(
                 (data.n_features, k)), dtype=data.dtype)
@@ -526,19 +549,18 @@ def synthetic_wikipedia(n, d, n_labels, *, nnz_row=100, labels_row=2.5, topics=5
 def _synthetic(args, rows):
     import resource
 
-    from algorithms.leml.model import update_H
-
     scale = args.synthetic_scale
     n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
     name = f"synthetic Wikipedia-shaped ({scale:g}x)"
     k = 50
     _say(f"{name}: generating {n} x {d}, {n_labels} labels")
     (X, Y), gen_sec = _timed(lambda: synthetic_wikipedia(n, d, n_labels, seed=args.seed))
-    data, prep_sec = _timed(lambda: prepare_data(X, Y))
-    W, H = initial_factors(d, n_labels, k, np.float32, args.seed)
+    model = LEML(rank=k, lam=1.0, cg_max_iter=10, fit_intercept=False, random_state=args.seed)
+    data, prep_sec = _timed(lambda: model.prepare(X, Y))
+    W, H = model.start(data)
     _say(f"{name}: nnz(X)={data.X.nnz}, nnz(Y)={Y.nnz}; one alternating iteration at k={k}")
-    (W, info), w_sec = _timed(lambda: update_W(data, H, 1.0, cg_max_iter=10, return_info=True))
-    H, h_sec = _timed(lambda: update_H(data, W, 1.0))
+    (W, info), w_sec = _timed(lambda: model.w_step(data, W, H))
+    (H, _), h_sec = _timed(lambda: model.h_step(data, W, H))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
     setting = (f"SYNTHETIC n={n} d={d} L={n_labels} nnz(X)={data.X.nnz} nnz(Y)={Y.nnz} "
                f"k={k} squared, {info['cg_iter']} CG")
@@ -554,10 +576,10 @@ def _synthetic(args, rows):
 def _cg_sensitivity(data, H, lam, cg_max_iter, W_single) -> float:
     """max |W - W'| / max |W| for the single-process solve with ``-grad`` and every
     Hessian-vector product moved by one ulp (the size of a change of summation order)."""
-    from algorithms.leml.model import w_gradient
+    from algorithms.leml import w_gradient
     from algorithms.leml.solvers import conjugate_gradient
 
-    grad, hess_vec = w_gradient(data, H, np.zeros_like(W_single), lam)
+    grad, hess_vec = w_gradient(data, H, np.zeros_like(W_single), lam, "squared")
     up = np.array(np.inf, dtype=grad.dtype)
     W_moved, _ = conjugate_gradient(lambda v: np.nextafter(hess_vec(v), up),
                                     np.nextafter(-grad, up), tol=1e-3, max_iter=cg_max_iter)
@@ -571,6 +593,7 @@ def _distributed(args, rows, scale):
     from tasks.leml_dask import N_BLOCKS, DaskWStep, worker_peak_memory
 
     k, lam, cg = 50, 1.0, 10
+    model = LEML(rank=k, lam=lam, cg_max_iter=cg, cg_tol=1e-3, random_state=args.seed)
     problems = []
     loaded = _load(Path(args.data), "bibtex")
     if loaded is None:
@@ -579,23 +602,22 @@ def _distributed(args, rows, scale):
         Xtr, Ytr, Xte, _ = loaded
         Xtr, _ = _preprocess(args.features, Xtr, Xte)
         problems += [
-            ("bibtex", "fully observed", lambda: prepare_data(Xtr, Ytr, fit_intercept=True)),
-            ("bibtex", "fully observed", lambda: prepare_data(Xtr, Ytr, fit_intercept=True,
-                                                              dtype=np.float64)),
+            ("bibtex", "fully observed", lambda: model.prepare(Xtr, Ytr)),
+            ("bibtex", "fully observed",
+             lambda: LEML(dtype="float64").prepare(Xtr, Ytr)),
             ("bibtex", "20% observed", lambda: prepare_data(
                 Xtr, Ytr, _mask(Ytr.shape, 0.2, args.seed), fit_intercept=True,
-                entries="sparse")),
+                dtype=model.dtype, entries="sparse")),
         ]
     n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
     problems.append((f"synthetic Wikipedia-shaped ({scale:g}x)", "fully observed",
-                     lambda: prepare_data(*synthetic_wikipedia(n, d, n_labels,
-                                                               seed=args.seed))))
+                     lambda: LEML(fit_intercept=False).prepare(
+                         *synthetic_wikipedia(n, d, n_labels, seed=args.seed))))
     for name, case, make in problems:
         data = make()
-        _, H = initial_factors(data.n_features, data.n_labels, k, data.dtype, args.seed)
+        _, H = model.start(data)
         sec_single, (W_single, info) = _best_time(
-            lambda d=data, h=H: update_W(d, h, lam, cg_max_iter=cg, cg_tol=1e-3,
-                                         return_info=True), args.repeats)
+            lambda d=data, h=H: _one_w_step(model, d, h), args.repeats)
         sens = _cg_sensitivity(data, H, lam, cg, W_single)
         setting = (f"{case}, n={data.n_samples} d'={data.n_features} L={data.n_labels} "
                    f"nnz(X)={data.X.nnz}, k={k}, {info['cg_iter']} CG, {data.dtype}, "
@@ -615,8 +637,8 @@ def _distributed(args, rows, scale):
                 base = worker_peak_memory(client)
                 ws, setup = _timed(lambda c=client, d=data: DaskWStep(c, d))
                 with ws:
-                    sec, W = _best_time(
-                        lambda w=ws, h=H: w.update_W(h, lam, cg_max_iter=cg, cg_tol=1e-3),
+                    sec, (W, _) = _best_time(
+                        lambda w=ws, d=data, h=H: _one_w_step(model, d, h, backend=w),
                         args.repeats)
                     peaks = worker_peak_memory(client)
             W_one = W if W_one is None else W_one
@@ -651,7 +673,7 @@ def _grid(args, Xtr) -> dict:
         "ranks": args.ranks or ([16] if quick else [50, 100]),
         "lams": args.lams or ([0.3] if quick else [0.1, 0.3, 1.0]),
         "alphas": args.alphas or ([0.3, 1.0] if quick else [0.1, 0.3, 1.0, 3.0]),
-        "max_iter": args.max_iter or (4 if quick else 15),
+        "outer_iterations": args.outer_iterations or (4 if quick else 15),
         "br_ridge": args.br_accuracy and not quick,
         "br_logistic": args.br_logistic and not quick,
         "scaling_rank": 16 if quick else 50,

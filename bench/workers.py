@@ -122,7 +122,7 @@ def fit_point(rank: int, lam: float, train: str, validation_fraction: float, see
 
     X_fit, Y_fit, X_val, Y_val = _bibtex_split(train, validation_fraction, seed)
     with threadpool_limits(1):
-        model = LEML(rank=rank, lam=lam, loss="squared", max_iter=max_iter,
+        model = LEML(rank=rank, lam=lam, loss="squared", outer_iterations=max_iter,
                      cg_max_iter=cg_max_iter, fit_intercept=True, random_state=seed)
         model.fit(X_fit, Y_fit)
         top = model.predict_top_k(X_val, 1)

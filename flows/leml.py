@@ -1,32 +1,42 @@
 """The LEML flow: load -> (alternate-W -> alternate-H) x T -> evaluate.
 
 Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
-Labels", ICML 2014.  Options live in ``configs/leml.yaml``.
+Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
+one task per step with the store between them (``LEML.fit`` is the same loop in one
+process); the model's options and their defaults are the estimator's (:class:`ModelConfig`),
+the bundled values are in ``configs/leml.yaml``.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+import pandas as pd
 from prefect import flow
 from pydantic import Field, model_validator
 
+from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance
+from algorithms.leml.losses import LOSSES
+from algorithms.leml.predict import BATCH_SIZE
 from flows import plots
-from flows.config import FlowConfig, Strict
+from flows.config import FlowConfig, Strict, from_estimator
 from flows.published import LEML_XC
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks.leml import (
+    BASELINES,
     alternate_H,
     alternate_W,
     baseline,
+    baseline_params,
     collect,
     evaluate,
     initialise,
     load,
-    margin_start,
     observe,
     split,
+    task_params,
 )
+from tasks.leml_dask import DaskWStep
 
 PUBLISHED = LEML_XC
 
@@ -56,32 +66,57 @@ class DatasetConfig(Strict):
 
 
 class ModelConfig(Strict):
-    loss: Literal["squared", "logistic", "sqhinge"] = Field("squared", description="Loss.")
-    rank: int = Field(100, ge=1, description="k, the rank of Z = W H^T.")
-    lam: float = Field(1.0, gt=0, description="Regularisation lambda.")
-    outer_iterations: int = Field(5, ge=1, le=1000, description="Alternating iterations T.")
-    cg_max_iter: int = Field(25, ge=1, description="CG iterations per W-step / Newton step.")
-    cg_tol: float = Field(1e-3, gt=0, lt=1, description="CG relative residual tolerance.")
-    newton_max_iter: int = Field(3, ge=1, description="Newton steps (logistic, sq. hinge).")
-    fit_intercept: bool = Field(True, description="Add a constant feature.")
-    h_solver: Literal["direct", "cg", "bound"] = Field(
-        "direct",
+    """The parameters of :class:`algorithms.leml.LEML` (its defaults, its checks)."""
+
+    loss: Literal[tuple(LOSSES)] = from_estimator(
+        LEML, "loss", description="Loss: squared (0/1 targets), logistic or squared hinge "
+        "(+-1 margins)."
+    )
+    rank: int = from_estimator(LEML, "rank", ge=1, description="k, the rank of Z = W H^T.")
+    lam: float = from_estimator(LEML, "lam", gt=0, description="Regularisation lambda.")
+    outer_iterations: int = from_estimator(
+        LEML, "outer_iterations", ge=1, le=1000, description="Alternating iterations T."
+    )
+    cg_max_iter: int = from_estimator(
+        LEML, "cg_max_iter", ge=1, description="CG iterations per W-step / Newton step."
+    )
+    cg_tol: float = from_estimator(
+        LEML, "cg_tol", gt=0, lt=1, description="CG relative residual tolerance."
+    )
+    newton_max_iter: int = from_estimator(
+        LEML, "newton_max_iter", ge=1, description="Newton steps (logistic, sq. hinge)."
+    )
+    fit_intercept: bool = from_estimator(
+        LEML, "fit_intercept", description="Add a constant feature."
+    )
+    h_solver: Literal[H_SOLVERS] = from_estimator(
+        LEML, "h_solver",
         description="H-step Newton directions for logistic / sq. hinge: explicit per-label "
         "k x k Hessians or per-label conjugate gradient (cg_max_iter, cg_tol); or bound: "
         "newton_max_iter steps on the quadratic curvature bound.",
     )
-    w_solver: Literal["tron", "bound"] = Field(
-        "tron",
+    w_solver: Literal[W_SOLVERS] = from_estimator(
+        LEML, "w_solver",
         description="W-step for logistic / sq. hinge: TRON, or newton_max_iter steps on the "
         "quadratic curvature bound solved through the eigendecomposition of X^T X.",
     )
-    squared_init_iter: int = Field(
-        0,
-        ge=0,
+    squared_init_iter: int = from_estimator(
+        LEML, "squared_init_iter", ge=0,
         description="Logistic / sq. hinge: start from this many squared-loss iterations "
         "mapped to +-1 margins (needs fit_intercept; 0 = random start).",
     )
-    dtype: Literal["float32", "float64"] = Field("float32", description="Floating type.")
+    dtype: Literal["float32", "float64"] = from_estimator(
+        LEML, "dtype", description="Floating type."
+    )
+
+    def estimator(self, **params) -> LEML:
+        """``LEML`` with these parameters (and ``params``, such as ``random_state``)."""
+        return LEML(**self.model_dump(), **params)
+
+    @model_validator(mode="after")
+    def _the_estimator_accepts_them(self) -> ModelConfig:
+        self.estimator().check_params()
+        return self
 
 
 class WStepConfig(Strict):
@@ -90,8 +125,9 @@ class WStepConfig(Strict):
         description="Where the W-step's gradient and Hessian-vector products run: this "
         "process, or Dask over row blocks of X kept on the workers.",
     )
-    blocks: int = Field(
-        4, ge=1, le=256, description="Row blocks of X (fixes the reduction order, so W)."
+    blocks: int = from_estimator(
+        DaskWStep, "blocks", ge=1, le=256,
+        description="Row blocks of X (fixes the reduction order, so W).",
     )
     workers: int = Field(
         2, ge=1, le=64, description="Workers of the LocalCluster started when no address."
@@ -101,6 +137,10 @@ class WStepConfig(Strict):
         description="Scheduler of an existing Dask cluster (tcp://host:8786); none: the "
         "task runner's cluster under --runner dask, else a LocalCluster.",
     )
+
+    def backend(self) -> dict | None:
+        """The ``w_step`` argument of the W-step task: None to run it in the flow's process."""
+        return None if self.runner == "local" else self.model_dump(exclude={"runner"})
 
 
 class LemlConfig(FlowConfig):
@@ -112,26 +152,23 @@ class LemlConfig(FlowConfig):
         le=1,
         description="Share of label-matrix entries observed (uniform, seeded); 1 = all.",
     )
-    baselines: list[Literal["br-ridge", "br-logistic", "closed-form"]] = Field(
+    baselines: list[Literal[tuple(BASELINES)]] = Field(
         default_factory=list, description="Baselines trained on the same observed entries."
     )
-    baseline_alpha: float = Field(1.0, gt=0, description="Ridge / inverse-C strength.")
+    baseline_alpha: float = from_estimator(
+        BinaryRelevance, "alpha", gt=0, description="Ridge / inverse-C strength of the baselines."
+    )
     w_step: WStepConfig = Field(
         default_factory=WStepConfig, description="Where the W-step runs (Dask: row blocks)."
     )
-    batch_size: int = Field(2048, ge=1, description="Rows scored at a time in evaluation.")
+    batch_size: int = Field(
+        BATCH_SIZE, ge=1, description="Rows scored at a time in evaluation."
+    )
 
     @model_validator(mode="after")
-    def _margin_start_needs_intercept(self) -> LemlConfig:
-        m = self.model
-        if m.squared_init_iter > 0 and m.loss != "squared":
-            if not m.fit_intercept:
-                raise ValueError("model.squared_init_iter > 0 needs model.fit_intercept: true")
-            if m.rank < 2:
-                raise ValueError("model.squared_init_iter > 0 needs model.rank >= 2")
-        if m.w_solver == "bound" and m.loss != "squared" and self.w_step.runner != "local":
-            raise ValueError("model.w_solver: bound runs on one process; use w_step.runner: "
-                             "local (or model.w_solver: tron)")
+    def _w_step_can_run_there(self) -> LemlConfig:
+        if self.w_step.runner != "local":
+            self.model.estimator().check_params(distributed=True)
         return self
 
     @model_validator(mode="after")
@@ -153,150 +190,71 @@ def _run_name() -> str:
 
 @flow(name="leml", flow_run_name=_run_name)
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
+    """load -> (alternate-W -> alternate-H) x T -> evaluate: the steps of
+    :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
+    mask and baselines."""
     ctx = RunContext.open("leml", config, options)
-    d, m = config.dataset, config.model
+    d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
+    model = m.estimator(random_state=seed)
     read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
     train = ctx.run(load, path=ctx.path(d.train), **read)
     test = ctx.run(load, path=ctx.path(d.test), **read)
-    fit, val = train, None
-    if d.validation_fraction > 0:
-        parts = ctx.run(
-            split, train=train, validation_fraction=d.validation_fraction, seed=config.seed
-        )
-        fit = {"X": parts["X_fit"], "Y": parts["Y_fit"]}
-        val = {"X": parts["X_val"], "Y": parts["Y_val"]}
+    train, validation = _hold_out(ctx, train, d.validation_fraction, seed)
     mask = None
     if config.observed_fraction < 1:
-        mask = ctx.run(
-            observe, Y=fit["Y"], observed_fraction=config.observed_fraction, seed=config.seed
-        )
-
-    common = dict(
-        lam=m.lam,
-        loss=m.loss,
-        fit_intercept=m.fit_intercept,
-        dtype=m.dtype,
-        newton_max_iter=m.newton_max_iter,
-    )
-    factors = ctx.run(
-        initialise,
-        train=fit,
-        rank=m.rank,
-        fit_intercept=m.fit_intercept,
-        dtype=m.dtype,
-        seed=config.seed,
-    )
-    if m.squared_init_iter > 0 and m.loss != "squared":
-        factors = ctx.run(
-            margin_start,
-            train=fit,
-            mask=mask,
-            H=factors["H"],
-            lam=m.lam,
-            fit_intercept=m.fit_intercept,
-            dtype=m.dtype,
-            squared_init_iter=m.squared_init_iter,
-            cg_max_iter=m.cg_max_iter,
-            cg_tol=m.cg_tol,
-        )
-    W, H = factors["W"], factors["H"]
+        mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction, seed=seed)
+    data = {"train": train, "mask": mask}
+    factors = ctx.run(initialise, **data, params=task_params(model, initialise))
+    w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
+    progress = ctx.progress("iterations", m.outer_iterations,
+                            f"Outer iterations (of {m.outer_iterations})")
     traces, timings = [], []
-    progress = ctx.progress(
-        "iterations", m.outer_iterations, f"Outer iterations (of {m.outer_iterations})"
-    )
-    # the local W-step passes nothing, so its cache keys stay those of earlier runs
-    w_step = {} if config.w_step.runner == "local" else {
-        "w_step": config.w_step.model_dump(exclude={"runner"})}
-    if m.w_solver != "tron":  # passed only when set, so earlier cache keys stay valid
-        w_step["w_solver"] = m.w_solver
     for t in range(1, m.outer_iterations + 1):
-        w = ctx.run(
-            alternate_W,
-            train=fit,
-            mask=mask,
-            W=W,
-            H=H,
-            iteration=t,
-            cg_max_iter=m.cg_max_iter,
-            cg_tol=m.cg_tol,
-            **w_step,
-            **common,
-        )
-        h = ctx.run(
-            alternate_H,
-            train=fit,
-            mask=mask,
-            W=w["W"],
-            H=H,
-            validation=val,
-            iteration=t,
-            h_solver=m.h_solver,
-            cg_max_iter=m.cg_max_iter,
-            cg_tol=m.cg_tol,
-            **common,
-        )
-        W, H = w["W"], h["H"]
+        w = ctx.run(alternate_W, **data, **factors, iteration=t, params=w_params,
+                    w_step=config.w_step.backend())
+        h = ctx.run(alternate_H, **data, W=w["W"], H=factors["H"], validation=validation,
+                    iteration=t, params=h_params)
+        factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]
         progress.advance()
-
-    result = ctx.run(
-        evaluate,
-        test=test,
-        W=W,
-        H=H,
-        traces=traces,
-        timings=timings,
-        dataset=d.name,
-        method=f"leml-{m.loss}-k{m.rank}",
-        loss=m.loss,
-        fit_intercept=m.fit_intercept,
-        batch_size=config.batch_size,
-    )
-    tables = [result["metrics"]]
-    for method in config.baselines:
-        tables.append(
-            ctx.run(
-                baseline,
-                train=fit,
-                mask=mask,
-                test=test,
-                method=method,
-                alpha=config.baseline_alpha,
-                rank=m.rank,
-                dataset=d.name,
-                batch_size=config.batch_size,
-            )
-        )
+    result = ctx.run(evaluate, test=test, **factors, traces=traces, timings=timings,
+                     dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
+                     params=task_params(model, evaluate), batch_size=batch)
+    tables = [result["metrics"]] + [
+        ctx.run(baseline, **data, test=test, method=name, dataset=d.name, batch_size=batch,
+                params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))
+        for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
-    ctx.publish_table(
-        "convergence",
-        result["convergence"],
-        "Objective, seconds and validation P@1 per outer iteration",
-    )
-    ctx.publish_image(
-        "objective",
-        ctx.plot(
-            plots.leml_convergence,
-            ctx.read(result["convergence"]),
-            title=f"LEML on {d.name}: k={m.rank}, lambda={m.lam:g}, {m.loss} loss",
-        ),
-        "Objective and validation P@1 over outer iterations",
-    )
-    ctx.publish_markdown(
-        "summary",
-        summary_markdown(ctx, metrics, result["convergence"], config),
-        "The run beside the published LEML row (Extreme Classification Repository)",
-    )
+    publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
 
 
-def summary_markdown(
-    ctx: RunContext, metrics_ref: str, convergence_ref: str, config: LemlConfig
-) -> str:
+def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int):
+    """The training refs and the validation refs held out of them (None when none are)."""
+    if fraction == 0:
+        return train, None
+    parts = ctx.run(split, train=train, validation_fraction=fraction, seed=seed)
+    return ({"X": parts["X_fit"], "Y": parts["Y_fit"]},
+            {"X": parts["X_val"], "Y": parts["Y_val"]})
+
+
+def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
+            convergence: pd.DataFrame) -> None:
+    """The run's artifacts: the convergence table, the objective plot and the summary."""
+    m = config.model
+    ctx.publish_table("convergence", convergence,
+                      "Objective, seconds and validation P@1 per outer iteration")
+    title = f"LEML on {config.dataset.name}: k={m.rank}, lambda={m.lam:g}, {m.loss} loss"
+    ctx.publish_image("objective", ctx.plot(plots.leml_convergence, convergence, title=title),
+                      "Objective and validation P@1 over outer iterations")
+    ctx.publish_markdown("summary", summary_markdown(metrics, convergence, config),
+                         "The run beside the published LEML row (Extreme Classification "
+                         "Repository)")
+
+
+def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConfig) -> str:
     """The run against the published LEML row, and the objective over iterations."""
-    metrics = ctx.read(metrics_ref)
-    conv = ctx.read(convergence_ref)
     lines = [
         f"# LEML on {config.dataset.name}",
         "",

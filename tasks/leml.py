@@ -1,14 +1,23 @@
-"""LEML's Prefect steps: load, split, mask, initialise, alternate-W, alternate-H, evaluate.
+"""LEML's Prefect steps: load, split, mask, initial factors, alternate-W, alternate-H,
+evaluate, baselines.
 
-Thin wrappers: the mathematics is in :mod:`algorithms.leml`, the readers in
-:mod:`tasks.readers`.  Each outer iteration's ``W`` and ``H`` are store entries
-keyed by the previous iteration's, so a run killed at iteration ``t`` finds
-iterations ``1..t-1`` cached and resumes at ``t``.
+Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
+calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
+``set_factors``): the mathematics, its defaults and its rules live in :mod:`algorithms.leml`
+only.  ``params`` holds the parameters of the step methods the task calls
+(:func:`task_params`, from the estimator's own :meth:`~algorithms.leml.LEML.step_params`),
+so a step's cache key holds exactly the parameters it reads; a baseline's key holds the
+parameters its estimator takes (:func:`baseline_params`).  Each outer iteration's ``W`` and
+``H`` are store entries keyed by the previous iteration's, so a run killed at iteration ``t``
+finds iterations ``1..t-1`` cached and resumes at ``t``.  The readers are in
+:mod:`tasks.readers`.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -16,19 +25,13 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
-import algorithms.leml.losses as leml_losses
-import algorithms.leml.model as leml_model
-import algorithms.metrics.multilabel as ml_metrics
-from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
-from algorithms.leml.model import LEMLData, objective, prepare_data, update_H, update_W
-from algorithms.metrics.multilabel import multilabel_scores
+from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, LEMLData
+from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
 from tasks.readers.arff import read_arff
 from tasks.readers.xmc import read_xmc
 from tasks.steps import step
 from tasks.store import read_parquet_entry
-
-DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
 def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -43,15 +46,13 @@ def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
 
 
 @step("leml-load", files=("path",), outputs=("X", "Y"), run_name="load {path.name}")
-def load(
-    path: Path, format: str, dtype: str, n_labels: int | None = None, normalize: str = "none"
-) -> dict:
+def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str) -> dict:
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
 
     ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
     operation, so train and test are treated alike without shared statistics).
     """
-    dt = DTYPES[dtype]
+    dt = np.dtype(dtype).type
     if format == "xmc":
         X, Y = read_xmc(path, dtype=dt)
     elif format == "arff":
@@ -68,16 +69,21 @@ def load(
     return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32)}
 
 
-@step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"))
+def validation_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows kept for fitting and the ``round(fraction n)`` rows held out for validation,
+    drawn from ``seed`` (both sorted)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
+    val = np.zeros(n, dtype=bool)
+    val[rng.choice(n, size=int(round(fraction * n)), replace=False)] = True
+    return np.flatnonzero(~val), np.flatnonzero(val)
+
+
+@step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"),
+      run_name="split validation={validation_fraction}")
 def split(train: dict, validation_fraction: float, seed: int) -> dict:
     """Hold out a seeded random part of the training set for validation."""
     X, Y = train["X"], train["Y"]
-    n = X.shape[0]
-    n_val = int(round(validation_fraction * n))
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
-    val = np.zeros(n, dtype=bool)
-    val[rng.choice(n, size=n_val, replace=False)] = True
-    fit_rows, val_rows = np.flatnonzero(~val), np.flatnonzero(val)
+    fit_rows, val_rows = validation_rows(X.shape[0], validation_fraction, seed)
     return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
 
 
@@ -102,34 +108,24 @@ def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int) -> sp.csr_mat
     return mask
 
 
-@step("leml-init", inputs=("train",), outputs=("W", "H"))
-def initialise(train: dict, rank: int, fit_intercept: bool, dtype: str, seed: int) -> dict:
-    """W = 0 and H ~ N(0, 1/k), as :class:`algorithms.leml.model.LEML` starts."""
-    n_features = train["X"].shape[1] + int(fit_intercept)
-    W, H = leml_model.initial_factors(n_features, train["Y"].shape[1], rank, DTYPES[dtype], seed)
+def _estimator(params: dict, train: dict, mask) -> tuple[LEML, LEMLData]:
+    """``LEML(**params)`` and the training data it prepares."""
+    model = LEML(**params)
+    return model, model.prepare(train["X"], train["Y"], mask)
+
+
+def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFrame:
+    return pd.DataFrame({"iteration": [iteration], "half": [half], "seconds": [seconds],
+                         "cg_iter": [int(info.get("cg_iter", 0))]})
+
+
+@step("leml-init", inputs=("train", "mask"), outputs=("W", "H"), run_name="initial factors")
+def initialise(train: dict, mask, params: dict) -> dict:
+    """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k)
+    (or the squared-loss start of a margin loss)."""
+    model, data = _estimator(params, train, mask)
+    W, H = model.start(data)
     return {"W": W, "H": H}
-
-
-@step("leml-margin-start", inputs=("train", "mask", "H"), outputs=("W", "H"))
-def margin_start(
-    train: dict,
-    mask,
-    H: np.ndarray,
-    lam: float,
-    fit_intercept: bool,
-    dtype: str,
-    squared_init_iter: int,
-    cg_max_iter: int,
-    cg_tol: float,
-) -> dict:
-    """Starting factors of a margin loss from squared-loss iterations at rank k - 1
-    (:func:`algorithms.leml.model.squared_margin_start`, as ``LEML(squared_init_iter=...)``);
-    ``H`` is the rank-k initial H, of which the first k - 1 columns are used."""
-    data = _data(train, mask, fit_intercept, dtype)
-    W0, H0 = leml_model.squared_margin_start(data, H[:, : H.shape[1] - 1], lam,
-                                             squared_init_iter, cg_max_iter=cg_max_iter,
-                                             cg_tol=cg_tol)
-    return {"W": W0, "H": H0}
 
 
 # Dask clients of the distributed W-step, kept for the life of this process so that every
@@ -163,7 +159,7 @@ def _w_step_client(workers: int, address: str | None):
                 _W_CLUSTERS[key] = (None, Client(address, timeout="30s"))
             except OSError as exc:
                 raise InputError(f"no Dask scheduler at {address} ({exc})",
-                                 key="model.w_step.address") from None
+                                 key="w_step.address") from None
         else:
             pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
@@ -187,13 +183,17 @@ def _in_dask_worker() -> bool:
     return True
 
 
-def _dask_update_W(data: LEMLData, H, lam, loss, W0, w_step: dict, **solver):
-    """:meth:`tasks.leml_dask.DaskWStep.update_W`: the row blocks scattered once for this
-    W-step, each CG iteration sending only the direction.  Inside a task of the Dask task
-    runner (no address given) the blocks go to the cluster running the flow, through
-    ``worker_client`` (the task leaves its worker's thread pool while it waits)."""
-    from contextlib import nullcontext
-
+@contextmanager
+def _w_step_backend(data: LEMLData, w_step: dict | None):
+    """Where the W-step's products run: None (this process), or with ``w_step``
+    (``{"blocks", "workers", "address"}``) a :class:`tasks.leml_dask.DaskWStep` over row
+    blocks of ``data``, scattered for this W-step.  With ``address`` the cluster there;
+    inside a task of the Dask task runner (no address) the cluster running the flow, through
+    ``worker_client`` (the task leaves its worker's thread pool while it waits); else a
+    LocalCluster kept for this process."""
+    if w_step is None:
+        yield None
+        return
     from tasks.leml_dask import DaskWStep
 
     if not w_step["address"] and _in_dask_worker():
@@ -202,14 +202,8 @@ def _dask_update_W(data: LEMLData, H, lam, loss, W0, w_step: dict, **solver):
         connect = worker_client()
     else:
         connect = nullcontext(_w_step_client(w_step["workers"], w_step["address"]))
-    with connect as client, DaskWStep(client, data, w_step["blocks"]) as step_:
-        return step_.update_W(H, lam, loss, W0=W0, return_info=True, **solver)
-
-
-def _data(train: dict, mask, fit_intercept: bool, dtype: str) -> LEMLData:
-    return prepare_data(
-        train["X"], train["Y"], mask, fit_intercept=fit_intercept, dtype=DTYPES[dtype]
-    )
+    with connect as client, DaskWStep(client, data, w_step["blocks"]) as backend:
+        yield backend
 
 
 @step(
@@ -220,49 +214,20 @@ def _data(train: dict, mask, fit_intercept: bool, dtype: str) -> LEMLData:
     run_name="alternate-W iter={iteration}",
 )
 def alternate_W(
-    train: dict,
-    mask,
-    W: np.ndarray,
-    H: np.ndarray,
-    iteration: int,
-    lam: float,
-    loss: str,
-    fit_intercept: bool,
-    dtype: str,
-    cg_max_iter: int,
-    cg_tol: float,
-    newton_max_iter: int,
-    w_step: dict | None = None,
-    w_solver: str = "tron",
+    train: dict, mask, W: np.ndarray, H: np.ndarray, iteration: int, params: dict,
+    w_step: dict | None,
 ) -> dict:
-    """One W-step with H fixed (CG with the fast Hessian-vector product).
+    """One W-step with H fixed, :meth:`algorithms.leml.LEML.w_step`.
 
-    ``w_step``: ``None`` (this process) or ``{"blocks", "workers", "address"}`` to run the
-    gradient and Hessian-vector products on Dask over row blocks of X
-    (:class:`tasks.leml_dask.DaskWStep`; any number of workers gives the same W bit for bit).
-    ``w_solver``: ``"tron"`` or ``"bound"`` (logistic / squared hinge, this process only),
-    see :func:`algorithms.leml.model.update_W`.
+    ``w_step``: None (this process) or ``{"blocks", "workers", "address"}`` to run the
+    gradient and Hessian-vector products on Dask over row blocks of X (any number of
+    workers gives the same W bit for bit).
     """
-    data = _data(train, mask, fit_intercept, dtype)
+    model, data = _estimator(params, train, mask)
     t0 = time.perf_counter()
-    solver = {"cg_max_iter": cg_max_iter, "cg_tol": cg_tol, "newton_max_iter": newton_max_iter}
-    if w_step is None:
-        W, info = update_W(data, H, lam, loss, W0=W, return_info=True, w_solver=w_solver,
-                           **solver)
-    elif w_solver != "tron":
-        raise InputError(f"w_solver {w_solver!r} runs on one process only, not on Dask")
-    else:
-        W, info = _dask_update_W(data, H, lam, loss, W, w_step, **solver)
-    seconds = time.perf_counter() - t0
-    timings = pd.DataFrame(
-        {
-            "iteration": [iteration],
-            "half": ["W"],
-            "seconds": [seconds],
-            "cg_iter": [int(info["cg_iter"])],
-        }
-    )
-    return {"W": W, "timings": timings}
+    with _w_step_backend(data, w_step) as backend:
+        W, info = model.w_step(data, W, H, backend=backend)
+    return {"W": W, "timings": _timings(iteration, "W", time.perf_counter() - t0, info)}
 
 
 @step(
@@ -273,42 +238,39 @@ def alternate_W(
     run_name="alternate-H iter={iteration}",
 )
 def alternate_H(
-    train: dict,
-    mask,
-    W: np.ndarray,
-    H: np.ndarray,
-    validation: dict | None,
-    iteration: int,
-    lam: float,
-    loss: str,
-    fit_intercept: bool,
-    dtype: str,
-    newton_max_iter: int,
-    h_solver: str = "direct",
-    cg_max_iter: int = 25,
-    cg_tol: float = 1e-3,
+    train: dict, mask, W: np.ndarray, H: np.ndarray, validation: dict | None, iteration: int,
+    params: dict,
 ) -> dict:
-    """One H-step with W fixed (batched k x k solves, or per-label CG for the margin
-    losses with ``h_solver="cg"``), then the iteration's objective and validation P@1."""
-    data = _data(train, mask, fit_intercept, dtype)
+    """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
+    objective and validation P@1."""
+    model, data = _estimator(params, train, mask)
     t0 = time.perf_counter()
-    H, info = update_H(data, W, lam, loss, H0=H, newton_max_iter=newton_max_iter,
-                       h_solver=h_solver, cg_max_iter=cg_max_iter, cg_tol=cg_tol,
-                       return_info=True)
+    H, info = model.h_step(data, W, H)
     seconds = time.perf_counter() - t0
-    obj = objective(data, W, H, lam, loss)
+    obj = model.objective(data, W, H)
     val_p1 = float("nan")
     if validation is not None and validation["X"].shape[0] > 0:
-        top = leml_model.top_k_linear(validation["X"], W, H, 1, fit_intercept)
-        val_p1 = ml_metrics.precision_at_k(validation["Y"], top, ks=(1,))[1]
+        top = model.set_factors(W, H).predict_top_k(validation["X"], 1)
+        val_p1 = precision_at_k(validation["Y"], top, ks=(1,))[1]
     trace = pd.DataFrame(
         {"iteration": [iteration], "objective": [obj], "validation_p_at_1": [val_p1]}
     )
-    timings = pd.DataFrame(
-        {"iteration": [iteration], "half": ["H"], "seconds": [seconds],
-         "cg_iter": [int(info.get("cg_iter", 0))]}
+    return {"H": H, "trace": trace, "timings": _timings(iteration, "H", seconds, info)}
+
+
+def _metrics_table(scores: dict, dataset: str, method: str) -> pd.DataFrame:
+    return pd.DataFrame({"dataset": dataset, "method": method, "metric": list(scores),
+                         "value": list(scores.values())})
+
+
+def _test_scores(model, test: dict, batch_size: int) -> dict:
+    """P@1/3/5, Hamming loss and per-instance AUC of a fitted model on the test set."""
+    return multilabel_scores(
+        test["Y"],
+        lambda s, e: model.decision_function(test["X"][s:e]),
+        threshold=model.threshold_,
+        batch_size=batch_size,
     )
-    return {"H": H, "trace": trace, "timings": timings}
 
 
 @step(
@@ -316,34 +278,16 @@ def alternate_H(
     inputs=("test", "W", "H", "traces", "timings"),
     outputs=("metrics", "convergence"),
     volatile=("convergence",),
+    run_name="evaluate",
 )
 def evaluate(
-    test: dict,
-    W: np.ndarray,
-    H: np.ndarray,
-    traces: list,
-    timings: list,
-    dataset: str,
-    method: str,
-    loss: str,
-    fit_intercept: bool,
-    batch_size: int,
+    test: dict, W: np.ndarray, H: np.ndarray, traces: list, timings: list, dataset: str,
+    method: str, params: dict, batch_size: int,
 ) -> dict:
-    """Test metrics (P@1/3/5, Hamming loss, per-instance AUC) and the convergence table."""
-    threshold = leml_losses.get_loss(loss).threshold
-
-    def score_rows(start: int, stop: int) -> np.ndarray:
-        return leml_model.scores_linear(test["X"][start:stop], W, H, fit_intercept)
-
-    scores = multilabel_scores(test["Y"], score_rows, threshold=threshold, batch_size=batch_size)
-    metrics = pd.DataFrame(
-        {
-            "dataset": dataset,
-            "method": method,
-            "metric": list(scores),
-            "value": list(scores.values()),
-        }
-    )
+    """Test metrics (P@1/3/5, Hamming loss, per-instance AUC) of the factors, predicted by
+    :meth:`algorithms.leml.LEML.set_factors`, and the convergence table."""
+    model = LEML(**params).set_factors(W, H)
+    metrics = _metrics_table(_test_scores(model, test, batch_size), dataset, method)
     conv = pd.concat(traces, ignore_index=True)
     secs = pd.concat(timings, ignore_index=True).pivot_table(
         index="iteration", columns="half", values="seconds", aggfunc="sum"
@@ -352,52 +296,53 @@ def evaluate(
     return {"metrics": metrics, "convergence": conv}
 
 
-@step(
-    "leml-baseline",
-    inputs=("train", "mask", "test"),
-    run_name="baseline {method}",
-)
+# The estimator's step methods each LEML task calls (LEML.step_params names them), by task
+# name (a served flow may hold copies of the step objects).
+CALLS = {
+    initialise.name: ("start",),
+    alternate_W.name: ("w_step",),
+    alternate_H.name: ("h_step", "objective", "predict"),
+    evaluate.name: ("predict",),
+}
+
+
+def task_params(model: LEML, task) -> dict:
+    """The parameters of ``model`` that ``task`` reads: those of the step methods it calls
+    (:meth:`algorithms.leml.LEML.step_params`), which are what its cache key holds."""
+    return {name: value for method in CALLS[task.name]
+            for name, value in model.step_params(method).items()}
+
+
+# The baselines: name -> (estimator, the parameters fixed for it).
+BASELINES = {
+    "br-ridge": (BinaryRelevance, {"model": "ridge"}),
+    "br-logistic": (BinaryRelevance, {"model": "logistic"}),
+    "closed-form": (ClosedFormLowRank, {"fit_intercept": True}),
+}
+
+
+def baseline_params(method: str, **offered) -> dict:
+    """Of the ``offered`` parameters, those the estimator of baseline ``method`` takes (the
+    names in its signature, less the fixed ones): what its ``leml-baseline`` step is keyed
+    by, so that BR ridge is not refitted when only LEML's ``rank`` changes (the closed form
+    takes a rank, Binary Relevance does not)."""
+    estimator, fixed = BASELINES[method]
+    names = set(inspect.signature(estimator).parameters) - set(fixed)
+    return {name: value for name, value in offered.items() if name in names}
+
+
+@step("leml-baseline", inputs=("train", "mask", "test"), run_name="baseline {method}")
 def baseline(
-    train: dict,
-    mask,
-    test: dict,
-    method: str,
-    alpha: float,
-    rank: int | None,
-    dataset: str,
-    batch_size: int,
+    train: dict, mask, test: dict, method: str, params: dict, dataset: str, batch_size: int
 ) -> pd.DataFrame:
-    """Fit a baseline on the same observed entries and score it on the test set."""
-    if method == "br-ridge":
-        model = BinaryRelevance(model="ridge", alpha=alpha)
-    elif method == "br-logistic":
-        model = BinaryRelevance(model="logistic", alpha=alpha)
-    elif method == "closed-form":
-        if mask is not None:
-            raise InputError(
-                "the closed-form baseline needs fully observed labels", key="baselines"
-            )
-        model = ClosedFormLowRank(rank=rank, alpha=alpha, fit_intercept=True)
-    else:
-        raise InputError(f"unknown baseline {method!r}", key="baselines")
-    model.fit(train["X"], train["Y"], mask)
-    scores = multilabel_scores(
-        test["Y"],
-        lambda s, e: model.decision_function(test["X"][s:e]),
-        threshold=model.threshold_,
-        batch_size=batch_size,
-    )
-    return pd.DataFrame(
-        {
-            "dataset": dataset,
-            "method": method,
-            "metric": list(scores),
-            "value": list(scores.values()),
-        }
-    )
+    """Fit a baseline (``BASELINES[method]`` with ``params``) on the same observed entries
+    and score it on the test set."""
+    estimator, fixed = BASELINES[method]
+    model = estimator(**fixed, **params).fit(train["X"], train["Y"], mask)
+    return _metrics_table(_test_scores(model, test, batch_size), dataset, method)
 
 
-@step("leml-collect", inputs=("tables",))
+@step("leml-collect", inputs=("tables",), run_name="collect metrics")
 def collect(tables: list) -> pd.DataFrame:
     """One long metrics table from several."""
     return pd.concat(tables, ignore_index=True)

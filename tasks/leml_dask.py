@@ -1,13 +1,15 @@
 """LEML's W-step on a Dask cluster, with the row blocks of ``X`` kept on the workers.
 
 The W-step's gradient and Hessian-vector product are sums over the rows of ``X``
-(Yu et al., Sec. 3), so over row blocks (:func:`algorithms.leml.model.split_rows`).
+(Yu et al., Sec. 3), so over row blocks (:func:`algorithms.leml.data.split_rows`).
 :class:`DaskWStep` splits the prepared data into a fixed number of contiguous row
-blocks (``n_blocks``, default :data:`N_BLOCKS`, independent of the number of
-workers), scatters each block once to one worker (round robin over the workers,
-one future per block) and then runs the solver of
-:func:`algorithms.leml.model.update_W` (:func:`~algorithms.leml.model.solve_w_step`)
-on the driver.  Each operator application scatters its ``d' x k`` argument once
+blocks (``blocks``, default :data:`N_BLOCKS`, independent of the number of
+workers) and scatters each block once to one worker (round robin over the workers,
+one future per block).  It is a *backend* of the estimator's W-step,
+``LEML.w_step(data, W, H, backend=DaskWStep(...))``: the estimator's solver
+(:func:`algorithms.leml.w_step.solve_w_step`, the same CG / TRON iterations) runs on the
+driver and asks :meth:`DaskWStep.operators` for the loss terms, which the blocks compute
+where they live.  Each operator application scatters its ``d' x k`` argument once
 (broadcast to the workers) and submits one task per block, pinned to the worker
 that holds the block; the workers return ``d' x k`` terms and the driver adds them
 in block order.  So:
@@ -18,7 +20,7 @@ in block order.  So:
   block's term is computed by the same code on the same rows, so 1 and 2 (or any
   number of) workers give bit-identical ``W`` (with one BLAS thread per worker,
   which :class:`DaskWStep` sets with threadpoolctl unless ``pin_blas=False``);
-* against the single-process :func:`~algorithms.leml.model.update_W` only the
+* against the single-process W-step (no backend) only the
   summation order differs, so the products agree to rounding and ``W`` agrees as
   far as CG lets rounding through: run to convergence (``cg_tol=1e-10``) the
   relative difference ``max|dW| / max|W|`` is below 1e-10 in float64 (tested; 1e-4
@@ -44,15 +46,9 @@ import uuid
 
 import numpy as np
 
+from algorithms.leml.data import LEMLData, row_block_bounds, split_rows
 from algorithms.leml.losses import get_loss
-from algorithms.leml.model import (
-    LEMLData,
-    WStepProducts,
-    check_w_step,
-    solve_w_step,
-    split_rows,
-    w_loss_value,
-)
+from algorithms.leml.w_step import WStepProducts, w_loss_value
 
 __all__ = ["DaskWStep", "N_BLOCKS", "worker_peak_memory"]
 
@@ -134,7 +130,8 @@ class _BlockProducts:
 
 
 class _DaskWOperators:
-    """``value`` / ``products`` of :func:`solve_w_step`, one task per row block."""
+    """``value`` / ``products`` of :func:`~algorithms.leml.w_step.solve_w_step`, one task per
+    row block."""
 
     def __init__(self, owner: DaskWStep, H, loss):
         self.owner, self.loss = owner, loss
@@ -143,7 +140,7 @@ class _DaskWOperators:
     def value(self, W):
         o = self.owner
         Wf = o._broadcast(W)
-        pairs = o._map(_block_value, o.blocks, self.H, Wf, self.loss)  # (f, z) stays there
+        pairs = o._map(_block_value, o.block_futures, self.H, Wf, self.loss)  # (f, z) stays there
         f = 0.0
         for value in o.client.gather(o._map(_first, pairs)):
             f += value
@@ -152,26 +149,29 @@ class _DaskWOperators:
     def products(self, W, state=None):
         o = self.owner
         Wf = o._broadcast(W)
-        values = state if state is not None else [None] * len(o.blocks)
+        values = state if state is not None else [None] * len(o.block_futures)
         futures = [o._submit(i, _block_products, block, self.H, Wf, self.loss, value,
                              o.gram_left)
-                   for i, (block, value) in enumerate(zip(o.blocks, values, strict=True))]
+                   for i, (block, value) in enumerate(zip(o.block_futures, values, strict=True))]
         return _BlockProducts(o, futures)
 
 
 class DaskWStep:
-    """LEML W-steps over row blocks of the training data held by Dask workers.
+    """A backend of LEML's W-step: row blocks of the training data held by Dask workers.
+
+    Pass it to ``LEML.w_step(data, W, H, backend=...)`` for every W-step of a fit; the
+    blocks are scattered once, when it is built.
 
     Parameters
     ----------
     client : distributed.Client
         A client of a running cluster with at least one worker.
     data : LEMLData
-        From :func:`algorithms.leml.model.prepare_data`; split into ``n_blocks``
+        From ``LEML.prepare``; split into ``blocks``
         contiguous row blocks, which are scattered once (one future per block,
         block ``b`` to worker ``b mod n_workers`` in the sorted worker addresses).
         The driver keeps only the shapes; ``data`` may be dropped afterwards.
-    n_blocks : int, default=N_BLOCKS
+    blocks : int, default=N_BLOCKS
         Number of row blocks (clipped to the number of rows).  It fixes the
         reduction order, so results do not depend on the number of workers.
     workers : list of str, optional
@@ -185,7 +185,7 @@ class DaskWStep:
 
     Attributes
     ----------
-    blocks : list of distributed.Future
+    block_futures : list of distributed.Future
         The scattered row blocks, in row order.
     block_workers : list of str
         The worker holding each block; its tasks run there only.
@@ -198,10 +198,8 @@ class DaskWStep:
     ``DaskWStep``.
     """
 
-    def __init__(self, client, data: LEMLData, n_blocks: int = N_BLOCKS, *,
+    def __init__(self, client, data: LEMLData, blocks: int = N_BLOCKS, *,
                  workers=None, pin_blas: bool = True):
-        from algorithms.leml.model import row_block_bounds
-
         known = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if not known:
             raise ValueError("the Dask cluster has no workers; start some before DaskWStep")
@@ -214,15 +212,15 @@ class DaskWStep:
         self.client = client
         if pin_blas:
             client.run(_pin_blas, workers=workers)
-        self.bounds = row_block_bounds(data.n_samples, n_blocks)
+        self.bounds = row_block_bounds(data.n_samples, blocks)
         self.n_features, self.n_labels = data.n_features, data.n_labels
         self.n_samples, self.dtype = data.n_samples, data.dtype
         # Squared loss, fully observed: associate 2 H^T H as the whole-set product does.
         self.gram_left = data.n_features <= data.n_samples
         self.block_workers = [workers[b % len(workers)] for b in range(len(self.bounds))]
-        self.blocks = []
-        for block, worker in zip(split_rows(data, n_blocks), self.block_workers, strict=True):
-            self.blocks.append(client.scatter(block, workers=[worker], hash=False))
+        self.block_futures = [
+            client.scatter(block, workers=[worker], hash=False)
+            for block, worker in zip(split_rows(data, blocks), self.block_workers, strict=True)]
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
 
@@ -246,28 +244,17 @@ class DaskWStep:
     def _reduce(self, fn, per_block, *shared):
         return _sum_in_order(self.client.gather(self._map(fn, per_block, *shared)))
 
-    # -- the W-step
-    def update_W(self, H, lam: float, loss="squared", *, W0=None, cg_max_iter: int = 25,
-                 cg_tol: float = 1e-3, newton_max_iter: int = 3, return_info: bool = False):
-        """One W-step, as :func:`algorithms.leml.model.update_W` (same parameters).
-
-        Returns
-        -------
-        W : ndarray of shape (d', k)
-        info : dict, only if ``return_info``
-        """
-        loss = get_loss(loss)
-        H, lam, W0 = check_w_step(self.n_features, self.n_labels, self.dtype, H, lam, W0)
-        W, info = solve_w_step(_DaskWOperators(self, H, loss), W0, lam, loss,
-                               cg_max_iter=cg_max_iter, cg_tol=cg_tol,
-                               newton_max_iter=newton_max_iter)
-        return (W, info) if return_info else W
+    # -- the backend of LEML.w_step
+    def operators(self, H, loss):
+        """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes to every
+        worker once); the operators of :func:`~algorithms.leml.w_step.solve_w_step`."""
+        return _DaskWOperators(self, H, get_loss(loss))
 
     def close(self) -> None:
         """Release the scattered blocks (the workers free them)."""
-        for future in self.blocks:
+        for future in self.block_futures:
             future.release()
-        self.blocks = []
+        self.block_futures = []
 
     def __enter__(self):
         return self

@@ -1,14 +1,26 @@
-"""LEML (Yu, Jain, Kar and Dhillon, ICML 2014) and its baselines."""
+"""LEML (Yu, Jain, Kar and Dhillon, ICML 2014) and its baselines.
+
+Modules by concern: :mod:`~algorithms.leml.data` (the training data and its observed
+label entries), :mod:`~algorithms.leml.objective`, :mod:`~algorithms.leml.w_step` and
+:mod:`~algorithms.leml.h_step` (the two half-steps), :mod:`~algorithms.leml.predict`
+(batched scoring), :mod:`~algorithms.leml.model` (:class:`LEML`, the method: its step
+methods and ``fit``, the loop over them), :mod:`~algorithms.leml.baselines`,
+:mod:`~algorithms.leml.losses` and :mod:`~algorithms.leml.solvers` (CG and TRON).
+"""
 
 from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
-from algorithms.leml.model import (
-    LEML,
-    LEMLData,
-    objective,
-    prepare_data,
-    update_H,
+from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
+from algorithms.leml.h_step import H_SOLVERS, update_H
+from algorithms.leml.model import LEML
+from algorithms.leml.objective import objective
+from algorithms.leml.w_step import (
+    W_SOLVERS,
+    LocalWOperators,
+    WStepProducts,
+    solve_w_step,
     update_W,
     w_gradient,
+    w_loss_value,
 )
 
 __all__ = [
@@ -16,9 +28,17 @@ __all__ = [
     "LEMLData",
     "BinaryRelevance",
     "ClosedFormLowRank",
-    "prepare_data",
-    "update_W",
-    "update_H",
-    "w_gradient",
+    "H_SOLVERS",
+    "W_SOLVERS",
+    "LocalWOperators",
+    "WStepProducts",
     "objective",
+    "prepare_data",
+    "row_block_bounds",
+    "solve_w_step",
+    "split_rows",
+    "update_H",
+    "update_W",
+    "w_gradient",
+    "w_loss_value",
 ]

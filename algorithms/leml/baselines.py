@@ -30,10 +30,10 @@ from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.utils.validation import check_is_fitted
 
-from algorithms.leml.model import (
-    _add_constant_column,
-    _check_X,
-    _labels,
+from algorithms.leml.data import add_constant_column, check_labels, check_X
+from algorithms.leml.predict import (
+    BATCH_SIZE,
+    check_new_X,
     predict_top_k_in_batches,
     threshold_in_batches,
 )
@@ -47,11 +47,7 @@ class _LinearMultiLabel(BaseEstimator):
 
     def _scores(self, X):
         check_is_fitted(self, ("coef_", "intercept_"))
-        X = _check_X(X, self.coef_.dtype)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features but the model was fitted with "
-                             f"{self.n_features_in_}")
-        return X
+        return check_new_X(X, self.coef_.dtype, self.n_features_in_, type(self).__name__)
 
     def decision_function(self, X) -> np.ndarray:
         """Decision values (n x L, dense)."""
@@ -61,14 +57,14 @@ class _LinearMultiLabel(BaseEstimator):
                          advice="score row batches with predict_top_k or predict (batch_size)")
         return np.asarray(X @ self.coef_.T) + self.intercept_
 
-    def predict(self, X, batch_size: int = 2048) -> sp.csr_matrix:
+    def predict(self, X, batch_size: int = BATCH_SIZE) -> sp.csr_matrix:
         """Sparse 0/1 matrix of decision values above ``threshold_``."""
         X = self._scores(X)
         return threshold_in_batches(
             lambda s, e: np.asarray(X[s:e] @ self.coef_.T) + self.intercept_,
             X.shape[0], self.threshold_, batch_size)
 
-    def predict_top_k(self, X, k: int = 5, batch_size: int = 2048) -> np.ndarray:
+    def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE) -> np.ndarray:
         """Top-``k`` labels per row, best first, scoring ``batch_size`` rows at a time."""
         X = self._scores(X)
         return predict_top_k_in_batches(
@@ -141,9 +137,9 @@ class BinaryRelevance(_LinearMultiLabel):
             raise ValueError(f"alpha must be positive, got {self.alpha!r}")
         self._make()
         dtype = np.dtype(self.dtype)
-        X = _check_X(X, dtype)
+        X = check_X(X, dtype)
         n, d = X.shape
-        Y_full, entries, n_labels = _labels(Y, mask, n, np.float64, "sparse")
+        Y_full, entries, n_labels = check_labels(Y, mask, n, np.float64, "sparse")
         self.n_features_in_ = d
         self.threshold_ = 0.5 if self.model == "ridge" else 0.0
         coef = np.zeros((n_labels, d), dtype=dtype)
@@ -224,13 +220,13 @@ class ClosedFormLowRank(_LinearMultiLabel):
         if not self.alpha > 0:
             raise ValueError(f"alpha must be positive, got {self.alpha!r}")
         dtype = np.dtype(self.dtype)
-        X = _check_X(X, dtype)
+        X = check_X(X, dtype)
         n, d = X.shape
-        Y_full, _, n_labels = _labels(Y, mask, n, dtype)
+        Y_full, _, n_labels = check_labels(Y, mask, n, dtype)
         if Y_full is None:
             raise ValueError("ClosedFormLowRank needs fully observed labels; the mask or "
                              "NaN entries leave some unobserved")
-        Xa = _add_constant_column(X) if self.fit_intercept else X
+        Xa = add_constant_column(X) if self.fit_intercept else X
         C = Xa.T @ Xa
         C = C.toarray() if sp.issparse(C) else np.asarray(C)
         C[np.diag_indices_from(C)] += self.alpha

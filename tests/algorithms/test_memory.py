@@ -58,7 +58,7 @@ def test_no_limit_allows_ordinary_arrays(monkeypatch):
 
 def test_leml_decision_function_refused_but_batched_top_k_works(monkeypatch):
     X, Y = _problem()
-    model = LEML(rank=3, max_iter=2, random_state=0).fit(X, Y)
+    model = LEML(rank=3, outer_iterations=2, random_state=0).fit(X, Y)
     full = model.decision_function(X)
     # 60 x 9 float32 = 2,160 bytes: refused under a 2,000-byte cap; batched scoring works
     assert full.dtype == np.float32
@@ -73,8 +73,8 @@ def test_leml_logistic_fully_observed_refused_before_training(monkeypatch):
     X, Y = _problem()
     monkeypatch.setenv(ENV_LIMIT, str(1000 / 2**30))
     with pytest.raises(MemoryBudgetError, match="use loss 'squared'"):
-        LEML(rank=3, loss="logistic", max_iter=1, random_state=0).fit(X, Y)
-    LEML(rank=3, loss="squared", max_iter=1, random_state=0).fit(X, Y)  # never forms n x L
+        LEML(rank=3, loss="logistic", outer_iterations=1, random_state=0).fit(X, Y)
+    LEML(rank=3, loss="squared", outer_iterations=1, random_state=0).fit(X, Y)  # never forms n x L
 
 
 def test_binary_relevance_ridge_refused(monkeypatch):

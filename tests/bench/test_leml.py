@@ -30,7 +30,7 @@ def test_quick_bench_gives_sane_long_table(tmp_path):
     bench.add_arguments(parser)
     args = parser.parse_args(["--data", str(tmp_path), "--quick", "--datasets",
                               "bibtex,delicious", "--sections", "accuracy,missing,scaling",
-                              "--alphas", "1", "--max-iter", "3"])
+                              "--alphas", "1", "--outer-iterations", "3"])
     table = bench.run(args)
 
     assert list(table.columns) == bench.COLUMNS

@@ -96,15 +96,23 @@ def _final(project, manifest, iterations):
     return store.read(w + "-W"), store.read(h + "-H"), store
 
 
+def _task_run_names(manifest) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[manifest["prefect_flow_run_id"]])))
+    return sorted(r.name for r in runs)
+
+
 def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project):
     assert main(["run", "leml"]) == 0
     m = _last(project)
     W, H, store = _final(project, m, 3)
     X, Y = read_xmc(project / "train.txt")
     Xt, Yt = read_xmc(project / "test.txt")
-    est = LEML(rank=8, lam=4.0, max_iter=3, cg_max_iter=10, fit_intercept=True, random_state=3).fit(
-        X, Y
-    )
+    est = LEML(rank=8, lam=4.0, outer_iterations=3, cg_max_iter=10, random_state=3).fit(X, Y)
     np.testing.assert_allclose(W, est.W_, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(H, est.H_, rtol=1e-5, atol=1e-6)
     assert W.dtype == np.float32
@@ -122,8 +130,27 @@ def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project
 
     conv = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-convergence")))
     assert conv["iteration"].tolist() == [1, 2, 3]
+    np.testing.assert_allclose(conv["objective"], est.objective_, rtol=1e-5)
     assert (np.diff(conv["objective"]) <= 1e-6 * conv["objective"].abs().max()).all()
     assert (conv["seconds"] > 0).all()
+
+    # every task run is named by its piece of work (no generated suffixes)
+    assert _task_run_names(m) == sorted([
+        "load train.txt", "load test.txt", "initial factors",
+        *(f"alternate-{half} iter={t}" for t in (1, 2, 3) for half in "WH"),
+        "evaluate", "baseline br-ridge", "collect metrics"])
+
+
+def test_a_new_rank_refits_leml_but_reuses_the_br_ridge_baseline(project):
+    """A step's key holds only what it uses: BR ridge takes no rank (issue 17, item 11)."""
+    assert main(["run", "leml", "--set", "model.rank=9"]) == 0
+    m = _last(project)
+    cached = {o["step"]: o["cached"] for o in m["outputs"]}
+    assert cached["leml-baseline"] and cached["leml-load"]
+    assert not cached["leml-init"] and not cached["leml-alternate-W"]
+    metrics = Store(project / "data" / "cache").read(
+        next(o["ref"] for o in m["outputs"] if o["step"] == "leml-collect"))
+    assert set(metrics["method"]) == {"leml-squared-k9", "br-ridge"}
 
 
 def test_second_run_is_all_cache_hits_and_more_iterations_resume(project):
@@ -188,7 +215,7 @@ def test_missing_labels_flow_uses_the_stored_mask(project):
     assert mask.shape == Y.shape
     assert 0.45 < mask.nnz / np.prod(Y.shape) < 0.55
     W, H, _ = _final(project, m, 3)
-    est = LEML(rank=8, lam=4.0, max_iter=3, cg_max_iter=10, fit_intercept=True, random_state=3).fit(
+    est = LEML(rank=8, lam=4.0, outer_iterations=3, cg_max_iter=10, random_state=3).fit(
         X, Y, mask
     )
     np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
@@ -233,7 +260,7 @@ def test_bound_solvers_in_the_flow_equal_the_estimator(project):
     m = _last(project)
     W, H, store = _final(project, m, 3)
     X, Y = read_xmc(project / "train.txt")
-    est = LEML(rank=8, lam=4.0, loss="logistic", max_iter=3, cg_max_iter=10, fit_intercept=True,
+    est = LEML(rank=8, lam=4.0, loss="logistic", outer_iterations=3, cg_max_iter=10,
                w_solver="bound", h_solver="bound", random_state=3).fit(X, Y)
     np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(H, est.H_, rtol=1e-4, atol=1e-5)
@@ -242,7 +269,23 @@ def test_bound_solvers_in_the_flow_equal_the_estimator(project):
     assert (np.diff(conv["objective"]) <= 1e-5 * conv["objective"].abs().max()).all()
 
 
-def test_bound_w_solver_on_dask_is_rejected_by_name(project, capsys):
+def test_squared_start_in_the_flow_equals_the_estimator(project):
+    start = ["--set", "model.loss=sqhinge", "--set", "model.squared_init_iter=2",
+             "--set", "baselines=[]"]
+    assert main(["run", "leml", *start]) == 0
+    W, H, _ = _final(project, _last(project), 3)
+    X, Y = read_xmc(project / "train.txt")
+    est = LEML(rank=8, lam=4.0, loss="sqhinge", squared_init_iter=2, outer_iterations=3,
+               cg_max_iter=10, random_state=3).fit(X, Y)
+    np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(H, est.H_, rtol=1e-4, atol=1e-5)
+
+
+def test_the_estimators_rules_reject_a_config_by_name(project, capsys):
     assert main(["run", "leml", "--set", "model.loss=logistic", "--set", "model.w_solver=bound",
                  "--set", "w_step.runner=dask"]) == 2
-    assert "w_solver" in capsys.readouterr().err
+    assert "w_solver 'bound' runs on one process" in capsys.readouterr().err
+    assert main(["run", "leml", "--set", "model.loss=logistic", "--set",
+                 "model.squared_init_iter=2", "--set", "model.fit_intercept=false"]) == 2
+    err = capsys.readouterr().err
+    assert "key 'model'" in err and "squared_init_iter > 0 needs fit_intercept=True" in err

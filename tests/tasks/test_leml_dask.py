@@ -1,8 +1,9 @@
 """The Dask W-step (tasks.leml_dask) against the single-process solver, on a real cluster.
 
-One LocalCluster with two single-threaded worker processes for the module (a start
-costs 10-20 s on these machines); "one worker" places every block on the first
-worker, "two workers" spreads them.
+Both run through the estimator's own step method, ``LEML.w_step(data, W, H)`` without and
+with ``backend=DaskWStep(...)``.  One LocalCluster with two single-threaded worker
+processes for the module (a start costs 10-20 s on these machines); "one worker" places
+every block on the first worker, "two workers" spreads them.
 """
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from algorithms.leml.model import LEMLData, initial_factors, prepare_data, update_W
+from algorithms.leml import LEML, LEMLData, prepare_data
 
 distributed = pytest.importorskip("distributed")
 
@@ -35,8 +36,13 @@ def _problem(case: str, dtype=np.float64) -> LEMLData:
 
 def _start(data, seed=0):
     W0 = np.random.default_rng(seed).standard_normal((data.n_features, K)).astype(data.dtype)
-    _, H = initial_factors(data.n_features, data.n_labels, K, data.dtype, seed)
+    _, H = LEML(rank=K, random_state=seed).start(data)
     return W0, H
+
+
+def _w_step(data, W0, H, loss="squared", backend=None, **params):
+    """One W-step of the estimator, here or on ``backend``."""
+    return LEML(lam=LAM, loss=loss, **params).w_step(data, W0, H, backend=backend)
 
 
 class RecordingClient:
@@ -74,10 +80,10 @@ def client():
 def test_dask_w_step_equals_single_process_solver(client, case):
     data = _problem(case)
     W0, H = _start(data)
-    kwargs = dict(W0=W0, cg_tol=1e-10, cg_max_iter=300, return_info=True)
-    W_single, info_single = update_W(data, H, LAM, "squared", **kwargs)
-    with DaskWStep(client, data, n_blocks=4) as ws:
-        W_dask, info_dask = ws.update_W(H, LAM, "squared", **kwargs)
+    kwargs = dict(cg_tol=1e-10, cg_max_iter=300)
+    W_single, info_single = _w_step(data, W0, H, **kwargs)
+    with DaskWStep(client, data, blocks=4) as ws:
+        W_dask, info_dask = _w_step(data, W0, H, backend=ws, **kwargs)
     assert W_dask.dtype == np.float64 and W_dask.shape == W_single.shape
     assert abs(info_dask["cg_iter"] - info_single["cg_iter"]) <= 1
     # Only the order of the block sums differs.  Each CG stops once its relative residual is
@@ -89,10 +95,10 @@ def test_dask_w_step_equals_single_process_solver(client, case):
 def test_dask_w_step_float32_stays_float32_and_close(client):
     data = _problem("full", np.float32)
     W0, H = _start(data)
-    kwargs = dict(W0=W0, cg_tol=1e-5, cg_max_iter=300)
-    W_single = update_W(data, H, LAM, "squared", **kwargs)
+    kwargs = dict(cg_tol=1e-5, cg_max_iter=300)
+    W_single, _ = _w_step(data, W0, H, **kwargs)
     with DaskWStep(client, data) as ws:
-        W_dask = ws.update_W(H, LAM, "squared", **kwargs)
+        W_dask, _ = _w_step(data, W0, H, backend=ws, **kwargs)
     assert W_dask.dtype == np.float32
     assert np.abs(W_dask - W_single).max() <= 1e-4 * np.abs(W_single).max()
 
@@ -102,17 +108,17 @@ def test_dask_w_step_float32_stays_float32_and_close(client):
 def test_one_and_two_workers_give_bit_identical_W(client, case, loss):
     data = _problem(case)
     W0, H = _start(data)
-    kwargs = dict(W0=W0, cg_max_iter=8, cg_tol=1e-3, newton_max_iter=1)
+    kwargs = dict(loss=loss, cg_max_iter=8, cg_tol=1e-3, newton_max_iter=1)
     workers = sorted(client.scheduler_info()["workers"])
     results = []
     for chosen in (workers[:1], workers):
-        with DaskWStep(client, data, n_blocks=4, workers=chosen) as ws:
-            held = {w for addrs in client.who_has(ws.blocks).values() for w in addrs}
+        with DaskWStep(client, data, blocks=4, workers=chosen) as ws:
+            held = {w for addrs in client.who_has(ws.block_futures).values() for w in addrs}
             assert held == set(chosen)
-            results.append(ws.update_W(H, LAM, loss, **kwargs))
+            results.append(_w_step(data, W0, H, backend=ws, **kwargs)[0])
     assert np.array_equal(results[0], results[1])
     # Same iterations as the single-process solver, equal up to CG's rounding sensitivity.
-    W_single = update_W(data, H, LAM, loss, **kwargs)
+    W_single, _ = _w_step(data, W0, H, **kwargs)
     assert np.abs(results[1] - W_single).max() <= 1e-3 * np.abs(W_single).max()
 
 
@@ -120,14 +126,14 @@ def test_blocks_are_scattered_once_and_iterations_send_only_directions(client):
     data = _problem("masked-sparse")
     W0, H = _start(data)
     rec = RecordingClient(client)
-    ws = DaskWStep(rec, data, n_blocks=4)
+    ws = DaskWStep(rec, data, blocks=4)
     try:
         assert len(rec.scattered) == 4 and all(isinstance(b, LEMLData) for b in rec.scattered)
         assert sum(b.n_samples for b in rec.scattered) == N
         rec.scattered.clear()
         n_cg = 0
         for _ in range(2):  # two W-steps reuse the scattered blocks
-            W0, info = ws.update_W(H, LAM, W0=W0, cg_max_iter=6, cg_tol=0.0, return_info=True)
+            W0, info = _w_step(data, W0, H, backend=ws, cg_max_iter=6, cg_tol=0.0)
             n_cg += info["cg_iter"]
         assert n_cg == 12
         # Per W-step: H, the point W0 and one direction per CG iteration, nothing else.

@@ -1,5 +1,6 @@
-"""LEML: fast products against explicit Kronecker features, solvers against direct
-solves, the alternating loop, dtypes, prediction and the baselines."""
+"""LEML: fast products against explicit Kronecker features, the half-steps (the estimator's
+step methods) against direct solves, the alternating loop, dtypes, prediction and the
+baselines."""
 
 from __future__ import annotations
 
@@ -12,24 +13,37 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.multiclass import OneVsRestClassifier
 
-from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
-from algorithms.leml.losses import LOSSES, get_loss
-from algorithms.leml.model import (
+from algorithms.leml import (
     LEML,
-    initial_factors,
+    BinaryRelevance,
+    ClosedFormLowRank,
     objective,
-    prepare_data,
-    scores_linear,
-    top_k_from_scores,
-    top_k_linear,
-    update_H,
-    update_W,
     w_gradient,
 )
+from algorithms.leml import prepare_data as _prepare_data
+from algorithms.leml.losses import LOSSES, get_loss
+from algorithms.leml.predict import top_k_from_scores
 from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
 
 LOSS_NAMES = sorted(LOSSES)
 STRATEGIES = ["dense", "sparse"]
+
+
+def prepare_data(X, Y, mask=None, *, dtype, fit_intercept=False, entries="auto"):
+    """The data of the half-step tests: no intercept unless asked."""
+    return _prepare_data(X, Y, mask, fit_intercept=fit_intercept, dtype=dtype, entries=entries)
+
+
+def w_step(data, H, lam, loss, W0=None, backend=None, **params):
+    """One W-step of ``LEML(lam, loss, **params)`` from ``W0`` (default zeros)."""
+    W0 = np.zeros((data.n_features, np.shape(H)[1])) if W0 is None else W0
+    return LEML(lam=lam, loss=loss, **params).w_step(data, W0, H, backend=backend)
+
+
+def h_step(data, W, lam, loss, H0=None, **params):
+    """One H-step of ``LEML(lam, loss, **params)`` from ``H0`` (default zeros)."""
+    H0 = np.zeros((data.n_labels, np.shape(W)[1])) if H0 is None else H0
+    return LEML(lam=lam, loss=loss, **params).h_step(data, W, H0)
 
 
 def make_problem(seed, n=9, d=5, n_labels=4, k=3, sparse=True, mask_density=0.5):
@@ -215,7 +229,7 @@ def test_squared_loss_cg_w_step_equals_direct_solve(sparse, masked):
                                         mask_density=0.6 if masked else None)
     lam = 0.4
     data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
-    W = update_W(data, H, lam, "squared", cg_tol=1e-13, cg_max_iter=200)
+    W, _ = w_step(data, H, lam, "squared", cg_tol=1e-13, cg_max_iter=200)
     # Normal equations of sum_Omega (y - x~.w)^2 + lam/2 |w|^2 from explicit features.
     _, hess, _ = kronecker_reference(Xd, Y, mask, H, np.zeros_like(W), lam, "squared")
     g0, _, _ = kronecker_reference(Xd, Y, mask, H, np.zeros_like(W), lam, "squared")
@@ -228,7 +242,7 @@ def test_tron_w_step_reaches_the_minimiser(loss):
     X, Xd, Y, mask, H, _ = make_problem(6, n=12, d=4, n_labels=3, k=2)
     lam = 0.8
     data = prepare_data(X, Y, mask, dtype=np.float64)
-    W = update_W(data, H, lam, loss, newton_max_iter=60, cg_tol=1e-3, cg_max_iter=50)
+    W, _ = w_step(data, H, lam, loss, newton_max_iter=60, cg_tol=1e-3, cg_max_iter=50)
 
     def value(w):
         return objective(data, w.reshape(W.shape), H, lam, loss)
@@ -245,7 +259,7 @@ def test_squared_h_step_equals_per_label_solve(masked):
                                         mask_density=0.5 if masked else None)
     lam = 0.3
     data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
-    H = update_H(data, W, lam, "squared")
+    H, _ = h_step(data, W, lam, "squared")
     A = Xd @ W
     omega = np.ones_like(Y, dtype=bool) if mask is None else mask
     for j in range(Y.shape[1]):
@@ -275,7 +289,7 @@ def test_newton_h_step_equals_per_label_minimiser(loss, masked):
                                         mask_density=0.6 if masked else None)
     lam = 0.5
     data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
-    H = update_H(data, W, lam, loss, newton_max_iter=40)
+    H, _ = h_step(data, W, lam, loss, newton_max_iter=40)
     for j, value in label_objectives(Xd, W, Y, mask, loss, lam):
         ref = minimize(value, np.zeros(2), method="BFGS", options={"gtol": 1e-10})
         assert value(H[j]) <= ref.fun + 1e-9
@@ -292,17 +306,17 @@ def test_cg_h_step_equals_per_label_minimiser_and_direct_newton(loss, masked):
     H0 = np.random.default_rng(1).standard_normal((5, 4))
     # One Newton step: CG run to convergence (k = 4 iterations in exact arithmetic,
     # 8 allowed) gives the direct solve's direction, so the same line search result.
-    one_cg, info = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
-                            cg_max_iter=8, cg_tol=1e-12, return_info=True)
-    one_direct = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1)
+    one_cg, info = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
+                          cg_max_iter=8, cg_tol=1e-12)
+    one_direct, _ = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1)
     np.testing.assert_allclose(one_cg, one_direct, rtol=1e-8, atol=1e-10)
     assert 1 <= info["cg_iter"] <= 8 and info["newton_iter"] == 1
     # Truncated CG (2 of 4 iterations) is a different, still decreasing, step.
-    trunc = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
-                     cg_max_iter=2)
+    trunc, _ = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
+                      cg_max_iter=2)
     assert not np.allclose(trunc, one_direct)
-    H = update_H(data, W, lam, loss, H0=H0, newton_max_iter=40, h_solver="cg",
-                 cg_max_iter=3)
+    H, _ = h_step(data, W, lam, loss, H0=H0, newton_max_iter=40, h_solver="cg",
+                  cg_max_iter=3)
     for j, value in label_objectives(Xd, W, Y, mask, loss, lam):
         assert value(trunc[j]) <= value(H0[j]) + 1e-12
         ref = minimize(value, np.zeros(4), method="BFGS", options={"gtol": 1e-10})
@@ -313,10 +327,10 @@ def test_cg_h_step_equals_per_label_minimiser_and_direct_newton(loss, masked):
 def test_h_solver_is_validated_and_unused_by_the_squared_loss():
     X, _, Y, _, _, W = make_problem(10, n=12, d=4, n_labels=5, k=3, mask_density=None)
     data = prepare_data(X, Y, dtype=np.float64)
-    np.testing.assert_array_equal(update_H(data, W, 0.5, "squared", h_solver="cg"),
-                                  update_H(data, W, 0.5, "squared"))
+    np.testing.assert_array_equal(h_step(data, W, 0.5, "squared", h_solver="cg")[0],
+                                  h_step(data, W, 0.5, "squared")[0])
     with pytest.raises(ValueError, match="h_solver"):
-        update_H(data, W, 0.5, "logistic", h_solver="bfgs")
+        h_step(data, W, 0.5, "logistic", h_solver="bfgs")
     with pytest.raises(ValueError, match="h_solver"):
         LEML(h_solver="exact").fit(X, Y)
 
@@ -325,11 +339,11 @@ def test_h_solver_is_validated_and_unused_by_the_squared_loss():
 def test_squared_margin_start_maps_the_squared_fit_to_margins_exactly():
     X, _, Y, _, _, _ = make_problem(27, n=30, d=6, n_labels=7, mask_density=None)
     k, n_init = 4, 3
-    start = LEML(rank=k, loss="logistic", max_iter=0, fit_intercept=True, squared_init_iter=n_init,
-                 dtype=np.float64, random_state=3).fit(X, Y)
+    start = LEML(rank=k, loss="logistic", outer_iterations=0, fit_intercept=True,
+                 squared_init_iter=n_init, dtype=np.float64, random_state=3).fit(X, Y)
     # Independently: the squared-loss estimator at rank k - 1 from the same initial H.
-    _, H_init = initial_factors(7, 7, k, np.float64, 3)
-    sq = LEML(rank=k - 1, loss="squared", max_iter=n_init, fit_intercept=True,
+    H_init = np.random.RandomState(3).standard_normal((7, k)) / np.sqrt(k)
+    sq = LEML(rank=k - 1, loss="squared", outer_iterations=n_init, fit_intercept=True,
               dtype=np.float64).fit(X, Y, H_init=H_init[:, :k - 1])
     Z = sq.decision_function(X)
     np.testing.assert_allclose(start.decision_function(X), 2 * Z - 1, rtol=1e-12, atol=1e-12)
@@ -344,9 +358,9 @@ def test_squared_margin_start_continues_to_a_cold_starts_objective(loss):
     X, _, Y, _, _, _ = make_problem(28, n=60, d=8, n_labels=6, mask_density=None)
     common = dict(rank=6, lam=0.5, loss=loss, cg_max_iter=20, newton_max_iter=5,
                   fit_intercept=True, dtype=np.float64, random_state=0)
-    cold = LEML(max_iter=40, **common).fit(X, Y)
-    warm = LEML(max_iter=40, squared_init_iter=3, **common).fit(X, Y)
-    short = LEML(max_iter=1, squared_init_iter=3, **common).fit(X, Y)
+    cold = LEML(outer_iterations=40, **common).fit(X, Y)
+    warm = LEML(outer_iterations=40, squared_init_iter=3, **common).fit(X, Y)
+    short = LEML(outer_iterations=1, squared_init_iter=3, **common).fit(X, Y)
     # Full rank (k = L): the factored problem has no spurious local minima of
     # note here, so both starts end at the same objective.
     assert warm.objective_[-1] == pytest.approx(cold.objective_[-1], rel=1e-3)
@@ -357,7 +371,7 @@ def test_squared_margin_start_continues_to_a_cold_starts_objective(loss):
 
 def test_squared_init_changes_nothing_when_off_or_for_the_squared_loss():
     X, _, Y, _, _, _ = make_problem(29, n=30, d=6, n_labels=5, mask_density=None)
-    common = dict(rank=3, lam=0.5, max_iter=3, fit_intercept=True, random_state=0)
+    common = dict(rank=3, lam=0.5, outer_iterations=3, fit_intercept=True, random_state=0)
     base = LEML(loss="logistic", **common).fit(X, Y)
     off = LEML(loss="logistic", squared_init_iter=0, h_solver="direct", **common).fit(X, Y)
     np.testing.assert_array_equal(base.W_, off.W_)
@@ -366,12 +380,13 @@ def test_squared_init_changes_nothing_when_off_or_for_the_squared_loss():
     np.testing.assert_array_equal(sq.W_, sq_init.W_)
     np.testing.assert_array_equal(sq.H_, sq_init.H_)
     # An explicit warm start wins over the squared-loss start.
-    W0, H0 = initial_factors(7, 5, 3, np.float32, 1)
+    rng = np.random.default_rng(1)
+    W0, H0 = rng.standard_normal((7, 3)), rng.standard_normal((5, 3))
     a = LEML(loss="logistic", squared_init_iter=2, **common).fit(X, Y, W_init=W0, H_init=H0)
     b = LEML(loss="logistic", **common).fit(X, Y, W_init=W0, H_init=H0)
     np.testing.assert_array_equal(a.W_, b.W_)
     with pytest.raises(ValueError, match="fit_intercept"):
-        LEML(loss="logistic", squared_init_iter=1, rank=3).fit(X, Y)
+        LEML(loss="logistic", squared_init_iter=1, rank=3, fit_intercept=False).fit(X, Y)
     with pytest.raises(ValueError, match="rank"):
         LEML(loss="sqhinge", squared_init_iter=1, rank=1, fit_intercept=True).fit(X, Y)
     with pytest.raises(ValueError, match="squared_init_iter"):
@@ -385,7 +400,7 @@ def test_objective_decreases_every_outer_iteration(loss, masked):
     X, _, Y, mask, _, _ = make_problem(11, n=40, d=8, n_labels=7, k=3,
                                        mask_density=0.4 if masked else None)
     seen = []
-    est = LEML(rank=3, lam=0.5, loss=loss, max_iter=6, cg_max_iter=3, dtype=np.float64,
+    est = LEML(rank=3, lam=0.5, loss=loss, outer_iterations=6, cg_max_iter=3, dtype=np.float64,
                random_state=0, callback=lambda t, s, o: seen.append((t, s, o))).fit(X, Y, mask)
     obj = np.array(est.objective_)
     assert len(obj) == 6 and est.n_iter_ == 6
@@ -393,8 +408,8 @@ def test_objective_decreases_every_outer_iteration(loss, masked):
     assert [t for t, _, _ in seen] == [1, 2, 3, 4, 5, 6]
     assert all(s >= 0 for _, s, _ in seen)
     np.testing.assert_allclose([o for _, _, o in seen], obj)
-    data = prepare_data(X, Y, mask, dtype=np.float64)
-    assert np.isclose(objective(data, est.W_, est.H_, 0.5, loss), obj[-1], rtol=1e-12)
+    assert np.isclose(est.objective(est.prepare(X, Y, mask), est.W_, est.H_), obj[-1],
+                      rtol=1e-12)
 
 
 def test_fully_observed_squared_objective_equals_explicit_residual():
@@ -414,14 +429,14 @@ def test_float32_stays_float32(loss, masked):
     H32, W32 = H.astype(np.float32), W.astype(np.float32)
     grad, hess_vec = w_gradient(data, H32, W32, 0.5, loss)
     assert grad.dtype == np.float32 and hess_vec(W32).dtype == np.float32
-    W_new, info = update_W(data, H32, 0.5, loss, W0=W32, return_info=True)
+    W_new, info = w_step(data, H32, 0.5, loss, W0=W32)
     assert W_new.dtype == np.float32 and info["cg_iter"] >= 1
-    assert update_H(data, W_new, 0.5, loss, H0=H32).dtype == np.float32
+    assert h_step(data, W_new, 0.5, loss, H0=H32)[0].dtype == np.float32
     for strategy in STRATEGIES:
         data = prepare_data(X, Y, mask, dtype=np.float32, entries=strategy)
-        assert update_H(data, W32, 0.5, loss, H0=H32).dtype == np.float32
+        assert h_step(data, W32, 0.5, loss, H0=H32)[0].dtype == np.float32
         assert w_gradient(data, H32, W32, 0.5, loss)[1](W32).dtype == np.float32
-    est = LEML(rank=3, lam=0.5, loss=loss, max_iter=2, random_state=0).fit(X, Y, mask)
+    est = LEML(rank=3, lam=0.5, loss=loss, outer_iterations=2, random_state=0).fit(X, Y, mask)
     assert est.W_.dtype == np.float32 and est.H_.dtype == np.float32
     assert est.decision_function(X).dtype == np.float32
 
@@ -429,8 +444,8 @@ def test_float32_stays_float32(loss, masked):
 def test_missing_as_nan_equals_mask():
     X, _, Y, mask, _, _ = make_problem(14, n=30, d=6, n_labels=5, mask_density=0.5)
     Y_nan = np.where(mask, Y, np.nan)
-    a = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(X, Y_nan)
-    b = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(
+    a = LEML(rank=2, lam=0.5, outer_iterations=3, dtype=np.float64, random_state=1).fit(X, Y_nan)
+    b = LEML(rank=2, lam=0.5, outer_iterations=3, dtype=np.float64, random_state=1).fit(
         X, sp.csr_matrix(Y), sp.csr_matrix(mask))
     np.testing.assert_allclose(a.W_, b.W_, rtol=1e-12)
     np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-12)
@@ -438,8 +453,8 @@ def test_missing_as_nan_equals_mask():
 
 def test_all_true_mask_is_the_fully_observed_problem():
     X, _, Y, _, _, _ = make_problem(15, n=20, d=5, n_labels=4, mask_density=None)
-    a = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(X, Y)
-    b = LEML(rank=2, lam=0.5, max_iter=3, dtype=np.float64, random_state=1).fit(
+    a = LEML(rank=2, lam=0.5, outer_iterations=3, dtype=np.float64, random_state=1).fit(X, Y)
+    b = LEML(rank=2, lam=0.5, outer_iterations=3, dtype=np.float64, random_state=1).fit(
         X, Y, np.ones_like(Y, dtype=bool))
     np.testing.assert_allclose(a.W_, b.W_, rtol=1e-10, atol=1e-12)
 
@@ -447,21 +462,21 @@ def test_all_true_mask_is_the_fully_observed_problem():
 def test_warm_start_continues_where_the_run_stopped():
     X, _, Y, mask, _, _ = make_problem(16, n=40, d=6, n_labels=5, mask_density=0.5)
     kw = dict(rank=3, lam=0.5, cg_max_iter=4, dtype=np.float64, random_state=3)
-    full = LEML(max_iter=5, **kw).fit(X, Y, mask)
-    part = LEML(max_iter=2, **kw).fit(X, Y, mask)
-    resumed = LEML(max_iter=5, **kw).fit(X, Y, mask, W_init=part.W_, H_init=part.H_,
+    full = LEML(outer_iterations=5, **kw).fit(X, Y, mask)
+    part = LEML(outer_iterations=2, **kw).fit(X, Y, mask)
+    resumed = LEML(outer_iterations=5, **kw).fit(X, Y, mask, W_init=part.W_, H_init=part.H_,
                                          start_iter=2)
     np.testing.assert_allclose(resumed.W_, full.W_, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(resumed.H_, full.H_, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(resumed.objective_, full.objective_[2:], rtol=1e-12)
     assert resumed.n_iter_ == 5
     with pytest.raises(ValueError, match="start_iter"):
-        LEML(max_iter=5, **kw).fit(X, Y, mask, start_iter=2)
+        LEML(outer_iterations=5, **kw).fit(X, Y, mask, start_iter=2)
 
 
 def test_same_seed_same_model_and_intercept_is_last_row_of_W():
     X, Xd, Y, _, _, _ = make_problem(17, n=30, d=6, n_labels=5, mask_density=None)
-    kw = dict(rank=2, lam=0.5, max_iter=3, fit_intercept=True, random_state=4)
+    kw = dict(rank=2, lam=0.5, outer_iterations=3, fit_intercept=True, random_state=4)
     a, b = LEML(**kw).fit(X, Y), LEML(**kw).fit(X, Y)
     np.testing.assert_array_equal(a.W_, b.W_)
     assert a.W_.shape == (7, 2)
@@ -472,7 +487,7 @@ def test_same_seed_same_model_and_intercept_is_last_row_of_W():
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 def test_predict_top_k_equals_argsort_and_predict_uses_threshold(loss):
     X, _, Y, _, _, _ = make_problem(18, n=23, d=6, n_labels=9, mask_density=None)
-    est = LEML(rank=3, lam=0.3, loss=loss, max_iter=3, random_state=0,
+    est = LEML(rank=3, lam=0.3, loss=loss, outer_iterations=3, random_state=0,
                dtype=np.float64).fit(X, Y)
     scores = est.decision_function(X)
     top = est.predict_top_k(X, k=4, batch_size=5)
@@ -502,7 +517,7 @@ def test_invalid_input_raises_value_error():
     with pytest.raises(ValueError, match="unknown loss"):
         LEML(rank=2, loss="hinge").fit(X, Y)
     with pytest.raises(ValueError, match="features"):
-        LEML(rank=2, max_iter=1).fit(X, Y).predict_top_k(np.ones((2, 3)))
+        LEML(rank=2, outer_iterations=1).fit(X, Y).predict_top_k(np.ones((2, 3)))
 
 
 # ----------------------------------------------------------------------------- baselines
@@ -574,7 +589,7 @@ def test_explicit_transpose_copy_and_both_product_paths_agree():
 
 def test_verbose_progress_bar_and_callback_sees_current_factors(capsys):
     X, _, Y, _, _, _ = make_problem(25, n=20, d=5, n_labels=4, mask_density=None)
-    est = LEML(rank=2, lam=0.5, max_iter=3, verbose=True, random_state=0)
+    est = LEML(rank=2, lam=0.5, outer_iterations=3, verbose=True, random_state=0)
     snapshots = []
     est.callback = lambda t, s, o: snapshots.append(est.W_.copy())
     est.fit(X, Y)
@@ -583,17 +598,20 @@ def test_verbose_progress_bar_and_callback_sees_current_factors(capsys):
     np.testing.assert_array_equal(snapshots[-1], est.W_)
 
 
-def test_stored_factor_helpers_match_the_estimator():
+def test_set_factors_predicts_as_the_fitted_estimator_and_start_is_zero_and_normal():
     X, _, Y, _, _, _ = make_problem(26, n=25, d=6, n_labels=7, mask_density=None)
-    est = LEML(rank=3, lam=0.5, max_iter=2, fit_intercept=True, random_state=5).fit(X, Y)
-    np.testing.assert_array_equal(scores_linear(X, est.W_, est.H_, True),
-                                  est.decision_function(X))
-    np.testing.assert_array_equal(top_k_linear(X, est.W_, est.H_, 4, True, batch_size=4),
+    est = LEML(rank=3, lam=0.5, outer_iterations=2, random_state=5).fit(X, Y)
+    again = LEML(rank=3).set_factors(est.W_, est.H_)
+    np.testing.assert_array_equal(again.decision_function(X), est.decision_function(X))
+    np.testing.assert_array_equal(again.predict_top_k(X, 4, batch_size=4),
                                   est.predict_top_k(X, 4))
-    start = LEML(rank=3, max_iter=0, fit_intercept=True, random_state=5).fit(X, Y)
-    W0, H0 = initial_factors(7, 7, 3, np.float32, 5)
-    np.testing.assert_array_equal(start.W_, W0)
+    assert again.threshold_ == est.threshold_ == 0.5 and again.n_features_in_ == 6
+    # W = 0 and H ~ N(0, 1/k) from the seed: numpy's RandomState, drawn independently here.
+    start = LEML(rank=3, outer_iterations=0, random_state=5).fit(X, Y)
+    H0 = (np.random.RandomState(5).standard_normal((7, 3)) / np.sqrt(3)).astype(np.float32)
+    np.testing.assert_array_equal(start.W_, np.zeros((7, 3), dtype=np.float32))
     np.testing.assert_array_equal(start.H_, H0)
-    assert not W0.any() and H0.dtype == np.float32
     with pytest.raises(ValueError, match="features"):
-        scores_linear(X, est.W_, est.H_, False)
+        LEML(fit_intercept=False).set_factors(est.W_, est.H_).predict_top_k(X, 2)
+    with pytest.raises(ValueError, match="same k"):
+        LEML().set_factors(est.W_, est.H_[:, :2])

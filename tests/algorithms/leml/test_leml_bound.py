@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import algorithms.leml.model as leml_model
+import algorithms.leml.w_step as leml_w_step
+from algorithms.leml import LEML, objective
 from algorithms.leml.losses import derivative_into, get_loss
-from algorithms.leml.model import LEML, objective, prepare_data, update_H, update_W
-from tests.algorithms.leml.test_leml import kronecker_reference
+from tests.algorithms.leml.test_leml import h_step, kronecker_reference, prepare_data, w_step
 
 MARGIN_LOSSES = ["logistic", "sqhinge"]
 
@@ -52,13 +52,13 @@ def bound_step_reference(Xd, Y, mask, H, W, lam, loss):
 def test_bound_w_step_equals_the_kronecker_bound_minimiser(loss, masked, sparse, eig,
                                                            monkeypatch):
     if not eig:  # the CG path used when d' is large, run to convergence
-        monkeypatch.setattr(leml_model, "_EIG_MAX", 0)
+        monkeypatch.setattr(leml_w_step, "_EIG_MAX", 0)
     Xd, Y, mask, H, W = problem(1, masked=masked is not None)
     X = sp.csr_matrix(Xd) if sparse else Xd
     lam = 0.7
     data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
-    got, info = update_W(data, H, lam, loss, W0=W, newton_max_iter=1, w_solver="bound",
-                         cg_max_iter=200, cg_tol=1e-14, return_info=True)
+    got, info = w_step(data, H, lam, loss, W0=W, newton_max_iter=1, w_solver="bound",
+                       cg_max_iter=200, cg_tol=1e-14)
     want = bound_step_reference(Xd, Y, mask, H, W, lam, loss)
     np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10)
     assert info["newton_iter"] == 1
@@ -71,7 +71,7 @@ def test_bound_h_step_equals_per_label_bound_minimiser(loss, masked):
     lam = 0.4
     data = prepare_data(Xd, Y, mask, dtype=np.float64, entries=masked or "auto")
     H0 = np.random.default_rng(3).standard_normal((Y.shape[1], W.shape[1]))
-    got = update_H(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="bound")
+    got, _ = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="bound")
     f = get_loss(loss)
     A = Xd @ W
     omega = np.ones_like(Y, dtype=bool) if mask is None else mask
@@ -101,26 +101,26 @@ def test_bound_steps_never_increase_the_objective_and_reach_the_minimiser(loss, 
     values = [objective(data, W, H, lam, loss)]
     Wc = W
     for _ in range(30):
-        Wc = update_W(data, H, lam, loss, W0=Wc, newton_max_iter=1, w_solver="bound")
+        Wc, _ = w_step(data, H, lam, loss, W0=Wc, newton_max_iter=1, w_solver="bound")
         values.append(objective(data, Wc, H, lam, loss))
     assert all(b <= a + 1e-12 for a, b in zip(values, values[1:], strict=False))
-    W_bound = update_W(data, H, lam, loss, W0=W, newton_max_iter=3000, w_solver="bound")
+    W_bound, _ = w_step(data, H, lam, loss, W0=W, newton_max_iter=3000, w_solver="bound")
     grad, _, _ = kronecker_reference(Xd, Y, mask, H, W_bound, lam, loss)
     assert np.abs(grad).max() < 1e-8  # the W-step's minimiser (its problem is convex)
     Hc, hv = H, [objective(data, W_bound, H, lam, loss)]
     for _ in range(10):
-        Hc = update_H(data, W_bound, lam, loss, H0=Hc, newton_max_iter=1, h_solver="bound")
+        Hc, _ = h_step(data, W_bound, lam, loss, H0=Hc, newton_max_iter=1, h_solver="bound")
         hv.append(objective(data, W_bound, Hc, lam, loss))
     assert all(b <= a + 1e-12 for a, b in zip(hv, hv[1:], strict=False))
-    H_bound = update_H(data, W_bound, lam, loss, H0=H, newton_max_iter=3000, h_solver="bound")
-    H_newton = update_H(data, W_bound, lam, loss, H0=H, newton_max_iter=60)
+    H_bound, _ = h_step(data, W_bound, lam, loss, H0=H, newton_max_iter=3000, h_solver="bound")
+    H_newton, _ = h_step(data, W_bound, lam, loss, H0=H, newton_max_iter=60)
     np.testing.assert_allclose(H_bound, H_newton, atol=1e-6)
 
 
 @pytest.mark.parametrize("loss", MARGIN_LOSSES)
 def test_bound_solvers_keep_float32_and_the_estimator_runs_them(loss):
     Xd, Y, _, _, _ = problem(5, n=30, d=6, n_labels=5)
-    common = dict(rank=3, lam=0.5, loss=loss, max_iter=4, fit_intercept=True,
+    common = dict(rank=3, lam=0.5, loss=loss, outer_iterations=4, fit_intercept=True,
                   random_state=0, newton_max_iter=2)
     model = LEML(w_solver="bound", h_solver="bound", **common).fit(sp.csr_matrix(Xd), Y)
     assert model.W_.dtype == np.float32 and model.H_.dtype == np.float32
@@ -136,7 +136,12 @@ def test_bound_solvers_keep_float32_and_the_estimator_runs_them(loss):
         LEML(w_solver="lbfgs").fit(Xd, Y)
     data = prepare_data(Xd, Y, dtype=np.float32, fit_intercept=True)
     with pytest.raises(ValueError, match="w_solver"):
-        update_W(data, np.ones((5, 3)), 1.0, loss, w_solver="exact")
+        w_step(data, np.ones((5, 3)), 1.0, loss, w_solver="exact")
+    # The bound W-step solves through X^T X held in this process: not on a backend.
+    with pytest.raises(ValueError, match="w_solver 'bound' runs on one process"):
+        w_step(data, np.ones((5, 3)), 1.0, loss, w_solver="bound", backend=object())
+    LEML(loss=loss, w_solver="tron").check_params(distributed=True)
+    LEML(loss="squared", w_solver="bound").check_params(distributed=True)  # unused there
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

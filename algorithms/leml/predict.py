@@ -1,0 +1,104 @@
+"""Prediction from a linear multi-label model, in row batches.
+
+Decision values of LEML are ``x^T W H^T`` (with the intercept weights as the last row of
+``W``), of the baselines ``x^T coef^T + intercept``; both score ``batch_size`` rows at a time,
+so no n x L matrix is allocated for the top-``k`` labels or the thresholded labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from algorithms.leml.data import check_X
+
+__all__ = ["BATCH_SIZE", "check_new_X", "embed", "predict_top_k_in_batches",
+           "threshold_in_batches", "top_k_from_scores"]
+
+#: Rows scored at a time by default: at most ``BATCH_SIZE x L`` decision values exist at once.
+BATCH_SIZE = 2048
+
+
+def check_new_X(X, dtype, n_features: int, fitted: str):
+    """``X`` to predict from, in ``dtype``: a ValueError unless it has the ``n_features``
+    the model (named ``fitted``) was fitted with."""
+    X = check_X(X, dtype)
+    if X.shape[1] != n_features:
+        raise ValueError(f"X has {X.shape[1]} features but {fitted} was fitted with "
+                         f"{n_features}")
+    return X
+
+
+def embed(X, W, fit_intercept: bool) -> np.ndarray:
+    """``A = X W + w_0`` (n x k): ``X`` embedded by stored factors ``W`` of shape
+    ``(d + fit_intercept, k)``, the intercept weights ``w_0`` last; ``X`` in ``W``'s dtype."""
+    X = check_X(X, W.dtype)
+    d = W.shape[0] - int(fit_intercept)
+    if X.shape[1] != d:
+        raise ValueError(f"X has {X.shape[1]} features but W has {W.shape[0]} rows "
+                         f"(fit_intercept={fit_intercept}, so {d} features expected)")
+    A = X @ W[:d]
+    if fit_intercept:
+        A += W[d]
+    return A
+
+
+def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest scores of each row, best first.
+
+    Within the selected ``k`` ties are broken by the lower label index (as a
+    stable ``argsort(-scores)``); a tie at the ``k``-th place may select either.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n, L)
+    k : int
+        ``1 <= k``; clipped to ``L``.
+
+    Returns
+    -------
+    ndarray of shape (n, min(k, L)), int64
+    """
+    scores = np.asarray(scores)
+    n, n_labels = scores.shape
+    k = min(int(k), n_labels)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if k < n_labels:
+        idx = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        idx = np.broadcast_to(np.arange(n_labels), (n, n_labels))
+    vals = np.take_along_axis(scores, idx, axis=1)
+    order = np.lexsort((idx, -vals), axis=1)
+    return np.take_along_axis(idx, order, axis=1).astype(np.int64)
+
+
+def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
+                             batch_size: int = BATCH_SIZE) -> np.ndarray:
+    """Top-``k`` labels for ``n_samples`` rows, scoring ``batch_size`` rows at a time.
+
+    ``score_rows(start, stop)`` returns the dense scores of rows ``start:stop``;
+    so at most ``batch_size x L`` scores exist at once.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    parts = [top_k_from_scores(score_rows(s, min(s + batch_size, n_samples)), k)
+             for s in range(0, n_samples, batch_size)]
+    if not parts:
+        return np.empty((0, int(k)), dtype=np.int64)
+    return np.vstack(parts)
+
+
+def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,
+                         batch_size: int = BATCH_SIZE) -> sp.csr_matrix:
+    """Sparse 0/1 matrix ``scores > threshold``, scoring ``batch_size`` rows at a time."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    parts = [sp.csr_matrix(score_rows(s, min(s + batch_size, n_samples)) > threshold,
+                           dtype=np.int8)
+             for s in range(0, n_samples, batch_size)]
+    if not parts:
+        return sp.csr_matrix(score_rows(0, 0).shape, dtype=np.int8)
+    return sp.vstack(parts, format="csr", dtype=np.int8)

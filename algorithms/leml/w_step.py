@@ -1,0 +1,366 @@
+"""LEML's W-step: minimise ``J(., H)`` over ``W`` with ``H`` fixed (Yu et al., Sec. 3).
+
+With ``H`` fixed the problem in ``W`` is a ``d k``-dimensional regularised ERM over the
+features ``x~_ij = h_j (x) x_i``, which are never formed:
+
+* any loss with a mask: the gradient and the Hessian-vector product
+  ``V -> X^T (D_Omega(X V H^T) H) + lam V`` use ``X V`` (n x k), decision values
+  on ``Omega`` only, a sparse ``Omega`` times ``H`` and ``X^T`` times an n x k
+  matrix: ``O((nnz(X) + |Omega| + d + L) k)`` (:class:`WStepProducts`);
+* squared loss with every label observed (Sec. 3, the special case): ``||Y - X W H^T||^2``
+  expands so that only ``Y H`` (``nnz(Y) k``), ``X V`` and ``X^T U`` and the
+  ``k x k`` Gram matrix ``H^T H`` appear; the Hessian-vector product is
+  ``2 X^T X V (H^T H) + lam V``, and nothing costs ``n L``.
+
+The squared loss is solved by conjugate gradient, the logistic and squared-hinge losses by
+TRON (Lin, Weng and Keerthi, 2008) or by steps on a quadratic bound (:func:`update_W`).  The
+solver (:func:`solve_w_step`) sees the products only through an *operators* object, so a
+backend that holds row blocks of the data elsewhere (``tasks.leml_dask.DaskWStep``) runs the
+same iterations.
+
+References
+----------
+H.-F. Yu, P. Jain, P. Kar and I. S. Dhillon, "Large-scale Multi-label Learning
+with Missing Labels", ICML 2014.
+C.-J. Lin, R. C. Weng and S. S. Keerthi, "Trust Region Newton Method for
+Large-Scale Logistic Regression", JMLR 9, 2008.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from algorithms.leml.data import LEMLData, check_factor
+from algorithms.leml.losses import derivative_into, get_loss
+from algorithms.leml.objective import sqnorm
+from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
+
+__all__ = ["W_SOLVERS", "LocalWOperators", "WStepProducts", "check_w_solver", "solve_w_step",
+           "update_W", "w_gradient", "w_loss_value"]
+
+# Solvers of the W-step for the logistic and squared-hinge losses, see update_W.
+W_SOLVERS = ("tron", "bound")
+# Largest d' for which the "bound" W-step diagonalises X^T X (d' x d', once per data);
+# above it the bound's linear system is solved by CG.
+_EIG_MAX = 4096
+
+
+class WStepProducts:
+    """The loss terms of the W-step's gradient and Hessian-vector product (Yu et al., Sec. 3).
+
+    Built for one ``H`` and one point ``W`` on a :class:`LEMLData`: the whole
+    training set or one row block of it (:func:`split_rows`).  Both products are
+    sums over the rows of ``X``, so the products of the whole set are the sums of
+    the blocks' products; the regulariser ``lam W`` (``lam V``) is not included.
+
+    Never forms ``x~_ij = h_j (x) x_i``: with ``D`` the sparse matrix of loss
+    derivatives on ``Omega``, the loss gradient is ``X^T (D H)`` and the
+    Hessian-vector product ``V -> X^T (D''_Omega(X V H^T) H)``, where only the
+    entries of ``X V H^T`` in ``Omega`` are computed.  For the squared loss on
+    fully observed labels: ``2 X^T (X W H^T H - Y H)`` and ``V -> 2 X^T X V (H^T H)``.
+
+    Parameters
+    ----------
+    data : LEMLData
+    H : ndarray of shape (L, k)
+    W : ndarray of shape (d', k)
+    loss : {"squared", "logistic", "sqhinge"} or Loss
+    z : ndarray, optional
+        Decision values on the observed entries of ``data`` at ``W`` if already
+        computed (see :func:`w_loss_value`).
+    gram_left : bool, optional
+        Squared loss, fully observed: apply ``2 H^T H`` to ``X^T X V`` (True) or to
+        ``X V`` (False); default: on the smaller side of ``data``, ``d' <= n``.  A
+        row block passes the choice of the whole set, so it associates the same way.
+    """
+
+    def __init__(self, data: LEMLData, H, W, loss, *, z=None, gram_left=None):
+        self.data, self.H, self.W = data, H, W
+        self.loss = loss = get_loss(loss)
+        self.fast = loss.name == "squared" and data.fully_observed
+        if self.fast:
+            self.G2 = 2 * (H.T @ H)
+            self.gram_left = (data.n_features <= data.n_samples if gram_left is None
+                              else bool(gram_left))
+            return
+        self.entries = ent = data.observed_entries()
+        self.z = ent.dots(data.X @ W, H) if z is None else z
+        if loss.constant_curvature:
+            c = float(loss.second_derivative(np.zeros(1), np.zeros(1, dtype=data.dtype))[0])
+            self.d2 = ent.full(c, data.dtype)
+        else:
+            self.d2 = ent.masked(loss.second_derivative(ent.y, self.z))
+
+    def gradient(self) -> np.ndarray:
+        """The loss term of the gradient at ``W`` (d' x k, a new array)."""
+        data, H, xt = self.data, self.H, self.data.xt_matmul
+        if self.fast:
+            return xt((data.X @ self.W) @ self.G2 - 2 * (data.Y @ H))
+        ent = self.entries
+        return xt(ent.times(ent.masked(self.loss.derivative(ent.y, self.z)), H))
+
+    def hess_vec(self, V) -> np.ndarray:
+        """The loss term of the Hessian at ``W`` times ``V`` (d' x k, a new array)."""
+        X, xt = self.data.X, self.data.xt_matmul
+        if self.fast:
+            return xt(X @ V) @ self.G2 if self.gram_left else xt((X @ V) @ self.G2)
+        ent = self.entries
+        return xt(ent.times(self.d2 * ent.dots(X @ V, self.H), self.H))
+
+
+def w_loss_value(data: LEMLData, H, W, loss) -> tuple[float, np.ndarray]:
+    """The loss term of ``J(W, H)`` (float64 sum) and the decision values on ``Omega``.
+
+    Used by the TRON W-step (logistic and squared-hinge losses); a sum over rows,
+    so over row blocks (:func:`split_rows`) too.
+    """
+    loss = get_loss(loss)
+    ent = data.observed_entries()
+    z = ent.dots(data.X @ W, H)
+    return float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64)), z
+
+
+def _regularised(products, W, lam: float):
+    """``(grad, hess_vec)`` of ``J(., H)``: the loss terms of ``products`` plus ``lam W``."""
+    grad = products.gradient()
+    grad += lam * W
+
+    def hess_vec(V):
+        out = products.hess_vec(V)
+        out += lam * V
+        return out
+
+    return grad, hess_vec
+
+
+def w_gradient(data: LEMLData, H, W, lam: float, loss, *, z=None):
+    """Gradient of ``J(., H)`` at ``W`` and its Hessian-vector product (Yu et al., Sec. 3).
+
+    The loss terms of :class:`WStepProducts` plus the regulariser: the gradient is
+    ``X^T (D H) + lam W`` and the Hessian-vector product
+    ``V -> X^T (D''_Omega(X V H^T) H) + lam V``; for the squared loss on fully
+    observed labels ``2 X^T (X W H^T H - Y H) + lam W`` and
+    ``V -> 2 X^T X V (H^T H) + lam V``.
+
+    Parameters
+    ----------
+    data : LEMLData
+    H : ndarray of shape (L, k)
+    W : ndarray of shape (d', k)
+    lam : float
+    loss : {"squared", "logistic", "sqhinge"} or Loss
+    z : ndarray, optional
+        Decision values on the observed entries at ``W`` if already computed.
+
+    Returns
+    -------
+    grad : ndarray of shape (d', k)
+    hess_vec : callable
+        ``V (d' x k) -> ndarray (d' x k)``, the Hessian at ``W`` times ``V``.
+    """
+    return _regularised(WStepProducts(data, H, W, loss, z=z), W, float(lam))
+
+
+class LocalWOperators:
+    """The W-step's loss terms over ``data`` in this process (the operators of
+    :func:`solve_w_step` when :func:`update_W` has no backend)."""
+
+    def __init__(self, data: LEMLData, H, loss):
+        self.data, self.H, self.loss = data, H, loss
+
+    def value(self, W):
+        return w_loss_value(self.data, self.H, W, self.loss)
+
+    def products(self, W, state=None):
+        return WStepProducts(self.data, self.H, W, self.loss, z=state)
+
+
+def check_w_solver(w_solver: str, loss, *, distributed: bool = False) -> None:
+    """Raise a ValueError unless ``w_solver`` can run the W-step of ``loss``.
+
+    ``w_solver`` is one of :data:`W_SOLVERS`; ``"bound"`` (for the logistic and squared-hinge
+    losses) solves through ``X^T X`` held in this process, so not with a ``distributed``
+    backend.
+    """
+    if w_solver not in W_SOLVERS:
+        raise ValueError(f"w_solver must be one of {W_SOLVERS}, got {w_solver!r}")
+    if distributed and w_solver == "bound" and not get_loss(loss).constant_curvature:
+        raise ValueError("w_solver 'bound' runs on one process (it solves through X^T X "
+                         "held there); use w_solver 'tron' for a distributed W-step")
+
+
+def _check_w_step(n_features: int, n_labels: int, dtype, H, lam: float, W0=None):
+    """Validate the inputs of a W-step: returns ``(H, lam, W0)`` in ``dtype`` (W0 default 0)."""
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    H = np.ascontiguousarray(H, dtype=dtype)
+    if H.ndim != 2 or H.shape[0] != n_labels:
+        raise ValueError(f"H has shape {H.shape}, expected ({n_labels}, k)")
+    shape = (n_features, H.shape[1])
+    W0 = np.zeros(shape, dtype=dtype) if W0 is None else check_factor(W0, shape, dtype, "W0")
+    return H, lam, W0
+
+
+def solve_w_step(operators, W0, lam: float, loss, *, cg_max_iter: int, cg_tol: float,
+                 newton_max_iter: int):
+    """The solver of :func:`update_W` over any provider of the W-step's loss terms.
+
+    ``operators.products(W, state)`` returns an object with ``gradient()`` and
+    ``hess_vec(V)`` (the loss terms, as :class:`WStepProducts`) and
+    ``operators.value(W)`` returns ``(loss term, state)`` (as :func:`w_loss_value`;
+    ``state`` is passed back to ``products``).  :class:`LocalWOperators` computes them in
+    this process; a backend of :func:`update_W` sums them over row blocks held elsewhere
+    (``tasks.leml_dask``), and the CG / TRON iterations are the same.
+
+    Returns
+    -------
+    W : ndarray
+    info : dict with ``cg_iter`` and ``newton_iter``
+    """
+    loss = get_loss(loss)
+    lam = float(lam)
+    info = {"cg_iter": 0, "newton_iter": 0}
+    if loss.constant_curvature:
+        grad, hess_vec = _regularised(operators.products(W0), W0, lam)
+        step, info["cg_iter"] = conjugate_gradient(hess_vec, -grad, tol=cg_tol,
+                                                   max_iter=cg_max_iter)
+        W = W0 + step
+    else:
+        def fun(Wc):
+            f, state = operators.value(Wc)
+            return f + 0.5 * lam * sqnorm(Wc), state
+
+        def gradient(Wc, state):
+            return _regularised(operators.products(Wc, state), Wc, lam)
+
+        res = trust_region_newton(fun, gradient, W0, tol=1e-3, max_iter=newton_max_iter,
+                                  cg_tol=cg_tol, cg_max_iter=cg_max_iter)
+        W = res.x
+        info["cg_iter"], info["newton_iter"] = res.n_cg, res.n_iter
+    return np.ascontiguousarray(W, dtype=W0.dtype), info
+
+
+def _w_bound_solver(data: LEMLData, HtH, lam: float, c: float, cg_max_iter: int,
+                    cg_tol: float):
+    """The solver ``R -> S`` of ``c X^T X S (H^T H) + lam S = R`` (S and R d' x k), built once
+    per W-step: H is fixed over its steps, so the factors below are too.
+
+    With ``d' <= _EIG_MAX``: exactly, from ``X^T X = U diag(s) U^T`` (once per data) and
+    ``H^T H = Q diag(t) Q^T``: ``S = U [(U^T R Q) / (c s t^T + lam)] Q^T``.  Otherwise
+    by at most ``cg_max_iter`` CG iterations on the product
+    ``V -> c X^T (X V) (H^T H) + lam V`` (no n x L term)."""
+    dtype = data.dtype
+    if data.n_features <= _EIG_MAX:
+        s, U = data.gram_eigh()
+        t, Q = np.linalg.eigh(HtH.astype(np.float64))
+        Q = Q.astype(dtype)
+        denom = (c * np.outer(s, np.maximum(t, 0.0)) + lam).astype(dtype)
+
+        def solve(R):
+            B = (U.T @ R) @ Q
+            B /= denom
+            return (U @ B) @ Q.T
+
+        return solve
+    G2 = (c * HtH).astype(dtype)
+    X, xt = data.X, data.xt_matmul
+
+    def hess_vec(V):
+        out = xt(X @ V) @ G2
+        out += lam * V
+        return out
+
+    def solve(R):
+        return conjugate_gradient(hess_vec, R, tol=cg_tol, max_iter=cg_max_iter)[0]
+
+    return solve
+
+
+def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
+                    cg_max_iter: int, cg_tol: float):
+    """``n_steps`` majorise-minimise steps of the W-step (``w_solver="bound"``).
+
+    With ``c = loss.curvature_bound`` every entry's loss is at most its second-order
+    expansion with curvature ``c``, so, adding the unobserved entries' squares too,
+    ``J(W + S, H) <= J(W, H) + <G, S> + (c/2) ||X S H^T||_F^2 + lam <W, S> + lam ||S||^2 / 2``
+    with ``G = X^T (D H)`` the loss gradient.  Its minimiser solves
+    ``c X^T X S H^T H + lam S = -(G + lam W)`` (:func:`_w_bound_solver`), a system of
+    the fully observed squared loss's structure, so a step costs one gradient
+    (``O(|Omega| k)``) and no Hessian-vector product over ``Omega``; the objective
+    never increases (Bohning and Lindsay's bound for the logistic loss).
+    """
+    ent = data.observed_entries()
+    solve = _w_bound_solver(data, H.T @ H, lam, float(loss.curvature_bound), cg_max_iter,
+                            cg_tol)
+    for _ in range(n_steps):
+        D = derivative_into(loss, ent.y, ent.dots(data.X @ W, H))
+        R = data.xt_matmul(ent.times(ent.masked(D), H))
+        del D
+        R += lam * W
+        W = W - solve(R)
+    return W
+
+
+def update_W(data: LEMLData, H, lam: float, loss, *, W0=None, cg_max_iter: int,
+             cg_tol: float, newton_max_iter: int, w_solver: str, backend=None):
+    """W-step: minimise ``J(., H)`` over ``W`` (Yu et al., Sec. 3).
+
+    Squared loss: conjugate gradient on the normal equations for the step from
+    ``W0`` (so the only product spent outside CG is the gradient at ``W0``).
+    Logistic and squared hinge: TRON with the same Hessian-vector product inside
+    (Lin, Weng and Keerthi, 2008).  Products as in :func:`w_gradient`; the solver
+    is :func:`solve_w_step`.  :meth:`algorithms.leml.LEML.w_step` calls it with the
+    estimator's parameters (their defaults and meaning are documented there).
+
+    Parameters
+    ----------
+    data : LEMLData
+    H : ndarray of shape (L, k)
+    lam : float
+        Regularisation ``lam > 0``.
+    loss : {"squared", "logistic", "sqhinge"} or Loss
+    W0 : ndarray of shape (d', k), optional
+        Warm start (default zeros).
+    cg_max_iter : int
+        Maximum CG iterations (squared loss) or inner CG iterations per Newton
+        step (other losses).
+    cg_tol : float
+        CG stops when the residual falls below ``cg_tol`` times the gradient norm
+        at ``W0`` (squared loss) or at the current Newton iterate.
+    newton_max_iter : int
+        Newton (TRON) steps, or bound steps with ``w_solver="bound"``, for the
+        logistic and squared-hinge losses.
+    w_solver : {"tron", "bound"}
+        Logistic and squared-hinge losses: TRON (above), or ``newton_max_iter``
+        majorise-minimise steps on the quadratic bound of curvature
+        ``loss.curvature_bound`` (see :func:`_bound_update_W`): each costs one
+        gradient and an exact solve through the eigendecomposition of ``X^T X``
+        (kept in ``data``; by CG without ``n x L`` products when ``d' > 4096``),
+        where a TRON step costs a gradient and up to ``cg_max_iter``
+        Hessian-vector products over ``Omega``.  Unused for the squared loss.
+    backend : object, optional
+        Where the products of CG and TRON run: an object whose ``operators(H, loss)``
+        returns the loss terms over the rows it holds (``value`` and ``products``, see
+        :func:`solve_w_step`), such as ``tasks.leml_dask.DaskWStep`` over row blocks on
+        Dask workers; the iterations themselves run here.  None: over ``data`` in this
+        process (:class:`LocalWOperators`).  Not with ``w_solver="bound"`` for a margin
+        loss (:func:`check_w_solver`).
+
+    Returns
+    -------
+    W : ndarray of shape (d', k)
+    info : dict
+        ``cg_iter`` (Hessian-vector products) and ``newton_iter``.
+    """
+    loss = get_loss(loss)
+    check_w_solver(w_solver, loss, distributed=backend is not None)
+    H, lam, W0 = _check_w_step(data.n_features, data.n_labels, data.dtype, H, lam, W0)
+    if w_solver == "bound" and not loss.constant_curvature:
+        W = _bound_update_W(data, H, W0, lam, loss, int(newton_max_iter), cg_max_iter, cg_tol)
+        return (np.ascontiguousarray(W, dtype=data.dtype),
+                {"cg_iter": 0, "newton_iter": int(newton_max_iter)})
+    operators = (LocalWOperators(data, H, loss) if backend is None
+                 else backend.operators(H, loss))
+    return solve_w_step(operators, W0, lam, loss, cg_max_iter=cg_max_iter, cg_tol=cg_tol,
+                        newton_max_iter=newton_max_iter)
