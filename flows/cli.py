@@ -95,8 +95,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _runner_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runner", choices=["local", "dask"], default="local")
-    p.add_argument("--dask-address", help="scheduler address of an existing Dask cluster")
+    p.add_argument("--runner", choices=["local", "dask"],
+                   help="task runner: local threads (default; for rerun: the run's own) or a "
+                        "local Dask cluster")
+    p.add_argument("--dask-address", help="scheduler address of an existing Dask cluster "
+                   "(implies --runner dask)")
+
+
+def _runner(args: argparse.Namespace, recorded: str | None = None) -> str:
+    """The runner asked for: ``--runner``, else dask with ``--dask-address``, else the one a
+    rerun's manifest recorded, else local."""
+    if args.runner:
+        return args.runner
+    if args.dask_address:
+        return "dask"
+    return recorded or "local"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,8 +283,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     preflight(args.dask_address)
     summaries = []
     for spec, config in plans:
-        options = RunOptions(refresh=args.refresh, runner=args.runner)
-        summary = execute(spec, config, options, args.runner, args.dask_address)
+        runner = _runner(args)
+        options = RunOptions(refresh=args.refresh, runner=runner,
+                             dask_address=args.dask_address)
+        summary = execute(spec, config, options, runner, args.dask_address)
         summaries.append(summary)
         _print_summary(spec.name, summary)
     if len(summaries) > 1:
@@ -345,6 +360,13 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise InputError("the manifest has no config to rerun", path=run_dir / mf.MANIFEST,
                          key="config")
     config = validate_config(old["config"], spec.load_model(), run_dir / mf.MANIFEST)
+    recorded = old.get("options") or {}
+    runner = _runner(args, "dask" if old.get("task_runner") == "DaskTaskRunner"
+                     else recorded.get("runner"))
+    if runner == "dask" and not args.dask_address and recorded.get("dask_address"):
+        print(f"note: run {args.run_id} used the Dask cluster at {recorded['dask_address']}; "
+              "this rerun starts a local Dask cluster (give --dask-address to use a cluster)",
+              file=sys.stderr)
     preflight(args.dask_address)
     options = RunOptions(
         store=old.get("store"),
@@ -352,9 +374,11 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         run_id=new_run_id(old["flow"], "rerun"),
         refresh=not args.use_cache,
         rerun_of=args.run_id,
-        runner=args.runner,
+        runner=runner,
+        dask_address=args.dask_address,
     )
-    summary = execute(spec, config, options, args.runner, args.dask_address)
+    print(f"rerun of {args.run_id} on the {runner} runner", file=sys.stderr)
+    summary = execute(spec, config, options, runner, args.dask_address)
     diffs = mf.compare_outputs(old, summary["manifest"])
     print(f"rerun {summary['run_id']} of {args.run_id}")
     if not diffs:
@@ -399,8 +423,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     data = apply_overrides(data, args.overrides, model) if args.overrides else data
     config = validate_config(data, model, None)
     preflight(args.dask_address)
-    options = RunOptions(runner=args.runner)
-    summary = execute(spec, config, options, args.runner, args.dask_address)
+    runner = _runner(args)
+    options = RunOptions(runner=runner, dask_address=args.dask_address)
+    summary = execute(spec, config, options, runner, args.dask_address)
     _print_summary(spec.name, summary)
     for o in summary["manifest"].get("named_outputs") or []:
         print(f"  outputs/{o['name']}")

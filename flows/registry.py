@@ -69,3 +69,15 @@ register(
         description="StRip: partially supervised coreference (Stoyanov and Cardie, 2006)",
     )
 )
+
+for _flow in ("leml", "relations", "strip"):
+    register(
+        FlowSpec(
+            name=f"apply-{_flow}",
+            target=f"flows.apply_{_flow}:apply_{_flow}_flow",
+            config_model=f"flows.apply_{_flow}:Apply{_flow.capitalize()}Config",
+            config_file=f"configs/apply-{_flow}.yaml",
+            description=f"Apply what a finished {_flow} run learned to new input",
+            applies=_flow,
+        )
+    )

@@ -76,6 +76,8 @@ class RunOptions(BaseModel):
     refresh: bool = Field(False, description="Ignore cached results and recompute every step.")
     rerun_of: str | None = Field(None, description="The run this one reproduces, if any.")
     runner: str = Field("local", description="Task runner the flow was started with.")
+    dask_address: str | None = Field(
+        None, description="Scheduler of the Dask cluster the run used, if it was given.")
 
 
 def default_store_root() -> str | Path:

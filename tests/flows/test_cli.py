@@ -211,6 +211,21 @@ def test_dask_runner_gives_the_same_outputs_as_the_local_runner(project, capsys)
     }
 
 
+def test_rerun_of_a_dask_run_uses_dask_and_is_tagged_as_a_rerun(project, capsys):
+    from prefect.client.orchestration import get_client
+
+    dask_run = next(r for r in runs(project) if manifest(project, r)["task_runner"]
+                    == "DaskTaskRunner")
+    code, out, err = run_cli(capsys, "rerun", dask_run)
+    assert code == 0 and "identical" in out.splitlines()
+    assert f"rerun of {dask_run} on the dask runner" in err
+    new = manifest(project, out.split()[1])  # "rerun <new id> of <old id>"
+    assert new["task_runner"] == "DaskTaskRunner" and new["options"]["rerun_of"] == dask_run
+    with get_client(sync_client=True) as client:
+        tags = client.read_flow_run(new["prefect_flow_run_id"]).tags
+    assert {"flow:digits", "runner:dask", f"rerun-of:{dask_run}"} <= set(tags)
+
+
 def test_bad_input_inside_a_flow_prints_no_traceback_in_a_real_process(project):
     """The command as a user runs it: Prefect's console log must not show the traceback."""
     code = (

@@ -310,6 +310,7 @@ def test_repository_deployments_register_with_schedules_tags_and_typed_parameter
                 "default": 0,
                 "description": model.model_fields["seed"].description,
                 "minimum": 0,
+                "maximum": 2**32 - 1,
                 "title": "Seed",
                 "type": "integer",
             }
