@@ -376,6 +376,11 @@ def cmd_ui(args: Any) -> int:
     )
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
+    # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from the API host and
+    # port settings, not from `prefect server start --port`: without these the page served on
+    # another port still talks to 4200 (another server's runs, or none).
+    env.update(PREFECT_SERVER_API_HOST=args.host, PREFECT_SERVER_API_PORT=str(args.port),
+               PREFECT_UI_API_URL=f"{base}/api")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", args.host,
            "--port", str(args.port), "--analytics-off"]  # fmt: skip
     server = subprocess.Popen(cmd, env=env)

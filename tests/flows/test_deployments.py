@@ -469,3 +469,26 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
         ]["rank"]
         == 3
     )
+
+
+def test_ui_on_another_port_points_the_ui_at_that_port(tmp_path):
+    """`scarce ui --port P`: the page served on P must ask the API on P, not on 4200."""
+    port = _free_port()
+    env = _clean_env(PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_LOGGING_LEVEL="WARNING")
+    log = tmp_path / "ui.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port)],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def settings():
+        try:
+            response = httpx.get(f"http://127.0.0.1:{port}/ui-settings", timeout=5)
+        except httpx.HTTPError:
+            return None
+        return response.json() if response.status_code == 200 else None
+
+    try:
+        served = _wait_for(settings, STARTUP_SECONDS, "the UI server", proc)
+    finally:
+        _stop(proc)
+    assert served["api_url"] == f"http://127.0.0.1:{port}/api", log.read_text()[-2000:]
