@@ -84,11 +84,14 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> None:
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT, seconds: float = 180) -> None:
+    """Signal and wait for the exit, with a generous cap: on an unloaded machine `scarce serve`
+    exits 0.7 s after the signal (pausing takes 0.3 s), but at load 15 to 20 the interpreter's
+    own teardown alone took several times that (30 s was once not enough)."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
-            proc.wait(30)
+            proc.wait(seconds)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
