@@ -1,14 +1,19 @@
-"""The LEML flow: load -> (alternate-W -> alternate-H) x T -> evaluate.
+"""The LEML flow: load -> (alternate-W -> alternate-H) x T -> evaluate -> predict.
 
 Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
 Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
 one task per step with the store between them (``LEML.fit`` is the same loop in one
 process); the model's options and their defaults are the estimator's (:class:`ModelConfig`),
 the bundled values are in ``configs/leml.yaml``.
+
+Every run names its outputs (:func:`name_outputs`): ``outputs/predictions.parquet`` (the test
+set's top labels) and ``outputs/model/`` (the factors, the index maps, the config and
+``model.json``), which the ``apply-leml`` flow (:mod:`flows.apply_leml`) applies to new data.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import pandas as pd
@@ -19,11 +24,13 @@ from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance
 from algorithms.leml.losses import LOSSES
 from algorithms.leml.predict import BATCH_SIZE
 from flows import plots
+from flows.apply import MODEL_DIR, model_document
 from flows.config import FlowConfig, Strict, from_estimator
 from flows.published import LEML_XC
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks.leml import (
     BASELINES,
+    TOP_K,
     alternate_H,
     alternate_W,
     baseline,
@@ -33,12 +40,18 @@ from tasks.leml import (
     initialise,
     load,
     observe,
+    predict,
     split,
     task_params,
 )
 from tasks.leml_dask import DaskWStep
 
 PUBLISHED = LEML_XC
+#: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
+MODEL_VERSION = 1
+#: The model's files in ``outputs/model/``, by part.
+MODEL_FILES = {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
+               "labels": "labels.parquet", "config": "config.json"}
 
 
 class DatasetConfig(Strict):
@@ -190,15 +203,15 @@ def _run_name() -> str:
 
 @flow(name="leml", flow_run_name=_run_name)
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
-    """load -> (alternate-W -> alternate-H) x T -> evaluate: the steps of
+    """load -> (alternate-W -> alternate-H) x T -> evaluate -> predict: the steps of
     :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
-    mask and baselines."""
+    mask and baselines; the model and the test set's predictions as named outputs."""
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
     model = m.estimator(random_state=seed)
     read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
-    train = ctx.run(load, path=ctx.path(d.train), **read)
-    test = ctx.run(load, path=ctx.path(d.test), **read)
+    train_file = ctx.run(load, path=ctx.path(d.train), **read)
+    train, test = _xy(train_file), _xy(ctx.run(load, path=ctx.path(d.test), **read))
     train, validation = _hold_out(ctx, train, d.validation_fraction, seed)
     mask = None
     if config.observed_fraction < 1:
@@ -226,8 +239,43 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
                 params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))
         for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
+    predictions = ctx.run(predict, test=test, **factors, params=task_params(model, predict),
+                          top_k=TOP_K, batch_size=batch)
+    name_outputs(ctx, config, factors, train_file, predictions)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
+
+
+def _xy(loaded: dict) -> dict:
+    """The X and Y refs of a loaded file (what the learning steps take)."""
+    return {"X": loaded["X"], "Y": loaded["Y"]}
+
+
+def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file: dict,
+                 predictions: str) -> None:
+    """The run's named outputs: ``predictions.parquet`` and the model, ``model/`` (see
+    ``docs/leml.md``, "Outputs and model format").
+
+    The Parquet files are the store entries of the final ``W`` and ``H``, of the training
+    file's index maps and of the predictions; ``model/config.json`` is the run's config and
+    ``model/model.json`` (:func:`flows.apply.model_document`, version :data:`MODEL_VERSION`)
+    what ``apply-leml`` needs to use them: the factors' shapes, the prediction parameters and
+    how the input is read (format, dtype, row normalisation).
+    """
+    m, d = config.model, config.dataset
+    shapes = {part: json.loads(ctx.store.meta(factors[part])["shape"]) for part in ("W", "H")}
+    refs = {"W": factors["W"], "H": factors["H"], "features": train_file["features"],
+            "labels": train_file["labels"]}
+    for part, ref in refs.items():
+        ctx.name_output(f"{MODEL_DIR}/{MODEL_FILES[part]}", ref)
+    ctx.name_output("predictions.parquet", predictions)
+    ctx.write_output(f"{MODEL_DIR}/{MODEL_FILES['config']}",
+                     json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    ctx.write_output(f"{MODEL_DIR}/model.json", model_document(
+        "leml", MODEL_VERSION, rank=shapes["W"][1], loss=m.loss, dtype=m.dtype,
+        n_features=shapes["W"][0] - int(m.fit_intercept), n_labels=shapes["H"][0],
+        fit_intercept=m.fit_intercept, normalize=d.normalize, input_format=d.format,
+        shapes=shapes, files=MODEL_FILES))
 
 
 def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int):

@@ -1,5 +1,5 @@
 """LEML's Prefect steps: load, split, mask, initial factors, alternate-W, alternate-H,
-evaluate, baselines.
+evaluate, predict, baselines; and score, the step of ``apply-leml``.
 
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
@@ -11,6 +11,10 @@ parameters its estimator takes (:func:`baseline_params`).  Each outer iteration'
 ``H`` are store entries keyed by the previous iteration's, so a run killed at iteration ``t``
 finds iterations ``1..t-1`` cached and resumes at ``t``.  The readers are in
 :mod:`tasks.readers`.
+
+:func:`predict` (the training run's test set) and :func:`score` (a stored model on a new file,
+the ``apply-leml`` flow) write the same table, :func:`predictions_table`: the ``top_k`` labels
+of every row with their decision values.
 """
 
 from __future__ import annotations
@@ -29,9 +33,15 @@ from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, LEMLData
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
 from tasks.readers.arff import read_arff
+from tasks.readers.text import decode_text, read_bytes
 from tasks.readers.xmc import read_xmc
 from tasks.steps import step
 from tasks.store import read_parquet_entry
+
+#: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
+TOP_K = 5
+#: The columns of a predictions table (:func:`predictions_table`).
+PREDICTION_COLUMNS = ["row", "rank", "label", "score"]
 
 
 def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -45,18 +55,33 @@ def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     return sp.csr_matrix(X, dtype=dtype), sp.csr_matrix(Y)
 
 
-@step("leml-load", files=("path",), outputs=("X", "Y"), run_name="load {path.name}")
+def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFrame:
+    """The columns of X (``column="feature"``) or Y (``"label"``): ``column`` the 0-based
+    index, ``name`` the file's name for it (null where the format names none)."""
+    names = [None] * n if names is None else list(names)
+    return pd.DataFrame({column: np.arange(n, dtype=np.int64),
+                         "name": pd.array(names, dtype="string")})
+
+
+@step("leml-load", files=("path",), outputs=("X", "Y", "features", "labels"),
+      run_name="load {path.name}")
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str) -> dict:
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
 
     ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
     operation, so train and test are treated alike without shared statistics).
+    ``features`` and ``labels`` are the index maps of X's and Y's columns
+    (:func:`index_map`; names from an ARFF header, none for the other formats).
     """
     dt = np.dtype(dtype).type
+    names: tuple = (None, None)
     if format == "xmc":
         X, Y = read_xmc(path, dtype=dt)
     elif format == "arff":
-        X, Y, _, _ = read_arff(path, n_labels=n_labels, dtype=dt)
+        if n_labels is None:
+            raise InputError("an ARFF file needs n_labels (its last n_labels attributes are "
+                             "the labels)", path=path, key="dataset.n_labels")
+        X, Y, *names = read_arff(path, n_labels=n_labels, dtype=dt)
     elif format == "parquet":
         X, Y = _read_parquet_xy(path, dt)
     else:
@@ -66,7 +91,9 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
         X = sk_normalize(X, norm="l2").astype(dt)
     elif normalize != "none":
         raise InputError(f"unknown normalize {normalize!r} (none, l2)", key="dataset.normalize")
-    return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32)}
+    return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32),
+            "features": index_map("feature", X.shape[1], names[0]),
+            "labels": index_map("label", Y.shape[1], names[1])}
 
 
 def validation_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -296,6 +323,129 @@ def evaluate(
     return {"metrics": metrics, "convergence": conv}
 
 
+def predictions_table(model: LEML, X, top_k: int, batch_size: int) -> pd.DataFrame:
+    """The ``top_k`` labels of every row of ``X`` by the fitted ``model``, best first.
+
+    Parameters
+    ----------
+    model : LEML
+        Fitted (:meth:`~algorithms.leml.LEML.set_factors`).
+    X : sparse matrix of shape (n, n_features)
+    top_k : int
+        Labels per row (at most the model's label count).
+    batch_size : int
+        Rows scored at a time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`PREDICTION_COLUMNS`, ``min(top_k, L)`` lines per row of ``X``: ``row``
+        (0-based row of ``X``), ``rank`` (1 = best), ``label`` (0-based column of Y) and
+        ``score`` (the decision value ``x^T W h_label``, float64), sorted by row and rank;
+        no lines for an ``X`` without rows.
+    """
+    if X.shape[0] == 0:  # scikit-learn's input checks refuse an empty X
+        labels, scores = np.empty((0, 0), dtype=np.int64), np.empty((0, 0))
+    else:
+        labels, scores = model.predict_top_k(X, top_k, batch_size, return_scores=True)
+    n, k = labels.shape
+    return pd.DataFrame({
+        "row": np.repeat(np.arange(n, dtype=np.int64), k),
+        "rank": np.tile(np.arange(1, k + 1, dtype=np.int64), n),
+        "label": labels.ravel(),
+        "score": scores.ravel().astype(np.float64),
+    })
+
+
+@step("leml-predict", inputs=("test", "W", "H"), run_name="predict top {top_k}")
+def predict(test: dict, W: np.ndarray, H: np.ndarray, params: dict, top_k: int,
+            batch_size: int) -> pd.DataFrame:
+    """The test set's top labels by the final factors (:func:`predictions_table`)."""
+    model = LEML(**params).set_factors(W, H)
+    return predictions_table(model, test["X"], top_k, batch_size)
+
+
+def data_line(path: Path, format: str, row: int) -> int | None:
+    """The 1-based line of data row ``row`` (0-based) of a file read by :func:`load`: the
+    row's own line in an Extreme Classification file (after the header) or in the ``@data``
+    section of an ARFF file (blank and ``%`` lines skipped, as the reader skips them); None
+    for Parquet, which has no lines."""
+    if format == "xmc":
+        return row + 2
+    if format != "arff":
+        return None
+    lines = decode_text(read_bytes(path), path).split("\n")
+    data = False
+    for lineno, line in enumerate(lines, start=1):
+        s = line.strip()
+        if not s or s.startswith("%"):
+            continue
+        if data:
+            if row == 0:
+                return lineno
+            row -= 1
+        elif s.lower().startswith("@data"):
+            data = True
+    return None
+
+
+def in_feature_space(X: sp.csr_matrix, n_features: int, path: Path, format: str):
+    """``X`` with the model's ``n_features`` columns: the columns a file does not have are
+    zero; a row with a feature the model does not have is an :class:`InputError` naming the
+    file and the row's line (its row, for Parquet)."""
+    X = sp.csr_matrix(X)
+    if X.shape[1] > n_features:
+        beyond = X[:, n_features:].tocsr()
+        if beyond.nnz:
+            row = int(np.flatnonzero(np.diff(beyond.indptr))[0])
+            index = n_features + int(beyond.indices[beyond.indptr[row]:beyond.indptr[row + 1]]
+                                     .min())
+            line = data_line(path, format, row)
+            where = "" if line is not None else f"row {row} (0-based): "
+            raise InputError(f"{where}feature index {index} is beyond the model's feature "
+                             f"space (indices 0..{n_features - 1})", path=path, line=line)
+        return X[:, :n_features].tocsr()
+    if X.shape[1] < n_features:
+        return sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
+    return X
+
+
+def _read_factor(path: Path, shape: tuple[int, int]) -> np.ndarray:
+    """A factor of a stored model (store-format Parquet): an :class:`InputError` naming the
+    file when it is damaged or its shape is not the one ``model.json`` gives."""
+    value = read_parquet_entry(path)
+    if not isinstance(value, np.ndarray) or value.shape != tuple(shape):
+        got = getattr(value, "shape", type(value).__name__)
+        raise InputError(f"expected a dense array of shape {tuple(shape)} (model.json), "
+                         f"got {got}", path=path)
+    return value
+
+
+@step("leml-score", inputs=("X", "Y"), files=("path", "W", "H"),
+      outputs=("predictions", "metrics"), run_name="score {source}")
+def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, format: str,
+          shapes: dict, params: dict, top_k: int, batch_size: int, method: str,
+          source: str) -> dict:
+    """The ``top_k`` labels of every row of a new file by a stored model (``apply-leml``).
+
+    ``X`` and ``Y`` are the file ``path`` as :func:`load` read it; ``W`` and ``H`` the
+    model's factor files, of the ``shapes`` its ``model.json`` gives; ``params`` the
+    estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the model's
+    feature space (:func:`in_feature_space`).  ``metrics``: the rows scored and, when the file
+    has labels in the model's label space, P@1/3/5 (those ``k <= top_k``), named ``method``
+    on the dataset ``source`` (the file's name: the key holds the file's hash, not its path).
+    """
+    model = LEML(**params).set_factors(_read_factor(W, shapes["W"]), _read_factor(H, shapes["H"]))
+    X = in_feature_space(X, model.n_features_in_, path, format)
+    predictions = predictions_table(model, X, top_k, batch_size)
+    scores = {"rows": float(X.shape[0])}
+    ks = [k for k in (1, 3, 5) if k <= min(top_k, model.n_labels_)]
+    if ks and Y.shape[1] == model.n_labels_ and Y.nnz:  # (so X has rows)
+        top = predictions["label"].to_numpy().reshape(X.shape[0], -1)
+        scores.update({f"precision@{k}": v for k, v in precision_at_k(Y, top, ks=ks).items()})
+    return {"predictions": predictions, "metrics": _metrics_table(scores, source, method)}
+
+
 # The estimator's step methods each LEML task calls (LEML.step_params names them), by task
 # name (a served flow may hold copies of the step objects).
 CALLS = {
@@ -303,6 +453,8 @@ CALLS = {
     alternate_W.name: ("w_step",),
     alternate_H.name: ("h_step", "objective", "predict"),
     evaluate.name: ("predict",),
+    predict.name: ("predict",),
+    score.name: ("predict",),
 }
 
 

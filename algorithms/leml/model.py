@@ -524,11 +524,29 @@ class LEML(BaseEstimator):
         return threshold_in_batches(lambda s, e: A[s:e] @ self.H_.T, A.shape[0],
                                     self.threshold_, batch_size)
 
-    def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE) -> np.ndarray:
-        """The ``k`` labels of highest decision value per row, best first (n x k ints).
+    def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE, *,
+                      return_scores: bool = False):
+        """The ``k`` labels of highest decision value per row, best first.
 
         Scores ``batch_size`` rows at a time, so no n x L matrix is allocated.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n, n_features_in_)
+        k : int, default=5
+            Labels per row (at most ``n_labels_``).
+        batch_size : int, default=BATCH_SIZE
+            Rows scored at a time.
+        return_scores : bool, default=False
+            Also return the decision values of the selected labels (as scikit-learn's
+            ``kneighbors`` returns distances with ``return_distance``).
+
+        Returns
+        -------
+        labels : ndarray of shape (n, min(k, n_labels_)), int64
+        scores : ndarray of shape (n, min(k, n_labels_))
+            Only with ``return_scores``: ``x_i^T W h_j`` of each label, in ``W_``'s dtype.
         """
         A = self._embed(X)
         return predict_top_k_in_batches(lambda s, e: A[s:e] @ self.H_.T, A.shape[0], k,
-                                        batch_size)
+                                        batch_size, return_scores=return_scores)

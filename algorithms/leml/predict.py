@@ -76,19 +76,46 @@ def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
-                             batch_size: int = BATCH_SIZE) -> np.ndarray:
+                             batch_size: int = BATCH_SIZE, *, return_scores: bool = False):
     """Top-``k`` labels for ``n_samples`` rows, scoring ``batch_size`` rows at a time.
 
     ``score_rows(start, stop)`` returns the dense scores of rows ``start:stop``;
     so at most ``batch_size x L`` scores exist at once.
+
+    Parameters
+    ----------
+    score_rows : callable
+        ``score_rows(start, stop)`` -> ndarray of shape (stop - start, L).
+    n_samples : int
+    k : int
+        Labels per row (see :func:`top_k_from_scores`).
+    batch_size : int, default=BATCH_SIZE
+    return_scores : bool, default=False
+        Also return the scores of the selected labels.
+
+    Returns
+    -------
+    labels : ndarray of shape (n_samples, min(k, L)), int64
+        Best first.
+    scores : ndarray of shape (n_samples, min(k, L))
+        Only with ``return_scores``: ``scores[i, r]`` is the score of ``labels[i, r]``, in the
+        dtype of ``score_rows``.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    parts = [top_k_from_scores(score_rows(s, min(s + batch_size, n_samples)), k)
-             for s in range(0, n_samples, batch_size)]
-    if not parts:
-        return np.empty((0, int(k)), dtype=np.int64)
-    return np.vstack(parts)
+    labels, scores = [], []
+    for s in range(0, n_samples, batch_size):
+        rows = score_rows(s, min(s + batch_size, n_samples))
+        top = top_k_from_scores(rows, k)
+        labels.append(top)
+        if return_scores:
+            scores.append(np.take_along_axis(rows, top, axis=1))
+    if not labels:
+        empty = np.empty((0, int(k)), dtype=np.int64)
+        return (empty, np.empty((0, int(k)))) if return_scores else empty
+    if return_scores:
+        return np.vstack(labels), np.vstack(scores)
+    return np.vstack(labels)
 
 
 def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,

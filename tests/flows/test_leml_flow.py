@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
@@ -96,6 +98,26 @@ def _final(project, manifest, iterations):
     return store.read(w + "-W"), store.read(h + "-H"), store
 
 
+def check_top_k(predictions: pd.DataFrame, X, W: np.ndarray, H: np.ndarray, k: int) -> None:
+    """``predictions`` (row, rank, label, score) are the ``k`` best labels of every row of
+    ``X`` under the factors, against scores computed here in float64 with numpy: each
+    reported score is its label's score, and the scores by rank are the ``k`` largest of the
+    row (so the labels are a top ``k``, whichever way a tie went)."""
+    d = W.shape[0] - 1  # the intercept is W's last row
+    X = X.toarray() if sp.issparse(X) else np.asarray(X)
+    full = (X @ W[:d].astype(np.float64) + W[d]) @ H.astype(np.float64).T
+    n = X.shape[0]
+    assert list(predictions.columns) == ["row", "rank", "label", "score"]
+    assert predictions["row"].tolist() == np.repeat(np.arange(n), k).tolist()
+    assert predictions["rank"].tolist() == np.tile(np.arange(1, k + 1), n).tolist()
+    labels = predictions["label"].to_numpy().reshape(n, k)
+    scores = predictions["score"].to_numpy().reshape(n, k)
+    np.testing.assert_allclose(scores, np.take_along_axis(full, labels, axis=1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(scores, -np.sort(-full, axis=1)[:, :k], rtol=1e-5, atol=1e-5)
+    assert all(len(set(row)) == k for row in labels)
+
+
 def _task_run_names(manifest) -> list[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -138,7 +160,53 @@ def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project
     assert _task_run_names(m) == sorted([
         "load train.txt", "load test.txt", "initial factors",
         *(f"alternate-{half} iter={t}" for t in (1, 2, 3) for half in "WH"),
-        "evaluate", "baseline br-ridge", "collect metrics"])
+        "evaluate", "baseline br-ridge", "collect metrics", "predict top 5"])
+
+
+def test_named_outputs_are_the_model_and_the_test_predictions(project):
+    """Each output opens with pandas and is the store entry it names; the predictions are the
+    top 5 of X W H^T computed here from the saved W and H."""
+    run = _runs(project)[0]
+    m = json.loads((run / "manifest.json").read_text())
+    out, store = run / "outputs", Store(project / "data" / "cache")
+    named = {o["name"]: o for o in m["named_outputs"]}
+    assert set(named) == {"predictions.parquet", "model/W.parquet", "model/H.parquet",
+                          "model/features.parquet", "model/labels.parquet",
+                          "model/config.json", "model/model.json"}
+    for name, o in named.items():
+        if o["ref"] is not None:
+            assert os.path.samefile(out / name, store.path(o["ref"]))
+            stored = store.read(o["ref"])
+            frame = pd.read_parquet(out / name)
+            if isinstance(stored, np.ndarray):
+                np.testing.assert_array_equal(frame.to_numpy(), stored)
+            else:
+                pd.testing.assert_frame_equal(frame, stored)
+    steps = {o["ref"]: o["step"] for o in m["outputs"]}
+    assert steps[named["predictions.parquet"]["ref"]] == "leml-predict"
+    # W and H are the last iteration's, as the first test found them
+    W, H, _ = _final(project, m, 3)
+    np.testing.assert_array_equal(pd.read_parquet(out / "model/W.parquet").to_numpy(), W)
+    np.testing.assert_array_equal(pd.read_parquet(out / "model/H.parquet").to_numpy(), H)
+
+    Xt, Yt = read_xmc(project / "test.txt")
+    predictions = pd.read_parquet(out / "predictions.parquet")
+    check_top_k(predictions, Xt, W, H, 5)
+    features = pd.read_parquet(out / "model/features.parquet")
+    labels = pd.read_parquet(out / "model/labels.parquet")
+    assert features["feature"].tolist() == list(range(Xt.shape[1]))
+    assert labels["label"].tolist() == list(range(Yt.shape[1]))
+    assert features["name"].isna().all() and labels["name"].isna().all()  # XC names none
+
+    meta = json.loads((out / "model/model.json").read_text())
+    assert meta == {
+        "format": "scarce-leml-model", "version": 1, "rank": 8, "loss": "squared",
+        "dtype": "float32", "n_features": Xt.shape[1], "n_labels": Yt.shape[1],
+        "fit_intercept": True, "normalize": "none", "input_format": "xmc",
+        "shapes": {"W": [Xt.shape[1] + 1, 8], "H": [Yt.shape[1], 8]},
+        "files": {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
+                  "labels": "labels.parquet", "config": "config.json"}}
+    assert json.loads((out / "model/config.json").read_text()) == m["config"]
 
 
 def test_a_new_rank_refits_leml_but_reuses_the_br_ridge_baseline(project):
@@ -159,14 +227,17 @@ def test_second_run_is_all_cache_hits_and_more_iterations_resume(project):
     assert main(["run", "leml", "--set", "model.outer_iterations=4"]) == 0
     m = _last(project)
     fresh = sorted({o["step"] for o in m["outputs"] if not o["cached"]})
-    assert fresh == ["leml-alternate-H", "leml-alternate-W", "leml-collect", "leml-evaluate"]
+    assert fresh == ["leml-alternate-H", "leml-alternate-W", "leml-collect", "leml-evaluate",
+                     "leml-predict"]
     new_w = [o for o in m["outputs"] if o["step"] == "leml-alternate-W" and not o["cached"]]
     assert len(new_w) == 2  # W and timings of iteration 4 only
 
 
 @pytest.mark.parametrize("runner", ["local", "dask"])
 def test_rerun_is_identical(project, capsys, runner):
+    """Named outputs included: the model and the predictions are compared too."""
     run_id = _runs(project)[0].name
+    assert len(json.loads((_runs(project)[0] / "manifest.json").read_text())["named_outputs"]) == 7
     assert main(["rerun", run_id, "--runner", runner]) == 0
     assert capsys.readouterr().out.strip().endswith("identical")
 

@@ -498,6 +498,19 @@ def test_predict_top_k_equals_argsort_and_predict_uses_threshold(loss):
     np.testing.assert_array_equal(pred.toarray(), (scores > threshold).astype(np.int8))
 
 
+def test_top_k_scores_are_the_decision_values_of_the_chosen_labels():
+    X, Xd, Y, _, _, _ = make_problem(21, n=23, d=6, n_labels=9, mask_density=None)
+    est = LEML(rank=3, lam=0.3, outer_iterations=3, random_state=0).fit(X, Y)
+    top, scores = est.predict_top_k(X, k=4, batch_size=5, return_scores=True)
+    np.testing.assert_array_equal(top, est.predict_top_k(X, k=4, batch_size=7))
+    # the decision values computed here, in float64, from the factors
+    full = (np.hstack([Xd, np.ones((23, 1))]) @ est.W_.astype(np.float64)) @ est.H_.T
+    assert scores.dtype == est.W_.dtype
+    np.testing.assert_allclose(scores, np.take_along_axis(full, top, axis=1), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(scores, -np.sort(-full, axis=1)[:, :4], rtol=1e-5, atol=1e-6)
+
+
 def test_top_k_breaks_ties_by_label_index():
     scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0]])
     np.testing.assert_array_equal(top_k_from_scores(scores, 3), [[1, 2, 4]])
