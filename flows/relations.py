@@ -4,12 +4,17 @@ Extraction" (IJCNLP 2005), as a Prefect flow.
 The flow function reads as the method's outline::
 
     parse -> feature-extract -> rank -> stability-search -> label -> evaluate
+                                                              -> model -> assign
 
 ``stability-search`` is one task run holding its mapped units: the (k, prefix) candidates,
 the choice of F_k, the reference clusterings, the (k, subsample) scores and the choice of k;
 RLBaseline's search on all words is another (``rl-baseline-search``).  Every unit is a step
 of :class:`~algorithms.relations.model.RelationDiscovery` run as its own cached task, so a
 Dask task runner spreads them; the estimator's ``fit`` is the same loop in one process.
+
+Every run names its results in ``outputs/`` (:func:`name_outputs`): ``assignments.parquet``,
+``clusters.parquet``, ``features.parquet`` and ``model/``, which ``scarce apply`` reads
+(``flows/apply_relations.py``; the format is in docs/relations.md).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pydantic import Field, field_validator, model_validator
 from algorithms.relations.contexts import build_contexts, parse_window
 from algorithms.relations.model import RelationDiscovery
 from flows import plots
+from flows.apply import MODEL_DIR, MODEL_JSON, model_document
 from flows.config import FlowConfig, from_estimator
 from flows.published import CHEN_ACE
 from flows.runtime import RunContext, RunOptions, markdown_table
@@ -34,6 +40,7 @@ from tasks.errors import InputError
 WINDOW_PATTERN = r"^\d+-\d+-\d+$"
 
 PUBLISHED_ACE = CHEN_ACE  # ACE is LDC-licensed and not used here
+MODEL_VERSION = 1  # of outputs/model/ (docs/relations.md); apply-relations reads only this one
 
 
 class RelationsConfig(FlowConfig):
@@ -255,7 +262,8 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
     cfg, model = config, config.estimator()
     ctx = RunContext.open("relations", cfg, options)
     parts = [ctx.run(rel.parse, path=ctx.path(p), fmt=cfg.format, relation_types=cfg.relation_types,
-                     include_other=cfg.include_other, directed=cfg.directed) for p in cfg.data]
+                     include_other=cfg.include_other, directed=cfg.directed,
+                     source=ctx.path(p).name) for p in cfg.data]
     data = ctx.run(rel.combine, parts=parts, max_pairs=cfg.max_pairs, seed=cfg.seed)
     n_pairs = json.loads(ctx.store.meta(data["mentions"])["shape"])[0]
     try:
@@ -287,8 +295,39 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
     metrics = ctx.run(rel.evaluate, clusters=labelled["clusters"], baselines=baselines,
                       dataset=cfg.dataset, method=cfg.ranking, k_chosen=search.k,
                       k_baselines=k_used)
+    built = ctx.run(rel.build_model, X=X, ranking=ranking, labels=search.references[search.k][0],
+                    words=labelled["words"], k=search.k, n_features=search.n_features,
+                    params=model.step_params("centroids"))
+    contexts = context_options(cfg)
+    assigned = ctx.run(rel.assign_pairs, mentions=data["mentions"], vocabulary=vocab, **built,
+                       contexts=contexts, params=model.step_params("assign"))
     publish(ctx, cfg, search, rl, labelled, metrics)
+    name_outputs(ctx, vocab, built, assigned, model_document(
+        "relations", MODEL_VERSION, dataset=cfg.dataset, directed=cfg.directed,
+        n_pairs=n_pairs, vocabulary_size=n_words, k=search.k, n_features=search.n_features,
+        ranking=cfg.ranking, contexts=contexts, assign=model.step_params("assign"),
+        files={part: f"{part}.parquet" for part in rel.MODEL_PARTS}))
     return ctx.finish(metrics)
+
+
+def context_options(cfg: RelationsConfig) -> dict:
+    """How the run made its contexts, as its model records them for ``apply-relations``."""
+    return {"window": cfg.window, "weighting": cfg.weighting, "position_tags": cfg.position_tags,
+            "lowercase": cfg.lowercase, "drop_punctuation": rel.DROP_PUNCTUATION,
+            "min_df": cfg.min_df}
+
+
+def name_outputs(ctx: RunContext, vocabulary: str, built: dict, assigned: str,
+                 model_json: str) -> None:
+    """The run's named outputs: ``assignments.parquet`` (each pair's cluster), ``clusters``
+    and ``features.parquet``, and ``model/`` (the vocabulary, the selected features, the
+    centroids, the clusters and ``model.json``); all but ``model.json`` are store entries."""
+    ctx.name_output("assignments.parquet", assigned)
+    ctx.name_output("clusters.parquet", built["clusters"])
+    ctx.name_output("features.parquet", built["features"])
+    for part, ref in {"vocabulary": vocabulary, **built}.items():
+        ctx.name_output(f"{MODEL_DIR}/{part}.parquet", ref)
+    ctx.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_json)
 
 
 def publish(ctx: RunContext, cfg: RelationsConfig, search: Search, rl: Search | None,

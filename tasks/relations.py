@@ -7,6 +7,16 @@ Store-backed wrappers over the readers and the steps of
           -> score_candidate (per (k, prefix)) -> choose_subsets
           -> cluster_reference (per (k, r)) -> score_subsample (per (k, mu)) -> choose_k
           -> label_clusters -> evaluate (beside hasegawa and the k-means baselines)
+          -> build_model -> assign_pairs (the run's assignments)
+
+and the apply flow's (``flows/apply_relations.py``), which learns nothing::
+
+    read_model, parse (per file) -> assign_pairs (per file) -> apply_metrics
+
+``assign_pairs`` is the one way a pair gets a cluster, in the training run and when a model
+is applied: the pair's context weighted with the model's vocabulary and idf
+(:func:`~algorithms.relations.contexts.transform_contexts`), then the nearest centroid in the
+space of the final clustering (:meth:`RelationDiscovery.assign`).
 
 A step of the method takes ``params``, the estimator's parameters that its method reads
 (:meth:`RelationDiscovery.step_params`), builds the estimator from them and calls that one
@@ -20,6 +30,7 @@ and the k-means baseline at the true k.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -28,17 +39,30 @@ import scipy.sparse as sp
 
 import algorithms.relations.baselines as baselines_mod
 from algorithms.metrics.clustering import clustering_scores
-from algorithms.relations.contexts import build_contexts_frame
+from algorithms.relations.contexts import (
+    build_contexts,
+    build_contexts_frame,
+    fit_contexts,
+    pair_contexts,
+    spans,
+    transform_contexts,
+)
 from algorithms.relations.model import RelationDiscovery
 from tasks.errors import InputError
 from tasks.readers.jsonl import read_jsonl
 from tasks.readers.semeval import read_semeval
 from tasks.steps import step
+from tasks.store import read_parquet_entry
 
 MENTION_COLUMNS = ["source", "id", "tokens", "e1_start", "e1_end", "e2_start", "e2_end",
                    "label", "relation", "direction", "gold"]
 SAMPLE_STREAM = 4
 """``SeedSequence([seed, 4])`` draws the pair sample (0-3 are used by the search)."""
+DROP_PUNCTUATION = inspect.signature(build_contexts).parameters["drop_punctuation"].default
+"""The contexts drop punctuation tokens (:func:`build_contexts`' default; not a config key)."""
+ASSIGNMENT_COLUMNS = ["source", "id", "sentence", "head", "tail", "cluster", "label",
+                      "distance", "n_words", "gold"]
+CLUSTER_COLUMNS = ["cluster", "size", "label", "words", "weights"]
 
 
 def detect_format(path: str | Path, fmt: str) -> str:
@@ -56,7 +80,7 @@ def _parse_name(parameters: dict) -> str:
 
 @step("relations-parse", files=("path",), run_name=_parse_name)
 def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: bool,
-          directed: bool) -> pd.DataFrame:
+          directed: bool, source: str | None = None) -> pd.DataFrame:
     """One file of entity-pair mentions -> the mentions table.
 
     Parameters
@@ -67,6 +91,9 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     include_other : keep the pairs labelled ``Other``.
     directed : gold classes are the directed labels (``Cause-Effect(e2,e1)``, 18 types
         plus Other) instead of the undirected relation types.
+    source : the name the pairs are listed under; None: the file's name.  The flows pass
+        the file's name: the store keys a file by its content, not its name, so two files
+        with the same content and different names would otherwise share one table.
 
     Returns
     -------
@@ -78,7 +105,7 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     frame = read_semeval(path) if kind == "semeval" else read_jsonl(path)
     frame = frame.copy()
     frame["id"] = frame["id"].astype(str)
-    frame.insert(0, "source", Path(path).name)
+    frame.insert(0, "source", Path(path).name if source is None else source)
     relation = frame["relation"]
     if relation_types is None:
         keep = pd.Series(True, index=frame.index)
@@ -131,21 +158,34 @@ def extract_features(mentions: pd.DataFrame, window: str, weighting: str, positi
     """Pre-mid-post contexts -> sparse X (pairs x words), the vocabulary and the contexts
     (:func:`algorithms.relations.contexts.build_contexts`).
 
-    ``vocabulary`` has ``feature`` (column index), ``word`` and ``df`` (pairs containing it);
-    ``contexts`` has the pair ``source``, ``id`` and its context words joined by spaces.
+    ``vocabulary`` has ``feature`` (column index), ``word``, ``df`` (pairs containing it) and
+    ``idf`` (the tf-idf weight of the word; NaN with binary weighting); ``contexts`` has the
+    pair ``source``, ``id`` and its context words joined by spaces.
     """
+    docs = context_docs(mentions, window=window, lowercase=lowercase,
+                        position_tags=position_tags, drop_punctuation=DROP_PUNCTUATION)
     try:
-        X, vocab, docs = build_contexts_frame(
-            token_lists(mentions), window, weighting=weighting, min_df=min_df,
-            lowercase=lowercase, position_tags=position_tags, return_docs=True)
+        X, vocab, idf = fit_contexts(docs, weighting=weighting, min_df=min_df)
     except ValueError as exc:
-        raise InputError(str(exc), key="min_df") from None
+        raise InputError(f"window {window}: {exc}", key="min_df") from None
     df = np.diff(sp.csc_matrix(X).indptr).astype(np.int64)
     vocabulary = pd.DataFrame({"feature": np.arange(len(vocab), dtype=np.int64),
-                               "word": vocab.astype(str), "df": df})
+                               "word": vocab.astype(str), "df": df,
+                               "idf": np.full(len(vocab), np.nan) if idf is None else idf})
     contexts = pd.DataFrame({"source": mentions["source"], "id": mentions["id"],
                              "context": [" ".join(d) for d in docs]})
     return {"X": X, "vocabulary": vocabulary, "contexts": contexts}
+
+
+def context_docs(mentions: pd.DataFrame, *, window: str, lowercase: bool, position_tags: bool,
+                 drop_punctuation: bool) -> list[list[str]]:
+    """The context words of every pair of a mentions table
+    (:func:`~algorithms.relations.contexts.pair_contexts`); the training run and the apply
+    flow both make their contexts here."""
+    e1, e2 = spans(mentions)
+    return pair_contexts([list(t) for t in mentions["tokens"]], e1, e2, window,
+                         lowercase=lowercase, position_tags=position_tags,
+                         drop_punctuation=drop_punctuation)
 
 
 class RunName:
@@ -271,6 +311,185 @@ def label_clusters(X: sp.csr_matrix, vocabulary: pd.DataFrame, mentions: pd.Data
     clusters = pd.DataFrame({"source": mentions["source"], "id": mentions["id"],
                              "gold": mentions["gold"], "cluster": labels})
     return {"clusters": clusters, "words": words}
+
+
+# -- the model and the assignments -------------------------------------------------------------
+def cluster_table(words: pd.DataFrame, labels: np.ndarray, k: int) -> pd.DataFrame:
+    """One row per cluster: ``cluster``, ``size`` (pairs of ``labels``), ``label`` (its DCM
+    words joined by ", "), ``words`` and ``weights`` (lists, largest weight first) from the
+    long table of :func:`label_clusters`."""
+    sizes = np.bincount(np.asarray(labels, np.int64), minlength=int(k))
+    by_cluster = {int(c): g.sort_values("rank") for c, g in words.groupby("cluster")}
+    rows = []
+    for c in range(int(k)):
+        g = by_cluster.get(c)
+        ws = [] if g is None else [str(w) for w in g["word"]]
+        wts = [] if g is None else [float(w) for w in g["weight"]]
+        rows.append((c, int(sizes[c]), ", ".join(ws), ws, wts))
+    return pd.DataFrame(rows, columns=CLUSTER_COLUMNS)
+
+
+@step("relations-model", inputs=("X", "ranking", "labels", "words"),
+      outputs=("features", "centroids", "clusters"), run_name="model k={k} F={n_features}")
+def build_model(X: sp.csr_matrix, ranking: pd.DataFrame, labels: np.ndarray,
+                words: pd.DataFrame, k: int, n_features: int, params: dict) -> dict:
+    """What applying the run needs besides its vocabulary: the selected words, the centroids
+    of the final clustering and its clusters (:meth:`RelationDiscovery.centroids`).
+
+    ``features``: the first ``n_features`` rows of the ranking (``rank``, ``feature``,
+    ``word``, ``score``, ``df``), the columns k-means clustered, in that order.
+    ``centroids``: one row per (cluster, selected word): ``cluster``, ``rank`` (the word's
+    position in ``features``), ``feature``, ``word`` and ``value``, the centroid's coordinate
+    (NaN for a cluster k-means left empty).  ``clusters``: :func:`cluster_table`.
+    """
+    features = ranking.iloc[: int(n_features)].reset_index(drop=True)
+    feats = features["feature"].to_numpy(np.intp)
+    centers = RelationDiscovery(**params).centroids(X, feats, labels, k)
+    k, size = centers.shape
+    centroids = pd.DataFrame({
+        "cluster": np.repeat(np.arange(k, dtype=np.int64), size),
+        "rank": np.tile(np.arange(size, dtype=np.int64), k),
+        "feature": np.tile(feats.astype(np.int64), k),
+        "word": np.tile(features["word"].to_numpy(dtype=object), k),
+        "value": centers.ravel(),
+    })
+    return {"features": features, "centroids": centroids,
+            "clusters": cluster_table(words, labels, k)}
+
+
+def centers_matrix(centroids: pd.DataFrame, n_clusters: int, n_features: int) -> np.ndarray:
+    """The centroids table of :func:`build_model` as a (n_clusters, n_features) array."""
+    c = centroids["cluster"].to_numpy(np.int64)
+    r = centroids["rank"].to_numpy(np.int64)
+    out = np.zeros((int(n_clusters), int(n_features)))
+    seen = np.zeros(out.shape, dtype=np.int64)
+    if c.size and (c.min() < 0 or c.max() >= n_clusters or r.min() < 0
+                   or r.max() >= n_features):
+        raise ValueError(f"centroid cells outside {n_clusters} clusters x {n_features} words")
+    np.add.at(seen, (c, r), 1)
+    if not (seen == 1).all():
+        raise ValueError(f"the centroids table must hold each of the {n_clusters} x "
+                         f"{n_features} (cluster, rank) cells once, got {len(centroids)} rows")
+    out[c, r] = centroids["value"].to_numpy(np.float64)
+    return out
+
+
+@step("relations-assign", inputs=("mentions", "vocabulary", "features", "centroids", "clusters"),
+      run_name="assign nearest cluster")
+def assign_pairs(mentions: pd.DataFrame, vocabulary: pd.DataFrame, features: pd.DataFrame,
+                 centroids: pd.DataFrame, clusters: pd.DataFrame, contexts: dict,
+                 params: dict) -> pd.DataFrame:
+    """Each pair's cluster: the nearest centroid of the model (one function for the training
+    run's assignments and for ``apply-relations``).
+
+    The pair's context (``contexts``: ``window``, ``lowercase``, ``position_tags``,
+    ``drop_punctuation``, ``weighting``) is weighted with the model's vocabulary and idf
+    (:func:`~algorithms.relations.contexts.transform_contexts`), then assigned by
+    :meth:`RelationDiscovery.assign` (``params``: its ``row_norm``).  A pair depends on
+    nothing but itself and the model.
+
+    Returns
+    -------
+    DataFrame with :data:`ASSIGNMENT_COLUMNS`: ``source`` (file name) and ``id`` (the pair),
+    ``sentence`` (tokens joined by spaces), ``head`` and ``tail`` (the words of the first
+    and second entity: SemEval's e1 and e2), ``cluster``, ``label`` (its DCM words),
+    ``distance`` (to its centroid), ``n_words`` (selected words in the pair's context; 0:
+    the pair has nothing to go by and gets the centroid nearest the origin) and ``gold``
+    (missing when the input has no label).
+    """
+    docs = context_docs(mentions, window=contexts["window"], lowercase=contexts["lowercase"],
+                        position_tags=contexts["position_tags"],
+                        drop_punctuation=contexts["drop_punctuation"])
+    X = transform_contexts(docs, vocabulary["word"].to_numpy(dtype=object),
+                           vocabulary["idf"].to_numpy(np.float64),
+                           weighting=contexts["weighting"])
+    feats = features["feature"].to_numpy(np.intp)
+    centers = centers_matrix(centroids, len(clusters), len(features))
+    labels, distances = RelationDiscovery(**params).assign(X, feats, centers)
+    tokens = [list(t) for t in mentions["tokens"]]
+
+    def words(start: str, end: str) -> list[str]:
+        return [" ".join(t[a:b]) for t, a, b in zip(
+            tokens, mentions[start].to_numpy(), mentions[end].to_numpy(), strict=True)]
+
+    return pd.DataFrame({
+        "source": mentions["source"].astype(str).to_numpy(),
+        "id": mentions["id"].astype(str).to_numpy(),
+        "sentence": [" ".join(t) for t in tokens],
+        "head": words("e1_start", "e1_end"),
+        "tail": words("e2_start", "e2_end"),
+        "cluster": labels,
+        "label": clusters["label"].to_numpy(dtype=object)[labels],
+        "distance": distances,
+        "n_words": np.diff(X[:, feats].tocsr().indptr).astype(np.int64),
+        "gold": mentions["gold"].to_numpy(dtype=object),
+    })
+
+
+MODEL_PARTS = ("vocabulary", "features", "centroids", "clusters")
+"""The Parquet files of a model folder besides ``model.json`` (``<part>.parquet``)."""
+_MODEL_COLUMNS = {
+    "vocabulary": ["feature", "word", "df", "idf"],
+    "features": ["rank", "feature", "word"],
+    "centroids": ["cluster", "rank", "feature", "word", "value"],
+    "clusters": CLUSTER_COLUMNS,
+}
+
+
+@step("relations-read-model", files=MODEL_PARTS, outputs=MODEL_PARTS, run_name="read model")
+def read_model(vocabulary: str, features: str, centroids: str, clusters: str) -> dict:
+    """The tables of a model folder (``outputs/model/`` of a relations run), checked.
+
+    Each file must be the store-format Parquet a run wrote (its checksum intact) with its
+    columns; the selected words must be words of the vocabulary and the centroids cover
+    every (cluster, selected word).  Anything else is an :class:`InputError` naming the file.
+    """
+    paths = {"vocabulary": vocabulary, "features": features, "centroids": centroids,
+             "clusters": clusters}
+    out = {}
+    for part, path in paths.items():
+        table = read_parquet_entry(Path(path))
+        missing = [c for c in _MODEL_COLUMNS[part]
+                   if not isinstance(table, pd.DataFrame) or c not in table.columns]
+        if missing:
+            raise InputError(f"not the {part} table of a relations model (no column "
+                             f"{missing[0]!r})", path=path)
+        out[part] = table
+    vocab, feats = out["vocabulary"], out["features"]
+    if not np.array_equal(vocab["feature"].to_numpy(), np.arange(len(vocab))):
+        raise InputError("vocabulary features must be 0, 1, 2, ...", path=vocabulary)
+    index = feats["feature"].to_numpy(np.int64)
+    if (len(index) == 0 or index.min() < 0 or index.max() >= len(vocab)
+            or not np.array_equal(vocab["word"].to_numpy(dtype=object)[index],
+                                  feats["word"].to_numpy(dtype=object))):
+        raise InputError("the selected features are not words of the model's vocabulary",
+                         path=features)
+    if not np.array_equal(out["clusters"]["cluster"].to_numpy(), np.arange(len(out["clusters"]))):
+        raise InputError("clusters must be 0, 1, 2, ...", path=clusters)
+    try:
+        centers_matrix(out["centroids"], len(out["clusters"]), len(feats))
+    except ValueError as exc:
+        raise InputError(str(exc), path=centroids) from None
+    return out
+
+
+@step("relations-apply-metrics", inputs=("assignments",), run_name="summarise")
+def apply_metrics(assignments: list[pd.DataFrame], dataset: str) -> pd.DataFrame:
+    """What an apply run did, in the metrics' long form (method ``nearest-centroid``):
+    ``n_files``, ``n_pairs``, ``n_clusters`` (clusters that got a pair), ``no_words`` (pairs
+    with no selected word) and, when every pair has a gold label, the clustering's
+    ``accuracy``, ``ari`` and ``v_measure`` against it (as the training run scores its own)."""
+    frame = pd.concat(assignments, ignore_index=True)
+    rows = [("n_files", len(assignments)), ("n_pairs", len(frame)),
+            ("n_clusters", frame["cluster"].nunique()),
+            ("no_words", int((frame["n_words"] == 0).sum()))]
+    gold = frame["gold"]
+    if len(frame) and not gold.isna().any():
+        s = clustering_scores(gold.astype(str).to_numpy(), frame["cluster"].to_numpy())
+        rows += [(m, s[m]) for m in ("accuracy", "ari", "v_measure")]
+    return pd.DataFrame({"dataset": dataset, "method": "nearest-centroid",
+                         "metric": [m for m, _ in rows],
+                         "value": [float(v) for _, v in rows]})
 
 
 # -- baselines and evaluation -----------------------------------------------------------------

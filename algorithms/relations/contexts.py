@@ -110,6 +110,120 @@ def _identity(doc):
     return doc
 
 
+def pair_contexts(
+    tokens: Sequence[Sequence[str]],
+    e1_spans: Sequence[tuple[int, int]],
+    e2_spans: Sequence[tuple[int, int]],
+    window: str | Sequence[int],
+    *,
+    lowercase: bool,
+    position_tags: bool,
+    drop_punctuation: bool,
+) -> list[list[str]]:
+    """The context words (:func:`context_words`) of every mention.
+
+    The defaults of the options are :func:`build_contexts`'.
+    """
+    n = len(tokens)
+    if not (len(e1_spans) == n and len(e2_spans) == n):
+        raise ValueError(f"got {n} token lists but {len(e1_spans)} e1 spans and "
+                         f"{len(e2_spans)} e2 spans; expected one span of each per mention")
+    if n == 0:
+        raise ValueError("no mentions given")
+    return [context_words(t, a, b, window, lowercase=lowercase, position_tags=position_tags,
+                          drop_punctuation=drop_punctuation)
+            for t, a, b in zip(tokens, e1_spans, e2_spans, strict=True)]
+
+
+def _vectorizer(weighting: str, min_df: int, dtype, vocabulary=None):
+    """scikit-learn's vectorizer of the weighting (over given word lists, no analysis)."""
+    if weighting == "tfidf":
+        return TfidfVectorizer(analyzer=_identity, min_df=int(min_df), lowercase=False,
+                               dtype=dtype, vocabulary=vocabulary)
+    if weighting == "binary":
+        return CountVectorizer(analyzer=_identity, min_df=int(min_df), lowercase=False,
+                               binary=True, dtype=dtype, vocabulary=vocabulary)
+    raise ValueError(f"weighting must be 'tfidf' or 'binary', got {weighting!r}")
+
+
+def fit_contexts(docs: Sequence[Sequence[str]], *, weighting: str, min_df: int,
+                 dtype=np.float64) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray | None]:
+    """Learn the vocabulary (and the idf) of the contexts ``docs`` and weight them.
+
+    Parameters
+    ----------
+    docs : sequence of sequences of str
+        The context words of each mention (:func:`pair_contexts`).
+    weighting : {"tfidf", "binary"}
+        See :func:`build_contexts`.
+    min_df : int
+        Keep words occurring in at least ``min_df`` contexts.
+    dtype : numpy dtype, default float64
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_mentions, n_words)
+    vocabulary : ndarray of str
+        Column names, sorted.
+    idf : ndarray of shape (n_words,) or None
+        scikit-learn's smoothed idf of every column (``"tfidf"``); None for ``"binary"``.
+        With the vocabulary it is all :func:`transform_contexts` needs.
+    """
+    if int(min_df) < 1:
+        raise ValueError(f"min_df must be a positive integer, got {min_df}")
+    vec = _vectorizer(weighting, min_df, dtype)
+    try:
+        X = vec.fit_transform(docs)
+    except ValueError as exc:  # empty vocabulary
+        raise ValueError(f"no context word survives min_df={min_df}: {exc}") from None
+    X = sp.csr_matrix(X, dtype=dtype)
+    X.sort_indices()
+    vocabulary = np.asarray(vec.get_feature_names_out(), dtype=object)
+    idf = np.asarray(vec.idf_).copy() if weighting == "tfidf" else None
+    return X, vocabulary, idf
+
+
+def transform_contexts(docs: Sequence[Sequence[str]], vocabulary, idf, *, weighting: str,
+                       dtype=np.float64) -> sp.csr_matrix:
+    """Weight new contexts with a learned vocabulary and idf (:func:`fit_contexts`).
+
+    Words outside ``vocabulary`` are ignored; a context with none of its words is a zero
+    row.  Each row depends on its own context only, so a mention gets the same row
+    whichever other mentions are transformed with it.  The rows equal those of
+    :func:`fit_contexts` on the same contexts up to rounding (scikit-learn sums the squares
+    of a row in another order when it learns the vocabulary: at most one unit in the last
+    place).
+
+    Parameters
+    ----------
+    docs : sequence of sequences of str
+    vocabulary : sequence of str
+        The column names, in column order (unique).
+    idf : array of float, shape (n_words,)
+        The idf of every column for ``"tfidf"``; ignored for ``"binary"``.
+    weighting : {"tfidf", "binary"}
+    dtype : numpy dtype, default float64
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n_mentions, len(vocabulary))
+    """
+    vocabulary = [str(w) for w in vocabulary]
+    if len(set(vocabulary)) != len(vocabulary) or not vocabulary:
+        raise ValueError("the vocabulary must be a non-empty list of distinct words")
+    vec = _vectorizer(weighting, 1, dtype, vocabulary=vocabulary)
+    if weighting == "tfidf":
+        idf = None if idf is None else np.asarray(idf, dtype=np.float64)
+        if idf is None or idf.shape != (len(vocabulary),) or not np.isfinite(idf).all():
+            got = "none" if idf is None else f"shape {idf.shape}"
+            raise ValueError(f"tf-idf needs one finite idf per word ({len(vocabulary)}), "
+                             f"got {got}")
+        vec.idf_ = idf
+    X = sp.csr_matrix(vec.transform(docs), dtype=dtype)
+    X.sort_indices()
+    return X
+
+
 def build_contexts(
     tokens: Sequence[Sequence[str]],
     e1_spans: Sequence[tuple[int, int]],
@@ -124,7 +238,7 @@ def build_contexts(
     dtype=np.float64,
     return_docs: bool = False,
 ) -> tuple[sp.csr_matrix, np.ndarray] | tuple[sp.csr_matrix, np.ndarray, list[list[str]]]:
-    """Context matrix of entity-pair mentions.
+    """Context matrix of entity-pair mentions: :func:`pair_contexts`, then :func:`fit_contexts`.
 
     Parameters
     ----------
@@ -157,38 +271,24 @@ def build_contexts(
     docs : list of list of str
         Only with ``return_docs``.
     """
-    n = len(tokens)
-    if not (len(e1_spans) == n and len(e2_spans) == n):
-        raise ValueError(f"got {n} token lists but {len(e1_spans)} e1 spans and "
-                         f"{len(e2_spans)} e2 spans; expected one span of each per mention")
-    if n == 0:
-        raise ValueError("no mentions given")
-    if int(min_df) < 1:
-        raise ValueError(f"min_df must be a positive integer, got {min_df}")
-    docs = [context_words(t, a, b, window, lowercase=lowercase, position_tags=position_tags,
-                          drop_punctuation=drop_punctuation)
-            for t, a, b in zip(tokens, e1_spans, e2_spans, strict=True)]
-    if weighting == "tfidf":
-        vec = TfidfVectorizer(analyzer=_identity, min_df=int(min_df), lowercase=False,
-                              dtype=dtype)
-    elif weighting == "binary":
-        vec = CountVectorizer(analyzer=_identity, min_df=int(min_df), lowercase=False,
-                              binary=True, dtype=dtype)
-    else:
-        raise ValueError(f"weighting must be 'tfidf' or 'binary', got {weighting!r}")
+    docs = pair_contexts(tokens, e1_spans, e2_spans, window, lowercase=lowercase,
+                         position_tags=position_tags, drop_punctuation=drop_punctuation)
     try:
-        X = vec.fit_transform(docs)
-    except ValueError as exc:  # empty vocabulary
-        raise ValueError(f"no context word survives window={window!r}, min_df={min_df}: "
-                         f"{exc}") from None
-    X = sp.csr_matrix(X, dtype=dtype)
-    X.sort_indices()
-    vocabulary = np.asarray(vec.get_feature_names_out(), dtype=object)
+        X, vocabulary, _ = fit_contexts(docs, weighting=weighting, min_df=min_df, dtype=dtype)
+    except ValueError as exc:  # name the window too when no word survives
+        raise ValueError(str(exc).replace("survives ", f"survives window={window!r}, ", 1)
+                         ) from None
     return (X, vocabulary, docs) if return_docs else (X, vocabulary)
+
+
+def spans(frame) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The ``e1`` and ``e2`` spans of a reader DataFrame (columns ``e1_*``, ``e2_*``)."""
+    e1 = list(zip(frame["e1_start"].to_numpy(), frame["e1_end"].to_numpy(), strict=True))
+    e2 = list(zip(frame["e2_start"].to_numpy(), frame["e2_end"].to_numpy(), strict=True))
+    return e1, e2
 
 
 def build_contexts_frame(frame, window, **kwargs):
     """:func:`build_contexts` on a reader DataFrame (columns ``tokens``, ``e1_*``, ``e2_*``)."""
-    e1 = list(zip(frame["e1_start"].to_numpy(), frame["e1_end"].to_numpy(), strict=True))
-    e2 = list(zip(frame["e2_start"].to_numpy(), frame["e2_end"].to_numpy(), strict=True))
+    e1, e2 = spans(frame)
     return build_contexts(list(frame["tokens"]), e1, e2, window, **kwargs)

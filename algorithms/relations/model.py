@@ -18,7 +18,14 @@ step                                         units                              
 ``score_subsample(X, F_k, k, mu, [C_r])``    ``stability_units()``               Eq. 2 row
 ``choose_k(rows)``                           once                                samples, curve, k
 ``label(X, C_1, words)``                     once                                DCM words
+``centroids(X, F_k, C_1, k)``                once                                centroids
+``assign(X, F_k, centroids)``                any new pairs                       clusters
 ===========================================  ==================================  =============
+
+``centroids`` and ``assign`` are what a trained model keeps and applies: each pair goes to
+the nearest centroid of the final clustering in the space that clustering used (the columns
+F_k, rows L2-normalised with ``row_norm``); :meth:`~RelationDiscovery.predict` is ``assign``
+with the fitted ``selected_features_`` and ``cluster_centers_``.
 
 :meth:`~RelationDiscovery.select_k` is the loop over ``cluster_reference``,
 ``score_subsample`` and ``choose_k`` for given subsets; with every word for every k it is the
@@ -144,12 +151,18 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         ``m_std``, ``n_samples``.
     stability_samples_ : DataFrame
         Per (k, subsample): ``m`` and ``m_random``.
+    n_features_in_ : int
+        The number of columns of the X it was fitted on.
     n_clusters_ : int
         The chosen k.
     selected_features_ : ndarray of int
         F for the chosen k (column indices).
     labels_ : ndarray of int
         C_1 of the chosen k.
+    cluster_centers_ : ndarray (n_clusters_, len(selected_features_))
+        The mean of each cluster of ``labels_`` in the space k-means clustered (the columns
+        ``selected_features_``, in that order, rows normalised with ``row_norm``);
+        :meth:`predict` assigns to the nearest.  NaN for a cluster k-means left empty.
     cluster_labels_ : dict
         Cluster -> list of words, ``n_label_words`` per cluster by DCM weight over all words.
     timings_ : dict
@@ -314,6 +327,36 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         (:func:`dcm.top_words`): cluster -> list of (word, weight)."""
         return top_words(X, labels, feature_names, int(self.n_label_words))
 
+    def centroids(self, X, features, labels, k: int) -> np.ndarray:
+        """The centroids of the clustering ``labels`` (k clusters) in the space it was made
+        in: the columns ``features`` of X, rows L2-normalised when ``row_norm``
+        (:func:`selection.cluster_centers`); shape (k, len(features))."""
+        Z = selection.prepare_subset(X, features, row_norm=bool(self.row_norm))
+        return selection.cluster_centers(Z, labels, k)
+
+    def assign(self, X, features, centers) -> tuple[np.ndarray, np.ndarray]:
+        """The nearest of ``centers`` (from :meth:`centroids` with the same ``features``) for
+        every row of X, and the distance to it (:func:`selection.nearest_center`).
+
+        A row depends on nothing but its own values, so a pair gets the same cluster
+        whichever pairs it is assigned with.  On the pairs the centroids were computed from,
+        this is the clustering itself wherever k-means stopped at a fixed point of its two
+        steps (each pair nearest the mean of its cluster).
+        """
+        Z = selection.prepare_subset(X, features, row_norm=bool(self.row_norm))
+        return selection.nearest_center(Z, centers)
+
+    def predict(self, X) -> np.ndarray:
+        """The cluster of each row of X (columns as in :meth:`fit`): the nearest of
+        ``cluster_centers_`` in the space of ``selected_features_`` (:meth:`assign`)."""
+        if not hasattr(self, "cluster_centers_"):
+            raise ValueError("this RelationDiscovery is not fitted yet; call fit first")
+        X = sp.csr_matrix(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} columns but the model was fitted on "
+                             f"{self.n_features_in_}")
+        return self.assign(X, self.selected_features_, self.cluster_centers_)[0]
+
     # -- the loops ---------------------------------------------------------------------------
     def select_k(self, X, subsets: dict):
         """The stability step for the subsets ``k -> F_k`` (column indices) of every k.
@@ -338,6 +381,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         if X.dtype not in (np.float32, np.float64):
             X = X.astype(np.float64)
         n, m = X.shape
+        self.n_features_in_ = m
         if feature_names is None:
             feature_names = np.array([str(j) for j in range(m)], dtype=object)
         feature_names = np.asarray(feature_names, dtype=object)
@@ -365,6 +409,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         with _timed(timings, "final"):
             self.labels_ = references[self.n_clusters_][0]
             self.selected_features_ = np.sort(subsets[self.n_clusters_])
+            self.cluster_centers_ = steps.centroids(X, self.selected_features_, self.labels_,
+                                                    self.n_clusters_)
             self.cluster_labels_ = {c: [w for w, _ in ws] for c, ws in
                                     steps.label(X, self.labels_, feature_names).items()}
         self.timings_ = timings

@@ -116,6 +116,72 @@ def kmeans_labels(Z, k: int, *, random_state: int, n_init: int, max_iter: int = 
         return km.fit(Z).labels_.astype(np.int64)
 
 
+def cluster_centers(Z, labels, k: int) -> np.ndarray:
+    """The mean of the rows of each cluster: the centroids of a k-means partition.
+
+    Parameters
+    ----------
+    Z : array-like or sparse (n, d)
+        The points (the matrix k-means clustered, :func:`prepare_subset`).
+    labels : array of int, shape (n,)
+        Clusters in ``[0, k)``.
+    k : int
+
+    Returns
+    -------
+    ndarray (k, d) of float64
+        Row c is the mean of the rows labelled c; NaN for a cluster without rows (k-means
+        may leave one empty when there are fewer distinct points than k), which
+        :func:`nearest_center` never chooses.
+    """
+    Z = _check_X(Z).astype(np.float64)
+    labels = np.asarray(labels)
+    k = int(k)
+    if labels.shape != (Z.shape[0],):
+        raise ValueError(f"labels has shape {labels.shape} but Z has {Z.shape[0]} rows")
+    if labels.size and (labels.min() < 0 or labels.max() >= k):
+        raise ValueError(f"labels must lie in [0, {k}), got [{labels.min()}, {labels.max()}]")
+    onehot = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
+                           shape=(k, labels.size))
+    sizes = np.asarray(onehot.sum(axis=1)).ravel()
+    sums = np.asarray((onehot @ Z).todense())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / sizes[:, None]
+
+
+def nearest_center(Z, centers) -> tuple[np.ndarray, np.ndarray]:
+    """The nearest center of every row (squared Euclidean distance, k-means' own).
+
+    Parameters
+    ----------
+    Z : array-like or sparse (n, d)
+    centers : ndarray (k, d)
+        A row with a NaN (an empty cluster) is never chosen.
+
+    Returns
+    -------
+    labels : ndarray of int64, shape (n,)
+        The index of the nearest center; the lowest index on ties.
+    distances : ndarray of float64, shape (n,)
+        The Euclidean distance to it.
+    """
+    Z = _check_X(Z).astype(np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    if centers.ndim != 2 or centers.shape[1] != Z.shape[1] or centers.shape[0] == 0:
+        raise ValueError(f"centers must have shape (k, {Z.shape[1]}) with k >= 1, got "
+                         f"{centers.shape}")
+    usable = ~np.isnan(centers).any(axis=1)
+    if not usable.any():
+        raise ValueError("every center is empty (NaN)")
+    C = np.where(usable[:, None], centers, 0.0)
+    z2 = np.asarray(Z.multiply(Z).sum(axis=1)).ravel()
+    d2 = z2[:, None] - 2.0 * np.asarray(Z @ C.T) + (C * C).sum(axis=1)[None, :]
+    d2[:, ~usable] = np.inf
+    labels = np.argmin(d2, axis=1).astype(np.int64)
+    best = d2[np.arange(d2.shape[0]), labels]
+    return labels, np.sqrt(np.maximum(best, 0.0))
+
+
 def invariant_criterion(Z, labels, *, reg: float) -> float:
     """trace((P_W + lambda I)^{-1} P_B) with ``lambda = reg * trace(P_T) / d``.
 

@@ -19,11 +19,12 @@ import yaml
 from algorithms.metrics.clustering import clustering_scores
 from algorithms.relations.baselines import hasegawa_clustering, kmeans_baseline
 from algorithms.relations.contexts import build_contexts_frame
+from algorithms.relations.dcm import top_words
 from algorithms.relations.model import RelationDiscovery
 from flows.cli import main
 from tasks.readers.semeval import read_semeval
-from tasks.store import Store
-from tests.flows.helpers import rerun_first, runs
+from tasks.store import Store, file_sha256
+from tests.flows.helpers import manifest, rerun_first, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -119,6 +120,96 @@ def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, 
     assert 0.2 < value[("entropy", "accuracy")] < 1.0
     for o in m["outputs"]:
         assert store.sha256(o["ref"]) == o["sha256"]
+
+
+@pytest.fixture(scope="module")
+def fitted(sample):
+    """The sample's contexts and the estimator fitted on them, the independent truth."""
+    X, vocab = build_contexts_frame(sample, "0-10-0", weighting="tfidf", min_df=1)
+    return X, vocab, RelationDiscovery(**ESTIMATOR).fit(X, feature_names=vocab)
+
+
+NAMED = {"assignments.parquet": ("relations-assign", None),
+         "clusters.parquet": ("relations-model", "clusters"),
+         "features.parquet": ("relations-model", "features"),
+         "model/vocabulary.parquet": ("relations-features", "vocabulary"),
+         "model/features.parquet": ("relations-model", "features"),
+         "model/centroids.parquet": ("relations-model", "centroids"),
+         "model/clusters.parquet": ("relations-model", "clusters")}
+
+
+def test_named_outputs_are_the_runs_entries_and_agree_with_the_estimator(project, sample,
+                                                                        fitted):
+    """outputs/ of the first run: each file opened with pandas is its store entry, and equals
+    what the sample, ``RelationDiscovery.fit`` and the DCM function give without the flow."""
+    X, vocab, model = fitted
+    m = manifest(project, runs(project)[0])
+    out = project / "data" / "runs" / m["run_id"] / "outputs"
+    store = Store(project / "data" / "cache")
+    named = {o["name"]: o for o in m["named_outputs"]}
+    assert set(named) == {*NAMED, "model/model.json"}
+    tables = {}
+    for name, (step, part) in NAMED.items():
+        (entry,) = outputs(m, step, part)
+        assert named[name]["ref"] == entry["ref"] and file_sha256(out / name) == entry["sha256"]
+        tables[name] = pd.read_parquet(out / name)
+        pd.testing.assert_frame_equal(tables[name], store.read(entry["ref"]))
+    k, n = model.n_clusters_, len(sample)
+
+    assigned = tables["assignments.parquet"]
+    assert list(assigned.columns) == ["source", "id", "sentence", "head", "tail", "cluster",
+                                      "label", "distance", "n_words", "gold"]
+    assert assigned["id"].tolist() == sample["id"].astype(str).tolist()
+    assert (assigned["source"] == TRAIN.name).all()
+    tokens = [list(t) for t in sample["tokens"]]
+    assert assigned["sentence"].tolist() == [" ".join(t) for t in tokens]
+    for column, entity in (("head", "e1"), ("tail", "e2")):
+        spans = zip(tokens, sample[f"{entity}_start"], sample[f"{entity}_end"], strict=True)
+        assert assigned[column].tolist() == [" ".join(t[a:b]) for t, a, b in spans]
+    assert assigned["gold"].tolist() == sample["relation"].tolist()
+    # each pair's cluster is its nearest centroid, written out here on the fitted contexts;
+    # k-means stopped at a fixed point, so that is the clustering the metrics score
+    Z = X.toarray()[:, model.selected_features_]
+    Z /= np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-300)
+    d2 = ((Z[:, None, :] - model.cluster_centers_[None]) ** 2).sum(axis=2)
+    np.testing.assert_array_equal(assigned["cluster"].to_numpy(), d2.argmin(axis=1))
+    np.testing.assert_allclose(assigned["distance"], np.sqrt(d2.min(axis=1)), atol=1e-12)
+    same = int((assigned["cluster"].to_numpy() == model.labels_).sum())
+    assert same == n, f"nearest centroid and k-means agree on {same} of {n} pairs"
+    np.testing.assert_array_equal(assigned["n_words"], (Z != 0).sum(axis=1))
+
+    clusters = tables["clusters.parquet"]
+    assert clusters["cluster"].tolist() == list(range(k)) and clusters["size"].sum() == n
+    np.testing.assert_array_equal(clusters["size"], np.bincount(model.labels_, minlength=k))
+    dcm = top_words(X, model.labels_, vocab, 2)
+    for row in clusters.itertuples():
+        assert list(row.words) == [w for w, _ in dcm[row.cluster]]
+        np.testing.assert_allclose(row.weights, [wt for _, wt in dcm[row.cluster]], rtol=1e-12)
+        assert row.label == ", ".join(row.words)
+    assert assigned["label"].tolist() == clusters["label"].to_numpy()[assigned["cluster"]].tolist()
+
+    features = tables["features.parquet"]
+    (ranking,) = outputs(m, "relations-rank")
+    pd.testing.assert_frame_equal(features, store.read(ranking["ref"]).head(len(features)))
+    assert sorted(features["feature"]) == model.selected_features_.tolist()
+    np.testing.assert_array_equal(features["rank"], np.arange(len(features)))
+
+    vocabulary = tables["model/vocabulary.parquet"]
+    assert vocabulary["word"].tolist() == list(vocab)
+    df = np.asarray((X != 0).sum(axis=0)).ravel()
+    np.testing.assert_array_equal(vocabulary["df"], df)
+    np.testing.assert_allclose(vocabulary["idf"], np.log((1 + n) / (1 + df)) + 1, rtol=1e-15)
+    centroids = tables["model/centroids.parquet"].pivot(index="cluster", columns="feature",
+                                                        values="value")
+    np.testing.assert_allclose(centroids[model.selected_features_].to_numpy(),
+                               model.cluster_centers_, rtol=1e-12, atol=1e-15)
+    meta = json.loads((out / "model" / "model.json").read_text())
+    assert meta["format"] == "scarce-relations-model" and meta["version"] == 1
+    assert (meta["k"], meta["n_features"], meta["n_pairs"], meta["vocabulary_size"]) == (
+        k, len(features), n, len(vocab))
+    assert meta["contexts"] == {"window": "0-10-0", "weighting": "tfidf", "position_tags": True,
+                                "lowercase": True, "drop_punctuation": True, "min_df": 1}
+    assert meta["assign"] == {"row_norm": True} and meta["directed"] is False
 
 
 def method_choice(store, m, part):
@@ -222,6 +313,12 @@ def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
     """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
     code, out = rerun_first(project, capsys, runner)
     assert code == 0 and out.strip().endswith("identical"), out
+    first = manifest(project, runs(project)[0])
+    reruns = [m for m in (manifest(project, r) for r in runs(project))
+              if m["options"].get("rerun_of") == first["run_id"]]
+    rerun = max(reruns, key=lambda m: m["finished"])  # compared with its named outputs
+    assert [o["name"] for o in rerun["named_outputs"]] == [o["name"] for o in
+                                                           first["named_outputs"]]
 
 
 def test_model_order_options_reach_the_computation(project, capsys, sample):

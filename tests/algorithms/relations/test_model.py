@@ -116,6 +116,9 @@ def test_step_params_name_every_parameter_a_step_reads():
     samples = [run("entropy", "score_subsample", X, order, 2, mu, [ref]) for mu in (0, 1)]
     run("entropy", "choose_k", samples)
     run("entropy", "label", X, ref, names)
+    centers = run("entropy", "centroids", X, order[:5], ref, 2)
+    run("entropy", "assign", X, order[:5], centers)
+    assert seen["assign"] == seen["centroids"] == {"row_norm"}
     assert {"n_init_reference", "n_init", "random_state"} <= seen["cluster_reference"]
     assert RelationDiscovery().step_params("score_candidate") == {
         "n_init": 3, "random_state": 0, "reg": 1e-3, "row_norm": True, "theta": 0.9}
@@ -147,3 +150,27 @@ def test_bad_settings_are_errors_that_say_what_was_expected():
         RelationDiscovery(ranking="tfidf", k_high=4).fit(X)
     with pytest.raises(ValueError, match="feature_names has 2 names"):
         RelationDiscovery(k_high=4).fit(X, feature_names=["a", "b"])
+
+
+def test_predict_is_the_nearest_centroid_of_the_final_clustering():
+    """Independent truth: the centroids as the mean of each cluster's normalised rows on the
+    selected words, and each pair's distance to each written out.  On this data k-means
+    stops at a fixed point, so predicting the training pairs gives ``labels_`` back."""
+    X, _ = _synthetic(seed=4)
+    model = RelationDiscovery(k_low=2, k_high=4, n_subsamples=3, n_prefixes=3, min_prefix=3,
+                              random_state=5).fit(X)
+    Z = X.toarray()[:, model.selected_features_]
+    Z /= np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-300)
+    means = np.array([Z[model.labels_ == c].mean(axis=0) for c in range(model.n_clusters_)])
+    np.testing.assert_allclose(model.cluster_centers_, means, rtol=1e-12, atol=1e-15)
+    new, _ = _synthetic(seed=9, n_per=10)
+    Zn = new.toarray()[:, model.selected_features_]
+    Zn /= np.linalg.norm(Zn, axis=1, keepdims=True)
+    brute = ((Zn[:, None, :] - means[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    np.testing.assert_array_equal(model.predict(new), brute)
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+    np.testing.assert_array_equal(model.predict(new[5:6]), model.predict(new)[5:6])
+    with pytest.raises(ValueError, match="X has 3 columns but the model was fitted on 12"):
+        model.predict(sp.csr_matrix(np.ones((2, 3))))
+    with pytest.raises(ValueError, match="not fitted yet"):
+        RelationDiscovery().predict(X)

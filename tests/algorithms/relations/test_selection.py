@@ -4,12 +4,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from algorithms.relations.model import RelationDiscovery
 from algorithms.relations.selection import (
     best_subsets,
+    cluster_centers,
     coverage,
     invariant_criterion,
+    nearest_center,
     prefix_sizes,
     score_candidate,
 )
@@ -94,3 +98,44 @@ def test_best_subsets_falls_back_to_largest_coverage():
     scores = pd.DataFrame({"k": [2, 2], "n_features": [5, 10], "coverage": [0.5, 0.7],
                            "feasible": [False, False], "criterion": [np.nan, np.nan]})
     assert best_subsets(scores) == {2: 10}
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30), d=st.integers(1, 6),
+       k=st.integers(1, 5), density=st.floats(0.0, 1.0))
+def test_centers_are_cluster_means_and_the_nearest_is_the_brute_force_argmin(seed, n, d, k,
+                                                                            density):
+    """Independent truth: the mean of each cluster's rows by a loop, and every point's
+    distance to every center written out (empty clusters are NaN and never chosen)."""
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, d)) * (rng.random((n, d)) < density)
+    labels = rng.integers(0, k, size=n)
+    centers = cluster_centers(sp.csr_matrix(Z), labels, k)
+    for c in range(k):
+        if (labels == c).any():
+            np.testing.assert_allclose(centers[c], Z[labels == c].mean(axis=0), rtol=1e-12,
+                                       atol=1e-12)
+        else:
+            assert np.isnan(centers[c]).all()
+    new = rng.normal(size=(7, d)) * (rng.random((7, d)) < density)
+    got, dist = nearest_center(sp.csr_matrix(new), centers)
+    full = np.array([[np.inf if np.isnan(c).any() else np.sum((x - c) ** 2) for c in centers]
+                     for x in new])
+    best = full.min(axis=1)
+    # the chosen center is a nearest one (up to rounding), never an empty one
+    assert np.all(full[np.arange(7), got] <= best + 1e-9)
+    np.testing.assert_allclose(dist, np.sqrt(best), rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(nearest_center(new, centers)[0], got)  # dense input too
+
+
+def test_nearest_center_breaks_ties_by_the_lower_index_and_checks_shapes():
+    centers = np.array([[1.0, 0.0], [0.0, 1.0], [np.nan, np.nan]])
+    labels, dist = nearest_center(np.array([[0.0, 0.0], [0.0, 2.0]]), centers)
+    np.testing.assert_array_equal(labels, [0, 1])
+    np.testing.assert_allclose(dist, [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"centers must have shape \(k, 2\)"):
+        nearest_center(np.zeros((1, 2)), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="every center is empty"):
+        nearest_center(np.zeros((1, 2)), np.full((2, 2), np.nan))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
+        cluster_centers(np.zeros((2, 2)), [0, 2], 2)
