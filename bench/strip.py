@@ -25,6 +25,22 @@ labels (the instances of ``strip-partial``; wittgenstein has no unknown label, s
 more supervision than StRip and its scores are an oracle, not a baseline).  ``time_ratio`` is the
 method's training seconds over its peer's.
 
+Outside referee (issue 15): the test chains of each method are written as CorefUD CoNLL-U by the
+flow's own writer (:func:`tasks.strip.write_predicted`) and scored by the official CRAC scorer
+(``../shared/tools/corefud-scorer`` beside the project; :func:`official_scores`), exact mention
+match, singletons kept: its MUC, B³ and CEAF-e precision, recall and F1 against ours, once on the
+source mentions (key and response both restricted to them, as our scores are) and once on all
+mentions with the unchanged gold file as the key.  ``scorer_max_diff`` is the largest of the 18
+differences; ``crac_muc_f``, ``crac_b3_f``, ``crac_ceaf_e_f`` and ``crac_conll_f`` (their mean)
+are the scorer's F1 in its own setting, singletons left out, over all mentions (exact match):
+MUC equals our ``all_muc_f`` (a singleton holds no link), B³ and CEAF-e are lower than ours,
+which count every mention.  NaN when the scorer is absent.
+
+Apply throughput: ``apply_docs_per_s`` is the test documents per second of the apply flow's rule
+application (:func:`tasks.strip.apply_rules`, one call per document), ``apply_speedup`` the
+seconds of the training run's ``evaluate`` step on the same documents and rules over those
+(best of five each, in this process).
+
 Data: ``--data DIR`` holds ``coref/gum/`` with ``<doc_id>.conllu[.gz]`` files and ``splits.tsv``
 (default: the project's bundled part of GUM).  ``--quick``: a few bundled documents.
 """
@@ -32,7 +48,10 @@ Data: ``--data DIR`` holds ``coref/gum/`` with ``<doc_id>.conllu[.gz]`` files an
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,11 +65,15 @@ from flows.config import project_root
 from flows.runtime import markdown_table
 from tasks import strip as tasks_strip
 from tasks.errors import InputError
+from tasks.readers.conllu import read_conllu, write_chains
 
 # method -> the peer fitted on the same pair instances
 PEER_OF = {"ripper": "wittgenstein-labeled", "strip-labeled": "wittgenstein-labeled",
            "strip-partial": "wittgenstein-all"}
 QUICK_DOCS = {"train": 6, "dev": 2, "test": 2}
+# The official CRAC scorer, beside the project (never part of it): ../shared/tools/corefud-scorer
+SCORER = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "corefud-scorer"
+REFEREE_METRICS = ("muc", "b3", "ceaf_e")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +125,8 @@ def load_split(files: list[Path], window: int, supervision: str = "sources") -> 
         pairs.append(out["pairs"])
         mentions.append(out["mentions"])
     return {"pairs": pd.concat(pairs, ignore_index=True),
-            "mentions": pd.concat(mentions, ignore_index=True)}
+            "mentions": pd.concat(mentions, ignore_index=True),
+            "files": list(zip(files, pairs, mentions, strict=True))}
 
 
 def _documents(gum: Path, max_docs: dict[str, int | None]) -> dict[str, list[Path]]:
@@ -133,6 +157,170 @@ def score(positive: np.ndarray, data: dict) -> dict[str, float]:
     out["all_b3_f"] = float(every.loc["b3", "f"])
     out["all_ceaf_e_f"] = float(every.loc["ceaf_e", "f"])
     return out
+
+
+# ----------------------------------------------------------------------------- the outside referee
+_DRIVER = """
+import contextlib, importlib, json, sys
+jobs = json.load(sys.stdin)
+with contextlib.redirect_stdout(sys.stderr):
+    cli = importlib.import_module("corefud-scorer")
+    from scorer.corefud.reader import CorefUDReader
+    from scorer.eval import evaluator
+    out = []
+    for job in jobs:
+        args = cli.corefud_to_ua_args({
+            "key_file": None, "sys_file": None, "metrics": ["muc", "bcub", "ceafe"],
+            "keep_singletons": job["singletons"], "match": "exact", "exact_match": True,
+            "zero_match_method": "dependent"})
+        cli.uascorer.process_arguments(args)
+        infos = {}
+        for k, (key, response) in enumerate(job["files"]):
+            reader = CorefUDReader(**args)
+            reader.get_coref_infos(key, response)
+            infos.update({(k, doc): info for doc, info in reader.doc_coref_infos.items()})
+        out.append({name: evaluator.evaluate_documents(infos, metric, beta=1)
+                    for name, metric in args["metrics"]})
+print(json.dumps(out))
+"""
+_SCORER_NAMES = {"muc": "muc", "bcub": "b3", "ceafe": "ceaf_e"}
+
+
+def official_scores(jobs: list[dict], scorer: Path = SCORER) -> list[pd.DataFrame]:
+    """MUC, B³ and CEAF-e of the official CRAC scorer, exact mention match, full precision.
+
+    Runs the scorer's own code (``corefud-scorer.py``'s options, its CorefUD reader and
+    evaluator) in a subprocess, without the rounding of its printed output; the documents of all
+    the file pairs of a job are scored together, as the scorer scores the documents of one file.
+
+    Parameters
+    ----------
+    jobs : list of dict
+        Each ``{"files": [(key, response), ...], "singletons": bool}`` (``singletons``: the
+        scorer's ``-s``, keep singletons).
+    scorer : Path
+        The scorer's folder.
+
+    Returns
+    -------
+    list of DataFrame
+        Per job, rows ``muc, b3, ceaf_e`` and columns ``p, r, f``.
+    """
+    payload = [{"files": [[str(Path(k).resolve()), str(Path(r).resolve())] for k, r in j["files"]],
+                "singletons": bool(j["singletons"])} for j in jobs]
+    proc = subprocess.run([sys.executable, "-c", _DRIVER], input=json.dumps(payload),
+                          cwd=scorer, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"the CRAC scorer failed: {last}")
+    out = []
+    for result in json.loads(proc.stdout):
+        rows = {_SCORER_NAMES[n]: (p, r, f) for n, (r, p, f) in result.items()}
+        out.append(pd.DataFrame.from_dict(rows, orient="index", columns=["p", "r", "f"])
+                   .loc[list(REFEREE_METRICS)])
+    return out
+
+
+def referee_files(path: Path, mentions: pd.DataFrame, response: np.ndarray,
+                  folder: Path) -> dict[str, tuple[Path, Path]]:
+    """Key and response CoNLL-U of one test file, for the scorer.
+
+    ``mentions`` are ``preprocess``'s mentions of the file (``doc, mention, entity, source``)
+    and ``response`` their predicted chains.  ``all``: the gold file itself as the key, the
+    response written by the flow's writer (:func:`tasks.strip.write_predicted`); ``sources``:
+    key and response restricted to the source mentions (gold entities and predicted chains
+    written back with :func:`tasks.readers.conllu.write_chains`), the mentions our scores count.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = tasks_strip.output_name(path).removesuffix(".conllu")
+    clusters = mentions[["doc", "mention"]].assign(method="m", cluster=response)
+    text = tasks_strip.write_predicted(path=path, clusters=clusters)["conllu"].iloc[0]
+    files = {"all": (path, folder / f"{stem}.response.conllu")}
+    files["all"][1].write_text(text, encoding="utf-8")
+    _, spans = read_conllu(path)
+    row = pd.MultiIndex.from_frame(mentions[["doc", "mention"]]).get_indexer(
+        pd.MultiIndex.from_frame(spans[["doc", "mention"]]))
+    keep = mentions["source"].to_numpy(dtype=bool)[row]
+    kept = spans[keep]
+    entity = pd.factorize(mentions["entity"].to_numpy()[row][keep])[0]
+    key, resp = folder / f"{stem}.sources.key.conllu", folder / f"{stem}.sources.response.conllu"
+    key.write_text(write_chains(path, kept.assign(cluster=entity)), encoding="utf-8")
+    chain = pd.factorize(np.asarray(response)[row][keep])[0]
+    resp.write_text(write_chains(path, kept.assign(cluster=chain)), encoding="utf-8")
+    files["sources"] = (key, resp)
+    return files
+
+
+def referee(files: list[Path], mentions: pd.DataFrame, response: np.ndarray,
+            scorer: Path = SCORER) -> dict[str, pd.DataFrame]:
+    """The scorer's scores of the chains ``response`` of the test ``files``' ``mentions``.
+
+    Returns
+    -------
+    dict of DataFrame
+        ``sources`` and ``all`` (singletons kept: comparable with our scores over the sources
+        and with the ``all_`` ones) and ``crac`` (all mentions, singletons left out: the
+        scorer's own default besides the exact match).
+    """
+    with tempfile.TemporaryDirectory(prefix="scarce-referee-") as tmp:
+        pairs: dict[str, list] = {"sources": [], "all": []}
+        for path in files:
+            docs = set(read_conllu(path)[1]["doc"])
+            own = mentions["doc"].isin(docs).to_numpy()
+            made = referee_files(path, mentions[own], np.asarray(response)[own], Path(tmp))
+            for k in pairs:
+                pairs[k].append(made[k])
+        scores = official_scores([{"files": pairs["sources"], "singletons": True},
+                                  {"files": pairs["all"], "singletons": True},
+                                  {"files": pairs["all"], "singletons": False}], scorer)
+    return dict(zip(("sources", "all", "crac"), scores, strict=True))
+
+
+def referee_columns(files: list[Path], data: dict, response: np.ndarray) -> dict[str, float]:
+    """``scorer_max_diff`` and the scorer's ``crac_*_f`` of a row (NaN when it is absent)."""
+    crac = [f"crac_{m}_f" for m in REFEREE_METRICS] + ["crac_conll_f"]
+    if not (SCORER / "corefud-scorer.py").is_file():
+        return {"scorer_max_diff": np.nan, **dict.fromkeys(crac, np.nan)}
+    men = data["mentions"]
+    key, groups = men["entity"].to_numpy(), men["doc"].to_numpy()
+    ours = {"sources": coref_scores(key, response, men["source"].to_numpy(dtype=bool), groups),
+            "all": coref_scores(key, response, None, groups)}
+    theirs = referee(files, men, response)
+    diff = max(float(np.abs(ours[k].loc[list(REFEREE_METRICS)].to_numpy()
+                            - theirs[k].to_numpy()).max()) for k in ours)
+    f = theirs["crac"]["f"]
+    return {"scorer_max_diff": diff, **{f"crac_{m}_f": float(f[m]) for m in REFEREE_METRICS},
+            "crac_conll_f": float(f.mean())}
+
+
+# ----------------------------------------------------------------------------- apply throughput
+def _best_of(fn, repeats: int = 5) -> float:
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def apply_throughput(rules: pd.DataFrame, method: str, data: dict) -> dict[str, float]:
+    """Documents per second of the apply flow's rule application on the test files, and the
+    seconds of the training run's ``evaluate`` step on the same files and rules over its."""
+    files = data["files"]
+    kinds = tasks_strip.feature_kinds(files[0][1])
+
+    def apply() -> None:
+        for path, pairs, mentions in files:
+            tasks_strip.apply_rules(path=path, pairs=pairs, mentions=mentions, rules=rules,
+                                    method=method, kinds=kinds)
+
+    def evaluate() -> None:
+        tasks_strip.evaluate(test_pairs=[f[1] for f in files], test_mentions=[f[2] for f in files],
+                             rules={method: rules}, timings={method: [pd.DataFrame()]},
+                             dataset="test")
+
+    t_apply, t_eval = _best_of(apply), _best_of(evaluate)
+    return {"apply_docs_per_s": len(files) / t_apply, "apply_speedup": t_eval / t_apply}
 
 
 def _fit_strip(train: pd.DataFrame, variant: str, loss_ratio: float, k: int, seed: int):
@@ -195,6 +383,8 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     docs = _documents(gum, limits)
     _log(f"documents: {', '.join(f'{s} {len(d)}' for s, d in docs.items())}; window {window}")
 
+    if not (SCORER / "corefud-scorer.py").is_file():
+        _log(f"the CRAC scorer is not at {SCORER}: no scorer columns")
     with threadpool_limits(1):
         t0 = time.perf_counter()
         data = {s: load_split(d, window, supervision) for s, d in docs.items()}
@@ -221,12 +411,16 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                      f"{dev['pairwise_f']:.4f}")
             best = _choose(sweep, select)
             model = best["model"]
-            test = score(model.predict(tasks_strip.features(data["test"]["pairs"])).astype(bool),
-                         data["test"])
+            positive = model.predict(tasks_strip.features(data["test"]["pairs"])).astype(bool)
+            test = score(positive, data["test"])
+            response = tasks_strip.chains(positive, data["test"]["pairs"],
+                                          data["test"]["mentions"])
             rows.append({"method": variant, "train_pairs": model.n_pairs_,
                          "train_labeled": model.n_labeled_, "loss_ratio": best["loss_ratio"],
                          "n_rules": best["n_rules"], "dev_b3_f": best["dev_b3_f"],
                          "dev_conll_f": best["dev_conll_f"], **test,
+                         **referee_columns(docs["test"], data["test"], response),
+                         **apply_throughput(model.rules_, variant, data["test"]),
                          "train_seconds": best["train_seconds"]})
             sweep_rows += [{k: v for k, v in r.items() if k != "model"} for r in sweep]
         _log("dev sweep:\n" + markdown_table(pd.DataFrame(sweep_rows)))

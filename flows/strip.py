@@ -4,11 +4,18 @@ Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Su
 through Structured Rule Learning" (EMNLP 2006)::
 
     preprocess (per file) -> for each variant: grow -> prune -> optimize -> evaluate
+        -> write chains (per test file)
 
 Each training step calls the same-named step method of
 :class:`~algorithms.strip.ripper.StRip` (``StRip.fit`` is the loop over them); the variants are
 :data:`algorithms.strip.ripper.VARIANTS`, the learner's defaults its signature.  Options live in
 ``configs/strip.yaml``.
+
+Named outputs (``data/runs/<run-id>/outputs/``, listed in the manifest, compared by ``scarce
+rerun``; see docs/strip.md): ``rules.parquet`` and ``rules.txt`` (every variant's rules with their
+coverage of the labelled test pairs), ``model/`` (each variant's rule table and ``model.json``,
+which the ``apply-strip`` flow reads) and ``predicted/<variant>/<file>.conllu`` (the test
+documents with the predicted chains as CorefUD ``Entity=`` annotations).
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from typing import Literal
 
 import pandas as pd
 from prefect import flow
+from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
-from algorithms.strip.ripper import VARIANTS, StRip
+from algorithms.strip.ripper import VARIANTS, StRip, rule_count
 from flows import plots
+from flows.apply import MODEL_DIR, MODEL_JSON, model_document
 from flows.config import FlowConfig, Strict, from_estimator
 from flows.published import STOYANOV_MPQA
 from flows.runtime import RunContext, RunOptions, markdown_table
@@ -124,9 +133,10 @@ class StripConfig(FlowConfig):
     flow_run_name="strip-{config.dataset}-w{config.window}-L{config.loss_ratio}-seed{config.seed}",
 )
 def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
-    """preprocess -> grow -> prune -> optimize (per variant) -> evaluate, then the artifacts."""
+    """preprocess -> grow -> prune -> optimize (per variant) -> evaluate -> write chains, then
+    the artifacts and the named outputs."""
     ctx = RunContext.open("strip", config, options)
-    data = preprocess(ctx, config)
+    documents, data = preprocess(ctx, config)
     train = [d["pairs"] for d in data["train"]]
     progress = ctx.progress("training", 3 * len(config.variants),
                             f"grow, prune, optimize for {len(config.variants)} variants")
@@ -151,12 +161,35 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
         timings=timings,
         dataset=f"{config.dataset}-{'+'.join(config.test_splits)}",
     )
+    test_files = list(documents.loc[documents["role"] == "test", "file"])
+    predicted = ctx.map(strip.write_predicted, path=test_files,
+                        clusters=unmapped(result["clusters"]))
     publish(ctx, config, rules, result)
+    name_outputs(ctx, config, rules, result, data, dict(zip(test_files, predicted, strict=True)))
     return ctx.finish(result["metrics"], headline=strip.headline(ctx.read(result["metrics"])))
 
 
-def preprocess(ctx: RunContext, config: StripConfig) -> dict[str, list[dict[str, str]]]:
-    """One ``preprocess`` step per CoNLL-U file, per role (``train``, ``test``): their refs.
+def preprocess_options(config: StripConfig) -> dict:
+    """The parameters of the ``preprocess`` step besides the file; ``model.json`` records them
+    so that apply-strip builds the pairs of new documents as this run did."""
+    src = config.sources
+    drawn = src.kind == "fraction"  # the seed and fraction key the step only when they are used
+    return dict(
+        window=config.window,
+        max_sentence_distance=config.max_sentence_distance,
+        source_kind=src.kind,
+        etypes=src.etypes,
+        fraction=src.fraction if drawn else None,
+        seed=config.seed if drawn else None,
+    )
+
+
+def preprocess(ctx: RunContext, config: StripConfig
+               ) -> tuple[pd.DataFrame, dict[str, list[dict[str, str]]]]:
+    """One ``preprocess`` step per CoNLL-U file, per role (``train``, ``test``).
+
+    Returns the document table (:func:`tasks.strip.select_documents`) and, per role, the refs
+    of its files' steps.
 
     The splits file is read once; the document table is stored after every document has been
     read, so that a malformed CoNLL-U file leaves nothing in the store (the training files are
@@ -165,23 +198,14 @@ def preprocess(ctx: RunContext, config: StripConfig) -> dict[str, list[dict[str,
     splits_file = ctx.path(config.splits_file)
     roles = {"train": config.train_splits, "test": config.test_splits}
     documents = strip.select_documents(splits_file, ctx.path(config.data_dir), roles)
-    src = config.sources
-    drawn = src.kind == "fraction"  # the seed and fraction key the step only when they are used
-    prep = dict(
-        window=config.window,
-        max_sentence_distance=config.max_sentence_distance,
-        source_kind=src.kind,
-        etypes=src.etypes,
-        fraction=src.fraction if drawn else None,
-        seed=config.seed if drawn else None,
-    )
+    prep = preprocess_options(config)
     data = {
         role: ctx.gather([ctx.submit(strip.preprocess, path=p, **prep) for p in part["file"]])
         for role, part in documents.groupby("role", sort=False)
     }
     ctx.run(strip.record_documents, splits_file=splits_file,
             documents=documents.assign(file=[p.name for p in documents["file"]]).to_dict("records"))
-    return data
+    return documents, data
 
 
 def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict) -> None:
@@ -220,6 +244,43 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
         summary_markdown(scores, config),
         "RIPPER against StRip in this run; the paper's MPQA figures are not comparable",
     )
+
+
+def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict,
+                 data: dict, predicted: dict) -> None:
+    """The run's named outputs: the rules, the model apply-strip reads, the predicted chains.
+
+    ``rules.parquet`` is ``evaluate``'s coverage table and ``model/rules-<variant>.parquet`` the
+    rule table of ``optimize`` (hard links of the store entries); ``model/model.json`` records
+    what ``preprocess`` needs to build the pairs of new documents as in training;
+    ``predicted/<variant>/<file>.conllu`` holds each test file with a variant's chains.
+    """
+    ctx.name_output("rules.parquet", result["coverage"])
+    ctx.write_output("rules.txt", strip.rules_text(
+        ctx.read(result["coverage"]), config.variants,
+        f"# StRip rules ({config.dataset}, window {config.window}, loss ratio "
+        f"{config.loss_ratio:g}, seed {config.seed}); coverage: the labelled pairs of the "
+        f"{'+'.join(config.test_splits)} documents"))
+    variants = []
+    for v in config.variants:
+        ctx.name_output(f"{MODEL_DIR}/rules-{v}.parquet", rules[v])
+        variants.append({"name": v, "rules": f"rules-{v}.parquet",
+                         "n_rules": rule_count(ctx.read(rules[v]))})
+    ctx.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_document(
+        "strip", strip.MODEL_VERSION,
+        variants=variants,
+        preprocess=preprocess_options(config),
+        features=strip.feature_kinds(ctx.read(data["train"][0]["pairs"])),
+        learner={"loss_ratio": config.loss_ratio, "k_optimize": config.k_optimize,
+                 "dl_surplus": config.dl_surplus, "max_thresholds": config.max_thresholds,
+                 "seed": config.seed},
+        trained_on={"dataset": config.dataset, "train_splits": config.train_splits,
+                    "files": len(data["train"])},
+    ))
+    for path, ref in predicted.items():
+        table = ctx.read(ref)
+        for method, text in zip(table["method"], table["conllu"], strict=True):
+            ctx.write_output(f"predicted/{method}/{strip.output_name(path)}", text)
 
 
 def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig) -> bytes:

@@ -1,4 +1,4 @@
-"""StRip's Prefect steps: preprocess -> grow -> prune -> optimize -> evaluate.
+"""StRip's Prefect steps: preprocess -> grow -> prune -> optimize -> evaluate -> write chains.
 
 Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
 through Structured Rule Learning", EMNLP 2006.  Thin wrappers: the rule learner is
@@ -13,10 +13,17 @@ the parameters the step uses, so a step's key holds only those.  ``grow`` also s
 of its random generator, which ``optimize`` continues from, so the three steps give exactly the
 rules of ``StRip.fit`` on the same pairs.  Training times are ``timings`` parts (volatile); the
 metrics table never holds a time.
+
+What a run learned is used again by the ``apply-strip`` flow (``flows/apply_strip.py``):
+``load_rules`` reads a variant's rule table from a run's ``outputs/model/``, ``preprocess`` is the
+training step itself, ``apply_rules`` fires the rules on one file's pairs and clusters them by
+single link (:func:`chains`, as ``evaluate`` does), and ``write_predicted`` writes the chains into
+the file's CoNLL-U, as the training run does for its test documents.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import zlib
 from collections.abc import Sequence
@@ -32,6 +39,7 @@ import tasks.readers.conllu as conllu
 from algorithms.strip.closure import PairGraph
 from tasks.errors import InputError
 from tasks.steps import step
+from tasks.store import read_parquet_entry
 
 PAIR_KEYS = ["doc", "mention_i", "mention_j", "label"]
 MENTION_KEYS = ["doc", "mention", "entity", "source", "sent", "position_start", "position_end",
@@ -39,6 +47,8 @@ MENTION_KEYS = ["doc", "mention", "entity", "source", "sent", "position_start", 
 DOCUMENT_COLUMNS = ["role", "split", "doc_id", "file"]
 DOC_SUFFIXES = (".conllu.gz", ".conllu")
 SCORE_NAMES = ("muc", "b3", "ceaf_e", "pairwise")
+CLUSTER_COLUMNS = ["doc", "mention", "method", "cluster"]
+MODEL_VERSION = 1  # format of a strip run's outputs/model/ (model.json); see docs/strip.md
 
 
 # ----------------------------------------------------------------------------- documents
@@ -387,3 +397,200 @@ def rules_markdown(rule_tables: dict[str, pd.DataFrame], header: str = "") -> st
     for method, table in rule_tables.items():
         lines += [f"## {method}", "", "```", ripper.rules_to_text(table), "```", ""]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- outputs
+def rules_text(coverage: pd.DataFrame, methods: Sequence[str], header: str) -> str:
+    """The learned rules of every method as text, each with what it covers on the test pairs.
+
+    Parameters
+    ----------
+    coverage : DataFrame
+        ``evaluate``'s coverage table (``method`` and
+        :data:`algorithms.strip.ripper.RULE_COVERAGE_COLUMNS`).
+    methods : sequence of str
+        The methods, in the order to list them.
+    header : str
+        The first line(s).
+
+    Returns
+    -------
+    str
+        Per method, ``R<id>: IF a AND b THEN coreferent`` and under it the rule's coverage of
+        the labelled test pairs, alone and after the closure; then ``DEFAULT: not coreferent``.
+    """
+    lines = [header.rstrip(), ""]
+    for method in methods:
+        rows = coverage[coverage["method"] == method].sort_values("rule_id")
+        lines.append(f"## {method}: {len(rows)} rule{'' if len(rows) == 1 else 's'}")
+        for r in rows.itertuples(index=False):
+            lines += [
+                f"R{r.rule_id}: IF {r.rule} THEN coreferent",
+                f"    fires on {r.fires} test pairs ({r.fires_pos} labelled coreferent, "
+                f"{r.fires_neg} labelled not); after the closure it adds {r.new_pos} coreferent "
+                f"and {r.new_neg} non-coreferent labelled pairs to the chains",
+            ]
+        lines += ["DEFAULT: not coreferent", ""]
+    return "\n".join(lines)
+
+
+def feature_kinds(pairs: pd.DataFrame) -> dict[str, str]:
+    """The kind of every feature of a pair table: ``nominal`` (bool, string: the rules test
+    ``feature == value``) or ``numeric`` (the rules test thresholds), as
+    :class:`~algorithms.strip.ripper.StRip` encodes them."""
+    X = features(pairs)
+    return {str(c): "nominal" if (pd.api.types.is_bool_dtype(X[c])
+                                  or not pd.api.types.is_numeric_dtype(X[c])) else "numeric"
+            for c in X.columns}
+
+
+def output_name(path: Path) -> str:
+    """The name of the predicted CoNLL-U of input ``path``: the input's name without ``.gz``
+    (``.conllu`` added when it has no such suffix), every character but letters, digits, ``.``,
+    ``_`` and ``-`` replaced by ``_`` (a plain file name in a run's outputs)."""
+    name = Path(path).name.removesuffix(".gz")
+    name = name if name.endswith(".conllu") else f"{name}.conllu"
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return name if name[0].isalnum() else f"x{name}"
+
+
+def number_chains(docs: np.ndarray, clusters: np.ndarray) -> np.ndarray:
+    """Chain numbers 1, 2, ... in the order of each chain's first mention.
+
+    ``docs`` and ``clusters`` hold one entry per mention, the mentions in file order; the numbers
+    depend only on the partition of each document, not on the labels a clustering gave it, so
+    the same chains are written with the same ``eid`` however they were computed.
+    """
+    return pd.factorize(pd.MultiIndex.from_arrays([np.asarray(docs), np.asarray(clusters)]))[0] + 1
+
+
+def chain_etypes(chain: np.ndarray, etypes: pd.Series) -> np.ndarray:
+    """Per mention, the entity type of its chain: the type all the chain's mentions carry in the
+    input, or ``""`` when they differ or one has none (a chain's type is not predicted).
+
+    ``chain`` holds the chain of every mention, ``etypes`` the mentions' types in the input."""
+    frame = pd.DataFrame({"chain": np.asarray(chain),
+                          "etype": etypes.fillna("").astype(str).to_numpy()})
+    agreed = frame.groupby("chain")["etype"].agg(
+        lambda s: s.iloc[0] if s.iloc[0] and (s == s.iloc[0]).all() else "")
+    return agreed.reindex(frame["chain"]).to_numpy()
+
+
+@step("strip-conllu", files=("path",), inputs=("clusters",), run_name="write chains {path.name}")
+def write_predicted(path: Path, clusters: pd.DataFrame) -> pd.DataFrame:
+    """The CoNLL-U file ``path`` with each method's predicted chains as its coreference.
+
+    Parameters
+    ----------
+    path : Path
+        A CoNLL-U file (one or more documents) whose mentions were clustered.
+    clusters : DataFrame
+        ``doc, mention, method, cluster`` (:data:`CLUSTER_COLUMNS`) for at least the mentions of
+        this file (``evaluate``'s table for all test documents, or ``apply_rules``'s).
+
+    Returns
+    -------
+    DataFrame
+        ``method, conllu``: per method, the file's text with its ``Entity=`` annotations replaced
+        by the chains (:func:`tasks.readers.conllu.write_chains`, CorefUD 1.x), singletons
+        included; chains numbered by :func:`number_chains`, typed by :func:`chain_etypes`.
+    """
+    _, mentions = conllu.read_conllu(path)
+    where = pd.MultiIndex.from_frame(mentions[["doc", "mention"]].astype({"doc": str}))
+    out = []
+    for method, part in clusters.groupby("method", sort=False):
+        label = part.astype({"doc": str}).set_index(["doc", "mention"])["cluster"].reindex(where)
+        if label.isna().any():
+            doc, mention = where[int(np.flatnonzero(label.isna().to_numpy())[0])]
+            raise ValueError(f"method {method}: mention {mention} of {doc} has no chain")
+        chain = number_chains(mentions["doc"].to_numpy(), label.to_numpy())
+        predicted = mentions[["doc", "sent", "start", "end", "head"]].assign(
+            cluster=chain, etype=chain_etypes(chain, mentions["etype"]))
+        out.append((method, conllu.write_chains(path, predicted)))
+    return pd.DataFrame(out, columns=["method", "conllu"])
+
+
+# ----------------------------------------------------------------------------- apply
+@step("strip-model-rules", files=("path",), run_name="load rules {path.name}")
+def load_rules(path: Path) -> pd.DataFrame:
+    """A rule table of a run's ``outputs/model/`` (a store-format Parquet file), checked.
+
+    Raises
+    ------
+    InputError
+        Naming the file when it is damaged or is not a rule table
+        (:data:`algorithms.strip.ripper.RULE_COLUMNS`).
+    """
+    table = read_parquet_entry(path)
+    try:
+        ripper.rule_count(table)  # checks the columns and the operators
+    except ValueError as exc:
+        raise InputError(f"not a StRip rule table ({exc})", path=path) from None
+    return table
+
+
+@step("strip-apply", files=("path",), inputs=("pairs", "mentions", "rules"),
+      run_name="apply rules {path.name}")
+def apply_rules(path: Path, pairs: pd.DataFrame, mentions: pd.DataFrame, rules: pd.DataFrame,
+                method: str, kinds: dict) -> pd.DataFrame:
+    """Chains of one file's mentions: the pairs the rules mark coreferent, single-linked.
+
+    The clustering is :func:`chains`, the function ``evaluate`` scores; nothing is learned.
+
+    Parameters
+    ----------
+    path : Path
+        The CoNLL-U file ``pairs`` and ``mentions`` were built from (named in errors; its hash
+        keys the step).
+    pairs, mentions : DataFrame
+        ``preprocess``'s tables of the file.
+    rules : DataFrame
+        A rule table (``load_rules``).
+    method : str
+        The variant the rules belong to (the ``method`` column).
+    kinds : dict
+        The pair features the model was trained on and their kinds (:func:`feature_kinds`); the
+        file's pairs must have exactly these.
+
+    Returns
+    -------
+    DataFrame
+        ``doc, mention, method, cluster`` (:data:`CLUSTER_COLUMNS`), one row per mention.
+
+    Raises
+    ------
+    InputError
+        When the file marks no mention, or when this code's pair features differ from the
+        model's (a model trained by another version of the features: repeat the training run).
+    """
+    if mentions.empty:
+        raise InputError("no mention in the file (no Entity= span): apply-strip links the "
+                         "mentions the input marks, gold or from another system, in the "
+                         "CorefUD format", path=path)
+    got = feature_kinds(pairs)
+    if got != kinds:
+        diff = sorted(set(kinds.items()) ^ set(got.items()))[:3]
+        raise InputError(f"the pair features of this code differ from the model's ({diff}); "
+                         "repeat the training run (`scarce rerun`) to apply it", key="model_run")
+    try:
+        positive = ripper.rules_fire(rules, features(pairs))
+    except ValueError as exc:
+        raise InputError(f"the model's rules do not fit the pair features ({exc})",
+                         key="model_run") from None
+    return pd.DataFrame({"doc": mentions["doc"].to_numpy(),
+                         "mention": mentions["mention"].to_numpy(), "method": method,
+                         "cluster": chains(positive, pairs, mentions)})[CLUSTER_COLUMNS]
+
+
+@step("strip-apply-summary", inputs=("clusters",), run_name="count chains")
+def count_chains(clusters: list, dataset: str) -> pd.DataFrame:
+    """The apply run's metrics table: documents, mentions, chains (two mentions or more),
+    mentions in those chains and singletons, over every file."""
+    table = pd.concat([c.assign(file=k) for k, c in enumerate(clusters)], ignore_index=True)
+    size = table.groupby(["file", "doc", "cluster"]).size()
+    values = {"documents": len(table[["file", "doc"]].drop_duplicates()), "mentions": len(table),
+              "chains": int((size >= 2).sum()), "mentions_in_chains": int(size[size >= 2].sum()),
+              "singletons": int((size == 1).sum())}
+    method = table["method"].iloc[0] if len(table) else ""
+    return pd.DataFrame([(dataset, method, k, float(v)) for k, v in values.items()],
+                        columns=["dataset", "method", "metric", "value"])

@@ -12,7 +12,7 @@ import pytest
 
 from algorithms.strip.features import build_pairs, source_mask
 from bench import strip as bench
-from tasks.readers.conllu import read_conllu
+from tasks.readers.conllu import read_conllu, write_chains
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
 SPLITS = {"GUM_news_worship": "train", "GUM_news_stampede": "train", "GUM_news_crane": "dev",
@@ -118,3 +118,49 @@ def test_choose_uses_the_requested_dev_score():
              {"loss_ratio": 1.0, "dev_b3_f": 0.65, "dev_conll_f": 0.62, "dev_pairwise_f": 0.1}]
     assert bench._choose(sweep, "b3")["loss_ratio"] == 0.5
     assert bench._choose(sweep, "conll")["loss_ratio"] == 1.0
+
+
+HAS_SCORER = (bench.SCORER / "corefud-scorer.py").is_file()
+
+
+@pytest.mark.skipif(not HAS_SCORER, reason="the CRAC scorer is not at ../shared/tools/"
+                    "corefud-scorer (it needs udapi)")
+def test_quick_official_scorer_equals_our_scores_of_each_method(table):
+    ours = table.iloc[:3]
+    assert (ours["scorer_max_diff"] <= 1e-9).all(), ours["scorer_max_diff"]
+    # without singletons (the scorer's own setting): MUC is ours (a singleton holds no link),
+    # B3 and CEAF-e fall below ours, which count the singletons
+    np.testing.assert_allclose(ours["crac_muc_f"], ours["all_muc_f"], rtol=0, atol=1e-9)
+    assert ((ours["crac_b3_f"] > 0) & (ours["crac_b3_f"] < ours["all_b3_f"])).all()
+    assert ((ours["crac_ceaf_e_f"] > 0) & (ours["crac_ceaf_e_f"] < ours["all_ceaf_e_f"])).all()
+    np.testing.assert_allclose(ours["crac_conll_f"],
+                               ours[["crac_muc_f", "crac_b3_f", "crac_ceaf_e_f"]].mean(axis=1))
+
+
+@pytest.mark.skipif(not HAS_SCORER, reason="the CRAC scorer is not at ../shared/tools/"
+                    "corefud-scorer (it needs udapi)")
+def test_official_scores_of_a_key_against_itself_and_against_singletons(tmp_path):
+    path = GUM / "GUM_news_crane.conllu.gz"
+    _, mentions = read_conllu(path)
+    alone = tmp_path / "alone.conllu"  # every mention its own entity
+    alone.write_text(write_chains(path, mentions.assign(cluster=np.arange(len(mentions)))))
+    same, single = bench.official_scores([{"files": [(path, path)], "singletons": False},
+                                          {"files": [(path, alone)], "singletons": True}])
+    np.testing.assert_array_equal(same.to_numpy(), 1.0)
+    # all singletons: no link (MUC 0), B3 precision 1 and recall sum(1/|K|) / n
+    sizes = mentions.groupby("entity").size().to_numpy()
+    assert single.loc["muc"].tolist() == [0.0, 0.0, 0.0]
+    assert single.loc["b3", "p"] == 1.0
+    assert single.loc["b3", "r"] == pytest.approx(len(sizes) / len(mentions), abs=1e-12)
+
+
+def test_without_the_scorer_the_referee_columns_are_empty(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench, "SCORER", tmp_path / "nowhere")
+    got = bench.referee_columns([], {"mentions": None}, np.zeros(0))
+    assert np.isnan(got["scorer_max_diff"]) and np.isnan(got["crac_conll_f"])
+
+
+def test_quick_apply_throughput_is_measured_for_each_method(table):
+    ours = table.iloc[:3]
+    assert (ours["apply_docs_per_s"] > 0).all() and np.isfinite(ours["apply_docs_per_s"]).all()
+    assert (ours["apply_speedup"] > 0).all() and np.isfinite(ours["apply_speedup"]).all()

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +21,14 @@ import pytest
 
 from algorithms.metrics.coref import coref_scores
 from algorithms.strip.features import build_pairs, source_mask
-from algorithms.strip.ripper import StRip
+from algorithms.strip.ripper import StRip, rules_to_text
+from bench import strip as bench_strip
 from flows.cli import main
 from flows.strip import StripConfig
 from tasks import strip as tasks_strip
 from tasks.errors import InputError
-from tasks.readers.conllu import read_conllu_files
-from tasks.store import Store
+from tasks.readers.conllu import read_conllu, read_conllu_files
+from tasks.store import Store, file_sha256
 from tests.flows.helpers import manifest, rerun_first, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -88,7 +93,7 @@ def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
     store = Store(project / "data" / "cache")
     assert {o["step"] for o in m["outputs"]} == {
         "strip-documents", "strip-preprocess", "strip-grow", "strip-prune", "strip-optimize",
-        "strip-evaluate"}
+        "strip-evaluate", "strip-conllu"}
     assert {Path(i["path"]).name for i in m["inputs"]} == {
         "splits.tsv", *(f"{d}.conllu.gz" for d in TRAIN + TEST)}
     (docs,) = [o["ref"] for o in m["outputs"] if o["step"] == "strip-documents"]
@@ -161,6 +166,102 @@ def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
             cov["covered_pos"].iloc[-1], cov["covered_neg"].iloc[-1])
 
 
+def test_named_outputs_open_and_equal_the_store_entries_and_chains_they_came_from(project):
+    first = manifest(project, runs(project)[0])
+    store = Store(project / "data" / "cache")
+    out = project / "data" / "runs" / first["run_id"] / "outputs"
+    named = {o["name"]: o for o in first["named_outputs"]}
+    assert set(named) == {
+        "rules.parquet", "rules.txt", "model/model.json",
+        *(f"model/rules-{v}.parquet" for v in VARIANTS),
+        *(f"predicted/{v}/{d}.conllu" for v in VARIANTS for d in TEST)}
+    for name, o in named.items():
+        assert file_sha256(out / name) == o["sha256"], name
+    (ev,) = [o["ref"] for o in first["outputs"] if o["ref"].startswith("strip-evaluate/")
+             and o["ref"].endswith("-coverage")]
+    # rules.parquet: the coverage entry (a hard link), read by pandas
+    assert named["rules.parquet"]["ref"] == ev
+    assert os.path.samefile(out / "rules.parquet", store.path(ev))
+    coverage = pd.read_parquet(out / "rules.parquet")
+    pd.testing.assert_frame_equal(coverage, store.read(ev))
+    # the model: each variant's optimized rule table and what preprocess needs
+    optimized = refs_by_method(store, first, "strip-optimize")
+    meta = json.loads((out / "model" / "model.json").read_text())
+    assert (meta["format"], meta["version"]) == ("scarce-strip-model", tasks_strip.MODEL_VERSION)
+    assert meta["preprocess"] == {"window": WINDOW, "max_sentence_distance": None,
+                                  "source_kind": "etype", "etypes": ["person", "organization"],
+                                  "fraction": None, "seed": None}
+    _, _, _, X, _ = pairs_of(TRAIN)
+    assert list(meta["features"]) == sorted(X.columns)  # model.json sorts its keys
+    assert {k for k, kind in meta["features"].items() if kind == "numeric"} == {
+        "sent_distance", "mention_distance", "paragraph_distance"}
+    text = (out / "rules.txt").read_text()
+    for v in meta["variants"]:
+        table = pd.read_parquet(out / "model" / v["rules"])
+        assert named[f"model/{v['rules']}"]["ref"] == optimized[v["name"]]["rules"]
+        same_rules(table, store.read(optimized[v["name"]]["rules"]))
+        assert v["n_rules"] == table["rule_id"].nunique()
+        # rules.txt: the estimator's own text of every rule, with the rule's coverage
+        for line in rules_to_text(table).splitlines():
+            assert line in text
+        for r in coverage[coverage["method"] == v["name"]].itertuples():
+            assert (f"fires on {r.fires} test pairs ({r.fires_pos} labelled coreferent, "
+                    f"{r.fires_neg} labelled not)") in text
+    # predicted chains: the gold file's spans, partitioned as the evaluate step's clusters
+    (cl,) = [o["ref"] for o in first["outputs"] if o["ref"].startswith("strip-evaluate/")
+             and o["ref"].endswith("-clusters")]
+    clusters = store.read(cl)
+    tokens, gold = read_conllu(GUM / f"{TEST[0]}.conllu.gz")
+    for v in VARIANTS:
+        ptokens, pred = read_conllu(out / "predicted" / v / f"{TEST[0]}.conllu")
+        assert ptokens["form"].tolist() == tokens["form"].tolist()
+        cols = ["doc", "mention", "sent", "start", "end"]
+        pd.testing.assert_frame_equal(pred[cols], gold[cols])
+        mine = clusters[clusters["method"] == v].set_index(["doc", "mention"])["cluster"]
+        stored = mine.reindex(pd.MultiIndex.from_frame(gold[["doc", "mention"]])).to_numpy()
+        np.testing.assert_array_equal(pd.factorize(pred["entity"])[0],
+                                      pd.factorize(stored)[0])
+        # a chain's type is the gold type its mentions share, else empty
+        for _, chain in pred.assign(gold=gold["etype"]).groupby("entity"):
+            shared = chain["gold"].iloc[0] if chain["gold"].nunique() == 1 else ""
+            assert set(chain["etype"]) == {shared}
+
+
+@pytest.mark.skipif(not (bench_strip.SCORER / "corefud-scorer.py").is_file(),
+                    reason="the CRAC scorer is not at ../shared/tools/corefud-scorer")
+def test_official_scorer_accepts_the_predicted_conllu_and_agrees_with_the_metrics(project):
+    """Issue 15 section 3: the CRAC scorer, exact match, singletons kept, equals our MUC, B³ and
+    CEAF-e to 1e-9 over all mentions (key: the gold file) and over the source mentions (key and
+    response restricted to them, as our scores are); without singletons (the scorer's default)
+    MUC is unchanged and B³ and CEAF-e differ, since ours count singletons."""
+    first = manifest(project, runs(project)[0])
+    run_dir = project / "data" / "runs" / first["run_id"]
+    metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    mentions, sources, *_ = pairs_of(TEST)
+    key = GUM / f"{TEST[0]}.conllu.gz"
+    for v in VARIANTS:
+        response = run_dir / "outputs" / "predicted" / v / f"{TEST[0]}.conllu"
+        chains = read_conllu(response)[1]["entity"].to_numpy()
+        theirs = bench_strip.referee([key], mentions.assign(source=sources), chains)
+        ours = metrics[metrics["method"] == v].set_index("metric")["value"]
+        for setting, prefix in (("sources", ""), ("all", "all_")):
+            for name in ("muc", "b3", "ceaf_e"):
+                for c in "prf":
+                    assert theirs[setting].loc[name, c] == pytest.approx(
+                        ours[f"{prefix}{name}_{c}"], abs=1e-9), (v, setting, name, c)
+        for c in "prf":
+            assert theirs["crac"].loc["muc", c] == pytest.approx(ours[f"all_muc_{c}"], abs=1e-9)
+        assert theirs["crac"].loc["b3", "f"] < ours["all_b3_f"]
+    # the scorer's own command line accepts the file (its printed F1 has two decimals)
+    done = subprocess.run(
+        [sys.executable, "corefud-scorer.py", "-x", "-s", "-m", "muc", "bcub", "ceafe", "--",
+         str(key), str(response)], cwd=bench_strip.SCORER, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    printed = [float(x) for x in re.findall(r"F1: ([0-9.]+)", done.stdout)]
+    assert printed == pytest.approx([100 * ours[f"all_{n}_f"] for n in ("muc", "b3", "ceaf_e")],
+                                    abs=0.006)
+
+
 def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
@@ -193,6 +294,7 @@ def test_every_task_run_is_named_by_its_piece_of_work(project):
     assert names == sorted([
         "record documents", "evaluate gum-small-test",
         *(f"preprocess {d}.conllu.gz" for d in TRAIN + TEST),
+        *(f"write chains {d}.conllu.gz" for d in TEST),
         *(f"{phase} {v}" for phase in ("grow", "prune", "optimize") for v in VARIANTS)])
 
 
@@ -200,7 +302,7 @@ def test_second_run_is_all_cache_hits(project, capsys):
     first = manifest(project, runs(project)[0])
     code, err, m = run(project, capsys)
     assert code == 0, err
-    assert m["cache_hits"] == ["strip-documents", "strip-evaluate", "strip-grow",
+    assert m["cache_hits"] == ["strip-conllu", "strip-documents", "strip-evaluate", "strip-grow",
                                "strip-optimize", "strip-preprocess", "strip-prune"]
     assert all(o["cached"] for o in m["outputs"])
     assert m["metrics_sha256"] == first["metrics_sha256"]
@@ -212,7 +314,8 @@ def test_changing_loss_ratio_reruns_training_but_not_preprocess(project, capsys)
     assert m["config"]["loss_ratio"] == 3
     assert m["cache_hits"] == ["strip-documents", "strip-preprocess"]
     ran = {o["step"] for o in m["outputs"] if not o["cached"]}
-    assert ran == {"strip-grow", "strip-prune", "strip-optimize", "strip-evaluate"}
+    assert ran == {"strip-grow", "strip-prune", "strip-optimize", "strip-evaluate",
+                   "strip-conllu"}
 
 
 def test_unbalanced_entity_bracket_exits_2_with_file_and_line(project, capsys, tmp_path):

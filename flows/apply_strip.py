@@ -1,0 +1,161 @@
+"""apply-strip: the rules a finished StRip run learned, on new CoNLL-U documents.
+
+::
+
+    load rules -> per file: preprocess -> apply rules -> write chains -> count chains
+
+``preprocess`` is the training flow's own step, run with the settings the model records (window,
+sentence limit, sources), so the pairs and features of a new document are built exactly as in
+training (a document the training run read is a cache hit); ``apply rules`` fires the chosen
+variant's rules on the pairs and clusters the positive ones by single link
+(:func:`tasks.strip.chains`, the function the training run's ``evaluate`` scores); ``write chains``
+writes the file's CoNLL-U with the chains as CorefUD ``Entity=`` annotations.  Nothing is learned.
+
+The mentions are those the input marks (its ``Entity=`` spans: gold mentions, or the mentions of
+another system written in the same format); the input's entity ids are ignored.  Mention
+detection is not part of this project.  Options: ``configs/apply-strip.yaml``; the model format
+is in docs/strip.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from prefect import flow
+from prefect.utilities.annotations import unmapped
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.apply import MODEL_JSON, ApplyConfig, input_files, open_model, resolve_model_run
+from flows.config import validate_config
+from flows.runtime import RunContext, RunOptions
+from flows.strip import Variant
+from tasks import strip
+from tasks.errors import InputError
+from tasks.store import atomic_write_bytes
+
+PAPER_VARIANT = "strip-partial"  # the paper's method: applied when the run trained it
+
+
+class ApplyStripConfig(ApplyConfig):
+    """Options of the apply-strip flow (``configs/apply-strip.yaml``)."""
+
+    variant: Variant | None = Field(
+        None,
+        description="The variant whose rules are applied; null: strip-partial (the paper's "
+        "method) when the run trained it, else the run's first variant.",
+    )
+
+
+@flow(name="apply-strip", flow_run_name="apply-strip-{config.model_run}")
+def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None) -> dict:
+    """load rules -> preprocess -> apply rules -> write chains (per file) -> count chains."""
+    ctx = RunContext.open("apply-strip", config, options)
+    model = open_strip_model(config.model_run, config.variant, ctx.run_dir.parent)
+    files = input_files(ctx.path(config.input), strip.DOC_SUFFIXES)
+    names, targets = plan_outputs(ctx, config, files)
+    rules = ctx.run(strip.load_rules, path=model.rules)
+    data = ctx.gather([ctx.submit(strip.preprocess, path=p, **model.preprocess) for p in files])
+    clusters = ctx.map(strip.apply_rules, path=files, pairs=[d["pairs"] for d in data],
+                       mentions=[d["mentions"] for d in data], rules=unmapped(rules),
+                       method=model.variant, kinds=unmapped(model.kinds))
+    written = ctx.map(strip.write_predicted, path=files, clusters=clusters)
+    metrics = ctx.run(strip.count_chains, clusters=clusters, dataset=Path(config.input).name)
+    texts = [ctx.read(ref)["conllu"].iloc[0] for ref in written]
+    for name, text in zip(names, texts, strict=True):
+        ctx.write_output(f"predicted/{name}", text)
+    for target, text in zip(targets, texts if targets else [], strict=True):  # --output
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, text.encode("utf-8"))
+    return ctx.finish(metrics)
+
+
+# ----------------------------------------------------------------------------- the model
+class _Variant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Variant
+    rules: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$")
+    n_rules: int = Field(ge=0)
+
+
+class _Preprocess(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    window: int = Field(ge=1)
+    max_sentence_distance: int | None = Field(ge=0)
+    source_kind: Literal["etype", "fraction"]
+    etypes: list[str]
+    fraction: float | None = Field(gt=0, le=1)
+    seed: int | None = Field(ge=0)
+
+
+class _ModelJson(BaseModel):
+    """The parts of ``model.json`` apply-strip reads (the others describe the training)."""
+
+    model_config = ConfigDict(extra="ignore")
+    variants: list[_Variant] = Field(min_length=1)
+    preprocess: _Preprocess
+    features: dict[str, Literal["nominal", "numeric"]] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class StripModel:
+    """What apply-strip needs of a model: a variant, its rule file, how to build the pairs."""
+
+    variant: str
+    rules: Path
+    preprocess: dict
+    kinds: dict[str, str]
+
+
+def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> StripModel:
+    """The model of the StRip run ``model_run`` (see :func:`flows.apply.resolve_model_run`),
+    with the rules of ``variant`` (default: :data:`PAPER_VARIANT` when trained, else the run's
+    first variant).
+
+    Raises
+    ------
+    InputError
+        No such run, a run of another flow, no model, an older format version, a malformed
+        ``model.json`` (naming the key), a variant the run did not train, a missing rule file.
+    """
+    run_dir = resolve_model_run(model_run, "strip", runs_root)
+    meta, folder = open_model(run_dir, "strip", strip.MODEL_VERSION)
+    m = validate_config(meta, _ModelJson, folder / MODEL_JSON)
+    trained = [v.name for v in m.variants]
+    chosen = variant or (PAPER_VARIANT if PAPER_VARIANT in trained else trained[0])
+    if chosen not in trained:
+        raise InputError(f"run {run_dir.name} did not train {chosen} (it trained "
+                         f"{', '.join(trained)})", key="variant")
+    rules = folder / m.variants[trained.index(chosen)].rules
+    if not rules.is_file():
+        raise InputError("rule table of the model is missing", path=rules)
+    return StripModel(chosen, rules, m.preprocess.model_dump(), dict(m.features))
+
+
+def plan_outputs(ctx: RunContext, config: ApplyStripConfig,
+                 files: list[Path]) -> tuple[list[str], list[Path]]:
+    """The name of each file's output (``outputs/predicted/<name>``) and, with ``output``, where
+    it is delivered: ``output`` itself for one input file (or a file in it when it is a
+    folder), ``output/<name>`` for a folder of inputs.  Checked before anything runs."""
+    names = [strip.output_name(p) for p in files]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError(f"two input files would both be written as {twice[0]} (a name with "
+                         "and without .gz?)", path=ctx.path(config.input), key="input")
+    if config.output is None:
+        return names, []
+    out = ctx.path(config.output)
+    if ctx.path(config.input).is_dir():
+        if out.exists() and not out.is_dir():
+            raise InputError("a folder of inputs is written to a folder, and this is a file",
+                             path=out, key="output")
+        targets = [out / n for n in names]
+    else:
+        targets = [out / names[0] if out.is_dir() else out]
+    inputs = {p.resolve() for p in files}
+    for target in targets:
+        if target.resolve() in inputs:
+            raise InputError("the output would overwrite its input; choose another --output",
+                             path=target, key="output")
+    return names, targets
