@@ -16,6 +16,7 @@ training run learned last.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from pydantic import Field
 from flows import manifest as mf
 from flows.config import FlowConfig
 from tasks.errors import InputError
+from tasks.store import atomic_write_bytes
 
 MODEL_DIR = "model"
 MODEL_JSON = "model.json"
@@ -130,3 +132,54 @@ def input_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
             raise InputError(f"no input file ({', '.join(suffixes)}) in the folder", path=path)
         return files
     raise InputError("input not found", path=path, key="input")
+
+
+# -- where the results go -------------------------------------------------------------------
+def output_names(source: Path, files: list[Path], suffixes: tuple[str, ...],
+                 single: str) -> list[str]:
+    """The named output of each input file: ``single`` (``predictions.parquet``) when the
+    input is one file; for a folder, ``<stem of single>/<name>.parquet`` with ``<name>`` the
+    file's name less its suffix (characters other than letters, digits, ``.``, ``_`` and ``-``
+    replaced by ``_``)."""
+    if not source.is_dir():
+        return [single]
+    folder = single.removesuffix(".parquet")
+    names: dict[str, Path] = {}
+    for path in files:
+        suffix = next((s for s in suffixes if path.name.lower().endswith(s)), "")
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name[: len(path.name) - len(suffix)])
+        name = f"{folder}/{stem.lstrip('._-') or 'input'}.parquet"
+        if name in names:
+            raise InputError(f"{names[name].name} and {path.name} would both be written to "
+                             f"{name}; rename one", path=path.parent, key="input")
+        names[name] = path
+    return list(names)
+
+
+def output_target(target: Path, names: list[str]) -> Path:
+    """``output``, checked before anything runs: a file in an existing folder for one input
+    file, a folder (created when absent, in an existing folder) for a folder of inputs."""
+    if len(names) == 1 and "/" not in names[0]:
+        if target.is_dir() or not target.parent.is_dir():
+            raise InputError("expected a file name (.parquet or .csv) in an existing folder",
+                             path=target, key="output")
+    elif (target.exists() and not target.is_dir()) or not target.parent.is_dir():
+        raise InputError("a folder of input files needs an output folder (in an existing "
+                         "folder)", path=target, key="output")
+    return target
+
+
+def export(store: Any, refs: list[str], names: list[str], target: Path) -> None:
+    """Write the results to ``target`` atomically: for one input file, the store entry's
+    Parquet bytes, or CSV when the name ends in ``.csv``; for a folder of inputs, a folder of
+    Parquet files named as the outputs."""
+    if len(names) == 1 and "/" not in names[0]:
+        if target.name.lower().endswith(".csv"):
+            data = store.read(refs[0]).to_csv(index=False).encode("utf-8")
+        else:
+            data = store.path(refs[0]).read_bytes()
+        atomic_write_bytes(target, data)
+        return
+    target.mkdir(exist_ok=True)
+    for ref, name in zip(refs, names, strict=True):
+        atomic_write_bytes(target / Path(name).name, store.path(ref).read_bytes())

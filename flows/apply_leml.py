@@ -11,8 +11,6 @@ applied again computes only its new files.
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 from typing import Literal
 
 from prefect import flow
@@ -20,13 +18,20 @@ from pydantic import Field
 
 from algorithms.leml import LEML
 from algorithms.leml.predict import BATCH_SIZE
-from flows.apply import ApplyConfig, input_files, open_model, resolve_model_run
+from flows.apply import (
+    ApplyConfig,
+    export,
+    input_files,
+    open_model,
+    output_names,
+    output_target,
+    resolve_model_run,
+)
 from flows.leml import MODEL_FILES, MODEL_VERSION
 from flows.runtime import RunContext, RunOptions
 from tasks.errors import InputError
 from tasks.leml import TOP_K, collect, load, score, task_params
 from tasks.steps import log_both
-from tasks.store import atomic_write_bytes
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
 SUFFIXES = {"xmc": (".txt", ".txt.gz"), "arff": (".arff", ".arff.gz"),
@@ -65,8 +70,8 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
         raise InputError(f"model.json lacks {', '.join(missing)}", path=folder / "model.json")
     fmt, source = config.format or meta["input_format"], ctx.path(config.input)
     files = input_files(source, SUFFIXES[fmt])
-    names = output_names(files, fmt) if source.is_dir() else ["predictions.parquet"]
-    output = None if config.output is None else _output_target(ctx.path(config.output), names)
+    names = output_names(source, files, SUFFIXES[fmt], "predictions.parquet")
+    output = None if config.output is None else output_target(ctx.path(config.output), names)
     read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
                 n_labels=meta["n_labels"] if fmt == "arff" else None)
     loaded = ctx.gather([ctx.submit(load, path=path, **read) for path in files])
@@ -81,50 +86,5 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     for name, result in zip(names, scored, strict=True):
         ctx.name_output(name, result["predictions"])
     if output is not None:
-        export(ctx, [r["predictions"] for r in scored], names, output)
+        export(ctx.store, [r["predictions"] for r in scored], names, output)
     return ctx.finish(ctx.run(collect, tables=[r["metrics"] for r in scored]))
-
-
-def output_names(files: list[Path], fmt: str) -> list[str]:
-    """The named output of each file of a folder: ``predictions/<name>.parquet``, ``<name>``
-    the file's name less its format's suffix (characters other than letters, digits, ``.``,
-    ``_`` and ``-`` replaced by ``_``)."""
-    names: dict[str, Path] = {}
-    for path in files:
-        suffix = next(s for s in SUFFIXES[fmt] if path.name.lower().endswith(s))
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name[: -len(suffix)]).lstrip("._-")
-        name = f"predictions/{stem or 'input'}.parquet"
-        if name in names:
-            raise InputError(f"{names[name].name} and {path.name} would both be written to "
-                             f"{name}; rename one", path=path.parent, key="input")
-        names[name] = path
-    return list(names)
-
-
-def _output_target(target: Path, names: list[str]) -> Path:
-    """``--output``, checked before anything runs: a file in an existing folder for one input
-    file, a folder (created when absent) for a folder of inputs."""
-    if names == ["predictions.parquet"]:
-        if target.is_dir() or not target.parent.is_dir():
-            raise InputError("expected a file name (.parquet or .csv) in an existing folder",
-                             path=target, key="output")
-    elif target.exists() and not target.is_dir():
-        raise InputError("a folder of input files needs an output folder", path=target,
-                         key="output")
-    return target
-
-
-def export(ctx: RunContext, refs: list[str], names: list[str], target: Path) -> None:
-    """Write the predictions to ``target`` atomically: for one input file, the store entry's
-    Parquet bytes, or CSV when the name ends in ``.csv``; for a folder of inputs, a folder of
-    Parquet files named as the outputs under ``predictions/``."""
-    if names == ["predictions.parquet"]:
-        if target.name.lower().endswith(".csv"):
-            data = ctx.read(refs[0]).to_csv(index=False).encode("utf-8")
-        else:
-            data = ctx.store.path(refs[0]).read_bytes()
-        atomic_write_bytes(target, data)
-        return
-    target.mkdir(parents=True, exist_ok=True)
-    for ref, name in zip(refs, names, strict=True):
-        atomic_write_bytes(target / Path(name).name, ctx.store.path(ref).read_bytes())
