@@ -30,7 +30,7 @@ from flows.apply import (
 from flows.leml import MODEL_FILES, MODEL_VERSION
 from flows.runtime import RunContext, RunOptions
 from tasks.errors import InputError
-from tasks.leml import TOP_K, collect, load, score, task_params
+from tasks.leml import TOP_K, collect, label_file, load, score, task_params
 from tasks.steps import log_both
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
@@ -74,7 +74,8 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     output = None if config.output is None else output_target(ctx.path(config.output), names)
     read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
                 n_labels=meta["n_labels"] if fmt == "arff" else None)
-    loaded = ctx.gather([ctx.submit(load, path=path, **read) for path in files])
+    loaded = ctx.gather([ctx.submit(load, path=path, labels_file=label_file(path, fmt), **read)
+                         for path in files])
     model = LEML(**{k: meta[k] for k in ("rank", "loss", "dtype", "fit_intercept")})
     scored = ctx.gather([
         ctx.submit(score, X=data["X"], Y=data["Y"], path=path, W=folder / MODEL_FILES["W"],

@@ -414,9 +414,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if spec is None:
         raise InputError(f"runs of the {flow} flow cannot be applied", key="run_id")
     model = spec.load_model()
-    data: dict[str, Any] = {"model_run": run_dir.name, "input": args.input}
+    # Paths on the command line are the user's, relative to where the command runs (a
+    # config file's paths are relative to the project root).
+    data: dict[str, Any] = {"model_run": run_dir.name, "input": str(Path(args.input).absolute())}
     if args.output:
-        data["output"] = args.output
+        data["output"] = str(Path(args.output).absolute())
     if args.top_k is not None:
         if "top_k" not in model.model_fields:
             raise InputError(f"--top-k is an option of LEML, not of {flow}", key="top_k")

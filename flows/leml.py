@@ -38,6 +38,7 @@ from tasks.leml import (
     collect,
     evaluate,
     initialise,
+    label_file,
     load,
     observe,
     predict,
@@ -210,8 +211,11 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
     model = m.estimator(random_state=seed)
     read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
-    train_file = ctx.run(load, path=ctx.path(d.train), **read)
-    train, test = _xy(train_file), _xy(ctx.run(load, path=ctx.path(d.test), **read))
+    train_path, test_path = ctx.path(d.train), ctx.path(d.test)
+    train_file = ctx.run(load, path=train_path, labels_file=label_file(train_path, d.format),
+                         **read)
+    test_file = ctx.run(load, path=test_path, labels_file=label_file(test_path, d.format), **read)
+    train, test = _xy(train_file), _xy(test_file)
     train, validation = _hold_out(ctx, train, d.validation_fraction, seed)
     mask = None
     if config.observed_fraction < 1:

@@ -278,6 +278,8 @@ class RunContext:
              for k, v in kwargs.items()}
             for i in range(n)
         ]
+        for unit in units:
+            self._note_files(st, unit)
         hits = [self._store_hit(st, u) for u in units]
         todo = [i for i, h in enumerate(hits) if h is None]
         futures = {}

@@ -44,12 +44,24 @@ TOP_K = 5
 PREDICTION_COLUMNS = ["row", "rank", "label", "score"]
 
 
+def parquet_pair(path: str | Path) -> tuple[Path, Path]:
+    """``<name>.X.parquet`` and ``<name>.Y.parquet`` from either name."""
+    base = str(path).removesuffix(".parquet").removesuffix(".X").removesuffix(".Y")
+    return Path(base + ".X.parquet"), Path(base + ".Y.parquet")
+
+
+def label_file(path: str | Path, format: str) -> Path | None:
+    """The second file a dataset in ``format`` is read from (the Y of a Parquet pair; None for
+    the one-file formats), passed to :func:`load` so that its bytes enter the step's key."""
+    return parquet_pair(path)[1] if format == "parquet" else None
+
+
 def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """``<name>.X.parquet`` and ``<name>.Y.parquet``: sparse (row, col, value) tables as
     the result store writes them (path names either file)."""
-    base = str(path).removesuffix(".parquet").removesuffix(".X").removesuffix(".Y")
-    X = read_parquet_entry(Path(base + ".X.parquet"))
-    Y = read_parquet_entry(Path(base + ".Y.parquet"))
+    x_path, y_path = parquet_pair(path)
+    X = read_parquet_entry(x_path)
+    Y = read_parquet_entry(y_path)
     if not (sp.issparse(X) or isinstance(X, np.ndarray)) or not sp.issparse(Y):
         raise InputError("expected a sparse or dense X and a sparse Y", path=path)
     return sp.csr_matrix(X, dtype=dtype), sp.csr_matrix(Y)
@@ -63,10 +75,14 @@ def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFra
                          "name": pd.array(names, dtype="string")})
 
 
-@step("leml-load", files=("path",), outputs=("X", "Y", "features", "labels"),
+@step("leml-load", files=("path", "labels_file"), outputs=("X", "Y", "features", "labels"),
       run_name="load {path.name}")
-def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str) -> dict:
+def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
+         labels_file: Path | None = None) -> dict:
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
+
+    ``labels_file`` is :func:`label_file` of ``path`` (the Y of a Parquet pair): a declared
+    input file, so a changed Y recomputes the step even when X is unchanged.
 
     ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
     operation, so train and test are treated alike without shared statistics).

@@ -14,7 +14,9 @@ the ``global.Entity`` header (the last field, ``identity``, may itself contain h
 In GUM the ``minspan`` field lists 1-based token offsets *within the mention* (``5`` for
 "all-girl Afghan team" = "team"), comma separated when the minimal span has several tokens.
 The mention head is the token of the minimal span (or of the whole mention when there is no
-minspan) whose dependency head lies outside that token set; ties go to the leftmost.
+minspan) whose dependency head lies outside that token set; ties go to the leftmost.  A file
+whose ``global.Entity`` declares a ``head`` field (CorefUD's ``eid-etype-head``, as
+:func:`write_chains` writes) gives each mention's head there, and it is taken as written.
 
 Mentions must open and close in one sentence (true for every GUM document); discontinuous
 mentions (``[1/2]``) are rejected.  Multiword-token lines (``1-2``) and empty nodes (``1.1``) are
@@ -265,7 +267,14 @@ def _parse(lines: Iterable[str], path: Path):
 def _close(rec, end, doc: _Doc, s, heads, base, path, lineno):
     eid, attrs, start, open_line, order = rec
     minspan = attrs.get("minspan", "")
-    head = _mention_head(heads[start:end + 1], start, minspan, path, open_line)
+    given = attrs.get("head", "")
+    if given and given != "_":  # CorefUD's own head field (1-based in the mention), as written
+        if not given.isdigit() or not 1 <= int(given) <= end - start + 1:
+            raise InputError(f"head '{given}' outside a mention of {end - start + 1} tokens",
+                             path=path, line=open_line)
+        head = start + int(given) - 1
+    else:
+        head = _mention_head(heads[start:end + 1], start, minspan, path, open_line)
     doc.mentions.append((
         eid, attrs.get("etype", ""), attrs.get("infstat", ""), minspan, attrs.get("link", ""),
         attrs.get("identity", ""), s, start, end, head, base + start - 1, base + end - 1,

@@ -134,6 +134,10 @@ def test_written_gold_chains_read_back_as_the_gold_chains(tmp_path, name):
     cols = ["doc", "sent", "token", "form", "lemma", "upos", "head", "deprel"]
     assert tokens2[cols].equals(tokens[cols])
     assert _partition(mentions2, "entity") == _partition(gold, "cluster")
+    # the heads written are the heads read back (not recomputed from the dependencies)
+    cols = ["doc", "sent", "start", "end", "head"]
+    assert sorted(map(tuple, mentions2[cols].to_numpy().tolist())) == sorted(
+        map(tuple, gold[cols].to_numpy().tolist()))
     # every line but the coreference annotation is the input's
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         original = fh.read().splitlines()
