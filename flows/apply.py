@@ -51,6 +51,11 @@ class ApplyConfig(FlowConfig):
         description="Output file (one input file) or folder (a folder of inputs); default: "
         "the apply run's own outputs/ folder.",
     )
+    allow_empty: bool = Field(
+        False,
+        description="A folder with no input file finishes with nothing to do instead of an "
+        "error (a scheduled run over an inbox folder).",
+    )
 
 
 def model_document(flow: str, version: int, **meta: Any) -> str:
@@ -121,14 +126,15 @@ def open_model(run_dir: Path, flow: str, version: int) -> tuple[dict[str, Any], 
     return meta, folder
 
 
-def input_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """The input file, or every file of a folder whose name ends in one of ``suffixes``."""
+def input_files(path: Path, suffixes: tuple[str, ...], allow_empty: bool = False) -> list[Path]:
+    """The input file, or every file of a folder whose name ends in one of ``suffixes`` (none
+    is an error unless ``allow_empty``)."""
     if path.is_file():
         return [path]
     if path.is_dir():
         files = sorted(p for p in path.iterdir()
                        if p.is_file() and p.name.lower().endswith(suffixes))
-        if not files:
+        if not files and not allow_empty:
             raise InputError(f"no input file ({', '.join(suffixes)}) in the folder", path=path)
         return files
     raise InputError("input not found", path=path, key="input")
@@ -158,14 +164,14 @@ def output_names(source: Path, files: list[Path], suffixes: tuple[str, ...],
 
 def output_target(target: Path, names: list[str]) -> Path:
     """``output``, checked before anything runs: a file in an existing folder for one input
-    file, a folder (created when absent, in an existing folder) for a folder of inputs."""
+    file, a folder (created with its parents when absent) for a folder of inputs."""
     if len(names) == 1 and "/" not in names[0]:
         if target.is_dir() or not target.parent.is_dir():
             raise InputError("expected a file name (.parquet or .csv) in an existing folder",
                              path=target, key="output")
-    elif (target.exists() and not target.is_dir()) or not target.parent.is_dir():
-        raise InputError("a folder of input files needs an output folder (in an existing "
-                         "folder)", path=target, key="output")
+    elif target.exists() and not target.is_dir():
+        raise InputError("a folder of input files needs an output folder", path=target,
+                         key="output")
     return target
 
 
@@ -180,6 +186,6 @@ def export(store: Any, refs: list[str], names: list[str], target: Path) -> None:
             data = store.path(refs[0]).read_bytes()
         atomic_write_bytes(target, data)
         return
-    target.mkdir(exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
     for ref, name in zip(refs, names, strict=True):
         atomic_write_bytes(target / Path(name).name, store.path(ref).read_bytes())

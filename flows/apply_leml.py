@@ -69,7 +69,7 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     if missing:
         raise InputError(f"model.json lacks {', '.join(missing)}", path=folder / "model.json")
     fmt, source = config.format or meta["input_format"], ctx.path(config.input)
-    files = input_files(source, SUFFIXES[fmt])
+    files = input_files(source, SUFFIXES[fmt], config.allow_empty)
     names = output_names(source, files, SUFFIXES[fmt], "predictions.parquet")
     output = None if config.output is None else output_target(ctx.path(config.output), names)
     read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],

@@ -59,7 +59,7 @@ def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | Non
     if missing:
         raise InputError(f"model.json lacks {', '.join(missing)}", path=folder / "model.json")
     source = ctx.path(config.input)
-    files = input_files(source, SUFFIXES)
+    files = input_files(source, SUFFIXES, config.allow_empty)
     names = output_names(source, files, SUFFIXES, "assignments.parquet")
     output = None if config.output is None else output_target(ctx.path(config.output), names)
     model = ctx.run(rel.read_model, **{p: folder / meta["files"][p] for p in rel.MODEL_PARTS})

@@ -53,7 +53,7 @@ def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None
     """load rules -> preprocess -> apply rules -> write chains (per file) -> count chains."""
     ctx = RunContext.open("apply-strip", config, options)
     model = open_strip_model(config.model_run, config.variant, ctx.run_dir.parent)
-    files = input_files(ctx.path(config.input), strip.DOC_SUFFIXES)
+    files = input_files(ctx.path(config.input), strip.DOC_SUFFIXES, config.allow_empty)
     names, targets = plan_outputs(ctx, config, files)
     rules = ctx.run(strip.load_rules, path=model.rules)
     data = ctx.gather([ctx.submit(strip.preprocess, path=p, **model.preprocess) for p in files])

@@ -1,7 +1,8 @@
 """Tags of a flow run, so that runs can be told apart and filtered in the Prefect UI.
 
 ``flow:<flow>``, ``dataset:<name>``, one ``method:<m>`` per method the run applies,
-``runner:<local|dask>``, and ``rerun-of:<run id>`` for a ``scarce rerun``.  Deployments carry
+``model-run:<id or latest:NAME>`` for an apply flow, ``runner:<local|dask>``, and
+``rerun-of:<run id>`` for a ``scarce rerun``.  Deployments carry
 the same tags (:mod:`flows.deploy`), and :func:`tag_flow_run` adds them to the flow run in
 progress however it was started.
 """
@@ -32,6 +33,9 @@ def run_tags(flow: str, config: Any, options: Any = None) -> list[str]:
     methods = METHODS.get(flow)
     if methods is not None:
         tags += [f"method:{m}" for m in methods(config)]
+    model_run = getattr(config, "model_run", None)  # an apply flow: whose model it applies
+    if isinstance(model_run, str):
+        tags.append(f"model-run:{model_run}")
     if options is not None:
         tags.append(f"runner:{options.runner}")
         if options.rerun_of:

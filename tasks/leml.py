@@ -512,5 +512,9 @@ def baseline(
 
 @step("leml-collect", inputs=("tables",), run_name="collect metrics")
 def collect(tables: list) -> pd.DataFrame:
-    """One long metrics table from several."""
+    """One long metrics table from several (an empty one from none)."""
+    if not tables:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in
+                             (("dataset", str), ("method", str), ("metric", str),
+                              ("value", float))})
     return pd.concat(tables, ignore_index=True)

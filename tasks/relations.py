@@ -479,7 +479,8 @@ def apply_metrics(assignments: list[pd.DataFrame], dataset: str) -> pd.DataFrame
     ``n_files``, ``n_pairs``, ``n_clusters`` (clusters that got a pair), ``no_words`` (pairs
     with no selected word) and, when every pair has a gold label, the clustering's
     ``accuracy``, ``ari`` and ``v_measure`` against it (as the training run scores its own)."""
-    frame = pd.concat(assignments, ignore_index=True)
+    frame = (pd.concat(assignments, ignore_index=True) if assignments
+             else pd.DataFrame({"cluster": [], "n_words": [], "gold": []}))
     rows = [("n_files", len(assignments)), ("n_pairs", len(frame)),
             ("n_clusters", frame["cluster"].nunique()),
             ("no_words", int((frame["n_words"] == 0).sum()))]

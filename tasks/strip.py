@@ -586,7 +586,9 @@ def apply_rules(path: Path, pairs: pd.DataFrame, mentions: pd.DataFrame, rules: 
 def count_chains(clusters: list, dataset: str) -> pd.DataFrame:
     """The apply run's metrics table: documents, mentions, chains (two mentions or more),
     mentions in those chains and singletons, over every file."""
-    table = pd.concat([c.assign(file=k) for k, c in enumerate(clusters)], ignore_index=True)
+    table = (pd.concat([c.assign(file=k) for k, c in enumerate(clusters)], ignore_index=True)
+             if clusters else pd.DataFrame({"file": [], "doc": [], "cluster": [],
+                                            "method": []}))
     size = table.groupby(["file", "doc", "cluster"]).size()
     values = {"documents": len(table[["file", "doc"]].drop_duplicates()), "mentions": len(table),
               "chains": int((size >= 2).sum()), "mentions_in_chains": int(size[size >= 2].sum()),

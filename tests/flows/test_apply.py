@@ -83,3 +83,11 @@ def test_input_files_are_the_file_or_the_matching_files_of_a_folder(tmp_path):
         input_files(tmp_path, (".arff",))
     with pytest.raises(InputError, match="input not found"):
         input_files(tmp_path / "missing.txt", (".txt",))
+
+
+def test_an_empty_folder_is_an_error_unless_allowed(tmp_path):
+    with pytest.raises(InputError, match="no input file"):
+        input_files(tmp_path, (".txt",))
+    assert input_files(tmp_path, (".txt",), allow_empty=True) == []
+    with pytest.raises(InputError, match="input not found"):  # a typo stays an error
+        input_files(tmp_path / "inbxo", (".txt",), allow_empty=True)

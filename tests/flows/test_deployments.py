@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,6 +69,13 @@ deployments:
     tags: [test]
     description: tiny LEML on a local Dask cluster
     runner: dask
+  tiny-inbox:
+    flow: apply-leml
+    config: configs/apply-leml.yaml
+    parameters: {model_run: "latest:tiny", input: inbox, output: outbox, allow_empty: true}
+    schedule: {cron: "*/15 * * * *", timezone: Europe/Berlin}
+    tags: [test]
+    description: the latest tiny LEML model on every new file of inbox/
 """
 
 
@@ -160,6 +168,8 @@ def project(tmp_path_factory):
         _, d, labels = lines[0].split()
         (root / f"{name}.txt").write_text("\n".join([f"{rows} {d} {labels}", *lines[1 : rows + 1]]))
     (root / "configs" / "leml.yaml").write_text(TINY)
+    (root / "configs" / "apply-leml.yaml").write_text("model_run: latest\ninput: test.txt\n")
+    (root / "inbox").mkdir()
     (root / "configs" / "deployments.yaml").write_text(TINY_DEPLOYMENTS)
     return root
 
@@ -175,7 +185,8 @@ def serving(server, project, tmp_path_factory):
         SCARCE_ROOT=str(project),
     )
     log = home / "serve.log"
-    cmd = [sys.executable, "-m", "flows.cli", "serve", "--only", "tiny", "--only", "tiny-dask"]
+    cmd = [sys.executable, "-m", "flows.cli", "serve", "--only", "tiny", "--only", "tiny-dask",
+           "--only", "tiny-inbox"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=project, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -279,7 +290,7 @@ def test_repository_deployments_register_with_schedules_tags_and_typed_parameter
     monkeypatch.setenv("SCARCE_ROOT", str(REPO))
     path = REPO / "configs" / "deployments.yaml"
     declared = yaml.safe_load(path.read_text())["deployments"]
-    assert {d["flow"] for d in declared.values()} == {"leml", "relations", "strip"}
+    assert {d["flow"] for d in declared.values()} == {"leml", "relations", "strip", "apply-leml"}
 
     assert main(["deploy", "--file", str(path)]) == 0
     out = capsys.readouterr().out
@@ -295,16 +306,21 @@ def test_repository_deployments_register_with_schedules_tags_and_typed_parameter
                 spec["schedule"]["timezone"],
             )
             assert set(spec["tags"]) | {f"flow:{spec['flow']}"} <= set(remote.tags)
-            assert any(t.startswith("dataset:") for t in remote.tags)
-            assert any(t.startswith("method:") for t in remote.tags)
+            if spec["flow"].startswith("apply-"):  # tagged with the run whose model it applies
+                assert f"model-run:{spec['parameters']['model_run']}" in remote.tags
+            else:
+                assert any(t.startswith("dataset:") for t in remote.tags)
+                assert any(t.startswith("method:") for t in remote.tags)
             assert remote.enforce_parameter_schema
-            assert remote.entrypoint == f"flows.{spec['flow']}.{spec['flow']}_flow"
-            # The defaults are the validated config file; the schema types every option.
             from flows.registry import FLOWS
 
+            assert remote.entrypoint == FLOWS[spec["flow"]].target.replace(":", ".")
+            # The defaults are the validated config file after the deployment's overrides;
+            # the schema types every option.
             model = FLOWS[spec["flow"]].load_model()
-            expected = load_config(REPO / spec["config"], model).model_dump(mode="json")
-            assert remote.parameters["config"] == expected
+            expected = load_config(REPO / spec["config"], model, [
+                f"{k}={v}" for k, v in (spec.get("parameters") or {}).items()])
+            assert remote.parameters["config"] == expected.model_dump(mode="json")
             schema = remote.parameter_openapi_schema
             assert schema["required"] == ["config"]
             config_def = schema["definitions"][model.__name__]
@@ -345,7 +361,7 @@ def test_invalid_parameter_is_rejected_by_the_server_before_a_run(server, projec
     from prefect.exceptions import PrefectHTTPStatusError
 
     monkeypatch.setenv("SCARCE_ROOT", str(project))
-    dep, dask_dep = load_deployments(project / "configs" / "deployments.yaml")
+    dep, dask_dep, _ = load_deployments(project / "configs" / "deployments.yaml")
     assert (dep.name, dep.runner, dask_dep.name, dask_dep.runner) == (
         "tiny", "local", "tiny-dask", "dask")
     (dep_id,) = register([dep]).values()
@@ -418,6 +434,17 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
             )
             assert "dataset:bibtex-mini" in fr.tags
 
+            # The inbox deployment: the latest tiny model on every new file of inbox/, an
+            # empty inbox being no error; files applied before are store hits.
+            run_to_completion("apply-leml/tiny-inbox", None, 240)
+            shutil.copy(project / "test.txt", project / "inbox" / "a.txt")
+            run_to_completion("apply-leml/tiny-inbox", None, 240)
+            rows = (project / "train.txt").read_text().splitlines()
+            _, d, labels = rows[0].split()
+            (project / "inbox" / "b.txt").write_text("\n".join([f"20 {d} {labels}", *rows[1:21]]))
+            inbox = run_to_completion("apply-leml/tiny-inbox", None, 240)
+            assert "model-run:latest:tiny" in inbox.tags
+
             # The same run through the Dask deployment, every step recomputed (not cache
             # hits of the run above): its task runs execute on a local Dask cluster.
             dask_dep = _deployment(client, "leml/tiny-dask")
@@ -432,10 +459,29 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
     with _client() as client:  # stopping `scarce serve` pauses what it served
         assert client.read_deployment_by_name("leml/tiny").paused
 
-    by_runner = {manifest(project, r)["options"]["runner"]: r for r in set(runs(project)) - before}
+    new_runs = set(runs(project)) - before
+    applied = sorted((r for r in new_runs if manifest(project, r)["flow"] == "apply-leml"),
+                     key=lambda r: manifest(project, r)["started"])
+    by_runner = {manifest(project, r)["options"]["runner"]: r for r in new_runs
+                 if manifest(project, r)["flow"] == "leml"}
     assert set(by_runner) == {"local", "dask"}
     run_id = by_runner["local"]
     m = manifest(project, run_id)
+    # The inbox runs: none, then a.txt, then only b.txt computed; a.txt's predictions are the
+    # served training run's own on the same test file.
+    assert len(applied) == 3
+    first, second, third = (manifest(project, r) for r in applied)
+    assert [o["name"] for o in first["named_outputs"]] == []
+    assert [o["name"] for o in second["named_outputs"]] == ["predictions/a.parquet"]
+    assert [o["name"] for o in third["named_outputs"]] == ["predictions/a.parquet",
+                                                           "predictions/b.parquet"]
+    scored = {o["ref"]: o["cached"] for o in third["outputs"] if o["step"] == "leml-score"}
+    a_ref = next(o["ref"] for o in third["named_outputs"] if o["name"].endswith("/a.parquet"))
+    b_ref = next(o["ref"] for o in third["named_outputs"] if o["name"].endswith("/b.parquet"))
+    assert scored[a_ref] and not scored[b_ref]
+    own = pd.read_parquet(project / "data" / "runs" / run_id / "outputs" / "predictions.parquet")
+    pd.testing.assert_frame_equal(pd.read_parquet(project / "outbox" / "a.parquet"), own)
+    assert len(pd.read_parquet(project / "outbox" / "b.parquet")) == 20 * 5
     # the Dask run recomputed every step on the cluster and gave the same bytes
     md = manifest(project, by_runner["dask"])
     assert not any(o["cached"] for o in md["outputs"])
@@ -455,7 +501,7 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
 
     # The same tags on a run started by `scarce run` (in this process, same server).
     assert main(["run", "leml", "--set", "model.rank=3", "--set", "model.cg_max_iter=4"]) == 0
-    (cli_run,) = set(runs(project)) - before - set(by_runner.values())
+    (cli_run,) = set(runs(project)) - before - new_runs
     capsys.readouterr()
     with _client() as client:
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
