@@ -12,4 +12,5 @@ BENCHMARKS = {
     "strip": "bench.strip",
     "overhead": "bench.overhead",
     "workers": "bench.workers",
+    "apply": "bench.apply",
 }

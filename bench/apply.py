@@ -1,0 +1,142 @@
+"""How fast a trained model is applied: ``scarce bench apply``.
+
+For each flow, in a fresh temporary store, through Prefect as ``scarce run`` and ``scarce apply``
+do: the training run on its bundled config (``--quick``: the small settings of
+``scarce bench overhead --quick``), then its apply flow on the rows the training run evaluated
+(LEML: the test file; relations: the data file; StRip: the test documents).  The times are the
+task runs' own (read back from the Prefect API): the apply flow's scoring step against the
+training run's ``evaluate`` step, as rows (pairs, documents) per second and their ratio, both
+from the same run on the same machine.
+
+LEML's ``evaluate`` also computes the Hamming loss and per-instance AUC; relations' ``evaluate``
+scores clusterings that already exist (its assignment step is the one apply runs); StRip's
+``evaluate`` applies and scores every variant, so its time is divided by the variants trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from bench.overhead import QUICK, warm_up
+
+FLOWS = ("leml", "relations", "strip")
+COLUMNS = ["flow", "unit", "evaluate_rows", "evaluate_seconds", "evaluate_per_second",
+           "apply_rows", "apply_seconds", "apply_per_second", "apply_over_evaluate"]
+# (the training run's task run, the apply run's task runs, the unit counted)
+STEPS = {
+    "leml": ("evaluate", "score ", "rows"),
+    "relations": ("evaluate", "assign nearest cluster", "pairs"),
+    "strip": ("evaluate ", "apply rules ", "documents"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--flows", default=",".join(FLOWS),
+                        help="comma-separated flows to measure (default: all three)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the small training settings of `scarce bench overhead --quick`")
+
+
+def _say(*parts) -> None:
+    print("[bench apply]", *parts, file=sys.stderr, flush=True)
+
+
+def _task_seconds(flow_run_id, prefix: str) -> float:
+    """Seconds inside the task runs of a flow run whose name starts with ``prefix`` (summed;
+    none ran concurrently with another of them here)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    spans = [(tr.end_time - tr.start_time).total_seconds() for tr in runs
+             if tr.name.startswith(prefix) and tr.start_time and tr.end_time]
+    if not spans:
+        raise RuntimeError(f"no task run named {prefix!r}… in flow run {flow_run_id}")
+    return float(sum(spans))
+
+
+def _run(flow_fn, config, options):
+    state = flow_fn(config=config, options=options, return_state=True)
+    summary = state.result()  # raises if the flow failed
+    return state.state_details.flow_run_id, summary
+
+
+def _inputs(name: str, config, run_dir: Path, tmp: Path) -> tuple[str, int, int]:
+    """The apply input for ``name``, the rows the training run evaluated, and the number of
+    variants it evaluated them with (1 but for StRip)."""
+    from flows.config import resolve_path
+
+    if name == "leml":
+        rows = len(pd.read_parquet(run_dir / "outputs" / "predictions.parquet")["row"].unique())
+        return str(resolve_path(config.dataset.test)), rows, 1
+    if name == "relations":
+        if len(config.data) != 1:
+            raise ValueError("bench apply: a relations config with one data file is expected")
+        rows = len(pd.read_parquet(run_dir / "outputs" / "assignments.parquet"))
+        return str(resolve_path(config.data[0])), rows, 1
+    predicted = run_dir / "outputs" / "predicted"
+    variants = sorted(p for p in predicted.iterdir() if p.is_dir())
+    docs = tmp / "test-documents"
+    docs.mkdir()
+    data_dir = resolve_path(config.data_dir)
+    for out in sorted(variants[0].iterdir()):
+        for suffix in (".gz", ""):
+            source = data_dir / f"{out.name}{suffix}"
+            if source.is_file():
+                (docs / source.name).symlink_to(source)
+                break
+    return str(docs), len(list(docs.iterdir())), len(variants)
+
+
+def run(args: argparse.Namespace) -> pd.DataFrame:
+    from flows.config import load_config, resolve_path
+    from flows.registry import FLOWS
+    from flows.runtime import RunOptions
+
+    names = [f.strip() for f in args.flows.split(",") if f.strip()]
+    unknown = set(names) - set(FLOWS)
+    if unknown:
+        raise ValueError(f"unknown flows {sorted(unknown)}; known: {list(FLOWS)}")
+    warm_up()
+    rows = []
+    for name in names:
+        spec, apply_spec = FLOWS[name], FLOWS[f"apply-{name}"]
+        config = load_config(resolve_path(spec.config_file), spec.load_model(),
+                             list(QUICK[name]) if args.quick else [])
+        tmp = Path(tempfile.mkdtemp(prefix=f"scarce-bench-apply-{name}-"))
+        try:
+            opts = {"store": str(tmp / "cache"), "runs": str(tmp / "runs")}
+            _say(f"{name}: training run")
+            train_id, summary = _run(spec.load_flow(), config, RunOptions(**opts))
+            run_dir = Path(summary["run_dir"])
+            source, n_rows, n_variants = _inputs(name, config, run_dir, tmp)
+            apply_config = apply_spec.load_model().model_validate(
+                {"model_run": run_dir.name, "input": source})
+            _say(f"{name}: apply run on {source}")
+            apply_id, applied = _run(apply_spec.load_flow(), apply_config, RunOptions(**opts))
+            train_step, apply_step, unit = STEPS[name]
+            evaluate = _task_seconds(train_id, train_step) / n_variants
+            apply_seconds = _task_seconds(apply_id, apply_step)
+            n_applied = n_rows if name != "relations" else int(
+                applied["metrics"].set_index("metric").loc["n_pairs", "value"])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        per_eval, per_apply = n_rows / evaluate, n_applied / apply_seconds
+        rows.append((name, unit, n_rows, evaluate, per_eval, n_applied, apply_seconds,
+                     per_apply, per_apply / per_eval))
+        _say(f"RESULT {name}: evaluate {per_eval:,.0f} {unit}/s, apply {per_apply:,.0f} "
+             f"{unit}/s ({per_apply / per_eval:.2f}x)")
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("evaluate_seconds", "apply_seconds"):
+        table[col] = table[col].round(4)
+    for col in ("evaluate_per_second", "apply_per_second", "apply_over_evaluate"):
+        table[col] = table[col].round(2)
+    return table
