@@ -16,6 +16,7 @@ training run learned last.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from pydantic import Field
 from flows import manifest as mf
 from flows.config import FlowConfig
 from tasks.errors import InputError
+from tasks.steps import log_both
 from tasks.store import atomic_write_bytes
 
 MODEL_DIR = "model"
@@ -102,9 +104,10 @@ def resolve_model_run(model_run: str, flow: str, runs_root: Path) -> Path:
     return run_dir
 
 
-def open_model(run_dir: Path, flow: str, version: int) -> tuple[dict[str, Any], Path]:
+def open_model(run_dir: Path, flow: str, version: int,
+               required: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
     """``model.json`` of a training run and the folder of its arrays, after checking that it
-    is a model of ``flow`` in format ``version``."""
+    is a model of ``flow`` in format ``version`` holding the ``required`` keys."""
     folder = run_dir / "outputs" / MODEL_DIR
     path = folder / MODEL_JSON
     if not path.is_file():
@@ -123,6 +126,10 @@ def open_model(run_dir: Path, flow: str, version: int) -> tuple[dict[str, Any], 
                          f"version {version}: repeat the training run (`scarce rerun "
                          f"{run_dir.name}`) to write the model in the current format",
                          path=path)
+    missing = [key for key in required if key not in meta]
+    if missing:
+        raise InputError(f"model.json lacks {', '.join(missing)}", path=path)
+    log_both(logging.INFO, "applying the model of run %s", run_dir.name)
     return meta, folder
 
 

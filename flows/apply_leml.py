@@ -10,7 +10,6 @@ applied again computes only its new files.
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 from prefect import flow
@@ -29,9 +28,7 @@ from flows.apply import (
 )
 from flows.leml import MODEL_FILES, MODEL_VERSION
 from flows.runtime import RunContext, RunOptions
-from tasks.errors import InputError
 from tasks.leml import TOP_K, collect, label_file, load, score, task_params
-from tasks.steps import log_both
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
 SUFFIXES = {"xmc": (".txt", ".txt.gz"), "arff": (".arff", ".arff.gz"),
@@ -63,11 +60,7 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     the stored factors and write the ``top_k`` labels of each row with their scores."""
     ctx = RunContext.open("apply-leml", config, options)
     run_dir = resolve_model_run(config.model_run, "leml", ctx.run_dir.parent)
-    meta, folder = open_model(run_dir, "leml", MODEL_VERSION)
-    log_both(logging.INFO, "applying the model of run %s", run_dir.name)
-    missing = [key for key in MODEL_KEYS if key not in meta]
-    if missing:
-        raise InputError(f"model.json lacks {', '.join(missing)}", path=folder / "model.json")
+    meta, folder = open_model(run_dir, "leml", MODEL_VERSION, MODEL_KEYS)
     fmt, source = config.format or meta["input_format"], ctx.path(config.input)
     files = input_files(source, SUFFIXES[fmt], config.allow_empty)
     names = output_names(source, files, SUFFIXES[fmt], "predictions.parquet")

@@ -11,7 +11,6 @@ its new files.
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 from prefect import flow
@@ -29,8 +28,6 @@ from flows.apply import (
 from flows.relations import MODEL_VERSION
 from flows.runtime import RunContext, RunOptions
 from tasks import relations as rel
-from tasks.errors import InputError
-from tasks.steps import log_both
 
 #: The endings (lower case) of the files of a folder that are read: SemEval text, JSON Lines.
 SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz")
@@ -53,11 +50,7 @@ def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | Non
     words, and write the ``assignments.parquet`` of each file."""
     ctx = RunContext.open("apply-relations", config, options)
     run_dir = resolve_model_run(config.model_run, "relations", ctx.run_dir.parent)
-    meta, folder = open_model(run_dir, "relations", MODEL_VERSION)
-    log_both(logging.INFO, "applying the model of run %s", run_dir.name)
-    missing = [key for key in MODEL_KEYS if key not in meta]
-    if missing:
-        raise InputError(f"model.json lacks {', '.join(missing)}", path=folder / "model.json")
+    meta, folder = open_model(run_dir, "relations", MODEL_VERSION, MODEL_KEYS)
     source = ctx.path(config.input)
     files = input_files(source, SUFFIXES, config.allow_empty)
     names = output_names(source, files, SUFFIXES, "assignments.parquet")

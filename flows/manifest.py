@@ -121,33 +121,33 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def _differences(a: dict[str, str], b: dict[str, str], prefix: str = "") -> list[str]:
+    """Lines for every name whose sha256 differs between ``a`` (recorded) and ``b`` (rerun)."""
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            lines.append(f"missing in rerun: {prefix}{name}")
+        elif name not in a:
+            lines.append(f"new in rerun: {prefix}{name}")
+        elif a[name] != b[name]:
+            lines.append(f"differs: {prefix}{name} ({a[name][:12]} != {b[name][:12]})")
+    return lines
+
+
 def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines describing every output whose hash differs (empty when identical).
+    """Lines describing every output whose hash differs (empty when identical): the store
+    entries, ``metrics.parquet`` and the named outputs.
 
     Outputs marked volatile (wall-clock timings) are not compared.
     """
-    a = {o["ref"]: o["sha256"] for o in old["outputs"] if not o.get("volatile")}
-    b = {o["ref"]: o["sha256"] for o in new["outputs"] if not o.get("volatile")}
-    lines = []
-    for ref in sorted(set(a) | set(b)):
-        if ref not in b:
-            lines.append(f"missing in rerun: {ref}")
-        elif ref not in a:
-            lines.append(f"new in rerun: {ref}")
-        elif a[ref] != b[ref]:
-            lines.append(f"differs: {ref} ({a[ref][:12]} != {b[ref][:12]})")
+    lines = _differences(
+        {o["ref"]: o["sha256"] for o in old["outputs"] if not o.get("volatile")},
+        {o["ref"]: o["sha256"] for o in new["outputs"] if not o.get("volatile")})
     if old.get("metrics_sha256") != new.get("metrics_sha256"):
         lines.append("differs: metrics.parquet")
-    a = {o["name"]: o["sha256"] for o in old.get("named_outputs") or []}
-    b = {o["name"]: o["sha256"] for o in new.get("named_outputs") or []}
-    for name in sorted(set(a) | set(b)):
-        if name not in b:
-            lines.append(f"missing in rerun: outputs/{name}")
-        elif name not in a:
-            lines.append(f"new in rerun: outputs/{name}")
-        elif a[name] != b[name]:
-            lines.append(f"differs: outputs/{name} ({a[name][:12]} != {b[name][:12]})")
-    return lines
+    return lines + _differences(
+        {o["name"]: o["sha256"] for o in old.get("named_outputs") or []},
+        {o["name"]: o["sha256"] for o in new.get("named_outputs") or []}, prefix="outputs/")
 
 
 RUN_COLUMNS = ["run_id", "flow", "dataset", "runner", "started", "seconds", "status",

@@ -21,7 +21,7 @@ def digits_project(root, n_samples=200, k=10):
     import pandas as pd
     from sklearn.datasets import load_digits
 
-    (root / "configs").mkdir()
+    (root / "configs").mkdir(parents=True)
     digits = load_digits()
     frame = pd.DataFrame(digits.data[:n_samples], columns=[f"p{i}" for i in range(64)])
     frame["label"] = digits.target[:n_samples]

@@ -9,27 +9,20 @@ import signal
 import pandas as pd
 import pytest
 from prefect import flow
-from sklearn.datasets import load_digits
 
 import tests.flows.sample_flow as sample
 from flows.cli import main, referenced_refs
 from flows.runtime import RunContext, RunOptions
 from tasks.store import Store
 from tests.flows import procs
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import digits_project, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    (root / "configs").mkdir(parents=True)
-    digits = load_digits()
-    frame = pd.DataFrame(digits.data, columns=[f"p{i}" for i in range(64)])
-    frame["label"] = digits.target
-    frame.to_csv(root / "digits.csv", index=False)
-    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 200\nk: 6\n")
+    root = digits_project(tmp_path / "project", n_samples=200, k=6)
     monkeypatch.setenv("SCARCE_ROOT", str(root))
     monkeypatch.delenv("SCARCE_STORE", raising=False)
     monkeypatch.delenv("SCARCE_RUNS", raising=False)

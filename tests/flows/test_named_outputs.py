@@ -6,25 +6,18 @@ import os
 
 import pandas as pd
 import pytest
-from sklearn.datasets import load_digits
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows import manifest as mf
 from flows.cli import main
 from flows.runtime import _check_output_name
 from tasks.store import Store, file_sha256
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import digits_project, manifest, runs
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    (root / "configs").mkdir(parents=True)
-    digits = load_digits()
-    frame = pd.DataFrame(digits.data, columns=[f"p{i}" for i in range(64)])
-    frame["label"] = digits.target
-    frame.to_csv(root / "digits.csv", index=False)
-    (root / "configs" / "digits.yaml").write_text("data: digits.csv\nn_samples: 150\nk: 5\n")
+    root = digits_project(tmp_path / "project", n_samples=150, k=5)
     monkeypatch.setenv("SCARCE_ROOT", str(root))
     monkeypatch.delenv("SCARCE_STORE", raising=False)
     monkeypatch.delenv("SCARCE_RUNS", raising=False)
