@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config key, e.g. --set rank=64 (repeatable)",
+        help="override a config key, e.g. --set model.rank=64 (repeatable)",
     )
     _runner_args(r)
     r.add_argument("--refresh", action="store_true", help="ignore the cache; recompute every step")
@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     from tasks.errors import InputError
 
     _log_to_stderr()
+    previous = None
+    if args.command in ("run", "rerun", "apply", "bench"):
+        import signal
+
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _dispatch(args)
     except (InputError, MemoryBudgetError) as exc:
@@ -132,14 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except Exception as exc:
         if args.debug:
             raise
-        print(
-            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        from tasks.errors import one_line
+
+        print(f"error: {type(exc).__name__}: {one_line(str(exc))} (run with --debug for the "
+              "traceback)", file=sys.stderr)
         return EXIT_FAIL
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _log_to_stderr() -> None:
@@ -233,6 +246,22 @@ def _specs(name: str) -> list[Any]:
     return [FLOWS[name]]
 
 
+def prefect_api() -> Any:
+    """One Prefect API for the command (:func:`flows.runners.prefect_api`)."""
+    from flows import runners
+
+    return runners.prefect_api()
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every ``finally`` runs (leases released, the
+    temporary Prefect server stopped) before the command exits."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def preflight(address: str | None) -> None:
     """Check the environment before anything runs: the memory cap, the store root and the
     Dask scheduler (each a one-line error naming the variable or option)."""
@@ -283,13 +312,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         plans.append((spec, load_config(path, spec.load_model(), args.overrides)))
     preflight(args.dask_address)
     summaries = []
-    for spec, config in plans:
-        runner = _runner(args)
-        options = RunOptions(refresh=args.refresh, runner=runner,
-                             dask_address=args.dask_address)
-        summary = execute(spec, config, options, runner, args.dask_address)
-        summaries.append(summary)
-        _print_summary(spec.name, summary)
+    with prefect_api():  # one Prefect server for every flow of the command
+        for spec, config in plans:
+            runner = _runner(args)
+            options = RunOptions(refresh=args.refresh, runner=runner,
+                                 dask_address=args.dask_address)
+            summary = execute(spec, config, options, runner, args.dask_address)
+            summaries.append(summary)
+            _print_summary(spec.name, summary)
     if len(summaries) > 1:
         _print_metrics_table(summaries)
     return EXIT_OK
@@ -379,7 +409,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         dask_address=args.dask_address,
     )
     print(f"rerun of {args.run_id} on the {runner} runner", file=sys.stderr)
-    summary = execute(spec, config, options, runner, args.dask_address)
+    with prefect_api():
+        summary = execute(spec, config, options, runner, args.dask_address)
     diffs = mf.compare_outputs(old, summary["manifest"])
     print(f"rerun {summary['run_id']} of {args.run_id}")
     if not diffs:
@@ -428,7 +459,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     preflight(args.dask_address)
     runner = _runner(args)
     options = RunOptions(runner=runner, dask_address=args.dask_address)
-    summary = execute(spec, config, options, runner, args.dask_address)
+    with prefect_api():
+        summary = execute(spec, config, options, runner, args.dask_address)
     _print_summary(spec.name, summary)
     for o in summary["manifest"].get("named_outputs") or []:
         print(f"  outputs/{o['name']}")
@@ -528,7 +560,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(BENCHMARKS[args.name])
     parser = argparse.ArgumentParser(prog=f"scarce bench {args.name}", description=module.__doc__)
     module.add_arguments(parser)
-    table = module.run(parser.parse_args(args.bench_args))
+    bench_args = parser.parse_args(args.bench_args)
+    with prefect_api():
+        table = module.run(bench_args)
     print(markdown_table(table))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     out = project_root() / "data" / "bench" / f"{args.name}-{stamp}.parquet"

@@ -9,6 +9,8 @@ runner is chosen by whoever starts a flow.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 # On 2-core machines two BLAS or OpenMP threads in one process were measured 3 to 100 times
@@ -27,6 +29,82 @@ def pin_threads(env: dict[str, str] | os._Environ | None = None) -> None:
         env.setdefault(var, "1")
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+# Run inside the temporary server's process before it becomes uvicorn: ask the kernel to send
+# it SIGTERM when its parent (this command) dies, however it dies (SIGKILL, an abort), and give
+# up at once if the parent is already gone.  PR_SET_PDEATHSIG (1) survives the exec.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "parent = int(sys.argv[1])\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != parent:\n"
+    "    sys.exit(0)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+def _owned_server_class():
+    import subprocess
+    import sys
+
+    import prefect.server.api.server as prefect_server
+
+    class _Launcher:
+        """Stands in for the subprocess module while Prefect launches its server: the same
+        command, run through :data:`_DIE_WITH_PARENT`."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(args: list[str], **kwargs: Any) -> subprocess.Popen:  # noqa: N802
+            return subprocess.Popen([sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()),
+                                     *args[1:]], **kwargs)
+
+    class OwnedServer(prefect_server.SubprocessASGIServer):
+        """Prefect's temporary server, launched so that it dies with this process."""
+
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            saved, prefect_server.subprocess = prefect_server.subprocess, _Launcher()
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                prefect_server.subprocess = saved
+
+    return OwnedServer
+
+
+@contextmanager
+def prefect_api() -> Iterator[str | None]:
+    """The Prefect API of one command: ``PREFECT_API_URL`` when it is set; else one temporary
+    server for the whole command (every flow of ``scarce run all`` reports to it), stopped when
+    the command ends and, on Linux, killed by the kernel if the command is killed (a SIGTERM
+    or an abort used to leave a 220 MB server listening, its parent gone)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield PREFECT_API_URL.value()
+        return
+    server = _start_owned_server()
+    try:
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            yield server.api_url
+    finally:
+        server.stop()
+
+
+def _start_owned_server():
+    import sys
+
+    if not sys.platform.startswith("linux"):  # no parent-death signal: Prefect's own server
+        from prefect.server.api.server import SubprocessASGIServer
+
+        server = SubprocessASGIServer()
+    else:
+        server = _owned_server_class()()
+    server.start()
+    return server
 
 
 def worker_env() -> dict[str, str]:

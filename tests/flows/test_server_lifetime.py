@@ -1,0 +1,80 @@
+"""The temporary Prefect server of a command ends with the command, however it ends.
+
+Without ``PREFECT_API_URL`` a ``scarce run`` starts one temporary server; SIGTERM used to leave
+it running (a uvicorn process adopted by init, about 220 MB, still listening), and so did an
+abort.  Each case freezes the command (SIGSTOP) once its server answers, so the signal lands
+mid-run, then checks that nothing listens on the server's port any more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.flows.helpers import digits_project
+
+pytestmark = pytest.mark.slow  # starts a Prefect server per case
+
+REPO = Path(__file__).resolve().parents[2]
+STARTED = re.compile(r"Starting temporary server on http://127\.0\.0\.1:(\d+)")
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _wait(predicate, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {seconds} s")
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_the_temporary_server_ends_with_the_command(tmp_path, how):
+    project = digits_project(tmp_path / "project", n_samples=300, k=8)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
+    env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "home"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
+    log = tmp_path / "run.log"
+    code = ("import sys, tests.flows.sample_flow; from flows.cli import main; "
+            "sys.exit(main(['run', 'digits']))")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        port = None
+
+        def started() -> bool:
+            nonlocal port
+            m = STARTED.search(log.read_text(errors="replace"))
+            port = int(m.group(1)) if m else None
+            return port is not None and _listening(port)
+
+        _wait(started, 150, "the temporary server")
+        proc.send_signal(signal.SIGSTOP)  # mid-run: the signal cannot race the run's end
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGCONT)
+            assert proc.wait(120) == 143, log.read_text()[-2000:]
+            assert log.read_text().rstrip().endswith("terminated")
+        else:
+            proc.kill()
+            proc.wait(60)
+        _wait(lambda: not _listening(port), 60, f"the server on port {port} to stop")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
