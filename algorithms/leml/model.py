@@ -59,6 +59,33 @@ __all__ = ["LEML", "STEPS"]
 
 log = logging.getLogger(__name__)
 
+# Dense arrays the alternation holds at rank k: W and the conjugate-gradient vectors of a W-step
+# (W, gradient, residual, direction, Hessian-vector product: 5 of d' x k, and one spare), the
+# float64 draw of H and its scaled copy (2 of L x k in float64), X W with a product of the
+# same shape (2 of n x k), and the H-step's k x k systems (a Gram matrix and its solve: 2, or
+# one per label when labels are missing).
+_W_COPIES, _H_COPIES_F64, _N_COPIES, _GRAM_COPIES = 6, 2, 2, 2
+
+
+def check_factors(data: LEMLData, rank: int) -> None:
+    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) before allocating
+    factors that cannot fit, and warn when the rank exceeds ``min(d', L)`` (``Z = W H^T``
+    cannot use the extra columns, which only cost time and memory)."""
+    d, n_labels, n = data.n_features, data.n_labels, data.n_samples
+    item = np.dtype(data.dtype).itemsize
+    grams = _GRAM_COPIES if data.fully_observed else n_labels + 1
+    elements = (_W_COPIES * d * rank + _H_COPIES_F64 * n_labels * rank * 8 / item
+                + _N_COPIES * n * rank + grams * rank * rank)
+    check_allocation((int(math.ceil(elements)),), data.dtype,
+                     what=f"LEML factors at rank {rank:,} (W {d:,} x {rank:,} with the W-step's "
+                          f"vectors, H {n_labels:,} x {rank:,}, X W {n:,} x {rank:,}, "
+                          f"{grams} of {rank:,} x {rank:,} in the H-step)",
+                     advice="lower the rank")
+    if rank > min(d, n_labels):
+        log.warning("rank %d exceeds min(features + intercept, labels) = %d: Z = W H^T has rank "
+                    "at most %d, the other columns only cost time and memory", rank,
+                    min(d, n_labels), min(d, n_labels))
+
 #: The step methods whose parameters :meth:`LEML.step_params` lists ("predict": the
 #: prediction methods after :meth:`LEML.set_factors`).
 STEPS = ("start", "w_step", "h_step", "objective", "predict")
@@ -322,6 +349,7 @@ class LEML(BaseEstimator):
 
     def _random_start(self, data: LEMLData):
         """``W = 0`` and ``H ~ N(0, 1/k)`` entrywise, from ``random_state``."""
+        check_factors(data, int(self.rank))
         rng = check_random_state(self.random_state)
         k = int(self.rank)
         H = (rng.standard_normal((data.n_labels, k)) / math.sqrt(k)).astype(data.dtype)

@@ -71,10 +71,12 @@ def test_leml_decision_function_refused_but_batched_top_k_works(monkeypatch):
 
 def test_leml_logistic_fully_observed_refused_before_training(monkeypatch):
     X, Y = _problem()
-    monkeypatch.setenv(ENV_LIMIT, str(1000 / 2**30))
+    # rank 1: the factors (936 bytes with their working copies) fit under 1,500 bytes, the
+    # 60 x 9 float32 decision values of the logistic loss (2,160 bytes) do not
+    monkeypatch.setenv(ENV_LIMIT, str(1500 / 2**30))
     with pytest.raises(MemoryBudgetError, match="use loss 'squared'"):
-        LEML(rank=3, loss="logistic", outer_iterations=1, random_state=0).fit(X, Y)
-    LEML(rank=3, loss="squared", outer_iterations=1, random_state=0).fit(X, Y)  # never forms n x L
+        LEML(rank=1, loss="logistic", outer_iterations=1, random_state=0).fit(X, Y)
+    LEML(rank=1, loss="squared", outer_iterations=1, random_state=0).fit(X, Y)  # never forms n x L
 
 
 def test_binary_relevance_ridge_refused(monkeypatch):
@@ -95,3 +97,23 @@ def test_relations_real_valued_ranking_refused_subsample_allowed(monkeypatch):
     # complete link: 600 points -> 179,700 float64 distances x2 = 2.7 MiB
     with pytest.raises(MemoryBudgetError, match="baselines: false"):
         cosine_distance_condensed(sp.vstack([X] * 3).tocsr())
+
+
+def test_leml_factors_that_cannot_fit_are_refused_before_any_allocation(monkeypatch, caplog):
+    from algorithms.leml.model import check_factors
+
+    X, Y = _problem()
+    model = LEML(rank=10**6, outer_iterations=1, random_state=0)
+    data = model.prepare(X, Y)
+    monkeypatch.setenv(ENV_LIMIT, "0.5")  # 0.5 GiB: the factors and their copies need 0.9 GiB
+    with pytest.raises(MemoryBudgetError, match="LEML factors at rank 1,000,000.*lower the rank"):
+        model.start(data)
+    monkeypatch.delenv(ENV_LIMIT)
+    small = LEML(rank=3, random_state=0)
+    check_factors(data, 3)  # fits: no error, no warning
+    assert not [r for r in caplog.records if "exceeds" in r.getMessage()]
+    with caplog.at_level("WARNING"):
+        check_factors(data, data.n_labels + 5)
+    assert any("exceeds min(features + intercept, labels)" in r.getMessage()
+               for r in caplog.records)
+    assert small.start(data)[0].shape == (data.n_features, 3)
