@@ -19,11 +19,22 @@ server rejects an invalid value before a run starts; :func:`register` applies
 them to the server in use and :func:`serve` serves them (``prefect.serve``).
 
 Deployments carry the tags of :mod:`flows.tags`.
+
+A run may change a few values and keep the deployment's others: the UI form or the API may send
+``{"config": {"model": {"rank": 50}}}``.  Prefect merges a run's parameters with the
+deployment's at the top level only, which would make that ``config`` the whole config; so the
+deployed flow (:class:`ServedFlow`) completes every mapping it is given from the deployment's
+default of the same name, key by key at every depth, before it validates them
+(:func:`complete_parameters`), and the deployment's parameter schema leaves ``required`` out of
+the nested sections (:func:`partial_schema`).  The server still refuses an unknown key, a wrong
+type or an out-of-range value; what only the whole config can tell (a check across keys) fails
+the run when it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import json
 import logging
@@ -36,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from prefect import Flow
 from pydantic import Field, ValidationError, field_validator
 
 from flows.config import (
@@ -229,6 +241,137 @@ def select(deployments: list[Deployment], only: list[str] | None) -> list[Deploy
 
 
 # -- Prefect ------------------------------------------------------------------------
+def complete_parameters(given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A run's parameters with every mapping completed from the deployment's defaults.
+
+    Parameters
+    ----------
+    given : dict
+        The parameters of the flow run (Prefect has already added the parameters the run did
+        not send at all).
+    defaults : dict
+        The deployment's parameters.
+
+    Returns
+    -------
+    dict
+        ``given``, where each mapping that has a mapping of the same name in ``defaults`` takes
+        the default's keys it lacks, at every depth; every other value (a list, a number, a
+        string, a config object) stands as given.
+    """
+    return {name: _merged(defaults.get(name), value) for name, value in given.items()}
+
+
+def _merged(default: Any, value: Any) -> Any:
+    if not (isinstance(default, dict) and isinstance(value, dict)):
+        return value
+    out = copy.deepcopy(default)
+    for key, item in value.items():
+        out[key] = _merged(default.get(key), item)
+    return out
+
+
+def partial_schema(schema: Any) -> Any:
+    """A flow's parameter schema that accepts partial sections.
+
+    Parameters
+    ----------
+    schema : prefect.utilities.callables.ParameterSchema
+        The schema Prefect makes of the flow's signature.
+
+    Returns
+    -------
+    ParameterSchema
+        A copy whose nested definitions (the config and its sections) lack their ``required``
+        lists, and nothing else: the UI form shows every option with its type, bounds,
+        description and default, and the server still refuses an unknown key, a wrong type or
+        an out-of-range value.  The top-level ``required`` (``config``) stays.
+    """
+    definitions = {name: {k: v for k, v in d.items() if k != "required"}
+                   if isinstance(d, dict) else d for name, d in schema.definitions.items()}
+    return schema.model_copy(update={"definitions": definitions})
+
+
+class ServedFlow(Flow):
+    """A flow as its deployment runs it: partial parameters completed from the deployment's.
+
+    Made from a flow by :meth:`of` (a copy: the module's flow object is left as it is).  When a
+    run starts, :meth:`validate_parameters` reads the deployment's parameters from the server
+    (the values the UI form shows) and completes the run's with them
+    (:func:`complete_parameters`) before Prefect validates them against the flow's signature,
+    the config's own checks included; the run's name, tags and manifest then see the whole
+    config.  Its deployments carry :func:`partial_schema` of the flow's schema.
+    """
+
+    deployment_name: str = ""
+
+    @classmethod
+    def of(cls, flow: Flow, deployment_name: str) -> ServedFlow:
+        """A served copy of a flow.
+
+        Parameters
+        ----------
+        flow : prefect.Flow
+            The flow, with its task runner; it is not changed.
+        deployment_name : str
+            The deployment's full name, ``<flow>/<name>``.
+
+        Returns
+        -------
+        ServedFlow
+            A copy of ``flow`` (``Flow.with_options``) of this class.
+        """
+        served = flow.with_options()
+        served.__class__ = cls
+        served.deployment_name = deployment_name
+        return served
+
+    def deployment_parameters(self) -> dict[str, Any]:
+        """The parameters of the deployment on the server (its defaults)."""
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            return client.read_deployment_by_name(self.deployment_name).parameters or {}
+
+    def validate_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        """The run's parameters completed from the deployment's, then validated.
+
+        Parameters
+        ----------
+        parameters : dict
+            The flow run's parameters, as Prefect's engine passes them when the run starts.
+
+        Returns
+        -------
+        dict
+            The parameters as the flow takes them (``config`` a validated config object).
+
+        Raises
+        ------
+        prefect.exceptions.ParameterTypeError
+            When the completed parameters are invalid; the run fails with the reason.
+        """
+        if any(isinstance(v, dict) for v in parameters.values()):
+            parameters = complete_parameters(parameters, self.deployment_parameters())
+        return super().validate_parameters(parameters)
+
+    def to_deployment(self, *args: Any, **kwargs: Any) -> Any:
+        """``Flow.to_deployment`` (run synchronously) with :func:`partial_schema`."""
+        kwargs.pop("_sync", None)
+        return _with_partial_schema(super().to_deployment(*args, _sync=True, **kwargs))
+
+    async def ato_deployment(self, *args: Any, **kwargs: Any) -> Any:
+        """``Flow.ato_deployment`` (what ``Runner.add_flow`` calls) with :func:`partial_schema`."""
+        return _with_partial_schema(await super().ato_deployment(*args, **kwargs))
+
+
+def _with_partial_schema(deployment: Any) -> Any:
+    # RunnerDeployment keeps the schema it sends in a private attribute, set from the flow's
+    # signature; there is no public way to give it another.
+    deployment._parameter_openapi_schema = partial_schema(deployment._parameter_openapi_schema)
+    return deployment
+
+
 def _flow_and_options(deployment: Deployment) -> tuple[Any, dict[str, Any]]:
     """The entry's flow (with its task runner) and the keyword arguments of its deployment."""
     from prefect.schedules import Cron
@@ -246,7 +389,7 @@ def _flow_and_options(deployment: Deployment) -> tuple[Any, dict[str, Any]]:
     # annotations` (`config: LemlConfig`) would no longer resolve when Prefect validates the
     # parameters.  Resolved here, the annotations travel as the classes themselves.
     flow.fn.__annotations__ = typing.get_type_hints(flow.fn)
-    return flow, {
+    return ServedFlow.of(flow, deployment.full_name), {
         "name": deployment.name,
         "schedules": schedules,
         "parameters": deployment.parameters(),

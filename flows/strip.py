@@ -20,6 +20,7 @@ documents with the predicted chains as CorefUD ``Entity=`` annotations).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import pandas as pd
@@ -213,11 +214,12 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
     scores = ctx.read(result["scores"])
     ctx.publish_markdown(
         "rules",
-        strip.rules_markdown(
+        rules_markdown(
             {v: ctx.read(r) for v, r in rules.items()},
             f"# StRip rules ({config.dataset}, window {config.window}, loss ratio "
-            f"{config.loss_ratio})\n\n" + markdown_table(scores),
+            f"{config.loss_ratio:g})\n\n" + markdown_table(scores),
         ),
+        "The rules each method learned, one antecedent per line",
     )
     ctx.publish_table("scores", result["scores"], "F1 over the source mentions per method")
     ctx.publish_table("training-time", result["timings"], "Seconds per method and phase")
@@ -244,6 +246,50 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
         summary_markdown(scores, config),
         "RIPPER against StRip in this run; the paper's MPQA figures are not comparable",
     )
+
+
+def rules_markdown(rule_tables: dict[str, pd.DataFrame], header: str = "") -> str:
+    """The learned rule sets as markdown lists that wrap at any width.
+
+    Parameters
+    ----------
+    rule_tables : dict of str to DataFrame
+        Per method, its rule table (:data:`algorithms.strip.ripper.RULE_COLUMNS`); rows with
+        ``pruned`` set are not part of a rule and are left out.
+    header : str
+        Markdown put first (a title, the scores table).
+
+    Returns
+    -------
+    str
+        Per method a section ``## <method>: <n> rules`` listing each rule as
+        ``- **R<id>**: coreferent if`` with its antecedents as a nested list, one per line,
+        then ``- otherwise: not coreferent`` (``- every pair: not coreferent`` without rules).
+        A fenced block would keep a rule of many antecedents on one line, which the UI cuts
+        at the right edge.
+    """
+    lines = [header, ""] if header else []
+    for method, table in rule_tables.items():
+        kept = table[~table["pruned"].astype(bool)] if "pruned" in table.columns else table
+        rules = list(kept.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id"))
+        lines += [f"## {method}: {len(rules)} rule{'' if len(rules) == 1 else 's'}", ""]
+        for rule_id, rule in rules:
+            tests = [_code(f"{f} {o} {v}")
+                     for f, o, v in zip(rule["feature"], rule["op"], rule["value"], strict=True)]
+            if len(tests) == 1:
+                lines.append(f"- **R{rule_id}**: coreferent if {tests[0]}")
+            else:
+                lines += [f"- **R{rule_id}**: coreferent if all of", *(f"  - {t}" for t in tests)]
+        lines += ["- otherwise: not coreferent" if rules else "- every pair: not coreferent", ""]
+    return "\n".join(lines).rstrip("\n")
+
+
+def _code(text: str) -> str:
+    """``text`` as a markdown code span (a fence longer than any run of backticks in it)."""
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict,

@@ -391,14 +391,6 @@ def headline(metrics: pd.DataFrame) -> dict[str, float]:
     return {f"{r.dataset}/{r.method}/{r.metric}": float(r.value) for r in keep.itertuples()}
 
 
-def rules_markdown(rule_tables: dict[str, pd.DataFrame], header: str = "") -> str:
-    """The learned rule sets as markdown, one fenced block per method."""
-    lines = [header, ""] if header else []
-    for method, table in rule_tables.items():
-        lines += [f"## {method}", "", "```", ripper.rules_to_text(table), "```", ""]
-    return "\n".join(lines)
-
-
 # ----------------------------------------------------------------------------- outputs
 def rules_text(coverage: pd.DataFrame, methods: Sequence[str], header: str) -> str:
     """The learned rules of every method as text, each with what it covers on the test pairs.

@@ -390,6 +390,76 @@ def test_invalid_parameter_is_rejected_by_the_server_before_a_run(server, projec
     assert runs(project) == before
 
 
+def test_partial_override_changes_one_value_and_keeps_the_deployments_others(
+    server, project, serving, monkeypatch
+):
+    """A run of ``{"config": {"model": {"rank": 50}}}`` (the UI form or the API with one value
+    changed): Prefect merges a run's parameters with the deployment's at the top level only, so
+    the flow completes the partial config from the deployment's; the server still rejects what
+    the schema can tell is wrong, and the config's own checks run when the run starts."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    from flows.leml import ModelConfig
+
+    FINAL = (StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED)
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    proc, log = serving
+    before = set(runs(project))
+    with _client() as client:
+        tiny = _wait_for(lambda: _deployment(client, "leml/tiny"), 120, "leml/tiny", proc)
+        def finished(flow_run_id):
+            fr = client.read_flow_run(flow_run_id)
+            return fr if fr.state_type in FINAL else None
+
+        def run_to_the_end(parameters):
+            flow_run = run_deployment("leml/tiny", parameters=parameters, timeout=0)
+            try:
+                return _wait_for(lambda: finished(flow_run.id), 240, "the partial run", proc)
+            except BaseException:
+                print(log.read_text()[-5000:], file=sys.stderr)
+                raise
+
+        fr = run_to_the_end({"config": {"model": {"rank": 50}}})
+        assert fr.state_type == StateType.COMPLETED, log.read_text()[-3000:]
+        assert fr.name == "leml-bibtex-tiny-k50-seed0"
+        assert fr.parameters["config"] == {"model": {"rank": 50}}  # what was sent
+
+        # The form still shows every option with its default; only `required` is gone from the
+        # nested sections, so that a partial section passes the server's check.
+        schema = tiny.parameter_openapi_schema
+        assert schema["required"] == ["config"]
+        assert not [name for name, d in schema["definitions"].items() if d.get("required")]
+        rank = schema["definitions"]["ModelConfig"]["properties"]["rank"]
+        assert rank["default"] == ModelConfig.model_fields["rank"].default
+        assert set(schema["definitions"]["DatasetConfig"]["properties"]) >= {"train", "test"}
+        assert tiny.parameters["config"]["dataset"]["train"] == "train.txt"
+
+        # What the schema can tell is wrong is still refused before a run exists.
+        for partial, words in [
+            ({"model": {"rank": -1}}, "-1 is less than the minimum of 1"),
+            ({"model": {"optimiser": "adam"}}, "optimiser"),
+            ({"dataset": {"format": "csv"}}, "csv"),
+            ({"model": {"rank": "fifty"}}, "fifty"),
+        ]:
+            with pytest.raises(PrefectHTTPStatusError) as err:
+                run_deployment("leml/tiny", parameters={"config": partial}, timeout=0)
+            assert err.value.response.status_code == 409 and words in err.value.response.text
+        # What only the whole config can tell fails when the run starts, saying why.
+        bad = run_to_the_end({"config": {"observed_fraction": 0.5, "baselines": ["closed-form"]}})
+        assert bad.state_type == StateType.FAILED
+        assert "closed-form needs observed_fraction = 1" in client.read_flow_run(
+            bad.id).state.message, bad.state.message
+
+    (run_id,) = set(runs(project)) - before  # the failed run wrote nothing
+    m = manifest(project, run_id)
+    deployed = tiny.parameters["config"]
+    assert m["config"] == {**deployed, "model": {**deployed["model"], "rank": 50}}
+    assert m["config"]["model"]["cg_max_iter"] == 4  # the deployment's own override
+    assert m["options"]["runner"] == "local" and m["deployment"] == "tiny"
+
+
 def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
     server, project, serving, monkeypatch, capsys
 ):

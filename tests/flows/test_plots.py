@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -116,6 +117,9 @@ def test_plots_are_small_valid_pngs_with_identical_bytes_on_every_call(draw, siz
 def test_the_figures_follow_the_tables():
     without_val = CONVERGENCE.assign(validation_p_at_1=np.nan)
     assert plots.leml_convergence(without_val) != plots.leml_convergence(CONVERGENCE)
+    # no validation split: nothing of validation P@1 drawn, as without the column
+    assert plots.leml_convergence(without_val) == plots.leml_convergence(
+        CONVERGENCE.drop(columns="validation_p_at_1"))
     seconds = CONVERGENCE.assign(seconds=[9.0, 9.0, 9.0, 9.0])  # volatile: never drawn
     assert plots.leml_convergence(seconds) == plots.leml_convergence(CONVERGENCE)
     assert plots.relations_stability(CURVE, 4) != plots.relations_stability(CURVE, 5)
@@ -148,7 +152,7 @@ def _artifacts(flow_run_id):
 
 
 @pytest.mark.usefixtures("prefect_server")
-def test_publish_image_writes_the_png_and_an_image_artifact(tmp_path):
+def test_publish_image_writes_the_png_and_a_markdown_artifact_whose_text_is_short(tmp_path):
     png = plots.leml_convergence(CONVERGENCE)
 
     @flow(name="plots-demo")
@@ -179,13 +183,149 @@ def test_publish_image_writes_the_png_and_an_image_artifact(tmp_path):
 
     arts = _artifacts(state.state_details.flow_run_id)
     image = arts["plots-demo-objective"]
-    assert image.type == "image" and image.description == "objective over iterations"
-    prefix = "data:image/png;base64,"
-    assert image.data.startswith(prefix)
-    assert base64.b64decode(image.data[len(prefix) :]) == png  # stored whole, not truncated
+    # The UI prints an image artifact's data, the whole data: URL, as the link text under the
+    # picture; a markdown artifact shows the picture with its alt text and a short caption.
+    assert image.type == "markdown" and image.description == "objective over iterations"
+    shown = _markdown_image(image.data)
+    assert shown["alt"] == "objective over iterations"
+    assert base64.b64decode(shown["base64"]) == png  # stored whole, not truncated
+    assert image.data.count("data:") == 1  # the URL once, as the image's source
+    assert len(shown["caption"]) < 200 and "plots/plots-demo-objective.png" in shown["caption"]
     progress = arts["plots-demo-loop"]
     assert progress.type == "progress" and float(progress.data) == 100.0
     assert "plots-demo-bad" not in arts
+
+
+def _markdown_image(text: str) -> dict[str, str]:
+    """The parts of a published figure: ``![alt](data:image/png;base64,...)``, a caption."""
+    match = re.fullmatch(r"!\[(?P<alt>[^\]\n]{1,160})\]\(data:image/png;base64,"
+                         r"(?P<base64>[A-Za-z0-9+/]+=*)\)\n\n(?P<caption>.+)", text, re.S)
+    assert match, text[:300]
+    return match.groupdict()
+
+
+def _leml_metrics() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            ("bibtex", "leml-squared-k64", "precision@1", 0.6012),
+            ("bibtex", "leml-squared-k64", "precision@3", 0.3601),
+            ("bibtex", "leml-squared-k64", "instance_auc", 0.9012),
+            ("bibtex", "br-ridge", "precision@1", 0.5811),
+            ("bibtex", "br-ridge", "precision@3", 0.3422),
+            ("bibtex", "br-ridge", "instance_auc", 0.8833),
+        ],
+        columns=["dataset", "method", "metric", "value"],
+    )
+
+
+def _publish_in_a_flow(tmp_path, flow_name, publish, *args):
+    """Run ``publish(ctx, *args)`` inside a flow run; the run's artifacts by key."""
+
+    @flow(name=flow_name)
+    def demo() -> None:
+        ctx = RunContext.open(
+            flow_name, args[0],
+            RunOptions(store=str(tmp_path / "cache"), runs=str(tmp_path / "runs"), run_id="r1"),
+        )
+        publish(ctx, *args)
+
+    state = demo(return_state=True)
+    assert state.is_completed(), state
+    return _artifacts(state.state_details.flow_run_id)
+
+
+@pytest.mark.usefixtures("prefect_server")
+@pytest.mark.parametrize("fraction", [0.0, 0.2], ids=["no-validation", "validation"])
+def test_leml_artifacts_name_validation_only_with_a_split_and_published_only_on_leml_rows(
+    tmp_path, fraction
+):
+    from flows.leml import LemlConfig, publish
+
+    config = LemlConfig.model_validate({
+        "dataset": {"name": "bibtex", "train": "train.txt", "test": "test.txt",
+                    "validation_fraction": fraction},
+        "model": {"rank": 64}, "baselines": ["br-ridge"]})
+    convergence = CONVERGENCE if fraction else CONVERGENCE.assign(validation_p_at_1=np.nan)
+    arts = _publish_in_a_flow(tmp_path, "leml", publish, config, _leml_metrics(), convergence)
+
+    table, image, summary = arts["leml-convergence"], arts["leml-objective"], arts["leml-summary"]
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    mentions = [table.description, image.description, summary.data]
+    if fraction:
+        assert [r["validation_p_at_1"] for r in rows] == [0.41, 0.52, 0.55, 0.56]
+        assert all("validation P@1" in text for text in mentions[:2])
+        assert "| validation_p_at_1 |" in summary.data and "| 0.56 |" in summary.data
+    else:  # no column of nulls, no NaN, no mention of a validation P@1 there is not
+        assert [sorted(r) for r in rows] == [["iteration", "objective", "seconds"]] * 4
+        assert not [text for text in mentions if "validation" in text.lower()]
+        assert "nan" not in summary.data.lower()
+    # the published LEML figures stand beside LEML's own rows only
+    assert "| leml-squared-k64 | precision@1 | 60.12 | 62.54 |" in summary.data
+    assert "| leml-squared-k64 | precision@3 | 36.01 | 38.41 |" in summary.data
+    assert "| br-ridge | precision@1 | 58.11 |  |" in summary.data
+    assert "| br-ridge | precision@3 | 34.22 |  |" in summary.data
+    shown = _markdown_image(image.data)
+    assert shown["alt"] == image.description and image.description in shown["caption"]
+
+
+LONG_RULES = pd.DataFrame(
+    [
+        (0, 0, "head_match", "==", "True", False),
+        (1, 0, "pronoun_j", "==", "True", False),
+        (1, 1, "gender_agree", "==", "yes", False),
+        (1, 2, "number_agree", "==", "yes", False),
+        (1, 3, "mention_distance", "<=", "1.0", False),
+        (1, 4, "sentence_distance_between_the_two_mentions", "<=", "2.0", False),
+        (1, 5, "paragraph_distance", "<=", "0.0", False),
+        (1, 6, "entity_type_agree", "==", "yes", True),  # pruned: not part of the rule
+        (2, 0, "alias", "==", "True", False),
+        (2, 1, "sent_distance", ">=", "3.5", False),
+    ],
+    columns=["rule_id", "antecedent_index", "feature", "op", "value", "pruned"],
+)
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_strip_rules_artifact_wraps_long_rules_one_antecedent_per_line(tmp_path):
+    from flows.strip import StripConfig, publish
+
+    config = StripConfig(variants=["ripper", "strip-partial"])
+    no_rules = LONG_RULES.iloc[:0]
+    coverage = COVERAGE.assign(fires=1, fires_pos=1, fires_neg=0, covered_pos=200,
+                               covered_neg=50)
+
+    def run(ctx, config):
+        refs = {name: ctx.store.write(f"strip-test/{name}", frame) for name, frame in {
+            "ripper": no_rules, "strip-partial": LONG_RULES, "scores": SCORES,
+            "timings": PHASES, "coverage": coverage}.items()}
+        publish(ctx, config, {v: refs[v] for v in config.variants}, refs)
+
+    arts = _publish_in_a_flow(tmp_path, "strip", run, config)
+    text = arts["strip-rules"].data
+    assert "```" not in text  # a fenced block keeps its long lines: the UI cuts them
+    assert max(len(line) for line in text.splitlines() if not line.startswith("|")) <= 80
+    partial = text[text.index("## strip-partial"):]
+    assert "## strip-partial: 3 rules" in partial
+    assert "## ripper: 0 rules\n\n- every pair: not coreferent\n" in text
+    lines = partial.splitlines()
+    r1 = lines.index("- **R1**: coreferent if all of")
+    assert lines[r1 + 1 : r1 + 7] == [
+        "  - `pronoun_j == True`", "  - `gender_agree == yes`", "  - `number_agree == yes`",
+        "  - `mention_distance <= 1.0`", "  - `sentence_distance_between_the_two_mentions <= 2.0`",
+        "  - `paragraph_distance <= 0.0`"]
+    assert "entity_type_agree" not in text  # pruned
+    assert "- **R0**: coreferent if `head_match == True`" in lines
+    assert lines[-1] == "- otherwise: not coreferent"
+    assert arts["strip-rule-coverage-plot"].type == "markdown"
+
+
+def test_rules_markdown_puts_any_value_in_one_code_span():
+    from flows.strip import rules_markdown
+
+    rules = LONG_RULES.iloc[:1].assign(value="a`b``c")
+    assert rules_markdown({"m": rules}).splitlines() == [
+        "## m: 1 rule", "", "- **R0**: coreferent if ```head_match == a`b``c```",
+        "- otherwise: not coreferent"]
 
 
 def test_summaries_put_the_run_beside_the_published_figures_and_say_they_differ():

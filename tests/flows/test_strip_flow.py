@@ -277,7 +277,7 @@ def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project):
     rows = json.loads(table) if isinstance(table, str) else table
     assert {r["method"] for r in rows} == set(VARIANTS)
     assert all(r["new_pos"] + r["new_neg"] <= r["covered_pos"] + r["covered_neg"] for r in rows)
-    assert by_key["strip-rule-coverage-plot"].type == "image"
+    assert by_key["strip-rule-coverage-plot"].type == "markdown"  # the PNG embedded
     png = project / "data" / "runs" / first["run_id"] / "plots" / "strip-rule-coverage-plot.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
