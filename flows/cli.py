@@ -37,9 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run a flow (or 'all')")
-    r.add_argument("flow", help="flow name, or 'all'")
+    r = sub.add_parser("run", help="run a flow (or 'all', or 'experiment NAME')")
+    r.add_argument("flow", help="flow name, 'all', or 'experiment'")
+    r.add_argument("name", nargs="?", help="the experiment (configs/experiments/NAME.yaml)")
     r.add_argument("--config", help="config YAML (default: configs/<flow>.yaml)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="experiment: count the child runs and what each would compute, and "
+                        "run nothing")
     r.add_argument(
         "--set",
         dest="overrides",
@@ -236,7 +240,7 @@ def _specs(name: str) -> list[Any]:
     from tasks.errors import InputError
 
     if name == "all":  # every training flow (an apply flow needs a model run and input)
-        specs = [s for s in FLOWS.values() if s.applies is None]
+        specs = [s for s in FLOWS.values() if s.kind == "train"]
         if not specs:
             raise InputError("no flows are registered")
         return specs
@@ -304,12 +308,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = _specs(args.flow)
     if args.config and len(specs) > 1:
         raise InputError("--config names one flow's file; use it with a single flow")
+    if (args.name or args.dry_run) and args.flow != "experiment":
+        raise InputError(f"a name and --dry-run go with `scarce run experiment`, not "
+                         f"{args.flow!r}")
     # Validate every config and the environment before running anything: a typo fails in a
     # second, not after the first flow.
     plans = []
     for spec in specs:
-        path = resolve_path(args.config or spec.config_file)
-        plans.append((spec, load_config(path, spec.load_model(), args.overrides)))
+        if spec.kind == "experiment":
+            plans.append((spec, _experiment_config(args)))
+        else:
+            path = resolve_path(args.config or spec.config_file)
+            plans.append((spec, load_config(path, spec.load_model(), args.overrides)))
+    if args.dry_run:
+        return _dry_run(plans[0][1])
     preflight(args.dask_address)
     summaries = []
     with prefect_api():  # one Prefect server for every flow of the command
@@ -322,6 +334,30 @@ def cmd_run(args: argparse.Namespace) -> int:
             _print_summary(spec.name, summary)
     if len(summaries) > 1:
         _print_metrics_table(summaries)
+    return EXIT_OK
+
+
+def _experiment_config(args: argparse.Namespace) -> Any:
+    from flows.experiment import experiment_file, load_experiment
+    from tasks.errors import InputError
+
+    if not (args.name or args.config):
+        raise InputError("`scarce run experiment` needs the experiment's name (a file of "
+                         "configs/experiments/) or --config PATH", key="experiment")
+    return load_experiment(experiment_file(args.config or args.name), args.overrides)
+
+
+def _dry_run(config: Any) -> int:
+    from flows.experiment import plan
+    from flows.runtime import default_runs_root, default_store_root
+    from tasks.store import Store
+
+    table = plan(config, default_runs_root(), Store(default_store_root()).root)
+    _print_frame(table)
+    counts = table["state"].value_counts()
+    print(f"\n{config.name}: {len(table)} child runs of {config.flow}: "
+          f"{counts.get('cached', 0)} cached (0 uncached steps), {counts.get('to run', 0)} to "
+          f"run (every step), {counts.get('invalid', 0)} invalid")
     return EXIT_OK
 
 

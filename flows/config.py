@@ -128,9 +128,23 @@ def apply_overrides(
     path: str | os.PathLike[str] | None = None,
 ) -> dict:
     """A copy of ``data`` with each ``KEY=VALUE`` applied; unknown keys are errors."""
-    out = copy.deepcopy(data)
+    values = {}
     for text in overrides:
         keys, value = parse_override(text)
+        values[".".join(keys)] = value
+    return apply_values(data, values, model, path)
+
+
+def apply_values(
+    data: dict[str, Any],
+    values: dict[str, Any],
+    model: type[BaseModel],
+    path: str | os.PathLike[str] | None = None,
+) -> dict:
+    """A copy of ``data`` with each dotted key of ``values`` set; unknown keys are errors."""
+    out = copy.deepcopy(data)
+    for dotted, value in values.items():
+        keys = dotted.split(".")
         try:
             _check_key(model, keys)
         except InputError as exc:
@@ -142,7 +156,7 @@ def apply_overrides(
                 nxt = {}
                 node[part] = nxt
             node = nxt
-        node[keys[-1]] = value
+        node[keys[-1]] = copy.deepcopy(value)
     return out
 
 
@@ -150,6 +164,10 @@ def _check_key(model: type[BaseModel], path: list[str]) -> None:
     current: Any = model
     for i, part in enumerate(path):
         dotted = ".".join(path[: i + 1])
+        if typing.get_origin(current) is dict:  # a mapping field: any key, its value type next
+            args = typing.get_args(current)
+            current = args[1] if len(args) == 2 else Any
+            continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             raise InputError(f"--set: {'.'.join(path[:i])} has no sub-keys", key=dotted)
         field = current.model_fields.get(part)

@@ -146,8 +146,9 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if old.get("metrics_sha256") != new.get("metrics_sha256"):
         lines.append("differs: metrics.parquet")
     return lines + _differences(
-        {o["name"]: o["sha256"] for o in old.get("named_outputs") or []},
-        {o["name"]: o["sha256"] for o in new.get("named_outputs") or []}, prefix="outputs/")
+        {o["name"]: o["sha256"] for o in old.get("named_outputs") or [] if not o.get("volatile")},
+        {o["name"]: o["sha256"] for o in new.get("named_outputs") or [] if not o.get("volatile")},
+        prefix="outputs/")
 
 
 RUN_COLUMNS = ["run_id", "flow", "dataset", "runner", "started", "seconds", "status",

@@ -20,6 +20,7 @@ class FlowSpec:
     config_file: str  # relative to the project root
     description: str = ""
     applies: str | None = None  # for an apply flow: the training flow whose model it applies
+    kind: str = "train"  # train | apply | experiment
 
     def load_flow(self) -> Any:
         return _load(self.target)
@@ -79,5 +80,18 @@ for _flow in ("leml", "relations", "strip"):
             config_file=f"configs/apply-{_flow}.yaml",
             description=f"Apply what a finished {_flow} run learned to new input",
             applies=_flow,
+            kind="apply",
         )
     )
+
+register(
+    FlowSpec(
+        name="experiment",
+        target="flows.experiment:experiment_flow",
+        config_model="flows.experiment:ExperimentConfig",
+        config_file="configs/experiments/{name}.yaml",
+        description="A grid of runs of one flow and the table they make "
+        "(`scarce run experiment NAME`)",
+        kind="experiment",
+    )
+)

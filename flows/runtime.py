@@ -149,6 +149,7 @@ class RunContext:
     plot_refs: dict[str, str] = field(default_factory=dict)  # plot name -> its store memo
     named: dict[str, str] = field(default_factory=dict)  # outputs/<name> -> store ref
     files: dict[str, bytes] = field(default_factory=dict)  # outputs/<name> -> bytes
+    volatile_files: set[str] = field(default_factory=set)  # not compared by rerun
     _plot_memos: dict[str, str] = field(default_factory=dict)  # sha256 of a PNG -> its memo
 
     @classmethod
@@ -202,6 +203,15 @@ class RunContext:
             self.cache_hits.append(st.name)
             log_both(logging.INFO, "cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
         return refs
+
+    def adopt(self, outputs: list[dict[str, Any]], child: str | None) -> None:
+        """Record another run's outputs as this run's (an experiment's children): they are
+        listed in this manifest, kept by gc, and compared by ``scarce rerun``."""
+        if self.lease is not None:
+            self.lease.note(o["ref"] for o in outputs)
+        for o in outputs:
+            self.outputs[o["ref"]] = {"step": o["step"], "ref": o["ref"], "cached": o["cached"],
+                                      "volatile": o["volatile"], "child": child}
 
     def _record(self, st: Step, state: Any) -> Any:
         return self._note_outputs(st, state.result(), state.name == "Cached")
@@ -366,13 +376,16 @@ class RunContext:
             raise ValueError(f"output {name!r} named twice")
         self.named[name] = ref
 
-    def write_output(self, name: str, data: bytes | str) -> None:
+    def write_output(self, name: str, data: bytes | str, volatile: bool = False) -> None:
         """A file of the run's outputs that is not a store entry (readable rules, a model's
-        JSON, CoNLL-U); written by :meth:`finish`, listed and compared like the others."""
+        JSON, CoNLL-U); written by :meth:`finish`, listed and compared like the others, unless
+        ``volatile`` (it names things that differ between equal runs, such as run ids)."""
         _check_output_name(name)
         if name in self.named or name in self.files:
             raise ValueError(f"output {name!r} named twice")
         self.files[name] = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        if volatile:
+            self.volatile_files.add(name)
 
     def _write_named_outputs(self) -> list[dict[str, Any]]:
         out = []
@@ -386,7 +399,8 @@ class RunContext:
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(path, data)
-            out.append({"name": name, "ref": None, "sha256": hashlib.sha256(data).hexdigest()})
+            out.append({"name": name, "ref": None, "sha256": hashlib.sha256(data).hexdigest(),
+                        **({"volatile": True} if name in self.volatile_files else {})})
         return sorted(out, key=lambda o: o["name"])
 
     # -- what the Prefect UI shows -------------------------------------------
@@ -409,14 +423,33 @@ class RunContext:
         )
 
     def publish_image(self, name: str, png: bytes, description: str = "") -> None:
-        """An image artifact showing ``png``; the file goes to ``plots/<name>.png``.
+        """A markdown artifact showing ``png``; the file goes to ``plots/<name>.png``.
 
+        Parameters
+        ----------
+        name : str
+            The figure's name: the artifact's key is ``<flow>-<name>``.
+        png : bytes
+            The figure, a PNG image.
+        description : str
+            One short line: the artifact's description, the image's alt text and its caption.
+
+        Raises
+        ------
+        ValueError
+            When ``png`` is not a PNG image.
+
+        Notes
+        -----
         The image travels inside the artifact as a ``data:image/png;base64`` URL, so the UI
-        shows it without a file server.  The file is written by :meth:`finish` (a failed run
-        writes no run folder) and listed under ``plots`` in the manifest, outside the outputs
-        that ``rerun`` compares.
+        shows it without a file server.  It is a markdown artifact, ``![description](data:...)``
+        and a one-line caption, not an image artifact: the UI prints an image artifact's data,
+        here the whole URL (tens of thousands of characters), as the link text under the
+        picture, while it renders a markdown image as an ``<img>`` with the alt text alone.
+        The file is written by :meth:`finish` (a failed run writes no run folder) and listed
+        under ``plots`` in the manifest, outside the outputs that ``rerun`` compares.
         """
-        from prefect.artifacts import create_image_artifact
+        from prefect.artifacts import create_markdown_artifact
 
         if not png.startswith(b"\x89PNG\r\n\x1a\n"):
             raise ValueError(f"plot {name!r} is not a PNG image")
@@ -425,8 +458,12 @@ class RunContext:
         memo = self._plot_memos.get(hashlib.sha256(png).hexdigest())
         if memo is not None:
             self.plot_refs[key] = memo
+        alt = " ".join(re.sub(r"[\[\]\\]", "", description or key).split())
         url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        create_image_artifact(image_url=url, key=key, description=description)
+        where = f"`{PLOTS}/{key}.png` in the folder of run `{self.run_id}`"
+        caption = f"{description} ({where})" if description else f"The figure: {where}."
+        text = f"![{alt}]({url})\n\n{caption}"
+        create_markdown_artifact(markdown=text, key=key, description=description)
 
     def plot(self, fn: Any, *args: Any, **kwargs: Any) -> bytes:
         """``fn(*args, **kwargs)`` (a figure as PNG bytes), memoised in the store.
@@ -537,6 +574,7 @@ class RunContext:
             "run_id": self.run_id,
             "run_dir": str(self.run_dir),
             "metrics": metrics,
+            "metrics_ref": metrics_ref,
             "manifest": manifest,
         }
 

@@ -23,8 +23,9 @@ from flows.registry import FLOWS
 MISSING = object()
 # The project's flows (tests register flows of their own, such as `digits`); the training flows
 # are those whose options come from an estimator.
-PROJECT_FLOWS = sorted(name for name, spec in FLOWS.items() if spec.target.startswith("flows."))
-TRAINING_FLOWS = [name for name in PROJECT_FLOWS if FLOWS[name].applies is None]
+PROJECT_FLOWS = sorted(name for name, spec in FLOWS.items()
+                       if spec.target.startswith("flows.") and spec.kind != "experiment")
+TRAINING_FLOWS = [name for name in PROJECT_FLOWS if FLOWS[name].kind == "train"]
 DEFAULT_IN_COMMENT = re.compile(r"\bdefault:?\s+([^\s;,)]+)")
 
 

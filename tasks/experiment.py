@@ -1,0 +1,117 @@
+"""Steps of the experiment flow: a grid of child runs gathered into one table.
+
+``experiment-table`` stacks the metrics of every grid point's child run (long form, one column
+per axis) with the failed points' errors; ``experiment-summary`` aggregates it into the table a
+paper shows: one row per value of the row axes, one column per value of the column axes, the
+metric's mean and spread over the remaining axes (the seeds).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from tasks.steps import step
+
+METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
+
+
+def axis_column(axis: str) -> str:
+    """The table column of a dotted config key (``model.rank`` -> ``model.rank``)."""
+    return axis
+
+
+def _cell(value) -> str:
+    """An axis value as the table shows it (lists and mappings as compact JSON)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@step("experiment-table", inputs=("metrics",), run_name="gather {name}")
+def gather(metrics: list[pd.DataFrame], name: str, axes: list[str], points: list[dict],
+           errors: list[str | None]) -> pd.DataFrame:
+    """The long table: for each grid point (in grid order) its axis values and each metric of
+    its run (``dataset``, ``method``, ``metric``, ``value``); a failed point is one row with its
+    ``error`` and no metric.  (The child run ids, which differ between equal runs, are in the
+    experiment's ``children.json``.)
+
+    ``metrics`` holds the metrics tables of the points that finished, in grid order.
+    """
+    tables = iter(metrics)
+    rows = []
+    for point, error in zip(points, errors, strict=True):
+        fixed = {axis_column(a): _cell(point[a]) for a in axes}
+        if error is not None:
+            rows.append(pd.DataFrame([{**fixed, "error": error, "dataset": None,
+                                       "method": None, "metric": None, "value": np.nan}]))
+            continue
+        table = next(tables)[METRIC_COLUMNS].copy()
+        for column, value in reversed(list(fixed.items())):
+            table.insert(0, column, value)
+        table["error"] = None
+        rows.append(table)
+    columns = [*(axis_column(a) for a in axes), "error", *METRIC_COLUMNS]
+    out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
+    out = out[columns]
+    out["value"] = out["value"].astype(float)
+    return out.reset_index(drop=True)
+
+
+@step("experiment-summary", inputs=("table",), run_name="summarise {metric}")
+def summarise(table: pd.DataFrame, rows: list[str], columns: list[str], metric: str,
+              methods: list[str] | None = None) -> pd.DataFrame:
+    """The paper's table in long form: for each combination of the ``rows`` and ``columns``
+    (axes, or ``method`` / ``dataset`` of the metrics) the ``metric``'s mean, standard
+    deviation (ddof 1; 0 for one value) and count over the other axes; failed points left out.
+    """
+    keep = table[(table["metric"] == metric) & table["error"].isna()]
+    if methods is not None:
+        keep = keep[keep["method"].isin(methods)]
+    keys = [*rows, *columns]
+    if keep.empty:
+        return pd.DataFrame(columns=[*keys, "mean", "std", "n"])
+    grouped = keep.groupby(keys, sort=False, dropna=False)["value"]
+    out = grouped.agg(mean="mean", n="count").reset_index()
+    std = grouped.std(ddof=1).reset_index(drop=True).fillna(0.0)
+    out.insert(len(keys) + 1, "std", std.to_numpy())
+    out["n"] = out["n"].astype(np.int64)
+    return out.reset_index(drop=True)
+
+
+def wide(summary: pd.DataFrame, rows: list[str], columns: list[str], digits: int = 3
+         ) -> pd.DataFrame:
+    """The summary as the paper prints it: one row per ``rows`` value, one column per
+    ``columns`` value, cells ``mean ± std`` (``mean`` alone over a single value)."""
+    if summary.empty:
+        return pd.DataFrame()
+
+    def cell(r) -> str:
+        return (f"{r['mean']:.{digits}f}" if r["n"] <= 1
+                else f"{r['mean']:.{digits}f} ± {r['std']:.{digits}f}")
+
+    frame = summary.assign(cell=summary.apply(cell, axis=1))
+    if not columns:
+        return frame[[*rows, "cell"]].rename(columns={"cell": "value"})
+    table = frame.pivot_table(index=rows, columns=columns, values="cell", aggfunc="first",
+                              sort=False)
+    table.columns = [" / ".join(map(str, c)) if isinstance(c, tuple) else str(c)
+                     for c in table.columns]
+    return table.reset_index()
+
+
+@step("experiment-metrics", inputs=("summary",), run_name="metrics of {name}")
+def as_metrics(summary: pd.DataFrame, name: str, rows: list[str], columns: list[str],
+               metric: str) -> pd.DataFrame:
+    """The summary in the metrics' long form (the experiment run's ``metrics.parquet``):
+    ``dataset`` the experiment, ``method`` the cell (``row / column`` values), ``metric``
+    ``<metric>_mean``, ``<metric>_std`` and ``n``."""
+    out = []
+    for r in summary.to_dict("records"):
+        cell = " / ".join(str(r[k]) for k in [*rows, *columns])
+        out += [(name, cell, f"{metric}_mean", float(r["mean"])),
+                (name, cell, f"{metric}_std", float(r["std"])),
+                (name, cell, "n", float(r["n"]))]
+    return pd.DataFrame(out, columns=METRIC_COLUMNS)

@@ -1,0 +1,135 @@
+"""Experiments as flows: a 2 x 2 grid of the digits flow through Prefect."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
+from flows.cli import main
+from tests.flows.helpers import digits_project, manifest, runs
+
+pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
+
+GRID = """\
+flow: digits
+base: configs/digits.yaml
+set: {n_init: 1}
+axes:
+  k: [4, 6]
+  seed: [0, 1]
+table: {rows: [k], metric: ari}
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = digits_project(tmp_path_factory.mktemp("experiment"), n_samples=150, k=5)
+    (root / "configs" / "experiments").mkdir()
+    (root / "configs" / "experiments" / "grid.yaml").write_text(GRID)
+    return root
+
+
+def _experiment_runs(project) -> list[str]:
+    return [r for r in runs(project) if manifest(project, r)["flow"] == "experiment"]
+
+
+def _outputs(project, run_id: str) -> dict[str, str]:
+    return {o["name"]: o["sha256"] for o in manifest(project, run_id)["named_outputs"]}
+
+
+def test_the_table_is_the_childrens_metrics(project, capsys):
+    assert main(["run", "experiment", "grid"]) == 0
+    (exp_run,) = _experiment_runs(project)
+    out = project / "data" / "runs" / exp_run / "outputs"
+    table = pd.read_parquet(out / "table.parquet")
+    children = json.loads((out / "children.json").read_text())
+    assert [c["point"] for c in children] == [
+        {"k": 4, "seed": 0}, {"k": 4, "seed": 1}, {"k": 6, "seed": 0}, {"k": 6, "seed": 1}]
+    for c in children:  # each child is a digits run with the point's config
+        m = manifest(project, c["run_id"])
+        assert m["flow"] == "digits" and c["error"] is None
+        assert (m["config"]["k"], m["seed"], m["config"]["n_init"]) == (
+            c["point"]["k"], c["point"]["seed"], 1)
+        metrics = pd.read_parquet(project / "data" / "runs" / c["run_id"] / "metrics.parquet")
+        mine = table[(table["k"] == str(c["point"]["k"]))
+                     & (table["seed"] == str(c["point"]["seed"]))]
+        assert mine[["dataset", "method", "metric", "value"]].reset_index(drop=True).equals(
+            metrics)
+    summary = pd.read_parquet(out / "summary.parquet")
+    aris = table[table["metric"] == "ari"]
+    for k in ("4", "6"):
+        values = aris[aris["k"] == k]["value"]
+        row = summary[summary["k"] == k].iloc[0]
+        assert row["mean"] == pytest.approx(values.mean()) and row["n"] == 2
+        assert row["std"] == pytest.approx(values.std(ddof=1))
+    assert "| k | value |" in (out / "table.md").read_text()
+    # the experiment's record lists every child's outputs (rerun compares them all)
+    refs = {o["ref"] for o in manifest(project, exp_run)["outputs"]}
+    for c in children:
+        assert {o["ref"] for o in manifest(project, c["run_id"])["outputs"]} <= refs
+
+
+def test_one_more_seed_computes_only_the_new_children(project, capsys):
+    assert main(["run", "experiment", "grid", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 child runs of digits: 4 cached (0 uncached steps), 0 to run" in out
+    assert main(["run", "experiment", "grid", "--set", "axes.seed=[0, 1, 2]", "--dry-run"]) == 0
+    assert "6 child runs of digits: 4 cached (0 uncached steps), 2 to run" in (
+        capsys.readouterr().out)
+    before = set(runs(project))
+    assert main(["run", "experiment", "grid", "--set", "axes.seed=[0, 1, 2]"]) == 0
+    new_children = [r for r in set(runs(project)) - before
+                    if manifest(project, r)["flow"] == "digits"]
+    assert len(new_children) == 6
+    every_step = {"digits-load", "digits-cluster", "digits-evaluate"}
+    cached = [r for r in new_children if set(manifest(project, r)["cache_hits"]) == every_step]
+    assert sorted(manifest(project, r)["seed"] for r in cached) == [0, 0, 1, 1]
+    computed = [r for r in new_children if r not in cached]
+    assert sorted(manifest(project, r)["seed"] for r in computed) == [2, 2]
+    assert all("digits-cluster" not in manifest(project, r)["cache_hits"] for r in computed)
+
+
+def test_rerun_of_the_experiment_is_identical_and_dask_gives_the_same_table(project, capsys):
+    first = sorted(_experiment_runs(project), key=lambda r: manifest(project, r)["started"])[0]
+    capsys.readouterr()
+    assert main(["rerun", first]) == 0
+    assert "identical" in capsys.readouterr().out.splitlines()
+    before = set(_experiment_runs(project))
+    assert main(["run", "experiment", "grid", "--runner", "dask", "--refresh"]) == 0
+    (dask_run,) = set(_experiment_runs(project)) - before
+    assert manifest(project, dask_run)["task_runner"] == "DaskTaskRunner"
+    ours, theirs = _outputs(project, first), _outputs(project, dask_run)
+    for name in ("table.parquet", "summary.parquet", "table.md"):
+        assert ours[name] == theirs[name], name
+
+
+def test_a_bad_grid_value_fails_its_point_and_the_others_finish(project, capsys):
+    before = set(_experiment_runs(project))
+    assert main(["run", "experiment", "grid", "--set", "axes.k=[1, 4]"]) == 0
+    (exp_run,) = set(_experiment_runs(project)) - before
+    out = project / "data" / "runs" / exp_run / "outputs"
+    table = pd.read_parquet(out / "table.parquet")
+    failed = table[table["error"].notna()]
+    assert sorted(failed["seed"]) == ["0", "1"] and set(failed["k"]) == {"1"}
+    assert failed["error"].str.contains("key 'k': Input should be greater than or equal to 2"
+                                        ).all()
+    assert set(table[table["error"].isna()]["k"]) == {"4"}
+    text = (out / "table.md").read_text()
+    assert "2 point(s) failed:" in text and "k=1, seed=0" in text
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "experiment"], "needs the experiment's name"),
+    (["run", "experiment", "nope"], "nope.yaml: config file not found"),
+    (["run", "experiment", "grid", "--set", "axes.rank=[1]"], "key 'rank': --set: unknown key"),
+    (["run", "experiment", "grid", "--set", "table.rows=[size]"], "neither an axis"),
+    (["run", "digits", "grid"], "go with `scarce run experiment`"),
+])
+def test_bad_experiments_exit_2_with_one_line(project, capsys, args, words):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and words in lines[0], err[-2000:]
