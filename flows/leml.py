@@ -134,6 +134,10 @@ class ModelConfig(Strict):
 
 
 class WStepConfig(Strict):
+    """Where LEML's W-step runs.  What it computes depends only on ``runner`` and ``blocks``
+    (its cache key holds those); ``workers`` and ``address`` only say where, and give the same
+    ``W`` bit for bit wherever the row blocks are."""
+
     runner: Literal["local", "dask"] = Field(
         "local",
         description="Where the W-step's gradient and Hessian-vector products run: this "
@@ -144,17 +148,33 @@ class WStepConfig(Strict):
         description="Row blocks of X (fixes the reduction order, so W).",
     )
     workers: int = Field(
-        2, ge=1, le=64, description="Workers of the LocalCluster started when no address."
+        2, ge=1, le=64,
+        description="Workers of the LocalCluster started when the run has no Dask cluster.",
     )
     address: str | None = Field(
         None,
-        description="Scheduler of an existing Dask cluster (tcp://host:8786); none: the "
-        "task runner's cluster under --runner dask, else a LocalCluster.",
+        description="Scheduler of an existing Dask cluster (tcp://host:8786); none: the run's "
+        "own cluster (--dask-address, or --runner dask's), else a LocalCluster of `workers`.",
     )
 
     def backend(self) -> dict | None:
-        """The ``w_step`` argument of the W-step task: None to run it in the flow's process."""
-        return None if self.runner == "local" else self.model_dump(exclude={"runner"})
+        """The ``w_step`` argument of the W-step task, what it computes: None to run it in
+        the flow's process, else the number of row blocks."""
+        return None if self.runner == "local" else {"blocks": self.blocks}
+
+    def cluster(self, ctx: RunContext, data: dict) -> dict | None:
+        """The ``cluster`` argument of the W-step task, where it runs (a runtime parameter,
+        outside its cache key): the scheduler address (``address``, else the run's
+        ``--dask-address``; none: the task runner's cluster, else a LocalCluster of
+        ``workers``) and the store files of ``data`` (the training X and Y, the mask), from
+        which the workers build their row blocks."""
+        if self.runner == "local":
+            return None
+        refs = {"X": data["train"]["X"], "Y": data["train"]["Y"], "mask": data["mask"]}
+        files = {part: None if ref is None else str(ctx.store.path(ref).absolute())
+                 for part, ref in refs.items()}
+        return {"address": self.address or ctx.options.dask_address, "workers": self.workers,
+                "files": files}
 
 
 class LemlConfig(FlowConfig):
@@ -228,12 +248,15 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     traces, timings = [], []
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(alternate_W, **data, **factors, iteration=t, params=w_params,
-                    w_step=config.w_step.backend())
+                    w_step=config.w_step.backend(), cluster=config.w_step.cluster(ctx, data))
         h = ctx.run(alternate_H, **data, W=w["W"], H=factors["H"], validation=validation,
                     iteration=t, params=h_params)
         factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]
+    if config.w_step.runner != "local":  # where the last W-step ran, for the manifest
+        where = ctx.read(timings[-2]).iloc[0]
+        ctx.note("w_step", {"scheduler": where["scheduler"], "workers": int(where["workers"])})
         progress.advance()
     result = ctx.run(evaluate, test=test, **factors, traces=traces, timings=timings,
                      dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
@@ -293,20 +316,69 @@ def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int):
 
 def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
             convergence: pd.DataFrame) -> None:
-    """The run's artifacts: the convergence table, the objective plot and the summary."""
+    """The run's artifacts: the convergence table, the objective plot and the summary.
+
+    Parameters
+    ----------
+    ctx : RunContext
+        The run.
+    config : LemlConfig
+        Its config.
+    metrics : DataFrame
+        The ``metrics`` table of ``leml-collect`` (LEML's rows and the baselines').
+    convergence : DataFrame
+        The ``convergence`` table of ``leml-evaluate``; its ``validation_p_at_1`` column, all
+        NaN without a validation split, is shown only when it holds a value.
+    """
     m = config.model
+    convergence = shown_convergence(convergence)
+    validated = VALIDATION_COLUMN in convergence.columns
     ctx.publish_table("convergence", convergence,
-                      "Objective, seconds and validation P@1 per outer iteration")
+                      "Objective, seconds and validation P@1 per outer iteration" if validated
+                      else "Objective and seconds per outer iteration")
     title = f"LEML on {config.dataset.name}: k={m.rank}, lambda={m.lam:g}, {m.loss} loss"
     ctx.publish_image("objective", ctx.plot(plots.leml_convergence, convergence, title=title),
-                      "Objective and validation P@1 over outer iterations")
+                      "Objective and validation P@1 over outer iterations" if validated
+                      else "Objective over outer iterations")
     ctx.publish_markdown("summary", summary_markdown(metrics, convergence, config),
                          "The run beside the published LEML row (Extreme Classification "
                          "Repository)")
 
 
+#: The convergence table's column of validation P@1 (NaN without a validation split).
+VALIDATION_COLUMN = "validation_p_at_1"
+
+
+def shown_convergence(conv: pd.DataFrame) -> pd.DataFrame:
+    """``conv`` without its validation P@1 column when that holds no finite value (no
+    validation split): no column of blanks or ``nan`` in what the UI shows."""
+    if VALIDATION_COLUMN in conv.columns:
+        values = pd.to_numeric(conv[VALIDATION_COLUMN], errors="coerce")
+        if values.replace([float("inf"), float("-inf")], float("nan")).isna().all():
+            return conv.drop(columns=VALIDATION_COLUMN)
+    return conv
+
+
 def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConfig) -> str:
-    """The run against the published LEML row, and the objective over iterations."""
+    """The run against the published LEML row, and the objective over iterations.
+
+    Parameters
+    ----------
+    metrics : DataFrame
+        ``dataset``, ``method``, ``metric``, ``value``: LEML's rows and the baselines'.
+    conv : DataFrame
+        The convergence table (a validation P@1 column without values is left out).
+    config : LemlConfig
+        The run's config.
+
+    Returns
+    -------
+    str
+        Markdown: the metrics, with the published LEML figure beside LEML's own rows only (a
+        baseline is not LEML) and only when every label is observed; the published rows; the
+        objective as a sparkline and the convergence table.
+    """
+    conv = shown_convergence(conv)
     lines = [
         f"# LEML on {config.dataset.name}",
         "",
@@ -318,7 +390,8 @@ def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConf
     ]
     published = PUBLISHED.get(config.dataset.name, {})
     for row in metrics.itertuples(index=False):
-        ref = published.get(row.metric) if config.observed_fraction == 1 else None
+        own = row.method not in BASELINES  # LEML's rows; the baselines' are named by BASELINES
+        ref = published.get(row.metric) if own and config.observed_fraction == 1 else None
         shown = (
             f"{100 * row.value:.2f}" if row.metric.startswith("precision@") else f"{row.value:.4f}"
         )

@@ -4,14 +4,26 @@
 single-threaded worker processes), ``--dask-address`` on an existing one; deployments take the
 same two settings (:mod:`flows.deploy`).  Nothing here is imported by the flows themselves: the
 runner is chosen by whoever starts a flow.
+
+The Dask runner is :data:`DaskTaskRunner`, prefect-dask's runner that also hands the command's
+Prefect API to the workers it connects to (:data:`PrefectAPIPlugin`): the task runs executed
+there report to that API, and a worker started without ``PREFECT_API_URL`` never starts a
+temporary Prefect server of its own.  Both classes are made on first use (importing Prefect or
+Dask costs seconds, and this module is imported by every command).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+log = logging.getLogger("scarce.run")
 
 # On 2-core machines two BLAS or OpenMP threads in one process were measured 3 to 100 times
 # slower than one (eigh of 500 x 500: 3.7 s against 0.03 s), so every process of ours runs one.
@@ -46,7 +58,6 @@ _DIE_WITH_PARENT = (
 
 def _owned_server_class():
     import subprocess
-    import sys
 
     import prefect.server.api.server as prefect_server
 
@@ -91,12 +102,38 @@ def prefect_api() -> Iterator[str | None]:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
-        server.stop()
+        try:
+            _drain_prefect_services(timeout=30)
+        finally:
+            server.stop()
+
+
+def _drain_prefect_services(timeout: float) -> None:
+    """Send what Prefect's log and event services of this process still hold (at most
+    ``timeout`` seconds each) and stop them, as Prefect's own test harness does before it stops
+    its server: stopped after the server, they retried the closed address for minutes before
+    the process could exit.  The next use starts them again."""
+    for service in _prefect_services():
+        service.drain_all(timeout=timeout)
+
+
+async def _drain_prefect_services_async(timeout: float) -> None:
+    """:func:`_drain_prefect_services` in a running event loop (a Dask worker's)."""
+    for service in _prefect_services():
+        await service.drain_all(timeout=timeout)
+
+
+def _prefect_services() -> list[Any]:
+    """Prefect's log and event service classes, if Prefect was imported in this process."""
+    if "prefect.logging.handlers" not in sys.modules:
+        return []
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    return [APILogWorker, EventsWorker]
 
 
 def _start_owned_server():
-    import sys
-
     if not sys.platform.startswith("linux"):  # no parent-death signal: Prefect's own server
         from prefect.server.api.server import SubprocessASGIServer
 
@@ -128,11 +165,118 @@ def worker_env() -> dict[str, str]:
     return env
 
 
+# -- Dask: the task runner, and the Prefect API on its workers --------------------------------
+def __getattr__(name: str) -> Any:
+    """``DaskTaskRunner`` and ``PrefectAPIPlugin``, made on first use (PEP 562), so that both
+    are importable (and pickled) by their names here."""
+    if name == "DaskTaskRunner":
+        return _dask_task_runner_class()
+    if name == "PrefectAPIPlugin":
+        return _api_plugin_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _named_here(cls: type) -> type:
+    cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    return cls
+
+
+@functools.cache
+def _api_plugin_class() -> type:
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class PrefectAPIPlugin(WorkerPlugin):
+        """Hands a command's Prefect API to the Dask workers it uses.
+
+        Prefect tasks executed on a worker take the API from the settings their client sends
+        with them; what else Prefect does there does not.  On a worker started without
+        ``PREFECT_API_URL``, anything reading the process's settings would start a temporary
+        Prefect server inside the worker (about 12 s, left running afterwards); and the
+        worker's event service, made once per process, stays bound to the API of the first
+        command it served, so the task runs of every later command on the same worker were
+        missing from their own API.  So, on every worker, now and joining later:
+
+        * ``setup`` sets ``PREFECT_API_URL`` for the worker process when it has none (read when
+          Prefect is imported there, by the first Prefect task), and stops Prefect's log and
+          event services left from earlier commands (at most 10 s each; their API may be gone),
+          so that the next task starts them on its own API;
+        * ``teardown`` (the runner's end, while the API still runs) sends what they hold.
+
+        Parameters
+        ----------
+        url : str
+            The Prefect API of the command.
+        """
+
+        def __init__(self, url: str) -> None:
+            self.url = url
+            self.name = "scarce-prefect-api-" + hashlib.sha256(url.encode()).hexdigest()[:12]
+
+        async def setup(self, worker: Any) -> None:
+            os.environ.setdefault("PREFECT_API_URL", self.url)
+            await _drain_prefect_services_async(timeout=10)
+
+        async def teardown(self, worker: Any) -> None:
+            await _drain_prefect_services_async(timeout=30)
+
+    return _named_here(PrefectAPIPlugin)
+
+
+@functools.cache
+def _dask_task_runner_class() -> type:
+    import prefect_dask
+
+    class DaskTaskRunner(prefect_dask.DaskTaskRunner):
+        """prefect-dask's task runner, which also registers :data:`PrefectAPIPlugin` with the
+        command's Prefect API on the cluster when it connects, and unregisters it when the
+        run ends (the workers send what their Prefect services hold before the API stops).
+
+        Recorded by its class name, ``DaskTaskRunner``, in the manifest.
+        """
+
+        _api_plugin: Any = None
+
+        @property
+        def client(self) -> Any:
+            fresh = self._client is None
+            client = super().client
+            if fresh:
+                self._api_plugin = _register_api_plugin(client)
+            return client
+
+        def __exit__(self, *exc: Any) -> None:
+            try:
+                if self._client is not None and self._api_plugin is not None:
+                    try:
+                        self._client.unregister_worker_plugin(self._api_plugin.name)
+                    except Exception as err:  # noqa: BLE001 - a run's end must not fail here
+                        log.warning("could not remove the Prefect API plugin from the Dask "
+                                    "workers: %s", err)
+            finally:
+                super().__exit__(*exc)
+
+    return _named_here(DaskTaskRunner)
+
+
+def _register_api_plugin(client: Any) -> Any:
+    """Register :data:`PrefectAPIPlugin` with this process's Prefect API (none without an
+    API); returns the plugin."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return None
+    plugin = _api_plugin_class()(url)
+    client.register_plugin(plugin, name=plugin.name)
+    return plugin
+
+
 def with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
-    """``flow_fn`` with the task runner of ``--runner`` / ``--dask-address``."""
+    """``flow_fn`` with the task runner of ``--runner`` / ``--dask-address``
+    (:data:`DaskTaskRunner`)."""
     if runner == "local" and not address:
         return flow_fn
-    from prefect_dask import DaskTaskRunner
+    DaskTaskRunner = _dask_task_runner_class()  # noqa: N806 - a class
 
     if address:
         task_runner = DaskTaskRunner(address=address)

@@ -150,6 +150,7 @@ class RunContext:
     named: dict[str, str] = field(default_factory=dict)  # outputs/<name> -> store ref
     files: dict[str, bytes] = field(default_factory=dict)  # outputs/<name> -> bytes
     volatile_files: set[str] = field(default_factory=set)  # not compared by rerun
+    notes: dict[str, Any] = field(default_factory=dict)  # facts for the manifest's `notes`
     _plot_memos: dict[str, str] = field(default_factory=dict)  # sha256 of a PNG -> its memo
 
     @classmethod
@@ -203,6 +204,11 @@ class RunContext:
             self.cache_hits.append(st.name)
             log_both(logging.INFO, "cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
         return refs
+
+    def note(self, name: str, value: Any) -> None:
+        """A fact about how the run ran (JSON-like), recorded under the manifest's ``notes``:
+        for example the Dask cluster a step used."""
+        self.notes[name] = json.loads(json.dumps(value, default=str))
 
     def adopt(self, outputs: list[dict[str, Any]], child: str | None) -> None:
         """Record another run's outputs as this run's (an experiment's children): they are
@@ -554,6 +560,7 @@ class RunContext:
             "prefect_flow_run_id": _flow_run_id(),
             "deployment": _deployment_name(),
             "task_runner": _task_runner(),
+            "notes": self.notes,
             "headline": headline or headline_metrics(metrics),
         }
         mf.write_manifest(self.run_dir, manifest)

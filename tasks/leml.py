@@ -20,8 +20,9 @@ of every row with their decision values.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from tasks.errors import InputError
 from tasks.readers.arff import read_arff
 from tasks.readers.text import decode_text, read_bytes
 from tasks.readers.xmc import read_xmc
-from tasks.steps import step
+from tasks.steps import log_both, step
 from tasks.store import read_parquet_entry
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
@@ -171,12 +172,28 @@ def initialise(train: dict, mask, params: dict) -> dict:
     return {"W": W, "H": H}
 
 
-# Dask clients of the distributed W-step, kept for the life of this process so that every
-# outer iteration reuses one cluster: (workers, address) -> (cluster or None, client).
+# Dask clients of the distributed W-step that this process opened itself (a LocalCluster, or a
+# scheduler named by address that the flow's task runner is not connected to), kept for the
+# life of the process so that every outer iteration reuses one: (workers, address) ->
+# (cluster or None, client).
 _W_CLUSTERS: dict[tuple, tuple] = {}
+# Futures of the row blocks of the latest Dask W-step, held after it ends: the next W-step on
+# the same training data (the next outer iteration) asks for the same block keys and finds the
+# blocks on the workers.  Released when a W-step on other data takes their place.
+_KEPT_BLOCKS: list = []
+
+
+def _release_kept_blocks() -> None:
+    while _KEPT_BLOCKS:
+        future = _KEPT_BLOCKS.pop()
+        try:
+            future.release()
+        except Exception:  # noqa: BLE001 - its client is closed: nothing is held any more
+            pass
 
 
 def _close_w_clusters() -> None:
+    _release_kept_blocks()
     for cluster, client in _W_CLUSTERS.values():
         client.close()
         if cluster is not None:
@@ -184,13 +201,10 @@ def _close_w_clusters() -> None:
     _W_CLUSTERS.clear()
 
 
-def _w_step_client(workers: int, address: str | None):
-    """The Dask client of the distributed W-step.
-
-    ``address``: the cluster there.  Otherwise a ``LocalCluster`` of ``workers``
-    single-threaded worker processes (one BLAS thread each), started on first use and kept
-    until this process exits.
-    """
+def _own_client(workers: int, address: str | None):
+    """A Dask client opened by this process: to the scheduler at ``address``, or else to a
+    ``LocalCluster`` of ``workers`` single-threaded worker processes (one BLAS thread each);
+    opened on first use and kept until this process exits."""
     import atexit
 
     key = (workers, address)
@@ -216,6 +230,14 @@ def _w_step_client(workers: int, address: str | None):
     return _W_CLUSTERS[key][1]
 
 
+def _same_scheduler(a: str, b: str) -> bool:
+    """Whether two scheduler addresses are the same (``host:port`` means ``tcp://host:port``)."""
+    def norm(address: str) -> str:
+        return (address if "://" in address else f"tcp://{address}").rstrip("/")
+
+    return norm(a) == norm(b)
+
+
 def _in_dask_worker() -> bool:
     try:
         from distributed import get_worker
@@ -226,27 +248,85 @@ def _in_dask_worker() -> bool:
     return True
 
 
+def _runner_client():
+    """The Dask client of the flow run's task runner (``--runner dask`` or ``--dask-address``:
+    a ``prefect_dask.DaskTaskRunner``, connected on first use), or None under any other
+    runner or outside a flow run."""
+    try:
+        from prefect.context import FlowRunContext
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        return None
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
+    return runner.client if isinstance(runner, DaskTaskRunner) else None
+
+
 @contextmanager
-def _w_step_backend(data: LEMLData, w_step: dict | None):
+def _w_step_client(address: str | None, workers: int):
+    """The Dask client of a distributed W-step: the scheduler at ``address`` or, without one,
+    the cluster the flow run already uses; a LocalCluster of ``workers`` only when it uses
+    none.
+
+    Inside a task running on a Dask worker: that worker's cluster through ``worker_client``
+    (the task leaves its worker's thread pool while it waits).  In the flow's process under a
+    Dask task runner: the runner's own client (one connection to one cluster for the whole
+    run).  Else a client of this process's own (:func:`_own_client`).
+    """
+    if _in_dask_worker():
+        from distributed import get_worker, worker_client
+
+        if address is None or _same_scheduler(address, get_worker().scheduler.address):
+            with worker_client() as client:
+                yield client
+            return
+    runner = _runner_client()
+    if runner is not None and (address is None
+                               or _same_scheduler(address, runner.scheduler.address)):
+        yield runner
+        return
+    yield _own_client(workers, address)
+
+
+def _keep_blocks(client, backend) -> None:
+    """Hold the blocks of ``backend`` after its W-step (see :data:`_KEPT_BLOCKS`)."""
+    if not backend.recoverable:
+        return
+    from distributed import Future
+
+    _release_kept_blocks()  # the same keys stay held by backend's own futures meanwhile
+    _KEPT_BLOCKS.extend(Future(f.key, client) for f in backend.block_futures)
+
+
+@contextmanager
+def _w_step_backend(data: LEMLData, w_step: dict | None, cluster: dict | None):
     """Where the W-step's products run: None (this process), or with ``w_step``
-    (``{"blocks", "workers", "address"}``) a :class:`tasks.leml_dask.DaskWStep` over row
-    blocks of ``data``, scattered for this W-step.  With ``address`` the cluster there;
-    inside a task of the Dask task runner (no address) the cluster running the flow, through
-    ``worker_client`` (the task leaves its worker's thread pool while it waits); else a
-    LocalCluster kept for this process."""
+    (``{"blocks"}``) a :class:`tasks.leml_dask.DaskWStep` over that many row blocks of
+    ``data``.  ``cluster`` (``{"address", "workers", "files"}``, all optional) says where:
+    the scheduler at ``address`` or the run's own cluster (:func:`_w_step_client`), and the
+    store files ``data`` was prepared from (``{"X", "Y", "mask"}``), from which the workers
+    build the blocks (recomputed if a worker is lost); without ``files`` the blocks are
+    scattered from this process."""
     if w_step is None:
         yield None
         return
-    from tasks.leml_dask import DaskWStep
+    from tasks.leml_dask import DaskWStep, StoredData
 
-    if not w_step["address"] and _in_dask_worker():
-        from distributed import worker_client
-
-        connect = worker_client()
-    else:
-        connect = nullcontext(_w_step_client(w_step["workers"], w_step["address"]))
-    with connect as client, DaskWStep(client, data, w_step["blocks"]) as backend:
+    cluster = cluster or {}
+    files = cluster.get("files")
+    source = StoredData.of(data, **files) if files else data
+    with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client, \
+            DaskWStep(client, source, w_step["blocks"]) as backend:
+        _keep_blocks(client, backend)
         yield backend
+
+
+def _where(backend) -> dict:
+    """The W-step's place, for its timings: the scheduler address and the number of workers
+    (empty and 0 in this process)."""
+    if backend is None:
+        return {"scheduler": "", "workers": 0}
+    return {"scheduler": str(backend.client.scheduler.address),
+            "workers": len(backend.workers)}
 
 
 @step(
@@ -254,23 +334,32 @@ def _w_step_backend(data: LEMLData, w_step: dict | None):
     inputs=("train", "mask", "W", "H"),
     outputs=("W", "timings"),
     volatile=("timings",),
+    runtime=("cluster",),
     run_name="alternate-W iter={iteration}",
 )
 def alternate_W(
     train: dict, mask, W: np.ndarray, H: np.ndarray, iteration: int, params: dict,
-    w_step: dict | None,
+    w_step: dict | None, cluster: dict | None = None,
 ) -> dict:
     """One W-step with H fixed, :meth:`algorithms.leml.LEML.w_step`.
 
-    ``w_step``: None (this process) or ``{"blocks", "workers", "address"}`` to run the
-    gradient and Hessian-vector products on Dask over row blocks of X (any number of
-    workers gives the same W bit for bit).
+    ``w_step``: None (this process) or ``{"blocks"}`` to run the gradient and Hessian-vector
+    products on Dask over that many row blocks of X (any number of workers gives the same W
+    bit for bit).  ``cluster`` (a runtime parameter: not in the key) says where
+    (:func:`_w_step_backend`); ``timings`` records where it ran (``scheduler``,
+    ``workers``).
     """
     model, data = _estimator(params, train, mask)
     t0 = time.perf_counter()
-    with _w_step_backend(data, w_step) as backend:
+    with _w_step_backend(data, w_step, cluster) as backend:
+        where = _where(backend)
+        if backend is not None:
+            log_both(logging.INFO, "W-step %d on the Dask cluster at %s: %d row blocks on %d "
+                     "workers", iteration, where["scheduler"], len(backend.bounds),
+                     where["workers"])
         W, info = model.w_step(data, W, H, backend=backend)
-    return {"W": W, "timings": _timings(iteration, "W", time.perf_counter() - t0, info)}
+    timings = _timings(iteration, "W", time.perf_counter() - t0, info).assign(**where)
+    return {"W": W, "timings": timings}
 
 
 @step(

@@ -2,23 +2,21 @@
 
 The W-step's gradient and Hessian-vector product are sums over the rows of ``X``
 (Yu et al., Sec. 3), so over row blocks (:func:`algorithms.leml.data.split_rows`).
-:class:`DaskWStep` splits the prepared data into a fixed number of contiguous row
+:class:`DaskWStep` cuts the prepared data into a fixed number of contiguous row
 blocks (``blocks``, default :data:`N_BLOCKS`, independent of the number of
-workers) and scatters each block once to one worker (round robin over the workers,
-one future per block).  It is a *backend* of the estimator's W-step,
-``LEML.w_step(data, W, H, backend=DaskWStep(...))``: the estimator's solver
-(:func:`algorithms.leml.w_step.solve_w_step`, the same CG / TRON iterations) runs on the
-driver and asks :meth:`DaskWStep.operators` for the loss terms, which the blocks compute
-where they live.  Each operator application scatters its ``d' x k`` argument once
-(broadcast to the workers) and submits one task per block, pinned to the worker
-that holds the block; the workers return ``d' x k`` terms and the driver adds them
-in block order.  So:
+workers), one Dask future per block, placed round robin over the workers.  It is a
+*backend* of the estimator's W-step, ``LEML.w_step(data, W, H, backend=DaskWStep(...))``:
+the estimator's solver (:func:`algorithms.leml.w_step.solve_w_step`, the same CG / TRON
+iterations) runs on the driver and asks :meth:`DaskWStep.operators` for the loss terms,
+which the blocks compute where they live.  Each operator application sends its ``d' x k``
+argument once and submits one task per block, placed on the worker that holds the
+block; the workers return ``d' x k`` terms and the driver adds them in block order.  So:
 
-* the blocks cross the network once, when the object is built; per CG iteration
-  only the direction goes out and one ``d' x k`` term per block comes back;
+* the blocks cross the network once; per CG iteration only the direction goes out and one
+  ``d' x k`` term per block comes back;
 * the reduction order is fixed (block 0 + block 1 + ... on the driver), and each
   block's term is computed by the same code on the same rows, so 1 and 2 (or any
-  number of) workers give bit-identical ``W`` (with one BLAS thread per worker,
+  number of) workers give bit-identical ``W`` (with one BLAS thread in every task,
   which :class:`DaskWStep` sets with threadpoolctl unless ``pin_blas=False``);
 * against the single-process W-step (no backend) only the
   summation order differs, so the products agree to rounding and ``W`` agrees as
@@ -28,6 +26,20 @@ in block order.  So:
   ``cg_tol=1e-3``), CG's iterate amplifies a one-ulp change of its products by
   orders of magnitude; ``scarce bench leml --sections distributed`` prints that
   sensitivity of the single-process solver next to the Dask difference.
+
+Where the blocks come from decides what a lost worker costs:
+
+* :class:`StoredData` (the flow): each block is a Dask *task* that reads the training
+  data's store entries (X, Y and the mask: files of a folder every worker sees),
+  prepares them as the estimator does and keeps its rows; the arrays each operator
+  sends are tasks too.  Dask can recompute any of them, so a worker that dies costs
+  the recomputation of its blocks on the others, not the W-step, and ``W`` is the same
+  bit for bit.  The block keys depend only on the files and the number of blocks, so
+  a later W-step on the same data (the next outer iteration) finds its blocks already
+  on the workers while some client still holds them (:attr:`DaskWStep.block_futures`).
+* :class:`~algorithms.leml.data.LEMLData` in memory (benchmarks, tests): the blocks and
+  arrays are scattered from the driver; Dask cannot recompute scattered data, so a lost
+  worker fails the W-step.
 
 Every loss is supported: the squared loss fully observed (the paper's fast case)
 or with a missing-label mask (sparse or dense entries), and the logistic and
@@ -40,17 +52,23 @@ here writes them anywhere.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import resource
 import sys
 import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
-from algorithms.leml.data import LEMLData, row_block_bounds, split_rows
+from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
 from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
 
-__all__ = ["DaskWStep", "N_BLOCKS", "worker_peak_memory"]
+__all__ = ["DaskWStep", "N_BLOCKS", "StoredData", "worker_peak_memory"]
 
 #: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
 #: bit) does not depend on the number of workers.  Each block costs one task per
@@ -59,12 +77,144 @@ __all__ = ["DaskWStep", "N_BLOCKS", "worker_peak_memory"]
 N_BLOCKS = 4
 
 
+@dataclass(frozen=True)
+class StoredData:
+    """Prepared training data, described by the files it is read from.
+
+    The durable source of :class:`DaskWStep`'s row blocks: a worker rebuilds any block from
+    these files, so the blocks survive the loss of the worker holding them.
+
+    Parameters
+    ----------
+    X, Y : str
+        Store-format Parquet files (:mod:`tasks.store`) of the features and the labels, on a
+        file system every worker sees at the same path.
+    mask : str or None
+        The file of the observed-entries mask; None when every label is observed.
+    fit_intercept : bool
+        As the estimator's (a constant feature appended).
+    dtype : str
+        The working dtype, ``"float32"`` or ``"float64"``.
+    n_samples, n_features, n_labels : int
+        The prepared data's shape (``n_features`` counts the constant feature): each block
+        is checked against it when it is built.
+    """
+
+    X: str
+    Y: str
+    mask: str | None
+    fit_intercept: bool
+    dtype: str
+    n_samples: int
+    n_features: int
+    n_labels: int
+
+    @classmethod
+    def of(cls, data: LEMLData, X, Y, mask=None) -> StoredData:
+        """The files ``X``, ``Y`` (and ``mask``) that ``data`` was prepared from, with its
+        preparation parameters and shape."""
+        return cls(X=str(X), Y=str(Y), mask=None if mask is None else str(mask),
+                   fit_intercept=data.fit_intercept, dtype=np.dtype(data.dtype).name,
+                   n_samples=data.n_samples, n_features=data.n_features,
+                   n_labels=data.n_labels)
+
+    def prepare(self) -> LEMLData:
+        """Read the files and prepare them as :meth:`algorithms.leml.LEML.prepare` does."""
+        from tasks.store import read_parquet_entry
+
+        X, Y = read_parquet_entry(self.X), read_parquet_entry(self.Y)
+        mask = None if self.mask is None else read_parquet_entry(self.mask)
+        data = prepare_data(X, Y, mask, fit_intercept=self.fit_intercept, dtype=self.dtype)
+        got = (data.n_samples, data.n_features, data.n_labels)
+        if got != (self.n_samples, self.n_features, self.n_labels):
+            raise ValueError(f"{self.X}: prepared data of shape {got}, expected "
+                             f"{(self.n_samples, self.n_features, self.n_labels)} (the files "
+                             "changed since the W-step started)")
+        return data
+
+    def token(self) -> str:
+        """A digest of the files (path, size, modification time) and the parameters: the
+        name of the blocks on the cluster, new when a file is rewritten."""
+        stats = {}
+        for name in ("X", "Y", "mask"):
+            path = getattr(self, name)
+            if path is not None:
+                st = os.stat(path)
+                stats[name] = [path, st.st_size, st.st_mtime_ns]
+        text = json.dumps([stats, self.fit_intercept, self.dtype], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 # --------------------------------------------------------------------------- worker side
-def _pin_blas() -> None:
-    """Limit BLAS / OpenMP pools of this worker process to one thread."""
+#: Byte alignment of the arrays the block tasks compute with (see :func:`_aligned`).
+ALIGNMENT = 64
+
+
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """``array`` at an address that is a multiple of :data:`ALIGNMENT` (a copy if it is not).
+
+    An array that arrives through Dask lies wherever its message put it, often not even at a
+    multiple of its item size (offsets 13, 26 and 30 mod 64 were seen for one float32 array
+    sent three ways), and numpy's and BLAS's kernels take other paths, in another summation
+    order, at other alignments: the same ``d' x k`` direction scattered to a worker or sent
+    inside a task gave ``W`` differing by 2e-6 after one W-step.  At one fixed alignment the
+    products are the same bits however the array travelled.
+    """
+    if array.ctypes.data % ALIGNMENT == 0 and array.flags.c_contiguous:
+        return array
+    raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def _align(value, depth: int = 0):
+    """``value`` with every array it holds at :data:`ALIGNMENT` (:func:`_aligned`): an array,
+    a sparse matrix, a tuple, or an object of :mod:`algorithms.leml` (a row block and its
+    observed entries, a block's products) whose array attributes are replaced in place, so
+    that a block fetched from another worker is aligned once for all the tasks that use it."""
+    if isinstance(value, np.ndarray):
+        return _aligned(value)
+    if depth > 3 or value is None:
+        return value
+    if isinstance(value, tuple):
+        return tuple(_align(v, depth + 1) for v in value)
+    if sp.issparse(value):
+        for name in ("data", "indices", "indptr", "row", "col"):
+            part = getattr(value, name, None)
+            if isinstance(part, np.ndarray):
+                setattr(value, name, _aligned(part))
+        return value
+    if type(value).__module__.startswith("algorithms.leml.") and hasattr(value, "__dict__"):
+        for name, part in vars(value).items():
+            if isinstance(part, np.ndarray) or sp.issparse(part) or (
+                    type(part).__module__.startswith("algorithms.leml.")):
+                setattr(value, name, _align(part, depth + 1))
+    return value
+
+
+def _call(fn, pin_blas: bool, *args):
+    """``fn(*args)`` on a worker: every array it reads at one fixed alignment (:func:`_align`),
+    and with one BLAS / OpenMP thread when ``pin_blas``, so that the arithmetic is the same
+    bits on every worker whatever its environment and however the data reached it (a worker
+    that joins later, a block recomputed after a lost worker or moved by Dask's work
+    stealing)."""
     from threadpoolctl import threadpool_limits
 
-    threadpool_limits(1)
+    args = [_align(a) for a in args]
+    with threadpool_limits(1) if pin_blas else nullcontext():
+        return fn(*args)
+
+
+def _stored_block(source: StoredData, n_blocks: int, b: int) -> LEMLData:
+    """Row block ``b`` of ``n_blocks`` of the data in ``source``, exactly as
+    :func:`~algorithms.leml.data.split_rows` cuts the prepared whole."""
+    return split_rows(source.prepare(), n_blocks)[b]
+
+
+def _identity(value):
+    return value
 
 
 def _peak_rss() -> int:
@@ -125,7 +275,7 @@ class _BlockProducts:
         return self.owner._reduce(_gradient, self.futures)
 
     def hess_vec(self, V):
-        Vf = self.owner._broadcast(V)
+        Vf = self.owner._put(V)
         return self.owner._reduce(_hess_vec, self.futures, Vf)
 
 
@@ -135,11 +285,11 @@ class _DaskWOperators:
 
     def __init__(self, owner: DaskWStep, H, loss):
         self.owner, self.loss = owner, loss
-        self.H = owner._broadcast(H)
+        self.H = owner._put(H)
 
     def value(self, W):
         o = self.owner
-        Wf = o._broadcast(W)
+        Wf = o._put(W)
         pairs = o._map(_block_value, o.block_futures, self.H, Wf, self.loss)  # (f, z) stays there
         f = 0.0
         for value in o.client.gather(o._map(_first, pairs)):
@@ -148,7 +298,7 @@ class _DaskWOperators:
 
     def products(self, W, state=None):
         o = self.owner
-        Wf = o._broadcast(W)
+        Wf = o._put(W)
         values = state if state is not None else [None] * len(o.block_futures)
         futures = [o._submit(i, _block_products, block, self.H, Wf, self.loss, value,
                              o.gram_left)
@@ -159,18 +309,21 @@ class _DaskWOperators:
 class DaskWStep:
     """A backend of LEML's W-step: row blocks of the training data held by Dask workers.
 
-    Pass it to ``LEML.w_step(data, W, H, backend=...)`` for every W-step of a fit; the
-    blocks are scattered once, when it is built.
+    Pass it to ``LEML.w_step(data, W, H, backend=...)`` for every W-step of a fit.
 
     Parameters
     ----------
     client : distributed.Client
         A client of a running cluster with at least one worker.
-    data : LEMLData
-        From ``LEML.prepare``; split into ``blocks``
-        contiguous row blocks, which are scattered once (one future per block,
-        block ``b`` to worker ``b mod n_workers`` in the sorted worker addresses).
-        The driver keeps only the shapes; ``data`` may be dropped afterwards.
+    data : StoredData or LEMLData
+        The training data, cut into ``blocks`` contiguous row blocks, block ``b`` placed on
+        worker ``b mod n_workers`` of the sorted worker addresses.  :class:`StoredData`:
+        each block is a task that reads the files (recomputed elsewhere if its worker is
+        lost), named by the files, so that a later ``DaskWStep`` on the same files reuses the
+        blocks while :attr:`block_futures` of this one (or copies) are held.
+        :class:`~algorithms.leml.data.LEMLData` (from ``LEML.prepare``): the blocks are
+        scattered from here, once (lost with their worker); the driver keeps only the
+        shapes, ``data`` may be dropped afterwards.
     blocks : int, default=N_BLOCKS
         Number of row blocks (clipped to the number of rows).  It fixes the
         reduction order, so results do not depend on the number of workers.
@@ -178,27 +331,25 @@ class DaskWStep:
         Addresses of the workers to hold the blocks (default: all workers of the
         cluster); the results do not depend on this choice.
     pin_blas : bool, default=True
-        Limit each worker process's BLAS and OpenMP pools to one thread
-        (threadpoolctl, once per worker): needed for bit-identical results across
-        clusters, and the fast setting on 2-core machines (two BLAS threads in one
-        process were measured 3 to 100 times slower than one).
+        Run every task with one BLAS and OpenMP thread (threadpoolctl): needed for
+        bit-identical results across clusters, and the fast setting on 2-core machines (two
+        BLAS threads in one process were measured 3 to 100 times slower than one).
 
     Attributes
     ----------
+    workers : list of str
+        The workers the blocks were placed on (sorted addresses).
     block_futures : list of distributed.Future
-        The scattered row blocks, in row order.
+        The row blocks, in row order.
     block_workers : list of str
-        The worker holding each block; its tasks run there only.
+        The worker each block is placed on; its tasks run there while it lives.
     bounds : list of (int, int)
         Row range of each block.
-
-    Notes
-    -----
-    A worker that dies loses its blocks (they are not replicated): build a new
-    ``DaskWStep``.
+    recoverable : bool
+        True for :class:`StoredData`: every future can be recomputed after a worker loss.
     """
 
-    def __init__(self, client, data: LEMLData, blocks: int = N_BLOCKS, *,
+    def __init__(self, client, data: StoredData | LEMLData, blocks: int = N_BLOCKS, *,
                  workers=None, pin_blas: bool = True):
         known = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if not known:
@@ -209,49 +360,65 @@ class DaskWStep:
                 raise ValueError(f"workers {unknown or workers} are not among the cluster's "
                                  f"workers {known}")
         workers = sorted(workers) if workers is not None else known
-        self.client = client
-        if pin_blas:
-            client.run(_pin_blas, workers=workers)
-        self.bounds = row_block_bounds(data.n_samples, blocks)
+        self.client, self.pin_blas, self.workers = client, pin_blas, workers
+        self.recoverable = isinstance(data, StoredData)
         self.n_features, self.n_labels = data.n_features, data.n_labels
-        self.n_samples, self.dtype = data.n_samples, data.dtype
+        self.n_samples, self.dtype = data.n_samples, np.dtype(data.dtype)
+        self.bounds = row_block_bounds(data.n_samples, blocks)
         # Squared loss, fully observed: associate 2 H^T H as the whole-set product does.
         self.gram_left = data.n_features <= data.n_samples
         self.block_workers = [workers[b % len(workers)] for b in range(len(self.bounds))]
-        self.block_futures = [
-            client.scatter(block, workers=[worker], hash=False)
-            for block, worker in zip(split_rows(data, blocks), self.block_workers, strict=True)]
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
+        n = len(self.bounds)
+        if self.recoverable:
+            token = data.token()
+            self.block_futures = [
+                client.submit(_call, _stored_block, pin_blas, data, n, b,
+                              key=f"leml-w-block-{token}-{b}of{n}", workers=[worker],
+                              allow_other_workers=True, pure=False)
+                for b, worker in enumerate(self.block_workers)]
+        else:
+            self.block_futures = [
+                client.scatter(block, workers=[worker], hash=False)
+                for block, worker in zip(split_rows(data, blocks), self.block_workers,
+                                         strict=True)]
 
     # -- task plumbing
-    def _key(self, name: str, i: int) -> str:
+    def _key(self, name: str, i: int | None = None) -> str:
         self._count += 1
-        return f"leml-w-{name}-{self._tag}-{self._count}-block{i}"
+        block = "" if i is None else f"-block{i}"
+        return f"leml-w-{name}-{self._tag}-{self._count}{block}"
 
     def _submit(self, i, fn, *args):
-        return self.client.submit(fn, *args, key=self._key(fn.__name__.strip("_"), i),
-                                  workers=[self.block_workers[i]], allow_other_workers=False,
+        return self.client.submit(_call, fn, self.pin_blas, *args,
+                                  key=self._key(fn.__name__.strip("_"), i),
+                                  workers=[self.block_workers[i]], allow_other_workers=True,
                                   pure=False)
 
     def _map(self, fn, per_block, *shared):
         return [self._submit(i, fn, item, *shared) for i, item in enumerate(per_block)]
 
-    def _broadcast(self, array):
-        """One copy of a small array (``d' x k`` or ``L x k``) on every worker."""
-        return self.client.scatter(np.ascontiguousarray(array), broadcast=True, hash=False)
+    def _put(self, array):
+        """One small array (``d' x k`` or ``L x k``) for the block tasks: a task holding it
+        (recomputable) for :class:`StoredData`, else one scattered copy on every worker."""
+        array = np.ascontiguousarray(array)
+        if self.recoverable:
+            return self.client.submit(_identity, array, key=self._key("array"), pure=False)
+        return self.client.scatter(array, broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
         return _sum_in_order(self.client.gather(self._map(fn, per_block, *shared)))
 
     # -- the backend of LEML.w_step
     def operators(self, H, loss):
-        """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes to every
-        worker once); the operators of :func:`~algorithms.leml.w_step.solve_w_step`."""
+        """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes out once);
+        the operators of :func:`~algorithms.leml.w_step.solve_w_step`."""
         return _DaskWOperators(self, H, get_loss(loss))
 
     def close(self) -> None:
-        """Release the scattered blocks (the workers free them)."""
+        """Release this object's block futures (the workers free the blocks that no other
+        future holds)."""
         for future in self.block_futures:
             future.release()
         self.block_futures = []

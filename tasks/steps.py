@@ -11,9 +11,12 @@ that
   the module that defines it and, transitively, every module of ``algorithms``
   and ``tasks`` imported from there, found by reading the imports, never listed
   by hand), its parameters, the refs of its inputs and the content hash of its
-  input files.  The cache check never touches the data: Prefect's ``INPUTS``
-  policy pickles and hashes every input, which was unstable for pandas inputs
-  and took seconds on large ones;
+  input files.  *Runtime* parameters (where a step runs: a Dask scheduler's
+  address, a worker count) are left out of the key: they must not change what
+  the step computes, so a step run elsewhere finds the same entries.  The
+  cache check never touches the data: Prefect's ``INPUTS`` policy pickles and
+  hashes every input, which was unstable for pandas inputs and took seconds on
+  large ones;
 * shows as *Cached* in the Prefect UI when its outputs are already in the store
   and pass their checksums.  A missing or damaged output is logged as a warning
   and the step runs again.
@@ -203,22 +206,27 @@ class Step:
     outputs: tuple[str, ...] | None = None
     run_name: str | None = None
     volatile: tuple[str, ...] = ()
+    runtime: tuple[str, ...] = ()
     _bound: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.code_hash = code_digest(self.fn.__module__)
         self.signature = inspect.signature(self.fn)
         params = self.signature.parameters
-        for n in (*self.inputs, *self.files):
+        for n in (*self.inputs, *self.files, *self.runtime):
             if n not in params:
                 raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
         if self.volatile and not set(self.volatile) <= set(self.outputs or ()):
             raise TypeError(f"step {self.name}: volatile parts must be among its outputs")
+        if set(self.runtime) & {*self.inputs, *self.files}:
+            raise TypeError(f"step {self.name}: a runtime parameter is neither an input nor a "
+                            "file")
 
     # -- keys -------------------------------------------------------------
     def key(self, kwargs: dict[str, Any]) -> str:
-        """The store key of a call with these arguments."""
-        params = {k: v for k, v in kwargs.items() if k not in self.inputs and k not in self.files}
+        """The store key of a call with these arguments (runtime parameters left out)."""
+        left_out = {*self.inputs, *self.files, *self.runtime}
+        params = {k: v for k, v in kwargs.items() if k not in left_out}
         files = {k: cached_file_sha256(kwargs[k]) for k in self.files if kwargs.get(k) is not None}
         inputs = {k: kwargs.get(k) for k in self.inputs}
         return digest(
@@ -273,6 +281,7 @@ def step(
     outputs: Sequence[str] | None = None,
     run_name: str | None = None,
     volatile: Sequence[str] = (),
+    runtime: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Step]:
     """Declare a store-backed step.
 
@@ -291,6 +300,11 @@ def step(
     run_name : Prefect task run name template (``"alternate-W iter={iteration}"``).
     volatile : output parts holding wall-clock times; they are stored and
         listed in the manifest, but a rerun does not expect the same bytes.
+    runtime : names of parameters that say where the step runs, not what it
+        computes (a Dask scheduler's address, a number of workers); they are
+        passed to the function but left out of the key, so the same call run
+        elsewhere finds the same entries.  The step must give the same outputs
+        whatever their values.
     """
 
     def decorate(fn: Callable[..., Any]) -> Step:
@@ -303,6 +317,7 @@ def step(
             outputs=None if outputs is None else tuple(outputs),
             run_name=run_name,
             volatile=tuple(volatile),
+            runtime=tuple(runtime),
         )
 
     return decorate

@@ -266,7 +266,7 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
                  for run in (local, m)]
     np.testing.assert_allclose(objective[1], objective[0], rtol=1e-3)  # measured 2.4e-4
 
-    # ... and inside the Dask task runner's own cluster (worker_client): the same blocks in
+    # ... and on the Dask task runner's own cluster (through its client): the same blocks in
     # the same order, so the same W bit for bit
     assert main(["run", "leml", *dask, "--runner", "dask", "--refresh"]) == 0
     m2 = _last(project)

@@ -2,9 +2,16 @@
 
 Both run through the estimator's own step method, ``LEML.w_step(data, W, H)`` without and
 with ``backend=DaskWStep(...)``.  One LocalCluster with two single-threaded worker
-processes for the module (a start costs 10-20 s on these machines); "one worker" places
-every block on the first worker, "two workers" spreads them.
+processes for the module (a start costs 10-20 s on these machines; the tests that use one
+are marked slow); "one worker" places every block on the first worker, "two workers" spreads
+them.  The blocks come from memory (scattered) or from store files (:class:`StoredData`,
+tasks that Dask can recompute after a lost worker).
 """
+
+import os
+import signal
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,14 +19,17 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
 from algorithms.leml import LEML, LEMLData, prepare_data
+from algorithms.leml.data import split_rows
 
 distributed = pytest.importorskip("distributed")
 
-from tasks.leml_dask import DaskWStep, worker_peak_memory  # noqa: E402
+from tasks.leml_dask import DaskWStep, StoredData, _stored_block, worker_peak_memory  # noqa: E402
+from tasks.steps import digest, step  # noqa: E402
+from tasks.store import Store  # noqa: E402
 
 N, D, L, K, LAM = 160, 10, 12, 3, 2.0
 
-pytestmark = pytest.mark.slow  # starts a Dask LocalCluster
+slow = pytest.mark.slow  # starts a Dask LocalCluster
 
 
 def _problem(case: str, dtype=np.float64) -> LEMLData:
@@ -32,6 +42,43 @@ def _problem(case: str, dtype=np.float64) -> LEMLData:
     mask.data[:] = 1
     entries = case.split("-")[1]  # masked-sparse / masked-dense
     return prepare_data(X, Y, mask, fit_intercept=False, dtype=dtype, entries=entries)
+
+
+BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
+
+
+def _bibtex(rows: int = 400):
+    """The first ``rows`` rows of the bundled Bibtex training set (1,836 features, 159
+    labels)."""
+    from tasks.readers.xmc import read_xmc
+
+    X, Y = read_xmc(BIBTEX / "bibtex_xmlrepo_train.txt.gz")
+    return X[:rows], Y[:rows]
+
+
+def _stored(tmp_path, case: str, dtype=np.float64, fit_intercept=False, bibtex=False):
+    """The problem of ``case`` (or of Bibtex's first rows) as store entries, its
+    :class:`StoredData` and the data ``LEML.prepare`` makes of the entries as read back."""
+    if bibtex:
+        X, Y = _bibtex()
+    else:
+        X = normalize(sp.random(N, D, density=0.4, random_state=1, format="csr"))
+        Y = sp.random(N, L, density=0.15, random_state=2, format="csr")
+        Y.data[:] = 1
+    store = Store(tmp_path / "store")
+    store.write("t/X", X)
+    store.write("t/Y", Y)
+    mask = None
+    if case != "full":
+        density = 0.3 if case == "masked-dense" else 0.05  # "auto" picks dense / sparse
+        mask = sp.random(*Y.shape, density=density, random_state=3, format="csr").astype(bool)
+        store.write("t/mask", mask)
+    model = LEML(fit_intercept=fit_intercept, dtype=np.dtype(dtype).name)
+    data = model.prepare(store.read("t/X"), store.read("t/Y"),
+                         None if mask is None else store.read("t/mask"))
+    files = {"X": store.path("t/X"), "Y": store.path("t/Y"),
+             "mask": None if mask is None else store.path("t/mask")}
+    return StoredData.of(data, **files), data
 
 
 def _start(data, seed=0):
@@ -76,6 +123,7 @@ def client():
         yield c
 
 
+@slow
 @pytest.mark.parametrize("case", ["full", "masked-sparse"])
 def test_dask_w_step_equals_single_process_solver(client, case):
     data = _problem(case)
@@ -92,6 +140,7 @@ def test_dask_w_step_equals_single_process_solver(client, case):
     assert np.abs(W_dask - W_single).max() <= 1e-8 * np.abs(W_single).max()
 
 
+@slow
 def test_dask_w_step_float32_stays_float32_and_close(client):
     data = _problem("full", np.float32)
     W0, H = _start(data)
@@ -103,6 +152,7 @@ def test_dask_w_step_float32_stays_float32_and_close(client):
     assert np.abs(W_dask - W_single).max() <= 1e-4 * np.abs(W_single).max()
 
 
+@slow
 @pytest.mark.parametrize(("case", "loss"), [("full", "squared"), ("masked-sparse", "squared"),
                                             ("masked-dense", "logistic")])
 def test_one_and_two_workers_give_bit_identical_W(client, case, loss):
@@ -122,6 +172,7 @@ def test_one_and_two_workers_give_bit_identical_W(client, case, loss):
     assert np.abs(results[1] - W_single).max() <= 1e-3 * np.abs(W_single).max()
 
 
+@slow
 def test_blocks_are_scattered_once_and_iterations_send_only_directions(client):
     data = _problem("masked-sparse")
     W0, H = _start(data)
@@ -149,3 +200,173 @@ def test_blocks_are_scattered_once_and_iterations_send_only_directions(client):
         ws.close()
     peaks = worker_peak_memory(client)
     assert len(peaks) == 2 and all(v > 10 * 2**20 for v in peaks.values())
+
+
+# -- runtime parameters of a step: where it runs, not in its key ----------------------------
+def _where(a, address=None):
+    return a
+
+
+def test_step_key_leaves_out_runtime_parameters_and_keeps_every_other_key():
+    runtime = step("t-where", runtime=("address",))(_where)
+    plain = step("t-where")(lambda a: a)
+    assert runtime.key({"a": 1, "address": "tcp://h:1"}) == runtime.key({"a": 1, "address": None})
+    assert runtime.key({"a": 1, "address": "x"}) != runtime.key({"a": 2, "address": "x"})
+    # A step without runtime parameters is keyed exactly as before they existed.
+    expected = digest({"step": "t-where", "version": "1", "code": plain.code_hash,
+                       "params": {"a": 1}, "inputs": {}, "files": {}})[:len(plain.key({"a": 1}))]
+    assert plain.key({"a": 1}) == expected
+    assert runtime.key({"a": 1, "address": "x"}) == expected  # the same module and name
+    with pytest.raises(TypeError, match="'where' is not a parameter"):
+        step("t-bad", runtime=("where",))(_where)
+    with pytest.raises(TypeError, match="neither an input nor a file"):
+        step("t-bad", inputs=("a",), runtime=("a",))(_where)
+
+
+# -- blocks built from store files --------------------------------------------------------
+@pytest.mark.parametrize(("case", "dtype", "fit_intercept"), [
+    ("full", np.float64, False), ("masked-sparse", np.float32, True),
+    ("masked-dense", np.float64, True)])
+def test_stored_blocks_equal_the_split_of_the_prepared_data(tmp_path, case, dtype,
+                                                            fit_intercept):
+    source, data = _stored(tmp_path, case, dtype, fit_intercept)
+    assert (source.n_samples, source.n_features) == (N, D + int(fit_intercept))
+    for b, expected in enumerate(split_rows(data, 3)):
+        got = _stored_block(source, 3, b)
+        for name in ("X", "Xt", "Y"):
+            want, have = getattr(expected, name), getattr(got, name)
+            assert (want is None) == (have is None)
+            if want is not None:
+                assert have.dtype == want.dtype
+                assert (have != want).nnz == 0
+        assert type(got.entries) is type(expected.entries)
+        if expected.entries is not None:
+            for name in ("y", "mask", "indptr", "cols"):
+                if hasattr(expected.entries, name) and getattr(expected.entries, name) is not None:
+                    np.testing.assert_array_equal(getattr(got.entries, name),
+                                                  getattr(expected.entries, name))
+
+
+def test_stored_data_names_its_blocks_by_the_files(tmp_path):
+    source, _ = _stored(tmp_path, "full")
+    first = source.token()
+    assert source.token() == first
+    os.utime(source.X, ns=(time.time_ns(), time.time_ns() + 10**9))  # the entry rewritten
+    assert source.token() != first
+
+
+@slow
+@pytest.mark.parametrize(("case", "dtype"), [("full", np.float32), ("masked-sparse", np.float64),
+                                             ("masked-dense", np.float32)])
+def test_stored_blocks_give_the_scattered_W_bit_for_bit(client, tmp_path, case, dtype):
+    """Blocks built by the workers from files and arrays sent inside tasks give the W of
+    blocks and arrays scattered from here: the same bits, however the data travelled (Bibtex
+    rows at rank 8: arrays left where their messages put them gave W 2e-6 apart)."""
+    source, data = _stored(tmp_path, case, dtype, fit_intercept=True, bibtex=True)
+    W0 = np.zeros((data.n_features, 8), dtype=data.dtype)
+    _, H = LEML(rank=8, random_state=0).start(data)
+    kwargs = dict(cg_max_iter=8, cg_tol=1e-3, loss="logistic" if case == "masked-dense"
+                  else "squared", newton_max_iter=1)
+    with DaskWStep(client, data, blocks=3) as ws:
+        W_scattered, _ = _w_step(data, W0, H, backend=ws, **kwargs)
+    with DaskWStep(client, source, blocks=3) as ws:
+        assert ws.recoverable
+        distributed.wait(ws.block_futures)
+        held = {w for addrs in client.who_has(ws.block_futures).values() for w in addrs}
+        assert held == set(ws.workers)  # spread over both workers
+        W_stored, _ = _w_step(data, W0, H, backend=ws, **kwargs)
+    np.testing.assert_array_equal(W_stored, W_scattered)
+
+
+def _misaligned(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` 3 bytes past an allocation (as a message may leave it)."""
+    raw = np.zeros(array.nbytes + 3, dtype=np.uint8)
+    out = raw[3:].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def test_arrays_are_realigned_wherever_they_land():
+    from tasks.leml_dask import ALIGNMENT, _align, _aligned
+
+    odd = _misaligned(np.arange(40.0).reshape(20, 2))
+    assert odd.ctypes.data % 8 != 0
+    out = _aligned(odd)
+    assert out.ctypes.data % ALIGNMENT == 0 and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, odd)
+    assert _aligned(out) is out  # no copy once aligned
+    block = prepare_data(sp.csr_matrix(odd), sp.csr_matrix(np.ones((20, 2))),
+                         fit_intercept=False, dtype=np.float64)
+    block.X.data, block.Xt.data = _misaligned(block.X.data), _misaligned(block.Xt.data)
+    pair = _align((block, _misaligned(np.ones(3))))
+    assert pair[0] is block
+    for array in (block.X.data, block.X.indices, block.Xt.data, block.Y.indptr, pair[1]):
+        assert array.ctypes.data % ALIGNMENT == 0
+
+
+def _block_computations(dask_scheduler):  # run on the scheduler
+    return dask_scheduler.task_prefixes["leml-w-block"].state_counts["memory"]
+
+
+@slow
+def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
+    from tasks.leml import _close_w_clusters, _w_step_backend
+
+    source, data = _stored(tmp_path, "masked-sparse")
+    W0, H = _start(data)
+    files = {"X": source.X, "Y": source.Y, "mask": source.mask}
+    cluster = {"address": client.scheduler.address, "files": files}
+    before = client.run_on_scheduler(_block_computations) if _has_blocks(client) else 0
+    try:
+        results = []
+        for _ in range(2):  # two outer iterations' W-steps
+            with _w_step_backend(data, {"blocks": 4}, cluster) as backend:
+                assert backend.recoverable and backend.client is not client
+                results.append(_w_step(data, W0, H, backend=backend, cg_max_iter=4)[0])
+        assert client.run_on_scheduler(_block_computations) - before == 4  # built once
+        np.testing.assert_array_equal(results[0], results[1])
+    finally:
+        _close_w_clusters()
+
+
+def _has_blocks(client):
+    return client.run_on_scheduler(
+        lambda dask_scheduler: "leml-w-block" in dask_scheduler.task_prefixes)
+
+
+def _kill(client, address):
+    """SIGKILL the worker process at ``address`` (its nanny starts a new one) and wait until
+    the scheduler has removed it."""
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(1200):  # a generous cap: 120 s
+        if address not in client.scheduler_info(n_workers=-1)["workers"]:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"worker {address} still listed 120 s after it was killed")
+
+
+@slow
+def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
+    from distributed import Client, LocalCluster
+
+    source, data = _stored(tmp_path, "masked-sparse")
+    W0, H = _start(data)
+    kwargs = dict(cg_max_iter=6, cg_tol=1e-3)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, memory_limit="1GiB") as cluster, \
+            Client(cluster) as c:
+        c.wait_for_workers(2)
+        with DaskWStep(c, source) as ws:
+            reference, _ = _w_step(data, W0, H, backend=ws, **kwargs)
+        with DaskWStep(c, source) as ws:
+            distributed.wait(ws.block_futures)
+            _kill(c, ws.block_workers[0])  # blocks 0 and 2 are lost
+            W, _ = _w_step(data, W0, H, backend=ws, **kwargs)  # ... and built again
+        np.testing.assert_array_equal(W, reference)
+        c.wait_for_workers(2)  # the nanny's new worker
+        with DaskWStep(c, data) as ws:
+            distributed.wait(ws.block_futures)
+            _kill(c, ws.block_workers[0])
+            with pytest.raises(Exception, match="cancel|lost|forgotten"):  # noqa: PT011
+                _w_step(data, W0, H, backend=ws, **kwargs)
