@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 from prefect import Task, flow
 from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, field_validator, model_validator
 
 from flows import plots
@@ -186,7 +187,11 @@ POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
              cache_policy=NO_CACHE, persist_result=False)
 
 
-@flow(name="experiment", flow_run_name="experiment-{config.name}")
+# Locally the grid points run one at a time: each child is a whole flow run (its own steps
+# are submitted to its own thread pool), and twelve StRip children at once in one process held
+# 5 GB on 2 cores for no gain.  `--runner dask` / `--dask-address` spread them over workers.
+@flow(name="experiment", flow_run_name="experiment-{config.name}",
+      task_runner=ThreadPoolTaskRunner(max_workers=1))
 def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None) -> dict:
     """One child run per grid point (through the task runner), then the table."""
     from flows.registry import FLOWS
