@@ -99,7 +99,7 @@ def wide(summary: pd.DataFrame, rows: list[str], columns: list[str], digits: int
                               sort=False)
     table.columns = [" / ".join(map(str, c)) if isinstance(c, tuple) else str(c)
                      for c in table.columns]
-    return table.reset_index()
+    return table.fillna("").reset_index()  # a combination no run made is an empty cell
 
 
 @step("experiment-metrics", inputs=("summary",), run_name="metrics of {name}")

@@ -1,0 +1,52 @@
+"""The experiment's table steps on a hand-worked grid."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tasks.experiment import as_metrics, gather, summarise, wide
+
+
+def _metrics(values: dict[str, float]) -> pd.DataFrame:
+    return pd.DataFrame({"dataset": "d", "method": list(values), "metric": "acc",
+                         "value": list(values.values())})
+
+
+def test_gather_summarise_and_wide_on_a_two_by_two_grid_with_a_failed_point():
+    points = [{"w": "a", "seed": 0}, {"w": "a", "seed": 1}, {"w": "b", "seed": 0},
+              {"w": "b", "seed": 1}]
+    errors = [None, None, None, "key 'w': bad"]
+    tables = [_metrics({"m": 0.5, "n": 0.1}), _metrics({"m": 0.7, "n": 0.3}),
+              _metrics({"m": 0.4, "n": 0.2})]
+    table = gather(tables, name="g", axes=["w", "seed"], points=points, errors=errors)
+    assert list(table.columns) == ["w", "seed", "error", "dataset", "method", "metric", "value"]
+    assert len(table) == 2 + 2 + 2 + 1
+    failed = table[table["error"].notna()]
+    assert failed[["w", "seed"]].values.tolist() == [["b", "1"]] and math.isnan(
+        failed["value"].iloc[0])
+
+    summary = summarise(table, rows=["w"], columns=["method"], metric="acc")
+    got = {(r.w, r.method): (r.mean, r.std, r.n) for r in summary.itertuples()}
+    # by hand: a/m: 0.5, 0.7 -> mean 0.6, sample std 0.1414; b/m: 0.4 alone -> std 0
+    assert np.allclose(got[("a", "m")], (0.6, math.sqrt(0.02), 2))
+    assert np.allclose(got[("a", "n")], (0.2, math.sqrt(0.02), 2))
+    assert np.allclose(got[("b", "m")], (0.4, 0.0, 1))
+    assert np.allclose(got[("b", "n")], (0.2, 0.0, 1))
+
+    shown = wide(summary, ["w"], ["method"])
+    assert shown.to_dict("records") == [{"w": "a", "m": "0.600 ± 0.141", "n": "0.200 ± 0.141"},
+                                        {"w": "b", "m": "0.400", "n": "0.200"}]
+    metrics = as_metrics(summary, name="g", rows=["w"], columns=["method"], metric="acc")
+    assert metrics[metrics["metric"] == "acc_mean"].set_index("method")["value"].to_dict() == {
+        "a / m": summary["mean"].iloc[0], "a / n": summary["mean"].iloc[1],
+        "b / m": 0.4, "b / n": summary["mean"].iloc[3]}
+
+
+def test_a_combination_no_run_made_is_an_empty_cell():
+    summary = pd.DataFrame({"w": ["a", "a", "b"], "method": ["m", "n", "m"],
+                            "mean": [0.5, 0.6, 0.7], "std": [0.0, 0.0, 0.0], "n": [1, 1, 1]})
+    assert wide(summary, ["w"], ["method"]).to_dict("records")[1] == {
+        "w": "b", "m": "0.700", "n": ""}
