@@ -355,9 +355,17 @@ def _dry_run(config: Any) -> int:
     table = plan(config, default_runs_root(), Store(default_store_root()).root)
     _print_frame(table)
     counts = table["state"].value_counts()
+    steps = table["uncached steps"]
+    exact = steps[table["state"] == "partly cached"].astype(int).sum()
+    guessed = [int(s[1:]) for s in steps if s.startswith("~")]
+    to_run = counts.get("to run", 0)
     print(f"\n{config.name}: {len(table)} child runs of {config.flow}: "
-          f"{counts.get('cached', 0)} cached (0 uncached steps), {counts.get('to run', 0)} to "
-          f"run (every step), {counts.get('invalid', 0)} invalid")
+          f"{counts.get('cached', 0)} cached (0 uncached steps), "
+          f"{counts.get('partly cached', 0)} partly cached ({exact} uncached steps), "
+          f"{to_run} to run"
+          + (f" (at most ~{sum(guessed)} steps, counted on the nearest earlier runs)"
+             if guessed else " (every step)" if to_run else "")
+          + f", {counts.get('invalid', 0)} invalid")
     return EXIT_OK
 
 

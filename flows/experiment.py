@@ -260,41 +260,70 @@ def table_markdown(config: ExperimentConfig, summary: pd.DataFrame, results: lis
 
 
 def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.DataFrame:
-    """What ``--dry-run`` prints: per grid point, whether its config is valid and what a run
-    would compute: ``0`` steps when a finished run of the same config and code left every
-    output intact in the store, else every step (``all``)."""
+    """What ``--dry-run`` prints: per grid point, whether its config is valid and how many steps
+    a run would compute.
+
+    Step keys chain the keys of their inputs, so they are known only by running the flow; what
+    the records of earlier runs (same flow, same code) do tell:
+
+    * a point whose config an earlier run finished: the steps whose entries are gone from the
+      store (``0``: *cached*; more: *partly cached*, e.g. after ``scarce cache gc``), exact;
+    * a new point: the step count of the earlier run whose config is nearest (fewest differing
+      keys), as ``~N``, an upper bound where steps are shared with other points (a parse of the
+      same data is found cached); ``?`` when no earlier run of the flow exists.
+    """
     from flows import manifest as mf
-    from tasks.store import Store
+    from tasks.store import KEY_HEX, Store
 
     store = Store(store_root)
     code = mf.code_version()["source_sha256"]
     done: dict[str, list[dict]] = {}
     if runs_root.is_dir():
-        for d in runs_root.iterdir():
+        for d in sorted(runs_root.iterdir()):
             try:
                 m = mf.read_manifest(d)
             except InputError:
                 continue
             if m["flow"] == config.flow and (m.get("code") or {}).get("source_sha256") == code:
                 done.setdefault(_config_key(m["config"]), m["outputs"])
+    earlier = {key: json.loads(key) for key in done}
+
+    def steps(outputs: list[dict]) -> dict[tuple[str, str], list[str]]:
+        calls: dict[tuple[str, str], list[str]] = {}
+        for o in outputs:  # a ref is <step>/<key>[-<part>]
+            calls.setdefault((o["step"], o["ref"].split("/", 1)[1][:KEY_HEX]), []).append(o["ref"])
+        return calls
+
     rows = []
     for point in grid(config):
         where = ", ".join(f"{k}={exp._cell(v)}" for k, v in point.items())
         try:
-            child = point_config(config, point)
+            child = point_config(config, point).model_dump(mode="json")
         except InputError as exc:
             rows.append((where, "invalid", "", str(exc)))
             continue
-        outputs = done.get(_config_key(child.model_dump(mode="json")))
-        if outputs is not None and all(store.exists(o["ref"]) for o in outputs):
-            rows.append((where, "cached", "0", ""))
+        outputs = done.get(_config_key(child))
+        if outputs is not None:
+            missing = sum(not all(store.exists(r) for r in refs)
+                          for refs in steps(outputs).values())
+            rows.append((where, "partly cached" if missing else "cached", str(missing), ""))
+        elif earlier:
+            nearest = min(earlier, key=lambda k: (_distance(earlier[k], child), k))
+            rows.append((where, "to run", f"~{len(steps(done[nearest]))}", ""))
         else:
-            rows.append((where, "to run", "all", ""))
+            rows.append((where, "to run", "?", ""))
     return pd.DataFrame(rows, columns=["point", "state", "uncached steps", "error"])
 
 
 def _config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def _distance(a: Any, b: Any) -> int:
+    """The number of leaf values in which two configs differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return sum(_distance(a.get(k), b.get(k)) for k in set(a) | set(b))
+    return int(a != b)
 
 
 def summary_plot(summary: pd.DataFrame, rows: list[str], columns: list[str], metric: str,

@@ -9,6 +9,8 @@ import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows.cli import main
+from flows.experiment import experiment_file, load_experiment, plan
+from tasks.store import Store
 from tests.flows.helpers import digits_project, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -41,6 +43,8 @@ def _outputs(project, run_id: str) -> dict[str, str]:
 
 
 def test_the_table_is_the_childrens_metrics(project, capsys):
+    assert main(["run", "experiment", "grid", "--dry-run"]) == 0  # nothing ran before
+    assert "4 to run (every step), 0 invalid" in capsys.readouterr().out
     assert main(["run", "experiment", "grid"]) == 0
     (exp_run,) = _experiment_runs(project)
     out = project / "data" / "runs" / exp_run / "outputs"
@@ -75,10 +79,13 @@ def test_the_table_is_the_childrens_metrics(project, capsys):
 def test_one_more_seed_computes_only_the_new_children(project, capsys):
     assert main(["run", "experiment", "grid", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "4 child runs of digits: 4 cached (0 uncached steps), 0 to run" in out
+    assert ("4 child runs of digits: 4 cached (0 uncached steps), 0 partly cached (0 uncached "
+            "steps), 0 to run, 0 invalid") in out
     assert main(["run", "experiment", "grid", "--set", "axes.seed=[0, 1, 2]", "--dry-run"]) == 0
-    assert "6 child runs of digits: 4 cached (0 uncached steps), 2 to run" in (
-        capsys.readouterr().out)
+    # a new seed: the three steps of a digits run, counted on the earlier run nearest to it
+    out = capsys.readouterr().out
+    assert "6 child runs of digits: 4 cached (0 uncached steps), 0 partly cached" in out
+    assert "2 to run (at most ~6 steps, counted on the nearest earlier runs)" in out
     before = set(runs(project))
     assert main(["run", "experiment", "grid", "--set", "axes.seed=[0, 1, 2]"]) == 0
     new_children = [r for r in set(runs(project)) - before
@@ -133,3 +140,22 @@ def test_bad_experiments_exit_2_with_one_line(project, capsys, args, words):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and words in lines[0], err[-2000:]
+
+
+def test_dry_run_counts_the_steps_whose_entries_are_gone(project, capsys):
+    (exp_run, *_) = sorted(_experiment_runs(project),
+                           key=lambda r: manifest(project, r)["started"])
+    out = project / "data" / "runs" / exp_run / "outputs"
+    child = json.loads((out / "children.json").read_text())[0]  # k=4, seed=0
+    outputs = manifest(project, child["run_id"])["outputs"]
+    (cluster,) = [o["ref"] for o in outputs if o["step"] == "digits-cluster"]
+    Store(project / "data" / "cache").path(cluster).unlink()  # as `scarce cache gc` would
+    assert main(["run", "experiment", "grid", "--set", "axes.k=[1, 4]", "--dry-run"]) == 0
+    assert ("1 cached (0 uncached steps), 1 partly cached (1 uncached steps), 0 to run, "
+            "2 invalid") in capsys.readouterr().out
+    config = load_experiment(experiment_file("grid"), ["axes.k=[1, 4]"])
+    rows = plan(config, project / "data" / "runs", project / "data" / "cache").set_index("point")
+    assert rows.loc["k=4, seed=0", ["state", "uncached steps"]].tolist() == ["partly cached", "1"]
+    assert rows.loc["k=4, seed=1", ["state", "uncached steps"]].tolist() == ["cached", "0"]
+    assert rows.loc["k=1, seed=0", "state"] == "invalid"
+    assert "greater than or equal to 2" in rows.loc["k=1, seed=0", "error"]
