@@ -11,6 +11,9 @@ the grid (dotted config keys and their values) and the table to build::
       seed: [0, 1, 2]
     table: {rows: [window], columns: [method], metric: accuracy}
 
+An axis may also name groups of settings that vary together (``corpus: {semeval: {data: [...],
+dataset: semeval-9}, fewrel: {...}}``): its values in the table are the group names.
+
 ``scarce run experiment NAME`` runs the ``experiment`` flow: one child flow run per grid point
 (the flow unchanged, each with its own run folder and manifest, tagged ``experiment:<name>``),
 submitted to the task runner so that ``--runner dask`` / ``--dask-address`` spread the grid, every
@@ -78,8 +81,10 @@ class ExperimentConfig(FlowConfig):
         "rerun uses the same base whatever the file says later); filled by the loader.")
     set: dict[str, Any] = Field(default_factory=dict, description="Fixed overrides of every "
                                 "point, by dotted key (as --set).")
-    axes: dict[str, list[Any]] = Field(min_length=1, description="The grid: dotted config "
-                                       "keys and the values each takes.")
+    axes: dict[str, list[Any] | dict[str, Any]] = Field(
+        min_length=1, description="The grid: dotted config keys and the values each takes, or "
+        "named settings (an axis name, each value a name for a mapping of dotted keys to "
+        "values set together, e.g. a corpus: its data files and dataset name).")
     table: TableSpec
 
     @field_validator("flow")
@@ -94,10 +99,16 @@ class ExperimentConfig(FlowConfig):
 
     @field_validator("axes")
     @classmethod
-    def _axes(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _axes(cls, axes: dict[str, Any]) -> dict[str, Any]:
         for key, values in axes.items():
             if not values:
                 raise ValueError(f"axis {key!r} has no values")
+            if isinstance(values, dict):
+                for name, settings in values.items():
+                    if not isinstance(settings, dict) or not settings:
+                        raise ValueError(f"axis {key!r}: {name!r} must map config keys to "
+                                         "values")
+                continue
             shown = [exp._cell(v) for v in values]
             if len(set(shown)) != len(shown):
                 raise ValueError(f"axis {key!r} lists a value twice")
@@ -137,16 +148,27 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
     if not isinstance(base, dict):
         raise InputError("a config must be a mapping of keys to values", path=base_path)
     base = apply_values(base, config.set, model, path)
-    apply_values(base, {k: v[0] for k, v in config.axes.items()}, model, path)  # known keys
+    for key, values in config.axes.items():  # every key an axis sets is a key of the flow
+        for settings in (values.values() if isinstance(values, dict) else [{key: values[0]}]):
+            apply_values(base, settings, model, path)
     validate_config(base, model, base_path)  # the base itself must be valid
     return config.model_copy(update={"base_config": base})
 
 
 def grid(config: ExperimentConfig) -> list[dict[str, Any]]:
-    """Every point of the grid, the last axis varying fastest."""
+    """Every point of the grid, the last axis varying fastest (a named axis by its names)."""
     keys = list(config.axes)
     return [dict(zip(keys, values, strict=True))
-            for values in itertools.product(*(config.axes[k] for k in keys))]
+            for values in itertools.product(*(list(config.axes[k]) for k in keys))]
+
+
+def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
+    """The dotted config keys a grid point sets (a named axis value expanded)."""
+    out: dict[str, Any] = {}
+    for axis, value in point.items():
+        values = config.axes[axis]
+        out.update(values[value] if isinstance(values, dict) else {axis: value})
+    return out
 
 
 def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = None) -> Any:
@@ -154,7 +176,7 @@ def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = No
     from flows.registry import FLOWS
 
     model = (spec or FLOWS[config.flow]).load_model()
-    data = apply_values(config.base_config, point, model)
+    data = apply_values(config.base_config, settings(config, point), model)
     where = ", ".join(f"{k}={exp._cell(v)}" for k, v in point.items())
     return validate_config(data, model, f"{config.name} [{where}]")
 
@@ -264,7 +286,8 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
     a run would compute.
 
     Step keys chain the keys of their inputs, so they are known only by running the flow; what
-    the records of earlier runs (same flow, same code) do tell:
+    the records of earlier runs of the flow whose steps' code is today's (each output's step
+    code digest, in the manifest) do tell:
 
     * a point whose config an earlier run finished: the steps whose entries are gone from the
       store (``0``: *cached*; more: *partly cached*, e.g. after ``scarce cache gc``), exact;
@@ -273,10 +296,21 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
       same data is found cached); ``?`` when no earlier run of the flow exists.
     """
     from flows import manifest as mf
+    from flows.registry import FLOWS
     from tasks.store import KEY_HEX, Store
 
+    FLOWS[config.flow].load_flow()  # imports every step of the flow
+    current = step_code()
+    source = mf.code_version()["source_sha256"]
+
+    def same_code(m: dict) -> bool:
+        """Its step keys are today's: each step's code digest as now (a manifest from before
+        digests were recorded: the same project source)."""
+        if all(o.get("code") for o in m["outputs"]):
+            return all(current.get(o["step"]) == o["code"] for o in m["outputs"])
+        return (m.get("code") or {}).get("source_sha256") == source
+
     store = Store(store_root)
-    code = mf.code_version()["source_sha256"]
     done: dict[str, list[dict]] = {}
     if runs_root.is_dir():
         for d in sorted(runs_root.iterdir()):
@@ -284,7 +318,7 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
                 m = mf.read_manifest(d)
             except InputError:
                 continue
-            if m["flow"] == config.flow and (m.get("code") or {}).get("source_sha256") == code:
+            if m["flow"] == config.flow and m["outputs"] and same_code(m):
                 done.setdefault(_config_key(m["config"]), m["outputs"])
     earlier = {key: json.loads(key) for key in done}
 
@@ -313,6 +347,16 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
         else:
             rows.append((where, "to run", "?", ""))
     return pd.DataFrame(rows, columns=["point", "state", "uncached steps", "error"])
+
+
+def step_code() -> dict[str, str]:
+    """The code digest of every step imported so far, by step name."""
+    import sys
+
+    from tasks.steps import Step
+
+    return {v.name: v.code_hash for m in list(sys.modules.values())
+            for v in list(getattr(m, "__dict__", {}).values()) if isinstance(v, Step)}
 
 
 def _config_key(config: dict) -> str:

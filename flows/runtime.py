@@ -199,6 +199,7 @@ class RunContext:
                 "ref": ref,
                 "cached": cached,
                 "volatile": st.is_volatile(ref),
+                "code": st.code_hash,  # the step's code digest (part of its key)
             }
         if cached:
             self.cache_hits.append(st.name)
@@ -217,7 +218,8 @@ class RunContext:
             self.lease.note(o["ref"] for o in outputs)
         for o in outputs:
             self.outputs[o["ref"]] = {"step": o["step"], "ref": o["ref"], "cached": o["cached"],
-                                      "volatile": o["volatile"], "child": child}
+                                      "volatile": o["volatile"], "code": o.get("code"),
+                                      "child": child}
 
     def _record(self, st: Step, state: Any) -> Any:
         return self._note_outputs(st, state.result(), state.name == "Cached")

@@ -128,11 +128,33 @@ def test_a_bad_grid_value_fails_its_point_and_the_others_finish(project, capsys)
     assert "2 point(s) failed:" in text and "k=1, seed=0" in text
 
 
+def test_a_named_axis_sets_its_keys_together(project, capsys):
+    """``size: {four: {k: 4}, six: {k: 6, n_init: 1}}``: the same children as the k axis."""
+    (first, *_) = sorted(_experiment_runs(project), key=lambda r: manifest(project, r)["started"])
+    (project / "configs" / "experiments" / "named.yaml").write_text(GRID.replace(
+        "  k: [4, 6]\n", "  size: {four: {k: 4}, six: {k: 6, n_init: 1}}\n").replace(
+        "rows: [k]", "rows: [size]"))
+    assert main(["run", "experiment", "named", "--dry-run"]) == 0
+    assert "4 cached (0 uncached steps)" in capsys.readouterr().out
+    before = set(_experiment_runs(project))
+    assert main(["run", "experiment", "named"]) == 0
+    (named,) = set(_experiment_runs(project)) - before
+    ours = pd.read_parquet(project / "data" / "runs" / first / "outputs" / "table.parquet")
+    theirs = pd.read_parquet(project / "data" / "runs" / named / "outputs" / "table.parquet")
+    assert list(theirs["size"].unique()) == ["four", "six"]
+    assert theirs.drop(columns="size").equals(ours.drop(columns="k"))
+    children = json.loads((project / "data" / "runs" / named / "outputs" / "children.json"
+                           ).read_text())
+    assert [manifest(project, c["run_id"])["config"]["k"] for c in children] == [4, 4, 6, 6]
+
+
 @pytest.mark.parametrize("args, words", [
     (["run", "experiment"], "needs the experiment's name"),
     (["run", "experiment", "nope"], "nope.yaml: config file not found"),
     (["run", "experiment", "grid", "--set", "axes.rank=[1]"], "key 'rank': --set: unknown key"),
     (["run", "experiment", "grid", "--set", "table.rows=[size]"], "neither an axis"),
+    (["run", "experiment", "grid", "--set", "axes.k={four: 4}"], "'four' must map config keys"),
+    (["run", "experiment", "grid", "--set", "axes.k={four: {rank: 4}}"], "key 'rank'"),
     (["run", "digits", "grid"], "go with `scarce run experiment`"),
 ])
 def test_bad_experiments_exit_2_with_one_line(project, capsys, args, words):
@@ -140,6 +162,18 @@ def test_bad_experiments_exit_2_with_one_line(project, capsys, args, words):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and words in lines[0], err[-2000:]
+
+
+def test_dry_run_says_to_run_when_a_steps_code_changed(project, capsys, monkeypatch):
+    from tests.flows import sample_flow
+
+    assert main(["run", "experiment", "grid", "--dry-run"]) == 0
+    assert "4 cached (0 uncached steps)" in capsys.readouterr().out
+    # an edit of the clustering code changes its key: no earlier run's record holds
+    monkeypatch.setattr(sample_flow.cluster, "code_hash", "edited")
+    assert main(["run", "experiment", "grid", "--dry-run"]) == 0
+    assert "0 cached (0 uncached steps), 0 partly cached (0 uncached steps), 4 to run (every " \
+        "step)" in capsys.readouterr().out
 
 
 def test_dry_run_counts_the_steps_whose_entries_are_gone(project, capsys):
