@@ -82,7 +82,7 @@ def test_settings_keep_the_documented_pairs_and_gold_types():
 
 def test_true_k_outside_the_k_range_is_an_input_error():
     with pytest.raises(InputError, match="true k of setting 'directed' is 18"):
-        bench.run(_args("--setting", "directed"))  # --quick: K in [6, 12]
+        bench.run(_args("--setting", "directed"))  # --quick: K in [2, 12]
     with pytest.raises(InputError, match="unknown baseline"):
         bench.run(_args("--baselines", "kmeans"))
 
