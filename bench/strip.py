@@ -356,9 +356,11 @@ def _gold(data: dict) -> np.ndarray:
 
 
 def _choose(sweep: list[dict], select: str = "b3") -> dict:
-    key = "dev_conll_f" if select == "conll" else "dev_b3_f"
-    return max(sweep, key=lambda r: (round(r[key], 12), round(r["dev_pairwise_f"], 12),
-                                     -abs(np.log(r["loss_ratio"]))))
+    """The sweep's row of the best loss ratio on dev, by the flow's rule."""
+    rows = [{"b3_f": r["dev_b3_f"], "conll_f": r["dev_conll_f"],
+             "pairwise_f": r["dev_pairwise_f"], "loss_ratio": r["loss_ratio"], "index": i}
+            for i, r in enumerate(sweep)]
+    return sweep[tasks_strip.choose_loss_ratio(rows, select)["index"]]
 
 
 # ----------------------------------------------------------------------------- run

@@ -77,6 +77,7 @@ class _Variant(BaseModel):
     name: Variant
     rules: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$")
     n_rules: int = Field(ge=0)
+    loss_ratio: float | None = Field(None, gt=0)  # the ratio the rules were trained with
 
 
 class _Preprocess(BaseModel):

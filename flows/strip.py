@@ -24,7 +24,7 @@ import re
 from typing import Literal
 
 import pandas as pd
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
@@ -89,6 +89,22 @@ class StripConfig(FlowConfig):
     test_splits: list[str] = Field(
         ["test"], min_length=1, description="Splits whose documents are scored."
     )
+    dev_splits: list[str] = Field(
+        ["dev"],
+        description="Splits whose documents choose each variant's loss ratio among "
+        "`loss_ratios` (the paper's protocol: train on train at each ratio, keep the ratio "
+        "best on dev, score that model on test); []: every variant uses `loss_ratio`.",
+    )
+    loss_ratios: list[float] = Field(
+        [1.0, 0.5, 2.0],
+        min_length=1,
+        description="The loss ratios tried on dev (with dev_splits).",
+    )
+    select_by: Literal["b3", "conll"] = Field(
+        "b3",
+        description="The dev score that chooses the loss ratio: B³ F1, or the CoNLL F1 (mean "
+        "of MUC, B³ and CEAF-e); ties go to the higher pairwise F1, then to the ratio nearest 1.",
+    )
     window: int = Field(
         20, ge=1, description="Candidate pairs: mentions at most this many mentions apart."
     )
@@ -105,7 +121,8 @@ class StripConfig(FlowConfig):
     )
     loss_ratio: float = from_estimator(
         StRip, "loss_ratio", gt=0, allow_inf_nan=False,
-        description="Cost of a false positive over a false negative (the paper varied it).",
+        description="Cost of a false positive over a false negative (the paper varied it); "
+        "used when dev_splits is empty.",
     )
     k_optimize: int = from_estimator(
         StRip, "k_optimize", ge=0, le=10, description="Rounds of RIPPER's optimisation."
@@ -124,50 +141,100 @@ class StripConfig(FlowConfig):
     def _distinct(self) -> StripConfig:
         if len(set(self.variants)) != len(self.variants):
             raise ValueError("variants: each variant at most once")
-        if set(self.train_splits) & set(self.test_splits):
-            raise ValueError("train_splits and test_splits must not share a split")
+        roles = (self.train_splits, self.dev_splits, self.test_splits)
+        if sum(len(set(r)) for r in roles) != len(set().union(*roles)):
+            raise ValueError("train_splits, dev_splits and test_splits must not share a split")
+        if any(not (r > 0 and r < float("inf")) for r in self.loss_ratios):
+            raise ValueError("loss_ratios: each must be a positive finite number")
+        if len(set(self.loss_ratios)) != len(self.loss_ratios):
+            raise ValueError("loss_ratios: each ratio at most once")
         return self
 
+    def ratios(self) -> list[float]:
+        """The loss ratios each variant is trained with."""
+        return list(self.loss_ratios) if self.dev_splits else [self.loss_ratio]
 
-@flow(
-    name="strip",
-    flow_run_name="strip-{config.dataset}-w{config.window}-L{config.loss_ratio}-seed{config.seed}",
-)
+
+@flow(name="strip", flow_run_name="strip-{config.dataset}-w{config.window}-seed{config.seed}")
 def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
-    """preprocess -> grow -> prune -> optimize (per variant) -> evaluate -> write chains, then
-    the artifacts and the named outputs."""
+    """preprocess -> grow -> prune -> optimize (per variant and loss ratio) -> select the loss
+    ratio on dev -> evaluate on test -> write chains, then the artifacts and named outputs."""
     ctx = RunContext.open("strip", config, options)
     documents, data = preprocess(ctx, config)
-    train = [d["pairs"] for d in data["train"]]
-    progress = ctx.progress("training", 3 * len(config.variants),
-                            f"grow, prune, optimize for {len(config.variants)} variants")
-    rules, timings = {}, {}
-    for v in config.variants:
-        learn = dict(train=train, variant=v, loss_ratio=config.loss_ratio,
-                     max_thresholds=config.max_thresholds)
-        grown = ctx.run(strip.grow, dl_surplus=config.dl_surplus, seed=config.seed, **learn)
-        progress.advance()
-        pruned = ctx.run(strip.prune, rules=grown["rules"], **learn)
-        progress.advance()
-        optimized = ctx.run(strip.optimize, rules=pruned["rules"], rng=grown["rng"],
-                            dl_surplus=config.dl_surplus, k_optimize=config.k_optimize, **learn)
-        progress.advance()
-        rules[v] = optimized["rules"]
-        timings[v] = [grown["timings"], pruned["timings"], optimized["timings"]]
+    trained = train_variants(ctx, config, [d["pairs"] for d in data["train"]])
+    if config.dev_splits:
+        chosen = ctx.stage("select-loss-ratio", select_loss_ratios, ctx, config, data["dev"],
+                           trained)
+    else:
+        chosen = dict.fromkeys(config.variants, config.loss_ratio)
+    rules = {v: trained[v, r]["rules"] for v, r in chosen.items()}
     result = ctx.run(
         strip.evaluate,
         test_pairs=[d["pairs"] for d in data["test"]],
         test_mentions=[d["mentions"] for d in data["test"]],
         rules=rules,
-        timings=timings,
+        timings={v: trained[v, r]["timings"] for v, r in chosen.items()},
         dataset=f"{config.dataset}-{'+'.join(config.test_splits)}",
+        loss_ratios=chosen,
     )
     test_files = list(documents.loc[documents["role"] == "test", "file"])
     predicted = ctx.map(strip.write_predicted, path=test_files,
                         clusters=unmapped(result["clusters"]))
-    publish(ctx, config, rules, result)
-    name_outputs(ctx, config, rules, result, data, dict(zip(test_files, predicted, strict=True)))
+    publish(ctx, config, rules, result, chosen)
+    name_outputs(ctx, config, rules, result, data, dict(zip(test_files, predicted, strict=True)),
+                 chosen)
     return ctx.finish(result["metrics"], headline=strip.headline(ctx.read(result["metrics"])))
+
+
+def train_variants(ctx: RunContext, config: StripConfig, train: list[str]) -> dict:
+    """grow -> prune -> optimize for every variant at every loss ratio: ``{(variant, ratio):
+    {"rules": ref, "timings": [refs]}}``."""
+    ratios = config.ratios()
+    progress = ctx.progress("training", 3 * len(config.variants) * len(ratios),
+                            f"grow, prune, optimize for {len(config.variants)} variants x "
+                            f"{len(ratios)} loss ratios")
+    trained = {}
+    for v in config.variants:
+        for ratio in ratios:
+            learn = dict(train=train, variant=v, loss_ratio=ratio,
+                         max_thresholds=config.max_thresholds)
+            grown = ctx.run(strip.grow, dl_surplus=config.dl_surplus, seed=config.seed, **learn)
+            progress.advance()
+            pruned = ctx.run(strip.prune, rules=grown["rules"], **learn)
+            progress.advance()
+            optimized = ctx.run(strip.optimize, rules=pruned["rules"], rng=grown["rng"],
+                                dl_surplus=config.dl_surplus, k_optimize=config.k_optimize,
+                                **learn)
+            progress.advance()
+            trained[v, ratio] = {"rules": optimized["rules"], "timings": [
+                grown["timings"], pruned["timings"], optimized["timings"]]}
+    return trained
+
+
+def select_loss_ratios(ctx: RunContext, config: StripConfig, dev: list[dict],
+                       trained: dict) -> dict[str, float]:
+    """Score every trained model on the dev documents and keep, per variant, the best loss
+    ratio (``strip.choose_loss_ratio``); the table is an artifact of the run."""
+    names = {f"{v}@{r:g}": (v, r) for v, r in trained}
+    scored = ctx.run(
+        strip.evaluate,
+        test_pairs=[d["pairs"] for d in dev],
+        test_mentions=[d["mentions"] for d in dev],
+        rules={name: trained[key]["rules"] for name, key in names.items()},
+        timings={name: trained[key]["timings"] for name, key in names.items()},
+        dataset=f"{config.dataset}-{'+'.join(config.dev_splits)}",
+        loss_ratios={name: r for name, (_, r) in names.items()},
+    )
+    selection = ctx.run(strip.select_loss_ratio, scores=scored["scores"],
+                        ratios={name: [v, r] for name, (v, r) in names.items()},
+                        select_by=config.select_by)
+    table = ctx.read(selection)
+    ctx.publish_table("loss-ratio-selection", selection,
+                      f"Dev F1 of every variant at every loss ratio "
+                      f"({'+'.join(config.dev_splits)} documents); chosen by {config.select_by}")
+    best = table[table["chosen"]]
+    return {v: float(best.loc[best["variant"] == v, "loss_ratio"].iloc[0])
+            for v in config.variants}
 
 
 def preprocess_options(config: StripConfig) -> dict:
@@ -197,7 +264,8 @@ def preprocess(ctx: RunContext, config: StripConfig
     read, and fail, before the test files are submitted).
     """
     splits_file = ctx.path(config.splits_file)
-    roles = {"train": config.train_splits, "test": config.test_splits}
+    roles = {"train": config.train_splits, "dev": config.dev_splits, "test": config.test_splits}
+    roles = {role: names for role, names in roles.items() if names}
     documents = strip.select_documents(splits_file, ctx.path(config.data_dir), roles)
     prep = preprocess_options(config)
     data = {
@@ -209,15 +277,42 @@ def preprocess(ctx: RunContext, config: StripConfig
     return documents, data
 
 
-def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict) -> None:
+def ratio_text(chosen: dict[str, float], config: StripConfig) -> str:
+    """``loss ratio 1`` or, chosen on dev, ``loss ratios chosen on dev: ripper 1, ...``."""
+    if not config.dev_splits:
+        return f"loss ratio {config.loss_ratio:g}"
+    return "loss ratios chosen on dev: " + ", ".join(f"{v} {r:g}" for v, r in chosen.items())
+
+
+def claims_line(scores: pd.DataFrame) -> str | None:
+    """One line: does this run support the paper's claims (each StRip variant ahead of RIPPER
+    in B³ and pairwise F1 over the sources), with the margins."""
+    wide = scores.set_index("method")
+    if "ripper" not in wide.index:
+        return None
+    base, parts = wide.loc["ripper"], []
+    claims = {"strip-labeled": "StRip beats RIPPER on the labelled pairs",
+              "strip-partial": "StRip with partial supervision beats RIPPER"}
+    for v, claim in claims.items():
+        if v in wide.index:
+            margins = [(name, wide.loc[v, f"{m}_f"] - base[f"{m}_f"])
+                       for name, m in (("B³", "b3"), ("pairwise", "pairwise"))]
+            parts.append(f"{claim}: " + ", ".join(
+                f"{name} {d:+.3f} ({'supported' if d > 0 else 'not supported'})"
+                for name, d in margins))
+    return "The paper's claims in this run: " + "; ".join(parts) + "." if parts else None
+
+
+def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict,
+            chosen: dict[str, float]) -> None:
     """The run's artifacts: rules, scores, timings, comparison and rule-coverage plots, summary."""
     scores = ctx.read(result["scores"])
     ctx.publish_markdown(
         "rules",
         rules_markdown(
             {v: ctx.read(r) for v, r in rules.items()},
-            f"# StRip rules ({config.dataset}, window {config.window}, loss ratio "
-            f"{config.loss_ratio:g})\n\n" + markdown_table(scores),
+            f"# StRip rules ({config.dataset}, window {config.window}, "
+            f"{ratio_text(chosen, config)})\n\n" + markdown_table(scores),
         ),
         "The rules each method learned, one antecedent per line",
     )
@@ -228,7 +323,7 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
         # only the rule counts of the (volatile) timings table are drawn: the seconds, which
         # vary between runs, stay out of the plot's memo key
         ctx.plot(strip_plot, scores, ctx.read(result["timings"])[["method", "phase", "n_rules"]],
-                 config),
+                 config, chosen),
         "F1 over the source mentions per method, and rules after each phase",
     )
     coverage = ctx.read(result["coverage"])
@@ -243,7 +338,7 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
     )
     ctx.publish_markdown(
         "summary",
-        summary_markdown(scores, config),
+        summary_markdown(scores, config, chosen),
         "RIPPER against StRip in this run; the paper's MPQA figures are not comparable",
     )
 
@@ -293,7 +388,7 @@ def _code(text: str) -> str:
 
 
 def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], result: dict,
-                 data: dict, predicted: dict) -> None:
+                 data: dict, predicted: dict, chosen: dict[str, float]) -> None:
     """The run's named outputs: the rules, the model apply-strip reads, the predicted chains.
 
     ``rules.parquet`` is ``evaluate``'s coverage table and ``model/rules-<variant>.parquet`` the
@@ -304,22 +399,23 @@ def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], re
     ctx.name_output("rules.parquet", result["coverage"])
     ctx.write_output("rules.txt", strip.rules_text(
         ctx.read(result["coverage"]), config.variants,
-        f"# StRip rules ({config.dataset}, window {config.window}, loss ratio "
-        f"{config.loss_ratio:g}, seed {config.seed}); coverage: the labelled pairs of the "
+        f"# StRip rules ({config.dataset}, window {config.window}, "
+        f"{ratio_text(chosen, config)}, seed {config.seed}); coverage: the labelled pairs of the "
         f"{'+'.join(config.test_splits)} documents"))
     variants = []
     for v in config.variants:
         ctx.name_output(f"{MODEL_DIR}/rules-{v}.parquet", rules[v])
         variants.append({"name": v, "rules": f"rules-{v}.parquet",
-                         "n_rules": rule_count(ctx.read(rules[v]))})
+                         "n_rules": rule_count(ctx.read(rules[v])), "loss_ratio": chosen[v]})
     ctx.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_document(
         "strip", strip.MODEL_VERSION,
         variants=variants,
         preprocess=preprocess_options(config),
         features=strip.feature_kinds(ctx.read(data["train"][0]["pairs"])),
-        learner={"loss_ratio": config.loss_ratio, "k_optimize": config.k_optimize,
-                 "dl_surplus": config.dl_surplus, "max_thresholds": config.max_thresholds,
-                 "seed": config.seed},
+        learner={"k_optimize": config.k_optimize, "dl_surplus": config.dl_surplus,
+                 "max_thresholds": config.max_thresholds, "seed": config.seed,
+                 "loss_ratio": {"dev_splits": config.dev_splits, "tried": config.ratios(),
+                                "select_by": config.select_by if config.dev_splits else None}},
         trained_on={"dataset": config.dataset, "train_splits": config.train_splits,
                     "files": len(data["train"])},
     ))
@@ -329,12 +425,13 @@ def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], re
             ctx.write_output(f"predicted/{method}/{strip.output_name(path)}", text)
 
 
-def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig) -> bytes:
+def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig,
+               chosen: dict[str, float]) -> bytes:
     return plots.strip_comparison(
         scores,
         phases,
         title=f"{config.dataset} {'+'.join(config.test_splits)}: window {config.window}, "
-        f"loss ratio {config.loss_ratio:g}",
+        f"{ratio_text(chosen, config)}",
     )
 
 
@@ -347,7 +444,8 @@ def coverage_plot(coverage: pd.DataFrame, config: StripConfig) -> bytes:
     )
 
 
-def summary_markdown(scores: pd.DataFrame, config: StripConfig) -> str:
+def summary_markdown(scores: pd.DataFrame, config: StripConfig,
+                     chosen: dict[str, float]) -> str:
     """RIPPER and the StRip variants side by side, and why the paper's figures are apart."""
     measures = [c for c in plots.SCORE_LABELS if c in scores.columns]
     table = scores[["method", *measures, "n_rules"]].rename(
@@ -356,7 +454,7 @@ def summary_markdown(scores: pd.DataFrame, config: StripConfig) -> str:
     lines = [
         f"# StRip on {config.dataset} ({'+'.join(config.test_splits)})",
         "",
-        f"window {config.window}, loss ratio {config.loss_ratio:g}, sources: "
+        f"window {config.window}, {ratio_text(chosen, config)}, sources: "
         + (
             ", ".join(config.sources.etypes)
             if config.sources.kind == "etype"
@@ -367,15 +465,10 @@ def summary_markdown(scores: pd.DataFrame, config: StripConfig) -> str:
         markdown_table(table),
         "",
     ]
-    wide = scores.set_index("method")
-    if "ripper" in wide.index and "b3_f" in wide.columns and "pairwise_f" in wide.columns:
-        base = wide.loc["ripper"]
-        for v in (m for m in wide.index if m != "ripper"):
-            lines.append(
-                f"- {v} against RIPPER: B³ F1 {wide.loc[v, 'b3_f'] - base['b3_f']:+.3f}, "
-                f"pairwise F1 {wide.loc[v, 'pairwise_f'] - base['pairwise_f']:+.3f}"
-            )
-        lines.append("")
+    claims = claims_line(scores)
+    if claims:
+        lines += [claims, ""]
+        get_run_logger().info(claims)
     lines += [
         "| method | B³ F1 (%) | pairwise F1 (%) |",
         "| --- | --- | --- |",

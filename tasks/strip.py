@@ -244,7 +244,7 @@ def _rng_from_state(state: np.ndarray) -> np.random.RandomState:
     inputs=("train",),
     outputs=("rules", "rng", "timings"),
     volatile=("timings",),
-    run_name="grow {variant}",
+    run_name="grow {variant} L={loss_ratio:g}",
 )
 def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_surplus: float,
          seed: int) -> dict:
@@ -269,7 +269,7 @@ def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_s
     inputs=("train", "rules"),
     outputs=("rules", "timings"),
     volatile=("timings",),
-    run_name="prune {variant}",
+    run_name="prune {variant} L={loss_ratio:g}",
 )
 def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
           max_thresholds: int) -> dict:
@@ -289,7 +289,7 @@ def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
     inputs=("train", "rules", "rng"),
     outputs=("rules", "timings"),
     volatile=("timings",),
-    run_name="optimize {variant}",
+    run_name="optimize {variant} L={loss_ratio:g}",
 )
 def optimize(train: list, rules: pd.DataFrame, rng: np.ndarray, variant: str,
              loss_ratio: float, max_thresholds: int, dl_surplus: float, k_optimize: int) -> dict:
@@ -336,12 +336,13 @@ def _long_scores(scores: pd.DataFrame, prefix: str) -> dict[str, float]:
     run_name="evaluate {dataset}",
 )
 def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
-             dataset: str) -> dict:
+             dataset: str, loss_ratios: dict | None = None) -> dict:
     """Apply each variant's rules to the test pairs, cluster (single link) and score.
 
     Scores are MUC, B³, CEAF-e and pairwise P / R / F1 over the source mentions (the non-source
     NPs are clustered, then removed before scoring, as Stoyanov and Cardie 2006), and the same
-    over all mentions with the prefix ``all_``.
+    over all mentions with the prefix ``all_``; ``loss_ratios`` (method -> the ratio its rules
+    were trained with) adds a ``loss_ratio`` metric per method.
 
     Returns
     -------
@@ -367,6 +368,7 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
             **_long_scores(coref_metrics.coref_scores(key, response, source, groups), ""),
             **_long_scores(coref_metrics.coref_scores(key, response, None, groups), "all_"),
             "n_rules": float(ripper.rule_count(table)),
+            **({"loss_ratio": float(loss_ratios[method])} if loss_ratios else {}),
         }
         rows += [(dataset, method, m, v) for m, v in values.items()]
         wide.append({"method": method, **{f"{s}_f": values[f"{s}_f"] for s in SCORE_NAMES},
@@ -383,6 +385,46 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
             ["method", *ripper.RULE_COVERAGE_COLUMNS]],
         "timings": times,
     }
+
+
+SELECT_BY = ("b3", "conll")
+
+
+def choose_loss_ratio(rows: Sequence[dict], select_by: str = "b3") -> dict:
+    """The row of the best loss ratio on dev: the highest dev B³ F1 (``select_by="conll"``:
+    the mean of MUC, B³ and CEAF-e F1), ties broken by the dev pairwise F1, then by the ratio
+    nearest 1 (the learner's default) on a log scale.  Each row has ``loss_ratio``, ``b3_f``,
+    ``pairwise_f`` and ``conll_f`` or its parts ``muc_f`` and ``ceaf_e_f``; scores are rounded
+    to 12 digits so that the order of summation cannot decide a tie.  (``scarce bench strip``
+    chooses with this function too.)"""
+    if select_by not in SELECT_BY:
+        raise ValueError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
+
+    def score(r: dict) -> float:
+        if select_by == "conll":
+            return r["conll_f"] if "conll_f" in r else (r["muc_f"] + r["b3_f"] + r["ceaf_e_f"]) / 3
+        return r["b3_f"]
+
+    return max(rows, key=lambda r: (round(score(r), 12), round(r["pairwise_f"], 12),
+                                    -abs(np.log(r["loss_ratio"]))))
+
+
+@step("strip-select-loss-ratio", inputs=("scores",), run_name="select loss ratio ({select_by})")
+def select_loss_ratio(scores: pd.DataFrame, ratios: dict, select_by: str) -> pd.DataFrame:
+    """Each variant's loss ratio, chosen on the dev documents (:func:`choose_loss_ratio`).
+
+    ``scores`` is the dev ``evaluate``'s table, one row per trained model, whose ``method``
+    names a key of ``ratios`` (``{method: [variant, loss ratio]}``).  One row per model:
+    ``variant``, ``loss_ratio``, its dev F1 columns and ``chosen``.
+    """
+    table = scores.assign(variant=[ratios[m][0] for m in scores["method"]],
+                          loss_ratio=[float(ratios[m][1]) for m in scores["method"]])
+    table["chosen"] = False
+    for _, part in table.groupby("variant", sort=False):
+        best = choose_loss_ratio(part.to_dict("records"), select_by)
+        table.loc[part.index[part["method"] == best["method"]], "chosen"] = True
+    cols = ["variant", "loss_ratio", *(f"{n}_f" for n in SCORE_NAMES), "chosen"]
+    return table[cols].reset_index(drop=True)
 
 
 def headline(metrics: pd.DataFrame) -> dict[str, float]:

@@ -46,7 +46,7 @@ def project(tmp_path_factory):
         [f"{d}\ttrain\n" for d in TRAIN] + [f"{d}\ttest\n" for d in TEST]))
     (root / "configs" / "strip.yaml").write_text(
         f"data_dir: {GUM}\nsplits_file: splits.tsv\nwindow: {WINDOW}\nk_optimize: 1\n"
-        "variants: [ripper, strip-partial]\n")
+        "variants: [ripper, strip-partial]\ndev_splits: []\n")
     return root
 
 

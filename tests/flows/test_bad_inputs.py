@@ -211,6 +211,7 @@ BASE_CONFIGS = {
         seed: 0
         data_dir: good/gum
         splits_file: good/gum/splits.tsv
+        dev_splits: []
         """,
 }
 

@@ -51,7 +51,7 @@ def project(tmp_path_factory):
     write_splits(root / "splits.tsv", TRAIN, TEST)
     (root / "configs" / "strip.yaml").write_text(
         f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\n"
-        f"window: {WINDOW}\nk_optimize: {K_OPT}\n")
+        f"window: {WINDOW}\nk_optimize: {K_OPT}\ndev_splits: []\n")
     return root
 
 
@@ -295,7 +295,7 @@ def test_every_task_run_is_named_by_its_piece_of_work(project):
         "record documents", "evaluate gum-small-test",
         *(f"preprocess {d}.conllu.gz" for d in TRAIN + TEST),
         *(f"write chains {d}.conllu.gz" for d in TEST),
-        *(f"{phase} {v}" for phase in ("grow", "prune", "optimize") for v in VARIANTS)])
+        *(f"{phase} {v} L=1" for phase in ("grow", "prune", "optimize") for v in VARIANTS)])
 
 
 def test_second_run_is_all_cache_hits(project, capsys):
@@ -334,7 +334,7 @@ def test_unbalanced_entity_bracket_exits_2_with_file_and_line(project, capsys, t
     write_splits(tmp_path / "splits.tsv", TRAIN, ["GUM_news_broken"])
     config = tmp_path / "strip.yaml"
     config.write_text(f"data_dir: {data}\nsplits_file: {tmp_path / 'splits.tsv'}\n"
-                      f"window: {WINDOW}\n")
+                      f"window: {WINDOW}\ndev_splits: []\n")
     before = runs(project)
     code, err, m = run(project, capsys, config=config)
     assert code == 2
