@@ -311,8 +311,8 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
         "rules",
         rules_markdown(
             {v: ctx.read(r) for v, r in rules.items()},
-            f"# StRip rules ({config.dataset}, window {config.window}, "
-            f"{ratio_text(chosen, config)})\n\n" + markdown_table(scores),
+            f"# StRip rules ({config.dataset}, window {config.window})\n\n"
+            f"{ratio_text(chosen, config)}\n\n" + markdown_table(scores),
         ),
         "The rules each method learned, one antecedent per line",
     )
@@ -336,6 +336,9 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
                  config),
         "Labelled test pairs each rule newly covers after single-link clustering",
     )
+    claims = claims_line(scores)
+    if claims:  # the verdict in the terminal too
+        get_run_logger().info(claims)
     ctx.publish_markdown(
         "summary",
         summary_markdown(scores, config, chosen),
@@ -468,7 +471,6 @@ def summary_markdown(scores: pd.DataFrame, config: StripConfig,
     claims = claims_line(scores)
     if claims:
         lines += [claims, ""]
-        get_run_logger().info(claims)
     lines += [
         "| method | B³ F1 (%) | pairwise F1 (%) |",
         "| --- | --- | --- |",

@@ -298,7 +298,8 @@ def test_strip_rules_artifact_wraps_long_rules_one_antecedent_per_line(tmp_path)
         refs = {name: ctx.store.write(f"strip-test/{name}", frame) for name, frame in {
             "ripper": no_rules, "strip-partial": LONG_RULES, "scores": SCORES,
             "timings": PHASES, "coverage": coverage}.items()}
-        publish(ctx, config, {v: refs[v] for v in config.variants}, refs)
+        publish(ctx, config, {v: refs[v] for v in config.variants}, refs,
+                dict.fromkeys(config.variants, 1.0))
 
     arts = _publish_in_a_flow(tmp_path, "strip", run, config)
     text = arts["strip-rules"].data
@@ -334,9 +335,12 @@ def test_summaries_put_the_run_beside_the_published_figures_and_say_they_differ(
     from flows.strip import StripConfig
     from flows.strip import summary_markdown as strip_summary
 
-    text = strip_summary(SCORES, StripConfig())
+    text = strip_summary(SCORES, StripConfig(),
+                         {"ripper": 1.0, "strip-labeled": 0.5, "strip-partial": 0.5})
     assert "| ripper | 0.51 | 0.77 | 0.77 | 0.23 | 3 |" in text
-    assert "strip-partial against RIPPER: B³ F1 +0.000, pairwise F1 -0.030" in text
+    assert "loss ratios chosen on dev: ripper 1, strip-labeled 0.5, strip-partial 0.5" in text
+    assert ("StRip with partial supervision beats RIPPER: B³ +0.000 (not supported), "
+            "pairwise -0.030 (not supported).") in text
     assert "83.2 | 67.1" in text and "not comparable" in text and "MPQA" in text
     metrics = pd.DataFrame(
         [
