@@ -100,7 +100,12 @@ def test_the_selection_is_an_artifact_and_the_model_records_each_ratio(project, 
     import json
 
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
 
     out = project / "data" / "runs" / first["run_id"] / "outputs"
     model = json.loads((out / "model" / "model.json").read_text())
@@ -113,7 +118,8 @@ def test_the_selection_is_an_artifact_and_the_model_records_each_ratio(project, 
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(
             id=FlowRunFilterId(any_=[first["prefect_flow_run_id"]])))
         names = {t.name for t in tasks}
-        artifacts = {a.key for a in client.read_artifacts()}
+        artifacts = {a.key for a in client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[first["prefect_flow_run_id"]])))}
     assert {"evaluate gum-small-dev", "evaluate gum-small-test", "select loss ratio (b3)",
             "select-loss-ratio"} <= names
     assert len([n for n in names if n.startswith("grow ")]) == len(VARIANTS) * len(RATIOS)
