@@ -109,7 +109,7 @@ class ExperimentConfig(FlowConfig):
                         raise ValueError(f"axis {key!r}: {name!r} must map config keys to "
                                          "values")
                 continue
-            shown = [exp._cell(v) for v in values]
+            shown = [exp.cell(v) for v in values]
             if len(set(shown)) != len(shown):
                 raise ValueError(f"axis {key!r} lists a value twice")
         return axes
@@ -177,7 +177,7 @@ def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = No
 
     model = (spec or FLOWS[config.flow]).load_model()
     data = apply_values(config.base_config, settings(config, point), model)
-    where = ", ".join(f"{k}={exp._cell(v)}" for k, v in point.items())
+    where = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
     return validate_config(data, model, f"{config.name} [{where}]")
 
 
@@ -202,7 +202,7 @@ def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], option
 
 def _point_name(parameters: dict) -> str:
     point = parameters.get("point") or {}
-    return "point " + ", ".join(f"{k}={exp._cell(v)}" for k, v in point.items())
+    return "point " + ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
 
 
 POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
@@ -276,7 +276,7 @@ def table_markdown(config: ExperimentConfig, summary: pd.DataFrame, results: lis
     failed = [r for r in results if r["error"] is not None]
     if failed:
         lines += ["", f"{len(failed)} point(s) failed:", ""]
-        lines += [f"- {', '.join(f'{k}={exp._cell(v)}' for k, v in r['point'].items())}: "
+        lines += [f"- {', '.join(f'{k}={exp.cell(v)}' for k, v in r['point'].items())}: "
                   f"{r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
 
@@ -311,7 +311,7 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
         return (m.get("code") or {}).get("source_sha256") == source
 
     store = Store(store_root)
-    done: dict[str, list[dict]] = {}
+    done: dict[str, tuple[dict, list[dict]]] = {}  # config key -> (config, outputs)
     if runs_root.is_dir():
         for d in sorted(runs_root.iterdir()):
             try:
@@ -319,8 +319,7 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
             except InputError:
                 continue
             if m["flow"] == config.flow and m["outputs"] and same_code(m):
-                done.setdefault(_config_key(m["config"]), m["outputs"])
-    earlier = {key: json.loads(key) for key in done}
+                done.setdefault(_config_key(m["config"]), (m["config"], m["outputs"]))
 
     def steps(outputs: list[dict]) -> dict[tuple[str, str], list[str]]:
         calls: dict[tuple[str, str], list[str]] = {}
@@ -330,20 +329,21 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
 
     rows = []
     for point in grid(config):
-        where = ", ".join(f"{k}={exp._cell(v)}" for k, v in point.items())
+        where = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
         try:
             child = point_config(config, point).model_dump(mode="json")
         except InputError as exc:
             rows.append((where, "invalid", "", str(exc)))
             continue
-        outputs = done.get(_config_key(child))
-        if outputs is not None:
+        key = _config_key(child)
+        if key in done:
+            outputs = done[key][1]
             missing = sum(not all(store.exists(r) for r in refs)
                           for refs in steps(outputs).values())
             rows.append((where, "partly cached" if missing else "cached", str(missing), ""))
-        elif earlier:
-            nearest = min(earlier, key=lambda k: (_distance(earlier[k], child), k))
-            rows.append((where, "to run", f"~{len(steps(done[nearest]))}", ""))
+        elif done:
+            nearest = min(done, key=lambda k: (_distance(done[k][0], child), k))
+            rows.append((where, "to run", f"~{len(steps(done[nearest][1]))}", ""))
         else:
             rows.append((where, "to run", "?", ""))
     return pd.DataFrame(rows, columns=["point", "state", "uncached steps", "error"])

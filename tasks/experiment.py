@@ -18,12 +18,7 @@ from tasks.steps import step
 METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
 
 
-def axis_column(axis: str) -> str:
-    """The table column of a dotted config key (``model.rank`` -> ``model.rank``)."""
-    return axis
-
-
-def _cell(value) -> str:
+def cell(value) -> str:
     """An axis value as the table shows it (lists and mappings as compact JSON)."""
     if isinstance(value, str):
         return value
@@ -43,7 +38,7 @@ def gather(metrics: list[pd.DataFrame], name: str, axes: list[str], points: list
     tables = iter(metrics)
     rows = []
     for point, error in zip(points, errors, strict=True):
-        fixed = {axis_column(a): _cell(point[a]) for a in axes}
+        fixed = {a: cell(point[a]) for a in axes}  # a column per axis, named by its key
         if error is not None:
             rows.append(pd.DataFrame([{**fixed, "error": error, "dataset": None,
                                        "method": None, "metric": None, "value": np.nan}]))
@@ -53,7 +48,7 @@ def gather(metrics: list[pd.DataFrame], name: str, axes: list[str], points: list
             table.insert(0, column, value)
         table["error"] = None
         rows.append(table)
-    columns = [*(axis_column(a) for a in axes), "error", *METRIC_COLUMNS]
+    columns = [*axes, "error", *METRIC_COLUMNS]
     out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
     out = out[columns]
     out["value"] = out["value"].astype(float)
@@ -88,11 +83,11 @@ def wide(summary: pd.DataFrame, rows: list[str], columns: list[str], digits: int
     if summary.empty:
         return pd.DataFrame()
 
-    def cell(r) -> str:
+    def shown(r) -> str:
         return (f"{r['mean']:.{digits}f}" if r["n"] <= 1
                 else f"{r['mean']:.{digits}f} ± {r['std']:.{digits}f}")
 
-    frame = summary.assign(cell=summary.apply(cell, axis=1))
+    frame = summary.assign(cell=summary.apply(shown, axis=1))
     if not columns:
         return frame[[*rows, "cell"]].rename(columns={"cell": "value"})
     table = frame.pivot_table(index=rows, columns=columns, values="cell", aggfunc="first",

@@ -45,7 +45,7 @@ def test_gather_summarise_and_wide_on_a_two_by_two_grid_with_a_failed_point():
         "b / m": 0.4, "b / n": summary["mean"].iloc[3]}
 
 
-def test_a_combination_no_run_made_is_an_empty_cell():
+def test_a_combination_no_run_made_is_an_emptycell():
     summary = pd.DataFrame({"w": ["a", "a", "b"], "method": ["m", "n", "m"],
                             "mean": [0.5, 0.6, 0.7], "std": [0.0, 0.0, 0.0], "n": [1, 1, 1]})
     assert wide(summary, ["w"], ["method"]).to_dict("records")[1] == {
