@@ -6,6 +6,12 @@ export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
+# Test processes (pytest-xdist). Whole files go to one process (--dist loadfile): a module's
+# project fixture and its tests' order stay together; each process has its own Prefect home
+# and temporary server. Much of the slow tier waits on servers and child processes, so two
+# processes help even on 2 cores; TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install dev bench-deps run test test-fast lint clean
 
@@ -26,11 +32,11 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
 test: lint
-	$(VENV)/bin/python -m pytest
+	$(PYTEST)
 
 # The edit-test loop: everything but the tests marked slow (servers, processes, whole flows).
 test-fast: lint
-	$(VENV)/bin/python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 clean:
 	rm -rf data/cache data/runs
