@@ -10,7 +10,7 @@ methods and ``fit``, the loop over them), :mod:`~algorithms.leml.baselines`,
 
 from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
 from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
-from algorithms.leml.h_step import H_SOLVERS, update_H
+from algorithms.leml.h_step import H_SOLVERS, LocalBlocks, update_H, update_H_by_blocks
 from algorithms.leml.model import LEML
 from algorithms.leml.objective import objective
 from algorithms.leml.w_step import (
@@ -30,6 +30,7 @@ __all__ = [
     "ClosedFormLowRank",
     "H_SOLVERS",
     "W_SOLVERS",
+    "LocalBlocks",
     "LocalWOperators",
     "WStepProducts",
     "objective",
@@ -38,6 +39,7 @@ __all__ = [
     "solve_w_step",
     "split_rows",
     "update_H",
+    "update_H_by_blocks",
     "update_W",
     "w_gradient",
     "w_loss_value",

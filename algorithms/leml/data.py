@@ -29,7 +29,8 @@ from sklearn.utils import check_array
 
 from algorithms.memory import check_allocation
 
-__all__ = ["LEMLData", "prepare_data", "row_block_bounds", "split_rows"]
+__all__ = ["LEMLData", "labels_layout", "prepare_data", "prepare_rows", "row_block_bounds",
+           "split_rows"]
 
 # Elements per temporary block (entries x k, rows x k(k+1)/2, labels x k x k).
 BLOCK = 1 << 22
@@ -117,6 +118,25 @@ class _SparseEntries:
             G += S.T @ (block[:, iu] * block[:, ju])
         return G
 
+    def label_grams(self, A, iu, ju, l0, l1):
+        """``G[j - l0] = sum_{i in Omega_j} a_i a_i^T`` for the labels ``l0 <= j < l1`` only,
+        upper triangles ((l1 - l0) x k(k+1)/2), from the entries of those labels (label-major
+        order, chunks of at most :data:`BLOCK` elements): ``O(|Omega_{l0:l1}| k^2)``."""
+        e0, e1 = int(self.t_indptr[l0]), int(self.t_indptr[l1])
+        G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
+        if e0 == e1:
+            return G
+        labels = np.repeat(np.arange(l1 - l0), np.diff(self.t_indptr[l0:l1 + 1]))
+        rows = self.t_indices[e0:e1]
+        step = max(1, BLOCK // max(iu.size, 1))
+        for s in range(0, e1 - e0, step):
+            e = min(s + step, e1 - e0)
+            block = A[rows[s:e]]
+            S = sp.csr_matrix((np.ones(e - s, dtype=A.dtype), (labels[s:e], np.arange(e - s))),
+                              shape=(l1 - l0, e - s))
+            G += S @ (block[:, iu] * block[:, ju])
+        return G
+
 
 class _DenseEntries:
     """An n x L label matrix stored dense, with an optional 0/1 mask of observed entries.
@@ -177,6 +197,18 @@ class _DenseEntries:
             block = A[r0:r0 + step]
             P = block[:, iu] * block[:, ju]
             G += P.sum(axis=0) if v is None else v[r0:r0 + step].T @ P
+        return G
+
+    def label_grams(self, A, iu, ju, l0, l1):
+        """``G[j - l0] = sum_{i in Omega_j} a_i a_i^T`` for the labels ``l0 <= j < l1`` only,
+        upper triangles ((l1 - l0) x k(k+1)/2)."""
+        n = A.shape[0]
+        G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
+        step = max(1, BLOCK // max(iu.size, l1 - l0, 1))
+        for r0 in range(0, n, step):
+            block = A[r0:r0 + step]
+            P = block[:, iu] * block[:, ju]
+            G += P.sum(axis=0) if self.mask is None else self.mask[r0:r0 + step, l0:l1].T @ P
         return G
 
 
@@ -298,8 +330,15 @@ def _check_binary(values, what):
                          f"found {values[bad][0]!r}")
 
 
-def check_labels(Y, mask, n, dtype, entries="auto"):
-    """Return ``(Y_full_csr or None, entries or None, n_labels)``."""
+def check_labels(Y, mask, n, dtype, entries="auto", *, keep_entries=False, index_dtype=None):
+    """Return ``(Y_full_csr or None, entries or None, n_labels)``.
+
+    ``keep_entries``: return the observed entries (in the form ``entries`` names, which must
+    then be ``"sparse"`` or ``"dense"``) even when every entry is observed, and
+    ``index_dtype`` fixes the index type of sparse entries (default: int32 unless a count
+    reaches 2^31 - 1): a row block of partially observed data is stored as the whole is
+    (:func:`prepare_rows`).
+    """
     if entries not in ("auto", "sparse", "dense"):
         raise ValueError(f"entries must be 'auto', 'sparse' or 'dense', got {entries!r}")
     if sp.issparse(Y):
@@ -325,10 +364,14 @@ def check_labels(Y, mask, n, dtype, entries="auto"):
             missing = None
         Yc = sp.csr_matrix(np.where(np.isnan(Yd), 0, Yd))
     n_labels = Yc.shape[1]
-    if mask is None and missing is None:
+    if keep_entries and entries == "auto":
+        raise ValueError("keep_entries needs entries='sparse' or 'dense'")
+    if mask is None and missing is None and not keep_entries:
         return sp.csr_matrix(Yc, dtype=dtype), None, n_labels
 
-    if mask is None:
+    if mask is None and missing is None:
+        omega = sp.csr_matrix(np.ones((n, n_labels), dtype=bool))
+    elif mask is None:
         omega = sp.csr_matrix(~missing)
     else:
         if mask.shape != (n, n_labels):
@@ -339,7 +382,7 @@ def check_labels(Y, mask, n, dtype, entries="auto"):
             omega = omega.multiply(sp.csr_matrix(~missing)).tocsr().astype(bool)
     omega.sum_duplicates()
     omega.sort_indices()
-    if omega.nnz == n * n_labels:
+    if omega.nnz == n * n_labels and not keep_entries:
         return sp.csr_matrix(Yc, dtype=dtype), None, n_labels
 
     if entries == "auto":
@@ -352,7 +395,8 @@ def check_labels(Y, mask, n, dtype, entries="auto"):
         y = np.zeros((n, n_labels), dtype=dtype)
         y[Yc.nonzero()] = 1
         return None, _DenseEntries(y, omega.toarray().astype(dtype)), n_labels
-    index_dtype = np.int64 if max(omega.nnz, n, n_labels) >= 2**31 - 1 else np.int32
+    if index_dtype is None:
+        index_dtype = np.int64 if max(omega.nnz, n, n_labels) >= 2**31 - 1 else np.int32
     indptr = omega.indptr.astype(index_dtype)
     cols = omega.indices.astype(index_dtype)
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
@@ -409,6 +453,72 @@ def prepare_data(X, Y, mask=None, *, fit_intercept: bool, dtype,
         X = add_constant_column(X)
     Xt = X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T)
     Y_full, ent, n_labels = check_labels(Y, mask, X.shape[0], dtype, entries)
+    return LEMLData(X, Xt, n_labels, Y=Y_full, entries=ent, fit_intercept=fit_intercept)
+
+
+def labels_layout(data: LEMLData) -> dict:
+    """How ``data`` stores its labels, for :func:`prepare_rows` to store a row block alike.
+
+    Returns
+    -------
+    dict
+        ``labels``: ``"full"`` (every entry observed, a sparse ``Y``), ``"dense"`` or
+        ``"sparse"`` (the observed entries, see :func:`prepare_data`); ``index_dtype``: the
+        index type of sparse entries (None otherwise).
+    """
+    if data.fully_observed:
+        return {"labels": "full", "index_dtype": None}
+    if data.entries.dense:
+        return {"labels": "dense", "index_dtype": None}
+    return {"labels": "sparse", "index_dtype": np.dtype(data.entries.cols.dtype).name}
+
+
+def prepare_rows(X, Y, mask=None, *, fit_intercept: bool, dtype, layout: dict) -> LEMLData:
+    """Prepare a row block of the training data as :func:`split_rows` cuts the prepared whole.
+
+    A block prepared on its own by :func:`prepare_data` could store its labels otherwise
+    than the whole does (``entries="auto"`` decides by the block's share of observed
+    entries, a block whose entries are all observed would get a plain ``Y``), and so
+    compute in another order.  Here the whole's choice, :func:`labels_layout`, is imposed:
+    rows ``start:stop`` of ``X``, ``Y`` and ``mask`` prepared here equal
+    ``split_rows(prepare_data(X, Y, mask), ...)``'s block of those rows, array for array.
+
+    Parameters
+    ----------
+    X, Y, mask : as :func:`prepare_data`, the rows of one block
+    fit_intercept : bool
+    dtype : {"float32", "float64"} or numpy dtype
+    layout : dict
+        :func:`labels_layout` of the whole prepared data.
+
+    Returns
+    -------
+    LEMLData
+
+    Raises
+    ------
+    ValueError
+        When the rows have missing labels but the layout says every label is observed.
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    labels = layout["labels"]
+    if labels not in ("full", "dense", "sparse"):
+        raise ValueError(f"layout labels must be 'full', 'dense' or 'sparse', got {labels!r}")
+    X = check_X(X, dtype)
+    if fit_intercept:
+        X = add_constant_column(X)
+    Xt = X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T)
+    if labels == "full":
+        Y_full, ent, n_labels = check_labels(Y, mask, X.shape[0], dtype)
+        if Y_full is None:
+            raise ValueError("these rows have unobserved labels but the layout says every "
+                             "label is observed")
+    else:
+        Y_full, ent, n_labels = check_labels(Y, mask, X.shape[0], dtype, labels,
+                                             keep_entries=True,
+                                             index_dtype=layout.get("index_dtype"))
     return LEMLData(X, Xt, n_labels, Y=Y_full, entries=ent, fit_intercept=fit_intercept)
 
 

@@ -12,6 +12,19 @@ per label, over the inputs ``a_i = W^T x_i``:
   directions from explicit Hessians or per-label conjugate gradient, or steps on a
   quadratic bound (:func:`update_H`).
 
+The squared loss's H-step is also written as sums over row blocks
+(:func:`update_H_by_blocks`): with ``A_b = X_b W`` the embedding of block ``b``, fully
+observed it needs only ``sum_b A_b^T A_b`` (``k x k``) and ``sum_b Y_b^T A_b`` (``L x k``);
+with missing labels ``sum_b Y_b^T A_b`` over the observed entries and, one label block at a
+time, the per-label Gram matrices ``sum_b sum_{i in Omega_j, i in b} a_i a_i^T`` (so no
+process holds ``L x k x k`` at once), each label block solved before the next is built.  A
+*backend* (:class:`LocalBlocks` here, ``tasks.leml_dask.DaskWStep`` on a Dask cluster)
+computes the per-block terms where the blocks are and adds them in block order, so any
+number of workers gives the same bits.  The logistic and squared-hinge H-steps stay on
+:func:`update_H` over the whole data: their Newton iterations and per-label line searches
+need per-label objective values and fresh Hessians at every trial point, a round of
+block sums per line-search step that is not written yet.
+
 References
 ----------
 H.-F. Yu, P. Jain, P. Kar and I. S. Dhillon, "Large-scale Multi-label Learning
@@ -26,7 +39,7 @@ import scipy.sparse as sp
 from algorithms.leml.data import BLOCK, LEMLData, check_factor
 from algorithms.leml.losses import derivative_into, get_loss
 
-__all__ = ["H_SOLVERS", "update_H"]
+__all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_by_blocks"]
 
 # Solvers of the H-step's Newton steps (logistic and squared hinge), see update_H.
 H_SOLVERS = ("direct", "cg", "bound")
@@ -238,3 +251,133 @@ def update_H(data: LEMLData, W, lam: float, loss, *, H0=None, newton_max_iter: i
             info["newton_iter"] += 1
     H = np.ascontiguousarray(H, dtype=dtype)
     return H, info
+
+
+# --------------------------------------------------------------------------- row blocks
+def block_embedding(block: LEMLData, W) -> np.ndarray:
+    """``A_b = X_b W`` (rows of the block x k), C-ordered, as :func:`update_H` forms ``A``."""
+    A = block.X @ W
+    return np.ascontiguousarray(A.toarray() if sp.issparse(A) else A)
+
+
+def block_gram(block: LEMLData, A) -> np.ndarray:
+    """``A_b^T A_b`` (k x k)."""
+    return A.T @ A
+
+
+def block_label_products(block: LEMLData, A) -> np.ndarray:
+    """``Y_b^T A_b`` (L x k) over the block's observed entries."""
+    if block.fully_observed:
+        return block.Yt @ A
+    ent = block.entries
+    return ent.t_times(ent.masked(ent.y), A)
+
+
+def block_label_grams(block: LEMLData, A, l0: int, l1: int) -> np.ndarray:
+    """``sum_{i in Omega_j} a_i a_i^T`` over the block's rows, for labels ``l0 <= j < l1``:
+    upper triangles, ``(l1 - l0) x k(k+1)/2``."""
+    iu, ju = np.triu_indices(A.shape[1])
+    return block.entries.label_grams(A, iu, ju, int(l0), int(l1))
+
+
+def sum_in_order(parts) -> np.ndarray:
+    """``parts[0] + parts[1] + ...`` left to right: the fixed reduction order."""
+    total = np.array(parts[0], copy=True)
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+class LocalBlocks:
+    """Row blocks in this process: the backend of :func:`update_H_by_blocks` without a
+    cluster (the same code path, the same block order, one block after the other).
+
+    Parameters
+    ----------
+    blocks : list of LEMLData
+        Contiguous row blocks of the training data in row order
+        (:func:`~algorithms.leml.data.split_rows`, or read one by one from a partition).
+    """
+
+    def __init__(self, blocks):
+        self.blocks = list(blocks)
+        if not self.blocks:
+            raise ValueError("LocalBlocks needs at least one row block")
+        first = self.blocks[0]
+        self.n_features, self.n_labels = first.n_features, first.n_labels
+        self.n_samples = sum(b.n_samples for b in self.blocks)
+        self.dtype = np.dtype(first.dtype)
+        self.fully_observed = first.fully_observed
+
+    def each(self, fn, *shared, per_block=None):
+        """``[fn(block_b, per_block[b], *shared) for b]`` (``per_block`` left out when None):
+        the per-block terms, in block order."""
+        if per_block is None:
+            return [fn(block, *shared) for block in self.blocks]
+        return [fn(block, item, *shared)
+                for block, item in zip(self.blocks, per_block, strict=True)]
+
+    def sum(self, parts) -> np.ndarray:
+        """The terms added in block order (:func:`sum_in_order`)."""
+        return sum_in_order(parts)
+
+
+def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None = None):
+    """The squared loss's H-step from row-block partial sums (Yu et al., Sec. 3).
+
+    The same normal equations as :func:`update_H`, ``(2 sum_{i in Omega_j} a_i a_i^T +
+    lam I) h_j = 2 sum_{i in Omega_j} y_ij a_i``, with every sum over the rows taken block
+    by block on ``backend`` and added in block order: equal to :func:`update_H` up to the
+    order of the additions (rounding).  Fully observed: ``sum_b A_b^T A_b`` and
+    ``sum_b Y_b^T A_b``, one shared ``k x k`` solve.  Missing labels: ``sum_b Y_b^T A_b``
+    (``L x k``), then per label block the per-label Gram matrices of its labels summed over
+    the row blocks and solved, so at most ``label_block x k x k`` Gram entries exist at once.
+
+    Parameters
+    ----------
+    backend : LocalBlocks or object with the same ``each`` / ``sum`` methods
+        The row blocks (``n_features``, ``n_labels``, ``dtype`` and ``fully_observed``
+        attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.DaskWStep`` on a cluster.
+    W : ndarray of shape (d', k)
+    lam : float
+    loss : "squared" or Loss
+        Only the squared loss (see the module docstring).
+    label_block : int, optional
+        Labels per block of Gram matrices (default: about 2^22 / k^2 entries).
+
+    Returns
+    -------
+    H : ndarray of shape (L, k)
+    info : dict
+        ``newton_iter`` (0: the solution is exact).
+    """
+    loss = get_loss(loss)
+    if loss.name != "squared":
+        raise ValueError(f"the H-step runs on row blocks for the squared loss only, got loss "
+                         f"{loss.name!r}")
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    dtype = backend.dtype
+    W = np.asarray(W)
+    if W.ndim != 2 or W.shape[0] != backend.n_features:
+        raise ValueError(f"W has shape {W.shape}, expected ({backend.n_features}, k)")
+    W = np.ascontiguousarray(W, dtype=dtype)
+    k, n_labels = W.shape[1], backend.n_labels
+    A = backend.each(block_embedding, W)
+    R = 2 * backend.sum(backend.each(block_label_products, per_block=A))
+    if backend.fully_observed:
+        M = 2 * backend.sum(backend.each(block_gram, per_block=A))
+        M[np.diag_indices(k)] += lam
+        H = np.linalg.solve(M, R.T).T
+    else:
+        step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
+        if step < 1:
+            raise ValueError(f"label_block must be at least 1, got {label_block}")
+        iu, ju = np.triu_indices(k)
+        H = np.empty((n_labels, k), dtype=R.dtype)
+        for l0 in range(0, n_labels, step):
+            l1 = min(l0 + step, n_labels)
+            G = 2 * backend.sum(backend.each(block_label_grams, l0, l1, per_block=A))
+            H[l0:l1] = _solve_grams(G, lam, R[l0:l1], iu, ju)
+    return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": 0}

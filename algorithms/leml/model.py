@@ -42,7 +42,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from algorithms.leml.data import LEMLData, check_factor, prepare_data
-from algorithms.leml.h_step import H_SOLVERS, update_H
+from algorithms.leml.h_step import H_SOLVERS, update_H, update_H_by_blocks
 from algorithms.leml.losses import get_loss
 from algorithms.leml.objective import objective
 from algorithms.leml.predict import (
@@ -410,7 +410,7 @@ class LEML(BaseEstimator):
                         cg_tol=float(self.cg_tol), newton_max_iter=int(self.newton_max_iter),
                         w_solver=self.w_solver, backend=backend)
 
-    def h_step(self, data: LEMLData, W, H) -> tuple[np.ndarray, dict]:
+    def h_step(self, data: LEMLData, W, H, *, backend=None) -> tuple[np.ndarray, dict]:
         """One H-step: ``H`` minimising ``J(W, .)``, all labels at once (Yu et al., Sec. 3).
 
         Parameters
@@ -421,6 +421,12 @@ class LEML(BaseEstimator):
         H : ndarray of shape (L, k)
             Start of the Newton iterations of the margin losses (the squared loss's
             H-step is exact and does not use it).
+        backend : object, optional
+            Row blocks of ``data`` to take the sums from, block by block
+            (:class:`~algorithms.leml.h_step.LocalBlocks`, or ``tasks.leml_dask.DaskWStep``
+            on Dask workers); squared loss only, see
+            :func:`~algorithms.leml.h_step.update_H_by_blocks`.  Equal to the H-step
+            without it up to rounding.
 
         Returns
         -------
@@ -429,6 +435,12 @@ class LEML(BaseEstimator):
             ``newton_iter``, and ``cg_iter`` for ``h_solver="cg"``.
         """
         self.check_params()
+        if backend is not None:
+            if (backend.n_features, backend.n_labels) != (data.n_features, data.n_labels):
+                raise ValueError(f"the backend's blocks have {backend.n_features} features and "
+                                 f"{backend.n_labels} labels, the data {data.n_features} and "
+                                 f"{data.n_labels}")
+            return update_H_by_blocks(backend, W, self.lam, self.loss)
         return update_H(data, W, self.lam, self.loss, H0=H,
                         newton_max_iter=int(self.newton_max_iter), h_solver=self.h_solver,
                         cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol))

@@ -1,0 +1,121 @@
+"""The squared loss's H-step from row-block partial sums (``update_H_by_blocks``) against the
+whole-data H-step (``update_H``) and a naive per-label solve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.preprocessing import normalize
+
+from algorithms.leml import LEML, LocalBlocks, prepare_data, split_rows, update_H_by_blocks
+from algorithms.leml.h_step import block_label_grams
+
+N, D, L, K, LAM = 150, 9, 13, 4, 0.7
+
+
+def _problem(case: str, dtype=np.float64, fit_intercept=False):
+    X = normalize(sp.random(N, D, density=0.4, random_state=1, format="csr"))
+    Y = sp.random(N, L, density=0.2, random_state=2, format="csr")
+    Y.data[:] = 1
+    if case == "full":
+        return prepare_data(X, Y, fit_intercept=fit_intercept, dtype=dtype)
+    mask = sp.random(N, L, density=0.4, random_state=3, format="csr").astype(bool)
+    return prepare_data(X, Y, mask, fit_intercept=fit_intercept, dtype=dtype,
+                        entries=case.split("-")[1])
+
+
+def _W(data, seed=0):
+    return np.random.default_rng(seed).standard_normal((data.n_features, K)).astype(data.dtype)
+
+
+def _naive_H(data, W, lam):
+    """Label by label in float64: ``(2 sum_{i in Omega_j} a_i a_i^T + lam I)^{-1}
+    2 sum_{i in Omega_j} y_ij a_i`` from dense copies."""
+    X = data.X.toarray().astype(np.float64)
+    A = X @ W.astype(np.float64)
+    if data.fully_observed:
+        Y, observed = data.Y.toarray(), np.ones((data.n_samples, data.n_labels), dtype=bool)
+    else:
+        ent = data.entries
+        if ent.dense:
+            Y, observed = ent.y.astype(np.float64), ent.mask.astype(bool)
+        else:
+            Y = sp.csr_matrix((ent.y, ent.cols, ent.indptr), shape=ent.shape).toarray()
+            observed = sp.csr_matrix((np.ones(ent.size), ent.cols, ent.indptr),
+                                     shape=ent.shape).toarray().astype(bool)
+    H = np.empty((data.n_labels, W.shape[1]))
+    for j in range(data.n_labels):
+        Aj = A[observed[:, j]]
+        M = 2 * Aj.T @ Aj + lam * np.eye(W.shape[1])
+        H[j] = np.linalg.solve(M, 2 * Aj.T @ Y[observed[:, j], j])
+    return H
+
+
+def _rel(a, b) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+@pytest.mark.parametrize("n_blocks", [1, 3, 7])
+@pytest.mark.parametrize("label_block", [None, 1, 5])
+def test_block_sums_equal_the_whole_data_h_step(case, n_blocks, label_block):
+    data = _problem(case, fit_intercept=True)
+    W = _W(data)
+    model = LEML(lam=LAM)
+    H_whole, _ = model.h_step(data, W, None)
+    H_blocks, info = update_H_by_blocks(LocalBlocks(split_rows(data, n_blocks)), W, LAM,
+                                        "squared", label_block=label_block)
+    assert H_blocks.dtype == np.float64 and H_blocks.shape == (L, K)
+    assert info == {"newton_iter": 0}
+    assert _rel(H_blocks, H_whole) <= 1e-10
+    assert _rel(H_blocks, _naive_H(data, W, LAM)) <= 1e-10
+
+
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_estimator_h_step_takes_the_blocks_as_a_backend(case):
+    data = _problem(case, dtype=np.float32)
+    W = _W(data)
+    model = LEML(lam=LAM)
+    H_whole, _ = model.h_step(data, W, None)
+    H_blocks, _ = model.h_step(data, W, None, backend=LocalBlocks(split_rows(data, 4)))
+    assert H_blocks.dtype == np.float32  # the working dtype throughout
+    assert _rel(H_blocks, H_whole) <= 1e-5
+
+
+def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once():
+    data = _problem("masked-sparse")
+    seen = []
+
+    class Recording(LocalBlocks):
+        def sum(self, parts):
+            seen.append(max(np.shape(p)[0] for p in parts) if np.ndim(parts[0]) == 2 else 0)
+            return super().sum(parts)
+
+    H, _ = update_H_by_blocks(Recording(split_rows(data, 3)), _W(data), LAM, "squared",
+                              label_block=4)
+    # the right-hand sides (L x k), then ceil(13 / 4) = 4 label blocks of at most 4 labels
+    assert seen == [L, 4, 4, 4, 1]
+    assert _rel(H, _naive_H(data, _W(data), LAM)) <= 1e-10
+
+
+@pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
+def test_label_grams_of_a_label_range_equal_those_of_all_labels(case):
+    data = _problem(case)
+    A = np.ascontiguousarray(data.X @ _W(data))
+    iu, ju = np.triu_indices(K)
+    whole = data.entries.weighted_grams(None, A, iu, ju)
+    for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
+        np.testing.assert_allclose(block_label_grams(data, A, l0, l1), whole[l0:l1],
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_only_the_squared_loss_runs_on_blocks():
+    data = _problem("full")
+    with pytest.raises(ValueError, match="squared loss only"):
+        update_H_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data), LAM, "logistic")
+    with pytest.raises(ValueError, match="squared loss only"):
+        LEML(lam=LAM, loss="logistic").h_step(data, _W(data), np.zeros((L, K)),
+                                              backend=LocalBlocks(split_rows(data, 2)))
+    with pytest.raises(ValueError, match=r"W has shape \(3, 4\)"):
+        update_H_by_blocks(LocalBlocks(split_rows(data, 2)), np.ones((3, K)), LAM, "squared")
