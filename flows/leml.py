@@ -4,7 +4,9 @@ Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
 Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
 one task per step with the store between them (``LEML.fit`` is the same loop in one
 process); the model's options and their defaults are the estimator's (:class:`ModelConfig`),
-the bundled values are in ``configs/leml.yaml``.
+the bundled values are in ``configs/leml.yaml``.  With ``w_step.runner: dask`` the training
+data is first written as ``w_step.blocks`` row blocks (``leml-partition``), from which each
+Dask worker reads its own blocks.
 
 Every run names its outputs (:func:`name_outputs`): ``outputs/predictions.parquet`` (the test
 set's top labels) and ``outputs/model/`` (the factors, the index maps, the config and
@@ -18,9 +20,10 @@ from typing import Literal
 
 import pandas as pd
 from prefect import flow
+from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
-from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance
+from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
 from algorithms.leml.losses import LOSSES
 from algorithms.leml.predict import BATCH_SIZE
 from flows import plots
@@ -41,6 +44,8 @@ from tasks.leml import (
     label_file,
     load,
     observe,
+    partition,
+    partition_masked,
     predict,
     split,
     task_params,
@@ -141,11 +146,12 @@ class WStepConfig(Strict):
     runner: Literal["local", "dask"] = Field(
         "local",
         description="Where the W-step's gradient and Hessian-vector products run: this "
-        "process, or Dask over row blocks of X kept on the workers.",
+        "process, or Dask over row blocks of the training data kept on the workers.",
     )
     blocks: int = from_estimator(
         DaskWStep, "blocks", ge=1, le=256,
-        description="Row blocks of X (fixes the reduction order, so W).",
+        description="Row blocks of the training data, each its own store entries read by "
+        "one worker (fixes the reduction order, so W).",
     )
     workers: int = Field(
         2, ge=1, le=64,
@@ -162,19 +168,19 @@ class WStepConfig(Strict):
         the flow's process, else the number of row blocks."""
         return None if self.runner == "local" else {"blocks": self.blocks}
 
-    def cluster(self, ctx: RunContext, data: dict) -> dict | None:
+    def cluster(self, ctx: RunContext, partition: list[dict] | None) -> dict | None:
         """The ``cluster`` argument of the W-step task, where it runs (a runtime parameter,
         outside its cache key): the scheduler address (``address``, else the run's
         ``--dask-address``; none: the task runner's cluster, else a LocalCluster of
-        ``workers``) and the store files of ``data`` (the training X and Y, the mask), from
-        which the workers build their row blocks."""
+        ``workers``) and the store files of the training data's row blocks (``partition``,
+        per block the refs of its X, Y and mask), from which each worker builds its own
+        row blocks."""
         if self.runner == "local":
             return None
-        refs = {"X": data["train"]["X"], "Y": data["train"]["Y"], "mask": data["mask"]}
-        files = {part: None if ref is None else str(ctx.store.path(ref).absolute())
-                 for part, ref in refs.items()}
+        files = [{part: None if ref is None else str(ctx.store.path(ref).absolute())
+                  for part, ref in {"mask": None, **block}.items()} for block in partition]
         return {"address": self.address or ctx.options.dask_address, "workers": self.workers,
-                "files": files}
+                "partition": files}
 
 
 class LemlConfig(FlowConfig):
@@ -241,6 +247,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     if config.observed_fraction < 1:
         mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction, seed=seed)
     data = {"train": train, "mask": mask}
+    partition = _partition(ctx, data, config.w_step.blocks) if config.w_step.backend() else None
     factors = ctx.run(initialise, **data, params=task_params(model, initialise))
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.progress("iterations", m.outer_iterations,
@@ -248,7 +255,8 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     traces, timings = [], []
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(alternate_W, **data, **factors, iteration=t, params=w_params,
-                    w_step=config.w_step.backend(), cluster=config.w_step.cluster(ctx, data))
+                    w_step=config.w_step.backend(),
+                    cluster=config.w_step.cluster(ctx, partition))
         h = ctx.run(alternate_H, **data, W=w["W"], H=factors["H"], validation=validation,
                     iteration=t, params=h_params)
         factors = {"W": w["W"], "H": h["H"]}
@@ -271,6 +279,18 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     name_outputs(ctx, config, factors, train_file, predictions)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
+
+
+def _partition(ctx: RunContext, data: dict, blocks: int) -> list[dict]:
+    """The training data as row blocks (``leml-partition``, one task and one set of store
+    entries per block): per block the refs of its rows of X, Y and the mask."""
+    n_rows = json.loads(ctx.store.meta(data["train"]["X"])["shape"])[0]
+    count = len(row_block_bounds(n_rows, blocks))
+    train = unmapped(data["train"])
+    if data["mask"] is None:
+        return ctx.map(partition, train=train, block=list(range(count)), blocks=blocks)
+    return ctx.map(partition_masked, train=train, mask=unmapped(data["mask"]),
+                   block=list(range(count)), blocks=blocks)
 
 
 def _xy(loaded: dict) -> dict:

@@ -30,7 +30,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
-from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, LEMLData
+from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, LEMLData, row_block_bounds
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
 from tasks.readers.arff import read_arff
@@ -150,6 +150,42 @@ def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int) -> sp.csr_mat
     mask = sp.csr_matrix((np.ones(r.size, dtype=bool), (r, c)), shape=(n, n_labels))
     mask.sort_indices()
     return mask
+
+
+def _rows(M, start: int, stop: int):
+    """Rows ``start:stop`` of a matrix, as their own CSR matrix (or array)."""
+    if sp.issparse(M):
+        return sp.csr_matrix(M[start:stop], copy=True)
+    return np.array(M[start:stop], order="C")
+
+
+def partition_rows(train: dict, block: int, blocks: int, mask=None) -> dict:
+    """Row block ``block`` of ``blocks`` of the training data: its rows of ``X`` and ``Y``
+    (and of the observed-entries ``mask``), the rows
+    :func:`~algorithms.leml.data.row_block_bounds` gives it.
+
+    Each block is its own store entries, read by the worker that builds that block of the
+    distributed W-step (:class:`tasks.leml_dask.PartitionedData`).  The number of blocks is
+    fixed by the config, not by the number of workers, so sums in block order are the same
+    bits for any number of workers.
+    """
+    bounds = row_block_bounds(train["X"].shape[0], blocks)
+    if not 0 <= block < len(bounds):
+        raise ValueError(f"block {block} of {blocks}: {train['X'].shape[0]} rows make "
+                         f"{len(bounds)} blocks")
+    start, stop = bounds[block]
+    out = {"X": _rows(train["X"], start, stop), "Y": _rows(train["Y"], start, stop)}
+    if mask is not None:
+        out["mask"] = _rows(mask, start, stop)
+    return out
+
+
+#: :func:`partition_rows` of fully observed training data, and with a mask.
+partition = step("leml-partition", inputs=("train",), outputs=("X", "Y"),
+                 run_name="partition block {block} of {blocks}")(partition_rows)
+partition_masked = step("leml-partition-masked", inputs=("train", "mask"),
+                        outputs=("X", "Y", "mask"),
+                        run_name="partition block {block} of {blocks}")(partition_rows)
 
 
 def _estimator(params: dict, train: dict, mask) -> tuple[LEML, LEMLData]:
@@ -301,19 +337,20 @@ def _keep_blocks(client, backend) -> None:
 def _w_step_backend(data: LEMLData, w_step: dict | None, cluster: dict | None):
     """Where the W-step's products run: None (this process), or with ``w_step``
     (``{"blocks"}``) a :class:`tasks.leml_dask.DaskWStep` over that many row blocks of
-    ``data``.  ``cluster`` (``{"address", "workers", "files"}``, all optional) says where:
-    the scheduler at ``address`` or the run's own cluster (:func:`_w_step_client`), and the
-    store files ``data`` was prepared from (``{"X", "Y", "mask"}``), from which the workers
-    build the blocks (recomputed if a worker is lost); without ``files`` the blocks are
-    scattered from this process."""
+    ``data``.  ``cluster`` (``{"address", "workers", "partition"}``,
+    all optional) says where: the scheduler at ``address`` or the run's own cluster
+    (:func:`_w_step_client`), and the store files of ``data``'s row blocks
+    (``partition``: per block ``{"X", "Y", "mask"}``, written by :data:`partition`), from
+    which each worker builds its own blocks (recomputed if a worker is lost); without
+    ``partition`` the blocks are scattered from this process."""
     if w_step is None:
         yield None
         return
-    from tasks.leml_dask import DaskWStep, StoredData
+    from tasks.leml_dask import DaskWStep, PartitionedData
 
     cluster = cluster or {}
-    files = cluster.get("files")
-    source = StoredData.of(data, **files) if files else data
+    files = cluster.get("partition")
+    source = PartitionedData.of(data, files) if files else data
     with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client, \
             DaskWStep(client, source, w_step["blocks"]) as backend:
         _keep_blocks(client, backend)

@@ -29,14 +29,17 @@ block; the workers return ``d' x k`` terms and the driver adds them in block ord
 
 Where the blocks come from decides what a lost worker costs:
 
-* :class:`StoredData` (the flow): each block is a Dask *task* that reads the training
-  data's store entries (X, Y and the mask: files of a folder every worker sees),
-  prepares them as the estimator does and keeps its rows; the arrays each operator
-  sends are tasks too.  Dask can recompute any of them, so a worker that dies costs
-  the recomputation of its blocks on the others, not the W-step, and ``W`` is the same
-  bit for bit.  The block keys depend only on the files and the number of blocks, so
-  a later W-step on the same data (the next outer iteration) finds its blocks already
-  on the workers while some client still holds them (:attr:`DaskWStep.block_futures`).
+* :class:`PartitionedData` (the flow): the training data was written as row blocks, each
+  block its own store entries (``leml-partition``: its rows of X, Y and the mask, files of a
+  folder every worker sees); each block is a Dask *task* that reads only its own block's
+  files and prepares them as the estimator prepares the whole (the whole's label layout
+  imposed, :func:`~algorithms.leml.data.prepare_rows`), so a worker never reads the rest of
+  the data; the arrays each operator sends are tasks too.  Dask can recompute any of
+  them, so a worker that dies costs the recomputation of its blocks on the others, not the
+  W-step, and ``W`` is the same bit for bit.  The block keys depend only on the files and
+  the number of blocks, so a later W-step on the same data (the next outer iteration)
+  finds its blocks already on the workers while some client still holds them
+  (:attr:`DaskWStep.block_futures`).
 * :class:`~algorithms.leml.data.LEMLData` in memory (benchmarks, tests): the blocks and
   arrays are scattered from the driver; Dask cannot recompute scattered data, so a lost
   worker fails the W-step.
@@ -64,11 +67,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
+from algorithms.leml.data import (
+    LEMLData,
+    labels_layout,
+    prepare_rows,
+    row_block_bounds,
+    split_rows,
+)
 from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
 
-__all__ = ["DaskWStep", "N_BLOCKS", "StoredData", "worker_peak_memory"]
+__all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "worker_peak_memory"]
 
 #: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
 #: bit) does not depend on the number of workers.  Each block costs one task per
@@ -78,70 +87,95 @@ N_BLOCKS = 4
 
 
 @dataclass(frozen=True)
-class StoredData:
-    """Prepared training data, described by the files it is read from.
+class PartitionedData:
+    """Prepared training data, described by the files of its row blocks.
 
-    The durable source of :class:`DaskWStep`'s row blocks: a worker rebuilds any block from
-    these files, so the blocks survive the loss of the worker holding them.
+    The durable source of :class:`DaskWStep`'s row blocks: block ``b`` is rebuilt from its
+    own files only (``blocks[b]``: its rows of ``X``, ``Y`` and the mask, written by the
+    flow's ``leml-partition`` step), so a worker reads one block's share of the data, and the
+    blocks survive the loss of the worker holding them.
 
     Parameters
     ----------
-    X, Y : str
-        Store-format Parquet files (:mod:`tasks.store`) of the features and the labels, on a
-        file system every worker sees at the same path.
-    mask : str or None
-        The file of the observed-entries mask; None when every label is observed.
+    blocks : tuple of dict
+        Per row block, in row order: ``{"X", "Y", "mask"}``, store-format Parquet files
+        (:mod:`tasks.store`) of its rows of the features, the labels and the observed-entries
+        mask (None when every label is observed), on a file system every worker sees at the
+        same path.  Block ``b`` holds the rows ``row_block_bounds(n_samples, len(blocks))[b]``.
     fit_intercept : bool
         As the estimator's (a constant feature appended).
     dtype : str
         The working dtype, ``"float32"`` or ``"float64"``.
+    layout : tuple of (str, str or None)
+        ``(labels, index_dtype)`` of :func:`~algorithms.leml.data.labels_layout` of the whole
+        prepared data, imposed on every block.
     n_samples, n_features, n_labels : int
-        The prepared data's shape (``n_features`` counts the constant feature): each block
-        is checked against it when it is built.
+        The whole prepared data's shape (``n_features`` counts the constant feature): each
+        block is checked against it when it is built.
     """
 
-    X: str
-    Y: str
-    mask: str | None
+    blocks: tuple
     fit_intercept: bool
     dtype: str
+    layout: tuple
     n_samples: int
     n_features: int
     n_labels: int
 
     @classmethod
-    def of(cls, data: LEMLData, X, Y, mask=None) -> StoredData:
-        """The files ``X``, ``Y`` (and ``mask``) that ``data`` was prepared from, with its
-        preparation parameters and shape."""
-        return cls(X=str(X), Y=str(Y), mask=None if mask is None else str(mask),
-                   fit_intercept=data.fit_intercept, dtype=np.dtype(data.dtype).name,
+    def of(cls, data: LEMLData, blocks) -> PartitionedData:
+        """The row-block files ``blocks`` (a list of ``{"X", "Y", "mask"}``) of the data that
+        ``data`` is the preparation of, with its preparation parameters, layout and shape."""
+        blocks = tuple({"X": str(b["X"]), "Y": str(b["Y"]),
+                        "mask": None if b.get("mask") is None else str(b["mask"])}
+                       for b in blocks)
+        n = len(row_block_bounds(data.n_samples, len(blocks)))
+        if not blocks or n != len(blocks):
+            raise ValueError(f"{len(blocks)} row blocks for {data.n_samples} rows; expected "
+                             f"between 1 and {data.n_samples}")
+        layout = labels_layout(data)
+        return cls(blocks=blocks, fit_intercept=data.fit_intercept,
+                   dtype=np.dtype(data.dtype).name,
+                   layout=(layout["labels"], layout["index_dtype"]),
                    n_samples=data.n_samples, n_features=data.n_features,
                    n_labels=data.n_labels)
 
-    def prepare(self) -> LEMLData:
-        """Read the files and prepare them as :meth:`algorithms.leml.LEML.prepare` does."""
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """Row range of each block."""
+        return row_block_bounds(self.n_samples, len(self.blocks))
+
+    def block(self, b: int) -> LEMLData:
+        """Row block ``b``, read from its own files only and prepared as
+        :func:`~algorithms.leml.data.split_rows` cuts the prepared whole."""
         from tasks.store import read_parquet_entry
 
-        X, Y = read_parquet_entry(self.X), read_parquet_entry(self.Y)
-        mask = None if self.mask is None else read_parquet_entry(self.mask)
-        data = prepare_data(X, Y, mask, fit_intercept=self.fit_intercept, dtype=self.dtype)
+        files = self.blocks[b]
+        X, Y = read_parquet_entry(files["X"]), read_parquet_entry(files["Y"])
+        mask = None if files["mask"] is None else read_parquet_entry(files["mask"])
+        labels, index_dtype = self.layout
+        data = prepare_rows(X, Y, mask, fit_intercept=self.fit_intercept, dtype=self.dtype,
+                            layout={"labels": labels, "index_dtype": index_dtype})
+        start, stop = self.bounds[b]
         got = (data.n_samples, data.n_features, data.n_labels)
-        if got != (self.n_samples, self.n_features, self.n_labels):
-            raise ValueError(f"{self.X}: prepared data of shape {got}, expected "
-                             f"{(self.n_samples, self.n_features, self.n_labels)} (the files "
+        if got != (stop - start, self.n_features, self.n_labels):
+            raise ValueError(f"{files['X']}: row block {b} of shape {got}, expected "
+                             f"{(stop - start, self.n_features, self.n_labels)} (the files "
                              "changed since the W-step started)")
         return data
 
     def token(self) -> str:
         """A digest of the files (path, size, modification time) and the parameters: the
         name of the blocks on the cluster, new when a file is rewritten."""
-        stats = {}
-        for name in ("X", "Y", "mask"):
-            path = getattr(self, name)
-            if path is not None:
-                st = os.stat(path)
-                stats[name] = [path, st.st_size, st.st_mtime_ns]
-        text = json.dumps([stats, self.fit_intercept, self.dtype], sort_keys=True)
+        stats = []
+        for files in self.blocks:
+            for name in ("X", "Y", "mask"):
+                path = files[name]
+                if path is not None:
+                    st = os.stat(path)
+                    stats.append([name, path, st.st_size, st.st_mtime_ns])
+        text = json.dumps([stats, self.fit_intercept, self.dtype, list(self.layout)],
+                          sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -207,10 +241,9 @@ def _call(fn, pin_blas: bool, *args):
         return fn(*args)
 
 
-def _stored_block(source: StoredData, n_blocks: int, b: int) -> LEMLData:
-    """Row block ``b`` of ``n_blocks`` of the data in ``source``, exactly as
-    :func:`~algorithms.leml.data.split_rows` cuts the prepared whole."""
-    return split_rows(source.prepare(), n_blocks)[b]
+def _partition_block(source: PartitionedData, b: int) -> LEMLData:
+    """Row block ``b`` of ``source``, from its own files (:meth:`PartitionedData.block`)."""
+    return source.block(b)
 
 
 def _identity(value):
@@ -315,18 +348,19 @@ class DaskWStep:
     ----------
     client : distributed.Client
         A client of a running cluster with at least one worker.
-    data : StoredData or LEMLData
-        The training data, cut into ``blocks`` contiguous row blocks, block ``b`` placed on
-        worker ``b mod n_workers`` of the sorted worker addresses.  :class:`StoredData`:
-        each block is a task that reads the files (recomputed elsewhere if its worker is
-        lost), named by the files, so that a later ``DaskWStep`` on the same files reuses the
-        blocks while :attr:`block_futures` of this one (or copies) are held.
+    data : PartitionedData or LEMLData
+        The training data, in ``blocks`` contiguous row blocks, block ``b`` placed on
+        worker ``b mod n_workers`` of the sorted worker addresses.  :class:`PartitionedData`:
+        each block is a task that reads that block's files only (recomputed elsewhere if its
+        worker is lost), named by the files, so that a later ``DaskWStep`` on the same files
+        reuses the blocks while :attr:`block_futures` of this one (or copies) are held.
         :class:`~algorithms.leml.data.LEMLData` (from ``LEML.prepare``): the blocks are
         scattered from here, once (lost with their worker); the driver keeps only the
         shapes, ``data`` may be dropped afterwards.
     blocks : int, default=N_BLOCKS
         Number of row blocks (clipped to the number of rows).  It fixes the
-        reduction order, so results do not depend on the number of workers.
+        reduction order, so results do not depend on the number of workers.  A
+        :class:`PartitionedData` must have this many blocks.
     workers : list of str, optional
         Addresses of the workers to hold the blocks (default: all workers of the
         cluster); the results do not depend on this choice.
@@ -346,10 +380,11 @@ class DaskWStep:
     bounds : list of (int, int)
         Row range of each block.
     recoverable : bool
-        True for :class:`StoredData`: every future can be recomputed after a worker loss.
+        True for :class:`PartitionedData`: every future can be recomputed after a worker
+        loss.
     """
 
-    def __init__(self, client, data: StoredData | LEMLData, blocks: int = N_BLOCKS, *,
+    def __init__(self, client, data: PartitionedData | LEMLData, blocks: int = N_BLOCKS, *,
                  workers=None, pin_blas: bool = True):
         known = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if not known:
@@ -361,10 +396,13 @@ class DaskWStep:
                                  f"workers {known}")
         workers = sorted(workers) if workers is not None else known
         self.client, self.pin_blas, self.workers = client, pin_blas, workers
-        self.recoverable = isinstance(data, StoredData)
+        self.recoverable = isinstance(data, PartitionedData)
         self.n_features, self.n_labels = data.n_features, data.n_labels
         self.n_samples, self.dtype = data.n_samples, np.dtype(data.dtype)
         self.bounds = row_block_bounds(data.n_samples, blocks)
+        if self.recoverable and len(data.blocks) != len(self.bounds):
+            raise ValueError(f"the partition has {len(data.blocks)} row blocks but blocks="
+                             f"{blocks} makes {len(self.bounds)} of {data.n_samples} rows")
         # Squared loss, fully observed: associate 2 H^T H as the whole-set product does.
         self.gram_left = data.n_features <= data.n_samples
         self.block_workers = [workers[b % len(workers)] for b in range(len(self.bounds))]
@@ -374,7 +412,7 @@ class DaskWStep:
         if self.recoverable:
             token = data.token()
             self.block_futures = [
-                client.submit(_call, _stored_block, pin_blas, data, n, b,
+                client.submit(_call, _partition_block, pin_blas, data, b,
                               key=f"leml-w-block-{token}-{b}of{n}", workers=[worker],
                               allow_other_workers=True, pure=False)
                 for b, worker in enumerate(self.block_workers)]
@@ -401,7 +439,8 @@ class DaskWStep:
 
     def _put(self, array):
         """One small array (``d' x k`` or ``L x k``) for the block tasks: a task holding it
-        (recomputable) for :class:`StoredData`, else one scattered copy on every worker."""
+        (recomputable) for :class:`PartitionedData`, else one scattered copy on every
+        worker."""
         array = np.ascontiguousarray(array)
         if self.recoverable:
             return self.client.submit(_identity, array, key=self._key("array"), pure=False)

@@ -4,8 +4,9 @@ Both run through the estimator's own step method, ``LEML.w_step(data, W, H)`` wi
 with ``backend=DaskWStep(...)``.  One LocalCluster with two single-threaded worker
 processes for the module (a start costs 10-20 s on these machines; the tests that use one
 are marked slow); "one worker" places every block on the first worker, "two workers" spreads
-them.  The blocks come from memory (scattered) or from store files (:class:`StoredData`,
-tasks that Dask can recompute after a lost worker).
+them.  The blocks come from memory (scattered) or from the store files of the training
+data's row blocks (:class:`PartitionedData`, tasks that each read their own block's files and
+that Dask can recompute after a lost worker).
 """
 
 import os
@@ -23,7 +24,13 @@ from algorithms.leml.data import split_rows
 
 distributed = pytest.importorskip("distributed")
 
-from tasks.leml_dask import DaskWStep, StoredData, _stored_block, worker_peak_memory  # noqa: E402
+from tasks.leml import partition_rows  # noqa: E402
+from tasks.leml_dask import (  # noqa: E402
+    N_BLOCKS,
+    DaskWStep,
+    PartitionedData,
+    worker_peak_memory,
+)
 from tasks.steps import digest, step  # noqa: E402
 from tasks.store import Store  # noqa: E402
 
@@ -56,9 +63,12 @@ def _bibtex(rows: int = 400):
     return X[:rows], Y[:rows]
 
 
-def _stored(tmp_path, case: str, dtype=np.float64, fit_intercept=False, bibtex=False):
-    """The problem of ``case`` (or of Bibtex's first rows) as store entries, its
-    :class:`StoredData` and the data ``LEML.prepare`` makes of the entries as read back."""
+def _stored(tmp_path, case: str, dtype=np.float64, fit_intercept=False, bibtex=False,
+            blocks=N_BLOCKS):
+    """The problem of ``case`` (or of Bibtex's first rows) as store entries, partitioned
+    into ``blocks`` row blocks as the flow's ``leml-partition`` writes them: their
+    :class:`PartitionedData` and the data ``LEML.prepare`` makes of the whole entries as
+    read back."""
     if bibtex:
         X, Y = _bibtex()
     else:
@@ -73,12 +83,17 @@ def _stored(tmp_path, case: str, dtype=np.float64, fit_intercept=False, bibtex=F
         density = 0.3 if case == "masked-dense" else 0.05  # "auto" picks dense / sparse
         mask = sp.random(*Y.shape, density=density, random_state=3, format="csr").astype(bool)
         store.write("t/mask", mask)
+        mask = store.read("t/mask")
+    train = {"X": store.read("t/X"), "Y": store.read("t/Y")}
     model = LEML(fit_intercept=fit_intercept, dtype=np.dtype(dtype).name)
-    data = model.prepare(store.read("t/X"), store.read("t/Y"),
-                         None if mask is None else store.read("t/mask"))
-    files = {"X": store.path("t/X"), "Y": store.path("t/Y"),
-             "mask": None if mask is None else store.path("t/mask")}
-    return StoredData.of(data, **files), data
+    data = model.prepare(train["X"], train["Y"], mask)
+    parts = []
+    for b in range(blocks):
+        rows = partition_rows(train, b, blocks, mask)
+        for part, value in rows.items():
+            store.write(f"p/{b}-{part}", value)
+        parts.append({part: store.path(f"p/{b}-{part}") for part in rows})
+    return PartitionedData.of(data, parts), data
 
 
 def _start(data, seed=0):
@@ -223,59 +238,164 @@ def test_step_key_leaves_out_runtime_parameters_and_keeps_every_other_key():
         step("t-bad", inputs=("a",), runtime=("a",))(_where)
 
 
-# -- blocks built from store files --------------------------------------------------------
+# -- blocks built from the partition's store files ------------------------------------------
+def _assert_same_block(got: LEMLData, expected: LEMLData) -> None:
+    """The same arrays (values, indices, index order and dtypes): the same products."""
+    for name in ("X", "Xt", "Y"):
+        want, have = getattr(expected, name), getattr(got, name)
+        assert (want is None) == (have is None)
+        if want is not None:
+            assert have.shape == want.shape
+            for part in ("data", "indices", "indptr"):
+                a, b = getattr(have, part), getattr(want, part)
+                assert a.dtype == b.dtype, (name, part)
+                np.testing.assert_array_equal(a, b)
+    assert type(got.entries) is type(expected.entries)
+    if expected.entries is not None:
+        for name in ("y", "mask", "indptr", "cols", "rows", "perm", "t_indices", "t_indptr"):
+            want = getattr(expected.entries, name, None)
+            if want is not None:
+                have = getattr(got.entries, name)
+                assert have.dtype == want.dtype, name
+                np.testing.assert_array_equal(have, want)
+    assert got.fit_intercept == expected.fit_intercept
+    assert got.n_labels == expected.n_labels
+
+
 @pytest.mark.parametrize(("case", "dtype", "fit_intercept"), [
     ("full", np.float64, False), ("masked-sparse", np.float32, True),
     ("masked-dense", np.float64, True)])
-def test_stored_blocks_equal_the_split_of_the_prepared_data(tmp_path, case, dtype,
-                                                            fit_intercept):
-    source, data = _stored(tmp_path, case, dtype, fit_intercept)
+def test_partition_blocks_equal_the_split_of_the_prepared_data(tmp_path, case, dtype,
+                                                               fit_intercept):
+    source, data = _stored(tmp_path, case, dtype, fit_intercept, blocks=3)
     assert (source.n_samples, source.n_features) == (N, D + int(fit_intercept))
+    assert source.bounds == [(0, 53), (53, 106), (106, 160)]
     for b, expected in enumerate(split_rows(data, 3)):
-        got = _stored_block(source, 3, b)
-        for name in ("X", "Xt", "Y"):
-            want, have = getattr(expected, name), getattr(got, name)
-            assert (want is None) == (have is None)
-            if want is not None:
-                assert have.dtype == want.dtype
-                assert (have != want).nnz == 0
-        assert type(got.entries) is type(expected.entries)
-        if expected.entries is not None:
-            for name in ("y", "mask", "indptr", "cols"):
-                if hasattr(expected.entries, name) and getattr(expected.entries, name) is not None:
-                    np.testing.assert_array_equal(getattr(got.entries, name),
-                                                  getattr(expected.entries, name))
+        _assert_same_block(source.block(b), expected)
 
 
-def test_stored_data_names_its_blocks_by_the_files(tmp_path):
+def test_partition_blocks_keep_the_whole_datas_label_layout(tmp_path):
+    """A block whose own share of observed entries would make ``prepare_data`` choose
+    another layout (here: every entry of block 0 observed, so a plain Y; and a dense layout
+    for the whole) is stored as the whole is."""
+    X = normalize(sp.random(N, D, density=0.4, random_state=1, format="csr"))
+    Y = sp.random(N, L, density=0.15, random_state=2, format="csr")
+    Y.data[:] = 1
+    mask = sp.random(N, L, density=0.3, random_state=3, format="csr").astype(bool).tolil()
+    mask[:53] = True  # block 0 (of 3) fully observed
+    mask = mask.tocsr()
+    for entries in ("dense", "sparse"):
+        data = prepare_data(X, Y, mask, fit_intercept=True, dtype=np.float64, entries=entries)
+        store, parts = Store(tmp_path / entries), []
+        for b in range(3):
+            rows = partition_rows({"X": X, "Y": Y}, b, 3, mask)
+            parts.append({part: store.path(store.write(f"p/{b}-{part}", value))
+                          for part, value in rows.items()})
+        source = PartitionedData.of(data, parts)
+        assert source.layout[0] == entries
+        for b, expected in enumerate(split_rows(data, 3)):
+            _assert_same_block(source.block(b), expected)
+
+
+def test_a_block_reads_only_its_own_files(tmp_path, monkeypatch):
+    import tasks.store
+
+    source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
+    read: list[str] = []
+    real = tasks.store.read_parquet_entry
+
+    def recording(path):
+        read.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(tasks.store, "read_parquet_entry", recording)
+    for b in range(3):
+        read.clear()
+        source.block(b)
+        assert sorted(read) == sorted(str(p) for p in source.blocks[b].values())
+    # ... and needs no other file: the other blocks' files and the whole entries removed
+    keep = set(source.blocks[1].values())
+    for path in (tmp_path / "store").rglob("*.parquet"):
+        if str(path) not in keep:
+            path.unlink()
+    assert source.block(1).n_samples == 53
+
+
+def test_partition_must_match_the_number_of_blocks(tmp_path):
+    source, data = _stored(tmp_path, "full", blocks=3)
+    with pytest.raises(ValueError, match="400 row blocks for 160 rows"):
+        PartitionedData.of(data, source.blocks[:2] * 200)
+
+    class NoCluster:
+        def scheduler_info(self, n_workers):
+            return {"workers": {"tcp://w:1": {}}}
+
+    with pytest.raises(ValueError, match="the partition has 3 row blocks but blocks=4"):
+        DaskWStep(NoCluster(), source, blocks=4)
+
+
+def test_partitioned_data_names_its_blocks_by_the_files(tmp_path):
     source, _ = _stored(tmp_path, "full")
     first = source.token()
     assert source.token() == first
-    os.utime(source.X, ns=(time.time_ns(), time.time_ns() + 10**9))  # the entry rewritten
+    os.utime(source.blocks[2]["X"], ns=(time.time_ns(), time.time_ns() + 10**9))  # rewritten
     assert source.token() != first
 
 
 @slow
 @pytest.mark.parametrize(("case", "dtype"), [("full", np.float32), ("masked-sparse", np.float64),
                                              ("masked-dense", np.float32)])
-def test_stored_blocks_give_the_scattered_W_bit_for_bit(client, tmp_path, case, dtype):
-    """Blocks built by the workers from files and arrays sent inside tasks give the W of
-    blocks and arrays scattered from here: the same bits, however the data travelled (Bibtex
-    rows at rank 8: arrays left where their messages put them gave W 2e-6 apart)."""
-    source, data = _stored(tmp_path, case, dtype, fit_intercept=True, bibtex=True)
+def test_partition_blocks_give_the_scattered_W_bit_for_bit(client, tmp_path, case, dtype):
+    """Blocks built by the workers from their partition files, and arrays sent inside
+    tasks, give the W of the whole data's blocks and arrays scattered from here (the
+    W-step before the partition existed): the same bits, however the data travelled and on
+    one worker or two (Bibtex rows at rank 8: arrays left where their messages put them gave
+    W 2e-6 apart)."""
+    source, data = _stored(tmp_path, case, dtype, fit_intercept=True, bibtex=True, blocks=3)
     W0 = np.zeros((data.n_features, 8), dtype=data.dtype)
     _, H = LEML(rank=8, random_state=0).start(data)
     kwargs = dict(cg_max_iter=8, cg_tol=1e-3, loss="logistic" if case == "masked-dense"
                   else "squared", newton_max_iter=1)
     with DaskWStep(client, data, blocks=3) as ws:
         W_scattered, _ = _w_step(data, W0, H, backend=ws, **kwargs)
-    with DaskWStep(client, source, blocks=3) as ws:
-        assert ws.recoverable
-        distributed.wait(ws.block_futures)
-        held = {w for addrs in client.who_has(ws.block_futures).values() for w in addrs}
-        assert held == set(ws.workers)  # spread over both workers
-        W_stored, _ = _w_step(data, W0, H, backend=ws, **kwargs)
-    np.testing.assert_array_equal(W_stored, W_scattered)
+    workers = sorted(client.scheduler_info()["workers"])
+    for chosen in (workers, workers[:1]):
+        with DaskWStep(client, source, blocks=3, workers=chosen) as ws:
+            assert ws.recoverable
+            distributed.wait(ws.block_futures)
+            held = {w for addrs in client.who_has(ws.block_futures).values() for w in addrs}
+            assert held == set(chosen)
+            W_stored, _ = _w_step(data, W0, H, backend=ws, **kwargs)
+        np.testing.assert_array_equal(W_stored, W_scattered)
+
+
+@slow
+def test_block_tasks_on_a_cluster_read_only_their_own_files(tmp_path, monkeypatch):
+    """On a cluster of in-process workers (so that the reads can be recorded): every
+    partition file is read once, by its block's task, and the whole X, Y and mask never."""
+    from distributed import Client, LocalCluster
+
+    import tasks.store
+
+    source, data = _stored(tmp_path, "masked-dense", blocks=3)
+    read: list[str] = []
+    real = tasks.store.read_parquet_entry
+
+    def recording(path):
+        read.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(tasks.store, "read_parquet_entry", recording)
+    W0, H = _start(data)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        with DaskWStep(c, source, blocks=3) as ws:
+            W, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4)
+        with DaskWStep(c, data, blocks=3) as ws:
+            W_scattered, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4)
+    expected = [str(p) for block in source.blocks for p in block.values()]
+    assert sorted(read) == sorted(expected)
+    np.testing.assert_array_equal(W, W_scattered)
 
 
 def _misaligned(array: np.ndarray) -> np.ndarray:
@@ -314,8 +434,7 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
 
     source, data = _stored(tmp_path, "masked-sparse")
     W0, H = _start(data)
-    files = {"X": source.X, "Y": source.Y, "mask": source.mask}
-    cluster = {"address": client.scheduler.address, "files": files}
+    cluster = {"address": client.scheduler.address, "partition": list(source.blocks)}
     before = client.run_on_scheduler(_block_computations) if _has_blocks(client) else 0
     try:
         results = []
