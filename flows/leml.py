@@ -24,7 +24,7 @@ from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
 from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
-from algorithms.leml.losses import LOSSES
+from algorithms.leml.losses import LOSSES, get_loss
 from algorithms.leml.predict import BATCH_SIZE
 from flows import plots
 from flows.apply import MODEL_DIR, model_document
@@ -139,14 +139,16 @@ class ModelConfig(Strict):
 
 
 class WStepConfig(Strict):
-    """Where LEML's W-step runs.  What it computes depends only on ``runner`` and ``blocks``
-    (its cache key holds those); ``workers`` and ``address`` only say where, and give the same
-    ``W`` bit for bit wherever the row blocks are."""
+    """Where LEML's W-step (and the squared loss's H-step) runs.  What they compute depends
+    only on ``runner`` and ``blocks`` (their cache keys hold those); ``workers`` and
+    ``address`` only say where, and give the same ``W`` and ``H`` bit for bit wherever the
+    row blocks are."""
 
     runner: Literal["local", "dask"] = Field(
         "local",
-        description="Where the W-step's gradient and Hessian-vector products run: this "
-        "process, or Dask over row blocks of the training data kept on the workers.",
+        description="Where the W-step's gradient and Hessian-vector products (and the squared "
+        "loss's H-step sums) run: this process, or Dask over row blocks of the training data "
+        "kept on the workers.",
     )
     blocks: int = from_estimator(
         DaskWStep, "blocks", ge=1, le=256,
@@ -167,6 +169,13 @@ class WStepConfig(Strict):
         """The ``w_step`` argument of the W-step task, what it computes: None to run it in
         the flow's process, else the number of row blocks."""
         return None if self.runner == "local" else {"blocks": self.blocks}
+
+    def h_backend(self, loss: str) -> dict | None:
+        """The ``h_step`` argument of the H-step task: with the Dask runner and the squared
+        loss, the W-step's row blocks (the H-step from block sums on the workers); else None
+        (the whole-data H-step in the flow's process; the logistic and squared-hinge
+        H-steps have no block form yet)."""
+        return self.backend() if get_loss(loss).name == "squared" else None
 
     def cluster(self, ctx: RunContext, partition: list[dict] | None) -> dict | None:
         """The ``cluster`` argument of the W-step task, where it runs (a runtime parameter,
@@ -258,7 +267,8 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
                     w_step=config.w_step.backend(),
                     cluster=config.w_step.cluster(ctx, partition))
         h = ctx.run(alternate_H, **data, W=w["W"], H=factors["H"], validation=validation,
-                    iteration=t, params=h_params)
+                    iteration=t, params=h_params, h_step=config.w_step.h_backend(m.loss),
+                    cluster=config.w_step.cluster(ctx, partition))
         factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]

@@ -335,9 +335,9 @@ def _keep_blocks(client, backend) -> None:
 
 @contextmanager
 def _w_step_backend(data: LEMLData, w_step: dict | None, cluster: dict | None):
-    """Where the W-step's products run: None (this process), or with ``w_step``
-    (``{"blocks"}``) a :class:`tasks.leml_dask.DaskWStep` over that many row blocks of
-    ``data``.  ``cluster`` (``{"address", "workers", "partition"}``,
+    """Where the W-step's products (and the squared loss's H-step sums) run: None (this
+    process), or with ``w_step`` (``{"blocks"}``) a :class:`tasks.leml_dask.DaskWStep` over
+    that many row blocks of ``data``.  ``cluster`` (``{"address", "workers", "partition"}``,
     all optional) says where: the scheduler at ``address`` or the run's own cluster
     (:func:`_w_step_client`), and the store files of ``data``'s row blocks
     (``partition``: per block ``{"X", "Y", "mask"}``, written by :data:`partition`), from
@@ -404,17 +404,32 @@ def alternate_W(
     inputs=("train", "mask", "W", "H", "validation"),
     outputs=("H", "trace", "timings"),
     volatile=("timings",),
+    runtime=("cluster",),
     run_name="alternate-H iter={iteration}",
 )
 def alternate_H(
     train: dict, mask, W: np.ndarray, H: np.ndarray, validation: dict | None, iteration: int,
-    params: dict,
+    params: dict, h_step: dict | None = None, cluster: dict | None = None,
 ) -> dict:
     """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
-    objective and validation P@1."""
+    objective and validation P@1.
+
+    ``h_step``: None (this process, on the whole data) or ``{"blocks"}`` (squared loss) to
+    take the H-step's sums over that many row blocks on Dask, the W-step's blocks
+    (:func:`algorithms.leml.h_step.update_H_by_blocks`; the same bits for any number of
+    workers, equal to the whole-data H-step up to rounding).  ``cluster`` (runtime, not in
+    the key) says where, as for :func:`alternate_W`.  The objective and the validation P@1
+    are computed here on the whole data.
+    """
     model, data = _estimator(params, train, mask)
     t0 = time.perf_counter()
-    H, info = model.h_step(data, W, H)
+    with _w_step_backend(data, h_step, cluster) as backend:
+        if backend is not None:
+            where = _where(backend)
+            log_both(logging.INFO, "H-step %d on the Dask cluster at %s: %d row blocks on %d "
+                     "workers", iteration, where["scheduler"], len(backend.bounds),
+                     where["workers"])
+        H, info = model.h_step(data, W, H, backend=backend)
     seconds = time.perf_counter() - t0
     obj = model.objective(data, W, H)
     val_p1 = float("nan")

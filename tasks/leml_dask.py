@@ -44,7 +44,14 @@ Where the blocks come from decides what a lost worker costs:
   arrays are scattered from the driver; Dask cannot recompute scattered data, so a lost
   worker fails the W-step.
 
-Every loss is supported: the squared loss fully observed (the paper's fast case)
+The same blocks serve the squared loss's H-step, ``LEML.h_step(data, W, H, backend=...)``
+(:func:`algorithms.leml.h_step.update_H_by_blocks`): :meth:`DaskWStep.each` runs one task per
+block where the block lives (``A_b = X_b W``, kept there, then ``A_b^T A_b``, ``Y_b^T A_b``
+and, label block by label block, the per-label Gram matrices of the observed entries) and
+:meth:`DaskWStep.sum` adds the gathered terms on the driver in block order; the driver
+holds ``k x k``, ``L x k`` and one label block of Gram matrices, and solves.
+
+Every loss is supported by the W-step: the squared loss fully observed (the paper's fast case)
 or with a missing-label mask (sparse or dense entries), and the logistic and
 squared-hinge losses (TRON; the decision values on each block stay on its worker
 between the function value and the gradient).
@@ -74,6 +81,7 @@ from algorithms.leml.data import (
     row_block_bounds,
     split_rows,
 )
+from algorithms.leml.h_step import sum_in_order
 from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
 
@@ -289,12 +297,7 @@ def _hess_vec(products: WStepProducts, V):
     return products.hess_vec(V)
 
 
-def _sum_in_order(parts) -> np.ndarray:
-    """``parts[0] + parts[1] + ...`` left to right: the fixed reduction order."""
-    total = np.array(parts[0], copy=True)
-    for part in parts[1:]:
-        total += part
-    return total
+_sum_in_order = sum_in_order  # parts[0] + parts[1] + ... left to right
 
 
 # --------------------------------------------------------------------------- driver side
@@ -340,9 +343,11 @@ class _DaskWOperators:
 
 
 class DaskWStep:
-    """A backend of LEML's W-step: row blocks of the training data held by Dask workers.
+    """A backend of LEML's W-step (and of the squared loss's H-step): row blocks of the
+    training data held by Dask workers.
 
-    Pass it to ``LEML.w_step(data, W, H, backend=...)`` for every W-step of a fit.
+    Pass it to ``LEML.w_step(data, W, H, backend=...)`` for every W-step of a fit, and to
+    ``LEML.h_step(data, W, H, backend=...)`` for the squared loss's H-step.
 
     Parameters
     ----------
@@ -382,6 +387,8 @@ class DaskWStep:
     recoverable : bool
         True for :class:`PartitionedData`: every future can be recomputed after a worker
         loss.
+    fully_observed : bool
+        Whether every label is observed (the H-step's sums depend on it).
     """
 
     def __init__(self, client, data: PartitionedData | LEMLData, blocks: int = N_BLOCKS, *,
@@ -399,6 +406,8 @@ class DaskWStep:
         self.recoverable = isinstance(data, PartitionedData)
         self.n_features, self.n_labels = data.n_features, data.n_labels
         self.n_samples, self.dtype = data.n_samples, np.dtype(data.dtype)
+        self.fully_observed = (data.layout[0] == "full" if self.recoverable
+                               else data.fully_observed)
         self.bounds = row_block_bounds(data.n_samples, blocks)
         if self.recoverable and len(data.blocks) != len(self.bounds):
             raise ValueError(f"the partition has {len(data.blocks)} row blocks but blocks="
@@ -423,31 +432,52 @@ class DaskWStep:
                                          strict=True)]
 
     # -- task plumbing
-    def _key(self, name: str, i: int | None = None) -> str:
+    def _key(self, name: str, i: int | None = None, stage: str = "w") -> str:
+        """A task key ``leml-<stage>-<name>-...``: ``leml-w`` for the W-step's tasks,
+        ``leml-h`` for the H-step's (Dask's key prefixes, as its dashboard groups them)."""
         self._count += 1
         block = "" if i is None else f"-block{i}"
-        return f"leml-w-{name}-{self._tag}-{self._count}{block}"
+        return f"leml-{stage}-{name}-{self._tag}-{self._count}{block}"
 
-    def _submit(self, i, fn, *args):
+    def _submit(self, i, fn, *args, stage: str = "w"):
         return self.client.submit(_call, fn, self.pin_blas, *args,
-                                  key=self._key(fn.__name__.strip("_"), i),
+                                  key=self._key(fn.__name__.strip("_"), i, stage),
                                   workers=[self.block_workers[i]], allow_other_workers=True,
                                   pure=False)
 
-    def _map(self, fn, per_block, *shared):
-        return [self._submit(i, fn, item, *shared) for i, item in enumerate(per_block)]
+    def _map(self, fn, per_block, *shared, stage: str = "w"):
+        return [self._submit(i, fn, item, *shared, stage=stage)
+                for i, item in enumerate(per_block)]
 
-    def _put(self, array):
+    def _put(self, array, stage: str = "w"):
         """One small array (``d' x k`` or ``L x k``) for the block tasks: a task holding it
         (recomputable) for :class:`PartitionedData`, else one scattered copy on every
         worker."""
         array = np.ascontiguousarray(array)
         if self.recoverable:
-            return self.client.submit(_identity, array, key=self._key("array"), pure=False)
+            return self.client.submit(_identity, array, key=self._key("array", None, stage),
+                                      pure=False)
         return self.client.scatter(array, broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
         return _sum_in_order(self.client.gather(self._map(fn, per_block, *shared)))
+
+    # -- the backend of LEML.h_step (squared loss: algorithms.leml.h_step.update_H_by_blocks)
+    def each(self, fn, *shared, per_block=None):
+        """One task ``fn(block_b, per_block[b], *shared)`` per row block, on the worker holding
+        the block (``per_block``: futures of an earlier :meth:`each`, left out when None;
+        ``shared`` arrays go out once): the futures of the per-block terms, in block order."""
+        shared = [self._put(a, "h") if isinstance(a, np.ndarray) else a for a in shared]
+        if per_block is None:
+            return self._map(fn, self.block_futures, *shared, stage="h")
+        return [self._submit(i, fn, block, item, *shared, stage="h")
+                for i, (block, item) in enumerate(zip(self.block_futures, per_block,
+                                                      strict=True))]
+
+    def sum(self, parts) -> np.ndarray:
+        """The per-block terms gathered here and added in block order: the same bits for any
+        number of workers."""
+        return _sum_in_order(self.client.gather(parts))
 
     # -- the backend of LEML.w_step
     def operators(self, H, loss):

@@ -98,7 +98,8 @@ class Cluster:
 
     def computed(self) -> dict[str, int]:
         """Per key prefix, how many tasks the scheduler has seen computed (``leml-w-block``:
-        the W-step's row blocks; ``leml-w``: its products)."""
+        the W-step's row blocks; ``leml-w``: its products; ``leml-h``: the H-step's block
+        sums)."""
         def counts(dask_scheduler):
             return {name: int(p.state_counts["memory"])
                     for name, p in dask_scheduler.task_prefixes.items()}
@@ -177,6 +178,7 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
         after = cluster.computed()
         assert after.get("leml-w-block", 0) - before.get("leml-w-block", 0) == 4
         assert after.get("leml-w", 0) > before.get("leml-w", 0)
+        assert after.get("leml-h", 0) > before.get("leml-h", 0)  # the H-steps' block sums
         # ... and every W-step records that it ran there, on both workers.
         timings = _w_step_timings(project, m)
         assert len(timings) == procs.LEML_ITERATIONS

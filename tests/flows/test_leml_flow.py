@@ -261,6 +261,14 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     # amplified by three alternations of 10 early-stopped CG iterations (measured: 2e-3 of
     # max|W|; tests/tasks/test_leml_dask.py checks 1e-4 at a tight CG tolerance)
     assert float(np.abs(W_dask - W_local).max()) <= 1e-2 * float(np.abs(W_local).max())
+    # the H-steps (squared loss) took their sums over the same row blocks on the cluster:
+    # the last one equals the whole-data H-step at the same W to float32 rounding
+    X, Y = read_xmc(project / "train.txt")
+    estimator = LEML(rank=8, lam=4.0, random_state=3)
+    H_whole, _ = estimator.h_step(estimator.prepare(X, Y), W_dask, H_dask)
+    assert float(np.abs(H_dask - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())
+    partition = [o for o in m["outputs"] if o["step"] == "leml-partition"]
+    assert sorted(o["ref"].rsplit("-", 1)[1] for o in partition) == ["X", "X", "X", "Y", "Y", "Y"]
     objective = [_store.read(next(o["ref"] for o in run["outputs"]
                                   if o["ref"].endswith("-convergence")))["objective"].to_numpy()
                  for run in (local, m)]
@@ -290,6 +298,35 @@ def test_missing_labels_flow_uses_the_stored_mask(project):
         X, Y, mask
     )
     np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
+
+
+def test_missing_labels_on_dask_read_the_partitioned_mask_and_match_the_estimator(project):
+    """``w_step.runner: dask`` with missing labels: the mask is partitioned with X and Y, the
+    W-steps and the H-steps (their per-label sums over the observed entries) run over the
+    row blocks, and the factors agree with the single-process estimator to the rounding
+    that early-stopped CG amplifies (float32)."""
+    over = ["--set", "observed_fraction=0.5", "--set", "baselines=[]",
+            "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    assert main(["run", "leml", *over]) == 0
+    m = _last(project)
+    store = Store(project / "data" / "cache")
+    parts = {o["ref"]: store.read(o["ref"]) for o in m["outputs"]
+             if o["step"] == "leml-partition-masked"}
+    assert len(parts) == 9  # X, Y and the mask of 3 blocks
+    mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))
+    masks = [v for ref, v in sorted(parts.items()) if ref.endswith("-mask")]
+    assert sorted(b.shape[0] for b in masks) == [133, 133, 134]
+    assert sum(b.nnz for b in masks) == mask.nnz
+    W, H, _ = _final(project, m, 3)
+    X, Y = read_xmc(project / "train.txt")
+    est = LEML(rank=8, lam=4.0, outer_iterations=3, cg_max_iter=10, random_state=3).fit(
+        X, Y, mask)
+    assert float(np.abs(W - est.W_).max()) <= 1e-2 * float(np.abs(est.W_).max())
+    # The last H-step, from block sums on the workers, against the whole-data H-step at the
+    # same W: float32 rounding only.  (Against the estimator's H the difference is that of
+    # the W-steps, amplified by early-stopped CG: 6% of max|H| was seen.)
+    H_whole, _ = est.h_step(est.prepare(X, Y, mask), W, H)
+    assert float(np.abs(H - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())
 
 
 def test_malformed_input_exits_2_naming_file_and_line(project, capsys):

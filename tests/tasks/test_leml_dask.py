@@ -19,7 +19,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from algorithms.leml import LEML, LEMLData, prepare_data
+from algorithms.leml import LEML, LEMLData, LocalBlocks, prepare_data, update_H_by_blocks
 from algorithms.leml.data import split_rows
 
 distributed = pytest.importorskip("distributed")
@@ -391,11 +391,40 @@ def test_block_tasks_on_a_cluster_read_only_their_own_files(tmp_path, monkeypatc
                       dashboard_address=None) as cluster, Client(cluster) as c:
         with DaskWStep(c, source, blocks=3) as ws:
             W, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4)
+            H_blocks, _ = LEML(lam=LAM).h_step(data, W, H, backend=ws)  # the same blocks
         with DaskWStep(c, data, blocks=3) as ws:
             W_scattered, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4)
     expected = [str(p) for block in source.blocks for p in block.values()]
     assert sorted(read) == sorted(expected)
     np.testing.assert_array_equal(W, W_scattered)
+    H_whole, _ = LEML(lam=LAM).h_step(data, W, H)
+    assert np.abs(H_blocks - H_whole).max() <= 1e-10 * np.abs(H_whole).max()
+
+
+# -- the squared loss's H-step from block sums on the workers ---------------------------------
+@slow
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+def test_dask_h_step_equals_the_whole_data_h_step_bit_for_bit_on_any_workers(client, tmp_path,
+                                                                              case):
+    source, data = _stored(tmp_path, case, fit_intercept=True, blocks=3)
+    W = np.random.default_rng(0).standard_normal((data.n_features, K))
+    H_whole, _ = LEML(lam=LAM).h_step(data, W, None)
+    H_local, _ = update_H_by_blocks(LocalBlocks(split_rows(data, 3)), W, LAM, "squared",
+                                    label_block=5)
+    workers = sorted(client.scheduler_info()["workers"])
+    results = []
+    for source_or_data, chosen in ((source, workers[:1]), (source, workers), (data, workers)):
+        with DaskWStep(client, source_or_data, blocks=3, workers=chosen) as ws:
+            assert ws.fully_observed == (case == "full")
+            H, info = update_H_by_blocks(ws, W, LAM, "squared", label_block=5)
+        assert H.dtype == np.float64 and info == {"newton_iter": 0}
+        results.append(H)
+    # 1 and 2 workers, blocks from the partition or scattered: the same bits
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[1], results[2])
+    # the whole-data H-step and the same blocks in one process: equal to rounding
+    assert np.abs(results[1] - H_whole).max() <= 1e-10 * np.abs(H_whole).max()
+    assert np.abs(results[1] - H_local).max() <= 1e-12 * np.abs(H_local).max()
 
 
 def _misaligned(array: np.ndarray) -> np.ndarray:
