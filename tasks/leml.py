@@ -1,5 +1,5 @@
-"""LEML's Prefect steps: load, split, mask, initial factors, alternate-W, alternate-H,
-evaluate, predict, baselines; and score, the step of ``apply-leml``.
+"""LEML's Prefect steps: load, split, mask, partition (row blocks for Dask), initial factors,
+alternate-W, alternate-H, evaluate, predict, baselines; and score, the step of ``apply-leml``.
 
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
@@ -418,8 +418,9 @@ def alternate_H(
     take the H-step's sums over that many row blocks on Dask, the W-step's blocks
     (:func:`algorithms.leml.h_step.update_H_by_blocks`; the same bits for any number of
     workers, equal to the whole-data H-step up to rounding).  ``cluster`` (runtime, not in
-    the key) says where, as for :func:`alternate_W`.  The objective and the validation P@1
-    are computed here on the whole data.
+    the key) says where, as for :func:`alternate_W`; the objective's loss term is then summed
+    over the same blocks (:func:`algorithms.leml.objective.objective_by_blocks`).  The
+    validation P@1 is computed here on the whole validation set.
     """
     model, data = _estimator(params, train, mask)
     t0 = time.perf_counter()
@@ -430,8 +431,8 @@ def alternate_H(
                      "workers", iteration, where["scheduler"], len(backend.bounds),
                      where["workers"])
         H, info = model.h_step(data, W, H, backend=backend)
-    seconds = time.perf_counter() - t0
-    obj = model.objective(data, W, H)
+        seconds = time.perf_counter() - t0
+        obj = model.objective(data, W, H, backend=backend)
     val_p1 = float("nan")
     if validation is not None and validation["X"].shape[0] > 0:
         top = model.set_factors(W, H).predict_top_k(validation["X"], 1)

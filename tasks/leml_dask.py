@@ -49,7 +49,9 @@ The same blocks serve the squared loss's H-step, ``LEML.h_step(data, W, H, backe
 block where the block lives (``A_b = X_b W``, kept there, then ``A_b^T A_b``, ``Y_b^T A_b``
 and, label block by label block, the per-label Gram matrices of the observed entries) and
 :meth:`DaskWStep.sum` adds the gathered terms on the driver in block order; the driver
-holds ``k x k``, ``L x k`` and one label block of Gram matrices, and solves.
+holds ``k x k``, ``L x k`` and one label block of Gram matrices, and solves.  The objective's
+loss term is summed over the blocks the same way (``LEML.objective(..., backend=...)``,
+:func:`algorithms.leml.objective.objective_by_blocks`), for every loss.
 
 Every loss is supported by the W-step: the squared loss fully observed (the paper's fast case)
 or with a missing-label mask (sparse or dense entries), and the logistic and
@@ -434,7 +436,8 @@ class DaskWStep:
     # -- task plumbing
     def _key(self, name: str, i: int | None = None, stage: str = "w") -> str:
         """A task key ``leml-<stage>-<name>-...``: ``leml-w`` for the W-step's tasks,
-        ``leml-h`` for the H-step's (Dask's key prefixes, as its dashboard groups them)."""
+        ``leml-h`` for the block sums of the H-step and the objective (:meth:`each`; Dask's
+        key prefixes, as its dashboard groups them)."""
         self._count += 1
         block = "" if i is None else f"-block{i}"
         return f"leml-{stage}-{name}-{self._tag}-{self._count}{block}"
@@ -463,6 +466,7 @@ class DaskWStep:
         return _sum_in_order(self.client.gather(self._map(fn, per_block, *shared)))
 
     # -- the backend of LEML.h_step (squared loss: algorithms.leml.h_step.update_H_by_blocks)
+    #    and LEML.objective (algorithms.leml.objective.objective_by_blocks)
     def each(self, fn, *shared, per_block=None):
         """One task ``fn(block_b, per_block[b], *shared)`` per row block, on the worker holding
         the block (``per_block``: futures of an earlier :meth:`each`, left out when None;

@@ -12,7 +12,7 @@ from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
 from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
 from algorithms.leml.h_step import H_SOLVERS, LocalBlocks, update_H, update_H_by_blocks
 from algorithms.leml.model import LEML
-from algorithms.leml.objective import objective
+from algorithms.leml.objective import objective, objective_by_blocks
 from algorithms.leml.w_step import (
     W_SOLVERS,
     LocalWOperators,
@@ -34,6 +34,7 @@ __all__ = [
     "LocalWOperators",
     "WStepProducts",
     "objective",
+    "objective_by_blocks",
     "prepare_data",
     "row_block_bounds",
     "solve_w_step",

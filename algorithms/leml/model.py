@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from algorithms.leml.data import LEMLData, check_factor, prepare_data
 from algorithms.leml.h_step import H_SOLVERS, update_H, update_H_by_blocks
 from algorithms.leml.losses import get_loss
-from algorithms.leml.objective import objective
+from algorithms.leml.objective import objective, objective_by_blocks
 from algorithms.leml.predict import (
     BATCH_SIZE,
     check_new_X,
@@ -445,9 +445,16 @@ class LEML(BaseEstimator):
                         newton_max_iter=int(self.newton_max_iter), h_solver=self.h_solver,
                         cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol))
 
-    def objective(self, data: LEMLData, W, H) -> float:
-        """The objective ``J(W, H)`` on ``data`` (Yu et al., Sec. 2), summed in float64."""
+    def objective(self, data: LEMLData, W, H, *, backend=None) -> float:
+        """The objective ``J(W, H)`` on ``data`` (Yu et al., Sec. 2), summed in float64.
+
+        With ``backend`` (row blocks of ``data``, as for :meth:`h_step`) the loss term is
+        summed block by block where the blocks are, in block order
+        (:func:`~algorithms.leml.objective.objective_by_blocks`): equal up to rounding.
+        """
         self.check_params()
+        if backend is not None:
+            return objective_by_blocks(backend, W, H, self.lam, self.loss)
         return objective(data, W, H, self.lam, self.loss)
 
     # -- fitting

@@ -14,12 +14,38 @@ import numpy as np
 from algorithms.leml.data import LEMLData, check_factor
 from algorithms.leml.losses import get_loss
 
-__all__ = ["objective"]
+__all__ = ["loss_term", "objective", "objective_by_blocks"]
 
 
 def sqnorm(M) -> float:
     """``||M||_F^2`` as a Python float."""
     return float(np.vdot(M, M))
+
+
+def loss_term(data: LEMLData, W, H, loss) -> float:
+    """The loss term of ``J(W, H)`` (no regulariser) on ``data``, accumulated in float64:
+    a sum over the rows, so over row blocks too (:func:`objective_by_blocks`).
+
+    For the squared loss on fully observed labels it is expanded as
+    ``||Y||^2 - 2 <X W, Y H> + <(X W)^T X W, H^T H>``, never forming ``X W H^T``.
+    ``W`` and ``H`` are in ``data``'s dtype.
+    """
+    loss = get_loss(loss)
+    A = data.X @ W
+    if data.fully_observed and loss.name == "squared":
+        A64, H64 = A.astype(np.float64), H.astype(np.float64)
+        Y = data.Y
+        yy = float(np.vdot(Y.data, Y.data.astype(np.float64)))
+        cross = float(np.vdot(A64, Y @ H64))
+        quad = float(np.vdot(A64.T @ A64, H64.T @ H64))
+        return yy - 2 * cross + quad
+    ent = data.observed_entries()
+    z = ent.dots(A, H)
+    return float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64))
+
+
+def _regulariser(W, H, lam: float) -> float:
+    return 0.5 * lam * (sqnorm(W.astype(np.float64)) + sqnorm(H.astype(np.float64)))
 
 
 def objective(data: LEMLData, W, H, lam: float, loss) -> float:
@@ -40,20 +66,40 @@ def objective(data: LEMLData, W, H, lam: float, loss) -> float:
     -------
     float
     """
-    loss = get_loss(loss)
     lam = float(lam)
     k = np.shape(W)[1]
     W = check_factor(W, (data.n_features, k), data.dtype, "W")
     H = check_factor(H, (data.n_labels, k), data.dtype, "H")
-    A = data.X @ W
-    reg = 0.5 * lam * (sqnorm(W.astype(np.float64)) + sqnorm(H.astype(np.float64)))
-    if data.fully_observed and loss.name == "squared":
-        A64, H64 = A.astype(np.float64), H.astype(np.float64)
-        Y = data.Y
-        yy = float(np.vdot(Y.data, Y.data.astype(np.float64)))
-        cross = float(np.vdot(A64, Y @ H64))
-        quad = float(np.vdot(A64.T @ A64, H64.T @ H64))
-        return yy - 2 * cross + quad + reg
-    ent = data.observed_entries()
-    z = ent.dots(A, H)
-    return float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64)) + reg
+    return loss_term(data, W, H, loss) + _regulariser(W, H, lam)
+
+
+def objective_by_blocks(backend, W, H, lam: float, loss) -> float:
+    """:func:`objective` with its loss term summed over row blocks, in block order.
+
+    Each block's term is :func:`loss_term` of its rows, computed where the block lives
+    (``backend``: :class:`~algorithms.leml.h_step.LocalBlocks`, or
+    ``tasks.leml_dask.DaskWStep`` on Dask workers); the terms are added in block order, so
+    any number of workers gives the same bits, and the result equals :func:`objective`
+    up to the order of the additions.
+
+    Parameters
+    ----------
+    backend : object
+        The row blocks (``each`` / ``sum`` methods; ``n_features``, ``n_labels`` and
+        ``dtype`` attributes).
+    W : ndarray of shape (d', k)
+    H : ndarray of shape (L, k)
+    lam : float
+    loss : {"squared", "logistic", "sqhinge"} or Loss
+
+    Returns
+    -------
+    float
+    """
+    loss = get_loss(loss)
+    lam = float(lam)
+    k = np.shape(W)[1]
+    W = check_factor(W, (backend.n_features, k), backend.dtype, "W")
+    H = check_factor(H, (backend.n_labels, k), backend.dtype, "H")
+    terms = backend.sum(backend.each(loss_term, W, H, loss.name))
+    return float(terms) + _regulariser(W, H, lam)

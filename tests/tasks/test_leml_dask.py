@@ -404,24 +404,28 @@ def test_block_tasks_on_a_cluster_read_only_their_own_files(tmp_path, monkeypatc
 # -- the squared loss's H-step from block sums on the workers ---------------------------------
 @slow
 @pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
-def test_dask_h_step_equals_the_whole_data_h_step_bit_for_bit_on_any_workers(client, tmp_path,
-                                                                              case):
+def test_dask_h_step_and_objective_equal_the_whole_data_ones_bit_for_bit_on_any_workers(
+        client, tmp_path, case):
     source, data = _stored(tmp_path, case, fit_intercept=True, blocks=3)
     W = np.random.default_rng(0).standard_normal((data.n_features, K))
     H_whole, _ = LEML(lam=LAM).h_step(data, W, None)
     H_local, _ = update_H_by_blocks(LocalBlocks(split_rows(data, 3)), W, LAM, "squared",
                                     label_block=5)
     workers = sorted(client.scheduler_info()["workers"])
-    results = []
+    results, objectives = [], []
     for source_or_data, chosen in ((source, workers[:1]), (source, workers), (data, workers)):
         with DaskWStep(client, source_or_data, blocks=3, workers=chosen) as ws:
             assert ws.fully_observed == (case == "full")
             H, info = update_H_by_blocks(ws, W, LAM, "squared", label_block=5)
+            objectives.append(LEML(lam=LAM, loss="logistic").objective(data, W, H, backend=ws))
         assert H.dtype == np.float64 and info == {"newton_iter": 0}
         results.append(H)
     # 1 and 2 workers, blocks from the partition or scattered: the same bits
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_array_equal(results[1], results[2])
+    assert objectives[0] == objectives[1] == objectives[2]
+    whole = LEML(lam=LAM, loss="logistic").objective(data, W, results[1])
+    assert objectives[1] == pytest.approx(whole, rel=1e-12)
     # the whole-data H-step and the same blocks in one process: equal to rounding
     assert np.abs(results[1] - H_whole).max() <= 1e-10 * np.abs(H_whole).max()
     assert np.abs(results[1] - H_local).max() <= 1e-12 * np.abs(H_local).max()

@@ -119,3 +119,32 @@ def test_only_the_squared_loss_runs_on_blocks():
                                               backend=LocalBlocks(split_rows(data, 2)))
     with pytest.raises(ValueError, match=r"W has shape \(3, 4\)"):
         update_H_by_blocks(LocalBlocks(split_rows(data, 2)), np.ones((3, K)), LAM, "squared")
+
+
+# -- the objective over row blocks -----------------------------------------------------------
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+@pytest.mark.parametrize("loss", ["squared", "logistic", "sqhinge"])
+@pytest.mark.parametrize("n_blocks", [1, 4])
+def test_objective_over_blocks_equals_the_whole_data_objective(case, loss, n_blocks):
+    data = _problem(case, fit_intercept=True)
+    W = _W(data)
+    H = np.random.default_rng(1).standard_normal((L, K))
+    model = LEML(lam=LAM, loss=loss)
+    whole = model.objective(data, W, H)
+    blocks = model.objective(data, W, H, backend=LocalBlocks(split_rows(data, n_blocks)))
+    assert isinstance(blocks, float)
+    assert blocks == pytest.approx(whole, rel=1e-12)
+    # against the definition, in float64 from dense copies: squared loss on 0/1 targets
+    if loss == "squared":
+        Z = data.X.toarray() @ W @ H.T
+        if data.fully_observed:
+            Y, observed = data.Y.toarray(), np.ones(Z.shape, dtype=bool)
+        elif data.entries.dense:
+            Y, observed = data.entries.y, data.entries.mask.astype(bool)
+        else:
+            ent = data.entries
+            Y = sp.csr_matrix((ent.y, ent.cols, ent.indptr), shape=ent.shape).toarray()
+            observed = sp.csr_matrix((np.ones(ent.size), ent.cols, ent.indptr),
+                                     shape=ent.shape).toarray().astype(bool)
+        naive = ((Y - Z)[observed] ** 2).sum() + 0.5 * LAM * ((W**2).sum() + (H**2).sum())
+        assert blocks == pytest.approx(naive, rel=1e-10)
