@@ -1,0 +1,99 @@
+"""LEML's squared-loss H-step from row-block sums against the whole-data H-step (issue 18).
+
+``python -m bench.leml_blocks [--data DIR] [--repeats 3]``: on the Bibtex training set (rows
+unit-norm, intercept, k = 100, lambda = 1), fully observed and 20% observed, the H-step at a
+seeded random W by :func:`algorithms.leml.update_H` (the whole data), by
+:func:`algorithms.leml.update_H_by_blocks` over 4 row blocks in this process
+(:class:`algorithms.leml.LocalBlocks`; the split is not timed), and, in float32, on a Dask
+LocalCluster of single-threaded worker processes with 1 and then 2 workers
+(:class:`tasks.leml_dask.DaskWStep`, blocks scattered once, not timed).  Best of
+``--repeats``, one BLAS thread everywhere; prints the seconds, the largest difference to
+``update_H`` relative to ``max|H|``, and whether 1 and 2 workers gave the same bits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.preprocessing import normalize
+from threadpoolctl import threadpool_limits
+
+from algorithms.leml import LEML, LocalBlocks, split_rows, update_H_by_blocks
+from tasks.readers.xmc import read_xmc
+
+RANK, LAM, BLOCKS = 100, 1.0, 4
+
+
+def _best(fn, repeats: int):
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def _rel(H, H_whole) -> float:
+    return float(np.abs(H.astype(np.float64) - H_whole).max() / np.abs(H_whole).max())
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="data/xmc/bibtex", help="folder of the Bibtex files")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    X, Y = read_xmc(Path(args.data) / "bibtex_xmlrepo_train.txt.gz")
+    X = normalize(X)
+    rng = np.random.default_rng(0)
+    problems = []
+    for observed in (1.0, 0.2):
+        mask = None if observed == 1 else sp.csr_matrix(rng.random(Y.shape) < observed)
+        for dtype in ("float32", "float64"):
+            model = LEML(rank=RANK, lam=LAM, dtype=dtype, fit_intercept=True)
+            data = model.prepare(X, Y, mask)
+            W = (0.01 * rng.standard_normal((data.n_features, RANK))).astype(dtype)
+            problems.append((observed, dtype, model, data, W))
+
+    with threadpool_limits(1):
+        wholes = {}
+        for observed, dtype, model, data, W in problems:
+            blocks = LocalBlocks(split_rows(data, BLOCKS))
+            t_whole, (H_whole, _) = _best(
+                lambda m=model, d=data, W=W: m.h_step(d, W, None), args.repeats)
+            t_blocks, (H, _) = _best(
+                lambda b=blocks, W=W: update_H_by_blocks(b, W, LAM, "squared"), args.repeats)
+            wholes[observed, dtype] = H_whole
+            print(f"observed {observed:.0%}, {dtype}: update_H {t_whole:.3f} s, "
+                  f"{BLOCKS} row blocks in one process {t_blocks:.3f} s, max rel. diff "
+                  f"{_rel(H, H_whole):.1e}", flush=True)
+
+    from distributed import Client, LocalCluster
+
+    from tasks.leml_dask import DaskWStep
+
+    pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      env=pins) as cluster, Client(cluster) as client, threadpool_limits(1):
+        client.wait_for_workers(2)
+        workers = sorted(client.scheduler_info()["workers"])
+        for observed, dtype, _model, data, W in problems:
+            if dtype != "float32":
+                continue
+            out = {}
+            for chosen in (workers[:1], workers):
+                with DaskWStep(client, data, blocks=BLOCKS, workers=chosen) as ws:
+                    out[len(chosen)] = _best(
+                        lambda ws=ws, W=W: update_H_by_blocks(ws, W, LAM, "squared")[0],
+                        args.repeats)
+            same = np.array_equal(out[1][1], out[2][1])
+            print(f"observed {observed:.0%}, {dtype}: Dask 1 worker {out[1][0]:.3f} s, "
+                  f"2 workers {out[2][0]:.3f} s, 1 = 2 workers bit for bit: {same}, max rel. "
+                  f"diff {_rel(out[2][1], wholes[observed, dtype]):.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
