@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     ru.add_argument("run_id", nargs="?", help="show this run in detail")
     ru.add_argument("--flow", help="only the runs of this flow")
 
+    cl = sub.add_parser("claims", help="check the paper's claims on a relations experiment")
+    cl.add_argument("run_id", help="the id of an experiment over the relations flow")
+
     b = sub.add_parser("bench", help="run a benchmark and print its table")
     b.add_argument("name", help="leml, relations or strip")
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark")
@@ -227,6 +230,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return cmd_runs(args)
     if args.command == "bench":
         return cmd_bench(args)
+    if args.command == "claims":
+        return cmd_claims(args)
     if args.command in ("deploy", "serve", "ui"):
         from flows import deploy
 
@@ -586,6 +591,23 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"kept {report.kept_for_live_runs} entries in use by {len(report.live_runs)} "
               f"running run(s): {', '.join(report.live_runs)}")
     return EXIT_OK
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    """Chen et al.'s claims (a) to (d) on an experiment's table: see :mod:`flows.claims`."""
+    from flows.claims import claims, claims_markdown, read_experiment
+    from flows.config import SAFE_NAME
+    from flows.runtime import default_runs_root
+    from tasks.errors import InputError
+
+    if not re.fullmatch(SAFE_NAME, args.run_id):
+        raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
+    runs = default_runs_root()
+    table, words, config = read_experiment(runs / args.run_id, runs)
+    group = config["table"]["rows"][0]
+    method = config.get("base_config", {}).get("ranking", "entropy")
+    print(claims_markdown(*claims(table, words, group, method), group), end="")
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

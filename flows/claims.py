@@ -1,0 +1,155 @@
+"""The paper's claims checked on a relation-discovery experiment: ``scarce claims RUN_ID``.
+
+Chen, Ji, Tan and Niu (2005) make four claims a reader can check on any labelled corpus
+without giving the method the answer:
+
+(a) entropy-based feature selection beats Hasegawa et al. (2004) run at the true k;
+(b) it beats RLBaseline, the same resampling search over every word (at its own chosen k);
+(c) the chosen k is within 3 of the true number of types;
+(d) the chosen k is stable: the same on 4 of 5 seeds.
+
+An experiment over ``relations`` (``configs/experiments/relations-corpora.yaml``,
+``relations-windows.yaml``) holds everything needed: its ``table.parquet`` has every metric of
+every child run (accuracy, ARI and V of the method and the baselines, the chosen and the true
+k), and each child's ``outputs/model/model.json`` the words the search kept out of the
+vocabulary.  The groups are the experiment table's rows (the corpus, the window); the other
+axes (the seeds) are the repetitions.
+
+A comparison *holds* when the mean accuracy over the repetitions is ahead by more than the
+larger of the two standard deviations (the seed-to-seed spread), *fails* when it is behind by
+more than that, and is *level* otherwise; (c) and (d) hold on at least 4 of 5 repetitions
+(:data:`SHARE`).  Where (b) is not met, the count of repetitions whose search kept every word
+says whether the subset search ever left the baseline's feature set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tasks.errors import InputError
+
+__all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment"]
+
+#: Share of the repetitions on which (c) and (d) must hold: the paper's "4 of 5 seeds".
+SHARE = 0.8
+#: How far the chosen k may be from the true k for (c).
+K_TOLERANCE = 3
+BASELINES = {"a": "hasegawa-true-k", "b": "rl-baseline"}
+METRICS = ("accuracy", "ari", "v_measure")
+
+
+def read_experiment(run_dir: Path, runs_root: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The experiment's long table, the words each child kept, and its config.
+
+    The words frame has the table's axes, ``n_features`` (words kept) and ``vocabulary_size``,
+    one row per child, read from the child's ``outputs/model/model.json``.
+    """
+    manifest_path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise InputError("no such run (see `scarce runs`)", path=run_dir) from None
+    config = manifest.get("config") or {}
+    if manifest.get("flow") != "experiment" or config.get("flow") != "relations":
+        raise InputError("claims are Chen et al.'s: give the id of an experiment over the "
+                         f"relations flow (this run is {manifest.get('flow')!r} over "
+                         f"{config.get('flow')!r})", path=manifest_path)
+    table = pd.read_parquet(run_dir / "outputs" / "table.parquet")
+    children = json.loads((run_dir / "outputs" / "children.json").read_text())
+    rows = []
+    for child in children:
+        if child.get("run_id") is None:
+            continue
+        model = runs_root / child["run_id"] / "outputs" / "model" / "model.json"
+        try:
+            doc = json.loads(model.read_text())
+        except FileNotFoundError:
+            raise InputError("the child run's model is gone (its run folder was removed)",
+                             path=model) from None
+        rows.append({**child["point"], "n_features": int(doc["n_features"]),
+                     "vocabulary_size": int(doc["vocabulary_size"])})
+    return table, pd.DataFrame(rows), config
+
+
+def _verdict(diff: float, spread: float) -> str:
+    if diff > spread:
+        return "holds"
+    if diff < -spread:
+        return "fails"
+    return "level"
+
+
+def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "entropy"
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per group: the scores (mean and standard deviation over the repetitions) and the
+    verdicts on (a) to (d), with the figures behind each."""
+    ok = table[table["error"].isna()] if "error" in table else table
+    scores = (ok[ok["metric"].isin(METRICS)]
+              .groupby([group, "method", "metric"], sort=False)["value"]
+              .agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                   n="count")
+              .reset_index())
+    verdicts = []
+    for g, part in ok.groupby(group, sort=False):
+        acc = part[part["metric"] == "accuracy"].groupby("method")["value"]
+        mean, std = acc.mean(), acc.std(ddof=1).fillna(0.0)
+        mine = part[part["method"] == method]
+        k = mine[mine["metric"] == "k_chosen"]["value"].astype(int).tolist()
+        k_true = int(mine[mine["metric"] == "k_true"]["value"].iloc[0])
+        n = len(k)
+        kept = words[words[group] == g] if len(words) else words
+        every = int((kept["n_features"] == kept["vocabulary_size"]).sum()) if len(kept) else 0
+        for claim, other in BASELINES.items():
+            if other not in mean:
+                continue
+            diff, spread = mean[method] - mean[other], max(std[method], std[other])
+            verdicts.append({group: g, "claim": claim, "verdict": _verdict(diff, spread),
+                             "figure": f"{mean[method]:.3f} vs {mean[other]:.3f} "
+                                       f"(difference {diff:+.3f}, spread {spread:.3f})"})
+        near = sum(abs(x - k_true) <= K_TOLERANCE for x in k)
+        verdicts.append({group: g, "claim": "c",
+                         "verdict": "holds" if near >= SHARE * n else "fails",
+                         "figure": f"within {K_TOLERANCE} of {k_true} on {near} of {n} "
+                                   f"(chosen k {', '.join(map(str, k))})"})
+        mode, count = (pd.Series(k).value_counts().index[0],
+                       int(pd.Series(k).value_counts().iloc[0])) if n else (None, 0)
+        verdicts.append({group: g, "claim": "d",
+                         "verdict": "holds" if count >= SHARE * n else "fails",
+                         "figure": f"k = {mode} on {count} of {n}"})
+        if len(kept):
+            verdicts.append({group: g, "claim": "every word kept", "verdict": f"{every} of {n}",
+                             "figure": "words kept " + ", ".join(
+                                 f"{a:,}/{b:,}" for a, b in zip(kept["n_features"],
+                                                               kept["vocabulary_size"],
+                                                               strict=True))})
+    return scores, pd.DataFrame(verdicts)
+
+
+CLAIMS_TEXT = {"a": "(a) entropy selection beats Hasegawa et al. (true k)",
+               "b": "(b) entropy selection beats RLBaseline",
+               "c": f"(c) the chosen k is within {K_TOLERANCE} of the truth",
+               "d": "(d) the same k on 4 of 5 seeds",
+               "every word kept": "the subset search kept every word on"}
+
+
+def claims_markdown(scores: pd.DataFrame, verdicts: pd.DataFrame, group: str) -> str:
+    """Scores as a table (mean ± standard deviation), then the verdicts of each group."""
+    wide = scores.assign(cell=[f"{m:.3f} ± {s:.3f}" for m, s in
+                               zip(scores["mean"], scores["std"], strict=True)])
+    wide = wide.pivot(index=[group, "method"], columns="metric", values="cell")
+    order = pd.MultiIndex.from_frame(scores[[group, "method"]].drop_duplicates())
+    wide = wide.reindex(index=order, columns=[m for m in METRICS if m in wide.columns])
+    wide = wide.reset_index()
+    names = {"accuracy": "accuracy", "ari": "ARI", "v_measure": "V"}
+    head = [group, "method", *(names[m] for m in METRICS if m in wide.columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in wide.itertuples(False)]
+    for g, part in verdicts.groupby(group, sort=False):
+        lines += ["", f"{group} {g}:"]
+        lines += [f"- {CLAIMS_TEXT[r.claim]}: **{r.verdict}**, {r.figure}"
+                  for r in part.itertuples()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,124 @@
+"""``scarce claims``: Chen et al.'s claims (a) to (d) on a relations experiment, checked against
+verdicts worked out by hand on a small table."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from flows.claims import claims, claims_markdown, read_experiment
+from flows.cli import main
+
+
+def _table() -> pd.DataFrame:
+    """Two corpora x five seeds, in the experiment's long form."""
+    acc = {  # corpus -> method -> accuracy per seed
+        "easy": {"entropy": [0.50, 0.52, 0.48, 0.50, 0.50],   # mean 0.50, sd 0.0141
+                 "hasegawa-true-k": [0.20] * 5,
+                 "rl-baseline": [0.49, 0.51, 0.47, 0.53, 0.50],  # mean 0.50: level
+                 "kmeans-true-k": [0.55] * 5},
+        "hard": {"entropy": [0.30, 0.31, 0.29, 0.30, 0.30],   # mean 0.30, sd 0.0071
+                 "hasegawa-true-k": [0.31, 0.29, 0.30, 0.31, 0.29],  # mean 0.30: level
+                 "rl-baseline": [0.40, 0.41, 0.39, 0.40, 0.40],  # ahead by 0.10: (b) fails
+                 "kmeans-true-k": [0.35] * 5},
+    }
+    k_chosen = {"easy": [9, 9, 9, 9, 13], "hard": [2, 3, 4, 5, 6]}
+    k_true = {"easy": 9, "hard": 16}
+    rows = []
+    for corpus, methods in acc.items():
+        for seed in range(5):
+            for method, values in methods.items():
+                rows.append((corpus, seed, method, "accuracy", values[seed]))
+                rows.append((corpus, seed, method, "ari", values[seed] / 2))
+            rows.append((corpus, seed, "entropy", "k_chosen", k_chosen[corpus][seed]))
+            rows.append((corpus, seed, "entropy", "k_true", k_true[corpus]))
+    frame = pd.DataFrame(rows, columns=["corpus", "seed", "method", "metric", "value"])
+    frame.insert(2, "error", None)
+    return frame
+
+
+def _words() -> pd.DataFrame:
+    return pd.DataFrame({"corpus": ["easy"] * 5 + ["hard"] * 5, "seed": list(range(5)) * 2,
+                         "n_features": [40, 100, 100, 60, 100, 300] + [300] * 4,
+                         "vocabulary_size": [100] * 5 + [300] * 5})
+
+
+def test_verdicts_equal_the_hand_worked_ones():
+    scores, verdicts = claims(_table(), _words(), "corpus")
+    got = {(r.corpus, r.claim): r.verdict for r in verdicts.itertuples()}
+    assert got == {
+        ("easy", "a"): "holds",   # +0.30, spread 0.014
+        ("easy", "b"): "level",   # 0.50 vs 0.50
+        ("easy", "c"): "holds",   # 13 is 4 from 9: 4 of 5 within 3
+        ("easy", "d"): "holds",   # k = 9 on 4 of 5
+        ("easy", "every word kept"): "3 of 5",
+        ("hard", "a"): "level",   # +0.000 within the spread
+        ("hard", "b"): "fails",   # -0.10, spread 0.0071
+        ("hard", "c"): "fails",   # 13 <= |k - 16| for 2..6
+        ("hard", "d"): "fails",   # five different k
+        ("hard", "every word kept"): "5 of 5",
+    }
+    easy = scores[(scores["corpus"] == "easy") & (scores["method"] == "entropy")]
+    acc = easy[easy["metric"] == "accuracy"].iloc[0]
+    assert acc["mean"] == pytest.approx(0.50)
+    assert acc["std"] == pytest.approx(pd.Series([0.50, 0.52, 0.48, 0.50, 0.50]).std())
+    assert acc["n"] == 5
+    figure = verdicts[(verdicts["corpus"] == "easy") & (verdicts["claim"] == "c")]["figure"]
+    assert figure.iloc[0] == "within 3 of 9 on 4 of 5 (chosen k 9, 9, 9, 9, 13)"
+
+
+def test_a_failed_point_is_left_out_of_the_means():
+    table = _table()
+    bad = (table["corpus"] == "easy") & (table["seed"] == 4)
+    table.loc[bad, "error"] = "k_high: too large"
+    table.loc[bad & (table["metric"] == "accuracy"), "value"] = float("nan")
+    scores, verdicts = claims(table, _words()[lambda w: ~((w.corpus == "easy") & (w.seed == 4))],
+                              "corpus")
+    easy = scores[(scores["corpus"] == "easy") & (scores["metric"] == "accuracy")]
+    assert set(easy["n"]) == {4}
+    assert verdicts.set_index(["corpus", "claim"]).loc[("easy", "d"), "figure"] == "k = 9 on 4 of 4"
+
+
+def _experiment_folder(runs, flow: str = "relations"):
+    table, words = _table(), _words()
+    run = runs / "experiment-toy-1"
+    (run / "outputs").mkdir(parents=True)
+    config = {"flow": flow, "table": {"rows": ["corpus"], "columns": ["method"]},
+              "base_config": {"ranking": "entropy"}}
+    (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "config": config}))
+    table.to_parquet(run / "outputs" / "table.parquet")
+    children = []
+    for i, w in enumerate(words.itertuples()):
+        child = f"relations-{i}"
+        (runs / child / "outputs" / "model").mkdir(parents=True)
+        (runs / child / "outputs" / "model" / "model.json").write_text(json.dumps(
+            {"n_features": w.n_features, "vocabulary_size": w.vocabulary_size}))
+        children.append({"point": {"corpus": w.corpus, "seed": w.seed}, "run_id": child,
+                         "error": None})
+    (run / "outputs" / "children.json").write_text(json.dumps(children))
+    return run
+
+
+def test_words_kept_are_read_from_each_childs_model(tmp_path):
+    run = _experiment_folder(tmp_path)
+    table, words, config = read_experiment(run, tmp_path)
+    assert words.sort_values(["corpus", "seed"]).reset_index(drop=True).equals(
+        _words().sort_values(["corpus", "seed"]).reset_index(drop=True))
+    text = claims_markdown(*claims(table, words, "corpus"), "corpus")
+    assert "| easy | entropy | 0.500 ± 0.014 | 0.250 ± 0.007 |" in text
+    assert "the subset search kept every word on: **3 of 5**, words kept 40/100, 100/100" in text
+
+
+def test_the_command_prints_the_claims_and_refuses_other_flows(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SCARCE_RUNS", str(tmp_path))
+    _experiment_folder(tmp_path)
+    assert main(["claims", "experiment-toy-1"]) == 0
+    out = capsys.readouterr().out
+    assert "(b) entropy selection beats RLBaseline: **fails**, 0.300 vs 0.400" in out
+    other = tmp_path / "other"
+    _experiment_folder(other, flow="leml")
+    monkeypatch.setenv("SCARCE_RUNS", str(other))
+    assert main(["claims", "experiment-toy-1"]) == 2
+    assert "experiment over the relations flow" in capsys.readouterr().err
