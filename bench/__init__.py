@@ -8,6 +8,7 @@ peer measured in the same run, since these machines are shared and noisy.
 
 BENCHMARKS = {
     "leml": "bench.leml",
+    "leml-blocks": "bench.leml_blocks",
     "relations": "bench.relations",
     "strip": "bench.strip",
     "overhead": "bench.overhead",

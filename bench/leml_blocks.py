@@ -1,14 +1,15 @@
 """LEML's squared-loss H-step from row-block sums against the whole-data H-step (issue 18).
 
-``python -m bench.leml_blocks [--data DIR] [--repeats 3]``: on the Bibtex training set (rows
+``scarce bench leml-blocks [--data DIR] [--repeats 3]``: on the Bibtex training set (rows
 unit-norm, intercept, k = 100, lambda = 1), fully observed and 20% observed, the H-step at a
 seeded random W by :func:`algorithms.leml.update_H` (the whole data), by
 :func:`algorithms.leml.update_H_by_blocks` over 4 row blocks in this process
 (:class:`algorithms.leml.LocalBlocks`; the split is not timed), and, in float32, on a Dask
 LocalCluster of single-threaded worker processes with 1 and then 2 workers
 (:class:`tasks.leml_dask.DaskWStep`, blocks scattered once, not timed).  Best of
-``--repeats``, one BLAS thread everywhere; prints the seconds, the largest difference to
-``update_H`` relative to ``max|H|``, and whether 1 and 2 workers gave the same bits.
+``--repeats``, one BLAS thread everywhere; one row per problem and way: the seconds, the ratio
+to ``update_H`` measured in the same run, the largest difference to ``update_H`` relative to
+``max|H|``, and whether 1 and 2 workers gave the same bits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
@@ -41,12 +43,23 @@ def _rel(H, H_whole) -> float:
     return float(np.abs(H.astype(np.float64) - H_whole).max() / np.abs(H_whole).max())
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="data/xmc/bibtex", help="folder of the Bibtex files")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
-    X, Y = read_xmc(Path(args.data) / "bibtex_xmlrepo_train.txt.gz")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder of the Bibtex files (default: data/xmc/bibtex)")
+    parser.add_argument("--repeats", type=int, default=3, help="best of this many (default 3)")
+
+
+def _row(observed, dtype, way, seconds, whole_seconds, diff, same=None) -> dict:
+    return {"observed": f"{observed:.0%}", "dtype": dtype, "way": way, "seconds": seconds,
+            "ratio_to_update_H": seconds / whole_seconds, "max_rel_diff": diff,
+            "same_bits_1_2_workers": same}
+
+
+def run(args: argparse.Namespace) -> pd.DataFrame:
+    from flows.runtime import project_root
+
+    data_dir = args.data or project_root() / "data" / "xmc" / "bibtex"
+    X, Y = read_xmc(Path(data_dir) / "bibtex_xmlrepo_train.txt.gz")
     X = normalize(X)
     rng = np.random.default_rng(0)
     problems = []
@@ -58,18 +71,18 @@ def main(argv=None) -> None:
             W = (0.01 * rng.standard_normal((data.n_features, RANK))).astype(dtype)
             problems.append((observed, dtype, model, data, W))
 
+    rows, wholes = [], {}
     with threadpool_limits(1):
-        wholes = {}
         for observed, dtype, model, data, W in problems:
             blocks = LocalBlocks(split_rows(data, BLOCKS))
             t_whole, (H_whole, _) = _best(
                 lambda m=model, d=data, W=W: m.h_step(d, W, None), args.repeats)
             t_blocks, (H, _) = _best(
                 lambda b=blocks, W=W: update_H_by_blocks(b, W, LAM, "squared"), args.repeats)
-            wholes[observed, dtype] = H_whole
-            print(f"observed {observed:.0%}, {dtype}: update_H {t_whole:.3f} s, "
-                  f"{BLOCKS} row blocks in one process {t_blocks:.3f} s, max rel. diff "
-                  f"{_rel(H, H_whole):.1e}", flush=True)
+            wholes[observed, dtype] = (H_whole, t_whole)
+            rows.append(_row(observed, dtype, "update_H (whole data)", t_whole, t_whole, 0.0))
+            rows.append(_row(observed, dtype, f"{BLOCKS} row blocks, one process", t_blocks,
+                             t_whole, _rel(H, H_whole)))
 
     from distributed import Client, LocalCluster
 
@@ -89,11 +102,9 @@ def main(argv=None) -> None:
                     out[len(chosen)] = _best(
                         lambda ws=ws, W=W: update_H_by_blocks(ws, W, LAM, "squared")[0],
                         args.repeats)
-            same = np.array_equal(out[1][1], out[2][1])
-            print(f"observed {observed:.0%}, {dtype}: Dask 1 worker {out[1][0]:.3f} s, "
-                  f"2 workers {out[2][0]:.3f} s, 1 = 2 workers bit for bit: {same}, max rel. "
-                  f"diff {_rel(out[2][1], wholes[observed, dtype]):.1e}", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+            same = bool(np.array_equal(out[1][1], out[2][1]))
+            H_whole, t_whole = wholes[observed, dtype]
+            for n in (1, 2):
+                rows.append(_row(observed, dtype, f"Dask, {n} worker{'s' * (n > 1)}",
+                                 out[n][0], t_whole, _rel(out[n][1], H_whole), same))
+    return pd.DataFrame(rows)
