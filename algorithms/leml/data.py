@@ -445,15 +445,20 @@ def prepare_data(X, Y, mask=None, *, fit_intercept: bool, dtype,
     ValueError
         On mismatched shapes, labels other than 0/1, or an unsupported dtype.
     """
+    dtype, X, Xt = _features(X, fit_intercept, dtype)
+    Y_full, ent, n_labels = check_labels(Y, mask, X.shape[0], dtype, entries)
+    return LEMLData(X, Xt, n_labels, Y=Y_full, entries=ent, fit_intercept=fit_intercept)
+
+
+def _features(X, fit_intercept: bool, dtype):
+    """The working dtype, the checked ``X`` (with the constant feature) and its transpose."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     X = check_X(X, dtype)
     if fit_intercept:
         X = add_constant_column(X)
-    Xt = X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T)
-    Y_full, ent, n_labels = check_labels(Y, mask, X.shape[0], dtype, entries)
-    return LEMLData(X, Xt, n_labels, Y=Y_full, entries=ent, fit_intercept=fit_intercept)
+    return dtype, X, (X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T))
 
 
 def labels_layout(data: LEMLData) -> dict:
@@ -500,16 +505,10 @@ def prepare_rows(X, Y, mask=None, *, fit_intercept: bool, dtype, layout: dict) -
     ValueError
         When the rows have missing labels but the layout says every label is observed.
     """
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     labels = layout["labels"]
     if labels not in ("full", "dense", "sparse"):
         raise ValueError(f"layout labels must be 'full', 'dense' or 'sparse', got {labels!r}")
-    X = check_X(X, dtype)
-    if fit_intercept:
-        X = add_constant_column(X)
-    Xt = X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T)
+    dtype, X, Xt = _features(X, fit_intercept, dtype)
     if labels == "full":
         Y_full, ent, n_labels = check_labels(Y, mask, X.shape[0], dtype)
         if Y_full is None:

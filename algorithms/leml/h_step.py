@@ -45,6 +45,14 @@ __all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_by_blocks"]
 H_SOLVERS = ("direct", "cg", "bound")
 
 
+def _checked_W(W, n_features: int, dtype) -> np.ndarray:
+    """``W`` as a C-contiguous (n_features, k) array of ``dtype``."""
+    W = np.asarray(W)
+    if W.ndim != 2 or W.shape[0] != n_features:
+        raise ValueError(f"W has shape {W.shape}, expected ({n_features}, k)")
+    return np.ascontiguousarray(W, dtype=dtype)
+
+
 def _solve_grams(G_tri, lam, R, iu, ju):
     """Solve ``(G_j + lam I) h_j = r_j`` for every label, batched over label blocks."""
     n_labels, k = R.shape
@@ -185,10 +193,7 @@ def update_H(data: LEMLData, W, lam: float, loss, *, H0=None, newton_max_iter: i
     if h_solver not in H_SOLVERS:
         raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {h_solver!r}")
     dtype = data.dtype
-    W = np.asarray(W)
-    if W.ndim != 2 or W.shape[0] != data.n_features:
-        raise ValueError(f"W has shape {W.shape}, expected ({data.n_features}, k)")
-    W = np.ascontiguousarray(W, dtype=dtype)
+    W = _checked_W(W, data.n_features, dtype)
     k = W.shape[1]
     A = data.X @ W
     A = np.ascontiguousarray(A.toarray() if sp.issparse(A) else A)
@@ -359,10 +364,7 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
     if lam <= 0:
         raise ValueError(f"lam must be positive, got {lam}")
     dtype = backend.dtype
-    W = np.asarray(W)
-    if W.ndim != 2 or W.shape[0] != backend.n_features:
-        raise ValueError(f"W has shape {W.shape}, expected ({backend.n_features}, k)")
-    W = np.ascontiguousarray(W, dtype=dtype)
+    W = _checked_W(W, backend.n_features, dtype)
     k, n_labels = W.shape[1], backend.n_labels
     A = backend.each(block_embedding, W)
     R = 2 * backend.sum(backend.each(block_label_products, per_block=A))

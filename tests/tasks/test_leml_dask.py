@@ -297,10 +297,10 @@ def test_partition_blocks_keep_the_whole_datas_label_layout(tmp_path):
             _assert_same_block(source.block(b), expected)
 
 
-def test_a_block_reads_only_its_own_files(tmp_path, monkeypatch):
+def _record_reads(monkeypatch) -> list[str]:
+    """The paths ``tasks.store.read_parquet_entry`` is called with, from now on."""
     import tasks.store
 
-    source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
     read: list[str] = []
     real = tasks.store.read_parquet_entry
 
@@ -309,6 +309,12 @@ def test_a_block_reads_only_its_own_files(tmp_path, monkeypatch):
         return real(path)
 
     monkeypatch.setattr(tasks.store, "read_parquet_entry", recording)
+    return read
+
+
+def test_a_block_reads_only_its_own_files(tmp_path, monkeypatch):
+    source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
+    read = _record_reads(monkeypatch)
     for b in range(3):
         read.clear()
         source.block(b)
@@ -375,17 +381,8 @@ def test_block_tasks_on_a_cluster_read_only_their_own_files(tmp_path, monkeypatc
     partition file is read once, by its block's task, and the whole X, Y and mask never."""
     from distributed import Client, LocalCluster
 
-    import tasks.store
-
     source, data = _stored(tmp_path, "masked-dense", blocks=3)
-    read: list[str] = []
-    real = tasks.store.read_parquet_entry
-
-    def recording(path):
-        read.append(str(path))
-        return real(path)
-
-    monkeypatch.setattr(tasks.store, "read_parquet_entry", recording)
+    read = _record_reads(monkeypatch)
     W0, H = _start(data)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as c:
