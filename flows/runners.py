@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("scarce.run")
@@ -92,11 +93,14 @@ def prefect_api() -> Iterator[str | None]:
     server for the whole command (every flow of ``scarce run all`` reports to it), stopped when
     the command ends and, on Linux, killed by the kernel if the command is killed (a SIGTERM
     or an abort used to leave a 220 MB server listening, its parent gone)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     if PREFECT_API_URL.value():
         yield PREFECT_API_URL.value()
         return
+    # Prefect creates PREFECT_HOME but not its parents; the server's SQLite database then
+    # cannot be opened and the command only reports a start-up timeout.
+    Path(PREFECT_HOME.value()).expanduser().mkdir(parents=True, exist_ok=True)
     server = _start_owned_server()
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):

@@ -47,7 +47,8 @@ def _wait(predicate, seconds: float, what: str) -> None:
 def test_the_temporary_server_ends_with_the_command(tmp_path, how):
     project = digits_project(tmp_path / "project", n_samples=300, k=8)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
-    env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "home"),
+    # a PREFECT_HOME whose parent does not exist yet either: the command creates both
+    env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "new" / "home"),
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
     log = tmp_path / "run.log"
     code = ("import sys, tests.flows.sample_flow; from flows.cli import main; "
