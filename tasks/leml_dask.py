@@ -87,7 +87,8 @@ from algorithms.leml.h_step import sum_in_order
 from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
 
-__all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "worker_peak_memory"]
+__all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "check_worker_memory", "data_nbytes",
+           "prepared_nbytes", "worker_peak_memory"]
 
 #: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
 #: bit) does not depend on the number of workers.  Each block costs one task per
@@ -154,6 +155,29 @@ class PartitionedData:
     def bounds(self) -> list[tuple[int, int]]:
         """Row range of each block."""
         return row_block_bounds(self.n_samples, len(self.blocks))
+
+    def block_nbytes(self) -> list[int]:
+        """The bytes each row block takes once a worker has prepared it (:meth:`block`),
+        estimated from the footers of its files (the number of stored entries), without
+        reading the data: :func:`prepared_nbytes`."""
+        import pyarrow.parquet as pq
+
+        def entries(path):
+            if path is None:
+                return 0
+            meta = pq.read_metadata(path)
+            kind = (meta.metadata or {}).get(b"scarce.kind", b"").decode()
+            if kind == "sparse":
+                return meta.num_rows
+            shape = json.loads((meta.metadata or {}).get(b"scarce.shape", b"[0, 0]"))
+            return int(np.prod(shape))
+
+        return [prepared_nbytes(stop - start, self.n_features, self.n_labels,
+                                nnz_x=entries(files["X"]), nnz_y=entries(files["Y"]),
+                                nnz_mask=entries(files["mask"]), labels=self.layout[0],
+                                index_dtype=self.layout[1], dtype=self.dtype,
+                                fit_intercept=self.fit_intercept)
+                for files, (start, stop) in zip(self.blocks, self.bounds, strict=True)]
 
     def block(self, b: int) -> LEMLData:
         """Row block ``b``, read from its own files only and prepared as
@@ -249,6 +273,79 @@ def _call(fn, pin_blas: bool, *args):
     args = [_align(a) for a in args]
     with threadpool_limits(1) if pin_blas else nullcontext():
         return fn(*args)
+
+
+def prepared_nbytes(n_rows: int, n_features: int, n_labels: int, *, nnz_x: int, nnz_y: int,
+                    nnz_mask: int, labels: str, index_dtype: str | None, dtype,
+                    fit_intercept: bool) -> int:
+    """Bytes of a prepared row block (:func:`~algorithms.leml.data.prepare_rows`) from its
+    shape and stored entries.
+
+    ``n_features`` counts the constant feature of an intercept and ``nnz_x`` the stored
+    entries of ``X`` without it.  ``X`` and its transpose are each CSR (values and int32
+    column indices per entry, a row pointer); fully observed labels a CSR ``Y``; observed
+    entries kept sparse (``labels="sparse"``) hold per entry the column, the row, the value,
+    the transposed order (int64) and the transposed row index; dense ones an ``n x L``
+    array of values and one of the mask.
+    """
+    item, idx = np.dtype(dtype).itemsize, 4
+    nnz_x += n_rows if fit_intercept else 0
+    size = 2 * nnz_x * (item + idx) + (n_rows + n_features + 2) * idx
+    if labels == "full":
+        size += nnz_y * (item + idx) + (n_rows + 1) * idx
+    elif labels == "dense":
+        size += 2 * n_rows * n_labels * item
+    else:
+        i = np.dtype(index_dtype or "int32").itemsize
+        size += nnz_mask * (3 * i + item + 8) + (n_rows + n_labels + 2) * i
+    return int(size)
+
+
+def data_nbytes(data: LEMLData) -> int:
+    """The bytes of every array a prepared :class:`LEMLData` holds (its X, X transposed, Y
+    and observed entries)."""
+    def arrays(value):
+        if value is None:
+            return
+        if sp.issparse(value):
+            yield from (value.data, value.indices, value.indptr)
+        elif isinstance(value, np.ndarray):
+            yield value
+        else:
+            for v in vars(value).values():
+                if isinstance(v, np.ndarray):
+                    yield v
+
+    return int(sum(a.nbytes for part in (data.X, data.Xt, data.Y, data.entries)
+                   for a in arrays(part)))
+
+
+def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
+                        blocks: int) -> None:
+    """Refuse, before anything is sent, row blocks that would not fit their workers.
+
+    Each worker holds the blocks placed on it (``block_workers``, sizes in ``sizes``); when
+    their bytes exceed :data:`~algorithms.memory.HEADROOM` of the worker's memory limit (the
+    ``--memory-limit`` of ``dask worker``, the ``memory_limit`` of a LocalCluster; none set:
+    no check), :class:`~algorithms.memory.MemoryBudgetError` says which option to change.
+    The step's k-sized working arrays come on top, hence the headroom.
+    """
+    from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
+
+    limits = {addr: info.get("memory_limit") or 0
+              for addr, info in client.scheduler_info(n_workers=-1)["workers"].items()}
+    held: dict[str, list[int]] = {}
+    for worker, size in zip(block_workers, sizes, strict=True):
+        held.setdefault(worker, []).append(size)
+    for worker, parts in held.items():
+        limit = limits.get(worker, 0)
+        if limit and sum(parts) > HEADROOM * limit:
+            raise MemoryBudgetError(
+                f"LEML on Dask: worker {worker} would hold {len(parts)} row block(s) of the "
+                f"training data, {format_bytes(sum(parts))}, over {HEADROOM:.0%} of its "
+                f"memory limit {format_bytes(limit)}: add workers (w_step.workers, or more "
+                f"`dask worker` processes) or raise their --memory-limit; w_step.blocks "
+                f"({blocks} over {len(limits)} workers now) spreads the blocks more evenly")
 
 
 def _partition_block(source: PartitionedData, b: int) -> LEMLData:
@@ -417,6 +514,9 @@ class DaskWStep:
         # Squared loss, fully observed: associate 2 H^T H as the whole-set product does.
         self.gram_left = data.n_features <= data.n_samples
         self.block_workers = [workers[b % len(workers)] for b in range(len(self.bounds))]
+        split = None if self.recoverable else split_rows(data, blocks)
+        sizes = data.block_nbytes() if split is None else [data_nbytes(b) for b in split]
+        check_worker_memory(client, self.block_workers, sizes, blocks=len(self.bounds))
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
         n = len(self.bounds)
@@ -430,8 +530,7 @@ class DaskWStep:
         else:
             self.block_futures = [
                 client.scatter(block, workers=[worker], hash=False)
-                for block, worker in zip(split_rows(data, blocks), self.block_workers,
-                                         strict=True)]
+                for block, worker in zip(split, self.block_workers, strict=True)]
 
     # -- task plumbing
     def _key(self, name: str, i: int | None = None, stage: str = "w") -> str:

@@ -36,3 +36,23 @@ def test_leml_factors_over_the_memory_limit_exit_2_naming_the_option(tmp_path, m
     assert "Traceback" not in text
     # the run did not finish: no manifest
     assert not list((tmp_path / "data" / "runs").glob("*/manifest.json"))
+
+
+def test_dask_workers_too_small_for_the_row_blocks_exit_2_naming_the_option(tmp_path,
+                                                                           monkeypatch):
+    """Workers whose memory limit cannot hold their row blocks of the training data: one
+    error line naming the options, before any block is sent, and no run folder."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None, memory_limit=64) as cluster:
+        code, text = _run(tmp_path, monkeypatch, 64, "w_step.runner=dask",
+                          f"w_step.address={cluster.scheduler_address}")
+        sent = cluster.scheduler.task_prefixes.get("leml-w-block")
+    lines = [line for line in text.splitlines() if line.startswith("error:")]
+    assert code == 2, text[-2000:]
+    assert len(lines) == 1, text[-2000:]
+    assert "LEML on Dask" in lines[0] and "w_step.workers" in lines[0], lines[0]
+    assert "--memory-limit" in lines[0] and "Traceback" not in text
+    assert sent is None  # no row block reached the cluster
+    assert not list((tmp_path / "data" / "runs").glob("*/manifest.json"))

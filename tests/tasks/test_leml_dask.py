@@ -29,6 +29,7 @@ from tasks.leml_dask import (  # noqa: E402
     N_BLOCKS,
     DaskWStep,
     PartitionedData,
+    data_nbytes,
     worker_peak_memory,
 )
 from tasks.steps import digest, step  # noqa: E402
@@ -519,3 +520,45 @@ def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
             _kill(c, ws.block_workers[0])
             with pytest.raises(Exception, match="cancel|lost|forgotten"):  # noqa: PT011
                 _w_step(data, W0, H, backend=ws, **kwargs)
+
+
+# -- the memory guard --------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+@pytest.mark.parametrize("dtype,fit_intercept", [(np.float64, False), (np.float32, True)])
+def test_block_sizes_from_the_footers_are_the_prepared_blocks_bytes(tmp_path, case, dtype,
+                                                                    fit_intercept):
+    """The estimate read from the partition files' footers, against the bytes of the arrays of
+    each block as a worker prepares it (within 1%: only the row pointers' dtypes may differ)."""
+    source, _ = _stored(tmp_path, case, dtype=dtype, fit_intercept=fit_intercept, blocks=3)
+    estimated = source.block_nbytes()
+    actual = [data_nbytes(source.block(b)) for b in range(3)]
+    assert estimated == pytest.approx(actual, rel=0.01)
+
+
+def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from algorithms.memory import MemoryBudgetError
+
+    source, data = _stored(tmp_path, "masked-sparse", blocks=3)
+    per_block = max(source.block_nbytes())
+    # Two workers whose limit is under the 2 blocks the first one gets (blocks 0 and 2).
+    limit = int(1.5 * per_block / 0.8)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None, memory_limit=limit) as cluster, \
+            Client(cluster) as client:
+        with pytest.raises(MemoryBudgetError) as exc:
+            DaskWStep(client, source, 3)
+        message = str(exc.value)
+        assert "2 row block(s)" in message and "w_step.workers" in message
+        assert "w_step.blocks (3 over 2 workers now)" in message
+        assert client.run_on_scheduler(
+            lambda dask_scheduler: len(dask_scheduler.tasks)) == 0  # nothing was sent
+        # The same data as 4 blocks puts 2 smaller blocks on each worker: it fits.
+        source4, _ = _stored(tmp_path / "four", "masked-sparse", blocks=4)
+        assert sum(sorted(source4.block_nbytes())[-2:]) < 0.8 * limit
+        with DaskWStep(client, source4, 4) as backend:
+            assert len(backend.block_futures) == 4
+        # Scattered blocks (data in memory) are checked alike.
+        with pytest.raises(MemoryBudgetError):
+            DaskWStep(client, data, 3)
