@@ -71,7 +71,12 @@ def test_the_temporary_server_ends_with_the_command(tmp_path, how):
             proc.send_signal(signal.SIGTERM)
             proc.send_signal(signal.SIGCONT)
             assert proc.wait(120) == 143, log.read_text()[-2000:]
-            assert log.read_text().rstrip().endswith("terminated")
+            # "terminated" is the command's last line; Prefect's own "Stopping temporary
+            # server" may follow it when the signal came while the server was still starting
+            # (seen with three test processes on 2 cores): the wait below checks it stopped.
+            lines = [line for line in log.read_text().splitlines()
+                     if line.strip() and "Stopping temporary server" not in line]
+            assert lines[-1].strip() == "terminated", log.read_text()[-2000:]
         else:
             proc.kill()
             proc.wait(60)
