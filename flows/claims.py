@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError
@@ -90,8 +89,8 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "
     ok = table[table["error"].isna()] if "error" in table else table
     scores = (ok[ok["metric"].isin(METRICS)]
               .groupby([group, "method", "metric"], sort=False)["value"]
-              .agg(mean="mean", std=lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-                   n="count")
+              .agg(mean="mean", std="std", n="count")
+              .fillna({"std": 0.0})  # one repetition: no spread
               .reset_index())
     verdicts = []
     for g, part in ok.groupby(group, sort=False):
@@ -115,8 +114,8 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "
                          "verdict": "holds" if near >= SHARE * n else "fails",
                          "figure": f"within {K_TOLERANCE} of {k_true} on {near} of {n} "
                                    f"(chosen k {', '.join(map(str, k))})"})
-        mode, count = (pd.Series(k).value_counts().index[0],
-                       int(pd.Series(k).value_counts().iloc[0])) if n else (None, 0)
+        counts = pd.Series(k).value_counts()
+        mode, count = (counts.index[0], int(counts.iloc[0])) if n else (None, 0)
         verdicts.append({group: g, "claim": "d",
                          "verdict": "holds" if count >= SHARE * n else "fails",
                          "figure": f"k = {mode} on {count} of {n}"})
