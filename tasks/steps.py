@@ -157,9 +157,17 @@ def imported_modules(module: str, root: Path = PROJECT_ROOT) -> set[str]:
     path = _module_file(module, root)
     if path is None:
         raise ValueError(f"no module {module!r} below {root}")
-    tree = ast.parse(path.read_bytes(), filename=str(path))
-    names = _imported_names(tree, module, path.name == "__init__.py")
+    names = _names_imported_by(module, path.name == "__init__.py", path.read_bytes(), str(path))
     return {n for n in names if n != module and _module_file(n, root) is not None}
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_imported_by(module: str, is_init: bool, source: bytes, filename: str) -> frozenset:
+    """The names the source imports, memoised on the source bytes themselves (so an edited
+    file is parsed again, never served from the memo): every step of a module computes the
+    same digest, and parsing is most of its cost."""
+    tree = ast.parse(source, filename=filename)
+    return frozenset(_imported_names(tree, module, is_init))
 
 
 def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
