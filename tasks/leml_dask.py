@@ -379,6 +379,12 @@ def _block_value(block: LEMLData, H, W, loss):
     return w_loss_value(block, H, W, loss)
 
 
+def _reduce_then(fn, n_parts: int, *parts_and_args):
+    """``fn(parts[0] + ... + parts[n-1], *args)``: the sum in block order, then ``fn``."""
+    parts, args = parts_and_args[:n_parts], parts_and_args[n_parts:]
+    return fn(_sum_in_order(parts), *args)
+
+
 def _first(pair):
     return pair[0]
 
@@ -581,6 +587,27 @@ class DaskWStep:
         """The per-block terms gathered here and added in block order: the same bits for any
         number of workers."""
         return _sum_in_order(self.client.gather(parts))
+
+    @property
+    def in_flight(self) -> int:
+        """Label blocks of the H-step built at once: one per worker holding blocks."""
+        return len(set(self.block_workers))
+
+    def reduce(self, fn, parts, *args):
+        """A future of ``fn(sum of parts, *args)``, added in block order and computed on a
+        worker (the H-step's label blocks: their Gram matrices never reach this process).
+        ``args`` go with the task (small: a label block's rows of ``L x k``), so the task can
+        be recomputed after a lost worker."""
+        return self.client.submit(_call, _reduce_then, self.pin_blas, fn, len(parts), *parts,
+                                  *args, key=self._key(fn.__name__.strip("_"), None, "h"),
+                                  pure=False)
+
+    def fetch(self, handle) -> np.ndarray:
+        """The value of a :meth:`reduce` future (released once here)."""
+        try:
+            return handle.result()
+        finally:
+            handle.release()
 
     # -- the backend of LEML.w_step
     def operators(self, H, loss):

@@ -17,10 +17,11 @@ The squared loss's H-step is also written as sums over row blocks
 observed it needs only ``sum_b A_b^T A_b`` (``k x k``) and ``sum_b Y_b^T A_b`` (``L x k``);
 with missing labels ``sum_b Y_b^T A_b`` over the observed entries and, one label block at a
 time, the per-label Gram matrices ``sum_b sum_{i in Omega_j, i in b} a_i a_i^T`` (so no
-process holds ``L x k x k`` at once), each label block solved before the next is built.  A
-*backend* (:class:`LocalBlocks` here, ``tasks.leml_dask.DaskWStep`` on a Dask cluster)
-computes the per-block terms where the blocks are and adds them in block order, so any
-number of workers gives the same bits.  The logistic and squared-hinge H-steps stay on
+process holds ``L x k x k`` at once), each label block added up and solved where it is
+added (on a worker, on a cluster), a few label blocks in flight at once.  A *backend*
+(:class:`LocalBlocks` here, ``tasks.leml_dask.DaskWStep`` on a Dask cluster) computes the
+per-block terms where the blocks are and adds them in block order, so any number of workers
+gives the same bits.  The logistic and squared-hinge H-steps stay on
 :func:`update_H` over the whole data: their Newton iterations and per-label line searches
 need per-label objective values and fresh Hessians at every trial point, a round of
 block sums per line-search step that is not written yet.
@@ -32,6 +33,8 @@ with Missing Labels", ICML 2014.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 import scipy.sparse as sp
@@ -285,6 +288,14 @@ def block_label_grams(block: LEMLData, A, l0: int, l1: int) -> np.ndarray:
     return block.entries.label_grams(A, iu, ju, int(l0), int(l1))
 
 
+def solve_label_block(G_half, lam: float, R) -> np.ndarray:
+    """``h_j`` of a label block from ``G_half`` (the block sums of :func:`block_label_grams`,
+    without the factor 2) and ``R`` (its rows of ``2 sum_b Y_b^T A_b``)."""
+    k = R.shape[1]
+    iu, ju = np.triu_indices(k)
+    return _solve_grams(2 * G_half, lam, R, iu, ju)
+
+
 def sum_in_order(parts) -> np.ndarray:
     """``parts[0] + parts[1] + ...`` left to right: the fixed reduction order."""
     total = np.array(parts[0], copy=True)
@@ -322,9 +333,20 @@ class LocalBlocks:
         return [fn(block, item, *shared)
                 for block, item in zip(self.blocks, per_block, strict=True)]
 
+    #: label blocks of the H-step in flight at once (one: each is solved when it is built)
+    in_flight = 1
+
     def sum(self, parts) -> np.ndarray:
         """The terms added in block order (:func:`sum_in_order`)."""
         return sum_in_order(parts)
+
+    def reduce(self, fn, parts, *args):
+        """``fn(sum of parts, *args)``: a handle for :meth:`fetch` (here the value itself)."""
+        return fn(sum_in_order(parts), *args)
+
+    def fetch(self, handle):
+        """The value of a :meth:`reduce` handle."""
+        return handle
 
 
 def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None = None):
@@ -340,9 +362,10 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
 
     Parameters
     ----------
-    backend : LocalBlocks or object with the same ``each`` / ``sum`` methods
-        The row blocks (``n_features``, ``n_labels``, ``dtype`` and ``fully_observed``
-        attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.DaskWStep`` on a cluster.
+    backend : LocalBlocks or object with the same ``each`` / ``sum`` / ``reduce`` / ``fetch``
+        The row blocks (``n_features``, ``n_labels``, ``dtype``, ``fully_observed`` and
+        ``in_flight`` attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.DaskWStep`` on a
+        cluster, where each label block's Gram matrices are added and solved on a worker.
     W : ndarray of shape (d', k)
     lam : float
     loss : "squared" or Loss
@@ -376,10 +399,17 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
         step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
         if step < 1:
             raise ValueError(f"label_block must be at least 1, got {label_block}")
-        iu, ju = np.triu_indices(k)
         H = np.empty((n_labels, k), dtype=R.dtype)
+        window = max(1, int(getattr(backend, "in_flight", 1)))
+        pending = deque()  # (l0, l1, handle): at most `window` label blocks built at once
         for l0 in range(0, n_labels, step):
             l1 = min(l0 + step, n_labels)
-            G = 2 * backend.sum(backend.each(block_label_grams, l0, l1, per_block=A))
-            H[l0:l1] = _solve_grams(G, lam, R[l0:l1], iu, ju)
+            parts = backend.each(block_label_grams, l0, l1, per_block=A)
+            pending.append((l0, l1, backend.reduce(solve_label_block, parts, lam, R[l0:l1])))
+            while len(pending) >= window:
+                b0, b1, handle = pending.popleft()
+                H[b0:b1] = backend.fetch(handle)
+        while pending:
+            b0, b1, handle = pending.popleft()
+            H[b0:b1] = backend.fetch(handle)
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": 0}

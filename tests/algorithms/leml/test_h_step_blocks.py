@@ -83,19 +83,33 @@ def test_estimator_h_step_takes_the_blocks_as_a_backend(case):
     assert _rel(H_blocks, H_whole) <= 1e-5
 
 
-def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once():
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once(in_flight):
     data = _problem("masked-sparse")
-    seen = []
+    seen, open_blocks, most_open = [], [0], [0]
 
     class Recording(LocalBlocks):
         def sum(self, parts):
-            seen.append(max(np.shape(p)[0] for p in parts) if np.ndim(parts[0]) == 2 else 0)
+            seen.append(max(np.shape(p)[0] for p in parts))
             return super().sum(parts)
 
-    H, _ = update_H_by_blocks(Recording(split_rows(data, 3)), _W(data), LAM, "squared",
-                              label_block=4)
-    # the right-hand sides (L x k), then ceil(13 / 4) = 4 label blocks of at most 4 labels
+        def reduce(self, fn, parts, *args):
+            seen.append(max(np.shape(p)[0] for p in parts))
+            open_blocks[0] += 1
+            most_open[0] = max(most_open[0], open_blocks[0])
+            return super().reduce(fn, parts, *args)
+
+        def fetch(self, handle):
+            open_blocks[0] -= 1
+            return super().fetch(handle)
+
+    backend = Recording(split_rows(data, 3))
+    backend.in_flight = in_flight
+    H, _ = update_H_by_blocks(backend, _W(data), LAM, "squared", label_block=4)
+    # the right-hand sides (L x k), then ceil(13 / 4) = 4 label blocks of at most 4 labels,
+    # at most `in_flight` of them built and not yet solved
     assert seen == [L, 4, 4, 4, 1]
+    assert most_open[0] == in_flight and open_blocks[0] == 0
     assert _rel(H, _naive_H(data, _W(data), LAM)) <= 1e-10
 
 
