@@ -9,9 +9,10 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 # Test processes (pytest-xdist). Whole files go to one process (--dist loadfile): a module's
 # project fixture and its tests' order stay together; each process has its own Prefect home
 # and temporary server. Much of the slow tier waits on servers and child processes, so two
-# processes help even on 2 cores; TEST_WORKERS=0 runs everything in one process.
+# processes help even on 2 cores; TEST_WORKERS=0 runs everything in one process. Files are
+# handed out slowest first, by the seconds in tests/durations.json (tests/durations.py).
 TEST_WORKERS ?= 2
-PYTEST := $(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: install dev bench-deps run test test-fast lint clean
 

@@ -34,3 +34,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "prefect_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    _slowest_files_first(config, items)
+
+
+def _slowest_files_first(config, items) -> None:
+    """Whole files ordered by their recorded seconds, slowest first (``tests/durations.py``);
+    the tests of a file keep their order, unrecorded files keep theirs after the recorded."""
+    from tests.durations import recorded
+
+    seconds = recorded()
+    root = config.rootpath
+
+    def file_of(item) -> str:
+        return item.path.relative_to(root).as_posix()
+
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(file_of(item), i)
+    items.sort(key=lambda item: (-seconds.get(file_of(item), -1.0), first[file_of(item)]))
