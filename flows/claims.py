@@ -31,7 +31,8 @@ import pandas as pd
 
 from tasks.errors import InputError
 
-__all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment"]
+__all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment",
+           "read_experiments"]
 
 #: Share of the repetitions on which (c) and (d) must hold: the paper's "4 of 5 seeds".
 SHARE = 0.8
@@ -74,6 +75,55 @@ def read_experiment(run_dir: Path, runs_root: Path) -> tuple[pd.DataFrame, pd.Da
     return table, pd.DataFrame(rows), config
 
 
+def _method_of(part: pd.DataFrame, group) -> str:
+    """The method of a group's rows: the one whose chosen k is recorded."""
+    names = part.loc[part["metric"] == "k_chosen", "method"].unique().tolist()
+    if len(names) != 1:
+        raise InputError(f"group {group!r} of the table has {len(names)} methods with a chosen k "
+                         f"({', '.join(map(str, names)) or 'none'}); expected one")
+    return str(names[0])
+
+
+def read_experiments(run_dirs: list[Path], runs_root: Path
+                     ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Several experiments' tables and words as one, grouped by the union of their row axes.
+
+    A run without one of those axes takes its value from its base config (the entropy
+    ranking of ``relations-corpora`` beside the ``ranking`` axis of ``relations-rankings``).
+    With one row axis the group is that column; with several, a column named by the axes
+    joined with ", " whose values are joined the same way.  Returns (table, words, group).
+    """
+    read = [(d, *read_experiment(d, runs_root)) for d in run_dirs]
+    axes: list[str] = []
+    for _, _, _, config in read:
+        axes += [a for a in config["table"]["rows"] if a not in axes]
+    tables, words = [], []
+    for run_dir, table, kept, config in read:
+        base = config.get("base_config") or {}
+        for axis in axes:
+            if axis in table.columns:
+                continue
+            if axis not in base:
+                raise InputError(f"this experiment has no axis {axis!r} and its base config no "
+                                 f"such key, so its rows cannot join the others'",
+                                 path=run_dir / "manifest.json")
+            table = table.assign(**{axis: base[axis]})
+            kept = kept.assign(**{axis: base[axis]})
+        tables.append(table)
+        words.append(kept)
+    table = pd.concat(tables, ignore_index=True)
+    words = pd.concat(words, ignore_index=True)
+    if len(axes) == 1:
+        return table, words, axes[0]
+    group = ", ".join(axes)
+    for frame in (table, words):
+        if len(frame):
+            frame[group] = frame[axes].astype(str).agg(", ".join, axis=1)
+        else:
+            frame[group] = pd.Series(dtype=str)
+    return table, words, group
+
+
 def _verdict(diff: float, spread: float) -> str:
     if diff > spread:
         return "holds"
@@ -82,10 +132,14 @@ def _verdict(diff: float, spread: float) -> str:
     return "level"
 
 
-def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "entropy"
+def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str | None = None
            ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per group: the scores (mean and standard deviation over the repetitions) and the
-    verdicts on (a) to (d), with the figures behind each."""
+    verdicts on (a) to (d), with the figures behind each.
+
+    ``method`` names the method's rows; None takes, in each group, the method whose chosen k
+    the table records (the ranking of the run: entropy, frequency or chi2).
+    """
     ok = table[table["error"].isna()] if "error" in table else table
     scores = (ok[ok["metric"].isin(METRICS)]
               .groupby([group, "method", "metric"], sort=False)["value"]
@@ -96,7 +150,8 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "
     for g, part in ok.groupby(group, sort=False):
         acc = part[part["metric"] == "accuracy"].groupby("method")["value"]
         mean, std = acc.mean(), acc.std(ddof=1).fillna(0.0)
-        mine = part[part["method"] == method]
+        name = method or _method_of(part, g)
+        mine = part[part["method"] == name]
         k = mine[mine["metric"] == "k_chosen"]["value"].astype(int).tolist()
         k_true = int(mine[mine["metric"] == "k_true"]["value"].iloc[0])
         n = len(k)
@@ -105,22 +160,24 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "
         for claim, other in BASELINES.items():
             if other not in mean:
                 continue
-            diff, spread = mean[method] - mean[other], max(std[method], std[other])
-            verdicts.append({group: g, "claim": claim, "verdict": _verdict(diff, spread),
-                             "figure": f"{mean[method]:.3f} vs {mean[other]:.3f} "
+            diff, spread = mean[name] - mean[other], max(std[name], std[other])
+            verdicts.append({group: g, "method": name, "claim": claim,
+                             "verdict": _verdict(diff, spread),
+                             "figure": f"{mean[name]:.3f} vs {mean[other]:.3f} "
                                        f"(difference {diff:+.3f}, spread {spread:.3f})"})
         near = sum(abs(x - k_true) <= K_TOLERANCE for x in k)
-        verdicts.append({group: g, "claim": "c",
+        verdicts.append({group: g, "method": name, "claim": "c",
                          "verdict": "holds" if near >= SHARE * n else "fails",
                          "figure": f"within {K_TOLERANCE} of {k_true} on {near} of {n} "
                                    f"(chosen k {', '.join(map(str, k))})"})
         counts = pd.Series(k).value_counts()
         mode, count = (counts.index[0], int(counts.iloc[0])) if n else (None, 0)
-        verdicts.append({group: g, "claim": "d",
+        verdicts.append({group: g, "method": name, "claim": "d",
                          "verdict": "holds" if count >= SHARE * n else "fails",
                          "figure": f"k = {mode} on {count} of {n}"})
         if len(kept):
-            verdicts.append({group: g, "claim": "every word kept", "verdict": f"{every} of {n}",
+            verdicts.append({group: g, "method": name, "claim": "every word kept",
+                             "verdict": f"{every} of {n}",
                              "figure": "words kept " + ", ".join(
                                  f"{a:,}/{b:,}" for a, b in zip(kept["n_features"],
                                                                kept["vocabulary_size"],
@@ -128,8 +185,8 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str = "
     return scores, pd.DataFrame(verdicts)
 
 
-CLAIMS_TEXT = {"a": "(a) entropy selection beats Hasegawa et al. (true k)",
-               "b": "(b) entropy selection beats RLBaseline",
+CLAIMS_TEXT = {"a": "(a) {method} selection beats Hasegawa et al. (true k)",
+               "b": "(b) {method} selection beats RLBaseline",
                "c": f"(c) the chosen k is within {K_TOLERANCE} of the truth",
                "d": "(d) the same k on 4 of 5 seeds",
                "every word kept": "the subset search kept every word on"}
@@ -149,6 +206,6 @@ def claims_markdown(scores: pd.DataFrame, verdicts: pd.DataFrame, group: str) ->
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in wide.itertuples(False)]
     for g, part in verdicts.groupby(group, sort=False):
         lines += ["", f"{group} {g}:"]
-        lines += [f"- {CLAIMS_TEXT[r.claim]}: **{r.verdict}**, {r.figure}"
-                  for r in part.itertuples()]
+        lines += [f"- {CLAIMS_TEXT[r.claim].format(method=r.method)}: **{r.verdict}**, "
+                  f"{r.figure}" for r in part.itertuples()]
     return "\n".join(lines) + "\n"

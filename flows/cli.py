@@ -76,7 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     ru.add_argument("--flow", help="only the runs of this flow")
 
     cl = sub.add_parser("claims", help="check the paper's claims on a relations experiment")
-    cl.add_argument("run_id", help="the id of an experiment over the relations flow")
+    cl.add_argument("run_ids", nargs="+", metavar="run_id",
+                    help="the id of an experiment over the relations flow; several are read as "
+                         "one table (their row axes joined)")
 
     b = sub.add_parser("bench", help="run a benchmark and print its table")
     b.add_argument("name", help="leml, relations or strip")
@@ -595,18 +597,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def cmd_claims(args: argparse.Namespace) -> int:
     """Chen et al.'s claims (a) to (d) on an experiment's table: see :mod:`flows.claims`."""
-    from flows.claims import claims, claims_markdown, read_experiment
+    from flows.claims import claims, claims_markdown, read_experiments
     from flows.config import SAFE_NAME
     from flows.runtime import default_runs_root
     from tasks.errors import InputError
 
-    if not re.fullmatch(SAFE_NAME, args.run_id):
-        raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
+    for run_id in args.run_ids:
+        if not re.fullmatch(SAFE_NAME, run_id):
+            raise InputError(f"not a run id: {run_id!r} (see `scarce runs`)", key="run_id")
     runs = default_runs_root()
-    table, words, config = read_experiment(runs / args.run_id, runs)
-    group = config["table"]["rows"][0]
-    method = config.get("base_config", {}).get("ranking", "entropy")
-    print(claims_markdown(*claims(table, words, group, method), group), end="")
+    table, words, group = read_experiments([runs / r for r in args.run_ids], runs)
+    print(claims_markdown(*claims(table, words, group), group), end="")
     return 0
 
 

@@ -8,8 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from flows.claims import claims, claims_markdown, read_experiment
+from flows.claims import claims, claims_markdown, read_experiment, read_experiments
 from flows.cli import main
+from tasks.errors import InputError
 
 
 def _table() -> pd.DataFrame:
@@ -81,22 +82,33 @@ def test_a_failed_point_is_left_out_of_the_means():
     assert verdicts.set_index(["corpus", "claim"]).loc[("easy", "d"), "figure"] == "k = 9 on 4 of 4"
 
 
-def _experiment_folder(runs, flow: str = "relations"):
+def _experiment_folder(runs, flow: str = "relations", name: str = "experiment-toy-1",
+                       ranking: str | None = None):
+    """An experiment folder with its children's models; ``ranking``: the table as a
+    ``ranking`` axis of that one value (the method's rows named by it)."""
     table, words = _table(), _words()
-    run = runs / "experiment-toy-1"
+    rows = ["corpus"]
+    if ranking is not None:
+        table["method"] = table["method"].replace("entropy", ranking)
+        table.insert(1, "ranking", ranking)
+        words["ranking"] = ranking
+        rows = ["corpus", "ranking"]
+    run = runs / name
     (run / "outputs").mkdir(parents=True)
-    config = {"flow": flow, "table": {"rows": ["corpus"], "columns": ["method"]},
+    config = {"flow": flow, "table": {"rows": rows, "columns": ["method"]},
               "base_config": {"ranking": "entropy"}}
     (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "config": config}))
     table.to_parquet(run / "outputs" / "table.parquet")
     children = []
     for i, w in enumerate(words.itertuples()):
-        child = f"relations-{i}"
+        child = f"relations-{name}-{i}"
         (runs / child / "outputs" / "model").mkdir(parents=True)
         (runs / child / "outputs" / "model" / "model.json").write_text(json.dumps(
             {"n_features": w.n_features, "vocabulary_size": w.vocabulary_size}))
-        children.append({"point": {"corpus": w.corpus, "seed": w.seed}, "run_id": child,
-                         "error": None})
+        point = {"corpus": w.corpus, "seed": w.seed}
+        if ranking is not None:
+            point["ranking"] = ranking
+        children.append({"point": point, "run_id": child, "error": None})
     (run / "outputs" / "children.json").write_text(json.dumps(children))
     return run
 
@@ -122,3 +134,42 @@ def test_the_command_prints_the_claims_and_refuses_other_flows(tmp_path, monkeyp
     monkeypatch.setenv("SCARCE_RUNS", str(other))
     assert main(["claims", "experiment-toy-1"]) == 2
     assert "experiment over the relations flow" in capsys.readouterr().err
+
+
+def test_two_experiments_join_on_their_row_axes_with_the_base_configs_ranking(
+        tmp_path, monkeypatch, capsys):
+    """relations-corpora (rows: corpus; entropy from its base config) beside
+    relations-rankings (rows: corpus, ranking): one table of corpus x ranking groups, each
+    judged with its own method's rows."""
+    _experiment_folder(tmp_path, name="experiment-entropy-1")
+    _experiment_folder(tmp_path, name="experiment-rankings-1", ranking="frequency")
+    table, words, group = read_experiments(
+        [tmp_path / "experiment-entropy-1", tmp_path / "experiment-rankings-1"], tmp_path)
+    assert group == "corpus, ranking"
+    assert sorted(table[group].unique()) == ["easy, entropy", "easy, frequency",
+                                             "hard, entropy", "hard, frequency"]
+    assert len(words) == 20 and set(words[group]) == set(table[group])
+    _, verdicts = claims(table, words, group)
+    got = verdicts.set_index([group, "claim"])
+    for corpus in ("easy", "hard"):  # the same figures under either name
+        assert (got.loc[(f"{corpus}, frequency",), "verdict"].tolist()
+                == got.loc[(f"{corpus}, entropy",), "verdict"].tolist())
+    assert got.loc[("hard, frequency", "b"), "method"] == "frequency"
+    assert len(table) == 2 * len(_table())
+    monkeypatch.setenv("SCARCE_RUNS", str(tmp_path))
+    assert main(["claims", "experiment-entropy-1", "experiment-rankings-1"]) == 0
+    out = capsys.readouterr().out
+    assert "(b) frequency selection beats RLBaseline: **fails**, 0.300 vs 0.400" in out
+    assert "(b) entropy selection beats RLBaseline: **fails**, 0.300 vs 0.400" in out
+    assert "| easy, frequency | frequency | 0.500 ± 0.014 |" in out
+
+
+def test_an_experiment_that_cannot_join_the_others_is_named(tmp_path):
+    _experiment_folder(tmp_path, name="experiment-a-1", ranking="chi2")
+    run = _experiment_folder(tmp_path, name="experiment-b-1")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["base_config"] = {}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="no axis 'ranking'") as err:
+        read_experiments([tmp_path / "experiment-a-1", run], tmp_path)
+    assert "experiment-b-1" in str(err.value)
