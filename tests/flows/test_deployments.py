@@ -53,13 +53,16 @@ model:
 baselines: []
 """
 
+# Served by `scarce serve` below and run on demand.  The schedules are registered but not
+# active: one that came due while a test ran (the */15 one did, at a quarter hour) started one
+# more run than the test counts.  Active schedules are tested on the repository's deployments.
 TINY_DEPLOYMENTS = """
 deployments:
   tiny:
     flow: leml
     config: configs/leml.yaml
     parameters: {model.rank: 5, model.cg_max_iter: 4}
-    schedule: {cron: "15 6 1 * *", timezone: America/New_York}
+    schedule: {cron: "15 6 1 * *", timezone: America/New_York, active: false}
     tags: [test]
     description: tiny LEML
   tiny-dask:
@@ -73,7 +76,7 @@ deployments:
     flow: apply-leml
     config: configs/apply-leml.yaml
     parameters: {model_run: "latest:tiny", input: inbox, output: outbox, allow_empty: true}
-    schedule: {cron: "*/15 * * * *", timezone: Europe/Berlin}
+    schedule: {cron: "*/15 * * * *", timezone: Europe/Berlin, active: false}
     tags: [test]
     description: the latest tiny LEML model on every new file of inbox/
 """
@@ -476,6 +479,7 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
         with _client() as client:
             # `scarce serve` registers the deployment when it starts.
             tiny = _wait_for(lambda: _deployment(client, "leml/tiny"), 120, "leml/tiny", proc)
+            assert [s.active for s in tiny.schedules] == [False]  # registered, never due
             params = tiny.parameters
             # A custom run as the UI form sends it: the defaults with two values changed.
             params["config"]["model"]["rank"] = 3
