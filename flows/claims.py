@@ -19,7 +19,10 @@ A comparison *holds* when the mean accuracy over the repetitions is ahead by mor
 larger of the two standard deviations (the seed-to-seed spread), *fails* when it is behind by
 more than that, and is *level* otherwise; (c) and (d) hold on at least 4 of 5 repetitions
 (:data:`SHARE`).  Where (b) is not met, the count of repetitions whose search kept every word
-says whether the subset search ever left the baseline's feature set.
+says whether the subset search ever left the baseline's feature set; the children's subset
+searches (their ``relations-subsets`` entries in the store) say for how many k the prefix F_k
+was every word or the smallest one the coverage threshold theta allows, and how much larger the
+criterion trace(P_W^-1 P_B) is on every word than on that smallest prefix.
 """
 
 from __future__ import annotations
@@ -71,8 +74,47 @@ def read_experiment(run_dir: Path, runs_root: Path) -> tuple[pd.DataFrame, pd.Da
             raise InputError("the child run's model is gone (its run folder was removed)",
                              path=model) from None
         rows.append({**child["point"], "n_features": int(doc["n_features"]),
-                     "vocabulary_size": int(doc["vocabulary_size"])})
+                     "vocabulary_size": int(doc["vocabulary_size"]),
+                     **_subset_search(runs_root / child["run_id"])})
     return table, pd.DataFrame(rows), config
+
+
+def _subset_search(child_dir: Path) -> dict:
+    """How the child's subset search chose F_k, from its ``relations-subsets`` entries: for
+    how many k F_k was every word (``k_every_word``) or the smallest prefix with coverage at
+    least theta (``k_smallest``), of ``k_count``; for how many no prefix reached theta
+    (``k_no_feasible``: F_k is then the prefix of largest coverage); and the median over k of
+    the criterion on every word over the criterion on the smallest feasible prefix
+    (``growth``).  Empty when
+    the child's manifest does not name those entries (nothing to read)."""
+    from tasks.store import Store
+
+    try:
+        manifest = json.loads((child_dir / "manifest.json").read_text())
+    except FileNotFoundError:
+        return {}
+    refs = {o["ref"].rsplit("-", 1)[-1]: o["ref"] for o in manifest.get("outputs", ())
+            if o.get("step") == "relations-subsets"}
+    if not {"search", "subsets"} <= set(refs):
+        return {}
+    store = Store(manifest["store"])
+    try:
+        search, subsets = store.read(refs["search"]), store.read(refs["subsets"])
+    except (FileNotFoundError, KeyError):
+        raise InputError("the child's subset search is gone from the store (was the store "
+                         "cleaned, or moved?)", path=child_dir / "manifest.json") from None
+    feasible = search[search["feasible"]]
+    every = int(search["n_features"].max())
+    smallest = feasible.groupby("k")["n_features"].min()
+    chosen = subsets.set_index("k")["n_features"]
+    crit = feasible.set_index(["k", "n_features"])["criterion"]
+    growth = [crit[(k, every)] / crit[(k, n)] for k, n in smallest.items()
+              if (k, every) in crit.index and crit[(k, n)] > 0]
+    return {"k_count": int(len(chosen)),
+            "k_no_feasible": int(len(set(chosen.index) - set(smallest.index))),
+            "k_every_word": int((chosen == every).sum()),
+            "k_smallest": int((chosen == smallest.reindex(chosen.index)).sum()),
+            "growth": float(pd.Series(growth).median()) if growth else float("nan")}
 
 
 def _method_of(part: pd.DataFrame, group) -> str:
@@ -182,6 +224,17 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str | N
                                  f"{a:,}/{b:,}" for a, b in zip(kept["n_features"],
                                                                kept["vocabulary_size"],
                                                                strict=True))})
+        if "k_count" in kept and kept["k_count"].notna().all():
+            total = int(kept["k_count"].sum())
+            verdicts.append({
+                group: g, "method": name, "claim": "F_k",
+                "verdict": f"every word for {int(kept['k_every_word'].sum())} of {total}",
+                "figure": f"no prefix reached coverage theta for "
+                          f"{int(kept['k_no_feasible'].sum())} (F_k is then the prefix of "
+                          f"largest coverage); "
+                          f"the smallest feasible prefix for {int(kept['k_smallest'].sum())}; "
+                          f"criterion on every word / on the smallest feasible prefix, median "
+                          f"over k: {', '.join(f'{x:.1f}' for x in kept['growth'])}"})
     return scores, pd.DataFrame(verdicts)
 
 
@@ -189,7 +242,8 @@ CLAIMS_TEXT = {"a": "(a) {method} selection beats Hasegawa et al. (true k)",
                "b": "(b) {method} selection beats RLBaseline",
                "c": f"(c) the chosen k is within {K_TOLERANCE} of the truth",
                "d": "(d) the same k on 4 of 5 seeds",
-               "every word kept": "the subset search kept every word on"}
+               "every word kept": "the subset search kept every word on",
+               "F_k": "F_k, (seed, k) pairs"}
 
 
 def claims_markdown(scores: pd.DataFrame, verdicts: pd.DataFrame, group: str) -> str:

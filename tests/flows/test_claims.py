@@ -173,3 +173,47 @@ def test_an_experiment_that_cannot_join_the_others_is_named(tmp_path):
     with pytest.raises(InputError, match="no axis 'ranking'") as err:
         read_experiments([tmp_path / "experiment-a-1", run], tmp_path)
     assert "experiment-b-1" in str(err.value)
+
+
+def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entries(tmp_path):
+    """Two children with hand-made subset searches over prefixes 10 < 40 < 100 (every word),
+    coverage theta leaving 10 infeasible: F_k counted by hand."""
+    from tasks.store import Store
+
+    run = _experiment_folder(tmp_path)
+    store = Store(tmp_path / "cache")
+
+    def search(criteria):  # k -> criterion on 40 and 100 words
+        return pd.DataFrame([
+            {"k": k, "n_features": n, "coverage": 0.5 if n == 10 else 0.95,
+             "feasible": n != 10, "criterion": float("nan") if n == 10 else c}
+            for k, (c40, c100) in criteria.items() for n, c in ((10, 0), (40, c40), (100, c100))])
+
+    cases = {  # seed 0: k=2 every word (ratio 4), k=3 the 40 (ratio 0.6);
+        0: search({2: (1.0, 4.0), 3: (5.0, 3.0)}),  # seed 1: both every word (1.5 and 6)
+        1: search({2: (2.0, 3.0), 3: (1.0, 6.0)}),
+    }
+    for seed, frame in cases.items():
+        subsets = frame[frame["feasible"]].sort_values("criterion").groupby("k").tail(1)
+        refs = {part: store.write(f"relations-subsets/{seed:032d}-{part}", value)
+                for part, value in (("search", frame), ("subsets", subsets.sort_values("k")))}
+        child = tmp_path / f"relations-experiment-toy-1-{seed}"  # corpus easy, seeds 0 and 1
+        (child / "manifest.json").write_text(json.dumps({
+            "store": str(tmp_path / "cache"),
+            "outputs": [{"step": "relations-subsets", "ref": r} for r in refs.values()]}))
+    _, words, _ = read_experiment(run, tmp_path)
+    easy = words[(words["corpus"] == "easy") & (words["seed"].isin([0, 1]))].sort_values("seed")
+    assert easy["k_count"].tolist() == [2, 2]
+    assert easy["k_every_word"].tolist() == [1, 2]
+    assert easy["k_smallest"].tolist() == [1, 0]
+    assert easy["k_no_feasible"].tolist() == [0, 0]
+    assert easy["growth"].tolist() == [pytest.approx((4.0 + 0.6) / 2), pytest.approx(3.75)]
+    assert words[words["corpus"] == "hard"]["k_count"].isna().all()  # no manifests: no figures
+    table = _table()
+    _, verdicts = claims(table[table["corpus"] == "easy"], easy, "corpus")
+    line = verdicts.set_index("claim").loc["F_k"]
+    assert line["verdict"] == "every word for 3 of 4"
+    assert line["figure"].startswith("no prefix reached coverage theta for 0 (F_k is then the "
+                                     "prefix of largest coverage); the smallest feasible prefix "
+                                     "for 1; ")
+    assert line["figure"].endswith("median over k: 2.3, 3.8")
