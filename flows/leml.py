@@ -276,9 +276,13 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
         where = ctx.read(timings[-2]).iloc[0]
         ctx.note("w_step", {"scheduler": where["scheduler"], "workers": int(where["workers"])})
         progress.advance()
+    test_blocks = (_partition(ctx, {"train": test, "mask": None}, config.w_step.blocks)
+                   if config.w_step.backend() else None)
     result = ctx.run(evaluate, test=test, **factors, traces=traces, timings=timings,
                      dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
-                     params=task_params(model, evaluate), batch_size=batch)
+                     params=task_params(model, evaluate), batch_size=batch,
+                     blocks=config.w_step.backend(),
+                     cluster=config.w_step.cluster(ctx, test_blocks))
     tables = [result["metrics"]] + [
         ctx.run(baseline, **data, test=test, method=name, dataset=d.name, batch_size=batch,
                 params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))

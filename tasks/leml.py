@@ -463,16 +463,32 @@ def _test_scores(model, test: dict, batch_size: int) -> dict:
     inputs=("test", "W", "H", "traces", "timings"),
     outputs=("metrics", "convergence"),
     volatile=("convergence",),
+    runtime=("cluster",),
     run_name="evaluate",
 )
 def evaluate(
     test: dict, W: np.ndarray, H: np.ndarray, traces: list, timings: list, dataset: str,
-    method: str, params: dict, batch_size: int,
+    method: str, params: dict, batch_size: int, blocks: dict | None = None,
+    cluster: dict | None = None,
 ) -> dict:
     """Test metrics (P@1/3/5, Hamming loss, per-instance AUC) of the factors, predicted by
-    :meth:`algorithms.leml.LEML.set_factors`, and the convergence table."""
-    model = LEML(**params).set_factors(W, H)
-    metrics = _metrics_table(_test_scores(model, test, batch_size), dataset, method)
+    :meth:`algorithms.leml.LEML.set_factors`, and the convergence table.
+
+    ``blocks``: None (the whole test set here, batch by batch) or ``{"blocks"}`` (the Dask
+    runner of the W-step): the test set's row blocks (``cluster["partition"]``, runtime, not
+    in the key) scored on the workers of the W-step's cluster
+    (:func:`tasks.leml_dask.evaluate_on_blocks`; precision@k and the Hamming loss equal to
+    the last bit, the AUC to rounding).
+    """
+    if blocks is None:
+        scores = _test_scores(LEML(**params).set_factors(W, H), test, batch_size)
+    else:
+        from tasks.leml_dask import evaluate_on_blocks
+
+        cluster = cluster or {}
+        with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client:
+            scores = evaluate_on_blocks(client, cluster["partition"], W, H, params, batch_size)
+    metrics = _metrics_table(scores, dataset, method)
     conv = pd.concat(traces, ignore_index=True)
     secs = pd.concat(timings, ignore_index=True).pivot_table(
         index="iteration", columns="half", values="seconds", aggfunc="sum"

@@ -86,6 +86,7 @@ from algorithms.leml.data import (
 from algorithms.leml.h_step import sum_in_order
 from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
+from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
 __all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "check_worker_memory", "data_nbytes",
            "prepared_nbytes", "worker_peak_memory"]
@@ -627,6 +628,55 @@ class DaskWStep:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# --------------------------------------------------------------------------- evaluation
+def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
+                      ks=(1, 3, 5)) -> list[dict]:
+    """The :func:`~algorithms.metrics.multilabel.multilabel_sums` of one row block of the
+    test set, batch by batch: the block read from its own files (``{"X", "Y"}``, written by
+    the flow's ``leml-partition`` step) and scored by the factors ``W``, ``H`` as
+    ``LEML(**params).set_factors(W, H)`` predicts."""
+    from algorithms.leml import LEML
+    from tasks.store import read_parquet_entry
+
+    X = sp.csr_matrix(read_parquet_entry(files["X"]))
+    Y = sp.csr_matrix(read_parquet_entry(files["Y"]))
+    model = LEML(**params).set_factors(W, H)
+    return [multilabel_sums(Y[s:s + batch_size], model.decision_function(X[s:s + batch_size]),
+                            threshold=model.threshold_, ks=ks)
+            for s in range(0, X.shape[0], batch_size)]
+
+
+def evaluate_on_blocks(client, files: list[dict], W, H, params: dict, batch_size: int,
+                       ks=(1, 3, 5), workers=None) -> dict[str, float]:
+    """Test metrics from the row blocks ``files`` of the test set, each scored where it is
+    read: on the workers of ``client`` (block ``b`` on worker ``b mod n_workers``), or in this
+    process when ``client`` is None (``workers``: those of the cluster's workers to use, all by
+    default).  Only the factors go out and only per-batch counts come
+    back; they are added in block and batch order, so the metrics are the same bits on any
+    number of workers, and precision@k and the Hamming loss equal the one-process metrics
+    to the last bit (integer counts; the AUC to rounding)."""
+    if client is None:
+        batches = [p for f in files for p in block_metric_sums(f, W, H, params, batch_size, ks)]
+        return scores_from_sums(batches, ks)
+    workers = sorted(workers or client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise ValueError("the Dask cluster has no workers; start some before the evaluation")
+    tag = uuid.uuid4().hex[:8]
+    factors = [client.submit(_identity, np.ascontiguousarray(a), key=f"leml-e-{name}-{tag}",
+                             pure=False) for name, a in (("W", W), ("H", H))]
+    futures = [client.submit(_call, block_metric_sums, True, f, *factors, params, batch_size,
+                             tuple(ks), key=f"leml-e-block_metric_sums-{tag}-block{b}",
+                             workers=[workers[b % len(workers)]], allow_other_workers=True,
+                             pure=False)
+               for b, f in enumerate(files)]
+    try:
+        batches = [p for block in client.gather(futures) for p in block]
+    finally:
+        for future in [*futures, *factors]:
+            future.release()
+    return scores_from_sums(batches, ks)
 
 
 def worker_peak_memory(client) -> dict[str, int]:

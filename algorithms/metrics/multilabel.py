@@ -42,6 +42,8 @@ __all__ = [
     "instance_auc",
     "average_instance_auc",
     "multilabel_scores",
+    "multilabel_sums",
+    "scores_from_sums",
 ]
 
 
@@ -178,6 +180,76 @@ def average_instance_auc(Y_true, scores) -> float:
     return float(auc[valid].mean()) if valid.any() else float("nan")
 
 
+def multilabel_sums(Y_true, scores, *, threshold: float, ks: Iterable[int] = (1, 3, 5)
+                    ) -> dict[str, float]:
+    """The additive parts of :func:`multilabel_scores` over one batch of rows.
+
+    Counts are integers, so that the sums of any split of the rows into batches (or row
+    blocks on several workers) give precision@k and the Hamming loss to the last bit;
+    only the AUC's sum is a float (equal to rounding).
+
+    Parameters
+    ----------
+    Y_true : {sparse matrix, array-like} of shape (n, L)
+    scores : ndarray of shape (n, L)
+        Decision values of these rows.
+    threshold : float
+        Decision values above it are predicted labels (Hamming loss).
+    ks : iterable of int, default=(1, 3, 5)
+
+    Returns
+    -------
+    dict
+        ``rows`` and ``labels`` (n and L), ``hits@k`` (``sum_i |top_k(i) ∩ Y_i|``, with
+        ``top_k`` cut to L labels when ``k > L``), ``wrong`` (label entries predicted
+        wrongly), ``auc_sum`` and ``auc_rows`` (the rows where the AUC is defined).
+    """
+    Y = _as_csr(Y_true)
+    scores = np.asarray(scores)
+    n, n_labels = Y.shape
+    if scores.shape != (n, n_labels):
+        raise ValueError(f"scores has shape {scores.shape}, expected {(n, n_labels)}")
+    ks = [int(k) for k in ks]
+    K = min(max(ks), n_labels)
+    out: dict[str, float] = {"rows": n, "labels": n_labels}
+    if n:
+        top = np.argpartition(-scores, K - 1, axis=1)[:, :K] if K < n_labels else \
+            np.broadcast_to(np.arange(n_labels), (n, n_labels))
+        vals = np.take_along_axis(scores, top, axis=1)
+        top = np.take_along_axis(top, np.lexsort((top, -vals), axis=1), axis=1)
+        cut = sorted({min(k, K) for k in ks})
+        per_row = precision_at_k(Y, top, ks=cut, average=False)
+    for k in ks:  # with k > L only L labels can be ranked; the divisor stays k
+        m = min(k, K)
+        out[f"hits@{k}"] = int(np.rint(per_row[m] * m).astype(np.int64).sum()) if n else 0
+    out["wrong"] = int(np.rint(hamming_loss(Y, scores > threshold, average=False)
+                               * n_labels).astype(np.int64).sum()) if n else 0
+    auc = instance_auc(Y, scores)
+    valid = ~np.isnan(auc)
+    out["auc_sum"] = float(auc[valid].sum())
+    out["auc_rows"] = int(valid.sum())
+    return out
+
+
+def scores_from_sums(parts: Iterable[dict], ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
+    """The metrics of :func:`multilabel_scores` from the :func:`multilabel_sums` of the
+    batches (or row blocks) of a set, added in the order given."""
+    parts = list(parts)
+    ks = [int(k) for k in ks]
+    n = sum(int(p["rows"]) for p in parts)
+    n_labels = int(parts[0]["labels"]) if parts else 0
+    hits = {k: sum(int(p[f"hits@{k}"]) for p in parts) for k in ks}
+    wrong = sum(int(p["wrong"]) for p in parts)
+    auc_sum = 0.0
+    for p in parts:
+        auc_sum += float(p["auc_sum"])
+    auc_rows = sum(int(p["auc_rows"]) for p in parts)
+    out = {f"precision@{k}": (hits[k] / (k * n) if n else 0.0) for k in ks}
+    out["hamming_loss"] = wrong / (n * n_labels) if n * n_labels else 0.0
+    out["instance_auc"] = auc_sum / auc_rows if auc_rows else float("nan")
+    return out
+
+
 def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
                       threshold: float, batch_size: int = 2048,
                       ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
@@ -200,36 +272,22 @@ def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
         ``{"precision@1": ..., "precision@3": ..., "precision@5": ...,
         "hamming_loss": ..., "instance_auc": ...}`` (fractions in [0, 1]);
         ``instance_auc`` averages the rows where it is defined (NaN if none).
+        Precision@k and the Hamming loss are exact ratios of integer counts
+        (:func:`multilabel_sums`), the same for any batching.
     """
     Y = _as_csr(Y_true)
     n, n_labels = Y.shape
     ks = [int(k) for k in ks]
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    K = min(max(ks), n_labels)
-    hits = {k: 0.0 for k in ks}
-    wrong = 0
-    auc_sum, auc_rows = 0.0, 0
+    parts = []
     for s in range(0, n, batch_size):
         e = min(s + batch_size, n)
         scores = np.asarray(score_rows(s, e))
         if scores.shape != (e - s, n_labels):
             raise ValueError(f"score_rows({s}, {e}) returned shape {scores.shape}, "
                              f"expected {(e - s, n_labels)}")
-        Yb = Y[s:e]
-        top = np.argpartition(-scores, K - 1, axis=1)[:, :K] if K < n_labels else \
-            np.broadcast_to(np.arange(n_labels), (e - s, n_labels))
-        vals = np.take_along_axis(scores, top, axis=1)
-        top = np.take_along_axis(top, np.lexsort((top, -vals), axis=1), axis=1)
-        per_row = precision_at_k(Yb, top, ks=sorted({min(k, K) for k in ks}), average=False)
-        for k in ks:  # with k > L only L labels can be ranked; the divisor stays k
-            hits[k] += float(per_row[min(k, K)].sum()) * min(k, K) / k
-        wrong += float(hamming_loss(Yb, scores > threshold, average=False).sum()) * n_labels
-        auc = instance_auc(Yb, scores)
-        valid = ~np.isnan(auc)
-        auc_sum += float(auc[valid].sum())
-        auc_rows += int(valid.sum())
-    out = {f"precision@{k}": (hits[k] / n if n else 0.0) for k in ks}
-    out["hamming_loss"] = wrong / (n * n_labels) if n * n_labels else 0.0
-    out["instance_auc"] = auc_sum / auc_rows if auc_rows else float("nan")
-    return out
+        parts.append(multilabel_sums(Y[s:e], scores, threshold=threshold, ks=ks))
+    if not parts:
+        parts = [multilabel_sums(Y, np.zeros((0, n_labels)), threshold=threshold, ks=ks)]
+    return scores_from_sums(parts, ks)

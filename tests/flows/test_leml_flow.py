@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 from algorithms.leml import LEML
-from algorithms.metrics.multilabel import average_instance_auc, precision_at_k
+from algorithms.metrics.multilabel import average_instance_auc, multilabel_scores, precision_at_k
 from flows.cli import main
 from tasks.readers.xmc import read_xmc
 from tasks.store import Store
@@ -268,7 +268,19 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     H_whole, _ = estimator.h_step(estimator.prepare(X, Y), W_dask, H_dask)
     assert float(np.abs(H_dask - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())
     partition = [o for o in m["outputs"] if o["step"] == "leml-partition"]
-    assert sorted(o["ref"].rsplit("-", 1)[1] for o in partition) == ["X", "X", "X", "Y", "Y", "Y"]
+    # the training and the test set, 3 row blocks each
+    assert sorted(o["ref"].rsplit("-", 1)[1] for o in partition) == ["X"] * 6 + ["Y"] * 6
+    # the test set scored block by block on the workers: P@k and the Hamming loss those of
+    # the same factors scored here in one pass, to the last bit (integer counts)
+    X_test, Y_test = read_xmc(project / "test.txt")
+    fitted = LEML(rank=8, lam=4.0).set_factors(W_dask, H_dask)
+    here = multilabel_scores(Y_test, lambda s, e: fitted.decision_function(X_test[s:e]),
+                             threshold=fitted.threshold_)
+    there = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
+    there = there.set_index("metric")["value"]
+    for name in ("precision@1", "precision@3", "precision@5", "hamming_loss"):
+        assert there[name] == here[name], name
+    assert there["instance_auc"] == pytest.approx(here["instance_auc"], rel=1e-9)
     objective = [_store.read(next(o["ref"] for o in run["outputs"]
                                   if o["ref"].endswith("-convergence")))["objective"].to_numpy()
                  for run in (local, m)]

@@ -562,3 +562,37 @@ def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(
         # Scattered blocks (data in memory) are checked alike.
         with pytest.raises(MemoryBudgetError):
             DaskWStep(client, data, 3)
+
+
+# -- the evaluation on the test set's row blocks ----------------------------------------------
+@slow
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_evaluation_on_row_blocks_equals_the_one_pass_metrics_on_any_workers(
+        client, tmp_path, fit_intercept):
+    """The test set's row blocks scored on the workers (or in this process): the same bits on
+    1 and 2 workers and here; P@k and the Hamming loss those of one pass over the whole test
+    set to the last bit, the AUC to rounding."""
+    from algorithms.metrics.multilabel import multilabel_scores
+    from tasks.leml_dask import evaluate_on_blocks
+
+    source, data = _stored(tmp_path, "full", fit_intercept=fit_intercept, blocks=3)
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((data.n_features, K))
+    H = rng.standard_normal((data.n_labels, K))
+    params = {"rank": K, "fit_intercept": fit_intercept, "dtype": "float64"}
+    store = Store(tmp_path / "store")
+    X, Y = store.read("t/X"), store.read("t/Y")
+    files = [{"X": b["X"], "Y": b["Y"]} for b in source.blocks]
+    fitted = LEML(**params).set_factors(W, H)
+    whole = multilabel_scores(Y, lambda s, e: fitted.decision_function(X[s:e]),
+                              threshold=fitted.threshold_, batch_size=4)
+    here = evaluate_on_blocks(None, files, W, H, params, batch_size=4)
+    workers = sorted(client.scheduler_info()["workers"])
+    on_one = evaluate_on_blocks(client, files, W, H, params, batch_size=4,
+                                workers=workers[:1])
+    on_two = evaluate_on_blocks(client, files, W, H, params, batch_size=4)
+    assert here == on_one == on_two
+    for name in ("precision@1", "precision@3", "precision@5", "hamming_loss"):
+        assert here[name] == whole[name], name
+    assert here["instance_auc"] == pytest.approx(whole["instance_auc"], rel=1e-12)
+    assert 0 < here["precision@1"] < 1

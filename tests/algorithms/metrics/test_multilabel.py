@@ -15,7 +15,9 @@ from algorithms.metrics.multilabel import (
     hamming_loss,
     instance_auc,
     multilabel_scores,
+    multilabel_sums,
     precision_at_k,
+    scores_from_sums,
 )
 
 
@@ -126,3 +128,27 @@ def test_multilabel_scores_in_batches_equal_the_separate_metrics(seed, n, n_labe
             np.mean([roc_auc_score(Y[i], scores[i]) for i in valid]))
     else:
         assert np.isnan(out["instance_auc"])
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 40), n_labels=st.integers(2, 9),
+       cuts=st.lists(st.integers(0, 40), max_size=4))
+def test_sums_of_any_row_blocks_give_the_same_precision_and_hamming_to_the_bit(
+        seed, n, n_labels, cuts):
+    """Row blocks as workers hold them: P@k and the Hamming loss are ratios of integer counts,
+    equal bit for bit to the one-pass metrics; the AUC equal to rounding."""
+    Y, scores = random_case(seed, n, n_labels)
+    whole = multilabel_scores(sp.csr_matrix(Y), lambda s, e: scores[s:e], threshold=0.2,
+                              batch_size=7)
+    bounds = sorted({0, n, *(c for c in cuts if c < n)})
+    parts = [multilabel_sums(sp.csr_matrix(Y[a:b]), scores[a:b], threshold=0.2)
+             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    blocks = scores_from_sums(parts)
+    for k in (1, 3, 5):
+        assert blocks[f"precision@{k}"] == whole[f"precision@{k}"]
+        hits = sum(len(set(np.argsort(-scores[i], kind="stable")[:min(k, n_labels)])
+                       & set(np.flatnonzero(Y[i]))) for i in range(n))
+        assert sum(p[f"hits@{k}"] for p in parts) == hits
+    assert blocks["hamming_loss"] == whole["hamming_loss"]
+    assert sum(p["wrong"] for p in parts) == int(((scores > 0.2) != (Y != 0)).sum())
+    np.testing.assert_allclose(blocks["instance_auc"], whole["instance_auc"], rtol=1e-12)
