@@ -56,7 +56,8 @@ def test_workers_report_to_the_commands_api_and_start_no_server(tmp_path):
         for i, extra in enumerate(([], ["--refresh"])):
             home = tmp_path / f"home{i}"
             child = _start_without_api(
-                project, ["run", "relations", "--dask-address", cluster.address, *extra],
+                project, ["run", "relations", "--dask-address", cluster.address,
+                          "--set", "n_subsamples=2", *extra],  # 6 stability units are enough
                 tmp_path / f"run{i}.log", home)
             code = child.wait(900)
             out = child.output()
