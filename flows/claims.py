@@ -259,7 +259,7 @@ def claims_markdown(scores: pd.DataFrame, verdicts: pd.DataFrame, group: str) ->
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in wide.itertuples(False)]
     for g, part in verdicts.groupby(group, sort=False):
-        lines += ["", f"{group} {g}:"]
+        lines += ["", f"{group} = {g}:"]
         lines += [f"- {CLAIMS_TEXT[r.claim].format(method=r.method)}: **{r.verdict}**, "
                   f"{r.figure}" for r in part.itertuples()]
     return "\n".join(lines) + "\n"
