@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "rerun", "apply", "bench"):
         import signal
 
+        _terminated.clear()
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _dispatch(args)
@@ -150,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         print("terminated", file=sys.stderr)
         return 143
     except Exception as exc:
+        if _terminated:  # SIGTERM raised inside a library that wrapped it (seen: pydantic's
+            # serializer turned it into a PydanticSerializationError): still a termination
+            print("terminated", file=sys.stderr)
+            return 143
         if args.debug:
             raise
         from tasks.errors import one_line
@@ -269,7 +274,13 @@ class Terminated(BaseException):
     temporary Prefect server stopped) before the command exits."""
 
 
+#: Set once SIGTERM arrived: the command ends as terminated (exit 143) whatever exception the
+#: signal surfaced as.
+_terminated: list[int] = []
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    _terminated.append(signum)
     raise Terminated
 
 

@@ -152,7 +152,10 @@ def test_relations_killed_mid_stability_search_resumes_to_the_same_outputs(tmp_p
     _, reference = procs.reference(tmp_path_factory, "relations")
     stable_done = [r for r in outcome["done"] if r.startswith("relations-stability/")]
     stable_at_kill = [r for r in outcome["at_kill"] if r.startswith("relations-stability/")]
-    assert 2 <= len(stable_done) < units, (len(stable_done), len(stable_at_kill))
+    # Killed inside the stability search: at least two units committed and no choice of k
+    # made.  All units may be in (a clean-clone run on a loaded machine once stored all 18 of
+    # this small run between two polls); the resume must then reuse every one of them.
+    assert 2 <= len(stable_done) <= units, (len(stable_done), len(stable_at_kill))
     assert not any(r.startswith("relations-choose/") for r in outcome["at_kill"])
     # the whole candidate search was done and is reused
     candidates = {r for r in outcome["at_kill"] if r.startswith("relations-candidate/")}
