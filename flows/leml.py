@@ -31,6 +31,7 @@ from flows.apply import MODEL_DIR, model_document
 from flows.config import FlowConfig, Strict, from_estimator
 from flows.published import LEML_XC
 from flows.runtime import RunContext, RunOptions, markdown_table
+from tasks.errors import InputError
 from tasks.leml import (
     BASELINES,
     TOP_K,
@@ -41,6 +42,7 @@ from tasks.leml import (
     collect,
     evaluate,
     initialise,
+    input_parts,
     label_file,
     load,
     observe,
@@ -48,6 +50,7 @@ from tasks.leml import (
     partition_masked,
     predict,
     split,
+    stack,
     task_params,
 )
 from tasks.leml_dask import DaskWStep
@@ -69,8 +72,12 @@ class DatasetConfig(Strict):
     format: Literal["xmc", "arff", "parquet"] = Field(
         "xmc", description="Extreme Classification text, Mulan ARFF, or an X/Y Parquet pair."
     )
-    train: str = Field(description="Training file, relative to the project root.")
-    test: str = Field(description="Test file, relative to the project root.")
+    train: str = Field(
+        description="Training file, or a folder of its parts (xmc: *.txt, *.txt.gz; parquet: "
+        "<name>.X.parquet with <name>.Y.parquet), relative to the project root.  With "
+        "w_step.runner dask each part is a row block read by one worker only."
+    )
+    test: str = Field(description="Test file, or a folder of its parts (as train).")
     n_labels: int | None = Field(None, ge=1, description="Label count (ARFF only).")
     normalize: Literal["none", "l2"] = Field(
         "none", description="Scale every row of X to unit L2 norm (train and test alike)."
@@ -177,19 +184,14 @@ class WStepConfig(Strict):
         H-steps have no block form yet)."""
         return self.backend() if get_loss(loss).name == "squared" else None
 
-    def cluster(self, ctx: RunContext, partition: list[dict] | None) -> dict | None:
-        """The ``cluster`` argument of the W-step task, where it runs (a runtime parameter,
-        outside its cache key): the scheduler address (``address``, else the run's
+    def cluster(self, ctx: RunContext) -> dict | None:
+        """The ``cluster`` argument of the Dask tasks, where they run (a runtime parameter,
+        outside their cache keys): the scheduler address (``address``, else the run's
         ``--dask-address``; none: the task runner's cluster, else a LocalCluster of
-        ``workers``) and the store files of the training data's row blocks (``partition``,
-        per block the refs of its X, Y and mask), from which each worker builds its own
-        row blocks."""
+        ``workers``)."""
         if self.runner == "local":
             return None
-        files = [{part: None if ref is None else str(ctx.store.path(ref).absolute())
-                  for part, ref in {"mask": None, **block}.items()} for block in partition]
-        return {"address": self.address or ctx.options.dask_address, "workers": self.workers,
-                "partition": files}
+        return {"address": self.address or ctx.options.dask_address, "workers": self.workers}
 
 
 class LemlConfig(FlowConfig):
@@ -245,54 +247,118 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
     model = m.estimator(random_state=seed)
-    read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
-    train_path, test_path = ctx.path(d.train), ctx.path(d.test)
-    train_file = ctx.run(load, path=train_path, labels_file=label_file(train_path, d.format),
-                         **read)
-    test_file = ctx.run(load, path=test_path, labels_file=label_file(test_path, d.format), **read)
-    train, test = _xy(train_file), _xy(test_file)
-    train, validation = _hold_out(ctx, train, d.validation_fraction, seed)
-    mask = None
-    if config.observed_fraction < 1:
-        mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction, seed=seed)
+    train_parts = _load_parts(ctx, d, m, "train")
+    test_parts = _load_parts(ctx, d, m, "test")
+    train_file = train_parts[0]  # its index maps name the model's columns
+    folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
+    dask = config.w_step.runner != "local"
+    squared_h = config.w_step.h_backend(m.loss) is not None
+    # The whole training set in this process is needed by the local runner, the baselines
+    # and the margin losses' H-step; with the Dask runner and the squared loss the steps take
+    # the files of the row blocks instead and read none of the data (the workers do).
+    whole = not dask or bool(config.baselines) or not squared_h
+    if folder:
+        if d.validation_fraction > 0:
+            raise InputError("a folder of parts is read part by part; hold out validation "
+                             "rows in a file of their own (validation_fraction 0 here)",
+                             path=ctx.path(d.train), key="dataset.validation_fraction")
+        masks = [None] * len(train_parts)
+        if config.observed_fraction < 1:  # one mask per part, each drawn from (seed, part)
+            masks = [ctx.run(observe, Y=p["Y"], observed_fraction=config.observed_fraction,
+                             seed=seed, part=i) for i, p in enumerate(train_parts)]
+        blocks = [{"X": p["X"], "Y": p["Y"], **({} if mk is None else {"mask": mk})}
+                  for p, mk in zip(train_parts, masks, strict=True)]
+        train = _stacked(ctx, train_parts) if whole else None
+        mask = (None if masks[0] is None or not whole
+                else ctx.run(stack, parts=masks, what="mask"))
+        validation = None
+    else:
+        train, validation = _hold_out(ctx, _xy(train_parts[0]), d.validation_fraction, seed)
+        mask = None
+        if config.observed_fraction < 1:
+            mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction,
+                           seed=seed)
     data = {"train": train, "mask": mask}
-    partition = _partition(ctx, data, config.w_step.blocks) if config.w_step.backend() else None
-    factors = ctx.run(initialise, **data, params=task_params(model, initialise))
+    # With the Dask runner the steps that run on the row blocks take the blocks' files in
+    # place of the data and read none of it themselves (the workers read their own blocks):
+    # the parts of a folder, else the training data cut into w_step.blocks row blocks.
+    w_data = h_data = data
+    backend = h_backend = None
+    if dask:
+        if not folder:
+            blocks = _partition(ctx, data, config.w_step.blocks)
+        backend = {"blocks": len(blocks)}
+        h_backend = backend if squared_h else None
+        w_data = {"train": None, "mask": None, "partition": blocks}
+        h_data = w_data if squared_h else data
+    cluster = config.w_step.cluster(ctx)
+    factors = ctx.run(initialise, **h_data, params=task_params(model, initialise))
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.progress("iterations", m.outer_iterations,
                             f"Outer iterations (of {m.outer_iterations})")
     traces, timings = [], []
     for t in range(1, m.outer_iterations + 1):
-        w = ctx.run(alternate_W, **data, **factors, iteration=t, params=w_params,
-                    w_step=config.w_step.backend(),
-                    cluster=config.w_step.cluster(ctx, partition))
-        h = ctx.run(alternate_H, **data, W=w["W"], H=factors["H"], validation=validation,
-                    iteration=t, params=h_params, h_step=config.w_step.h_backend(m.loss),
-                    cluster=config.w_step.cluster(ctx, partition))
+        w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
+                    w_step=backend, cluster=cluster)
+        h = ctx.run(alternate_H, **h_data, W=w["W"], H=factors["H"], validation=validation,
+                    iteration=t, params=h_params, h_step=h_backend, cluster=cluster)
         factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]
-    if config.w_step.runner != "local":  # where the last W-step ran, for the manifest
+        progress.advance()
+    if dask:  # where the last W-step ran, for the manifest
         where = ctx.read(timings[-2]).iloc[0]
         ctx.note("w_step", {"scheduler": where["scheduler"], "workers": int(where["workers"])})
-        progress.advance()
-    test_blocks = (_partition(ctx, {"train": test, "mask": None}, config.w_step.blocks)
-                   if config.w_step.backend() else None)
-    result = ctx.run(evaluate, test=test, **factors, traces=traces, timings=timings,
-                     dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
+    test_blocks = test = None
+    if dask:  # the test set's row blocks: the parts of a folder, else w_step.blocks of them
+        test_blocks = ([_xy(p) for p in test_parts] if len(test_parts) > 1 else
+                       _partition(ctx, {"train": _xy(test_parts[0]), "mask": None},
+                                  config.w_step.blocks))
+    if not dask or config.baselines:
+        test = _stacked(ctx, test_parts)
+    result = ctx.run(evaluate, test=None if test_blocks else test, **factors, traces=traces,
+                     timings=timings, dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
                      params=task_params(model, evaluate), batch_size=batch,
-                     blocks=config.w_step.backend(),
-                     cluster=config.w_step.cluster(ctx, test_blocks))
+                     partition=test_blocks, cluster=cluster)
     tables = [result["metrics"]] + [
         ctx.run(baseline, **data, test=test, method=name, dataset=d.name, batch_size=batch,
                 params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))
         for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
-    predictions = ctx.run(predict, test=test, **factors, params=task_params(model, predict),
-                          top_k=TOP_K, batch_size=batch)
+    predictions = ctx.run(predict, test=None if test_blocks else test, **factors,
+                          params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
+                          partition=test_blocks, cluster=cluster)
     name_outputs(ctx, config, factors, train_file, predictions)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
+
+
+def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, which: str) -> list[dict]:
+    """The ``leml-load`` refs of ``dataset.train`` or ``dataset.test`` (``which``): one for a
+    file, one per part for a folder of parts (:func:`tasks.leml.input_parts`), each part
+    read on its own.  The parts must agree on the numbers of features and labels."""
+    path = ctx.path(getattr(d, which))
+    read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
+    files = input_parts(path, d.format, key=f"dataset.{which}") or [path]
+    loaded = [ctx.run(load, path=f, labels_file=label_file(f, d.format), **read)
+              for f in files]
+    shapes = [(json.loads(ctx.store.meta(p["X"])["shape"])[1],
+               json.loads(ctx.store.meta(p["Y"])["shape"])[1]) for p in loaded]
+    for f, shape in zip(files, shapes, strict=True):
+        if shape != shapes[0]:
+            raise InputError(f"a part with {shape[0]} features and {shape[1]} labels, but "
+                             f"{files[0].name} has {shapes[0][0]} and {shapes[0][1]}: the parts "
+                             "of a folder share one feature and one label space", path=f)
+    return loaded
+
+
+def _stacked(ctx: RunContext, parts: list[dict]) -> dict:
+    """The X and Y refs of the loaded ``parts`` as one data set: the one part's own, or
+    their rows stacked in part order (``leml-stack``)."""
+    if len(parts) == 1:
+        return _xy(parts[0])
+    return {name: ctx.run(stack, parts=[p[name] for p in parts], what=name)
+            for name in ("X", "Y")}
 
 
 def _partition(ctx: RunContext, data: dict, blocks: int) -> list[dict]:

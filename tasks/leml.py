@@ -30,7 +30,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
-from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, LEMLData, row_block_bounds
+from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
 from tasks.readers.arff import read_arff
@@ -66,6 +66,27 @@ def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     if not (sp.issparse(X) or isinstance(X, np.ndarray)) or not sp.issparse(Y):
         raise InputError("expected a sparse or dense X and a sparse Y", path=path)
     return sp.csr_matrix(X, dtype=dtype), sp.csr_matrix(Y)
+
+
+#: The part files of a folder of parts (a partitioned input), by format.
+PART_PATTERNS = {"xmc": ("*.txt", "*.txt.gz"), "parquet": ("*.X.parquet",)}
+
+
+def input_parts(path: Path, format: str, key: str | None = None) -> list[Path] | None:
+    """The part files of ``path`` when it is a folder (a partitioned input: each part a file
+    of ``format``, :data:`PART_PATTERNS`, all in one feature and label space), sorted by
+    name; None when ``path`` is a file.  ``key`` names the config key in errors."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    if format not in PART_PATTERNS:
+        raise InputError(f"a folder of parts is read in the xmc or parquet format, not "
+                         f"{format!r}", path=path, key=key)
+    parts = sorted({p for pattern in PART_PATTERNS[format] for p in path.glob(pattern)})
+    if not parts:
+        raise InputError(f"a folder without parts: no {' or '.join(PART_PATTERNS[format])} "
+                         "files in it", path=path, key=key)
+    return parts
 
 
 def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFrame:
@@ -132,11 +153,15 @@ def split(train: dict, validation_fraction: float, seed: int) -> dict:
 
 
 @step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}")
-def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int) -> sp.csr_matrix:
+def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
+            part: int | None = None) -> sp.csr_matrix:
     """The observed set Omega: each entry of the n x L label matrix kept with the given
-    probability, uniformly at random (the paper's missing-label experiment)."""
+    probability, uniformly at random (the paper's missing-label experiment).  ``part``: the
+    index of ``Y``'s part in a folder of parts, drawn from its own stream (``seed``,
+    ``part``), so each part's mask is made without the others."""
     n, n_labels = Y.shape
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 202]))
+    rng = np.random.default_rng(np.random.SeedSequence(
+        [seed, 202] if part is None else [seed, 202, part]))
     rows, cols = [], []
     block = max(1, (1 << 22) // max(n_labels, 1))
     for start in range(0, n, block):
@@ -150,6 +175,13 @@ def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int) -> sp.csr_mat
     mask = sp.csr_matrix((np.ones(r.size, dtype=bool), (r, c)), shape=(n, n_labels))
     mask.sort_indices()
     return mask
+
+
+@step("leml-stack", inputs=("parts",), run_name="stack {what} of the parts")
+def stack(parts: list, what: str):
+    """The rows of the ``parts`` (sparse matrices of one width: the X, Y or masks of the
+    parts of a folder) stacked in part order, for the steps that need the whole."""
+    return sp.vstack(parts, format="csr")
 
 
 def _rows(M, start: int, stop: int):
@@ -188,9 +220,18 @@ partition_masked = step("leml-partition-masked", inputs=("train", "mask"),
                         run_name="partition block {block} of {blocks}")(partition_rows)
 
 
-def _estimator(params: dict, train: dict, mask) -> tuple[LEML, LEMLData]:
-    """``LEML(**params)`` and the training data it prepares."""
+def _estimator(params: dict, train: dict | None, mask, partition: list | None = None):
+    """``LEML(**params)`` and its training data: prepared from ``train`` and ``mask``, or,
+    when ``partition`` names the files of the data's row blocks (``{"X", "Y", "mask"}`` per
+    block, written by :data:`partition`), described by
+    :class:`tasks.leml_dask.PartitionedData` from their footers only: this process reads
+    none of them, the Dask workers read their own blocks."""
     model = LEML(**params)
+    if partition is not None:
+        from tasks.leml_dask import PartitionedData
+
+        return model, PartitionedData.from_files(partition, fit_intercept=model.fit_intercept,
+                                                 dtype=model.dtype)
     return model, model.prepare(train["X"], train["Y"], mask)
 
 
@@ -199,11 +240,13 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
                          "cg_iter": [int(info.get("cg_iter", 0))]})
 
 
-@step("leml-init", inputs=("train", "mask"), outputs=("W", "H"), run_name="initial factors")
-def initialise(train: dict, mask, params: dict) -> dict:
+@step("leml-init", inputs=("train", "mask"), paths=("partition",), outputs=("W", "H"),
+      run_name="initial factors")
+def initialise(train: dict | None, mask, params: dict, partition: list | None = None) -> dict:
     """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k)
-    (or the squared-loss start of a margin loss)."""
-    model, data = _estimator(params, train, mask)
+    (or the squared-loss start of a margin loss, which needs ``train``).  With
+    ``partition`` (the row-block files, see :func:`_estimator`) only the shapes are read."""
+    model, data = _estimator(params, train, mask, partition)
     W, H = model.start(data)
     return {"W": W, "H": H}
 
@@ -334,25 +377,24 @@ def _keep_blocks(client, backend) -> None:
 
 
 @contextmanager
-def _w_step_backend(data: LEMLData, w_step: dict | None, cluster: dict | None):
+def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int | None = None):
     """Where the W-step's products (and the squared loss's H-step sums) run: None (this
     process), or with ``w_step`` (``{"blocks"}``) a :class:`tasks.leml_dask.DaskWStep` over
-    that many row blocks of ``data``.  ``cluster`` (``{"address", "workers", "partition"}``,
-    all optional) says where: the scheduler at ``address`` or the run's own cluster
-    (:func:`_w_step_client`), and the store files of ``data``'s row blocks
-    (``partition``: per block ``{"X", "Y", "mask"}``, written by :data:`partition`), from
-    which each worker builds its own blocks (recomputed if a worker is lost); without
-    ``partition`` the blocks are scattered from this process."""
+    that many row blocks of ``data``.  ``data`` is a
+    :class:`tasks.leml_dask.PartitionedData` (the flow: the files of the row blocks, from
+    which each worker builds its own blocks, recomputed if a worker is lost) or a prepared
+    :class:`~algorithms.leml.data.LEMLData` (its blocks scattered from this process).
+    ``cluster`` (``{"address", "workers"}``, both optional) says where: the scheduler at
+    ``address`` or the run's own cluster (:func:`_w_step_client`).  ``rank``: the factors'
+    rank, for the memory guard of the working arrays (:func:`tasks.leml_dask.working_nbytes`)."""
     if w_step is None:
         yield None
         return
-    from tasks.leml_dask import DaskWStep, PartitionedData
+    from tasks.leml_dask import DaskWStep
 
     cluster = cluster or {}
-    files = cluster.get("partition")
-    source = PartitionedData.of(data, files) if files else data
     with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client, \
-            DaskWStep(client, source, w_step["blocks"]) as backend:
+            DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
         _keep_blocks(client, backend)
         yield backend
 
@@ -369,26 +411,28 @@ def _where(backend) -> dict:
 @step(
     "leml-alternate-W",
     inputs=("train", "mask", "W", "H"),
+    paths=("partition",),
     outputs=("W", "timings"),
     volatile=("timings",),
     runtime=("cluster",),
     run_name="alternate-W iter={iteration}",
 )
 def alternate_W(
-    train: dict, mask, W: np.ndarray, H: np.ndarray, iteration: int, params: dict,
-    w_step: dict | None, cluster: dict | None = None,
+    train: dict | None, mask, W: np.ndarray, H: np.ndarray, iteration: int, params: dict,
+    w_step: dict | None, cluster: dict | None = None, partition: list | None = None,
 ) -> dict:
     """One W-step with H fixed, :meth:`algorithms.leml.LEML.w_step`.
 
     ``w_step``: None (this process) or ``{"blocks"}`` to run the gradient and Hessian-vector
     products on Dask over that many row blocks of X (any number of workers gives the same W
-    bit for bit).  ``cluster`` (a runtime parameter: not in the key) says where
-    (:func:`_w_step_backend`); ``timings`` records where it ran (``scheduler``,
-    ``workers``).
+    bit for bit).  ``partition`` (the training data's row blocks, in place of ``train`` and
+    ``mask``): the workers read them, this process reads none (:func:`_estimator`).
+    ``cluster`` (a runtime parameter: not in the key) says where (:func:`_w_step_backend`);
+    ``timings`` records where it ran (``scheduler``, ``workers``).
     """
-    model, data = _estimator(params, train, mask)
+    model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
-    with _w_step_backend(data, w_step, cluster) as backend:
+    with _w_step_backend(data, w_step, cluster, model.rank) as backend:
         where = _where(backend)
         if backend is not None:
             log_both(logging.INFO, "W-step %d on the Dask cluster at %s: %d row blocks on %d "
@@ -402,14 +446,16 @@ def alternate_W(
 @step(
     "leml-alternate-H",
     inputs=("train", "mask", "W", "H", "validation"),
+    paths=("partition",),
     outputs=("H", "trace", "timings"),
     volatile=("timings",),
     runtime=("cluster",),
     run_name="alternate-H iter={iteration}",
 )
 def alternate_H(
-    train: dict, mask, W: np.ndarray, H: np.ndarray, validation: dict | None, iteration: int,
-    params: dict, h_step: dict | None = None, cluster: dict | None = None,
+    train: dict | None, mask, W: np.ndarray, H: np.ndarray, validation: dict | None,
+    iteration: int, params: dict, h_step: dict | None = None, cluster: dict | None = None,
+    partition: list | None = None,
 ) -> dict:
     """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
     objective and validation P@1.
@@ -419,12 +465,14 @@ def alternate_H(
     (:func:`algorithms.leml.h_step.update_H_by_blocks`; the same bits for any number of
     workers, equal to the whole-data H-step up to rounding).  ``cluster`` (runtime, not in
     the key) says where, as for :func:`alternate_W`; the objective's loss term is then summed
-    over the same blocks (:func:`algorithms.leml.objective.objective_by_blocks`).  The
-    validation P@1 is computed here on the whole validation set.
+    over the same blocks (:func:`algorithms.leml.objective.objective_by_blocks`).  With
+    ``partition`` in place of ``train`` and ``mask`` (as for :func:`alternate_W`) this
+    process reads none of the training data.  The validation P@1 is computed here on the
+    whole validation set.
     """
-    model, data = _estimator(params, train, mask)
+    model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
-    with _w_step_backend(data, h_step, cluster) as backend:
+    with _w_step_backend(data, h_step, cluster, model.rank) as backend:
         if backend is not None:
             where = _where(backend)
             log_both(logging.INFO, "H-step %d on the Dask cluster at %s: %d row blocks on %d "
@@ -461,33 +509,34 @@ def _test_scores(model, test: dict, batch_size: int) -> dict:
 @step(
     "leml-evaluate",
     inputs=("test", "W", "H", "traces", "timings"),
+    paths=("partition",),
     outputs=("metrics", "convergence"),
     volatile=("convergence",),
     runtime=("cluster",),
     run_name="evaluate",
 )
 def evaluate(
-    test: dict, W: np.ndarray, H: np.ndarray, traces: list, timings: list, dataset: str,
-    method: str, params: dict, batch_size: int, blocks: dict | None = None,
-    cluster: dict | None = None,
+    test: dict | None, W: np.ndarray, H: np.ndarray, traces: list, timings: list,
+    dataset: str, method: str, params: dict, batch_size: int,
+    partition: list | None = None, cluster: dict | None = None,
 ) -> dict:
     """Test metrics (P@1/3/5, Hamming loss, per-instance AUC) of the factors, predicted by
     :meth:`algorithms.leml.LEML.set_factors`, and the convergence table.
 
-    ``blocks``: None (the whole test set here, batch by batch) or ``{"blocks"}`` (the Dask
-    runner of the W-step): the test set's row blocks (``cluster["partition"]``, runtime, not
-    in the key) scored on the workers of the W-step's cluster
+    ``test`` (the whole test set, scored here batch by batch) or ``partition`` (the Dask
+    runner of the W-step): the files of the test set's row blocks, each read and scored on
+    a worker of the W-step's cluster (``cluster``, runtime, not in the key), none read here
     (:func:`tasks.leml_dask.evaluate_on_blocks`; precision@k and the Hamming loss equal to
     the last bit, the AUC to rounding).
     """
-    if blocks is None:
+    if partition is None:
         scores = _test_scores(LEML(**params).set_factors(W, H), test, batch_size)
     else:
         from tasks.leml_dask import evaluate_on_blocks
 
         cluster = cluster or {}
         with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client:
-            scores = evaluate_on_blocks(client, cluster["partition"], W, H, params, batch_size)
+            scores = evaluate_on_blocks(client, partition, W, H, params, batch_size)
     metrics = _metrics_table(scores, dataset, method)
     conv = pd.concat(traces, ignore_index=True)
     secs = pd.concat(timings, ignore_index=True).pivot_table(
@@ -531,12 +580,23 @@ def predictions_table(model: LEML, X, top_k: int, batch_size: int) -> pd.DataFra
     })
 
 
-@step("leml-predict", inputs=("test", "W", "H"), run_name="predict top {top_k}")
-def predict(test: dict, W: np.ndarray, H: np.ndarray, params: dict, top_k: int,
-            batch_size: int) -> pd.DataFrame:
-    """The test set's top labels by the final factors (:func:`predictions_table`)."""
-    model = LEML(**params).set_factors(W, H)
-    return predictions_table(model, test["X"], top_k, batch_size)
+@step("leml-predict", inputs=("test", "W", "H"), paths=("partition",), runtime=("cluster",),
+      run_name="predict top {top_k}")
+def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k: int,
+            batch_size: int, partition: list | None = None,
+            cluster: dict | None = None) -> pd.DataFrame:
+    """The test set's top labels by the final factors (:func:`predictions_table`): of
+    ``test``, here, or (the Dask runner) of the test set's row blocks ``partition``, each
+    block predicted on a worker of ``cluster`` (runtime, not in the key) and none read here
+    (:func:`tasks.leml_dask.predict_on_blocks`, the same table end to end)."""
+    if partition is None:
+        model = LEML(**params).set_factors(W, H)
+        return predictions_table(model, test["X"], top_k, batch_size)
+    from tasks.leml_dask import predict_on_blocks
+
+    cluster = cluster or {}
+    with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client:
+        return predict_on_blocks(client, partition, W, H, params, top_k, batch_size)
 
 
 def data_line(path: Path, format: str, row: int) -> int | None:

@@ -74,11 +74,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from algorithms.leml.data import (
     LEMLData,
     labels_layout,
+    layout_of_counts,
     prepare_rows,
     row_block_bounds,
     split_rows,
@@ -89,7 +91,8 @@ from algorithms.leml.w_step import WStepProducts, w_loss_value
 from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
 __all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "check_worker_memory", "data_nbytes",
-           "prepared_nbytes", "worker_peak_memory"]
+           "evaluate_on_blocks", "predict_on_blocks", "prepared_nbytes", "worker_peak_memory",
+           "working_nbytes"]
 
 #: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
 #: bit) does not depend on the number of workers.  Each block costs one task per
@@ -113,7 +116,7 @@ class PartitionedData:
         Per row block, in row order: ``{"X", "Y", "mask"}``, store-format Parquet files
         (:mod:`tasks.store`) of its rows of the features, the labels and the observed-entries
         mask (None when every label is observed), on a file system every worker sees at the
-        same path.  Block ``b`` holds the rows ``row_block_bounds(n_samples, len(blocks))[b]``.
+        same path.
     fit_intercept : bool
         As the estimator's (a constant feature appended).
     dtype : str
@@ -124,6 +127,9 @@ class PartitionedData:
     n_samples, n_features, n_labels : int
         The whole prepared data's shape (``n_features`` counts the constant feature): each
         block is checked against it when it is built.
+    rows : tuple of int
+        The rows of each block (``row_block_bounds(n_samples, len(blocks))`` for the flow's
+        own partition; any sizes for the parts of a partitioned input).
     """
 
     blocks: tuple
@@ -133,6 +139,7 @@ class PartitionedData:
     n_samples: int
     n_features: int
     n_labels: int
+    rows: tuple
 
     @classmethod
     def of(cls, data: LEMLData, blocks) -> PartitionedData:
@@ -146,32 +153,79 @@ class PartitionedData:
             raise ValueError(f"{len(blocks)} row blocks for {data.n_samples} rows; expected "
                              f"between 1 and {data.n_samples}")
         layout = labels_layout(data)
+        rows = tuple(stop - start for start, stop in row_block_bounds(data.n_samples, n))
         return cls(blocks=blocks, fit_intercept=data.fit_intercept,
                    dtype=np.dtype(data.dtype).name,
                    layout=(layout["labels"], layout["index_dtype"]),
                    n_samples=data.n_samples, n_features=data.n_features,
-                   n_labels=data.n_labels)
+                   n_labels=data.n_labels, rows=rows)
+
+    @classmethod
+    def from_files(cls, blocks, *, fit_intercept: bool, dtype) -> PartitionedData:
+        """The training data held in the row-block files ``blocks`` (a list of ``{"X", "Y",
+        "mask"}``, the mask absent or None when every label is observed), described from
+        the files' footers only: no block is read.
+
+        The shape is the blocks' shapes added up, and the label layout the one
+        :func:`~algorithms.leml.data.prepare_data` would give the whole
+        (:func:`~algorithms.leml.data.layout_of_counts`, from the number of entries the
+        masks store, which ``leml-mask`` writes as ones only).  Equal to
+        :meth:`of` the prepared whole, without the whole ever in one process.  The blocks
+        may have any numbers of rows (the parts of a partitioned input); a block whose shape
+        does not fit the others is named in a ``ValueError``.
+        """
+        blocks = tuple({"X": str(b["X"]), "Y": str(b["Y"]),
+                        "mask": None if b.get("mask") is None else str(b["mask"])}
+                       for b in blocks)
+        if not blocks:
+            raise ValueError("no row blocks: the partition is empty")
+        rows, n_features, n_labels, observed = [], None, None, 0
+        for b, files in enumerate(blocks):
+            x_shape = _footer(files["X"])[0]
+            y_shape = _footer(files["Y"])[0]
+            if x_shape[0] != y_shape[0]:
+                raise ValueError(f"{files['Y']}: {y_shape[0]} rows, but X of row block {b} "
+                                 f"({files['X']}) has {x_shape[0]}")
+            if (blocks[0]["mask"] is None) != (files["mask"] is None):
+                raise ValueError(f"row block {b}: a mask in some blocks and not in others")
+            if n_features is None:
+                n_features, n_labels = x_shape[1], y_shape[1]
+            elif (x_shape[1], y_shape[1]) != (n_features, n_labels):
+                raise ValueError(f"{files['X']}: row block {b} has {x_shape[1]} features and "
+                                 f"{y_shape[1]} labels, block 0 {n_features} and {n_labels}")
+            if files["mask"] is not None:
+                m_shape, m_entries = _footer(files["mask"])
+                if tuple(m_shape) != tuple(y_shape):
+                    raise ValueError(f"{files['mask']}: mask of shape {m_shape}, Y of row "
+                                     f"block {b} {y_shape}")
+                observed += m_entries
+            rows.append(x_shape[0])
+        n = sum(rows)
+        if n == 0:
+            raise ValueError(f"{blocks[0]['X']}: the row blocks hold no rows")
+        layout = layout_of_counts(n, n_labels, None if blocks[0]["mask"] is None else observed)
+        return cls(blocks=blocks, fit_intercept=bool(fit_intercept),
+                   dtype=np.dtype(dtype).name, layout=(layout["labels"], layout["index_dtype"]),
+                   n_samples=n, n_features=n_features + int(bool(fit_intercept)),
+                   n_labels=n_labels, rows=tuple(rows))
+
+    @property
+    def fully_observed(self) -> bool:
+        """True when every label entry is observed (as :class:`LEMLData`'s)."""
+        return self.layout[0] == "full"
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
         """Row range of each block."""
-        return row_block_bounds(self.n_samples, len(self.blocks))
+        stops = np.cumsum(self.rows).tolist()
+        return list(zip([0, *stops[:-1]], stops, strict=True))
 
     def block_nbytes(self) -> list[int]:
         """The bytes each row block takes once a worker has prepared it (:meth:`block`),
         estimated from the footers of its files (the number of stored entries), without
         reading the data: :func:`prepared_nbytes`."""
-        import pyarrow.parquet as pq
-
         def entries(path):
-            if path is None:
-                return 0
-            meta = pq.read_metadata(path)
-            kind = (meta.metadata or {}).get(b"scarce.kind", b"").decode()
-            if kind == "sparse":
-                return meta.num_rows
-            shape = json.loads((meta.metadata or {}).get(b"scarce.shape", b"[0, 0]"))
-            return int(np.prod(shape))
+            return 0 if path is None else _footer(path)[1]
 
         return [prepared_nbytes(stop - start, self.n_features, self.n_labels,
                                 nnz_x=entries(files["X"]), nnz_y=entries(files["Y"]),
@@ -212,6 +266,23 @@ class PartitionedData:
         text = json.dumps([stats, self.fit_intercept, self.dtype, list(self.layout)],
                           sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _footer(path: str) -> tuple[tuple[int, int], int]:
+    """The shape of the matrix in a store-format Parquet file and the entries it stores (the
+    rows of a sparse entry, every element of a dense one), from the file's footer only."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(path)
+    info = meta.metadata or {}
+    if b"scarce.shape" not in info:
+        raise ValueError(f"{path}: not a matrix in the store's Parquet format (no scarce.shape "
+                         "in its metadata)")
+    shape = tuple(json.loads(info[b"scarce.shape"]))
+    if len(shape) != 2:
+        raise ValueError(f"{path}: a matrix of shape {list(shape)}, expected 2 dimensions")
+    kind = info.get(b"scarce.kind", b"").decode()
+    return shape, meta.num_rows if kind == "sparse" else int(np.prod(shape))
 
 
 # --------------------------------------------------------------------------- worker side
@@ -321,32 +392,57 @@ def data_nbytes(data: LEMLData) -> int:
                    for a in arrays(part)))
 
 
+def working_nbytes(block_rows: list[int], *, n_features: int, n_labels: int, rank: int,
+                   dtype, fully_observed: bool) -> int:
+    """Bytes of the rank-``k`` working arrays a worker holding row blocks of ``block_rows``
+    rows needs on top of the blocks' data, an upper estimate: per block ``A_b = X_b W`` and
+    a product of its shape (``2 n_b x k``), the ``d' x k`` term and the ``L x k`` label
+    product it returns, plus the factors and one more of each; with missing labels, one
+    label block of the H-step's per-label Gram matrices (upper triangles, float64) per
+    block and one for their sum."""
+    from algorithms.leml.data import BLOCK
+
+    item, k, held = np.dtype(dtype).itemsize, int(rank), len(block_rows)
+    size = sum(2 * n * k * item for n in block_rows)
+    size += (held + 2) * (n_features + n_labels) * k * item
+    if not fully_observed:
+        labels = min(n_labels, max(1, BLOCK // (k * k)))
+        size += (held + 1) * labels * (k * (k + 1) // 2) * 8
+    return int(size)
+
+
 def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
-                        blocks: int) -> None:
+                        blocks: int, working=None) -> None:
     """Refuse, before anything is sent, row blocks that would not fit their workers.
 
-    Each worker holds the blocks placed on it (``block_workers``, sizes in ``sizes``); when
-    their bytes exceed :data:`~algorithms.memory.HEADROOM` of the worker's memory limit (the
+    Each worker holds the blocks placed on it (``block_workers``, sizes in ``sizes``) and,
+    when ``working`` is given (a function of the indices of a worker's blocks, such as
+    :func:`working_nbytes` of their rows), the step's rank-``k`` working arrays; when that
+    exceeds :data:`~algorithms.memory.HEADROOM` of the worker's memory limit (the
     ``--memory-limit`` of ``dask worker``, the ``memory_limit`` of a LocalCluster; none set:
-    no check), :class:`~algorithms.memory.MemoryBudgetError` says which option to change.
-    The step's k-sized working arrays come on top, hence the headroom.
+    no check), :class:`~algorithms.memory.MemoryBudgetError` says in one line which option
+    to change.
     """
     from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
 
     limits = {addr: info.get("memory_limit") or 0
               for addr, info in client.scheduler_info(n_workers=-1)["workers"].items()}
     held: dict[str, list[int]] = {}
-    for worker, size in zip(block_workers, sizes, strict=True):
-        held.setdefault(worker, []).append(size)
-    for worker, parts in held.items():
+    for b, worker in enumerate(block_workers):
+        held.setdefault(worker, []).append(b)
+    for worker, mine in held.items():
         limit = limits.get(worker, 0)
-        if limit and sum(parts) > HEADROOM * limit:
+        data = sum(sizes[b] for b in mine)
+        extra = 0 if working is None else int(working(mine))
+        if limit and data + extra > HEADROOM * limit:
+            arrays = f" and {format_bytes(extra)} of working arrays" if extra else ""
             raise MemoryBudgetError(
-                f"LEML on Dask: worker {worker} would hold {len(parts)} row block(s) of the "
-                f"training data, {format_bytes(sum(parts))}, over {HEADROOM:.0%} of its "
+                f"LEML on Dask: worker {worker} would hold {len(mine)} row block(s) of the "
+                f"training data, {format_bytes(data)}{arrays}, over {HEADROOM:.0%} of its "
                 f"memory limit {format_bytes(limit)}: add workers (w_step.workers, or more "
                 f"`dask worker` processes) or raise their --memory-limit; w_step.blocks "
-                f"({blocks} over {len(limits)} workers now) spreads the blocks more evenly")
+                f"({blocks} over {len(limits)} workers now) spreads the blocks more evenly"
+                + ("; a lower model.rank shrinks the working arrays" if extra else ""))
 
 
 def _partition_block(source: PartitionedData, b: int) -> LEMLData:
@@ -479,6 +575,9 @@ class DaskWStep:
         Run every task with one BLAS and OpenMP thread (threadpoolctl): needed for
         bit-identical results across clusters, and the fast setting on 2-core machines (two
         BLAS threads in one process were measured 3 to 100 times slower than one).
+    rank : int, optional
+        The rank ``k`` of the factors: the memory guard then counts the step's working
+        arrays (:func:`working_nbytes`) with the blocks; None: the blocks' data only.
 
     Attributes
     ----------
@@ -498,7 +597,7 @@ class DaskWStep:
     """
 
     def __init__(self, client, data: PartitionedData | LEMLData, blocks: int = N_BLOCKS, *,
-                 workers=None, pin_blas: bool = True):
+                 workers=None, pin_blas: bool = True, rank: int | None = None):
         known = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if not known:
             raise ValueError("the Dask cluster has no workers; start some before DaskWStep")
@@ -514,16 +613,22 @@ class DaskWStep:
         self.n_samples, self.dtype = data.n_samples, np.dtype(data.dtype)
         self.fully_observed = (data.layout[0] == "full" if self.recoverable
                                else data.fully_observed)
-        self.bounds = row_block_bounds(data.n_samples, blocks)
-        if self.recoverable and len(data.blocks) != len(self.bounds):
+        self.bounds = data.bounds if self.recoverable else row_block_bounds(data.n_samples,
+                                                                            blocks)
+        if self.recoverable and len(data.blocks) != blocks:
             raise ValueError(f"the partition has {len(data.blocks)} row blocks but blocks="
-                             f"{blocks} makes {len(self.bounds)} of {data.n_samples} rows")
+                             f"{blocks}")
         # Squared loss, fully observed: associate 2 H^T H as the whole-set product does.
         self.gram_left = data.n_features <= data.n_samples
         self.block_workers = [workers[b % len(workers)] for b in range(len(self.bounds))]
         split = None if self.recoverable else split_rows(data, blocks)
         sizes = data.block_nbytes() if split is None else [data_nbytes(b) for b in split]
-        check_worker_memory(client, self.block_workers, sizes, blocks=len(self.bounds))
+        rows = [stop - start for start, stop in self.bounds]
+        working = None if rank is None else (lambda mine: working_nbytes(
+            [rows[b] for b in mine], n_features=self.n_features, n_labels=self.n_labels,
+            rank=rank, dtype=self.dtype, fully_observed=self.fully_observed))
+        check_worker_memory(client, self.block_workers, sizes, blocks=len(self.bounds),
+                            working=working)
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
         n = len(self.bounds)
@@ -648,35 +753,71 @@ def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
             for s in range(0, X.shape[0], batch_size)]
 
 
-def evaluate_on_blocks(client, files: list[dict], W, H, params: dict, batch_size: int,
-                       ks=(1, 3, 5), workers=None) -> dict[str, float]:
-    """Test metrics from the row blocks ``files`` of the test set, each scored where it is
-    read: on the workers of ``client`` (block ``b`` on worker ``b mod n_workers``), or in this
-    process when ``client`` is None (``workers``: those of the cluster's workers to use, all by
-    default).  Only the factors go out and only per-batch counts come
-    back; they are added in block and batch order, so the metrics are the same bits on any
-    number of workers, and precision@k and the Hamming loss equal the one-process metrics
-    to the last bit (integer counts; the AUC to rounding)."""
+def _on_blocks(client, fn, files: list[dict], W, H, *args, name: str, workers=None) -> list:
+    """``fn(files[b], W, H, *args)`` for every row block ``b``, each where it is read: on the
+    workers of ``client`` (block ``b`` on worker ``b mod n_workers``; ``workers``: those of the
+    cluster's workers to use, all by default), or in this process when ``client`` is None.
+    Only the factors go out (once), and the results come back in block order."""
     if client is None:
-        batches = [p for f in files for p in block_metric_sums(f, W, H, params, batch_size, ks)]
-        return scores_from_sums(batches, ks)
+        return [fn(f, W, H, *args) for f in files]
     workers = sorted(workers or client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
         raise ValueError("the Dask cluster has no workers; start some before the evaluation")
     tag = uuid.uuid4().hex[:8]
-    factors = [client.submit(_identity, np.ascontiguousarray(a), key=f"leml-e-{name}-{tag}",
-                             pure=False) for name, a in (("W", W), ("H", H))]
-    futures = [client.submit(_call, block_metric_sums, True, f, *factors, params, batch_size,
-                             tuple(ks), key=f"leml-e-block_metric_sums-{tag}-block{b}",
+    factors = [client.submit(_identity, np.ascontiguousarray(a), key=f"leml-e-{n}-{tag}",
+                             pure=False) for n, a in (("W", W), ("H", H))]
+    futures = [client.submit(_call, fn, True, f, *factors, *args,
+                             key=f"leml-e-{name}-{tag}-block{b}",
                              workers=[workers[b % len(workers)]], allow_other_workers=True,
                              pure=False)
                for b, f in enumerate(files)]
     try:
-        batches = [p for block in client.gather(futures) for p in block]
+        return client.gather(futures)
     finally:
         for future in [*futures, *factors]:
             future.release()
-    return scores_from_sums(batches, ks)
+
+
+def evaluate_on_blocks(client, files: list[dict], W, H, params: dict, batch_size: int,
+                       ks=(1, 3, 5), workers=None) -> dict[str, float]:
+    """Test metrics from the row blocks ``files`` of the test set, each scored where it is
+    read (:func:`_on_blocks`: on the workers of ``client``, or in this process when
+    ``client`` is None).  Only the factors go out and only per-batch counts come
+    back; they are added in block and batch order, so the metrics are the same bits on any
+    number of workers, and precision@k and the Hamming loss equal the one-process metrics
+    to the last bit (integer counts; the AUC to rounding)."""
+    blocks = _on_blocks(client, block_metric_sums, files, W, H, params, batch_size, tuple(ks),
+                        name="block_metric_sums", workers=workers)
+    return scores_from_sums([p for block in blocks for p in block], ks)
+
+
+def block_predictions(files: dict, W, H, params: dict, top_k: int,
+                      batch_size: int) -> tuple[int, pd.DataFrame]:
+    """The rows of one row block of the test set, read from its own files, and their
+    predictions table (``tasks.leml.predictions_table``; its ``row`` counts from the block's
+    first row)."""
+    from algorithms.leml import LEML
+    from tasks.leml import predictions_table
+    from tasks.store import read_parquet_entry
+
+    model = LEML(**params).set_factors(W, H)
+    X = sp.csr_matrix(read_parquet_entry(files["X"]))
+    return X.shape[0], predictions_table(model, X, top_k, batch_size)
+
+
+def predict_on_blocks(client, files: list[dict], W, H, params: dict, top_k: int,
+                      batch_size: int, workers=None) -> pd.DataFrame:
+    """The test set's predictions table from its row blocks ``files``, each block predicted
+    where it is read (:func:`_on_blocks`) and the tables put end to end in block order, rows
+    numbered from the first block's first row: the table the whole test set gives, with only
+    the factors going out and only the top labels coming back."""
+    tables = _on_blocks(client, block_predictions, files, W, H, params, top_k, batch_size,
+                        name="block_predictions", workers=workers)
+    offset, parts = 0, []
+    for n_rows, table in tables:
+        parts.append(table.assign(row=table["row"] + offset))
+        offset += n_rows
+    return pd.concat(parts, ignore_index=True)
 
 
 def worker_peak_memory(client) -> dict[str, int]:

@@ -215,28 +215,32 @@ class Step:
     run_name: str | None = None
     volatile: tuple[str, ...] = ()
     runtime: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
     _bound: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.code_hash = code_digest(self.fn.__module__)
         self.signature = inspect.signature(self.fn)
         params = self.signature.parameters
-        for n in (*self.inputs, *self.files, *self.runtime):
+        for n in (*self.inputs, *self.files, *self.runtime, *self.paths):
             if n not in params:
                 raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
         if self.volatile and not set(self.volatile) <= set(self.outputs or ()):
             raise TypeError(f"step {self.name}: volatile parts must be among its outputs")
-        if set(self.runtime) & {*self.inputs, *self.files}:
-            raise TypeError(f"step {self.name}: a runtime parameter is neither an input nor a "
+        if set(self.runtime) & {*self.inputs, *self.files, *self.paths}:
+            raise TypeError(f"step {self.name}: a runtime parameter cannot also be an input, a "
+                            "file or a paths parameter")
+        if set(self.paths) & {*self.inputs, *self.files}:
+            raise TypeError(f"step {self.name}: a paths parameter cannot also be an input or a "
                             "file")
 
     # -- keys -------------------------------------------------------------
     def key(self, kwargs: dict[str, Any]) -> str:
         """The store key of a call with these arguments (runtime parameters left out)."""
-        left_out = {*self.inputs, *self.files, *self.runtime}
+        left_out = {*self.inputs, *self.files, *self.runtime, *self.paths}
         params = {k: v for k, v in kwargs.items() if k not in left_out}
         files = {k: cached_file_sha256(kwargs[k]) for k in self.files if kwargs.get(k) is not None}
-        inputs = {k: kwargs.get(k) for k in self.inputs}
+        inputs = {k: kwargs.get(k) for k in (*self.inputs, *self.paths)}
         return digest(
             {
                 "step": self.name,
@@ -290,6 +294,7 @@ def step(
     run_name: str | None = None,
     volatile: Sequence[str] = (),
     runtime: Sequence[str] = (),
+    paths: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Step]:
     """Declare a store-backed step.
 
@@ -313,6 +318,11 @@ def step(
         passed to the function but left out of the key, so the same call run
         elsewhere finds the same entries.  The step must give the same outputs
         whatever their values.
+    paths : names of parameters that receive refs of upstream outputs, keyed by
+        their refs as ``inputs`` are, but passed to the function as the absolute
+        paths of the store's files (a str per ref) instead of the data: for a step
+        that hands the files to other processes (Dask workers that read their own
+        row blocks) and must not read them itself.
     """
 
     def decorate(fn: Callable[..., Any]) -> Step:
@@ -326,6 +336,7 @@ def step(
             run_name=run_name,
             volatile=tuple(volatile),
             runtime=tuple(runtime),
+            paths=tuple(paths),
         )
 
     return decorate
@@ -353,6 +364,21 @@ def _load(store: Store, value: Any) -> Any:
     raise TypeError(f"an input must be a ref or a dict/list of refs, got {type(value).__name__}")
 
 
+def _paths(store: Store, value: Any) -> Any:
+    """``value`` (refs as :func:`_load` takes them) with every ref replaced by the absolute
+    path of its file."""
+    if isinstance(value, str):
+        return str(store.path(value).absolute())
+    if isinstance(value, dict):
+        return {k: _paths(store, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_paths(store, v) for v in value]
+    if value is None:
+        return None
+    raise TypeError(f"a paths parameter must be a ref or a dict/list of refs, got "
+                    f"{type(value).__name__}")
+
+
 def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
     sig = st.signature
 
@@ -362,7 +388,8 @@ def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
         bound.apply_defaults()
         call = dict(bound.arguments)
         key = st.key(call)
-        data = {k: (_load(store, v) if k in st.inputs else v) for k, v in call.items()}
+        data = {k: (_load(store, v) if k in st.inputs
+                    else _paths(store, v) if k in st.paths else v) for k, v in call.items()}
         result = st.fn(**data)
         refs = st.refs(key)
         if isinstance(refs, str):

@@ -29,8 +29,8 @@ from sklearn.utils import check_array
 
 from algorithms.memory import check_allocation
 
-__all__ = ["LEMLData", "labels_layout", "prepare_data", "prepare_rows", "row_block_bounds",
-           "split_rows"]
+__all__ = ["LEMLData", "labels_layout", "layout_of_counts", "prepare_data", "prepare_rows",
+           "row_block_bounds", "split_rows"]
 
 # Elements per temporary block (entries x k, rows x k(k+1)/2, labels x k x k).
 BLOCK = 1 << 22
@@ -385,10 +385,8 @@ def check_labels(Y, mask, n, dtype, entries="auto", *, keep_entries=False, index
     if omega.nnz == n * n_labels and not keep_entries:
         return sp.csr_matrix(Yc, dtype=dtype), None, n_labels
 
-    if entries == "auto":
-        dense = 16 * omega.nnz >= n * n_labels and n * n_labels <= _DENSE_MAX
-    else:
-        dense = entries == "dense"
+    auto = layout_of_counts(n, n_labels, omega.nnz)
+    dense = auto["labels"] == "dense" if entries == "auto" else entries == "dense"
     if dense:  # many observed: dense with a mask (see _DenseEntries)
         check_allocation((n, n_labels), dtype, what="observed labels stored dense (n x L)",
                          advice="use entries='sparse'", copies=2)
@@ -396,7 +394,7 @@ def check_labels(Y, mask, n, dtype, entries="auto", *, keep_entries=False, index
         y[Yc.nonzero()] = 1
         return None, _DenseEntries(y, omega.toarray().astype(dtype)), n_labels
     if index_dtype is None:
-        index_dtype = np.int64 if max(omega.nnz, n, n_labels) >= 2**31 - 1 else np.int32
+        index_dtype = _index_dtype(n, n_labels, omega.nnz)
     indptr = omega.indptr.astype(index_dtype)
     cols = omega.indices.astype(index_dtype)
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
@@ -459,6 +457,28 @@ def _features(X, fit_intercept: bool, dtype):
     if fit_intercept:
         X = add_constant_column(X)
     return dtype, X, (X.T.tocsr() if sp.issparse(X) else np.ascontiguousarray(X.T))
+
+
+def layout_of_counts(n: int, n_labels: int, observed: int | None) -> dict:
+    """The label layout :func:`prepare_data` (``entries="auto"``) gives ``n`` rows of
+    ``n_labels`` labels of which ``observed`` entries are observed (None: every one), as
+    :func:`labels_layout` reports it.
+
+    What decides it is counts only, so the layout of data held in row blocks is known from
+    the blocks' sizes without reading them (``tasks.leml_dask.PartitionedData``): every entry
+    observed gives ``"full"``; at least 1/16 of them (and ``n x L`` at most 2^28), ``"dense"``;
+    else ``"sparse"``, with int64 indices when a count reaches 2^31 - 1.
+    """
+    if observed is None or observed == n * n_labels:
+        return {"labels": "full", "index_dtype": None}
+    if 16 * observed >= n * n_labels and n * n_labels <= _DENSE_MAX:
+        return {"labels": "dense", "index_dtype": None}
+    return {"labels": "sparse", "index_dtype": _index_dtype(n, n_labels, observed).name}
+
+
+def _index_dtype(n: int, n_labels: int, observed: int) -> np.dtype:
+    """int32 indices of sparse observed entries, unless a count reaches 2^31 - 1."""
+    return np.dtype(np.int64 if max(observed, n, n_labels) >= 2**31 - 1 else np.int32)
 
 
 def labels_layout(data: LEMLData) -> dict:

@@ -31,7 +31,8 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
         assert after.get("leml-w-block", 0) - before.get("leml-w-block", 0) == 4
         assert after.get("leml-w", 0) > before.get("leml-w", 0)
         assert after.get("leml-h", 0) > before.get("leml-h", 0)  # the H-steps' block sums
-        assert after.get("leml-e", 0) - before.get("leml-e", 0) == 4  # the test set's blocks
+        # the test set's 4 blocks, each scored and predicted where it was read
+        assert after.get("leml-e", 0) - before.get("leml-e", 0) == 8
         # ... and every W-step records that it ran there, on both workers.
         timings = w_step_timings(project, m)
         assert len(timings) == procs.LEML_ITERATIONS

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,21 @@ def _close_w_step_clusters():
     from tasks.leml import _close_w_clusters
 
     _close_w_clusters()
+
+
+@contextmanager
+def _store_reads(monkeypatch):
+    """The refs ``Store.read`` is called with in this process inside the block."""
+    reads: list[str] = []
+    real = Store.read
+
+    def recording(self, ref):
+        reads.append(ref)
+        return real(self, ref)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Store, "read", recording)
+        yield reads
 
 
 def _runs(project):
@@ -281,6 +297,15 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     for name in ("precision@1", "precision@3", "precision@5", "hamming_loss"):
         assert there[name] == here[name], name
     assert there["instance_auc"] == pytest.approx(here["instance_auc"], rel=1e-9)
+    # ... and predicted block by block on the workers: the whole test set's top labels
+    from tasks.leml import predictions_table
+
+    predicted = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "outputs"
+                                / "predictions.parquet")
+    expected = predictions_table(fitted, X_test, top_k=5, batch_size=2048)
+    pd.testing.assert_frame_equal(predicted[["row", "rank", "label"]],
+                                  expected[["row", "rank", "label"]])
+    np.testing.assert_allclose(predicted["score"], expected["score"], rtol=1e-5, atol=1e-6)
     objective = [_store.read(next(o["ref"] for o in run["outputs"]
                                   if o["ref"].endswith("-convergence")))["objective"].to_numpy()
                  for run in (local, m)]
@@ -312,15 +337,31 @@ def test_missing_labels_flow_uses_the_stored_mask(project):
     np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
 
 
-def test_missing_labels_on_dask_read_the_partitioned_mask_and_match_the_estimator(project):
+def test_missing_labels_on_dask_read_the_partitioned_mask_and_match_the_estimator(
+        project, monkeypatch):
     """``w_step.runner: dask`` with missing labels: the mask is partitioned with X and Y, the
     W-steps and the H-steps (their per-label sums over the observed entries) run over the
     row blocks, and the factors agree with the single-process estimator to the rounding
-    that early-stopped CG amplifies (float32)."""
+    that early-stopped CG amplifies (float32).  The flow's process reads the training data
+    only to partition it: the start, the W- and H-steps and the evaluation take the blocks'
+    files, which the workers read."""
     over = ["--set", "observed_fraction=0.5", "--set", "baselines=[]",
             "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
-    assert main(["run", "leml", *over]) == 0
+    with _store_reads(monkeypatch) as reads:
+        assert main(["run", "leml", *over]) == 0
     m = _last(project)
+    store = Store(project / "data" / "cache")
+    train_x, test_x = sorted(  # the training set has 400 rows, the test set 200
+        (o["ref"] for o in m["outputs"] if o["step"] == "leml-load" and o["ref"].endswith("-X")),
+        key=lambda ref: -json.loads(store.meta(ref)["shape"])[0])
+    mask_ref = next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask")
+    # The training X and the mask: read by the 3 partition tasks of their blocks, nothing
+    # else.  The test set's X: by its partition tasks when they ran (an earlier test may have
+    # stored them); the evaluation and the predictions read its blocks on the workers.
+    assert reads.count(train_x) == reads.count(mask_ref) == 3
+    test_partitioned = sum(1 for o in m["outputs"] if o["step"] == "leml-partition"
+                           and o["ref"].endswith("-X") and not o["cached"])
+    assert reads.count(test_x) == test_partitioned
     store = Store(project / "data" / "cache")
     parts = {o["ref"]: store.read(o["ref"]) for o in m["outputs"]
              if o["step"] == "leml-partition-masked"}
@@ -409,3 +450,57 @@ def test_the_estimators_rules_reject_a_config_by_name(project, capsys):
                  "model.squared_init_iter=2", "--set", "model.fit_intercept=false"]) == 2
     err = capsys.readouterr().err
     assert "key 'model'" in err and "squared_init_iter > 0 needs fit_intercept=True" in err
+
+
+def _xc_parts(src: Path, folder: Path, blocks: int) -> None:
+    """``src`` (an XC text file) cut into ``blocks`` part files of ``folder``, with the rows
+    :func:`~algorithms.leml.data.row_block_bounds` gives each block."""
+    from algorithms.leml import row_block_bounds
+
+    lines = src.read_text().splitlines()
+    _, d, labels = lines[0].split()
+    rows = lines[1:]
+    folder.mkdir(exist_ok=True)
+    for i, (start, stop) in enumerate(row_block_bounds(len(rows), blocks)):
+        (folder / f"part-{i:03d}.txt").write_text(
+            "\n".join([f"{stop - start} {d} {labels}", *rows[start:stop]]) + "\n")
+
+
+def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
+        project, monkeypatch, capsys):
+    """Training and test sets given as folders of XC parts.  With the Dask runner each part
+    is a row block: cut as ``w_step.blocks`` cuts the single file, it gives that run's W, H,
+    metrics and predictions bit for bit, and this process reads no part's data (the workers
+    do).  With the local runner the parts are stacked: the single file's run, bit for bit.
+    Parts that disagree on the label space are refused, naming the part."""
+    _xc_parts(project / "train.txt", project / "train-parts", 3)
+    _xc_parts(project / "test.txt", project / "test-parts", 3)
+    parts = ["--set", "dataset.train=train-parts", "--set", "dataset.test=test-parts"]
+    for runner in (["--set", "w_step.runner=dask", "--set", "w_step.blocks=3"], []):
+        assert main(["run", "leml", "--set", "baselines=[]", *runner]) == 0
+        single = _last(project)
+        with _store_reads(monkeypatch) as reads:
+            assert main(["run", "leml", "--set", "baselines=[]", *runner, *parts]) == 0
+        folder = _last(project)
+        loads = [o for o in folder["outputs"] if o["step"] == "leml-load"]
+        assert len(loads) == 6 * 4  # 3 parts of each set, X, Y and the two index maps
+        W1, H1, _ = _final(project, single, 3)
+        W2, H2, _ = _final(project, folder, 3)
+        np.testing.assert_array_equal(W2, W1)
+        np.testing.assert_array_equal(H2, H1)
+        runs = project / "data" / "runs"
+        for name in ("metrics.parquet", "outputs/predictions.parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(runs / folder["run_id"] / name),
+                                          pd.read_parquet(runs / single["run_id"] / name))
+        part_data = [o["ref"] for o in loads if o["ref"].endswith(("-X", "-Y"))]
+        if runner:  # no partition step: the parts are the blocks, read on the workers only
+            assert not any(o["step"].startswith("leml-partition") for o in folder["outputs"])
+            assert not set(reads) & set(part_data)
+        else:  # stacked once per set for X and Y
+            assert sum(o["step"] == "leml-stack" for o in folder["outputs"]) == 4
+    bad = project / "train-parts" / "part-001.txt"
+    lines = bad.read_text().splitlines()
+    n, d, labels = lines[0].split()
+    bad.write_text("\n".join([f"{n} {d} {int(labels) + 1}", *lines[1:]]) + "\n")
+    assert main(["run", "leml", "--set", "baselines=[]", *parts]) == 2
+    assert "part-001.txt" in capsys.readouterr().err

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
@@ -235,8 +236,41 @@ def test_step_key_leaves_out_runtime_parameters_and_keeps_every_other_key():
     assert runtime.key({"a": 1, "address": "x"}) == expected  # the same module and name
     with pytest.raises(TypeError, match="'where' is not a parameter"):
         step("t-bad", runtime=("where",))(_where)
-    with pytest.raises(TypeError, match="neither an input nor a file"):
+    with pytest.raises(TypeError, match="cannot also be an input"):
         step("t-bad", inputs=("a",), runtime=("a",))(_where)
+
+
+def _files_of(blocks, tag):
+    return {"blocks": blocks, "tag": tag}
+
+
+def test_paths_parameters_are_keyed_by_their_refs_and_passed_as_the_files(tmp_path):
+    """A ``paths`` parameter is keyed as an input (by its refs) and reaches the function
+    as the store files' absolute paths, never read."""
+    from tasks.steps import _make_runner
+
+    store = Store(tmp_path / "store")
+    refs = [{"X": store.write("p/0-X", np.eye(2)), "Y": store.write("p/0-Y", np.ones(2))},
+            {"X": store.write("p/1-X", np.eye(3)), "Y": None}]
+    st = step("t-paths", paths=("blocks",), outputs=("blocks", "tag"))(_files_of)
+    keyed_as_input = step("t-paths", inputs=("blocks",), outputs=("blocks", "tag"))(_files_of)
+    assert st.key({"blocks": refs, "tag": 1}) == keyed_as_input.key({"blocks": refs, "tag": 1})
+    assert st.key({"blocks": refs, "tag": 1}) != st.key({"blocks": refs[:1], "tag": 1})
+    seen = {}
+
+    def spy(blocks, tag):
+        seen.update(blocks=blocks)
+        return {"blocks": pd.DataFrame({"n": [len(blocks)]}), "tag": pd.DataFrame({"t": [tag]})}
+
+    spied = step("t-paths", paths=("blocks",), outputs=("blocks", "tag"))(spy)
+    _make_runner(spied, store)(refs, 7)
+    assert seen["blocks"] == [
+        {"X": str(store.path(refs[0]["X"]).absolute()),
+         "Y": str(store.path(refs[0]["Y"]).absolute())},
+        {"X": str(store.path(refs[1]["X"]).absolute()), "Y": None}]
+    assert all(Path(p).is_file() for b in seen["blocks"] for p in b.values() if p)
+    with pytest.raises(TypeError, match="a paths parameter cannot also be an input"):
+        step("t-bad", inputs=("blocks",), paths=("blocks",))(_files_of)
 
 
 # -- blocks built from the partition's store files ------------------------------------------
@@ -298,6 +332,62 @@ def test_partition_blocks_keep_the_whole_datas_label_layout(tmp_path):
             _assert_same_block(source.block(b), expected)
 
 
+@pytest.mark.parametrize(("case", "dtype", "fit_intercept"), [
+    ("full", np.float64, False), ("masked-sparse", np.float32, True),
+    ("masked-dense", np.float64, False)])
+def test_partition_described_from_the_footers_equals_the_prepared_whole(
+        tmp_path, monkeypatch, case, dtype, fit_intercept):
+    """``PartitionedData.from_files`` reads no block, yet gives the shape and label layout
+    of ``of(prepare(whole))``: the same description, and so the same blocks."""
+    expected, _ = _stored(tmp_path, case, dtype, fit_intercept, blocks=3)
+    read = _record_reads(monkeypatch)
+    got = PartitionedData.from_files(expected.blocks, fit_intercept=fit_intercept, dtype=dtype)
+    assert read == []
+    assert got == expected
+    assert got.fully_observed == (case == "full")
+
+
+def test_layout_of_counts_is_the_layout_prepare_data_picks():
+    """The counts alone decide the layout (naive check: prepare the data and look)."""
+    from algorithms.leml.data import labels_layout, layout_of_counts
+
+    X = sp.random(N, D, density=0.4, random_state=1, format="csr")
+    Y = sp.random(N, L, density=0.15, random_state=2, format="csr")
+    Y.data[:] = 1
+    for density in (0.01, 0.05, 1 / 16, 0.07, 0.3, 1.0):
+        mask = sp.random(N, L, density=density, random_state=3, format="csr").astype(bool)
+        data = prepare_data(X, Y, mask, fit_intercept=False, dtype=np.float64)
+        assert layout_of_counts(N, L, mask.nnz) == labels_layout(data), density
+    data = prepare_data(X, Y, fit_intercept=False, dtype=np.float64)
+    assert layout_of_counts(N, L, None) == labels_layout(data) == {"labels": "full",
+                                                                   "index_dtype": None}
+
+
+def test_a_partition_that_does_not_fit_together_is_named(tmp_path):
+    source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
+    blocks = [dict(b) for b in source.blocks]
+    swapped = [blocks[0], {**blocks[1], "Y": blocks[2]["Y"]}, blocks[2]]
+    with pytest.raises(ValueError, match=r"54 rows, but X of row block 1"):
+        PartitionedData.from_files(swapped, fit_intercept=False, dtype="float64")
+    with pytest.raises(ValueError, match="a mask in some blocks and not in others"):
+        PartitionedData.from_files([blocks[0], {**blocks[1], "mask": None}, blocks[2]],
+                                   fit_intercept=False, dtype="float64")
+
+
+def test_blocks_of_any_sizes_keep_their_rows(tmp_path):
+    """The parts of a partitioned input need not have the sizes of ``row_block_bounds``:
+    blocks 2 and 0 of a 3-block partition (54 and 53 rows), in that order, are the rows of
+    the data they make, block for block."""
+    source, data = _stored(tmp_path, "masked-sparse", blocks=3)
+    parts = PartitionedData.from_files([source.blocks[2], source.blocks[0]],
+                                       fit_intercept=False, dtype="float64")
+    assert parts.rows == (54, 53) and parts.bounds == [(0, 54), (54, 107)]
+    assert parts.n_samples == 107
+    split = split_rows(data, 3)
+    _assert_same_block(parts.block(0), split[2])
+    _assert_same_block(parts.block(1), split[0])
+
+
 def _record_reads(monkeypatch) -> list[str]:
     """The paths ``tasks.store.read_parquet_entry`` is called with, from now on."""
     import tasks.store
@@ -337,7 +427,7 @@ def test_partition_must_match_the_number_of_blocks(tmp_path):
         def scheduler_info(self, n_workers):
             return {"workers": {"tcp://w:1": {}}}
 
-    with pytest.raises(ValueError, match="the partition has 3 row blocks but blocks=4"):
+    with pytest.raises(ValueError, match="the partition has 3 row blocks but blocks=4$"):
         DaskWStep(NoCluster(), source, blocks=4)
 
 
@@ -465,12 +555,12 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
 
     source, data = _stored(tmp_path, "masked-sparse")
     W0, H = _start(data)
-    cluster = {"address": client.scheduler.address, "partition": list(source.blocks)}
+    cluster = {"address": client.scheduler.address}
     before = client.run_on_scheduler(_block_computations) if _has_blocks(client) else 0
     try:
         results = []
         for _ in range(2):  # two outer iterations' W-steps
-            with _w_step_backend(data, {"blocks": 4}, cluster) as backend:
+            with _w_step_backend(source, {"blocks": 4}, cluster) as backend:
                 assert backend.recoverable and backend.client is not client
                 results.append(_w_step(data, W0, H, backend=backend, cg_max_iter=4)[0])
         assert client.run_on_scheduler(_block_computations) - before == 4  # built once
@@ -564,6 +654,40 @@ def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(
             DaskWStep(client, data, 3)
 
 
+def test_working_arrays_count_by_hand():
+    from tasks.leml_dask import working_nbytes
+
+    common = dict(n_features=10, n_labels=12, rank=3, dtype="float64")
+    # A_b and a product (2 x 110 rows x 3 x 8 bytes) + 4 of (10 + 12) x 3 x 8 bytes
+    assert working_nbytes([50, 60], **common, fully_observed=True) == 5280 + 2112
+    # + 3 label blocks (one per row block and their sum) of 12 labels x 6 upper-triangle
+    # entries in float64
+    assert working_nbytes([50, 60], **common, fully_observed=False) == 5280 + 2112 + 1728
+    # float32 halves every term but the float64 Gram matrices
+    half = dict(common, dtype="float32")
+    assert working_nbytes([50, 60], **half, fully_observed=False) == (5280 + 2112) // 2 + 1728
+
+
+@slow
+def test_workers_too_small_for_the_working_arrays_of_the_rank_are_refused(tmp_path):
+    """Blocks that fit are still refused when the rank's working arrays would not, with the
+    rank named; without a rank only the blocks are counted."""
+    from distributed import Client, LocalCluster
+
+    from algorithms.memory import MemoryBudgetError
+
+    source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
+    limit = int(4 * max(source.block_nbytes()) / 0.8)  # the 2 blocks of worker 0 fit
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None, memory_limit=limit) as cluster, \
+            Client(cluster) as client:
+        with DaskWStep(client, source, 3, rank=K) as backend:
+            assert len(backend.block_futures) == 3
+        with pytest.raises(MemoryBudgetError, match="a lower model.rank") as exc:
+            DaskWStep(client, source, 3, rank=2000)
+        assert "of working arrays" in str(exc.value)
+
+
 # -- the evaluation on the test set's row blocks ----------------------------------------------
 @slow
 @pytest.mark.parametrize("fit_intercept", [False, True])
@@ -596,3 +720,32 @@ def test_evaluation_on_row_blocks_equals_the_one_pass_metrics_on_any_workers(
         assert here[name] == whole[name], name
     assert here["instance_auc"] == pytest.approx(whole["instance_auc"], rel=1e-12)
     assert 0 < here["precision@1"] < 1
+
+
+@slow
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_predictions_on_row_blocks_are_the_whole_test_sets_table_on_any_workers(
+        client, tmp_path, fit_intercept):
+    """The test set's row blocks predicted on the workers (or in this process) and put end
+    to end: the same table on 1 and 2 workers and here, and the labels and rows of the
+    whole test set's table (scores to rounding: the batches differ)."""
+    from tasks.leml import predictions_table
+    from tasks.leml_dask import predict_on_blocks
+
+    source, data = _stored(tmp_path, "full", fit_intercept=fit_intercept, blocks=3)
+    rng = np.random.default_rng(6)
+    W = rng.standard_normal((data.n_features, K))
+    H = rng.standard_normal((data.n_labels, K))
+    params = {"rank": K, "fit_intercept": fit_intercept, "dtype": "float64"}
+    X = Store(tmp_path / "store").read("t/X")
+    files = [{"X": b["X"], "Y": b["Y"]} for b in source.blocks]
+    whole = predictions_table(LEML(**params).set_factors(W, H), X, top_k=5, batch_size=7)
+    here = predict_on_blocks(None, files, W, H, params, top_k=5, batch_size=7)
+    workers = sorted(client.scheduler_info()["workers"])
+    on_one = predict_on_blocks(client, files, W, H, params, 5, 7, workers=workers[:1])
+    on_two = predict_on_blocks(client, files, W, H, params, 5, 7)
+    pd.testing.assert_frame_equal(here, on_one)
+    pd.testing.assert_frame_equal(here, on_two)
+    assert len(here) == N * 5 and here["row"].is_monotonic_increasing
+    pd.testing.assert_frame_equal(here[["row", "rank", "label"]], whole[["row", "rank", "label"]])
+    np.testing.assert_allclose(here["score"], whole["score"], rtol=1e-12, atol=1e-12)
