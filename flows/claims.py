@@ -79,6 +79,12 @@ def read_experiment(run_dir: Path, runs_root: Path) -> tuple[pd.DataFrame, pd.Da
     return table, pd.DataFrame(rows), config
 
 
+def _growth(ratio: float) -> str:
+    """A seed's criterion ratio as ``scarce claims`` prints it ("none feasible" without a
+    feasible prefix at any k)."""
+    return "none feasible" if pd.isna(ratio) else f"{ratio:.1f}"
+
+
 def _subset_search(child_dir: Path) -> dict:
     """How the child's subset search chose F_k, from its ``relations-subsets`` entries: for
     how many k F_k was every word (``k_every_word``) or the smallest prefix with coverage at
@@ -234,7 +240,7 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str | N
                           f"largest coverage); "
                           f"the smallest feasible prefix for {int(kept['k_smallest'].sum())}; "
                           f"criterion on every word / on the smallest feasible prefix, median "
-                          f"over k: {', '.join(f'{x:.1f}' for x in kept['growth'])}"})
+                          f"over k: {', '.join(_growth(x) for x in kept['growth'])}"})
     return scores, pd.DataFrame(verdicts)
 
 

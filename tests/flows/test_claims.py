@@ -217,3 +217,9 @@ def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entrie
                                      "prefix of largest coverage); the smallest feasible prefix "
                                      "for 1; ")
     assert line["figure"].endswith("median over k: 2.3, 3.8")
+
+
+def test_a_seed_without_a_feasible_prefix_reads_none_feasible():
+    from flows.claims import _growth
+
+    assert [_growth(x) for x in (2.25, float("nan"))] == ["2.2", "none feasible"]
