@@ -324,6 +324,11 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
 def test_missing_labels_flow_uses_the_stored_mask(project):
     assert main(["run", "leml", "--set", "observed_fraction=0.5", "--set", "baselines=[]"]) == 0
     m = _last(project)
+    # the outer iterations' progress artifact advanced with every iteration, to 100%
+    from tests.flows.test_plots import _artifacts
+
+    progress = _artifacts(m["prefect_flow_run_id"])["leml-iterations"]
+    assert progress.type == "progress" and float(progress.data) == 100.0
     store = Store(project / "data" / "cache")
     mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))
     assert sp.issparse(mask) and mask.dtype == bool
