@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distributed.diagnostics.plugin import WorkerPlugin
+
 from tasks.store import Store
 from tests.flows import procs
 
@@ -110,6 +112,27 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(60)
+
+
+class KillOnTask(WorkerPlugin):
+    """A Dask worker plugin (``client.register_plugin``): the worker process that starts
+    executing the first task whose key begins with ``prefix`` kills itself with SIGKILL, once
+    on the whole cluster (the first to create ``marker`` does it).  So a worker dies inside a
+    chosen kind of task, whatever the machine's speed: no race with polling."""
+
+    name = "kill-on-task"
+
+    def __init__(self, prefix: str, marker: str) -> None:
+        self.prefix, self.marker = prefix, marker
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish != "executing" or not str(key).startswith(self.prefix):
+            return
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @contextmanager
