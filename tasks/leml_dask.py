@@ -90,9 +90,9 @@ from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
 from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
-__all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "check_worker_memory", "data_nbytes",
-           "evaluate_on_blocks", "predict_on_blocks", "prepared_nbytes", "worker_peak_memory",
-           "working_nbytes"]
+__all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "check_worker_memory", "cluster_workers",
+           "data_nbytes", "evaluate_on_blocks", "predict_on_blocks", "prepared_nbytes",
+           "worker_peak_memory", "working_nbytes"]
 
 #: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
 #: bit) does not depend on the number of workers.  Each block costs one task per
@@ -268,6 +268,22 @@ class PartitionedData:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def cluster_workers(client) -> dict[str, dict]:
+    """The scheduler's workers now, address -> their info (``memory_limit``, ``name``, ...),
+    asked of the scheduler itself.
+
+    ``client.scheduler_info()`` returns the client's cached identity after refreshing it, and
+    the client's periodic refresh (every few seconds, without per-worker information) can
+    replace it in between: seen in distributed 2026.8 as a cluster with a live worker
+    reported with none, which failed an H-step (``tests/flows/test_dask_cluster_kill_h.py``).
+    """
+    if getattr(client, "asynchronous", False):
+        raise TypeError("cluster_workers needs a synchronous Dask client")
+    if not hasattr(client, "sync"):  # a stand-in client of the tests
+        return dict(client.scheduler_info(n_workers=-1)["workers"])
+    return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
 def _footer(path: str) -> tuple[tuple[int, int], int]:
     """The shape of the matrix in a store-format Parquet file and the entries it stores (the
     rows of a sparse entry, every element of a dense one), from the file's footer only."""
@@ -426,7 +442,7 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
     from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
 
     limits = {addr: info.get("memory_limit") or 0
-              for addr, info in client.scheduler_info(n_workers=-1)["workers"].items()}
+              for addr, info in cluster_workers(client).items()}
     held: dict[str, list[int]] = {}
     for b, worker in enumerate(block_workers):
         held.setdefault(worker, []).append(b)
@@ -598,7 +614,7 @@ class DaskWStep:
 
     def __init__(self, client, data: PartitionedData | LEMLData, blocks: int = N_BLOCKS, *,
                  workers=None, pin_blas: bool = True, rank: int | None = None):
-        known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        known = sorted(cluster_workers(client))
         if not known:
             raise ValueError("the Dask cluster has no workers; start some before DaskWStep")
         if workers is not None:
@@ -760,7 +776,7 @@ def _on_blocks(client, fn, files: list[dict], W, H, *args, name: str, workers=No
     Only the factors go out (once), and the results come back in block order."""
     if client is None:
         return [fn(f, W, H, *args) for f in files]
-    workers = sorted(workers or client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(workers or cluster_workers(client))
     if not workers:
         raise ValueError("the Dask cluster has no workers; start some before the evaluation")
     tag = uuid.uuid4().hex[:8]

@@ -120,10 +120,9 @@ class KillOnTask(WorkerPlugin):
     on the whole cluster (the first to create ``marker`` does it).  So a worker dies inside a
     chosen kind of task, whatever the machine's speed: no race with polling."""
 
-    name = "kill-on-task"
-
     def __init__(self, prefix: str, marker: str) -> None:
         self.prefix, self.marker = prefix, marker
+        self.name = f"kill-on-{prefix}"
 
     def transition(self, key, start, finish, **kwargs) -> None:
         if finish != "executing" or not str(key).startswith(self.prefix):

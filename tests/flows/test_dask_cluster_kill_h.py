@@ -6,18 +6,18 @@ from __future__ import annotations
 import pytest
 
 from tests.flows import procs
-from tests.flows.cluster import KillOnTask, dask_cluster, leml_project
+from tests.flows.cluster import CAP, KillOnTask, dask_cluster, leml_project
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.usefixtures("prefect_server")
 def test_h_step_label_blocks_survive_a_worker_killed_inside_one(tmp_path):
-    """Missing labels: a worker dies executing the first per-label Gram task of an H-step
-    (``leml-h-block_label_grams``; the label block's sum and solve wait on it).  The lost
-    blocks are read again from their files by the other worker, the label block is summed
-    and solved there, and the run ends with every output of an uninterrupted run, bit for
-    bit."""
+    """Missing labels: a worker dies executing an H-step task, first the first per-label Gram
+    task (``leml-h-block_label_grams``), then, with a new worker started, the first sum and
+    solve of a label block (``leml-h-solve_label_block``).  The lost blocks are read again from
+    their files by the other worker, the label block is summed and solved there, and each
+    run ends with every output of an uninterrupted run, bit for bit."""
     with dask_cluster(tmp_path / "cluster") as cluster:
         over = ["--set", "w_step.runner=dask", "--set", f"w_step.address={cluster.address}",
                 "--set", "observed_fraction=0.5"]
@@ -25,17 +25,20 @@ def test_h_step_label_blocks_survive_a_worker_killed_inside_one(tmp_path):
         procs.run(reference_project, ["run", "leml", *over], reference_project / "run.log",
                   timeout=900)
         reference = procs.only_manifest(reference_project)
-        built = cluster.computed()["leml-w-block"]
-
-        marker = tmp_path / "kill-marker"
-        cluster.client.register_plugin(KillOnTask("leml-h-block_label_grams", str(marker)))
-        project = leml_project(tmp_path / "killed")
-        procs.run(project, ["run", "leml", *over], project / "run.log", timeout=900)
-        assert marker.exists()  # a worker died inside a label block's Gram task
-        assert len(cluster.client.scheduler_info(n_workers=-1)["workers"]) == 1
-        m = procs.only_manifest(project)
-        assert procs.stable_outputs(m) == procs.stable_outputs(reference)
-        assert ({o["name"]: o["sha256"] for o in m["named_outputs"]}
-                == {o["name"]: o["sha256"] for o in reference["named_outputs"]})
-        # The lost worker's blocks were built again on the other one.
-        assert cluster.computed()["leml-w-block"] - built > 4
+        for i, prefix in enumerate(["leml-h-block_label_grams", "leml-h-solve_label_block"]):
+            if i:  # two workers again
+                cluster.start_worker(f"w{i + 1}")
+                cluster.client.wait_for_workers(2, timeout=CAP)
+            built = cluster.computed()["leml-w-block"]
+            marker = tmp_path / f"kill-marker-{i}"
+            cluster.client.register_plugin(KillOnTask(prefix, str(marker)))
+            project = leml_project(tmp_path / f"killed-{i}")
+            procs.run(project, ["run", "leml", *over], project / "run.log", timeout=900)
+            assert marker.exists(), prefix  # a worker died inside such a task
+            assert len(cluster.client.scheduler_info(n_workers=-1)["workers"]) == 1
+            m = procs.only_manifest(project)
+            assert procs.stable_outputs(m) == procs.stable_outputs(reference), prefix
+            assert ({o["name"]: o["sha256"] for o in m["named_outputs"]}
+                    == {o["name"]: o["sha256"] for o in reference["named_outputs"]})
+            # The run's blocks were built, and the lost worker's built again on the other.
+            assert cluster.computed()["leml-w-block"] - built > 4
