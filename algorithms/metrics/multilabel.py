@@ -88,6 +88,20 @@ def precision_at_k(Y_true, top_k, ks: Iterable[int] = (1, 3, 5), *, average: boo
                          f"got {ks}")
     if top_k.size and (top_k.min() < 0 or top_k.max() >= Y.shape[1]):
         raise ValueError(f"top_k holds label indices outside [0, {Y.shape[1]})")
+    n = Y.shape[0]
+    hits = _hit_counts(Y, top_k, ks)
+    out = {}
+    for k in ks:
+        per_row = hits[k] / k
+        if average:
+            out[k] = float(per_row.mean()) if n else 0.0
+        else:
+            out[k] = per_row
+    return out
+
+
+def _hit_counts(Y: sp.csr_matrix, top_k: np.ndarray, ks) -> dict[int, np.ndarray]:
+    """Per row, ``|top_k(i)[:k] ∩ Y_i|`` for each ``k`` in ``ks`` (int64)."""
     n, n_labels = Y.shape
     K = max(ks)
     # hit[i, r] = 1 if the label ranked r-th for row i is relevant: sorted-key lookup.
@@ -97,15 +111,8 @@ def precision_at_k(Y_true, top_k, ks: Iterable[int] = (1, 3, 5), *, average: boo
     pos = np.searchsorted(ykey, qkey)
     hit = pos < ykey.size
     hit[hit] = ykey[pos[hit]] == qkey[hit]
-    cum = np.cumsum(hit, axis=1)
-    out = {}
-    for k in ks:
-        per_row = cum[:, k - 1] / k
-        if average:
-            out[k] = float(per_row.mean()) if n else 0.0
-        else:
-            out[k] = per_row
-    return out
+    cum = np.cumsum(hit, axis=1, dtype=np.int64)
+    return {k: cum[:, k - 1] for k in ks}
 
 
 def hamming_loss(Y_true, Y_pred, *, average: bool = True):
@@ -128,14 +135,19 @@ def hamming_loss(Y_true, Y_pred, *, average: bool = True):
     P = _as_csr(Y_pred, "Y_pred")
     if Y.shape != P.shape:
         raise ValueError(f"Y_true has shape {Y.shape} but Y_pred has {P.shape}")
-    Yb = (Y != 0).astype(np.int64)
-    Pb = (P != 0).astype(np.int64)
-    both = np.asarray(Yb.multiply(Pb).sum(axis=1)).ravel()
-    wrong = np.diff(Yb.indptr) + np.diff(Pb.indptr) - 2 * both
+    wrong = _wrong_counts(Y, P)
     n, n_labels = Y.shape
     if average:
         return float(wrong.sum() / (n * n_labels)) if n * n_labels else 0.0
     return wrong / n_labels
+
+
+def _wrong_counts(Y: sp.csr_matrix, P: sp.csr_matrix) -> np.ndarray:
+    """Per row, the label entries where the 0/1 prediction ``P`` differs from ``Y`` (int64)."""
+    Yb = (Y != 0).astype(np.int64)
+    Pb = (P != 0).astype(np.int64)
+    both = np.asarray(Yb.multiply(Pb).sum(axis=1)).ravel()
+    return np.diff(Yb.indptr) + np.diff(Pb.indptr) - 2 * both
 
 
 def instance_auc(Y_true, scores) -> np.ndarray:
@@ -217,13 +229,11 @@ def multilabel_sums(Y_true, scores, *, threshold: float, ks: Iterable[int] = (1,
             np.broadcast_to(np.arange(n_labels), (n, n_labels))
         vals = np.take_along_axis(scores, top, axis=1)
         top = np.take_along_axis(top, np.lexsort((top, -vals), axis=1), axis=1)
-        cut = sorted({min(k, K) for k in ks})
-        per_row = precision_at_k(Y, top, ks=cut, average=False)
+        hits = _hit_counts(Y, top, sorted({min(k, K) for k in ks}))
     for k in ks:  # with k > L only L labels can be ranked; the divisor stays k
-        m = min(k, K)
-        out[f"hits@{k}"] = int(np.rint(per_row[m] * m).astype(np.int64).sum()) if n else 0
-    out["wrong"] = int(np.rint(hamming_loss(Y, scores > threshold, average=False)
-                               * n_labels).astype(np.int64).sum()) if n else 0
+        out[f"hits@{k}"] = int(hits[min(k, K)].sum()) if n else 0
+    out["wrong"] = int(_wrong_counts(Y, _as_csr(scores > threshold, "Y_pred")).sum()) \
+        if n else 0
     auc = instance_auc(Y, scores)
     valid = ~np.isnan(auc)
     out["auc_sum"] = float(auc[valid].sum())
