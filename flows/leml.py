@@ -177,12 +177,14 @@ class WStepConfig(Strict):
         the flow's process, else the number of row blocks."""
         return None if self.runner == "local" else {"blocks": self.blocks}
 
-    def h_backend(self, loss: str) -> dict | None:
-        """The ``h_step`` argument of the H-step task: with the Dask runner and the squared
-        loss, the W-step's row blocks (the H-step from block sums on the workers); else None
-        (the whole-data H-step in the flow's process; the logistic and squared-hinge
-        H-steps have no block form yet)."""
-        return self.backend() if get_loss(loss).name == "squared" else None
+    def h_backend(self, loss: str, h_solver: str) -> dict | None:
+        """The ``h_step`` argument of the H-step task: with the Dask runner, for the squared
+        loss and for the margin losses' bound steps (``h_solver: bound``), the W-step's row
+        blocks (the H-step from block sums on the workers); else None (the whole-data
+        H-step in the flow's process: the Newton steps of ``direct`` and ``cg``, with their
+        per-label line searches, have no block form)."""
+        blocks = get_loss(loss).name == "squared" or h_solver == "bound"
+        return self.backend() if blocks else None
 
     def cluster(self, ctx: RunContext) -> dict | None:
         """The ``cluster`` argument of the Dask tasks, where they run (a runtime parameter,
@@ -252,11 +254,14 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     dask = config.w_step.runner != "local"
-    squared_h = config.w_step.h_backend(m.loss) is not None
-    # The whole training set in this process is needed by the local runner, the baselines
-    # and the margin losses' H-step; with the Dask runner and the squared loss the steps take
-    # the files of the row blocks instead and read none of the data (the workers do).
-    whole = not dask or bool(config.baselines) or not squared_h
+    blocks_h = config.w_step.h_backend(m.loss, m.h_solver) is not None
+    # The squared-loss start of a margin loss runs in this process on the whole data.
+    margin_start = m.squared_init_iter > 0 and get_loss(m.loss).name != "squared"
+    # The whole training set in this process is needed by the local runner, the baselines,
+    # the Newton H-steps of the margin losses and their squared-loss start; else, with the
+    # Dask runner, the steps take the files of the row blocks instead and read none of the
+    # data (the workers do).
+    whole = not dask or bool(config.baselines) or not blocks_h or margin_start
     if folder:
         if d.validation_fraction > 0:
             raise InputError("a folder of parts is read part by part; hold out validation "
@@ -288,11 +293,12 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
         if not folder:
             blocks = _partition(ctx, data, config.w_step.blocks)
         backend = {"blocks": len(blocks)}
-        h_backend = backend if squared_h else None
+        h_backend = backend if blocks_h else None
         w_data = {"train": None, "mask": None, "partition": blocks}
-        h_data = w_data if squared_h else data
+        h_data = w_data if blocks_h else data
     cluster = config.w_step.cluster(ctx)
-    factors = ctx.run(initialise, **h_data, params=task_params(model, initialise))
+    factors = ctx.run(initialise, **(data if margin_start else h_data),
+                      params=task_params(model, initialise))
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.progress("iterations", m.outer_iterations,
                             f"Outer iterations (of {m.outer_iterations})")

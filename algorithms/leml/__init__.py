@@ -10,7 +10,13 @@ methods and ``fit``, the loop over them), :mod:`~algorithms.leml.baselines`,
 
 from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
 from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
-from algorithms.leml.h_step import H_SOLVERS, LocalBlocks, update_H, update_H_by_blocks
+from algorithms.leml.h_step import (
+    H_SOLVERS,
+    LocalBlocks,
+    update_H,
+    update_H_bound_by_blocks,
+    update_H_by_blocks,
+)
 from algorithms.leml.model import LEML
 from algorithms.leml.objective import objective, objective_by_blocks
 from algorithms.leml.w_step import (
@@ -40,6 +46,7 @@ __all__ = [
     "solve_w_step",
     "split_rows",
     "update_H",
+    "update_H_bound_by_blocks",
     "update_H_by_blocks",
     "update_W",
     "w_gradient",

@@ -21,10 +21,12 @@ process holds ``L x k x k`` at once), each label block added up and solved where
 added (on a worker, on a cluster), a few label blocks in flight at once.  A *backend*
 (:class:`LocalBlocks` here, ``tasks.leml_dask.DaskWStep`` on a Dask cluster) computes the
 per-block terms where the blocks are and adds them in block order, so any number of workers
-gives the same bits.  The logistic and squared-hinge H-steps stay on
-:func:`update_H` over the whole data: their Newton iterations and per-label line searches
-need per-label objective values and fresh Hessians at every trial point, a round of
-block sums per line-search step that is not written yet.
+gives the same bits.  The logistic and squared-hinge losses' bound steps
+(``h_solver="bound"``) are block sums too (:func:`update_H_bound_by_blocks`): per step one
+gradient round and the label blocks' fixed Gram matrices, no line search.  Their Newton
+steps (``"direct"``, ``"cg"``) stay on :func:`update_H` over the whole data: their per-label
+line searches need per-label objective values and fresh Hessians at every trial point, a
+round of block sums per line-search step that is not written.
 
 References
 ----------
@@ -42,7 +44,8 @@ import scipy.sparse as sp
 from algorithms.leml.data import BLOCK, LEMLData, check_factor
 from algorithms.leml.losses import derivative_into, get_loss
 
-__all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_by_blocks"]
+__all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
+           "update_H_by_blocks"]
 
 # Solvers of the H-step's Newton steps (logistic and squared hinge), see update_H.
 H_SOLVERS = ("direct", "cg", "bound")
@@ -288,6 +291,22 @@ def block_label_grams(block: LEMLData, A, l0: int, l1: int) -> np.ndarray:
     return block.entries.label_grams(A, iu, ju, int(l0), int(l1))
 
 
+def block_loss_gradient(block: LEMLData, A, H, loss: str) -> np.ndarray:
+    """``sum_{(i, j) in Omega, i in b} loss'(y_ij, a_i^T h_j) a_i`` per label (L x k): the
+    block's term of the H-step gradient of a margin loss (without ``lam H``)."""
+    ent = block.observed_entries()
+    D = derivative_into(get_loss(loss), ent.y, ent.dots(A, H))
+    return ent.t_times(ent.masked(D), A)
+
+
+def solve_bound_block(G_half, c: float, lam: float, g) -> np.ndarray:
+    """The bound step's ``(c G_j + lam I)^{-1} g_j`` for a label block, from ``G_half`` (the
+    block sums of :func:`block_label_grams`) and ``g`` (its rows of the gradient)."""
+    k = g.shape[1]
+    iu, ju = np.triu_indices(k)
+    return _solve_grams(float(c) * G_half, lam, g, iu, ju)
+
+
 def solve_label_block(G_half, lam: float, R) -> np.ndarray:
     """``h_j`` of a label block from ``G_half`` (the block sums of :func:`block_label_grams`,
     without the factor 2) and ``R`` (its rows of ``2 sum_b Y_b^T A_b``)."""
@@ -413,3 +432,81 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
             b0, b1, handle = pending.popleft()
             H[b0:b1] = backend.fetch(handle)
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": 0}
+
+
+def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
+                             label_block: int | None = None):
+    """The margin losses' bound H-step (``h_solver="bound"``, :func:`_bound_update_H`) from
+    row-block partial sums.
+
+    Each of the ``n_steps`` majorise-minimise steps is one round of block sums: the gradient
+    ``sum_b`` :func:`block_loss_gradient` ``+ lam H`` (``L x k``), then the solve with the
+    fixed matrices ``c sum_{i in Omega_j} a_i a_i^T + lam I`` (``c =
+    loss.curvature_bound``): fully observed one shared ``k x k`` matrix, formed once from
+    ``sum_b A_b^T A_b``; with missing labels the per-label Gram matrices of one label block
+    at a time, summed over the row blocks and solved where they are summed (as
+    :func:`update_H_by_blocks`), built again at every step so that no process holds
+    ``L x k x k``.  No line search: the bound makes every step a descent step for every
+    label.  Equal to :func:`update_H` with ``h_solver="bound"`` up to the order of the
+    additions (rounding).
+
+    Parameters
+    ----------
+    backend : LocalBlocks or object with the same interface (see :func:`update_H_by_blocks`)
+    W : ndarray of shape (d', k)
+    H : ndarray of shape (L, k)
+        The start of the steps (as ``H0`` of :func:`update_H`).
+    lam : float
+    loss : "logistic" or "sqhinge" (or their Loss)
+    n_steps : int
+        Bound steps (the estimator's ``newton_max_iter``).
+    label_block : int, optional
+        Labels per block of Gram matrices (default: about 2^22 / k^2 entries).
+
+    Returns
+    -------
+    H : ndarray of shape (L, k)
+    info : dict
+        ``newton_iter``: the steps taken.
+    """
+    loss = get_loss(loss)
+    if loss.name == "squared":
+        raise ValueError("the squared loss's H-step is exact: use update_H_by_blocks")
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    dtype = backend.dtype
+    W = _checked_W(W, backend.n_features, dtype)
+    k, n_labels = W.shape[1], backend.n_labels
+    H = check_factor(H, (n_labels, k), dtype, "H0")
+    c = float(loss.curvature_bound)
+    A = backend.each(block_embedding, W)
+    if backend.fully_observed:
+        M = c * backend.sum(backend.each(block_gram, per_block=A))
+        M[np.diag_indices(k)] += lam
+        M = M.astype(np.float64)
+    step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
+    if step < 1:
+        raise ValueError(f"label_block must be at least 1, got {label_block}")
+    window = max(1, int(getattr(backend, "in_flight", 1)))
+    for _ in range(int(n_steps)):
+        g = backend.sum(backend.each(block_loss_gradient, H, loss.name, per_block=A))
+        g += lam * H
+        if backend.fully_observed:
+            delta = np.linalg.solve(M, g.T.astype(np.float64)).T.astype(dtype)
+        else:
+            delta = np.empty_like(g)
+            pending = deque()  # (l0, l1, handle): at most `window` label blocks at once
+            for l0 in range(0, n_labels, step):
+                l1 = min(l0 + step, n_labels)
+                parts = backend.each(block_label_grams, l0, l1, per_block=A)
+                pending.append((l0, l1, backend.reduce(solve_bound_block, parts, c, lam,
+                                                       g[l0:l1])))
+                while len(pending) >= window:
+                    b0, b1, handle = pending.popleft()
+                    delta[b0:b1] = backend.fetch(handle)
+            while pending:
+                b0, b1, handle = pending.popleft()
+                delta[b0:b1] = backend.fetch(handle)
+        H = H - delta
+    return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": int(n_steps)}

@@ -42,7 +42,12 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from algorithms.leml.data import LEMLData, check_factor, prepare_data
-from algorithms.leml.h_step import H_SOLVERS, update_H, update_H_by_blocks
+from algorithms.leml.h_step import (
+    H_SOLVERS,
+    update_H,
+    update_H_bound_by_blocks,
+    update_H_by_blocks,
+)
 from algorithms.leml.losses import get_loss
 from algorithms.leml.objective import objective, objective_by_blocks
 from algorithms.leml.predict import (
@@ -424,9 +429,11 @@ class LEML(BaseEstimator):
         backend : object, optional
             Row blocks of ``data`` to take the sums from, block by block
             (:class:`~algorithms.leml.h_step.LocalBlocks`, or ``tasks.leml_dask.DaskWStep``
-            on Dask workers); squared loss only, see
-            :func:`~algorithms.leml.h_step.update_H_by_blocks`.  Equal to the H-step
-            without it up to rounding.
+            on Dask workers): the squared loss
+            (:func:`~algorithms.leml.h_step.update_H_by_blocks`) and the margin losses'
+            bound steps, ``h_solver="bound"``
+            (:func:`~algorithms.leml.h_step.update_H_bound_by_blocks`).  Equal to the
+            H-step without it up to rounding.
 
         Returns
         -------
@@ -440,7 +447,13 @@ class LEML(BaseEstimator):
                 raise ValueError(f"the backend's blocks have {backend.n_features} features and "
                                  f"{backend.n_labels} labels, the data {data.n_features} and "
                                  f"{data.n_labels}")
-            return update_H_by_blocks(backend, W, self.lam, self.loss)
+            if get_loss(self.loss).name == "squared":
+                return update_H_by_blocks(backend, W, self.lam, self.loss)
+            if self.h_solver == "bound":
+                return update_H_bound_by_blocks(backend, W, H, self.lam, self.loss,
+                                                n_steps=int(self.newton_max_iter))
+            raise ValueError(f"the {self.loss} loss's H-step runs on row blocks with "
+                             f"h_solver='bound' only, got {self.h_solver!r}")
         return update_H(data, W, self.lam, self.loss, H0=H,
                         newton_max_iter=int(self.newton_max_iter), h_solver=self.h_solver,
                         cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol))

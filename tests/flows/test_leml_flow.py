@@ -509,3 +509,28 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
     bad.write_text("\n".join([f"{n} {d} {int(labels) + 1}", *lines[1:]]) + "\n")
     assert main(["run", "leml", "--set", "baselines=[]", *parts]) == 2
     assert "part-001.txt" in capsys.readouterr().err
+
+
+def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypatch):
+    """Logistic loss, ``h_solver: bound``, missing labels, ``w_step.runner: dask``: the
+    H-steps are rounds of block sums on the workers (label blocks of Gram matrices solved
+    there), the flow's process reads the training data only to partition it, and the last
+    H-step equals the whole-data bound H-step from the same W and H to float32 rounding."""
+    over = ["--set", "model.loss=logistic", "--set", "model.h_solver=bound",
+            "--set", "observed_fraction=0.5", "--set", "baselines=[]",
+            "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    with _store_reads(monkeypatch) as reads:
+        assert main(["run", "leml", *over]) == 0
+    m = _last(project)
+    store = Store(project / "data" / "cache")
+    train_x = max((o["ref"] for o in m["outputs"]
+                   if o["step"] == "leml-load" and o["ref"].endswith("-X")),
+                  key=lambda ref: json.loads(store.meta(ref)["shape"])[0])
+    assert reads.count(train_x) == 3  # the partition tasks only
+    W3, H3, _ = _final(project, m, 3)
+    _, H2, _ = _final(project, m, 2)
+    mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))
+    X, Y = read_xmc(project / "train.txt")
+    est = LEML(rank=8, lam=4.0, loss="logistic", h_solver="bound", fit_intercept=True)
+    H_whole, _ = est.h_step(est.prepare(X, Y, mask), W3, H2)
+    assert float(np.abs(H3 - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())

@@ -8,7 +8,14 @@ import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from algorithms.leml import LEML, LocalBlocks, prepare_data, split_rows, update_H_by_blocks
+from algorithms.leml import (
+    LEML,
+    LocalBlocks,
+    prepare_data,
+    split_rows,
+    update_H_bound_by_blocks,
+    update_H_by_blocks,
+)
 from algorithms.leml.h_step import block_label_grams
 
 N, D, L, K, LAM = 150, 9, 13, 4, 0.7
@@ -124,15 +131,73 @@ def test_label_grams_of_a_label_range_equal_those_of_all_labels(case):
                                    rtol=1e-12, atol=1e-12)
 
 
-def test_only_the_squared_loss_runs_on_blocks():
+def test_only_the_squared_loss_and_the_bound_steps_run_on_blocks():
     data = _problem("full")
     with pytest.raises(ValueError, match="squared loss only"):
         update_H_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data), LAM, "logistic")
-    with pytest.raises(ValueError, match="squared loss only"):
+    with pytest.raises(ValueError, match="h_solver='bound' only, got 'direct'"):
         LEML(lam=LAM, loss="logistic").h_step(data, _W(data), np.zeros((L, K)),
                                               backend=LocalBlocks(split_rows(data, 2)))
+    with pytest.raises(ValueError, match="exact: use update_H_by_blocks"):
+        update_H_bound_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data), np.zeros((L, K)),
+                                 LAM, "squared", n_steps=1)
     with pytest.raises(ValueError, match=r"W has shape \(3, 4\)"):
         update_H_by_blocks(LocalBlocks(split_rows(data, 2)), np.ones((3, K)), LAM, "squared")
+
+
+def _naive_bound_H(data, W, H, lam, loss, n_steps):
+    """Label by label in float64 from dense copies: ``n_steps`` of ``h_j -= (c sum_{i in
+    Omega_j} a_i a_i^T + lam I)^{-1} (sum_{i in Omega_j} loss'(y_ij, a_i^T h_j) a_i +
+    lam h_j)``."""
+    from algorithms.leml.losses import get_loss
+
+    loss = get_loss(loss)
+    A = data.X.toarray().astype(np.float64) @ W.astype(np.float64)
+    if data.fully_observed:
+        Y, observed = data.Y.toarray(), np.ones((data.n_samples, data.n_labels), dtype=bool)
+    else:
+        ent = data.entries
+        if ent.dense:
+            Y, observed = ent.y.astype(np.float64), ent.mask.astype(bool)
+        else:
+            Y = sp.csr_matrix((ent.y, ent.cols, ent.indptr), shape=ent.shape).toarray()
+            observed = sp.csr_matrix((np.ones(ent.size), ent.cols, ent.indptr),
+                                     shape=ent.shape).toarray().astype(bool)
+    H = np.array(H, dtype=np.float64)
+    c = float(loss.curvature_bound)
+    for j in range(data.n_labels):
+        Aj, yj = A[observed[:, j]], Y[observed[:, j], j]
+        M = c * Aj.T @ Aj + lam * np.eye(W.shape[1])
+        for _ in range(n_steps):
+            d = loss.derivative(yj.astype(data.dtype), (Aj @ H[j]).astype(data.dtype))
+            H[j] -= np.linalg.solve(M, Aj.T @ d.astype(np.float64) + lam * H[j])
+    return H
+
+
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_bound_steps_from_block_sums_equal_the_whole_data_bound_steps(case, loss):
+    """The margin losses' bound H-step over 1, 3 and 7 row blocks (label blocks of 5 labels
+    and of all): the whole-data ``update_H(h_solver="bound")`` to rounding, a naive per-label
+    loop in float64 too, and the estimator's ``h_step`` with the blocks as its backend."""
+    from algorithms.leml import update_H
+
+    data = _problem(case, fit_intercept=True)
+    W = _W(data)
+    H0 = np.random.default_rng(4).standard_normal((L, K)) * 0.3
+    whole, _ = update_H(data, W, LAM, loss, H0=H0, newton_max_iter=3, h_solver="bound",
+                        cg_max_iter=1, cg_tol=0.1)
+    naive = _naive_bound_H(data, W, H0, LAM, loss, 3)
+    assert _rel(whole, naive) < 1e-10
+    for n_blocks in (1, 3, 7):
+        for label_block in (5, None):
+            H, info = update_H_bound_by_blocks(LocalBlocks(split_rows(data, n_blocks)), W, H0,
+                                               LAM, loss, n_steps=3, label_block=label_block)
+            assert info == {"newton_iter": 3}
+            assert H.dtype == whole.dtype and _rel(H, whole) < 1e-12, (n_blocks, label_block)
+    est = LEML(lam=LAM, loss=loss, h_solver="bound", newton_max_iter=3, fit_intercept=True)
+    H, _ = est.h_step(data, W, H0, backend=LocalBlocks(split_rows(data, 3)))
+    assert _rel(H, whole) < 1e-12
 
 
 # -- the objective over row blocks -----------------------------------------------------------
