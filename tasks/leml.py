@@ -13,8 +13,9 @@ finds iterations ``1..t-1`` cached and resumes at ``t``.  The readers are in
 :mod:`tasks.readers`.
 
 :func:`predict` (the training run's test set) and :func:`score` (a stored model on a new file,
-the ``apply-leml`` flow) write the same table, :func:`predictions_table`: the ``top_k`` labels
-of every row with their decision values.
+the ``apply-leml`` flow) write the same table,
+:func:`~algorithms.leml.predict.predictions_table`: the ``top_k`` labels of every row with
+their decision values.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
 from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
+from algorithms.leml.predict import predictions_table
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
 from tasks.readers.arff import read_arff
@@ -41,8 +43,6 @@ from tasks.store import read_parquet_entry
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
-#: The columns of a predictions table (:func:`predictions_table`).
-PREDICTION_COLUMNS = ["row", "rank", "label", "score"]
 
 
 def parquet_pair(path: str | Path) -> tuple[Path, Path]:
@@ -545,40 +545,6 @@ def evaluate(
     )
     conv["seconds"] = conv["iteration"].map(secs.sum(axis=1)).to_numpy()
     return {"metrics": metrics, "convergence": conv}
-
-
-def predictions_table(model: LEML, X, top_k: int, batch_size: int) -> pd.DataFrame:
-    """The ``top_k`` labels of every row of ``X`` by the fitted ``model``, best first.
-
-    Parameters
-    ----------
-    model : LEML
-        Fitted (:meth:`~algorithms.leml.LEML.set_factors`).
-    X : sparse matrix of shape (n, n_features)
-    top_k : int
-        Labels per row (at most the model's label count).
-    batch_size : int
-        Rows scored at a time.
-
-    Returns
-    -------
-    pandas.DataFrame
-        :data:`PREDICTION_COLUMNS`, ``min(top_k, L)`` lines per row of ``X``: ``row``
-        (0-based row of ``X``), ``rank`` (1 = best), ``label`` (0-based column of Y) and
-        ``score`` (the decision value ``x^T W h_label``, float64), sorted by row and rank;
-        no lines for an ``X`` without rows.
-    """
-    if X.shape[0] == 0:  # scikit-learn's input checks refuse an empty X
-        labels, scores = np.empty((0, 0), dtype=np.int64), np.empty((0, 0))
-    else:
-        labels, scores = model.predict_top_k(X, top_k, batch_size, return_scores=True)
-    n, k = labels.shape
-    return pd.DataFrame({
-        "row": np.repeat(np.arange(n, dtype=np.int64), k),
-        "rank": np.tile(np.arange(1, k + 1, dtype=np.int64), n),
-        "label": labels.ravel(),
-        "score": scores.ravel().astype(np.float64),
-    })
 
 
 @step("leml-predict", inputs=("test", "W", "H"), paths=("partition",), runtime=("cluster",),

@@ -810,10 +810,10 @@ def evaluate_on_blocks(client, files: list[dict], W, H, params: dict, batch_size
 def block_predictions(files: dict, W, H, params: dict, top_k: int,
                       batch_size: int) -> tuple[int, pd.DataFrame]:
     """The rows of one row block of the test set, read from its own files, and their
-    predictions table (``tasks.leml.predictions_table``; its ``row`` counts from the block's
-    first row)."""
+    predictions table (:func:`~algorithms.leml.predict.predictions_table`; its ``row``
+    counts from the block's first row)."""
     from algorithms.leml import LEML
-    from tasks.leml import predictions_table
+    from algorithms.leml.predict import predictions_table
     from tasks.store import read_parquet_entry
 
     model = LEML(**params).set_factors(W, H)

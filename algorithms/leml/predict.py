@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from algorithms.leml.data import check_X
 
-__all__ = ["BATCH_SIZE", "check_new_X", "embed", "predict_top_k_in_batches",
-           "threshold_in_batches", "top_k_from_scores"]
+__all__ = ["BATCH_SIZE", "PREDICTION_COLUMNS", "check_new_X", "embed",
+           "predict_top_k_in_batches", "predictions_table", "threshold_in_batches",
+           "top_k_from_scores"]
 
 #: Rows scored at a time by default: at most ``BATCH_SIZE x L`` decision values exist at once.
 BATCH_SIZE = 2048
@@ -129,3 +131,41 @@ def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,
     if not parts:
         return sp.csr_matrix(score_rows(0, 0).shape, dtype=np.int8)
     return sp.vstack(parts, format="csr", dtype=np.int8)
+
+
+#: The columns of a predictions table (:func:`predictions_table`).
+PREDICTION_COLUMNS = ["row", "rank", "label", "score"]
+
+
+def predictions_table(model, X, top_k: int, batch_size: int) -> pd.DataFrame:
+    """The ``top_k`` labels of every row of ``X`` by the fitted ``model``, best first.
+
+    Parameters
+    ----------
+    model : LEML
+        Fitted (:meth:`~algorithms.leml.LEML.set_factors`).
+    X : sparse matrix of shape (n, n_features)
+    top_k : int
+        Labels per row (at most the model's label count).
+    batch_size : int
+        Rows scored at a time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`PREDICTION_COLUMNS`, ``min(top_k, L)`` lines per row of ``X``: ``row``
+        (0-based row of ``X``), ``rank`` (1 = best), ``label`` (0-based column of Y) and
+        ``score`` (the decision value ``x^T W h_label``, float64), sorted by row and rank;
+        no lines for an ``X`` without rows.
+    """
+    if X.shape[0] == 0:  # scikit-learn's input checks refuse an empty X
+        labels, scores = np.empty((0, 0), dtype=np.int64), np.empty((0, 0))
+    else:
+        labels, scores = model.predict_top_k(X, top_k, batch_size, return_scores=True)
+    n, k = labels.shape
+    return pd.DataFrame({
+        "row": np.repeat(np.arange(n, dtype=np.int64), k),
+        "rank": np.tile(np.arange(1, k + 1, dtype=np.int64), n),
+        "label": labels.ravel(),
+        "score": scores.ravel().astype(np.float64),
+    })

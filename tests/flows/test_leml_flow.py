@@ -526,7 +526,10 @@ def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypa
     train_x = max((o["ref"] for o in m["outputs"]
                    if o["step"] == "leml-load" and o["ref"].endswith("-X")),
                   key=lambda ref: json.loads(store.meta(ref)["shape"])[0])
-    assert reads.count(train_x) == 3  # the partition tasks only
+    # the partition tasks only (an earlier test of the module may have stored them)
+    partitioned = sum(1 for o in m["outputs"] if o["step"] == "leml-partition-masked"
+                      and o["ref"].endswith("-X") and not o["cached"])
+    assert reads.count(train_x) == partitioned
     W3, H3, _ = _final(project, m, 3)
     _, H2, _ = _final(project, m, 2)
     mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))
