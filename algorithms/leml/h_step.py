@@ -407,7 +407,7 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
         raise ValueError(f"lam must be positive, got {lam}")
     dtype = backend.dtype
     W = _checked_W(W, backend.n_features, dtype)
-    k, n_labels = W.shape[1], backend.n_labels
+    k = W.shape[1]
     A = backend.each(block_embedding, W)
     R = 2 * backend.sum(backend.each(block_label_products, per_block=A))
     if backend.fully_observed:
@@ -415,23 +415,38 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
         M[np.diag_indices(k)] += lam
         H = np.linalg.solve(M, R.T).T
     else:
-        step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
-        if step < 1:
-            raise ValueError(f"label_block must be at least 1, got {label_block}")
-        H = np.empty((n_labels, k), dtype=R.dtype)
-        window = max(1, int(getattr(backend, "in_flight", 1)))
-        pending = deque()  # (l0, l1, handle): at most `window` label blocks built at once
-        for l0 in range(0, n_labels, step):
-            l1 = min(l0 + step, n_labels)
-            parts = backend.each(block_label_grams, l0, l1, per_block=A)
-            pending.append((l0, l1, backend.reduce(solve_label_block, parts, lam, R[l0:l1])))
-            while len(pending) >= window:
-                b0, b1, handle = pending.popleft()
-                H[b0:b1] = backend.fetch(handle)
-        while pending:
-            b0, b1, handle = pending.popleft()
-            H[b0:b1] = backend.fetch(handle)
+        H = _solve_by_label_blocks(backend, A, R, _label_step(k, label_block),
+                                   solve_label_block, lam)
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": 0}
+
+
+def _label_step(k: int, label_block: int | None) -> int:
+    """Labels per block of Gram matrices: ``label_block``, by default about 2^22 / k^2."""
+    step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
+    if step < 1:
+        raise ValueError(f"label_block must be at least 1, got {label_block}")
+    return step
+
+
+def _solve_by_label_blocks(backend, A, R, step: int, solve, *args) -> np.ndarray:
+    """``solve(G, *args, R[l0:l1])`` for every label block ``l0:l1`` of ``step`` labels, where
+    ``G`` is the block's per-label Gram matrices summed over the row blocks (on ``backend``,
+    summed and solved where the parts are), at most ``backend.in_flight`` label blocks built
+    and not yet solved at once; the rows of the solutions in label order (``R``'s shape)."""
+    out = np.empty_like(R)
+    window = max(1, int(getattr(backend, "in_flight", 1)))
+    pending = deque()  # (l0, l1, handle)
+    for l0 in range(0, R.shape[0], step):
+        l1 = min(l0 + step, R.shape[0])
+        parts = backend.each(block_label_grams, l0, l1, per_block=A)
+        pending.append((l0, l1, backend.reduce(solve, parts, *args, R[l0:l1])))
+        while len(pending) >= window:
+            b0, b1, handle = pending.popleft()
+            out[b0:b1] = backend.fetch(handle)
+    while pending:
+        b0, b1, handle = pending.popleft()
+        out[b0:b1] = backend.fetch(handle)
+    return out
 
 
 def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
@@ -485,28 +500,13 @@ def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
         M = c * backend.sum(backend.each(block_gram, per_block=A))
         M[np.diag_indices(k)] += lam
         M = M.astype(np.float64)
-    step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
-    if step < 1:
-        raise ValueError(f"label_block must be at least 1, got {label_block}")
-    window = max(1, int(getattr(backend, "in_flight", 1)))
+    step = _label_step(k, label_block)
     for _ in range(int(n_steps)):
         g = backend.sum(backend.each(block_loss_gradient, H, loss.name, per_block=A))
         g += lam * H
         if backend.fully_observed:
             delta = np.linalg.solve(M, g.T.astype(np.float64)).T.astype(dtype)
         else:
-            delta = np.empty_like(g)
-            pending = deque()  # (l0, l1, handle): at most `window` label blocks at once
-            for l0 in range(0, n_labels, step):
-                l1 = min(l0 + step, n_labels)
-                parts = backend.each(block_label_grams, l0, l1, per_block=A)
-                pending.append((l0, l1, backend.reduce(solve_bound_block, parts, c, lam,
-                                                       g[l0:l1])))
-                while len(pending) >= window:
-                    b0, b1, handle = pending.popleft()
-                    delta[b0:b1] = backend.fetch(handle)
-            while pending:
-                b0, b1, handle = pending.popleft()
-                delta[b0:b1] = backend.fetch(handle)
+            delta = _solve_by_label_blocks(backend, A, g, step, solve_bound_block, c, lam)
         H = H - delta
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": int(n_steps)}

@@ -36,21 +36,25 @@ def _W(data, seed=0):
     return np.random.default_rng(seed).standard_normal((data.n_features, K)).astype(data.dtype)
 
 
+def _dense_labels(data):
+    """Dense copies of the labels and of the observed-entries mask."""
+    if data.fully_observed:
+        return data.Y.toarray(), np.ones((data.n_samples, data.n_labels), dtype=bool)
+    ent = data.entries
+    if ent.dense:
+        return ent.y.astype(np.float64), ent.mask.astype(bool)
+    Y = sp.csr_matrix((ent.y, ent.cols, ent.indptr), shape=ent.shape).toarray()
+    observed = sp.csr_matrix((np.ones(ent.size), ent.cols, ent.indptr),
+                             shape=ent.shape).toarray().astype(bool)
+    return Y, observed
+
+
 def _naive_H(data, W, lam):
     """Label by label in float64: ``(2 sum_{i in Omega_j} a_i a_i^T + lam I)^{-1}
     2 sum_{i in Omega_j} y_ij a_i`` from dense copies."""
     X = data.X.toarray().astype(np.float64)
     A = X @ W.astype(np.float64)
-    if data.fully_observed:
-        Y, observed = data.Y.toarray(), np.ones((data.n_samples, data.n_labels), dtype=bool)
-    else:
-        ent = data.entries
-        if ent.dense:
-            Y, observed = ent.y.astype(np.float64), ent.mask.astype(bool)
-        else:
-            Y = sp.csr_matrix((ent.y, ent.cols, ent.indptr), shape=ent.shape).toarray()
-            observed = sp.csr_matrix((np.ones(ent.size), ent.cols, ent.indptr),
-                                     shape=ent.shape).toarray().astype(bool)
+    Y, observed = _dense_labels(data)
     H = np.empty((data.n_labels, W.shape[1]))
     for j in range(data.n_labels):
         Aj = A[observed[:, j]]
@@ -153,16 +157,7 @@ def _naive_bound_H(data, W, H, lam, loss, n_steps):
 
     loss = get_loss(loss)
     A = data.X.toarray().astype(np.float64) @ W.astype(np.float64)
-    if data.fully_observed:
-        Y, observed = data.Y.toarray(), np.ones((data.n_samples, data.n_labels), dtype=bool)
-    else:
-        ent = data.entries
-        if ent.dense:
-            Y, observed = ent.y.astype(np.float64), ent.mask.astype(bool)
-        else:
-            Y = sp.csr_matrix((ent.y, ent.cols, ent.indptr), shape=ent.shape).toarray()
-            observed = sp.csr_matrix((np.ones(ent.size), ent.cols, ent.indptr),
-                                     shape=ent.shape).toarray().astype(bool)
+    Y, observed = _dense_labels(data)
     H = np.array(H, dtype=np.float64)
     c = float(loss.curvature_bound)
     for j in range(data.n_labels):
