@@ -262,28 +262,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # Dask runner, the steps take the files of the row blocks instead and read none of the
     # data (the workers do).
     whole = not dask or bool(config.baselines) or not blocks_h or margin_start
-    if folder:
-        if d.validation_fraction > 0:
-            raise InputError("a folder of parts is read part by part; hold out validation "
-                             "rows in a file of their own (validation_fraction 0 here)",
-                             path=ctx.path(d.train), key="dataset.validation_fraction")
-        masks = [None] * len(train_parts)
-        if config.observed_fraction < 1:  # one mask per part, each drawn from (seed, part)
-            masks = [ctx.run(observe, Y=p["Y"], observed_fraction=config.observed_fraction,
-                             seed=seed, part=i) for i, p in enumerate(train_parts)]
-        blocks = [{"X": p["X"], "Y": p["Y"], **({} if mk is None else {"mask": mk})}
-                  for p, mk in zip(train_parts, masks, strict=True)]
-        train = _stacked(ctx, train_parts) if whole else None
-        mask = (None if masks[0] is None or not whole
-                else ctx.run(stack, parts=masks, what="mask"))
-        validation = None
-    else:
-        train, validation = _hold_out(ctx, _xy(train_parts[0]), d.validation_fraction, seed)
-        mask = None
-        if config.observed_fraction < 1:
-            mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction,
-                           seed=seed)
-    data = {"train": train, "mask": mask}
+    data, validation, blocks = _training(ctx, config, train_parts, folder, whole)
     # With the Dask runner the steps that run on the row blocks take the blocks' files in
     # place of the data and read none of it themselves (the workers read their own blocks):
     # the parts of a folder, else the training data cut into w_step.blocks row blocks.
@@ -337,6 +316,38 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     name_outputs(ctx, config, factors, train_file, predictions)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
+
+
+def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bool,
+              whole: bool) -> tuple[dict, dict | None, list[dict] | None]:
+    """The training data (``{"train", "mask"}`` refs; ``train`` None when the whole is not
+    ``whole``-ly needed), the validation refs (or None) and, for a folder of ``parts``, the
+    row blocks the parts are (per part its X, Y and mask refs; None for one file).
+
+    One file: the validation rows held out of it, then the mask drawn over the rest.  A
+    folder: each part's mask drawn from (seed, part), the parts stacked only when the whole
+    is needed; no validation split (refused)."""
+    d, seed = config.dataset, config.seed
+    if not folder:
+        train, validation = _hold_out(ctx, _xy(parts[0]), d.validation_fraction, seed)
+        mask = None
+        if config.observed_fraction < 1:
+            mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction,
+                           seed=seed)
+        return {"train": train, "mask": mask}, validation, None
+    if d.validation_fraction > 0:
+        raise InputError("a folder of parts is read part by part; hold out validation rows in "
+                         "a file of their own (validation_fraction 0 here)",
+                         path=ctx.path(d.train), key="dataset.validation_fraction")
+    masks = [None] * len(parts)
+    if config.observed_fraction < 1:
+        masks = [ctx.run(observe, Y=p["Y"], observed_fraction=config.observed_fraction,
+                         seed=seed, part=i) for i, p in enumerate(parts)]
+    blocks = [{"X": p["X"], "Y": p["Y"], **({} if mk is None else {"mask": mk})}
+              for p, mk in zip(parts, masks, strict=True)]
+    train = _stacked(ctx, parts) if whole else None
+    mask = None if masks[0] is None or not whole else ctx.run(stack, parts=masks, what="mask")
+    return {"train": train, "mask": mask}, None, blocks
 
 
 def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, which: str) -> list[dict]:
