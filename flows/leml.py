@@ -151,11 +151,12 @@ class WStepConfig(Strict):
     ``address`` only say where, and give the same ``W`` and ``H`` bit for bit wherever the
     row blocks are."""
 
-    runner: Literal["local", "dask"] = Field(
+    runner: Literal["local", "dask", "blocks"] = Field(
         "local",
-        description="Where the W-step's gradient and Hessian-vector products (and the squared "
-        "loss's H-step sums) run: this process, or Dask over row blocks of the training data "
-        "kept on the workers.",
+        description="Where the W-step's gradient and Hessian-vector products (and the H-step "
+        "sums) run: this process on the whole data (local), Dask over row blocks of the "
+        "training data kept on the workers (dask), or the same block tasks in this process "
+        "without Dask (blocks: the same bits as dask).",
     )
     blocks: int = from_estimator(
         DaskWStep, "blocks", ge=1, le=256,
@@ -190,9 +191,11 @@ class WStepConfig(Strict):
         """The ``cluster`` argument of the Dask tasks, where they run (a runtime parameter,
         outside their cache keys): the scheduler address (``address``, else the run's
         ``--dask-address``; none: the task runner's cluster, else a LocalCluster of
-        ``workers``)."""
+        ``workers``); ``{"inline": True}`` for the ``blocks`` runner (no Dask)."""
         if self.runner == "local":
             return None
+        if self.runner == "blocks":
+            return {"inline": True}
         return {"address": self.address or ctx.options.dask_address, "workers": self.workers}
 
 

@@ -341,7 +341,7 @@ def _runner_client():
 
 
 @contextmanager
-def _w_step_client(address: str | None, workers: int):
+def _w_step_client(address: str | None, workers: int, inline: bool = False):
     """The Dask client of a distributed W-step: the scheduler at ``address`` or, without one,
     the cluster the flow run already uses; a LocalCluster of ``workers`` only when it uses
     none.
@@ -349,8 +349,14 @@ def _w_step_client(address: str | None, workers: int):
     Inside a task running on a Dask worker: that worker's cluster through ``worker_client``
     (the task leaves its worker's thread pool while it waits).  In the flow's process under a
     Dask task runner: the runner's own client (one connection to one cluster for the whole
-    run).  Else a client of this process's own (:func:`_own_client`).
+    run).  Else a client of this process's own (:func:`_own_client`).  ``inline``: no Dask,
+    :class:`tasks.leml_dask.InlineClient` (the same tasks, run in this process).
     """
+    if inline:
+        from tasks.leml_dask import InlineClient
+
+        yield InlineClient()
+        return
     if _in_dask_worker():
         from distributed import get_worker, worker_client
 
@@ -368,7 +374,9 @@ def _w_step_client(address: str | None, workers: int):
 
 def _keep_blocks(client, backend) -> None:
     """Hold the blocks of ``backend`` after its W-step (see :data:`_KEPT_BLOCKS`)."""
-    if not backend.recoverable:
+    from tasks.leml_dask import InlineClient
+
+    if not backend.recoverable or isinstance(client, InlineClient):
         return
     from distributed import Future
 
@@ -393,7 +401,8 @@ def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int |
     from tasks.leml_dask import DaskWStep
 
     cluster = cluster or {}
-    with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client, \
+    with _w_step_client(cluster.get("address"), cluster.get("workers", 2),
+                        cluster.get("inline", False)) as client, \
             DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
         _keep_blocks(client, backend)
         yield backend
@@ -536,7 +545,8 @@ def evaluate(
         from tasks.leml_dask import evaluate_on_blocks
 
         cluster = cluster or {}
-        with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client:
+        with _w_step_client(cluster.get("address"), cluster.get("workers", 2),
+                        cluster.get("inline", False)) as client:
             scores = evaluate_on_blocks(client, partition, W, H, params, batch_size)
     metrics = _metrics_table(scores, dataset, method)
     conv = pd.concat(traces, ignore_index=True)
@@ -562,7 +572,8 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k
     from tasks.leml_dask import predict_on_blocks
 
     cluster = cluster or {}
-    with _w_step_client(cluster.get("address"), cluster.get("workers", 2)) as client:
+    with _w_step_client(cluster.get("address"), cluster.get("workers", 2),
+                        cluster.get("inline", False)) as client:
         return predict_on_blocks(client, partition, W, H, params, top_k, batch_size)
 
 

@@ -90,9 +90,9 @@ from algorithms.leml.losses import get_loss
 from algorithms.leml.w_step import WStepProducts, w_loss_value
 from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
-__all__ = ["DaskWStep", "N_BLOCKS", "PartitionedData", "check_worker_memory", "cluster_workers",
-           "data_nbytes", "evaluate_on_blocks", "predict_on_blocks", "prepared_nbytes",
-           "worker_peak_memory", "working_nbytes"]
+__all__ = ["DaskWStep", "InlineClient", "N_BLOCKS", "PartitionedData", "check_worker_memory",
+           "cluster_workers", "data_nbytes", "evaluate_on_blocks", "predict_on_blocks",
+           "prepared_nbytes", "worker_peak_memory", "working_nbytes"]
 
 #: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
 #: bit) does not depend on the number of workers.  Each block costs one task per
@@ -279,7 +279,7 @@ def cluster_workers(client) -> dict[str, dict]:
     """
     if getattr(client, "asynchronous", False):
         raise TypeError("cluster_workers needs a synchronous Dask client")
-    if not hasattr(client, "sync"):  # a stand-in client of the tests
+    if not hasattr(client, "sync"):  # InlineClient, or a stand-in client of the tests
         return dict(client.scheduler_info(n_workers=-1)["workers"])
     return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
@@ -299,6 +299,49 @@ def _footer(path: str) -> tuple[tuple[int, int], int]:
         raise ValueError(f"{path}: a matrix of shape {list(shape)}, expected 2 dimensions")
     kind = info.get(b"scarce.kind", b"").decode()
     return shape, meta.num_rows if kind == "sparse" else int(np.prod(shape))
+
+
+class _InlineFuture:
+    """The value of a task :class:`InlineClient` ran (a future already done)."""
+
+    def __init__(self, key, value) -> None:
+        self.key, self.value = key, value
+
+    def result(self):
+        return self.value
+
+    def release(self) -> None:
+        self.value = None
+
+
+class InlineClient:
+    """A stand-in for a Dask client that runs each task in this process when it is
+    submitted: :class:`DaskWStep`, :func:`evaluate_on_blocks` and :func:`predict_on_blocks`
+    on the same row blocks, by the same code, without Dask (the flow's ``w_step.runner:
+    blocks``).  One "worker", no memory limit.  The tasks are the ones a cluster runs, added
+    in the same block order, so the results are the same bits as on any number of Dask
+    workers (tested)."""
+
+    asynchronous = False
+
+    class _Scheduler:
+        address = "inline"
+
+    def __init__(self) -> None:
+        self.scheduler = self._Scheduler()
+
+    def scheduler_info(self, n_workers: int = -1) -> dict:
+        return {"workers": {"inline": {"name": "inline", "memory_limit": 0}}}
+
+    def submit(self, fn, *args, key=None, **_placement):
+        args = [a.value if isinstance(a, _InlineFuture) else a for a in args]
+        return _InlineFuture(key, fn(*args))
+
+    def scatter(self, data, **_placement):
+        return _InlineFuture(None, data)
+
+    def gather(self, futures):
+        return [f.value for f in futures]
 
 
 # --------------------------------------------------------------------------- worker side

@@ -537,3 +537,28 @@ def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypa
     est = LEML(rank=8, lam=4.0, loss="logistic", h_solver="bound", fit_intercept=True)
     H_whole, _ = est.h_step(est.prepare(X, Y, mask), W3, H2)
     assert float(np.abs(H3 - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())
+
+
+def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project):
+    """``w_step.runner: blocks`` runs the Dask runner's block tasks in this process, without
+    Dask (``InlineClient``): the W, H, metrics and predictions of the Dask run with the same
+    blocks, bit for bit, so the two share their store entries."""
+    over = ["--set", "baselines=[]", "--set", "w_step.blocks=3"]
+    assert main(["run", "leml", *over, "--set", "w_step.runner=dask"]) == 0
+    dask = _last(project)
+    W_dask, H_dask, _ = _final(project, dask, 3)
+    runs = project / "data" / "runs"
+    metrics = pd.read_parquet(runs / dask["run_id"] / "metrics.parquet")
+    predictions = pd.read_parquet(runs / dask["run_id"] / "outputs" / "predictions.parquet")
+    # recomputed (--refresh) in this process: the same bytes in every entry
+    assert main(["run", "leml", *over, "--set", "w_step.runner=blocks", "--refresh"]) == 0
+    blocks = _last(project)
+    assert not any(o["cached"] for o in blocks["outputs"] if o["step"] == "leml-alternate-W")
+    assert blocks["notes"]["w_step"] == {"scheduler": "inline", "workers": 1}
+    W, H, _ = _final(project, blocks, 3)
+    np.testing.assert_array_equal(W, W_dask)
+    np.testing.assert_array_equal(H, H_dask)
+    pd.testing.assert_frame_equal(pd.read_parquet(runs / blocks["run_id"] / "metrics.parquet"),
+                                  metrics)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(runs / blocks["run_id"] / "outputs" / "predictions.parquet"), predictions)
