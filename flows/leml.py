@@ -304,7 +304,8 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
                                   config.w_step.blocks))
     if not dask or config.baselines:
         test = _stacked(ctx, test_parts)
-    result = ctx.run(evaluate, test=None if test_blocks else test, **factors, traces=traces,
+    here = None if test_blocks else test  # the test set scored in this process
+    result = ctx.run(evaluate, test=here, **factors, traces=traces,
                      timings=timings, dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
                      params=task_params(model, evaluate), batch_size=batch,
                      partition=test_blocks, cluster=cluster)
@@ -313,7 +314,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
                 params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))
         for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
-    predictions = ctx.run(predict, test=None if test_blocks else test, **factors,
+    predictions = ctx.run(predict, test=here, **factors,
                           params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
                           partition=test_blocks, cluster=cluster)
     name_outputs(ctx, config, factors, train_file, predictions)

@@ -341,10 +341,11 @@ def _runner_client():
 
 
 @contextmanager
-def _w_step_client(address: str | None, workers: int, inline: bool = False):
-    """The Dask client of a distributed W-step: the scheduler at ``address`` or, without one,
-    the cluster the flow run already uses; a LocalCluster of ``workers`` only when it uses
-    none.
+def _w_step_client(cluster: dict | None):
+    """The Dask client of a distributed W-step, from the step's ``cluster`` argument
+    (``{"address", "workers", "inline"}``, all optional): the scheduler at ``address`` or,
+    without one, the cluster the flow run already uses; a LocalCluster of ``workers``
+    (default 2) only when it uses none.
 
     Inside a task running on a Dask worker: that worker's cluster through ``worker_client``
     (the task leaves its worker's thread pool while it waits).  In the flow's process under a
@@ -352,7 +353,9 @@ def _w_step_client(address: str | None, workers: int, inline: bool = False):
     run).  Else a client of this process's own (:func:`_own_client`).  ``inline``: no Dask,
     :class:`tasks.leml_dask.InlineClient` (the same tasks, run in this process).
     """
-    if inline:
+    cluster = cluster or {}
+    address, workers = cluster.get("address"), cluster.get("workers", 2)
+    if cluster.get("inline"):
         from tasks.leml_dask import InlineClient
 
         yield InlineClient()
@@ -400,9 +403,7 @@ def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int |
         return
     from tasks.leml_dask import DaskWStep
 
-    cluster = cluster or {}
-    with _w_step_client(cluster.get("address"), cluster.get("workers", 2),
-                        cluster.get("inline", False)) as client, \
+    with _w_step_client(cluster) as client, \
             DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
         _keep_blocks(client, backend)
         yield backend
@@ -544,9 +545,7 @@ def evaluate(
     else:
         from tasks.leml_dask import evaluate_on_blocks
 
-        cluster = cluster or {}
-        with _w_step_client(cluster.get("address"), cluster.get("workers", 2),
-                        cluster.get("inline", False)) as client:
+        with _w_step_client(cluster) as client:
             scores = evaluate_on_blocks(client, partition, W, H, params, batch_size)
     metrics = _metrics_table(scores, dataset, method)
     conv = pd.concat(traces, ignore_index=True)
@@ -571,9 +570,7 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k
         return predictions_table(model, test["X"], top_k, batch_size)
     from tasks.leml_dask import predict_on_blocks
 
-    cluster = cluster or {}
-    with _w_step_client(cluster.get("address"), cluster.get("workers", 2),
-                        cluster.get("inline", False)) as client:
+    with _w_step_client(cluster) as client:
         return predict_on_blocks(client, partition, W, H, params, top_k, batch_size)
 
 

@@ -670,8 +670,7 @@ class DaskWStep:
         self.recoverable = isinstance(data, PartitionedData)
         self.n_features, self.n_labels = data.n_features, data.n_labels
         self.n_samples, self.dtype = data.n_samples, np.dtype(data.dtype)
-        self.fully_observed = (data.layout[0] == "full" if self.recoverable
-                               else data.fully_observed)
+        self.fully_observed = data.fully_observed
         self.bounds = data.bounds if self.recoverable else row_block_bounds(data.n_samples,
                                                                             blocks)
         if self.recoverable and len(data.blocks) != blocks:

@@ -352,31 +352,27 @@ def _iter_refs(value: Any) -> list[str]:
     return []
 
 
-def _load(store: Store, value: Any) -> Any:
+def _map_refs(value: Any, fn: Callable[[str], Any], what: str) -> Any:
+    """``value`` (a ref, None, or a dict/list of them) with ``fn`` applied to every ref."""
     if isinstance(value, str):
-        return store.read(value)
+        return fn(value)
     if isinstance(value, dict):
-        return {k: _load(store, v) for k, v in value.items()}
+        return {k: _map_refs(v, fn, what) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_load(store, v) for v in value]
+        return [_map_refs(v, fn, what) for v in value]
     if value is None:
         return None
-    raise TypeError(f"an input must be a ref or a dict/list of refs, got {type(value).__name__}")
+    raise TypeError(f"{what} must be a ref or a dict/list of refs, got {type(value).__name__}")
+
+
+def _load(store: Store, value: Any) -> Any:
+    return _map_refs(value, store.read, "an input")
 
 
 def _paths(store: Store, value: Any) -> Any:
     """``value`` (refs as :func:`_load` takes them) with every ref replaced by the absolute
     path of its file."""
-    if isinstance(value, str):
-        return str(store.path(value).absolute())
-    if isinstance(value, dict):
-        return {k: _paths(store, v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_paths(store, v) for v in value]
-    if value is None:
-        return None
-    raise TypeError(f"a paths parameter must be a ref or a dict/list of refs, got "
-                    f"{type(value).__name__}")
+    return _map_refs(value, lambda ref: str(store.path(ref).absolute()), "a paths parameter")
 
 
 def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
