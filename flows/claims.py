@@ -28,6 +28,7 @@ criterion trace(P_W^-1 P_B) is on every word than on that smallest prefix.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -161,15 +162,29 @@ def read_experiments(run_dirs: list[Path], runs_root: Path
         words.append(kept)
     table = pd.concat(tables, ignore_index=True)
     words = pd.concat(words, ignore_index=True)
+    for frame in (table, words):  # labels, so that a None axis value is a group of its own
+        for axis in axes:
+            frame[axis] = frame[axis].map(_axis_label).astype(str)
     if len(axes) == 1:
         return table, words, axes[0]
     group = ", ".join(axes)
     for frame in (table, words):
         if len(frame):
-            frame[group] = frame[axes].astype(str).agg(", ".join, axis=1)
+            frame[group] = frame[axes].agg(", ".join, axis=1)
         else:
             frame[group] = pd.Series(dtype=str)
     return table, words, group
+
+
+def _axis_label(value) -> str:
+    """An axis value as its group reads: None (a base config's ``prefix_step: null``, which
+    pandas turns to NaN beside numbers) as "none", and 200.0 (an integer that the same
+    beside-None made a float) as "200"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _verdict(diff: float, spread: float) -> str:

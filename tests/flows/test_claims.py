@@ -83,9 +83,10 @@ def test_a_failed_point_is_left_out_of_the_means():
 
 
 def _experiment_folder(runs, flow: str = "relations", name: str = "experiment-toy-1",
-                       ranking: str | None = None):
+                       ranking: str | None = None, prefix_step: int | None = None):
     """An experiment folder with its children's models; ``ranking``: the table as a
-    ``ranking`` axis of that one value (the method's rows named by it)."""
+    ``ranking`` axis of that one value (the method's rows named by it); ``prefix_step``: a
+    numeric ``prefix_step`` axis of that one value (None in the base config)."""
     table, words = _table(), _words()
     rows = ["corpus"]
     if ranking is not None:
@@ -93,10 +94,14 @@ def _experiment_folder(runs, flow: str = "relations", name: str = "experiment-to
         table.insert(1, "ranking", ranking)
         words["ranking"] = ranking
         rows = ["corpus", "ranking"]
+    if prefix_step is not None:
+        table.insert(1, "prefix_step", prefix_step)
+        words["prefix_step"] = prefix_step
+        rows = [*rows, "prefix_step"]
     run = runs / name
     (run / "outputs").mkdir(parents=True)
     config = {"flow": flow, "table": {"rows": rows, "columns": ["method"]},
-              "base_config": {"ranking": "entropy"}}
+              "base_config": {"ranking": "entropy", "prefix_step": None}}
     (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "config": config}))
     table.to_parquet(run / "outputs" / "table.parquet")
     children = []
@@ -108,6 +113,8 @@ def _experiment_folder(runs, flow: str = "relations", name: str = "experiment-to
         point = {"corpus": w.corpus, "seed": w.seed}
         if ranking is not None:
             point["ranking"] = ranking
+        if prefix_step is not None:
+            point["prefix_step"] = prefix_step
         children.append({"point": point, "run_id": child, "error": None})
     (run / "outputs" / "children.json").write_text(json.dumps(children))
     return run
@@ -162,6 +169,24 @@ def test_two_experiments_join_on_their_row_axes_with_the_base_configs_ranking(
     assert "(b) frequency selection beats RLBaseline: **fails**, 0.300 vs 0.400" in out
     assert "(b) entropy selection beats RLBaseline: **fails**, 0.300 vs 0.400" in out
     assert "| easy, frequency | frequency | 0.500 ± 0.014 |" in out
+
+
+def test_an_axis_whose_base_config_value_is_none_joins_as_none(tmp_path):
+    """relations-theta (rows: corpus; the base config's ``prefix_step: null``) beside
+    relations-prefixes (rows: corpus, prefix_step 200): the geometric grid's groups read
+    "none", and none of the groups is dropped as missing."""
+    _experiment_folder(tmp_path, name="experiment-theta-1")
+    _experiment_folder(tmp_path, name="experiment-prefixes-1", prefix_step=200)
+    table, words, group = read_experiments(
+        [tmp_path / "experiment-theta-1", tmp_path / "experiment-prefixes-1"], tmp_path)
+    assert group == "corpus, prefix_step"
+    assert sorted(table[group].unique()) == ["easy, 200", "easy, none",
+                                             "hard, 200", "hard, none"]
+    scores, verdicts = claims(table, words, group)
+    one = claims(_table(), _words(), "corpus")
+    assert len(scores) == 2 * len(one[0]) and len(verdicts) == 2 * len(one[1])
+    text = claims_markdown(scores, verdicts, group)
+    assert "| hard, none | entropy | 0.300 ± 0.007 |" in text
 
 
 def test_an_experiment_that_cannot_join_the_others_is_named(tmp_path):
