@@ -23,11 +23,10 @@ Sections (``--sections``, comma-separated):
   observed squared loss and 20% observed; its time ratio against the growth of
   ``nnz(X) + nnz(Y)`` (fully observed) or ``nnz(X) + |Omega|``, and against the bare
   sparse products it needs (CG iterations x (``X V`` + ``X^T U``)).
-* ``distributed``: one W-step (squared loss, k=50, 10 CG iterations, float32; Bibtex
-  fully observed also float64) on a
-  Dask LocalCluster with 1 and then 2 single-threaded worker processes
-  (``LEML.w_step`` with a ``tasks.leml_dask.DaskWStep`` backend, row blocks scattered
-  once), on Bibtex (fully
+* ``w-step`` (named ``distributed`` until 2026-12-02): one W-step (squared loss, k=50,
+  10 CG iterations, float32; Bibtex fully observed also float64) on a Dask LocalCluster
+  with 1 and then 2 single-threaded worker processes (``LEML.w_step`` with a
+  ``tasks.leml_dask.DaskWStep`` backend, row blocks scattered once), on Bibtex (fully
   observed and 20% observed) and on the synthetic Wikipedia-shaped problem at
   ``--synthetic-scale`` (default 0.1 here): seconds, max |W_dask - W_single| /
   max |W_single|, whether 2 workers give the 1-worker W bit for bit, CG's own
@@ -35,6 +34,10 @@ Sections (``--sections``, comma-separated):
   moved by one ulp; relative differences are printed times 1e6)
   and each worker's peak RSS.  A fresh cluster per problem, so the peaks are that
   problem's.
+* ``distributed``: the whole LEML flow (``scarce run leml``, 3 iterations, k = 50) on the
+  synthetic problem written as folders of Parquet parts, in one process and on 1 and 2 Dask
+  workers: wall and iteration seconds, the peak RSS of the flow's process and of each
+  worker, P@k, and the factors against the one-process run (:mod:`bench.leml_cluster`).
 
 LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
 ``--h-solver``, ``--w-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`)
@@ -76,7 +79,7 @@ from flows.published import LEML_XC
 from tasks.leml import observe, validation_rows
 from tasks.readers.xmc import read_xmc
 
-SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "distributed")
+SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "w-step", "distributed")
 # The Wikipedia set of Yu et al. (Table 2): points, features, labels.
 WIKI = (881_805, 366_932, 213_707)
 # Extreme Classification Repository, LEML row (P@1, P@3, P@5, in %).
@@ -149,9 +152,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--synthetic-scale", type=float, default=None,
                         help="size of the synthetic Wikipedia-shaped problem as a fraction "
                         "of the real one (points, features and labels); default 1 in the "
-                        "synthetic section, 0.1 in the distributed one")
+                        "synthetic section, 0.1 in the w-step and distributed ones")
     parser.add_argument("--dask-memory-limit", default="6GiB",
-                        help="memory limit of each Dask worker in the distributed section")
+                        help="memory limit of each Dask worker in the w-step and "
+                        "distributed sections")
+    parser.add_argument("--modes", type=_names, default=["local", "dask-1", "dask-2"],
+                        help="distributed section: the runs to compare, some of local, "
+                        "blocks, dask-1, dask-2 (bench.leml_cluster)")
+    parser.add_argument("--parts", type=int, default=4,
+                        help="distributed section: Parquet parts (row blocks) of the "
+                        "training and test sets")
+    parser.add_argument("--flow-iterations", type=int, default=3,
+                        help="distributed section: the flow's alternating iterations")
 
 
 def _say(*parts) -> None:
@@ -509,7 +521,7 @@ def _scaling(ds, args, grid, rows):
 
 
 def synthetic_wikipedia(n, d, n_labels, *, nnz_row=100, labels_row=2.5, topics=50,
-                        seed=0):
+                        seed=0, stream=()):
     """A synthetic problem shaped like the Wikipedia set of Yu et al., with low-rank labels.
 
     Each point has a latent topic ``t`` (one of ``topics``); half of its ``nnz_row``
@@ -517,12 +529,14 @@ def synthetic_wikipedia(n, d, n_labels, *, nnz_row=100, labels_row=2.5, topics=5
     features, half uniformly from all; its labels (Poisson, mean ``labels_row``, at
     least 1) are drawn from topic ``t``'s block of labels.  So ``E[Y | X]`` has rank
     at most ``topics``.  Duplicate feature indices within a row are kept (they add).
+    ``stream`` (integers) draws another sample of the same distribution: the parts of a
+    partitioned problem, each generated on its own.
 
     Returns
     -------
     X : csr_matrix (n, d) float32, Y : csr_matrix (n, n_labels) float32, with sorted labels.
     """
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 303]))
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 303, *stream]))
     topic = rng.integers(0, topics, size=n)
     f_block, l_block = d // topics, n_labels // topics
     half = nnz_row // 2
@@ -586,7 +600,7 @@ def _cg_sensitivity(data, H, lam, cg_max_iter, W_single) -> float:
     return float(np.abs(W_moved - W_single).max() / np.abs(W_single).max())
 
 
-def _distributed(args, rows, scale):
+def _w_step_dask(args, rows, scale):
     """One W-step on 1 and 2 Dask workers against the single-process solver."""
     from distributed import Client, LocalCluster
 
@@ -597,7 +611,7 @@ def _distributed(args, rows, scale):
     problems = []
     loaded = _load(Path(args.data), "bibtex")
     if loaded is None:
-        _say("distributed: no bibtex under --data: Bibtex rows skipped")
+        _say("w-step: no bibtex under --data: Bibtex rows skipped")
     else:
         Xtr, Ytr, Xte, _ = loaded
         Xtr, _ = _preprocess(args.features, Xtr, Xte)
@@ -622,11 +636,11 @@ def _distributed(args, rows, scale):
         setting = (f"{case}, n={data.n_samples} d'={data.n_features} L={data.n_labels} "
                    f"nnz(X)={data.X.nnz}, k={k}, {info['cg_iter']} CG, {data.dtype}, "
                    f"{N_BLOCKS} row blocks")
-        rows += [("distributed", name, "LEML W-step (single process)", setting, "seconds",
+        rows += [("w-step", name, "LEML W-step (single process)", setting, "seconds",
                   sec_single),
-                 ("distributed", name, "LEML W-step (single process)", setting,
+                 ("w-step", name, "LEML W-step (single process)", setting,
                   "CG sensitivity to 1 ulp (x1e-6)", 1e6 * sens)]
-        _say(f"RESULT distributed {name} | single process | {setting} | {sec_single:.3f}s, "
+        _say(f"RESULT w-step {name} | single process | {setting} | {sec_single:.3f}s, "
              f"1-ulp CG sensitivity {sens:.2e}")
         W_one = None
         for n_workers in (1, 2):
@@ -644,18 +658,18 @@ def _distributed(args, rows, scale):
             W_one = W if W_one is None else W_one
             err = float(np.abs(W - W_single).max() / np.abs(W_single).max())
             method = f"LEML W-step (Dask, {n_workers} worker{'s' * (n_workers > 1)})"
-            rows += [("distributed", name, method, setting, "seconds", sec),
-                     ("distributed", name, method, setting, "split + scatter seconds", setup),
-                     ("distributed", name, method, setting,
+            rows += [("w-step", name, method, setting, "seconds", sec),
+                     ("w-step", name, method, setting, "split + scatter seconds", setup),
+                     ("w-step", name, method, setting,
                       "max|dW|/max|W| vs single (x1e-6)", 1e6 * err),
-                     ("distributed", name, method, setting, "bit-identical to 1 worker",
+                     ("w-step", name, method, setting, "bit-identical to 1 worker",
                       float(np.array_equal(W, W_one)))]
             for i, addr in enumerate(sorted(peaks)):
-                rows += [("distributed", name, method, setting, f"worker {i} RSS MiB at start",
+                rows += [("w-step", name, method, setting, f"worker {i} RSS MiB at start",
                           base[addr] / 2**20),
-                         ("distributed", name, method, setting, f"worker {i} peak RSS MiB",
+                         ("w-step", name, method, setting, f"worker {i} peak RSS MiB",
                           peaks[addr] / 2**20)]
-            _say(f"RESULT distributed {name} | {method} | {case} | {sec:.3f}s "
+            _say(f"RESULT w-step {name} | {method} | {case} | {sec:.3f}s "
                  f"(single {sec_single:.3f}s), setup {setup:.2f}s, rel. diff {err:.2e}, "
                  f"same as 1 worker: {np.array_equal(W, W_one)}, peak RSS MiB "
                  + ", ".join(f"{peaks[a] / 2**20:.0f}" for a in sorted(peaks)))
@@ -718,9 +732,14 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             if args.quick:
                 args.synthetic_scale = min(args.synthetic_scale, 0.01)
             _synthetic(args, rows)
-        if "distributed" in args.sections:
-            _distributed(args, rows, min(distributed_scale, 0.01) if args.quick
+        if "w-step" in args.sections:
+            _w_step_dask(args, rows, min(distributed_scale, 0.01) if args.quick
                          else distributed_scale)
+        if "distributed" in args.sections:
+            from bench.leml_cluster import run_section
+
+            run_section(args, rows, min(distributed_scale, 0.01) if args.quick
+                        else distributed_scale)
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["value"] = table["value"].astype(float).round(4)
     return table

@@ -252,8 +252,12 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
     model = m.estimator(random_state=seed)
-    train_parts = _load_parts(ctx, d, m, "train")
-    test_parts = _load_parts(ctx, d, m, "test")
+    cluster = config.w_step.cluster(ctx)
+    # With the Dask runner the steps over the data (loading, masks, partitions) run on the
+    # cluster too: the flow's process holds none of it.
+    data_cluster = cluster if config.w_step.runner == "dask" else None
+    train_parts = _load_parts(ctx, d, m, "train", data_cluster)
+    test_parts = _load_parts(ctx, d, m, "test", data_cluster)
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     dask = config.w_step.runner != "local"
@@ -265,7 +269,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # Dask runner, the steps take the files of the row blocks instead and read none of the
     # data (the workers do).
     whole = not dask or bool(config.baselines) or not blocks_h or margin_start
-    data, validation, blocks = _training(ctx, config, train_parts, folder, whole)
+    data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
     # With the Dask runner the steps that run on the row blocks take the blocks' files in
     # place of the data and read none of it themselves (the workers read their own blocks):
     # the parts of a folder, else the training data cut into w_step.blocks row blocks.
@@ -273,12 +277,11 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     backend = h_backend = None
     if dask:
         if not folder:
-            blocks = _partition(ctx, data, config.w_step.blocks)
+            blocks = _partition(ctx, data, config.w_step.blocks, data_cluster)
         backend = {"blocks": len(blocks)}
         h_backend = backend if blocks_h else None
         w_data = {"train": None, "mask": None, "partition": blocks}
         h_data = w_data if blocks_h else data
-    cluster = config.w_step.cluster(ctx)
     factors = ctx.run(initialise, **(data if margin_start else h_data),
                       params=task_params(model, initialise))
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
@@ -301,7 +304,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     if dask:  # the test set's row blocks: the parts of a folder, else w_step.blocks of them
         test_blocks = ([_xy(p) for p in test_parts] if len(test_parts) > 1 else
                        _partition(ctx, {"train": _xy(test_parts[0]), "mask": None},
-                                  config.w_step.blocks))
+                                  config.w_step.blocks, data_cluster))
     if not dask or config.baselines:
         test = _stacked(ctx, test_parts)
     here = None if test_blocks else test  # the test set scored in this process
@@ -323,21 +326,21 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
 
 
 def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bool,
-              whole: bool) -> tuple[dict, dict | None, list[dict] | None]:
+              whole: bool, cluster: dict | None) -> tuple[dict, dict | None, list[dict] | None]:
     """The training data (``{"train", "mask"}`` refs; ``train`` None when the whole is not
     ``whole``-ly needed), the validation refs (or None) and, for a folder of ``parts``, the
     row blocks the parts are (per part its X, Y and mask refs; None for one file).
 
     One file: the validation rows held out of it, then the mask drawn over the rest.  A
     folder: each part's mask drawn from (seed, part), the parts stacked only when the whole
-    is needed; no validation split (refused)."""
+    is needed; no validation split (refused).  ``cluster``: where the masks are drawn."""
     d, seed = config.dataset, config.seed
     if not folder:
         train, validation = _hold_out(ctx, _xy(parts[0]), d.validation_fraction, seed)
         mask = None
         if config.observed_fraction < 1:
             mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction,
-                           seed=seed)
+                           seed=seed, cluster=cluster)
         return {"train": train, "mask": mask}, validation, None
     if d.validation_fraction > 0:
         raise InputError("a folder of parts is read part by part; hold out validation rows in "
@@ -346,7 +349,7 @@ def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bo
     masks = [None] * len(parts)
     if config.observed_fraction < 1:
         masks = [ctx.run(observe, Y=p["Y"], observed_fraction=config.observed_fraction,
-                         seed=seed, part=i) for i, p in enumerate(parts)]
+                         seed=seed, part=i, cluster=cluster) for i, p in enumerate(parts)]
     blocks = [{"X": p["X"], "Y": p["Y"], **({} if mk is None else {"mask": mk})}
               for p, mk in zip(parts, masks, strict=True)]
     train = _stacked(ctx, parts) if whole else None
@@ -354,15 +357,17 @@ def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bo
     return {"train": train, "mask": mask}, None, blocks
 
 
-def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, which: str) -> list[dict]:
+def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, which: str,
+                cluster: dict | None) -> list[dict]:
     """The ``leml-load`` refs of ``dataset.train`` or ``dataset.test`` (``which``): one for a
     file, one per part for a folder of parts (:func:`tasks.leml.input_parts`), each part
-    read on its own.  The parts must agree on the numbers of features and labels."""
+    read on its own (on ``cluster`` when given).  The parts must agree on the numbers of
+    features and labels."""
     path = ctx.path(getattr(d, which))
     read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
     files = input_parts(path, d.format, key=f"dataset.{which}") or [path]
-    loaded = [ctx.run(load, path=f, labels_file=label_file(f, d.format), **read)
-              for f in files]
+    loaded = [ctx.run(load, path=f, labels_file=label_file(f, d.format), cluster=cluster,
+                      **read) for f in files]
     shapes = [(json.loads(ctx.store.meta(p["X"])["shape"])[1],
                json.loads(ctx.store.meta(p["Y"])["shape"])[1]) for p in loaded]
     for f, shape in zip(files, shapes, strict=True):
@@ -382,16 +387,18 @@ def _stacked(ctx: RunContext, parts: list[dict]) -> dict:
             for name in ("X", "Y")}
 
 
-def _partition(ctx: RunContext, data: dict, blocks: int) -> list[dict]:
+def _partition(ctx: RunContext, data: dict, blocks: int, cluster: dict | None) -> list[dict]:
     """The training data as row blocks (``leml-partition``, one task and one set of store
-    entries per block): per block the refs of its rows of X, Y and the mask."""
+    entries per block, run on ``cluster`` when given): per block the refs of its rows of X,
+    Y and the mask."""
     n_rows = json.loads(ctx.store.meta(data["train"]["X"])["shape"])[0]
     count = len(row_block_bounds(n_rows, blocks))
     train = unmapped(data["train"])
     if data["mask"] is None:
-        return ctx.map(partition, train=train, block=list(range(count)), blocks=blocks)
+        return ctx.map(partition, train=train, block=list(range(count)), blocks=blocks,
+                       cluster=unmapped(cluster))
     return ctx.map(partition_masked, train=train, mask=unmapped(data["mask"]),
-                   block=list(range(count)), blocks=blocks)
+                   block=list(range(count)), blocks=blocks, cluster=unmapped(cluster))
 
 
 def _xy(loaded: dict) -> dict:

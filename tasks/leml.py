@@ -97,11 +97,31 @@ def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFra
                          "name": pd.array(names, dtype="string")})
 
 
+@contextmanager
+def _data_client(cluster: dict | None):
+    """Where a step over the training or test data runs (``where`` of :func:`load`,
+    :func:`observe` and the partition steps): on the W-step's Dask cluster when the flow
+    names one (``w_step.runner: dask``), so that the flow's process never holds the data,
+    once a worker there can start it (:func:`tasks.leml_dask.check_workers_can_run`); here
+    (a client of None) for the other runners, and inside a Dask worker (where a
+    ``--runner dask`` task already runs)."""
+    if not cluster or cluster.get("inline") or _in_dask_worker():
+        yield None
+        return
+    from tasks.leml_dask import check_workers_can_run
+
+    with _w_step_client(cluster) as client:
+        check_workers_can_run(client)
+        yield client
+
+
 @step("leml-load", files=("path", "labels_file"), outputs=("X", "Y", "features", "labels"),
-      run_name="load {path.name}")
+      run_name="load {path.name}", runtime=("cluster",), where=("cluster", _data_client))
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
-         labels_file: Path | None = None) -> dict:
+         labels_file: Path | None = None, cluster: dict | None = None) -> dict:
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
+
+    ``cluster``: where the step runs (:func:`_data_client`), not what it computes.
 
     ``labels_file`` is :func:`label_file` of ``path`` (the Y of a Parquet pair): a declared
     input file, so a changed Y recomputes the step even when X is unchanged.
@@ -152,13 +172,15 @@ def split(train: dict, validation_fraction: float, seed: int) -> dict:
     return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
 
 
-@step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}")
+@step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}",
+      runtime=("cluster",), where=("cluster", _data_client))
 def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
-            part: int | None = None) -> sp.csr_matrix:
+            part: int | None = None, cluster: dict | None = None) -> sp.csr_matrix:
     """The observed set Omega: each entry of the n x L label matrix kept with the given
     probability, uniformly at random (the paper's missing-label experiment).  ``part``: the
     index of ``Y``'s part in a folder of parts, drawn from its own stream (``seed``,
-    ``part``), so each part's mask is made without the others."""
+    ``part``), so each part's mask is made without the others.  ``cluster``: where the step
+    runs (:func:`_data_client`)."""
     n, n_labels = Y.shape
     rng = np.random.default_rng(np.random.SeedSequence(
         [seed, 202] if part is None else [seed, 202, part]))
@@ -191,7 +213,8 @@ def _rows(M, start: int, stop: int):
     return np.array(M[start:stop], order="C")
 
 
-def partition_rows(train: dict, block: int, blocks: int, mask=None) -> dict:
+def partition_rows(train: dict, block: int, blocks: int, mask=None,
+                   cluster: dict | None = None) -> dict:
     """Row block ``block`` of ``blocks`` of the training data: its rows of ``X`` and ``Y``
     (and of the observed-entries ``mask``), the rows
     :func:`~algorithms.leml.data.row_block_bounds` gives it.
@@ -199,7 +222,7 @@ def partition_rows(train: dict, block: int, blocks: int, mask=None) -> dict:
     Each block is its own store entries, read by the worker that builds that block of the
     distributed W-step (:class:`tasks.leml_dask.PartitionedData`).  The number of blocks is
     fixed by the config, not by the number of workers, so sums in block order are the same
-    bits for any number of workers.
+    bits for any number of workers.  ``cluster``: where the step runs (:func:`_data_client`).
     """
     bounds = row_block_bounds(train["X"].shape[0], blocks)
     if not 0 <= block < len(bounds):
@@ -214,10 +237,12 @@ def partition_rows(train: dict, block: int, blocks: int, mask=None) -> dict:
 
 #: :func:`partition_rows` of fully observed training data, and with a mask.
 partition = step("leml-partition", inputs=("train",), outputs=("X", "Y"),
-                 run_name="partition block {block} of {blocks}")(partition_rows)
+                 run_name="partition block {block} of {blocks}", runtime=("cluster",),
+                 where=("cluster", _data_client))(partition_rows)
 partition_masked = step("leml-partition-masked", inputs=("train", "mask"),
                         outputs=("X", "Y", "mask"),
-                        run_name="partition block {block} of {blocks}")(partition_rows)
+                        run_name="partition block {block} of {blocks}", runtime=("cluster",),
+                        where=("cluster", _data_client))(partition_rows)
 
 
 def _estimator(params: dict, train: dict | None, mask, partition: list | None = None):
@@ -263,6 +288,9 @@ _KEPT_BLOCKS: list = []
 
 
 def _release_kept_blocks() -> None:
+    from tasks.leml_dask import InlineClient
+
+    InlineClient.release_kept()
     while _KEPT_BLOCKS:
         future = _KEPT_BLOCKS.pop()
         try:
@@ -379,11 +407,14 @@ def _keep_blocks(client, backend) -> None:
     """Hold the blocks of ``backend`` after its W-step (see :data:`_KEPT_BLOCKS`)."""
     from tasks.leml_dask import InlineClient
 
-    if not backend.recoverable or isinstance(client, InlineClient):
+    if not backend.recoverable:
+        return
+    _release_kept_blocks()  # the same keys stay held by backend's own futures meanwhile
+    if isinstance(client, InlineClient):
+        client.keep(backend.block_futures)
         return
     from distributed import Future
 
-    _release_kept_blocks()  # the same keys stay held by backend's own futures meanwhile
     _KEPT_BLOCKS.extend(Future(f.key, client) for f in backend.block_futures)
 
 

@@ -91,6 +91,7 @@ from algorithms.leml.w_step import WStepProducts, w_loss_value
 from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
 __all__ = ["DaskWStep", "InlineClient", "N_BLOCKS", "PartitionedData", "check_worker_memory",
+           "check_workers_can_run",
            "cluster_workers", "data_nbytes", "evaluate_on_blocks", "predict_on_blocks",
            "prepared_nbytes", "worker_peak_memory", "working_nbytes"]
 
@@ -284,6 +285,35 @@ def cluster_workers(client) -> dict[str, dict]:
     return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
 
+def check_workers_can_run(client) -> None:
+    """Refuse, in one line naming the options, a cluster none of whose workers would start a
+    task: none at all, or every one paused or about to be (its process over
+    :data:`~algorithms.memory.HEADROOM` of its memory limit, Dask's pause threshold).  A
+    task sent there would wait for ever (a worker without a nanny is never restarted), so
+    the data steps the flow sends to the cluster (:func:`tasks.leml.load` of a part, its
+    partition, its mask) ask first."""
+    from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
+
+    workers = cluster_workers(client)
+    if not workers:
+        raise ValueError(f"the Dask cluster at {client.scheduler.address} has no workers; "
+                         "start some (`dask worker ADDRESS`) before the run")
+    def full(info: dict) -> bool:  # paused, or about to be at its next memory check
+        limit = int(info.get("memory_limit") or 0)
+        used = int(info.get("metrics", {}).get("memory") or 0)
+        return info.get("status") == "paused" or (limit > 0 and used > HEADROOM * limit)
+
+    if not all(full(info) for info in workers.values()):
+        return
+    limits = sorted({int(info.get("memory_limit") or 0) for info in workers.values()})
+    raise MemoryBudgetError(
+        f"LEML on Dask: every worker of the cluster at {client.scheduler.address} is paused "
+        f"or over {HEADROOM:.0%} of its memory limit "
+        f"({', '.join(map(format_bytes, limits))}) already, so no task would start: raise "
+        "their --memory-limit or add workers (w_step.workers, or more `dask worker` "
+        "processes)")
+
+
 def _footer(path: str) -> tuple[tuple[int, int], int]:
     """The shape of the matrix in a store-format Parquet file and the entries it stores (the
     rows of a sparse entry, every element of a dense one), from the file's footer only."""
@@ -324,6 +354,10 @@ class InlineClient:
 
     asynchronous = False
 
+    #: Values this process keeps by task key: the row blocks of the last W-step
+    #: (:meth:`keep`), as Dask workers keep them between the half-steps.
+    _kept: dict = {}
+
     class _Scheduler:
         address = "inline"
 
@@ -334,8 +368,21 @@ class InlineClient:
         return {"workers": {"inline": {"name": "inline", "memory_limit": 0}}}
 
     def submit(self, fn, *args, key=None, **_placement):
+        if key is not None and key in InlineClient._kept:
+            return _InlineFuture(key, InlineClient._kept[key])
         args = [a.value if isinstance(a, _InlineFuture) else a for a in args]
         return _InlineFuture(key, fn(*args))
+
+    @staticmethod
+    def keep(futures) -> None:
+        """Keep the values of ``futures`` (a W-step's row blocks, named after their files) in
+        place of those kept before: the next half-step on the same data asks for the same
+        keys and is given them without reading its files again."""
+        InlineClient._kept = {f.key: f.value for f in futures}
+
+    @staticmethod
+    def release_kept() -> None:
+        InlineClient._kept = {}
 
     def scatter(self, data, **_placement):
         return _InlineFuture(None, data)

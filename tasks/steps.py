@@ -202,6 +202,11 @@ def code_digest(module: str, root: Path = PROJECT_ROOT) -> str:
     return h.hexdigest()
 
 
+#: The steps that may run in another process (``where``), by name, in the process that
+#: imported them: how a Dask worker finds the step it is sent (:func:`execute_by_name`).
+_REMOTE_STEPS: dict[str, Step] = {}
+
+
 @dataclass(eq=False)
 class Step:
     """A store-backed task; see :func:`step`."""
@@ -216,9 +221,12 @@ class Step:
     volatile: tuple[str, ...] = ()
     runtime: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
+    where: tuple[str, Callable[[Any], Any]] | None = None
     _bound: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if self.where is not None:  # found by name in the process it is sent to
+            _REMOTE_STEPS[self.name] = self
         self.code_hash = code_digest(self.fn.__module__)
         self.signature = inspect.signature(self.fn)
         params = self.signature.parameters
@@ -233,6 +241,9 @@ class Step:
         if set(self.paths) & {*self.inputs, *self.files}:
             raise TypeError(f"step {self.name}: a paths parameter cannot also be an input or a "
                             "file")
+        if self.where is not None and self.where[0] not in self.runtime:
+            raise TypeError(f"step {self.name}: where names {self.where[0]!r}, which is not "
+                            "one of its runtime parameters")
 
     # -- keys -------------------------------------------------------------
     def key(self, kwargs: dict[str, Any]) -> str:
@@ -295,6 +306,7 @@ def step(
     volatile: Sequence[str] = (),
     runtime: Sequence[str] = (),
     paths: Sequence[str] = (),
+    where: tuple[str, Callable[[Any], Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Step]:
     """Declare a store-backed step.
 
@@ -323,6 +335,12 @@ def step(
         paths of the store's files (a str per ref) instead of the data: for a step
         that hands the files to other processes (Dask workers that read their own
         row blocks) and must not read them itself.
+    where : ``(parameter, opener)``: the step may run in another process.  ``parameter`` is
+        one of its ``runtime`` parameters; ``opener(value)`` returns a context manager
+        giving a Dask client, or None to run here.  With a client, the whole step (reading
+        its inputs, the function, writing its entries and seal) is one task on that
+        cluster, which must see the same store path (a shared filesystem), and only the
+        refs come back: a step over data that the flow's process must never hold.
     """
 
     def decorate(fn: Callable[..., Any]) -> Step:
@@ -337,6 +355,7 @@ def step(
             volatile=tuple(volatile),
             runtime=tuple(runtime),
             paths=tuple(paths),
+            where=where,
         )
 
     return decorate
@@ -383,25 +402,57 @@ def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
         call = dict(bound.arguments)
-        key = st.key(call)
-        data = {k: (_load(store, v) if k in st.inputs
-                    else _paths(store, v) if k in st.paths else v) for k, v in call.items()}
-        result = st.fn(**data)
-        refs = st.refs(key)
-        if isinstance(refs, str):
-            store.write(refs, result, {"task": st.name, "key": key})
-            write_seal(st, store, key)
-            return refs
-        if not isinstance(result, dict) or set(result) != set(refs):
-            got = sorted(result) if isinstance(result, dict) else type(result).__name__
-            raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
-        for part, ref in refs.items():
-            store.write(ref, result[part], {"task": st.name, "key": key, "part": part})
-        write_seal(st, store, key)
-        return refs
+        if st.where is not None:
+            parameter, opener = st.where
+            with opener(call[parameter]) as client:
+                if client is not None:
+                    key = st.key(call)
+                    return client.submit(
+                        execute_by_name, st.fn.__module__, st.name, str(store.root),
+                        call, key, key=f"{st.name}-{key}", pure=False).result()
+        return execute(st, store, call)
 
     run.__signature__ = sig  # Prefect reads parameter names from it
     return run
+
+
+def execute(st: Step, store: Store, call: dict[str, Any]) -> str | dict[str, str]:
+    """Run the step on bound arguments ``call``: its inputs read from ``store``, the
+    function called, its outputs and seal written; returns the refs."""
+    key = st.key(call)
+    data = {k: (_load(store, v) if k in st.inputs
+                else _paths(store, v) if k in st.paths else v) for k, v in call.items()}
+    result = st.fn(**data)
+    refs = st.refs(key)
+    if isinstance(refs, str):
+        store.write(refs, result, {"task": st.name, "key": key})
+        write_seal(st, store, key)
+        return refs
+    if not isinstance(result, dict) or set(result) != set(refs):
+        got = sorted(result) if isinstance(result, dict) else type(result).__name__
+        raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
+    for part, ref in refs.items():
+        store.write(ref, result[part], {"task": st.name, "key": key, "part": part})
+    write_seal(st, store, key)
+    return refs
+
+
+def execute_by_name(module: str, name: str, store_root: str, call: dict[str, Any],
+                    expected_key: str) -> str | dict[str, str]:
+    """:func:`execute` in another process (a Dask worker): the step ``name`` as that process
+    declares it when it imports ``module`` (its function's), and the store by its root (the
+    same path there).  Refused when the worker keys the call otherwise than the caller did
+    (``expected_key``): a worker running other code would write entries under keys that do
+    not describe them."""
+    import importlib
+
+    importlib.import_module(module)
+    st = _REMOTE_STEPS[name]
+    if st.key(call) != expected_key:
+        raise RuntimeError(f"step {st.name}: this worker runs other code than the flow that "
+                           "sent it (its key of the call differs); start the workers from the "
+                           "same version of the project")
+    return execute(st, Store(store_root), call)
 
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import scipy.sparse as sp
 from algorithms.leml import LEML
 from algorithms.metrics.multilabel import average_instance_auc, multilabel_scores, precision_at_k
 from flows.cli import main
+from tasks.leml_dask import PartitionedData
 from tasks.readers.xmc import read_xmc
 from tasks.store import Store
 
@@ -347,26 +349,23 @@ def test_missing_labels_on_dask_read_the_partitioned_mask_and_match_the_estimato
     """``w_step.runner: dask`` with missing labels: the mask is partitioned with X and Y, the
     W-steps and the H-steps (their per-label sums over the observed entries) run over the
     row blocks, and the factors agree with the single-process estimator to the rounding
-    that early-stopped CG amplifies (float32).  The flow's process reads the training data
-    only to partition it: the start, the W- and H-steps and the evaluation take the blocks'
-    files, which the workers read."""
+    that early-stopped CG amplifies (float32).  The flow's process reads none of the data:
+    the loading, the mask and the partition run on the workers, and the start, the W- and
+    H-steps and the evaluation take the blocks' files, which the workers read."""
     over = ["--set", "observed_fraction=0.5", "--set", "baselines=[]",
             "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
-    with _store_reads(monkeypatch) as reads:
-        assert main(["run", "leml", *over]) == 0
+    with _store_reads(monkeypatch) as reads:  # every step computed (--refresh)
+        assert main(["run", "leml", *over, "--refresh"]) == 0
     m = _last(project)
+    assert not any(o["cached"] for o in m["outputs"])
     store = Store(project / "data" / "cache")
     train_x, test_x = sorted(  # the training set has 400 rows, the test set 200
         (o["ref"] for o in m["outputs"] if o["step"] == "leml-load" and o["ref"].endswith("-X")),
         key=lambda ref: -json.loads(store.meta(ref)["shape"])[0])
     mask_ref = next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask")
-    # The training X and the mask: read by the 3 partition tasks of their blocks, nothing
-    # else.  The test set's X: by its partition tasks when they ran (an earlier test may have
-    # stored them); the evaluation and the predictions read its blocks on the workers.
-    assert reads.count(train_x) == reads.count(mask_ref) == 3
-    test_partitioned = sum(1 for o in m["outputs"] if o["step"] == "leml-partition"
-                           and o["ref"].endswith("-X") and not o["cached"])
-    assert reads.count(test_x) == test_partitioned
+    # The training X, the mask and the test X: read by the partition tasks on the workers,
+    # never in this process (3 reads each when the partition ran here)
+    assert reads.count(train_x) == reads.count(mask_ref) == reads.count(test_x) == 0
     store = Store(project / "data" / "cache")
     parts = {o["ref"]: store.read(o["ref"]) for o in m["outputs"]
              if o["step"] == "leml-partition-masked"}
@@ -475,16 +474,27 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
         project, monkeypatch, capsys):
     """Training and test sets given as folders of XC parts.  With the Dask runner each part
     is a row block: cut as ``w_step.blocks`` cuts the single file, it gives that run's W, H,
-    metrics and predictions bit for bit, and this process reads no part's data (the workers
-    do).  With the local runner the parts are stacked: the single file's run, bit for bit.
-    Parts that disagree on the label space are refused, naming the part."""
+    metrics and predictions bit for bit, and this process reads no part's data: the workers
+    load the parts and read them.  With the local runner the parts are stacked: the single
+    file's run, bit for bit.  Parts that disagree on the label space are refused, naming
+    the part."""
     _xc_parts(project / "train.txt", project / "train-parts", 3)
     _xc_parts(project / "test.txt", project / "test-parts", 3)
     parts = ["--set", "dataset.train=train-parts", "--set", "dataset.test=test-parts"]
+    import tasks.leml as tl
+
+    parsed: list[str] = []  # the XC files parsed in this process
+
+    def parsing(path, *args, **kwargs):
+        parsed.append(Path(path).parent.name)
+        return read_xmc(path, *args, **kwargs)
+
     for runner in (["--set", "w_step.runner=dask", "--set", "w_step.blocks=3"], []):
         assert main(["run", "leml", "--set", "baselines=[]", *runner]) == 0
         single = _last(project)
-        with _store_reads(monkeypatch) as reads:
+        parsed.clear()
+        with _store_reads(monkeypatch) as reads, monkeypatch.context() as patch:
+            patch.setattr(tl, "read_xmc", parsing)
             assert main(["run", "leml", "--set", "baselines=[]", *runner, *parts]) == 0
         folder = _last(project)
         loads = [o for o in folder["outputs"] if o["step"] == "leml-load"]
@@ -498,8 +508,10 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
             pd.testing.assert_frame_equal(pd.read_parquet(runs / folder["run_id"] / name),
                                           pd.read_parquet(runs / single["run_id"] / name))
         part_data = [o["ref"] for o in loads if o["ref"].endswith(("-X", "-Y"))]
-        if runner:  # no partition step: the parts are the blocks, read on the workers only
+        if runner:  # no partition step: the parts are the blocks, loaded and read on the
+            # workers only
             assert not any(o["step"].startswith("leml-partition") for o in folder["outputs"])
+            assert not any(o["cached"] for o in loads) and parsed == []
             assert not set(reads) & set(part_data)
         else:  # stacked once per set for X and Y
             assert sum(o["step"] == "leml-stack" for o in folder["outputs"]) == 4
@@ -514,7 +526,7 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
 def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypatch):
     """Logistic loss, ``h_solver: bound``, missing labels, ``w_step.runner: dask``: the
     H-steps are rounds of block sums on the workers (label blocks of Gram matrices solved
-    there), the flow's process reads the training data only to partition it, and the last
+    there), the flow's process reads none of the training data, and the last
     H-step equals the whole-data bound H-step from the same W and H to float32 rounding."""
     over = ["--set", "model.loss=logistic", "--set", "model.h_solver=bound",
             "--set", "observed_fraction=0.5", "--set", "baselines=[]",
@@ -526,10 +538,7 @@ def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypa
     train_x = max((o["ref"] for o in m["outputs"]
                    if o["step"] == "leml-load" and o["ref"].endswith("-X")),
                   key=lambda ref: json.loads(store.meta(ref)["shape"])[0])
-    # the partition tasks only (an earlier test of the module may have stored them)
-    partitioned = sum(1 for o in m["outputs"] if o["step"] == "leml-partition-masked"
-                      and o["ref"].endswith("-X") and not o["cached"])
-    assert reads.count(train_x) == partitioned
+    assert reads.count(train_x) == 0  # partitioned on the workers
     W3, H3, _ = _final(project, m, 3)
     _, H2, _ = _final(project, m, 2)
     mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))
@@ -539,7 +548,7 @@ def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypa
     assert float(np.abs(H3 - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())
 
 
-def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project):
+def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project, monkeypatch):
     """``w_step.runner: blocks`` runs the Dask runner's block tasks in this process, without
     Dask (``InlineClient``): the W, H, metrics and predictions of the Dask run with the same
     blocks, bit for bit, so the two share their store entries."""
@@ -551,7 +560,19 @@ def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project):
     metrics = pd.read_parquet(runs / dask["run_id"] / "metrics.parquet")
     predictions = pd.read_parquet(runs / dask["run_id"] / "outputs" / "predictions.parquet")
     # recomputed (--refresh) in this process: the same bytes in every entry
-    assert main(["run", "leml", *over, "--set", "w_step.runner=blocks", "--refresh"]) == 0
+    built: list[tuple[str, int]] = []
+    real = PartitionedData.block
+
+    def recording(self, b):
+        built.append((self.token(), b))
+        return real(self, b)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PartitionedData, "block", recording)
+        assert main(["run", "leml", *over, "--set", "w_step.runner=blocks", "--refresh"]) == 0
+    # each training block read from its files once for the whole run, kept between the
+    # half-steps as Dask workers keep theirs (6 times each when the blocks were not kept)
+    assert sorted(Counter(built).values()) == [1, 1, 1]
     blocks = _last(project)
     assert not any(o["cached"] for o in blocks["outputs"] if o["step"] == "leml-alternate-W")
     assert blocks["notes"]["w_step"] == {"scheduler": "inline", "workers": 1}

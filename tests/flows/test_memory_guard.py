@@ -40,19 +40,21 @@ def test_leml_factors_over_the_memory_limit_exit_2_naming_the_option(tmp_path, m
 
 def test_dask_workers_too_small_for_the_row_blocks_exit_2_naming_the_option(tmp_path,
                                                                            monkeypatch):
-    """Workers whose memory limit cannot hold their row blocks of the training data: one
-    error line naming the options, before any block is sent, and no run folder."""
+    """Workers whose memory limit their process already exceeds (so they would never start
+    a task): one error line naming the options, before any data step or row block is sent,
+    and no run folder.  (The limit checked against the blocks' bytes is tested in
+    tests/tasks/test_leml_dask.py.)"""
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None, memory_limit=64) as cluster:
         code, text = _run(tmp_path, monkeypatch, 64, "w_step.runner=dask",
                           f"w_step.address={cluster.scheduler_address}")
-        sent = cluster.scheduler.task_prefixes.get("leml-w-block")
+        sent = dict(cluster.scheduler.task_prefixes)
     lines = [line for line in text.splitlines() if line.startswith("error:")]
     assert code == 2, text[-2000:]
     assert len(lines) == 1, text[-2000:]
     assert "LEML on Dask" in lines[0] and "w_step.workers" in lines[0], lines[0]
     assert "--memory-limit" in lines[0] and "Traceback" not in text
-    assert sent is None  # no row block reached the cluster
+    assert not sent  # no task reached the cluster: no data step, no row block
     assert not list((tmp_path / "data" / "runs").glob("*/manifest.json"))

@@ -596,6 +596,43 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
         _close_w_clusters()
 
 
+@slow
+def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_here(
+        client, tmp_path, monkeypatch):
+    """``leml-load`` given a cluster: read, computed and written by a worker process (this
+    process parses nothing), the same refs and the same bytes as the step run here; a
+    worker that keys the call otherwise (other code) is refused."""
+    import tasks.leml as tl
+    from tasks.leml import _close_w_clusters
+    from tasks.steps import _make_runner, execute_by_name, seal_path
+
+    path = tmp_path / "data.txt"
+    path.write_text("3 4 2\n0 0:1 2:0.5\n1 1:2\n0,1 3:1\n")
+    args = dict(path=path, format="xmc", dtype="float32", n_labels=None, normalize="l2")
+    here = Store(tmp_path / "here")
+    refs_here = _make_runner(tl.load, here)(**args)
+    there = Store(tmp_path / "there")
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("parsed in the flow's process")
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(tl, "read_xmc", refuse)
+            refs = _make_runner(tl.load, there)(
+                **args, cluster={"address": client.scheduler.address})
+    finally:
+        _close_w_clusters()
+    assert refs == refs_here
+    for ref in refs.values():
+        assert there.sha256(ref) == here.sha256(ref)
+    key = tl.load.key({**args, "labels_file": None, "cluster": None})
+    assert seal_path(there, key).is_file() and seal_path(here, key).is_file()
+    with pytest.raises(RuntimeError, match="other code than the flow"):
+        execute_by_name("tasks.leml", "leml-load", str(there.root),
+                        {**args, "labels_file": None, "cluster": None}, "0" * len(key))
+
+
 def _has_blocks(client):
     return client.run_on_scheduler(
         lambda dask_scheduler: "leml-w-block" in dask_scheduler.task_prefixes)

@@ -1,0 +1,263 @@
+"""The LEML flow on a Dask cluster against the same flow in one process (issue 18).
+
+Section ``distributed`` of ``scarce bench leml``.  The synthetic Wikipedia-shaped problem of
+:func:`bench.leml.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et
+al.'s Wikipedia set: 881,805 x 366,932, 213,707 labels; 10,000 test points) is written as
+two folders of Parquet parts, ``--parts`` each (training and test), one part generated at a
+time from its own seed stream, so this process never holds the whole X either.  Then, for
+each mode of ``--modes``, ``scarce run leml`` runs as a process of its own on those folders
+(squared loss, k = 50, lambda 1, ``--flow-iterations`` alternating iterations of 10 CG
+steps, no intercept, float32, fully observed, no baseline), each in a fresh store, so every
+step is computed:
+
+* ``local``: the whole flow in one process (``w_step.runner: local``, the parts stacked);
+* ``blocks``: one process over the parts as row blocks (``w_step.runner: blocks``);
+* ``dask-1`` and ``dask-2``: a LocalCluster of 1 or 2 single-threaded worker processes
+  started by the benchmark (``--dask-memory-limit`` each) and given to the flow by
+  ``w_step.address``: each part is one row block read by a worker; the flow's process is
+  the client.
+
+Rows, per mode: the flow's wall time; the seconds of each iteration (its W-step and
+H-step, from the steps' ``timings`` entries) and their mean; the peak RSS of the flow's
+process (``ru_maxrss`` of that process alone, from ``wait4``: the Prefect API is the
+benchmark's, so the flow starts no server); each worker's peak RSS (``VmHWM``) and the
+RSS it had before the flow; P@1/3/5; max |W - W_local| / max |W_local| and the same for H;
+whether W and H equal the first Dask mode's bit for bit.  Then ``W-step / bare products``:
+a W-step's seconds over what its sparse products alone cost on the same parts, timed here
+in one thread, (CG iterations + 1) x sum over parts of (X_b V + X_b^T U), divided by the
+number of workers (4 parts on 2 workers: 2 each).
+
+Times are wall-clock on a shared 2-core machine: compare modes of one run, as ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+MODES = ("local", "blocks", "dask-1", "dask-2")
+TEST_POINTS = 10_000  # the Wikipedia set's test points (Yu et al., Table 2)
+
+
+def _say(*parts) -> None:
+    print("[bench leml distributed]", *parts, file=sys.stderr, flush=True)
+
+
+def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: int,
+                stream: int) -> dict:
+    """``parts`` Parquet pairs ``part-NNN.X.parquet`` / ``.Y.parquet`` of ``n`` points in
+    all, part ``i`` drawn by :func:`bench.leml.synthetic_wikipedia` from the seed stream
+    (``stream``, ``i``): one part in memory at a time.  Returns the counts."""
+    from bench.leml import synthetic_wikipedia
+    from tasks.store import atomic_write_parquet, encode
+
+    folder.mkdir(parents=True, exist_ok=True)
+    nnz_x = nnz_y = 0
+    for i, rows in enumerate(np.array_split(np.arange(n), parts)):
+        X, Y = synthetic_wikipedia(len(rows), d, n_labels, seed=seed, stream=(stream, i))
+        X.sum_duplicates()  # as the part is stored: its nnz is the flow's
+        atomic_write_parquet(folder / f"part-{i:03d}.X.parquet", encode(X))
+        atomic_write_parquet(folder / f"part-{i:03d}.Y.parquet", encode(Y))
+        nnz_x, nnz_y = nnz_x + X.nnz, nnz_y + Y.nnz
+        del X, Y
+    return {"n": n, "nnz_x": nnz_x, "nnz_y": nnz_y}
+
+
+def flow_config(train: Path, test: Path, mode: str, iterations: int, address: str | None,
+                seed: int) -> dict:
+    """The bundled LEML config with the benchmark's data, model and runner."""
+    from flows.config import project_root
+
+    config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
+    config.update(seed=seed, name="synthetic-wikipedia", baselines=[], observed_fraction=1.0)
+    config["dataset"].update(name="synthetic-wikipedia", format="parquet", train=str(train),
+                             test=str(test), normalize="none", validation_fraction=0.0)
+    config["model"].update(loss="squared", rank=50, lam=1.0, outer_iterations=iterations,
+                           cg_max_iter=10, cg_tol=1e-3, fit_intercept=False, dtype="float32")
+    runner = {"local": "local", "blocks": "blocks"}.get(mode, "dask")
+    config["w_step"].update(runner=runner, address=address)
+    return config
+
+
+def run_flow(config: dict, root: Path, env: dict[str, str]) -> dict:
+    """``scarce run leml`` on ``config`` as a process of its own, in a fresh store and runs
+    folder under ``root``; its wall seconds, peak RSS (bytes, that process alone) and run
+    folder."""
+    from flows.config import project_root
+
+    root.mkdir(parents=True)
+    path = root / "leml.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**env, "SCARCE_STORE": str(root / "cache"), "SCARCE_RUNS": str(root / "runs")}
+    scarce = Path(sys.executable).with_name("scarce")
+    start = time.perf_counter()
+    with open(root / "flow.log", "wb") as log:
+        proc = subprocess.Popen([str(scarce), "run", "leml", "--config", str(path)],
+                                cwd=project_root(), env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = (root / "flow.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"scarce run leml exited {proc.returncode}:\n{tail}")
+    run_dir = next((root / "runs").glob("leml-*"))
+    return {"seconds": seconds, "peak_rss": usage.ru_maxrss * 1024, "run_dir": run_dir,
+            "store": root / "cache"}
+
+
+def read_run(result: dict) -> dict:
+    """The run's factors, metrics and per-iteration seconds (W-step, H-step)."""
+    import pandas as pd
+
+    from tasks.store import Store, read_parquet_entry
+
+    run_dir = result["run_dir"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    store = Store(result["store"])
+    halves = pd.concat([store.read(o["ref"]) for o in manifest["outputs"]
+                        if o["ref"].endswith("-timings")
+                        and o["step"] in ("leml-alternate-W", "leml-alternate-H")])
+    per = halves.pivot_table(index="iteration", columns="half", values="seconds",
+                             aggfunc="sum")
+    cg = halves[halves["half"] == "W"].set_index("iteration")["cg_iter"]
+    metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    return {"W": np.asarray(read_parquet_entry(run_dir / "outputs" / "model" / "W.parquet")),
+            "H": np.asarray(read_parquet_entry(run_dir / "outputs" / "model" / "H.parquet")),
+            "metrics": dict(zip(metrics["metric"], metrics["value"], strict=True)),
+            "iterations": per, "cg": cg}
+
+
+def bare_products(train: Path, cg_steps: float, k: int, seed: int) -> float:
+    """Seconds of the sparse products of one W-step alone, one thread: ``cg_steps`` times,
+    for every part, ``X_b V`` (d x k) and ``X_b^T U`` (n_b x k), best of 3."""
+    from tasks.store import read_parquet_entry
+
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for x_path in sorted(train.glob("*.X.parquet")):
+        X = read_parquet_entry(x_path).tocsr()
+        V = rng.standard_normal((X.shape[1], k), dtype=np.float32)
+        U = rng.standard_normal((X.shape[0], k), dtype=np.float32)
+        best = np.inf
+        for _ in range(3):
+            t = time.perf_counter()
+            X @ V
+            X.T @ U
+            best = min(best, time.perf_counter() - t)
+        total += best
+        del X, V, U
+    return cg_steps * total
+
+
+def run_section(args, rows: list[tuple], scale: float) -> None:
+    from distributed import Client, LocalCluster
+    from prefect.settings import PREFECT_API_URL
+
+    from bench.leml import WIKI
+    from tasks.leml_dask import worker_peak_memory
+
+    modes = [m for m in args.modes if m in MODES]
+    n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
+    n_test = max(64, int(round(TEST_POINTS * scale)))
+    name = f"synthetic Wikipedia-shaped ({scale:g}x)"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if PREFECT_API_URL.value():
+        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    with tempfile.TemporaryDirectory(prefix="scarce-bench-distributed-") as tmp:
+        tmp = Path(tmp)
+        _say(f"{name}: writing {n} x {d} ({n_labels} labels) and {n_test} test points as "
+             f"{args.parts} Parquet parts each")
+        t = time.perf_counter()
+        train = write_parts(tmp / "train", n, d, n_labels, args.parts, args.seed, 0)
+        write_parts(tmp / "test", n_test, d, n_labels, args.parts, args.seed, 1)
+        _say(f"{name}: written in {time.perf_counter() - t:.0f} s, nnz(X) {train['nnz_x']}")
+        setting = (f"n={n} d={d} L={n_labels} nnz(X)={train['nnz_x']} nnz(Y)={train['nnz_y']}"
+                   f" test={n_test}, k=50 squared, {args.flow_iterations} iterations of 10 CG"
+                   f", {args.parts} parts")
+        results: dict[str, dict] = {}
+        for mode in modes:
+            workers = int(mode.split("-")[1]) if mode.startswith("dask") else 0
+            cluster = client = None
+            try:
+                if workers:
+                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                           processes=True, memory_limit=args.dask_memory_limit,
+                                           dashboard_address=None)
+                    client = Client(cluster)
+                    client.wait_for_workers(workers)
+                    client.run(lambda: __import__("tasks.leml_dask"))
+                    base = worker_peak_memory(client)
+                config = flow_config(tmp / "train", tmp / "test", mode, args.flow_iterations,
+                                     cluster.scheduler_address if cluster else None, args.seed)
+                _say(f"{name}: {mode} ...")
+                result = run_flow(config, tmp / mode, env)
+                if workers:
+                    peaks = worker_peak_memory(client)
+            finally:
+                if client is not None:
+                    client.close()
+                if cluster is not None:
+                    cluster.close()
+            result.update(read_run(result))
+            if workers:
+                result["workers"] = [(base[a], peaks[a]) for a in sorted(peaks)]
+            results[mode] = result
+            per = result["iterations"].sum(axis=1)
+            _say(f"RESULT distributed {name} | {mode} | wall {result['seconds']:.1f} s, "
+                 f"iterations " + ", ".join(f"{s:.1f}" for s in per) + " s, client peak "
+                 f"{result['peak_rss'] / 2**30:.2f} GiB"
+                 + (", workers peak " + ", ".join(f"{p / 2**30:.2f}" for _, p in
+                                                  result["workers"]) + " GiB" if workers
+                    else ""))
+        bare = None
+        if any(m.startswith("dask") or m == "blocks" for m in modes):
+            some = next(results[m] for m in modes if m != "local")
+            bare = bare_products(tmp / "train", float(some["cg"].mean()) + 1, 50, args.seed)
+        _rows(rows, name, setting, modes, results, bare)
+
+
+def _rows(rows, name, setting, modes, results, bare) -> None:
+    reference = results.get("local")
+    first_dask = next((results[m] for m in modes if m.startswith("dask")), None)
+    for mode in modes:
+        r = results[mode]
+        method = f"LEML flow ({mode})"
+
+        def add(metric, value, r_method=method):
+            rows.append(("distributed", name, r_method, setting, metric, float(value)))
+
+        per = r["iterations"]
+        add("wall seconds", r["seconds"])
+        for it, row in per.iterrows():
+            add(f"iteration {it} seconds (W + H)", row.sum())
+        add("mean iteration seconds", per.sum(axis=1).mean())
+        add("mean W-step seconds", per["W"].mean())
+        add("mean H-step seconds", per["H"].mean())
+        add("client peak RSS GiB", r["peak_rss"] / 2**30)
+        for i, (start, peak) in enumerate(r.get("workers", [])):
+            add(f"worker {i} RSS GiB before the flow", start / 2**30)
+            add(f"worker {i} peak RSS GiB", peak / 2**30)
+        for metric in ("precision@1", "precision@3", "precision@5"):
+            add(metric, r["metrics"][metric])
+        if reference is not None and mode != "local":
+            for f in ("W", "H"):
+                ref = reference[f]
+                add(f"max|d{f}|/max|{f}| vs local (x1e-6)",
+                    1e6 * np.abs(r[f] - ref).max() / np.abs(ref).max())
+        if first_dask is not None and mode.startswith("dask"):
+            add("W and H bit-identical to the first Dask mode",
+                np.array_equal(r["W"], first_dask["W"]) and np.array_equal(r["H"],
+                                                                            first_dask["H"]))
+        if bare is not None and mode != "local":
+            workers = int(mode.split("-")[1]) if mode.startswith("dask") else 1
+            add("W-step / bare products", per["W"].mean() / (bare / workers))

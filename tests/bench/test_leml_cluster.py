@@ -1,0 +1,56 @@
+"""``scarce bench leml --sections distributed`` (bench.leml_cluster): the synthetic problem
+written part by part, and the flow run as a process of its own in two modes."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import leml as bench
+from bench.leml_cluster import write_parts
+from tasks.leml import input_parts, parquet_pair
+from tasks.store import read_parquet_entry
+
+
+def test_each_part_is_the_generator_drawn_from_its_own_stream(tmp_path):
+    counts = write_parts(tmp_path / "parts", 10, 200, 100, 3, seed=1, stream=7)
+    files = input_parts(tmp_path / "parts", "parquet")
+    assert [f.name for f in files] == [f"part-00{i}.X.parquet" for i in range(3)]
+    nnz_x = nnz_y = 0
+    for i, (path, rows) in enumerate(zip(files, (4, 3, 3), strict=True)):
+        X, Y = read_parquet_entry(path), read_parquet_entry(parquet_pair(path)[1])
+        X0, Y0 = bench.synthetic_wikipedia(rows, 200, 100, seed=1, stream=(7, i))
+        assert X.shape == (rows, 200) and Y.shape == (rows, 100)
+        assert (abs(X - X0)).max() == 0 and (abs(Y - Y0)).max() == 0
+        nnz_x, nnz_y = nnz_x + X.nnz, nnz_y + Y.nnz
+    assert counts == {"n": 10, "nnz_x": nnz_x, "nnz_y": nnz_y}
+    # the default stream is the whole problem's sample of before (the synthetic section's)
+    a, _ = bench.synthetic_wikipedia(5, 200, 100, seed=1)
+    b, _ = bench.synthetic_wikipedia(5, 200, 100, seed=1, stream=(7, 0))
+    assert (abs(a - b)).max() > 0
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_the_flow_in_one_process_and_on_blocks_gives_a_table_of_both(tmp_path):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--datasets", "none", "--sections", "distributed",
+                              "--synthetic-scale", "0.0001", "--modes", "local,blocks",
+                              "--parts", "2", "--flow-iterations", "2"])
+    table = bench.run(args).set_index(["method", "metric"])["value"]
+    for mode in ("local", "blocks"):
+        row = table[f"LEML flow ({mode})"]
+        iterations = [row[f"iteration {i} seconds (W + H)"] for i in (1, 2)]
+        assert row["wall seconds"] > sum(iterations) > 0
+        assert row["mean iteration seconds"] == pytest.approx(np.mean(iterations), abs=1e-3)
+        assert 0.05 < row["client peak RSS GiB"] < 4
+        assert all(0 <= row[f"precision@{k}"] <= 1 for k in (1, 3, 5))
+    blocks = table["LEML flow (blocks)"]
+    # rounding of the block sums only: the same problem solved, 2 iterations of 10 CG
+    assert blocks["max|dW|/max|W| vs local (x1e-6)"] < 1e3
+    assert blocks["max|dH|/max|H| vs local (x1e-6)"] < 1e3
+    assert blocks["W-step / bare products"] > 0
+    assert pd.isna(table.get(("LEML flow (local)", "W-step / bare products"), np.nan))
