@@ -274,7 +274,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # place of the data and read none of it themselves (the workers read their own blocks):
     # the parts of a folder, else the training data cut into w_step.blocks row blocks.
     w_data = h_data = data
-    backend = h_backend = None
+    backend = h_backend = validation_blocks = None
     if dask:
         if not folder:
             blocks = _partition(ctx, data, config.w_step.blocks, data_cluster)
@@ -282,6 +282,10 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
         h_backend = backend if blocks_h else None
         w_data = {"train": None, "mask": None, "partition": blocks}
         h_data = w_data if blocks_h else data
+        if validation is not None:  # its P@1 on the workers too, from its row blocks
+            validation_blocks = _partition(ctx, {"train": validation, "mask": None},
+                                           config.w_step.blocks, data_cluster)
+            validation = None
     factors = ctx.run(initialise, **(data if margin_start else h_data),
                       params=task_params(model, initialise))
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
@@ -292,7 +296,8 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
         w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
                     w_step=backend, cluster=cluster)
         h = ctx.run(alternate_H, **h_data, W=w["W"], H=factors["H"], validation=validation,
-                    iteration=t, params=h_params, h_step=h_backend, cluster=cluster)
+                    validation_partition=validation_blocks, iteration=t, params=h_params,
+                    h_step=h_backend, cluster=cluster)
         factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]
@@ -333,10 +338,11 @@ def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bo
 
     One file: the validation rows held out of it, then the mask drawn over the rest.  A
     folder: each part's mask drawn from (seed, part), the parts stacked only when the whole
-    is needed; no validation split (refused).  ``cluster``: where the masks are drawn."""
+    is needed; no validation split (refused).  ``cluster``: where the split and the masks
+    are made."""
     d, seed = config.dataset, config.seed
     if not folder:
-        train, validation = _hold_out(ctx, _xy(parts[0]), d.validation_fraction, seed)
+        train, validation = _hold_out(ctx, _xy(parts[0]), d.validation_fraction, seed, cluster)
         mask = None
         if config.observed_fraction < 1:
             mask = ctx.run(observe, Y=train["Y"], observed_fraction=config.observed_fraction,
@@ -433,11 +439,14 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
         shapes=shapes, files=MODEL_FILES))
 
 
-def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int):
-    """The training refs and the validation refs held out of them (None when none are)."""
+def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int,
+              cluster: dict | None = None):
+    """The training refs and the validation refs held out of them (None when none are);
+    the split made on ``cluster`` when given."""
     if fraction == 0:
         return train, None
-    parts = ctx.run(split, train=train, validation_fraction=fraction, seed=seed)
+    parts = ctx.run(split, train=train, validation_fraction=fraction, seed=seed,
+                    cluster=cluster)
     return ({"X": parts["X_fit"], "Y": parts["Y_fit"]},
             {"X": parts["X_val"], "Y": parts["Y_val"]})
 

@@ -43,6 +43,8 @@ from tasks.store import read_parquet_entry
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
+#: Rows per batch of the validation P@1 on row blocks (the scores of a batch are dense).
+VALIDATION_BATCH = 2048
 
 
 def parquet_pair(path: str | Path) -> tuple[Path, Path]:
@@ -164,9 +166,12 @@ def validation_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.
 
 
 @step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"),
-      run_name="split validation={validation_fraction}")
-def split(train: dict, validation_fraction: float, seed: int) -> dict:
-    """Hold out a seeded random part of the training set for validation."""
+      run_name="split validation={validation_fraction}", runtime=("cluster",),
+      where=("cluster", _data_client))
+def split(train: dict, validation_fraction: float, seed: int,
+          cluster: dict | None = None) -> dict:
+    """Hold out a seeded random part of the training set for validation.  ``cluster``:
+    where the step runs (:func:`_data_client`)."""
     X, Y = train["X"], train["Y"]
     fit_rows, val_rows = validation_rows(X.shape[0], validation_fraction, seed)
     return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
@@ -487,7 +492,7 @@ def alternate_W(
 @step(
     "leml-alternate-H",
     inputs=("train", "mask", "W", "H", "validation"),
-    paths=("partition",),
+    paths=("partition", "validation_partition"),
     outputs=("H", "trace", "timings"),
     volatile=("timings",),
     runtime=("cluster",),
@@ -496,7 +501,7 @@ def alternate_W(
 def alternate_H(
     train: dict | None, mask, W: np.ndarray, H: np.ndarray, validation: dict | None,
     iteration: int, params: dict, h_step: dict | None = None, cluster: dict | None = None,
-    partition: list | None = None,
+    partition: list | None = None, validation_partition: list | None = None,
 ) -> dict:
     """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
     objective and validation P@1.
@@ -510,7 +515,9 @@ def alternate_H(
     over the same blocks (:func:`algorithms.leml.objective.objective_by_blocks`).  With
     ``partition`` in place of ``train`` and ``mask`` (as for :func:`alternate_W`) this
     process reads none of the training data.  The validation P@1 is computed here on the
-    whole validation set.
+    whole ``validation`` set or, given its row blocks' files in ``validation_partition``
+    (the Dask runner), on the workers as the test metrics are
+    (:func:`tasks.leml_dask.evaluate_on_blocks`: the same counts, so the same P@1).
     """
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
@@ -527,6 +534,12 @@ def alternate_H(
     if validation is not None and validation["X"].shape[0] > 0:
         top = model.set_factors(W, H).predict_top_k(validation["X"], 1)
         val_p1 = precision_at_k(validation["Y"], top, ks=(1,))[1]
+    elif validation_partition:
+        from tasks.leml_dask import evaluate_on_blocks
+
+        with _w_step_client(cluster) as client:
+            val_p1 = evaluate_on_blocks(client, validation_partition, W, H, params,
+                                        VALIDATION_BATCH, ks=(1,))["precision@1"]
     trace = pd.DataFrame(
         {"iteration": [iteration], "objective": [obj], "validation_p_at_1": [val_p1]}
     )

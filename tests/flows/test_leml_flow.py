@@ -583,3 +583,29 @@ def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project, monkeyp
                                   metrics)
     pd.testing.assert_frame_equal(
         pd.read_parquet(runs / blocks["run_id"] / "outputs" / "predictions.parquet"), predictions)
+
+
+def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch):
+    """A validation split with ``w_step.runner: dask``: the split runs on a worker, the
+    validation rows are cut into row blocks, and each iteration's P@1 is scored on the
+    workers; it equals P@1 computed here from that iteration's stored W and H and the stored
+    validation rows (numpy top-1), and the flow's process reads no validation row."""
+    over = ["--set", "dataset.validation_fraction=0.25", "--set", "baselines=[]",
+            "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    with _store_reads(monkeypatch) as reads:  # every step computed (--refresh)
+        assert main(["run", "leml", *over, "--refresh"]) == 0
+    m = _last(project)
+    store = Store(project / "data" / "cache")
+    x_val = next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-X_val"))
+    y_val = next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-Y_val"))
+    assert reads.count(x_val) == reads.count(y_val) == 0
+    X_val, Y_val = store.read(x_val), store.read(y_val)
+    traces = pd.concat([store.read(o["ref"]) for o in m["outputs"]
+                        if o["step"] == "leml-alternate-H" and o["ref"].endswith("-trace")])
+    for t in (1, 3):
+        W, H, _ = _final(project, m, t)
+        scores = np.hstack([X_val.toarray(), np.ones((X_val.shape[0], 1))]) @ W @ H.T
+        top = scores.argmax(axis=1)
+        expected = float(np.mean(Y_val.toarray()[np.arange(len(top)), top] > 0))
+        got = traces.loc[traces["iteration"] == t, "validation_p_at_1"].item()
+        assert got == pytest.approx(expected, abs=1e-12)
