@@ -16,6 +16,7 @@ set's top labels) and ``outputs/model/`` (the factors, the index maps, the confi
 from __future__ import annotations
 
 import json
+import logging
 from typing import Literal
 
 import pandas as pd
@@ -54,6 +55,7 @@ from tasks.leml import (
     task_params,
 )
 from tasks.leml_dask import DaskWStep
+from tasks.steps import log_both
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
@@ -269,6 +271,15 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # Dask runner, the steps take the files of the row blocks instead and read none of the
     # data (the workers do).
     whole = not dask or bool(config.baselines) or not blocks_h or margin_start
+    if dask and not blocks_h:
+        log_both(logging.WARNING, "w_step.runner %s: the %s loss's Newton H-steps "
+                 "(model.h_solver %s) run in this process on the whole training set; "
+                 "model.h_solver=bound runs them on the row blocks", config.w_step.runner,
+                 m.loss, m.h_solver)
+    if dask and margin_start:
+        log_both(logging.WARNING, "w_step.runner %s: the squared-loss start "
+                 "(model.squared_init_iter %d) runs in this process on the whole training "
+                 "set; 0 (a random start) does not", config.w_step.runner, m.squared_init_iter)
     data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
     # With the Dask runner the steps that run on the row blocks take the blocks' files in
     # place of the data and read none of it themselves (the workers read their own blocks):

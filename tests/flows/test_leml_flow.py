@@ -609,3 +609,19 @@ def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch
         expected = float(np.mean(Y_val.toarray()[np.arange(len(top)), top] > 0))
         got = traces.loc[traces["iteration"] == t, "validation_p_at_1"].item()
         assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_what_runs_in_the_flows_process_on_the_block_runners_is_said(project, capsys):
+    """The logistic loss's Newton H-steps (``h_solver: direct``) have no block form: with a
+    block runner the run says, in a warning, that they read the whole training set here and
+    which setting runs them on the blocks; the bound steps say nothing."""
+    over = ["--set", "model.loss=logistic", "--set", "baselines=[]",
+            "--set", "w_step.runner=blocks", "--set", "model.outer_iterations=1"]
+    assert main(["run", "leml", *over]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "Newton H-steps (model.h_solver direct) run in this process" in text
+    assert "model.h_solver=bound runs them on the row blocks" in text
+    assert main(["run", "leml", *over, "--set", "model.h_solver=bound"]) == 0
+    out = capsys.readouterr()
+    assert "Newton H-steps" not in out.out + out.err
