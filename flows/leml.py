@@ -180,15 +180,6 @@ class WStepConfig(Strict):
         the flow's process, else the number of row blocks."""
         return None if self.runner == "local" else {"blocks": self.blocks}
 
-    def h_backend(self, loss: str, h_solver: str) -> dict | None:
-        """The ``h_step`` argument of the H-step task: with the Dask runner, for the squared
-        loss and for the margin losses' bound steps (``h_solver: bound``), the W-step's row
-        blocks (the H-step from block sums on the workers); else None (the whole-data
-        H-step in the flow's process: the Newton steps of ``direct`` and ``cg``, with their
-        per-label line searches, have no block form)."""
-        blocks = get_loss(loss).name == "squared" or h_solver == "bound"
-        return self.backend() if blocks else None
-
     def cluster(self, ctx: RunContext) -> dict | None:
         """The ``cluster`` argument of the Dask tasks, where they run (a runtime parameter,
         outside their cache keys): the scheduler address (``address``, else the run's
@@ -263,19 +254,12 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     dask = config.w_step.runner != "local"
-    blocks_h = config.w_step.h_backend(m.loss, m.h_solver) is not None
     # The squared-loss start of a margin loss runs in this process on the whole data.
     margin_start = m.squared_init_iter > 0 and get_loss(m.loss).name != "squared"
-    # The whole training set in this process is needed by the local runner, the baselines,
-    # the Newton H-steps of the margin losses and their squared-loss start; else, with the
-    # Dask runner, the steps take the files of the row blocks instead and read none of the
-    # data (the workers do).
-    whole = not dask or bool(config.baselines) or not blocks_h or margin_start
-    if dask and not blocks_h:
-        log_both(logging.WARNING, "w_step.runner %s: the %s loss's Newton H-steps "
-                 "(model.h_solver %s) run in this process on the whole training set; "
-                 "model.h_solver=bound runs them on the row blocks", config.w_step.runner,
-                 m.loss, m.h_solver)
+    # The whole training set in this process is needed by the local runner, the baselines
+    # and the margin losses' squared-loss start; else, with the Dask runner, the steps take
+    # the files of the row blocks instead and read none of the data (the workers do).
+    whole = not dask or bool(config.baselines) or margin_start
     if dask and margin_start:
         log_both(logging.WARNING, "w_step.runner %s: the squared-loss start "
                  "(model.squared_init_iter %d) runs in this process on the whole training "
@@ -284,20 +268,18 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # With the Dask runner the steps that run on the row blocks take the blocks' files in
     # place of the data and read none of it themselves (the workers read their own blocks):
     # the parts of a folder, else the training data cut into w_step.blocks row blocks.
-    w_data = h_data = data
-    backend = h_backend = validation_blocks = None
+    w_data = data
+    backend = validation_blocks = None
     if dask:
         if not folder:
             blocks = _partition(ctx, data, config.w_step.blocks, data_cluster)
         backend = {"blocks": len(blocks)}
-        h_backend = backend if blocks_h else None
         w_data = {"train": None, "mask": None, "partition": blocks}
-        h_data = w_data if blocks_h else data
         if validation is not None:  # its P@1 on the workers too, from its row blocks
             validation_blocks = _partition(ctx, {"train": validation, "mask": None},
                                            config.w_step.blocks, data_cluster)
             validation = None
-    factors = ctx.run(initialise, **(data if margin_start else h_data),
+    factors = ctx.run(initialise, **(data if margin_start else w_data),
                       params=task_params(model, initialise))
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.progress("iterations", m.outer_iterations,
@@ -306,9 +288,9 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
                     w_step=backend, cluster=cluster)
-        h = ctx.run(alternate_H, **h_data, W=w["W"], H=factors["H"], validation=validation,
+        h = ctx.run(alternate_H, **w_data, W=w["W"], H=factors["H"], validation=validation,
                     validation_partition=validation_blocks, iteration=t, params=h_params,
-                    h_step=h_backend, cluster=cluster)
+                    h_step=backend, cluster=cluster)
         factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]

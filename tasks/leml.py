@@ -506,11 +506,12 @@ def alternate_H(
     """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
     objective and validation P@1.
 
-    ``h_step``: None (this process, on the whole data) or ``{"blocks"}`` (the squared loss,
-    and the margin losses with ``h_solver="bound"``) to take the H-step's sums over that many
-    row blocks on Dask, the W-step's blocks (:func:`algorithms.leml.h_step.update_H_by_blocks`,
-    :func:`~algorithms.leml.h_step.update_H_bound_by_blocks`; the same bits for any number of
-    workers, equal to the whole-data H-step up to rounding).  ``cluster`` (runtime, not in
+    ``h_step``: None (this process, on the whole data) or ``{"blocks"}`` to take the
+    H-step's sums over that many row blocks on Dask, the W-step's blocks, for every loss
+    and H-step solver (:func:`algorithms.leml.h_step.update_H_by_blocks`,
+    :func:`~algorithms.leml.h_step.update_H_bound_by_blocks`,
+    :func:`~algorithms.leml.h_step.update_H_newton_by_blocks`; the same bits for any number
+    of workers, equal to the whole-data H-step up to rounding).  ``cluster`` (runtime, not in
     the key) says where, as for :func:`alternate_W`; the objective's loss term is then summed
     over the same blocks (:func:`algorithms.leml.objective.objective_by_blocks`).  With
     ``partition`` in place of ``train`` and ``mask`` (as for :func:`alternate_W`) this

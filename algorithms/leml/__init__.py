@@ -16,6 +16,7 @@ from algorithms.leml.h_step import (
     update_H,
     update_H_bound_by_blocks,
     update_H_by_blocks,
+    update_H_newton_by_blocks,
 )
 from algorithms.leml.model import LEML
 from algorithms.leml.objective import objective, objective_by_blocks
@@ -47,6 +48,7 @@ __all__ = [
     "split_rows",
     "update_H",
     "update_H_bound_by_blocks",
+    "update_H_newton_by_blocks",
     "update_H_by_blocks",
     "update_W",
     "w_gradient",

@@ -118,21 +118,24 @@ class _SparseEntries:
             G += S.T @ (block[:, iu] * block[:, ju])
         return G
 
-    def label_grams(self, A, iu, ju, l0, l1):
-        """``G[j - l0] = sum_{i in Omega_j} a_i a_i^T`` for the labels ``l0 <= j < l1`` only,
-        upper triangles ((l1 - l0) x k(k+1)/2), from the entries of those labels (label-major
-        order, chunks of at most :data:`BLOCK` elements): ``O(|Omega_{l0:l1}| k^2)``."""
+    def label_grams(self, A, iu, ju, l0, l1, v=None):
+        """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
+        ``l0 <= j < l1`` only, upper triangles ((l1 - l0) x k(k+1)/2), from the entries of
+        those labels (label-major order, chunks of at most :data:`BLOCK` elements):
+        ``O(|Omega_{l0:l1}| k^2)``.  ``v``: a vector over the entries (CSR order)."""
         e0, e1 = int(self.t_indptr[l0]), int(self.t_indptr[l1])
         G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
         if e0 == e1:
             return G
         labels = np.repeat(np.arange(l1 - l0), np.diff(self.t_indptr[l0:l1 + 1]))
         rows = self.t_indices[e0:e1]
+        weights = None if v is None else np.asarray(v)[self.perm[e0:e1]].astype(A.dtype)
         step = max(1, BLOCK // max(iu.size, 1))
         for s in range(0, e1 - e0, step):
             e = min(s + step, e1 - e0)
             block = A[rows[s:e]]
-            S = sp.csr_matrix((np.ones(e - s, dtype=A.dtype), (labels[s:e], np.arange(e - s))),
+            vals = np.ones(e - s, dtype=A.dtype) if weights is None else weights[s:e]
+            S = sp.csr_matrix((vals, (labels[s:e], np.arange(e - s))),
                               shape=(l1 - l0, e - s))
             G += S @ (block[:, iu] * block[:, ju])
         return G
@@ -199,16 +202,22 @@ class _DenseEntries:
             G += P.sum(axis=0) if v is None else v[r0:r0 + step].T @ P
         return G
 
-    def label_grams(self, A, iu, ju, l0, l1):
-        """``G[j - l0] = sum_{i in Omega_j} a_i a_i^T`` for the labels ``l0 <= j < l1`` only,
-        upper triangles ((l1 - l0) x k(k+1)/2)."""
+    def label_grams(self, A, iu, ju, l0, l1, v=None):
+        """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
+        ``l0 <= j < l1`` only, upper triangles ((l1 - l0) x k(k+1)/2).  ``v``: an n x L
+        array, zero where unobserved (as :meth:`masked` leaves it)."""
         n = A.shape[0]
         G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
         step = max(1, BLOCK // max(iu.size, l1 - l0, 1))
         for r0 in range(0, n, step):
             block = A[r0:r0 + step]
             P = block[:, iu] * block[:, ju]
-            G += P.sum(axis=0) if self.mask is None else self.mask[r0:r0 + step, l0:l1].T @ P
+            if v is not None:
+                G += v[r0:r0 + step, l0:l1].astype(A.dtype, copy=False).T @ P
+            elif self.mask is None:
+                G += P.sum(axis=0)
+            else:
+                G += self.mask[r0:r0 + step, l0:l1].T @ P
         return G
 
 

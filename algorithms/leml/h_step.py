@@ -75,13 +75,13 @@ def _solve_grams(G_tri, lam, R, iu, ju):
     return out
 
 
-def _per_label_cg(ent, A, d2, lam, g, cg_max_iter, cg_tol):
+def _per_label_cg(product, lam, g, cg_max_iter, cg_tol):
     """Newton directions of all labels by conjugate gradient, batched over labels.
 
     Solves ``(A^T D''_j A + lam I) s_j = -g_j`` for every label ``j`` at once; a
     label's iterations stop when its residual falls below ``cg_tol`` times its
-    ``||g_j||`` (its later updates are zero).  One product
-    ``V -> (D'' o (A V^T))^T A + lam V`` per iteration, ``O(|Omega| k)``.
+    ``||g_j||`` (its later updates are zero).  One ``product(V) = (D'' o (A V^T))^T A``
+    per iteration, ``O(|Omega| k)`` (over the whole data, or summed over row blocks).
     Returns ``(steps, iterations)``.
     """
     S = np.zeros_like(g)
@@ -92,7 +92,7 @@ def _per_label_cg(ent, A, d2, lam, g, cg_max_iter, cg_tol):
     active = rr > stop
     n_iter = 0
     while n_iter < cg_max_iter and active.any():
-        HD = ent.t_times(d2 * ent.dots(A, D), A)
+        HD = product(D)
         HD += lam * D
         dhd = np.einsum("ij,ij->i", D, HD, dtype=np.float64)
         active &= dhd > 0
@@ -221,47 +221,76 @@ def update_H(data: LEMLData, W, lam: float, loss, *, H0=None, newton_max_iter: i
         H = (np.zeros((data.n_labels, k), dtype=dtype) if H0 is None
              else check_factor(H0, (data.n_labels, k), dtype, "H0"))
 
-        def per_label(Hc):
-            z = ent.dots(A, Hc)
-            f = ent.label_sums(ent.masked(loss.value(ent.y, z)))
-            return f + 0.5 * lam * np.einsum("ij,ij->i", Hc, Hc, dtype=np.float64), z
-
         if h_solver == "bound":
             H = _bound_update_H(data, ent, A, H, lam, loss, int(newton_max_iter), iu, ju)
             info["newton_iter"] = int(newton_max_iter)
             return H, info
-        f, z = per_label(H)
-        for _ in range(newton_max_iter):
-            g = ent.t_times(ent.masked(loss.derivative(ent.y, z)), A) + lam * H
-            d2 = ent.masked(loss.second_derivative(ent.y, z))
+        state: dict = {}  # the decision values of the last H valued, and its curvature
+
+        def values(Hc):
+            state["H"], state["z"] = Hc, ent.dots(A, Hc)
+            return ent.label_sums(ent.masked(loss.value(ent.y, state["z"])))
+
+        def gradient(Hc):
+            z = state["z"] if state.get("H") is Hc else ent.dots(A, Hc)
+            state["d2"] = ent.masked(loss.second_derivative(ent.y, z))
+            return ent.t_times(ent.masked(loss.derivative(ent.y, z)), A)
+
+        def direction(g):
+            d2 = state["d2"]
             if h_solver == "cg":
-                step, n_cg = _per_label_cg(ent, A, d2, lam, g, cg_max_iter, cg_tol)
+                step, n_cg = _per_label_cg(lambda D: ent.t_times(d2 * ent.dots(A, D), A),
+                                           lam, g, cg_max_iter, cg_tol)
                 info["cg_iter"] = info.get("cg_iter", 0) + n_cg
-            else:
-                step = -_solve_grams(ent.weighted_grams(d2, A, iu, ju), lam, g, iu, ju)
-            slope = np.einsum("ij,ij->i", g, step, dtype=np.float64)
-            alpha = np.ones(data.n_labels)
-            todo = slope < 0
-            if not todo.any():
-                break
-            alpha[~todo] = 0.0
-            for _ls in range(30):
-                Hn = H + (alpha[:, None] * step).astype(dtype)
-                fn, zn = per_label(Hn)
-                ok = fn <= f + 1e-4 * alpha * slope
-                todo = todo & ~ok
-                if not todo.any():
-                    break
-                alpha[todo] *= 0.5
-            if todo.any():  # some labels found no decrease: they keep their h_j
-                alpha[todo] = 0.0
-                H = H + (alpha[:, None] * step).astype(dtype)
-                f, z = per_label(H)
-            else:  # the last trial point is the new H: reuse its values
-                H, f, z = Hn, fn, zn
-            info["newton_iter"] += 1
+                return step
+            return -_solve_grams(ent.weighted_grams(d2, A, iu, ju), lam, g, iu, ju)
+
+        H = _newton_steps(H, lam, int(newton_max_iter), values, gradient, direction, info)
     H = np.ascontiguousarray(H, dtype=dtype)
     return H, info
+
+
+def _newton_steps(H, lam: float, n_steps: int, values, gradient, direction, info: dict):
+    """The margin losses' Newton H-steps with a per-label backtracking (Armijo) line search,
+    so that no label's objective increases; shared by :func:`update_H` (the whole data) and
+    :func:`update_H_newton_by_blocks` (sums over row blocks).
+
+    ``values(H)``: the per-label loss sums (length L, float64); ``gradient(H)``: the loss
+    part of the gradient (L x k), after which ``direction(g)`` gives the Newton step from
+    the curvature at that ``H``.  ``lam H`` and ``lam ||h_j||^2 / 2`` are added here.
+    Counts the steps in ``info["newton_iter"]``.
+    """
+    dtype = H.dtype
+
+    def per_label(Hc):
+        return values(Hc) + 0.5 * lam * np.einsum("ij,ij->i", Hc, Hc, dtype=np.float64)
+
+    f = per_label(H)
+    for _ in range(n_steps):
+        g = gradient(H) + lam * H
+        step = direction(g)
+        slope = np.einsum("ij,ij->i", g, step, dtype=np.float64)
+        alpha = np.ones(H.shape[0])
+        todo = slope < 0
+        if not todo.any():
+            break
+        alpha[~todo] = 0.0
+        for _ls in range(30):
+            Hn = H + (alpha[:, None] * step).astype(dtype)
+            fn = per_label(Hn)
+            ok = fn <= f + 1e-4 * alpha * slope
+            todo = todo & ~ok
+            if not todo.any():
+                break
+            alpha[todo] *= 0.5
+        if todo.any():  # some labels found no decrease: they keep their h_j
+            alpha[todo] = 0.0
+            H = H + (alpha[:, None] * step).astype(dtype)
+            f = per_label(H)
+        else:  # the last trial point is the new H: its values are known
+            H, f = Hn, fn
+        info["newton_iter"] += 1
+    return H
 
 
 # --------------------------------------------------------------------------- row blocks
@@ -297,6 +326,40 @@ def block_loss_gradient(block: LEMLData, A, H, loss: str) -> np.ndarray:
     ent = block.observed_entries()
     D = derivative_into(get_loss(loss), ent.y, ent.dots(A, H))
     return ent.t_times(ent.masked(D), A)
+
+
+def block_label_losses(block: LEMLData, A, H, loss: str) -> np.ndarray:
+    """``sum_{(i, j) in Omega, i in b} loss(y_ij, a_i^T h_j)`` per label (length L, as
+    :func:`update_H` sums them): the block's term of the per-label objectives of the margin
+    losses' Newton line search."""
+    ent = block.observed_entries()
+    return ent.label_sums(ent.masked(get_loss(loss).value(ent.y, ent.dots(A, H))))
+
+
+def block_curvature(block: LEMLData, A, H, loss: str) -> tuple:
+    """``(A_b, D''_b)``: the block's embedding with the second derivatives of the loss at
+    ``H`` over its observed entries, kept where the block is for the Newton step's Hessians
+    (:func:`block_weighted_label_grams`) or Hessian-vector products
+    (:func:`block_curvature_product`)."""
+    ent = block.observed_entries()
+    return A, ent.masked(get_loss(loss).second_derivative(ent.y, ent.dots(A, H)))
+
+
+def block_weighted_label_grams(block: LEMLData, curvature, l0: int, l1: int) -> np.ndarray:
+    """``sum_{i in Omega_j} D''_ij a_i a_i^T`` over the block's rows for the labels
+    ``l0 <= j < l1`` (upper triangles): the block's term of those labels' Newton Hessians,
+    from ``curvature`` (:func:`block_curvature`)."""
+    A, d2 = curvature
+    iu, ju = np.triu_indices(A.shape[1])
+    return block.observed_entries().label_grams(A, iu, ju, int(l0), int(l1), d2)
+
+
+def block_curvature_product(block: LEMLData, curvature, V) -> np.ndarray:
+    """``(D'' o (A_b V^T))^T A_b`` (L x k): the block's term of the per-label Hessian-vector
+    products of the truncated Newton H-step (``h_solver="cg"``)."""
+    A, d2 = curvature
+    ent = block.observed_entries()
+    return ent.t_times(d2 * ent.dots(A, V), A)
 
 
 def solve_bound_block(G_half, c: float, lam: float, g) -> np.ndarray:
@@ -428,17 +491,19 @@ def _label_step(k: int, label_block: int | None) -> int:
     return step
 
 
-def _solve_by_label_blocks(backend, A, R, step: int, solve, *args) -> np.ndarray:
+def _solve_by_label_blocks(backend, A, R, step: int, solve, *args,
+                           grams=block_label_grams) -> np.ndarray:
     """``solve(G, *args, R[l0:l1])`` for every label block ``l0:l1`` of ``step`` labels, where
-    ``G`` is the block's per-label Gram matrices summed over the row blocks (on ``backend``,
-    summed and solved where the parts are), at most ``backend.in_flight`` label blocks built
-    and not yet solved at once; the rows of the solutions in label order (``R``'s shape)."""
+    ``G`` is the block's per-label Gram matrices (``grams(block, A_b, l0, l1)``) summed over
+    the row blocks (on ``backend``, summed and solved where the parts are), at most
+    ``backend.in_flight`` label blocks built and not yet solved at once; the rows of the
+    solutions in label order (``R``'s shape)."""
     out = np.empty_like(R)
     window = max(1, int(getattr(backend, "in_flight", 1)))
     pending = deque()  # (l0, l1, handle)
     for l0 in range(0, R.shape[0], step):
         l1 = min(l0 + step, R.shape[0])
-        parts = backend.each(block_label_grams, l0, l1, per_block=A)
+        parts = backend.each(grams, l0, l1, per_block=A)
         pending.append((l0, l1, backend.reduce(solve, parts, *args, R[l0:l1])))
         while len(pending) >= window:
             b0, b1, handle = pending.popleft()
@@ -510,3 +575,84 @@ def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
             delta = _solve_by_label_blocks(backend, A, g, step, solve_bound_block, c, lam)
         H = H - delta
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": int(n_steps)}
+
+
+def update_H_newton_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
+                              h_solver: str = "direct", cg_max_iter: int = 10,
+                              cg_tol: float = 1e-3, label_block: int | None = None):
+    """The margin losses' Newton H-step (``h_solver="direct"`` or ``"cg"``, as
+    :func:`update_H`) from row-block partial sums.
+
+    The same iterations as :func:`update_H` (:func:`_newton_steps`: a Newton direction per
+    label and a per-label Armijo line search), with every sum over the rows taken block by
+    block on ``backend`` and added in block order: the gradient (``L x k``) and the
+    curvature ``D''`` (kept with each block, :func:`block_curvature`) once per step; the
+    direction from the per-label Hessians ``sum_{i in Omega_j} D''_ij a_i a_i^T + lam I``
+    of one label block at a time, summed over the row blocks and solved where they are
+    summed (``"direct"``, as :func:`update_H_by_blocks` solves its Gram matrices, so no
+    process holds ``L x k x k``), or from batched per-label conjugate gradient whose every
+    Hessian-vector product is one round of block sums (``"cg"``); then one round of
+    per-label loss sums (length ``L``) per trial point of the line search.  Equal to
+    :func:`update_H` up to the order of the additions (rounding).
+
+    Parameters
+    ----------
+    backend : LocalBlocks or object with the same interface (see :func:`update_H_by_blocks`)
+    W : ndarray of shape (d', k)
+    H : ndarray of shape (L, k)
+        The start of the steps (as ``H0`` of :func:`update_H`).
+    lam : float
+    loss : "logistic" or "sqhinge" (or their Loss)
+    n_steps : int
+        Newton steps (the estimator's ``newton_max_iter``).
+    h_solver : {"direct", "cg"}
+    cg_max_iter, cg_tol : as for :func:`update_H` (``"cg"`` only)
+    label_block : int, optional
+        Labels per block of Hessians (default: about 2^22 / k^2 entries).
+
+    Returns
+    -------
+    H : ndarray of shape (L, k)
+    info : dict
+        ``newton_iter``, and ``cg_iter`` for ``h_solver="cg"``.
+    """
+    loss = get_loss(loss)
+    if loss.name == "squared":
+        raise ValueError("the squared loss's H-step is exact: use update_H_by_blocks")
+    if h_solver not in ("direct", "cg"):
+        raise ValueError(f"h_solver must be 'direct' or 'cg' here, got {h_solver!r} "
+                         "('bound': update_H_bound_by_blocks)")
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    dtype = backend.dtype
+    W = _checked_W(W, backend.n_features, dtype)
+    k, n_labels = W.shape[1], backend.n_labels
+    H = check_factor(H, (n_labels, k), dtype, "H0")
+    A = backend.each(block_embedding, W)
+    step = _label_step(k, label_block)
+    info = {"newton_iter": 0}
+    state: dict = {}
+
+    def values(Hc):
+        return backend.sum(backend.each(block_label_losses, Hc, loss.name, per_block=A))
+
+    def gradient(Hc):
+        state["curvature"] = backend.each(block_curvature, Hc, loss.name, per_block=A)
+        return backend.sum(backend.each(block_loss_gradient, Hc, loss.name, per_block=A))
+
+    def direction(g):
+        curvature = state["curvature"]
+        if h_solver == "cg":
+            def product(V):
+                return backend.sum(backend.each(block_curvature_product, V,
+                                                per_block=curvature))
+
+            found, n_cg = _per_label_cg(product, lam, g, cg_max_iter, cg_tol)
+            info["cg_iter"] = info.get("cg_iter", 0) + n_cg
+            return found
+        return -_solve_by_label_blocks(backend, curvature, g, step, solve_bound_block, 1.0,
+                                       lam, grams=block_weighted_label_grams)
+
+    H = _newton_steps(H, lam, int(n_steps), values, gradient, direction, info)
+    return np.ascontiguousarray(H, dtype=dtype), info

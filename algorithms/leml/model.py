@@ -47,6 +47,7 @@ from algorithms.leml.h_step import (
     update_H,
     update_H_bound_by_blocks,
     update_H_by_blocks,
+    update_H_newton_by_blocks,
 )
 from algorithms.leml.losses import get_loss
 from algorithms.leml.objective import objective, objective_by_blocks
@@ -432,7 +433,9 @@ class LEML(BaseEstimator):
             on Dask workers): the squared loss
             (:func:`~algorithms.leml.h_step.update_H_by_blocks`) and the margin losses'
             bound steps, ``h_solver="bound"``
-            (:func:`~algorithms.leml.h_step.update_H_bound_by_blocks`).  Equal to the
+            (:func:`~algorithms.leml.h_step.update_H_bound_by_blocks`), and their Newton
+            steps, ``"direct"`` or ``"cg"``
+            (:func:`~algorithms.leml.h_step.update_H_newton_by_blocks`).  Equal to the
             H-step without it up to rounding.
 
         Returns
@@ -452,8 +455,10 @@ class LEML(BaseEstimator):
             if self.h_solver == "bound":
                 return update_H_bound_by_blocks(backend, W, H, self.lam, self.loss,
                                                 n_steps=int(self.newton_max_iter))
-            raise ValueError(f"the {self.loss} loss's H-step runs on row blocks with "
-                             f"h_solver='bound' only, got {self.h_solver!r}")
+            return update_H_newton_by_blocks(
+                backend, W, H, self.lam, self.loss, n_steps=int(self.newton_max_iter),
+                h_solver=self.h_solver, cg_max_iter=int(self.cg_max_iter),
+                cg_tol=float(self.cg_tol))
         return update_H(data, W, self.lam, self.loss, H0=H,
                         newton_max_iter=int(self.newton_max_iter), h_solver=self.h_solver,
                         cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol))

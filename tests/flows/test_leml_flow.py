@@ -611,17 +611,32 @@ def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch
         assert got == pytest.approx(expected, abs=1e-12)
 
 
-def test_what_runs_in_the_flows_process_on_the_block_runners_is_said(project, capsys):
-    """The logistic loss's Newton H-steps (``h_solver: direct``) have no block form: with a
-    block runner the run says, in a warning, that they read the whole training set here and
-    which setting runs them on the blocks; the bound steps say nothing."""
+def test_newton_h_steps_run_on_the_blocks_and_a_squared_start_is_said(project, capsys,
+                                                                       monkeypatch):
+    """The logistic loss's Newton H-steps (``h_solver: direct``) with the blocks runner run
+    on the row blocks: this process reads no training data after the partition, and the last
+    H-step equals the whole-data Newton H-step from the same W and H to float32 rounding.
+    The squared-loss start, which has no block form, is said in a warning."""
     over = ["--set", "model.loss=logistic", "--set", "baselines=[]",
-            "--set", "w_step.runner=blocks", "--set", "model.outer_iterations=1"]
-    assert main(["run", "leml", *over]) == 0
+            "--set", "w_step.runner=blocks", "--set", "w_step.blocks=3"]
+    with _store_reads(monkeypatch) as reads:
+        assert main(["run", "leml", *over, "--refresh"]) == 0
     out = capsys.readouterr()
-    text = out.out + out.err
-    assert "Newton H-steps (model.h_solver direct) run in this process" in text
-    assert "model.h_solver=bound runs them on the row blocks" in text
-    assert main(["run", "leml", *over, "--set", "model.h_solver=bound"]) == 0
+    assert "squared-loss start" not in out.out + out.err
+    m = _last(project)
+    store = Store(project / "data" / "cache")
+    train_x = max((o["ref"] for o in m["outputs"]
+                   if o["step"] == "leml-load" and o["ref"].endswith("-X")),
+                  key=lambda ref: json.loads(store.meta(ref)["shape"])[0])
+    assert reads.count(train_x) == 3  # the 3 partition tasks, in this process here
+    W3, H3, _ = _final(project, m, 3)
+    _, H2, _ = _final(project, m, 2)
+    X, Y = read_xmc(project / "train.txt")
+    est = LEML(rank=8, lam=4.0, loss="logistic", h_solver="direct", fit_intercept=True)
+    H_whole, _ = est.h_step(est.prepare(X, Y), W3, H2)
+    assert np.abs(H3 - H_whole).max() <= 1e-4 * np.abs(H_whole).max()
+    assert main(["run", "leml", *over, "--set", "model.squared_init_iter=2",
+                 "--set", "model.outer_iterations=1"]) == 0
     out = capsys.readouterr()
-    assert "Newton H-steps" not in out.out + out.err
+    assert "the squared-loss start (model.squared_init_iter 2) runs in this process" in (
+        out.out + out.err)

@@ -546,6 +546,36 @@ def test_dask_bound_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
     assert np.abs(results[1] - whole).max() <= 1e-10 * np.abs(whole).max()
 
 
+@slow
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_dask_newton_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
+        client, tmp_path, case):
+    """The logistic loss's Newton H-steps (``h_solver`` direct and cg) from block sums on
+    the workers: the same bits on 1 and 2 workers and from scattered blocks, and the
+    whole-data Newton H-step to rounding."""
+    from algorithms.leml import update_H, update_H_newton_by_blocks
+
+    source, data = _stored(tmp_path, case, fit_intercept=True, blocks=3)
+    W = np.random.default_rng(0).standard_normal((data.n_features, K))
+    H0 = np.random.default_rng(1).standard_normal((data.n_labels, K)) * 0.3
+    workers = sorted(client.scheduler_info()["workers"])
+    for h_solver in ("direct", "cg"):
+        whole, info_whole = update_H(data, W, LAM, "logistic", H0=H0, newton_max_iter=2,
+                                     h_solver=h_solver, cg_max_iter=3, cg_tol=1e-3)
+        results = []
+        for source_or_data, chosen in ((source, workers[:1]), (source, workers),
+                                       (data, workers)):
+            with DaskWStep(client, source_or_data, blocks=3, workers=chosen) as ws:
+                H, info = update_H_newton_by_blocks(ws, W, H0, LAM, "logistic", n_steps=2,
+                                                    h_solver=h_solver, cg_max_iter=3,
+                                                    cg_tol=1e-3, label_block=5)
+            assert H.dtype == np.float64 and info == info_whole
+            results.append(H)
+        np.testing.assert_array_equal(results[0], results[1])
+        np.testing.assert_array_equal(results[1], results[2])
+        assert np.abs(results[1] - whole).max() <= 1e-10 * np.abs(whole).max()
+
+
 def _misaligned(array: np.ndarray) -> np.ndarray:
     """A copy of ``array`` 3 bytes past an allocation (as a message may leave it)."""
     raw = np.zeros(array.nbytes + 3, dtype=np.uint8)

@@ -15,6 +15,7 @@ from algorithms.leml import (
     split_rows,
     update_H_bound_by_blocks,
     update_H_by_blocks,
+    update_H_newton_by_blocks,
 )
 from algorithms.leml.h_step import block_label_grams
 
@@ -135,13 +136,17 @@ def test_label_grams_of_a_label_range_equal_those_of_all_labels(case):
                                    rtol=1e-12, atol=1e-12)
 
 
-def test_only_the_squared_loss_and_the_bound_steps_run_on_blocks():
+def test_each_h_step_on_blocks_refuses_the_losses_and_solvers_of_the_others():
     data = _problem("full")
     with pytest.raises(ValueError, match="squared loss only"):
         update_H_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data), LAM, "logistic")
-    with pytest.raises(ValueError, match="h_solver='bound' only, got 'direct'"):
-        LEML(lam=LAM, loss="logistic").h_step(data, _W(data), np.zeros((L, K)),
-                                              backend=LocalBlocks(split_rows(data, 2)))
+    with pytest.raises(ValueError, match="'direct' or 'cg' here, got 'bound'"):
+        update_H_newton_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data),
+                                  np.zeros((L, K)), LAM, "logistic", n_steps=1,
+                                  h_solver="bound")
+    with pytest.raises(ValueError, match="exact: use update_H_by_blocks"):
+        update_H_newton_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data),
+                                  np.zeros((L, K)), LAM, "squared", n_steps=1)
     with pytest.raises(ValueError, match="exact: use update_H_by_blocks"):
         update_H_bound_by_blocks(LocalBlocks(split_rows(data, 2)), _W(data), np.zeros((L, K)),
                                  LAM, "squared", n_steps=1)
@@ -193,6 +198,83 @@ def test_bound_steps_from_block_sums_equal_the_whole_data_bound_steps(case, loss
     est = LEML(lam=LAM, loss=loss, h_solver="bound", newton_max_iter=3, fit_intercept=True)
     H, _ = est.h_step(data, W, H0, backend=LocalBlocks(split_rows(data, 3)))
     assert _rel(H, whole) < 1e-12
+
+
+def _naive_newton_H(data, W, H, lam, loss, n_steps):
+    """Label by label in float64 from dense copies: ``n_steps`` Newton steps ``s = -(A_j^T
+    D''_j A_j + lam I)^{-1} g_j``, each with a backtracking line search (at most 30 halvings
+    from 1 to the first point whose objective is at most ``f + 1e-4 alpha g_j.s``; none
+    found: ``h_j`` is kept)."""
+    from algorithms.leml.losses import get_loss
+
+    loss = get_loss(loss)
+    A = data.X.toarray().astype(np.float64) @ W.astype(np.float64)
+    Y, observed = _dense_labels(data)
+    H = np.array(H, dtype=np.float64)
+    for j in range(data.n_labels):
+        Aj, yj = A[observed[:, j]], Y[observed[:, j], j]
+
+        def f(h, Aj=Aj, yj=yj):
+            return float(np.sum(loss.value(yj, Aj @ h))) + 0.5 * lam * h @ h
+
+        for _ in range(n_steps):
+            z = Aj @ H[j]
+            g = Aj.T @ loss.derivative(yj, z) + lam * H[j]
+            hess = Aj.T @ (loss.second_derivative(yj, z)[:, None] * Aj) + lam * np.eye(len(g))
+            s = -np.linalg.solve(hess, g)
+            slope, f0, alpha = g @ s, f(H[j]), 1.0
+            if slope >= 0:
+                continue
+            for _ls in range(30):
+                if f(H[j] + alpha * s) <= f0 + 1e-4 * alpha * slope:
+                    H[j] = H[j] + alpha * s
+                    break
+                alpha *= 0.5
+    return H
+
+
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_newton_steps_from_block_sums_equal_the_whole_data_newton_steps(case, loss):
+    """The margin losses' Newton H-step over 1, 3 and 7 row blocks (Hessians in label blocks
+    of 5 labels and of all; and the truncated Newton steps of ``h_solver="cg"``): the
+    whole-data ``update_H`` to rounding, a naive per-label Newton loop in float64 for the
+    direct solver, and the estimator's ``h_step`` with the blocks as its backend."""
+    from algorithms.leml import update_H
+
+    data = _problem(case, fit_intercept=True)
+    W = _W(data)
+    H0 = np.random.default_rng(4).standard_normal((L, K)) * 0.3
+    for h_solver in ("direct", "cg"):
+        whole, info_whole = update_H(data, W, LAM, loss, H0=H0, newton_max_iter=3,
+                                     h_solver=h_solver, cg_max_iter=3, cg_tol=1e-3)
+        if h_solver == "direct":
+            assert _rel(whole, _naive_newton_H(data, W, H0, LAM, loss, 3)) < 1e-10
+        for n_blocks in (1, 3, 7):
+            for label_block in (5, None):
+                H, info = update_H_newton_by_blocks(
+                    LocalBlocks(split_rows(data, n_blocks)), W, H0, LAM, loss, n_steps=3,
+                    h_solver=h_solver, cg_max_iter=3, cg_tol=1e-3, label_block=label_block)
+                assert info == info_whole
+                assert H.dtype == whole.dtype
+                assert _rel(H, whole) < 1e-10, (h_solver, n_blocks, label_block)
+        est = LEML(lam=LAM, loss=loss, h_solver=h_solver, newton_max_iter=3, cg_max_iter=3,
+                   cg_tol=1e-3, fit_intercept=True)
+        H, _ = est.h_step(data, W, H0, backend=LocalBlocks(split_rows(data, 3)))
+        assert _rel(H, whole) < 1e-10
+
+
+@pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
+def test_weighted_label_grams_of_a_label_range_equal_those_of_all_labels(case):
+    data = _problem(case)
+    A = np.ascontiguousarray(data.X @ _W(data))
+    iu, ju = np.triu_indices(K)
+    ent = data.entries
+    v = ent.masked(np.random.default_rng(5).random(ent.y.shape))
+    whole = ent.weighted_grams(v, A, iu, ju)
+    for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
+        np.testing.assert_allclose(ent.label_grams(A, iu, ju, l0, l1, v), whole[l0:l1],
+                                   rtol=1e-12, atol=1e-12)
 
 
 # -- the objective over row blocks -----------------------------------------------------------
