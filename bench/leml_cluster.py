@@ -17,7 +17,13 @@ step is computed:
   ``w_step.address``: each part is one row block read by a worker; the flow's process is
   the client.
 
-Rows, per mode: the flow's wall time; the seconds of each iteration (its W-step and
+The same modes run first on each of ``--datasets`` whose Extreme Classification files are
+under ``--data`` (``xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz``; Bibtex is bundled):
+the bundled config (``configs/leml.yaml``) with only the data changed and no baseline, as
+``scarce run leml`` runs it.
+
+Rows, per mode: the flow's wall time and its ratio to the ``local`` run's; whether P@1, P@3
+and P@5 equal the ``local`` run's exactly; the seconds of each iteration (its W-step and
 H-step, from the steps' ``timings`` entries) and their mean; the peak RSS of the flow's
 process (``ru_maxrss`` of that process alone, from ``wait4``: the Prefect API is the
 benchmark's, so the flow starts no server); each worker's peak RSS (``VmHWM``) and the
@@ -159,22 +165,34 @@ def bare_products(train: Path, cg_steps: float, k: int, seed: int) -> float:
 
 
 def run_section(args, rows: list[tuple], scale: float) -> None:
-    from distributed import Client, LocalCluster
+    """The flow in each mode of ``--modes`` on each of ``--datasets`` found under ``--data``
+    (the bundled config, the data changed, no baseline) and on the synthetic problem."""
     from prefect.settings import PREFECT_API_URL
 
     from bench.leml import WIKI
-    from tasks.leml_dask import worker_peak_memory
 
     modes = [m for m in args.modes if m in MODES]
-    n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
-    n_test = max(64, int(round(TEST_POINTS * scale)))
-    name = f"synthetic Wikipedia-shaped ({scale:g}x)"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     if PREFECT_API_URL.value():
         env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     with tempfile.TemporaryDirectory(prefix="scarce-bench-distributed-") as tmp:
         tmp = Path(tmp)
+        for name in args.datasets:
+            folder = Path(args.data) / "xmc" / name
+            train, test = (folder / f"{name}_xmlrepo_{p}.txt.gz" for p in ("train", "test"))
+            if not (train.is_file() and test.is_file()):
+                _say(f"{name}: no {train.name} and {test.name} under {folder}: skipped")
+                continue
+
+            def config(mode, address, name=name, train=train, test=test):
+                return dataset_config(name, train, test, mode, address)
+
+            results = _compare(args, name, modes, config, tmp / name, env)
+            _rows(rows, name, "the bundled config, no baseline", modes, results, None)
+        n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
+        n_test = max(64, int(round(TEST_POINTS * scale)))
+        name = f"synthetic Wikipedia-shaped ({scale:g}x)"
         _say(f"{name}: writing {n} x {d} ({n_labels} labels) and {n_test} test points as "
              f"{args.parts} Parquet parts each")
         t = time.perf_counter()
@@ -184,46 +202,75 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
         setting = (f"n={n} d={d} L={n_labels} nnz(X)={train['nnz_x']} nnz(Y)={train['nnz_y']}"
                    f" test={n_test}, k=50 squared, {args.flow_iterations} iterations of 10 CG"
                    f", {args.parts} parts")
-        results: dict[str, dict] = {}
-        for mode in modes:
-            workers = int(mode.split("-")[1]) if mode.startswith("dask") else 0
-            cluster = client = None
-            try:
-                if workers:
-                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                           processes=True, memory_limit=args.dask_memory_limit,
-                                           dashboard_address=None)
-                    client = Client(cluster)
-                    client.wait_for_workers(workers)
-                    client.run(lambda: __import__("tasks.leml_dask"))
-                    base = worker_peak_memory(client)
-                config = flow_config(tmp / "train", tmp / "test", mode, args.flow_iterations,
-                                     cluster.scheduler_address if cluster else None, args.seed)
-                _say(f"{name}: {mode} ...")
-                result = run_flow(config, tmp / mode, env)
-                if workers:
-                    peaks = worker_peak_memory(client)
-            finally:
-                if client is not None:
-                    client.close()
-                if cluster is not None:
-                    cluster.close()
-            result.update(read_run(result))
-            if workers:
-                result["workers"] = [(base[a], peaks[a]) for a in sorted(peaks)]
-            results[mode] = result
-            per = result["iterations"].sum(axis=1)
-            _say(f"RESULT distributed {name} | {mode} | wall {result['seconds']:.1f} s, "
-                 f"iterations " + ", ".join(f"{s:.1f}" for s in per) + " s, client peak "
-                 f"{result['peak_rss'] / 2**30:.2f} GiB"
-                 + (", workers peak " + ", ".join(f"{p / 2**30:.2f}" for _, p in
-                                                  result["workers"]) + " GiB" if workers
-                    else ""))
+
+        def synthetic(mode, address):
+            return flow_config(tmp / "train", tmp / "test", mode, args.flow_iterations,
+                               address, args.seed)
+
+        results = _compare(args, name, modes, synthetic, tmp / "synthetic", env)
         bare = None
         if any(m.startswith("dask") or m == "blocks" for m in modes):
             some = next(results[m] for m in modes if m != "local")
             bare = bare_products(tmp / "train", float(some["cg"].mean()) + 1, 50, args.seed)
         _rows(rows, name, setting, modes, results, bare)
+
+
+def dataset_config(name: str, train: Path, test: Path, mode: str, address: str | None) -> dict:
+    """The bundled LEML config on another data set (its XC files), without baselines."""
+    from flows.config import project_root
+
+    config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
+    config.update(name=name, baselines=[])
+    config["dataset"].update(name=name, train=str(train), test=str(test))
+    runner = {"local": "local", "blocks": "blocks"}.get(mode, "dask")
+    config["w_step"].update(runner=runner, address=address)
+    return config
+
+
+def _compare(args, name: str, modes: list[str], make_config, root: Path,
+             env: dict[str, str]) -> dict[str, dict]:
+    """The flow of ``make_config(mode, scheduler address)`` in each mode, a fresh
+    LocalCluster of single-threaded worker processes for each Dask mode: per mode the
+    run's results (:func:`run_flow`, :func:`read_run`) and the workers' RSS."""
+    from distributed import Client, LocalCluster
+
+    from tasks.leml_dask import worker_peak_memory
+
+    results: dict[str, dict] = {}
+    for mode in modes:
+        workers = int(mode.split("-")[1]) if mode.startswith("dask") else 0
+        cluster = client = None
+        try:
+            if workers:
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                       processes=True, memory_limit=args.dask_memory_limit,
+                                       dashboard_address=None)
+                client = Client(cluster)
+                client.wait_for_workers(workers)
+                client.run(lambda: __import__("tasks.leml_dask"))
+                base = worker_peak_memory(client)
+            config = make_config(mode, cluster.scheduler_address if cluster else None)
+            _say(f"{name}: {mode} ...")
+            result = run_flow(config, root / mode, env)
+            if workers:
+                peaks = worker_peak_memory(client)
+        finally:
+            if client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
+        result.update(read_run(result))
+        if workers:
+            result["workers"] = [(base[a], peaks[a]) for a in sorted(peaks)]
+        results[mode] = result
+        per = result["iterations"].sum(axis=1)
+        _say(f"RESULT distributed {name} | {mode} | wall {result['seconds']:.1f} s, "
+             f"iterations " + ", ".join(f"{s:.1f}" for s in per) + " s, client peak "
+             f"{result['peak_rss'] / 2**30:.2f} GiB"
+             + (", workers peak " + ", ".join(f"{p / 2**30:.2f}" for _, p in
+                                              result["workers"]) + " GiB" if workers
+                else ""))
+    return results
 
 
 def _rows(rows, name, setting, modes, results, bare) -> None:
@@ -250,6 +297,10 @@ def _rows(rows, name, setting, modes, results, bare) -> None:
         for metric in ("precision@1", "precision@3", "precision@5"):
             add(metric, r["metrics"][metric])
         if reference is not None and mode != "local":
+            add("wall / local wall", r["seconds"] / reference["seconds"])
+            add("P@1, P@3, P@5 equal to local's (exactly)",
+                all(r["metrics"][m] == reference["metrics"][m]
+                    for m in ("precision@1", "precision@3", "precision@5")))
             for f in ("W", "H"):
                 ref = reference[f]
                 add(f"max|d{f}|/max|{f}| vs local (x1e-6)",
