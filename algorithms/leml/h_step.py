@@ -514,6 +514,19 @@ def _solve_by_label_blocks(backend, A, R, step: int, solve, *args,
     return out
 
 
+def _margin_arguments(backend, W, H, lam, loss):
+    """The checked ``(loss, lam, W, H)`` of a margin loss's H-step on ``backend``'s blocks."""
+    loss = get_loss(loss)
+    if loss.name == "squared":
+        raise ValueError("the squared loss's H-step is exact: use update_H_by_blocks")
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    W = _checked_W(W, backend.n_features, backend.dtype)
+    H = check_factor(H, (backend.n_labels, W.shape[1]), backend.dtype, "H0")
+    return loss, lam, W, H
+
+
 def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
                              label_block: int | None = None):
     """The margin losses' bound H-step (``h_solver="bound"``, :func:`_bound_update_H`) from
@@ -549,16 +562,8 @@ def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
     info : dict
         ``newton_iter``: the steps taken.
     """
-    loss = get_loss(loss)
-    if loss.name == "squared":
-        raise ValueError("the squared loss's H-step is exact: use update_H_by_blocks")
-    lam = float(lam)
-    if lam <= 0:
-        raise ValueError(f"lam must be positive, got {lam}")
-    dtype = backend.dtype
-    W = _checked_W(W, backend.n_features, dtype)
-    k, n_labels = W.shape[1], backend.n_labels
-    H = check_factor(H, (n_labels, k), dtype, "H0")
+    loss, lam, W, H = _margin_arguments(backend, W, H, lam, loss)
+    dtype, k = backend.dtype, W.shape[1]
     c = float(loss.curvature_bound)
     A = backend.each(block_embedding, W)
     if backend.fully_observed:
@@ -597,18 +602,11 @@ def update_H_newton_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
 
     Parameters
     ----------
-    backend : LocalBlocks or object with the same interface (see :func:`update_H_by_blocks`)
-    W : ndarray of shape (d', k)
-    H : ndarray of shape (L, k)
-        The start of the steps (as ``H0`` of :func:`update_H`).
-    lam : float
-    loss : "logistic" or "sqhinge" (or their Loss)
+    backend, W, H, lam, loss, label_block : as for :func:`update_H_bound_by_blocks`
     n_steps : int
         Newton steps (the estimator's ``newton_max_iter``).
     h_solver : {"direct", "cg"}
     cg_max_iter, cg_tol : as for :func:`update_H` (``"cg"`` only)
-    label_block : int, optional
-        Labels per block of Hessians (default: about 2^22 / k^2 entries).
 
     Returns
     -------
@@ -616,19 +614,11 @@ def update_H_newton_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
     info : dict
         ``newton_iter``, and ``cg_iter`` for ``h_solver="cg"``.
     """
-    loss = get_loss(loss)
-    if loss.name == "squared":
-        raise ValueError("the squared loss's H-step is exact: use update_H_by_blocks")
     if h_solver not in ("direct", "cg"):
         raise ValueError(f"h_solver must be 'direct' or 'cg' here, got {h_solver!r} "
                          "('bound': update_H_bound_by_blocks)")
-    lam = float(lam)
-    if lam <= 0:
-        raise ValueError(f"lam must be positive, got {lam}")
-    dtype = backend.dtype
-    W = _checked_W(W, backend.n_features, dtype)
-    k, n_labels = W.shape[1], backend.n_labels
-    H = check_factor(H, (n_labels, k), dtype, "H0")
+    loss, lam, W, H = _margin_arguments(backend, W, H, lam, loss)
+    dtype, k = backend.dtype, W.shape[1]
     A = backend.each(block_embedding, W)
     step = _label_step(k, label_block)
     info = {"newton_iter": 0}
