@@ -852,7 +852,10 @@ def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
 
     X = sp.csr_matrix(read_parquet_entry(files["X"]))
     Y = sp.csr_matrix(read_parquet_entry(files["Y"]))
+    from algorithms.memory import rows_per_batch
+
     model = LEML(**params).set_factors(W, H)
+    batch_size = rows_per_batch(batch_size, Y.shape[1])
     return [multilabel_sums(Y[s:s + batch_size], model.decision_function(X[s:s + batch_size]),
                             threshold=model.threshold_, ks=ks)
             for s in range(0, X.shape[0], batch_size)]

@@ -62,14 +62,14 @@ class _LinearMultiLabel(BaseEstimator):
         X = self._scores(X)
         return threshold_in_batches(
             lambda s, e: np.asarray(X[s:e] @ self.coef_.T) + self.intercept_,
-            X.shape[0], self.threshold_, batch_size)
+            X.shape[0], self.threshold_, batch_size, n_labels=self.coef_.shape[0])
 
     def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE) -> np.ndarray:
         """Top-``k`` labels per row, best first, scoring ``batch_size`` rows at a time."""
         X = self._scores(X)
         return predict_top_k_in_batches(
             lambda s, e: np.asarray(X[s:e] @ self.coef_.T) + self.intercept_,
-            X.shape[0], k, batch_size)
+            X.shape[0], k, batch_size, n_labels=self.coef_.shape[0])
 
 
 class BinaryRelevance(_LinearMultiLabel):

@@ -587,7 +587,7 @@ class LEML(BaseEstimator):
         """
         A = self._embed(X)
         return threshold_in_batches(lambda s, e: A[s:e] @ self.H_.T, A.shape[0],
-                                    self.threshold_, batch_size)
+                                    self.threshold_, batch_size, n_labels=self.H_.shape[0])
 
     def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE, *,
                       return_scores: bool = False):
@@ -614,4 +614,5 @@ class LEML(BaseEstimator):
         """
         A = self._embed(X)
         return predict_top_k_in_batches(lambda s, e: A[s:e] @ self.H_.T, A.shape[0], k,
-                                        batch_size, return_scores=return_scores)
+                                        batch_size, return_scores=return_scores,
+                                        n_labels=self.H_.shape[0])

@@ -14,6 +14,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from algorithms.leml.data import check_X
+from algorithms.memory import rows_per_batch
 
 __all__ = ["BATCH_SIZE", "PREDICTION_COLUMNS", "check_new_X", "embed",
            "predict_top_k_in_batches", "predictions_table", "threshold_in_batches",
@@ -78,7 +79,8 @@ def top_k_from_scores(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
-                             batch_size: int = BATCH_SIZE, *, return_scores: bool = False):
+                             batch_size: int = BATCH_SIZE, *, return_scores: bool = False,
+                             n_labels: int = 1):
     """Top-``k`` labels for ``n_samples`` rows, scoring ``batch_size`` rows at a time.
 
     ``score_rows(start, stop)`` returns the dense scores of rows ``start:stop``;
@@ -94,6 +96,9 @@ def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
     batch_size : int, default=BATCH_SIZE
     return_scores : bool, default=False
         Also return the scores of the selected labels.
+    n_labels : int, default=1
+        L: with ``batch_size x L`` over :data:`~algorithms.memory.SCORES_PER_BATCH`, fewer
+        rows are scored at a time (:func:`~algorithms.memory.rows_per_batch`).
 
     Returns
     -------
@@ -103,8 +108,7 @@ def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
         Only with ``return_scores``: ``scores[i, r]`` is the score of ``labels[i, r]``, in the
         dtype of ``score_rows``.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    batch_size = rows_per_batch(batch_size, n_labels)
     labels, scores = [], []
     for s in range(0, n_samples, batch_size):
         rows = score_rows(s, min(s + batch_size, n_samples))
@@ -121,10 +125,11 @@ def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
 
 
 def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,
-                         batch_size: int = BATCH_SIZE) -> sp.csr_matrix:
-    """Sparse 0/1 matrix ``scores > threshold``, scoring ``batch_size`` rows at a time."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+                         batch_size: int = BATCH_SIZE, *, n_labels: int = 1) -> sp.csr_matrix:
+    """Sparse 0/1 matrix ``scores > threshold``, scoring ``batch_size`` rows at a time (fewer
+    over ``n_labels`` labels when they would exceed
+    :data:`~algorithms.memory.SCORES_PER_BATCH` scores)."""
+    batch_size = rows_per_batch(batch_size, n_labels)
     parts = [sp.csr_matrix(score_rows(s, min(s + batch_size, n_samples)) > threshold,
                            dtype=np.int8)
              for s in range(0, n_samples, batch_size)]

@@ -36,6 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import rankdata
 
+from algorithms.memory import rows_per_batch
+
 __all__ = [
     "precision_at_k",
     "hamming_loss",
@@ -270,7 +272,8 @@ def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
     Y_true : {sparse matrix, array-like} of shape (n, L)
     score_rows : callable
         ``score_rows(start, stop)`` returns the dense decision values of rows
-        ``start:stop`` (so at most ``batch_size x L`` scores exist at once).
+        ``start:stop`` (so at most ``batch_size x L`` scores exist at once; fewer rows
+        when that exceeds :data:`~algorithms.memory.SCORES_PER_BATCH`).
     threshold : float
         Decision values above it are predicted labels (Hamming loss).
     batch_size : int, default=2048
@@ -288,8 +291,7 @@ def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
     Y = _as_csr(Y_true)
     n, n_labels = Y.shape
     ks = [int(k) for k in ks]
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    batch_size = rows_per_batch(batch_size, n_labels)
     parts = []
     for s in range(0, n, batch_size):
         e = min(s + batch_size, n)

@@ -152,3 +152,36 @@ def test_sums_of_any_row_blocks_give_the_same_precision_and_hamming_to_the_bit(
     assert blocks["hamming_loss"] == whole["hamming_loss"]
     assert sum(p["wrong"] for p in parts) == int(((scores > 0.2) != (Y != 0)).sum())
     np.testing.assert_allclose(blocks["instance_auc"], whole["instance_auc"], rtol=1e-12)
+
+
+def test_batches_over_many_labels_hold_at_most_the_scores_per_batch(monkeypatch):
+    """With ``batch_size x L`` over ``SCORES_PER_BATCH`` (here 20 scores, L = 7), the metrics
+    and the model's batched predictions score 2 rows at a time (at least one with L > 20)
+    and give what one batch of every row gives."""
+    import algorithms.memory as memory
+    from algorithms.leml import LEML
+
+    Y, scores = random_case(3, 9, 7)
+    whole = multilabel_scores(sp.csr_matrix(Y), lambda s, e: scores[s:e], threshold=0.2,
+                              batch_size=100)
+    asked = []
+
+    def score_rows(s, e):
+        asked.append(e - s)
+        return scores[s:e]
+
+    monkeypatch.setattr(memory, "SCORES_PER_BATCH", 20)
+    assert memory.rows_per_batch(100, 7) == 2 and memory.rows_per_batch(100, 50) == 1
+    out = multilabel_scores(sp.csr_matrix(Y), score_rows, threshold=0.2, batch_size=100)
+    assert asked == [2, 2, 2, 2, 1]
+    for key in ("precision@1", "precision@3", "precision@5", "hamming_loss"):
+        assert out[key] == whole[key]
+    assert out["instance_auc"] == pytest.approx(whole["instance_auc"], abs=1e-12)
+    rng = np.random.default_rng(0)
+    model = LEML(fit_intercept=False).set_factors(rng.standard_normal((4, 3)),
+                                                  rng.standard_normal((7, 3)))
+    X = rng.standard_normal((9, 4))
+    np.testing.assert_array_equal(model.predict_top_k(X, 3, batch_size=100),
+                                  np.argsort(-(X @ model.W_ @ model.H_.T), axis=1)[:, :3])
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        memory.rows_per_batch(0, 7)
