@@ -607,6 +607,25 @@ def _hess_vec(products: WStepProducts, V):
 
 _sum_in_order = sum_in_order  # parts[0] + parts[1] + ... left to right
 
+#: Terms of a block sum at most this large are gathered at once; larger ones one at a time.
+GATHER_AT_ONCE_BYTES = 16 << 20
+
+
+def _fetched_sum(client, futures) -> np.ndarray:
+    """The per-block terms of ``futures`` added in block order, as :func:`sum_in_order` adds
+    them (the same bits).  Terms of a ``d' x k`` product at full scale (366,932 x 50 float32:
+    73 MB) are fetched one at a time, so this process holds the sum and one term, not one
+    term per block; small ones in one round trip."""
+    total = np.array(futures[0].result(), copy=True)
+    rest = futures[1:]
+    if total.nbytes <= GATHER_AT_ONCE_BYTES:
+        for part in client.gather(rest):
+            total += part
+        return total
+    for future in rest:
+        total += future.result()
+    return total
+
 
 # --------------------------------------------------------------------------- driver side
 class _BlockProducts:
@@ -779,7 +798,7 @@ class DaskWStep:
         return self.client.scatter(array, broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
-        return _sum_in_order(self.client.gather(self._map(fn, per_block, *shared)))
+        return _fetched_sum(self.client, self._map(fn, per_block, *shared))
 
     # -- the backend of LEML.h_step (squared loss: algorithms.leml.h_step.update_H_by_blocks)
     #    and LEML.objective (algorithms.leml.objective.objective_by_blocks)
@@ -796,8 +815,8 @@ class DaskWStep:
 
     def sum(self, parts) -> np.ndarray:
         """The per-block terms gathered here and added in block order: the same bits for any
-        number of workers."""
-        return _sum_in_order(self.client.gather(parts))
+        number of workers (:func:`_fetched_sum`)."""
+        return _fetched_sum(self.client, parts)
 
     @property
     def in_flight(self) -> int:

@@ -843,3 +843,31 @@ def test_predictions_on_row_blocks_are_the_whole_test_sets_table_on_any_workers(
     assert len(here) == N * 5 and here["row"].is_monotonic_increasing
     pd.testing.assert_frame_equal(here[["row", "rank", "label"]], whole[["row", "rank", "label"]])
     np.testing.assert_allclose(here["score"], whole["score"], rtol=1e-12, atol=1e-12)
+
+
+def test_large_terms_are_fetched_one_at_a_time_and_add_to_the_same_bits(monkeypatch):
+    """Block sums fetch a large term at a time (never one per block at once) and a small
+    sum in one gather; either way the same bits as ``sum_in_order``."""
+    import tasks.leml_dask as ld
+    from algorithms.leml.h_step import sum_in_order
+
+    class Recording(ld.InlineClient):
+        gathered: list = []
+
+        def gather(self, futures):
+            self.gathered.append(len(futures))
+            return super().gather(futures)
+
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((50, 4)).astype(np.float32) for _ in range(5)]
+    first = parts[0].copy()
+    client = Recording()
+    futures = [client.submit(lambda p: p, p) for p in parts]
+    small = ld._fetched_sum(client, futures)
+    assert client.gathered == [4]
+    monkeypatch.setattr(ld, "GATHER_AT_ONCE_BYTES", 100)
+    large = ld._fetched_sum(client, futures)
+    assert client.gathered == [4]  # no gather: one term at a time
+    np.testing.assert_array_equal(small, sum_in_order(parts))
+    np.testing.assert_array_equal(large, sum_in_order(parts))
+    np.testing.assert_array_equal(parts[0], first)  # the first term is not added into
