@@ -75,13 +75,12 @@ from algorithms.leml import (
     prepare_data,
 )
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from bench.synthetic import WIKI, synthetic_wikipedia
 from flows.published import LEML_XC
 from tasks.leml import observe, validation_rows
 from tasks.readers.xmc import read_xmc
 
 SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "w-step", "distributed")
-# The Wikipedia set of Yu et al. (Table 2): points, features, labels.
-WIKI = (881_805, 366_932, 213_707)
 # Extreme Classification Repository, LEML row (P@1, P@3, P@5, in %).
 PUBLISHED = {name: tuple(row.values()) for name, row in LEML_XC.items()}
 COLUMNS = ["section", "dataset", "method", "setting", "metric", "value"]
@@ -518,46 +517,6 @@ def _scaling(ds, args, grid, rows):
             _say(f"RESULT scaling {name} | {setting} | W-step {step_sec:.3f}s, bare {bare:.3f}s,"
                  f" time x{step_sec / t1:.2f} size x{size / s1:.2f} step/bare "
                  f"{step_sec / bare:.2f}")
-
-
-def synthetic_wikipedia(n, d, n_labels, *, nnz_row=100, labels_row=2.5, topics=50,
-                        seed=0, stream=()):
-    """A synthetic problem shaped like the Wikipedia set of Yu et al., with low-rank labels.
-
-    Each point has a latent topic ``t`` (one of ``topics``); half of its ``nnz_row``
-    binary features (scaled to unit row norm) come from topic ``t``'s block of
-    features, half uniformly from all; its labels (Poisson, mean ``labels_row``, at
-    least 1) are drawn from topic ``t``'s block of labels.  So ``E[Y | X]`` has rank
-    at most ``topics``.  Duplicate feature indices within a row are kept (they add).
-    ``stream`` (integers) draws another sample of the same distribution: the parts of a
-    partitioned problem, each generated on its own.
-
-    Returns
-    -------
-    X : csr_matrix (n, d) float32, Y : csr_matrix (n, n_labels) float32, with sorted labels.
-    """
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 303, *stream]))
-    topic = rng.integers(0, topics, size=n)
-    f_block, l_block = d // topics, n_labels // topics
-    half = nnz_row // 2
-    cols = np.empty((n, nnz_row), dtype=np.int32)
-    step = 1 << 16
-    for s in range(0, n, step):
-        e = min(s + step, n)
-        t = topic[s:e, None]
-        cols[s:e, :half] = t * f_block + rng.integers(0, f_block, size=(e - s, half))
-        cols[s:e, half:] = rng.integers(0, d, size=(e - s, nnz_row - half))
-    data = np.full(n * nnz_row, 1 / np.sqrt(nnz_row), dtype=np.float32)
-    indptr = np.arange(0, n * nnz_row + 1, nnz_row, dtype=np.int64)
-    X = sp.csr_matrix((data, cols.reshape(-1), indptr), shape=(n, d))
-    del cols
-    counts = np.maximum(1, rng.poisson(labels_row, size=n))
-    rows = np.repeat(np.arange(n), counts)
-    labels = np.repeat(topic, counts) * l_block + rng.integers(0, l_block, size=rows.size)
-    Y = sp.csr_matrix((np.ones(rows.size, dtype=np.float32), (rows, labels)),
-                      shape=(n, n_labels))
-    Y.data[:] = 1  # a label drawn twice for a point is one label
-    return X, Y
 
 
 def _synthetic(args, rows):

@@ -1,7 +1,7 @@
 """The LEML flow on a Dask cluster against the same flow in one process (issue 18).
 
 Section ``distributed`` of ``scarce bench leml``.  The synthetic Wikipedia-shaped problem of
-:func:`bench.leml.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et
+:func:`bench.synthetic.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et
 al.'s Wikipedia set: 881,805 x 366,932, 213,707 labels; 10,000 test points) is written as
 two folders of Parquet parts, ``--parts`` each (training and test), one part generated at a
 time from its own seed stream, so this process never holds the whole X either.  Then, for
@@ -53,6 +53,13 @@ MODES = ("local", "blocks", "dask-1", "dask-2")
 TEST_POINTS = 10_000  # the Wikipedia set's test points (Yu et al., Table 2)
 
 
+def _import_worker_modules() -> None:
+    """Run on each worker before anything is timed: the block tasks' modules imported."""
+    import importlib
+
+    importlib.import_module("tasks.leml_dask")
+
+
 def _say(*parts) -> None:
     print("[bench leml distributed]", *parts, file=sys.stderr, flush=True)
 
@@ -60,9 +67,9 @@ def _say(*parts) -> None:
 def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: int,
                 stream: int) -> dict:
     """``parts`` Parquet pairs ``part-NNN.X.parquet`` / ``.Y.parquet`` of ``n`` points in
-    all, part ``i`` drawn by :func:`bench.leml.synthetic_wikipedia` from the seed stream
+    all, part ``i`` drawn by :func:`bench.synthetic.synthetic_wikipedia` from the seed stream
     (``stream``, ``i``): one part in memory at a time.  Returns the counts."""
-    from bench.leml import synthetic_wikipedia
+    from bench.synthetic import synthetic_wikipedia
     from tasks.store import atomic_write_parquet, encode
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -169,7 +176,7 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
     (the bundled config, the data changed, no baseline) and on the synthetic problem."""
     from prefect.settings import PREFECT_API_URL
 
-    from bench.leml import WIKI
+    from bench.synthetic import WIKI
 
     modes = [m for m in args.modes if m in MODES]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -247,7 +254,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
                                        dashboard_address=None)
                 client = Client(cluster)
                 client.wait_for_workers(workers)
-                client.run(lambda: __import__("tasks.leml_dask"))
+                client.run(_import_worker_modules)
                 base = worker_peak_memory(client)
             config = make_config(mode, cluster.scheduler_address if cluster else None)
             _say(f"{name}: {mode} ...")
