@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
 from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
-from algorithms.leml.predict import predictions_table
+from algorithms.leml.predict import BATCH_SIZE, predictions_table
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
 from tasks.readers.arff import read_arff
@@ -43,8 +43,6 @@ from tasks.store import read_parquet_entry
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
-#: Rows per batch of the validation P@1 on row blocks (the scores of a batch are dense).
-VALIDATION_BATCH = 2048
 
 
 def parquet_pair(path: str | Path) -> tuple[Path, Path]:
@@ -540,7 +538,7 @@ def alternate_H(
 
         with _w_step_client(cluster) as client:
             val_p1 = evaluate_on_blocks(client, validation_partition, W, H, params,
-                                        VALIDATION_BATCH, ks=(1,))["precision@1"]
+                                        BATCH_SIZE, ks=(1,))["precision@1"]
     trace = pd.DataFrame(
         {"iteration": [iteration], "objective": [obj], "validation_p_at_1": [val_p1]}
     )
