@@ -16,7 +16,6 @@ set's top labels) and ``outputs/model/`` (the factors, the index maps, the confi
 from __future__ import annotations
 
 import json
-import logging
 from typing import Literal
 
 import pandas as pd
@@ -25,7 +24,7 @@ from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
 from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
-from algorithms.leml.losses import LOSSES, get_loss
+from algorithms.leml.losses import LOSSES
 from algorithms.leml.predict import BATCH_SIZE
 from flows import plots
 from flows.apply import MODEL_DIR, model_document
@@ -55,7 +54,6 @@ from tasks.leml import (
     task_params,
 )
 from tasks.leml_dask import DaskWStep
-from tasks.steps import log_both
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
@@ -254,16 +252,10 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     dask = config.w_step.runner != "local"
-    # The squared-loss start of a margin loss runs in this process on the whole data.
-    margin_start = m.squared_init_iter > 0 and get_loss(m.loss).name != "squared"
-    # The whole training set in this process is needed by the local runner, the baselines
-    # and the margin losses' squared-loss start; else, with the Dask runner, the steps take
-    # the files of the row blocks instead and read none of the data (the workers do).
-    whole = not dask or bool(config.baselines) or margin_start
-    if dask and margin_start:
-        log_both(logging.WARNING, "w_step.runner %s: the squared-loss start "
-                 "(model.squared_init_iter %d) runs in this process on the whole training "
-                 "set; 0 (a random start) does not", config.w_step.runner, m.squared_init_iter)
+    # The whole training set in this process is needed by the local runner and the
+    # baselines; else, with the Dask runner, the steps take the files of the row blocks
+    # instead and read none of the data (the workers do).
+    whole = not dask or bool(config.baselines)
     data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
     # With the Dask runner the steps that run on the row blocks take the blocks' files in
     # place of the data and read none of it themselves (the workers read their own blocks):
@@ -279,8 +271,10 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
             validation_blocks = _partition(ctx, {"train": validation, "mask": None},
                                            config.w_step.blocks, data_cluster)
             validation = None
-    factors = ctx.run(initialise, **(data if margin_start else w_data),
-                      params=task_params(model, initialise))
+    # The squared-loss start of a margin loss (model.squared_init_iter) runs on the W-step's
+    # row blocks, as the iterations do.
+    factors = ctx.run(initialise, **w_data, params=task_params(model, initialise),
+                      w_step=backend if model.squared_start() else None, cluster=cluster)
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.progress("iterations", m.outer_iterations,
                             f"Outer iterations (of {m.outer_iterations})")

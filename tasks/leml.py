@@ -269,13 +269,25 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
 
 
 @step("leml-init", inputs=("train", "mask"), paths=("partition",), outputs=("W", "H"),
-      run_name="initial factors")
-def initialise(train: dict | None, mask, params: dict, partition: list | None = None) -> dict:
-    """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k)
-    (or the squared-loss start of a margin loss, which needs ``train``).  With
-    ``partition`` (the row-block files, see :func:`_estimator`) only the shapes are read."""
+      runtime=("cluster",), run_name="initial factors")
+def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
+               w_step: dict | None = None, cluster: dict | None = None) -> dict:
+    """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
+    or the squared-loss start of a margin loss (``squared_init_iter`` alternating squared-loss
+    iterations).  With ``partition`` (the row-block files, see :func:`_estimator`) this
+    process reads only their shapes; the squared-loss start then takes its products and sums
+    over the ``w_step`` (``{"blocks"}``) row blocks where ``cluster`` says, as
+    :func:`alternate_W` and :func:`alternate_H` do (a random start uses neither)."""
     model, data = _estimator(params, train, mask, partition)
-    W, H = model.start(data)
+    if not model.squared_start():
+        w_step = None
+    with _w_step_backend(data, w_step, cluster, model.rank) as backend:
+        if backend is not None:
+            where = _where(backend)
+            log_both(logging.INFO, "squared-loss start (%d iterations) on the Dask cluster at "
+                     "%s: %d row blocks on %d workers", model.squared_init_iter,
+                     where["scheduler"], len(backend.bounds), where["workers"])
+        W, H = model.start(data, backend=backend)
     return {"W": W, "H": H}
 
 

@@ -287,7 +287,9 @@ class LEML(BaseEstimator):
                 raise ValueError("squared_init_iter > 0 needs rank >= 2")
         return self
 
-    def _margin_start(self) -> bool:
+    def squared_start(self) -> bool:
+        """Whether :meth:`start` begins with squared-loss iterations (a margin loss with
+        ``squared_init_iter > 0``) rather than a random start alone."""
         return self.squared_init_iter > 0 and get_loss(self.loss).name != "squared"
 
     def step_params(self, step: str) -> dict:
@@ -318,7 +320,7 @@ class LEML(BaseEstimator):
         names = {
             "start": prepare + ["rank", "random_state", "loss"] + (
                 [] if squared else ["squared_init_iter"]) + (
-                ["lam", "cg_max_iter", "cg_tol"] if self._margin_start() else []),
+                ["lam", "cg_max_iter", "cg_tol"] if self.squared_start() else []),
             "w_step": prepare + ["loss", "lam", "cg_max_iter", "cg_tol"] + (
                 [] if squared else ["newton_max_iter", "w_solver"]),
             "h_step": prepare + ["loss", "lam"] + (
@@ -361,7 +363,7 @@ class LEML(BaseEstimator):
         H = (rng.standard_normal((data.n_labels, k)) / math.sqrt(k)).astype(data.dtype)
         return np.zeros((data.n_features, k), dtype=data.dtype), H
 
-    def start(self, data: LEMLData) -> tuple[np.ndarray, np.ndarray]:
+    def start(self, data: LEMLData, *, backend=None) -> tuple[np.ndarray, np.ndarray]:
         """The starting factors of the alternation (:meth:`fit` without a warm start).
 
         ``W = 0`` and ``H ~ N(0, 1/k)`` entrywise, drawn from ``random_state``.  For
@@ -374,6 +376,10 @@ class LEML(BaseEstimator):
         ----------
         data : LEMLData
             From :meth:`prepare`.
+        backend : object, optional
+            Row blocks of ``data`` on which the squared-loss iterations take their
+            products and sums, as for :meth:`w_step` and :meth:`h_step` (a random start
+            does not use it).
 
         Returns
         -------
@@ -382,13 +388,13 @@ class LEML(BaseEstimator):
         """
         self.check_params()
         W, H = self._random_start(data)
-        if not self._margin_start():
+        if not self.squared_start():
             return W, H
         squared = clone(self).set_params(loss="squared", squared_init_iter=0)
         W, H = np.zeros_like(W[:, :-1]), np.ascontiguousarray(H[:, :-1])
         for _ in range(int(self.squared_init_iter)):
-            W, _ = squared.w_step(data, W, H)
-            H, _ = squared.h_step(data, W, H)
+            W, _ = squared.w_step(data, W, H, backend=backend)
+            H, _ = squared.h_step(data, W, H, backend=backend)
         return _margin_factors(W, H, data.n_labels)
 
     def w_step(self, data: LEMLData, W, H, *, backend=None) -> tuple[np.ndarray, dict]:

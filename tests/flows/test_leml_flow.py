@@ -611,24 +611,31 @@ def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch
         assert got == pytest.approx(expected, abs=1e-12)
 
 
-def test_newton_h_steps_run_on_the_blocks_and_a_squared_start_is_said(project, monkeypatch):
+def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeypatch):
     """The logistic loss's Newton H-steps (``h_solver: direct``) with the blocks runner run
     on the row blocks: this process reads no training data after the partition, and the last
     H-step equals the whole-data Newton H-step from the same W and H to float32 rounding.
-    The squared-loss start, which has no block form, is said in a warning."""
+    So does the squared-loss start (``model.squared_init_iter``): it reads no training data
+    here either, and its factors are the estimator's whole-data start to float32 rounding.
+    Neither run warns."""
     over = ["--set", "model.loss=logistic", "--set", "baselines=[]",
             "--set", "w_step.runner=blocks", "--set", "w_step.blocks=3"]
-    import flows.leml as fl
+    import logging
 
-    said: list[str] = []  # the flow's warnings (a log handler may hold another stderr)
+    import tasks.leml as tl
+
+    said: list[tuple[int, str]] = []  # the steps' messages (a log handler may hold another
+    real_log = tl.log_both             # stderr)
 
     def saying(level, msg, *args):
-        said.append(msg % args)
+        said.append((level, msg % args))
+        real_log(level, msg, *args)
 
-    monkeypatch.setattr(fl, "log_both", saying)
+    monkeypatch.setattr(tl, "log_both", saying)
     with _store_reads(monkeypatch) as reads:
         assert main(["run", "leml", *over, "--refresh"]) == 0
-    assert said == []
+    assert all(level < logging.WARNING for level, _ in said)
+    said.clear()
     m = _last(project)
     store = Store(project / "data" / "cache")
     train_x = max((o["ref"] for o in m["outputs"]
@@ -641,7 +648,18 @@ def test_newton_h_steps_run_on_the_blocks_and_a_squared_start_is_said(project, m
     est = LEML(rank=8, lam=4.0, loss="logistic", h_solver="direct", fit_intercept=True)
     H_whole, _ = est.h_step(est.prepare(X, Y), W3, H2)
     assert np.abs(H3 - H_whole).max() <= 1e-4 * np.abs(H_whole).max()
-    assert main(["run", "leml", *over, "--set", "model.squared_init_iter=2",
-                 "--set", "model.outer_iterations=1"]) == 0
-    assert len(said) == 1
-    assert "the squared-loss start (model.squared_init_iter 2) runs in this process" in said[0]
+    with _store_reads(monkeypatch) as reads:  # the partitions are the first run's
+        assert main(["run", "leml", *over, "--set", "model.squared_init_iter=2",
+                     "--set", "model.outer_iterations=1"]) == 0
+    assert reads.count(train_x) == 0 and all(level < logging.WARNING for level, _ in said)
+    assert any(msg.startswith("squared-loss start (2 iterations) on the Dask cluster at inline")
+               for _, msg in said)
+    m = _last(project)
+    init = next(o["ref"] for o in m["outputs"] if o["step"] == "leml-init")
+    init = init.rsplit("-", 1)[0]
+    W0, H0 = store.read(init + "-W"), store.read(init + "-H")
+    est = LEML(rank=8, lam=4.0, loss="logistic", squared_init_iter=2, cg_max_iter=10,
+               random_state=3)
+    W_whole, H_whole = est.start(est.prepare(X, Y))
+    assert np.abs(H0 - H_whole).max() <= 1e-4 * np.abs(H_whole).max()
+    assert np.abs(W0 - W_whole).max() <= 1e-4 * np.abs(W_whole).max()

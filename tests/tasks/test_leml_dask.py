@@ -576,6 +576,33 @@ def test_dask_newton_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
         assert np.abs(results[1] - whole).max() <= 1e-10 * np.abs(whole).max()
 
 
+@slow
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_squared_start_of_a_margin_loss_on_blocks_is_bit_identical_on_any_workers(
+        client, tmp_path, case):
+    """``LEML.start`` of a margin loss with ``squared_init_iter`` (squared-loss W- and
+    H-steps at rank k - 1, then mapped to margins) on the row blocks: the same bits on 1 and 2
+    workers, and the whole-data start to rounding."""
+    source, data = _stored(tmp_path, case, fit_intercept=True, blocks=3)
+    model = LEML(rank=K, lam=LAM, loss="logistic", squared_init_iter=2, cg_max_iter=5,
+                 fit_intercept=True, dtype="float64", random_state=4)
+    W_whole, H_whole = model.start(data)
+    workers = sorted(client.scheduler_info()["workers"])
+    results = []
+    for chosen in (workers[:1], workers):
+        with DaskWStep(client, source, blocks=3, workers=chosen) as ws:
+            results.append(model.start(source, backend=ws))
+    for (W1, H1), (W2, H2) in [results]:
+        np.testing.assert_array_equal(W1, W2)
+        np.testing.assert_array_equal(H1, H2)
+    W, H = results[1]
+    assert W.shape == W_whole.shape and H.shape == H_whole.shape
+    assert np.abs(W - W_whole).max() <= 1e-10 * np.abs(W_whole).max()
+    assert np.abs(H - H_whole).max() <= 1e-10 * np.abs(H_whole).max()
+    # not the random start: the squared-loss iterations moved W from 0
+    assert np.abs(W).max() > 0
+
+
 def _misaligned(array: np.ndarray) -> np.ndarray:
     """A copy of ``array`` 3 bytes past an allocation (as a message may leave it)."""
     raw = np.zeros(array.nbytes + 3, dtype=np.uint8)
