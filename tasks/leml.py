@@ -39,7 +39,7 @@ from tasks.readers.arff import read_arff
 from tasks.readers.text import decode_text, read_bytes
 from tasks.readers.xmc import read_xmc
 from tasks.steps import log_both, step
-from tasks.store import read_parquet_entry
+from tasks.store import entry_shape, read_parquet_entry, read_rows
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
@@ -209,43 +209,39 @@ def stack(parts: list, what: str):
     return sp.vstack(parts, format="csr")
 
 
-def _rows(M, start: int, stop: int):
-    """Rows ``start:stop`` of a matrix, as their own CSR matrix (or array)."""
-    if sp.issparse(M):
-        return sp.csr_matrix(M[start:stop], copy=True)
-    return np.array(M[start:stop], order="C")
-
-
-def partition_rows(train: dict, block: int, blocks: int, mask=None,
-                   cluster: dict | None = None) -> dict:
+def partition_files(train: dict, block: int, blocks: int, mask=None,
+                    cluster: dict | None = None) -> dict:
     """Row block ``block`` of ``blocks`` of the training data: its rows of ``X`` and ``Y``
     (and of the observed-entries ``mask``), the rows
-    :func:`~algorithms.leml.data.row_block_bounds` gives it.
+    :func:`~algorithms.leml.data.row_block_bounds` gives it, read from the store files
+    (``train``: ``{"X", "Y"}`` paths; ``mask``: a path or None) by
+    :func:`tasks.store.read_rows`, which reads only the row groups that hold the block: no
+    partition task holds the whole training set.
 
     Each block is its own store entries, read by the worker that builds that block of the
     distributed W-step (:class:`tasks.leml_dask.PartitionedData`).  The number of blocks is
     fixed by the config, not by the number of workers, so sums in block order are the same
     bits for any number of workers.  ``cluster``: where the step runs (:func:`_data_client`).
     """
-    bounds = row_block_bounds(train["X"].shape[0], blocks)
+    n_rows = entry_shape(train["X"])[0]
+    bounds = row_block_bounds(n_rows, blocks)
     if not 0 <= block < len(bounds):
-        raise ValueError(f"block {block} of {blocks}: {train['X'].shape[0]} rows make "
-                         f"{len(bounds)} blocks")
+        raise ValueError(f"block {block} of {blocks}: {n_rows} rows make {len(bounds)} blocks")
     start, stop = bounds[block]
-    out = {"X": _rows(train["X"], start, stop), "Y": _rows(train["Y"], start, stop)}
+    out = {"X": read_rows(train["X"], start, stop), "Y": read_rows(train["Y"], start, stop)}
     if mask is not None:
-        out["mask"] = _rows(mask, start, stop)
+        out["mask"] = read_rows(mask, start, stop)
     return out
 
 
-#: :func:`partition_rows` of fully observed training data, and with a mask.
-partition = step("leml-partition", inputs=("train",), outputs=("X", "Y"),
+#: :func:`partition_files` of fully observed training data, and with a mask.
+partition = step("leml-partition", paths=("train",), outputs=("X", "Y"),
                  run_name="partition block {block} of {blocks}", runtime=("cluster",),
-                 where=("cluster", _data_client))(partition_rows)
-partition_masked = step("leml-partition-masked", inputs=("train", "mask"),
+                 where=("cluster", _data_client))(partition_files)
+partition_masked = step("leml-partition-masked", paths=("train", "mask"),
                         outputs=("X", "Y", "mask"),
                         run_name="partition block {block} of {blocks}", runtime=("cluster",),
-                        where=("cluster", _data_client))(partition_rows)
+                        where=("cluster", _data_client))(partition_files)
 
 
 def _estimator(params: dict, train: dict | None, mask, partition: list | None = None):

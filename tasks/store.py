@@ -416,6 +416,79 @@ def read_checked_table(path: Path) -> pa.Table:
     return table
 
 
+def entry_shape(path: str | os.PathLike[str]) -> tuple[int, ...]:
+    """The shape of the value in a store-format Parquet file, from its footer only."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as exc:  # pyarrow raises several types for damaged files
+        raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
+    if b"scarce.shape" not in meta:
+        raise CorruptEntry(f"{path}: not in the store's Parquet format (no scarce.shape in its "
+                           "metadata)")
+    return tuple(json.loads(meta[b"scarce.shape"]))
+
+
+def read_rows(path: str | os.PathLike[str], start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of the matrix in a store-format Parquet file (a CSR or dense
+    entry), reading only the row groups that hold them: what slicing the whole entry gives,
+    with the same dtypes, for a process that must not hold the whole.
+
+    A CSR entry's ``row`` column is in row order, so the row groups to read are those whose
+    ``row`` statistics overlap the range (all of them if a file has none); a dense entry's
+    rows are its table's rows.  The pages read are checked by their Parquet checksums; the
+    entry's own checksum covers the whole table, so only a whole read
+    (:func:`read_checked_table`) checks it.
+    """
+    path = Path(path)
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+    except Exception as exc:  # pyarrow raises several types for damaged files
+        raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
+    schema_meta = pf.schema_arrow.metadata or {}
+    meta = {k.decode(): v.decode() for k, v in schema_meta.items() if k.startswith(META_PREFIX)}
+    kind, shape = meta.get("scarce.kind"), json.loads(meta.get("scarce.shape", "[]"))
+    if len(shape) != 2 or not (kind == "dense" or (kind == "sparse"
+                                                   and meta.get("scarce.format") == "csr")):
+        raise ValueError(f"{path}: rows are read of a CSR or dense matrix entry, not of a "
+                         f"{meta.get('scarce.format', '')} {kind} of shape {shape}")
+    if not 0 <= start <= stop <= shape[0]:
+        raise ValueError(f"{path}: rows {start}:{stop} of a matrix of {shape[0]} rows")
+    md = pf.metadata
+    if kind == "dense":
+        first, groups, offset = 0, [], 0
+        for i in range(md.num_row_groups):
+            n = md.row_group(i).num_rows
+            if offset < stop and offset + n > start:
+                first = offset if not groups else first
+                groups.append(i)
+            offset += n
+        table = _row_groups(pf, groups, path).slice(start - first, stop - start)
+    else:
+        column = pf.schema_arrow.get_field_index("row")
+
+        def may_hold(i: int) -> bool:
+            stats = md.row_group(i).column(column).statistics
+            return (stats is None or not stats.has_min_max
+                    or (stats.min < stop and stats.max >= start))
+
+        table = _row_groups(pf, [i for i in range(md.num_row_groups) if may_hold(i)], path)
+        rows = table.column("row").to_numpy()
+        lo, hi = np.searchsorted(rows, [start, stop])
+        table = table.slice(lo, hi - lo)
+        table = table.set_column(column, "row", pa.array(rows[lo:hi] - rows.dtype.type(start)))
+    schema_meta = {**schema_meta, b"scarce.shape": json.dumps([stop - start, shape[1]]).encode()}
+    return decode(table.replace_schema_metadata(schema_meta))
+
+
+def _row_groups(pf: pq.ParquetFile, groups: list[int], path: Path) -> pa.Table:
+    if not groups:
+        return pf.schema_arrow.empty_table()
+    try:
+        return pf.read_row_groups(groups)
+    except Exception as exc:  # pyarrow raises several types for damaged files
+        raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
+
+
 def read_parquet_entry(path: Path) -> Any:
     """The value in a store-format Parquet file outside a store (an input dataset)."""
     from tasks.errors import InputError

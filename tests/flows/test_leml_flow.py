@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from algorithms.leml import LEML
+from algorithms.leml import LEML, row_block_bounds
 from algorithms.metrics.multilabel import average_instance_auc, multilabel_scores, precision_at_k
 from flows.cli import main
 from tasks.leml_dask import PartitionedData
@@ -613,7 +613,8 @@ def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch
 
 def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeypatch):
     """The logistic loss's Newton H-steps (``h_solver: direct``) with the blocks runner run
-    on the row blocks: this process reads no training data after the partition, and the last
+    on the row blocks: the partition tasks read only their own rows, this process reads no
+    training data after them, and the last
     H-step equals the whole-data Newton H-step from the same W and H to float32 rounding.
     So does the squared-loss start (``model.squared_init_iter``): it reads no training data
     here either, and its factors are the estimator's whole-data start to float32 rounding.
@@ -632,7 +633,15 @@ def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeyp
         real_log(level, msg, *args)
 
     monkeypatch.setattr(tl, "log_both", saying)
-    with _store_reads(monkeypatch) as reads:
+    rows_read: list[tuple[str, int, int]] = []
+    real_rows = tl.read_rows
+
+    def reading_rows(path, start, stop):
+        rows_read.append((Path(path).name, start, stop))
+        return real_rows(path, start, stop)
+
+    with _store_reads(monkeypatch) as reads, monkeypatch.context() as patch:
+        patch.setattr(tl, "read_rows", reading_rows)
         assert main(["run", "leml", *over, "--refresh"]) == 0
     assert all(level < logging.WARNING for level, _ in said)
     said.clear()
@@ -641,7 +650,11 @@ def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeyp
     train_x = max((o["ref"] for o in m["outputs"]
                    if o["step"] == "leml-load" and o["ref"].endswith("-X")),
                   key=lambda ref: json.loads(store.meta(ref)["shape"])[0])
-    assert reads.count(train_x) == 3  # the 3 partition tasks, in this process here
+    # the 3 partition tasks (in this process here) read only their own rows of it
+    assert reads.count(train_x) == 0
+    n = json.loads(store.meta(train_x)["shape"])[0]
+    assert sorted(r for r in rows_read if r[0] == store.path(train_x).name) == [
+        (store.path(train_x).name, start, stop) for start, stop in row_block_bounds(n, 3)]
     W3, H3, _ = _final(project, m, 3)
     _, H2, _ = _final(project, m, 2)
     X, Y = read_xmc(project / "train.txt")

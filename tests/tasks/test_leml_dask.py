@@ -25,7 +25,7 @@ from algorithms.leml.data import split_rows
 
 distributed = pytest.importorskip("distributed")
 
-from tasks.leml import partition_rows  # noqa: E402
+from tasks.leml import partition_files  # noqa: E402
 from tasks.leml_dask import (  # noqa: E402
     N_BLOCKS,
     DaskWStep,
@@ -90,8 +90,9 @@ def _stored(tmp_path, case: str, dtype=np.float64, fit_intercept=False, bibtex=F
     model = LEML(fit_intercept=fit_intercept, dtype=np.dtype(dtype).name)
     data = model.prepare(train["X"], train["Y"], mask)
     parts = []
+    files = {"X": store.path("t/X"), "Y": store.path("t/Y")}
     for b in range(blocks):
-        rows = partition_rows(train, b, blocks, mask)
+        rows = partition_files(files, b, blocks, None if mask is None else store.path("t/mask"))
         for part, value in rows.items():
             store.write(f"p/{b}-{part}", value)
         parts.append({part: store.path(f"p/{b}-{part}") for part in rows})
@@ -322,8 +323,10 @@ def test_partition_blocks_keep_the_whole_datas_label_layout(tmp_path):
     for entries in ("dense", "sparse"):
         data = prepare_data(X, Y, mask, fit_intercept=True, dtype=np.float64, entries=entries)
         store, parts = Store(tmp_path / entries), []
+        files = {part: store.path(store.write(f"t/{part}", value))
+                 for part, value in (("X", X), ("Y", Y), ("mask", mask))}
         for b in range(3):
-            rows = partition_rows({"X": X, "Y": Y}, b, 3, mask)
+            rows = partition_files(files, b, 3, files["mask"])
             parts.append({part: store.path(store.write(f"p/{b}-{part}", value))
                           for part, value in rows.items()})
         source = PartitionedData.of(data, parts)

@@ -289,3 +289,71 @@ def test_tables_with_missing_values_and_lists_round_trip(tmp_path):
     assert back["n"].dtype == "Int64" and back["n"].isna().tolist() == [False, True, False]
     assert [list(t) for t in back["tokens"]] == [["a", "b"], [], ["c"]]
     pd.testing.assert_frame_equal(back.drop(columns="tokens"), frame.drop(columns="tokens"))
+
+
+def _values_for_rows():
+    rng = np.random.default_rng(5)
+    X = sp.random(40, 9, density=0.3, random_state=1, format="csr", dtype=np.float32)
+    X = sp.csr_matrix(X.toarray() * (np.arange(40) % 5 != 2)[:, None])  # some empty rows
+    wide = sp.csr_matrix(X, dtype=np.float64)
+    wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int64)
+    mask = sp.random(40, 9, density=0.4, random_state=2, format="csr").astype(bool)
+    return {"csr-float32": X, "csr-int64-index": wide, "csr-bool": mask,
+            "dense-float": rng.standard_normal((40, 3)), "dense-bool": rng.random((40, 4)) > 0.5}
+
+
+@pytest.mark.parametrize("case", sorted(_values_for_rows()))
+def test_rows_of_an_entry_equal_the_slice_of_the_whole_and_read_only_their_row_groups(
+        tmp_path, monkeypatch, case):
+    """``read_rows`` on a file of many row groups (7 table rows each) gives the slice of the
+    whole entry with the same dtypes, and reads at most the table rows of the range plus one
+    row group on each side."""
+    from tasks.store import decode, encode, read_rows
+
+    value = _values_for_rows()[case]
+    path = tmp_path / "entry.parquet"
+    pq.write_table(encode(value), path, row_group_size=7, write_page_checksum=True)
+    whole = decode(pq.read_table(path))
+    read: list[int] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def recording(self, groups, *args, **kwargs):
+        table = real(self, groups, *args, **kwargs)
+        read.append(table.num_rows)
+        return table
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", recording)
+    for start, stop in [(0, 40), (0, 0), (3, 17), (39, 40), (20, 22), (12, 13), (15, 15)]:
+        read.clear()
+        got = read_rows(path, start, stop)
+        expected = whole[start:stop]
+        assert got.shape == expected.shape == (stop - start, value.shape[1])
+        assert got.dtype == expected.dtype
+        if sp.issparse(value):
+            assert got.format == "csr"
+            assert got.indices.dtype == got.indptr.dtype == value.indices.dtype
+            np.testing.assert_array_equal(got.indptr, expected.indptr)
+            np.testing.assert_array_equal(got.indices, expected.indices)
+            np.testing.assert_array_equal(got.data, expected.data)
+            in_range = int(value.indptr[stop] - value.indptr[start])
+        else:
+            np.testing.assert_array_equal(got, expected)
+            in_range = stop - start
+        assert sum(read) <= in_range + 2 * 7
+
+
+def test_rows_are_read_only_of_csr_or_dense_entries_and_within_the_matrix(tmp_path):
+    from tasks.store import read_rows
+
+    store = Store(tmp_path)
+    csc = store.path(store.write("t/csc", sp.random(5, 4, density=0.5, format="csc")))
+    table = store.path(store.write("t/table", pd.DataFrame({"a": [1, 2]})))
+    dense = store.path(store.write("t/dense", np.zeros((5, 2))))
+    with pytest.raises(ValueError, match="csc.parquet: rows are read of a CSR or dense"):
+        read_rows(csc, 0, 2)
+    with pytest.raises(ValueError, match="rows are read of a CSR or dense"):
+        read_rows(table, 0, 1)
+    with pytest.raises(ValueError, match=r"rows 3:6 of a matrix of 5 rows"):
+        read_rows(dense, 3, 6)
+    with pytest.raises(CorruptEntry, match="missing.parquet: unreadable"):
+        read_rows(tmp_path / "missing.parquet", 0, 1)
