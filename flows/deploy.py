@@ -499,10 +499,72 @@ def cmd_serve(args: Any) -> int:
     from prefect.exceptions import TerminationSignal
 
     try:
-        asyncio.run(runner.start())
+        asyncio.run(serve_until_interrupted(runner))
     except (KeyboardInterrupt, TerminationSignal) as exc:
         log.info("received %s, shutting down", type(exc).__name__)
     return 0
+
+
+#: Seconds a flow-run process still alive at Ctrl-C has to end after SIGTERM (Prefect's
+#: engine then marks its run crashed) before it is killed.
+FLOW_RUN_GRACE = 10.0
+
+
+async def serve_until_interrupted(runner: Any, grace: float = FLOW_RUN_GRACE) -> None:
+    """``runner.start()`` until Ctrl-C (SIGINT); then end the flow-run processes still alive
+    and stop the runner (which pauses the schedules).
+
+    Why not let asyncio cancel ``runner.start()`` on SIGINT, as ``asyncio.run`` does: the
+    runner waits for each flow-run process in a thread (``process.join``), which no
+    cancellation interrupts, and it ends the processes still alive only after that wait.  A
+    process that lives on after its run finished (a Dask LocalCluster closing slowly at the
+    end of a run on the Dask task runner) then held ``scarce serve`` after Ctrl-C for as
+    long as it lived: the deployment test saw it exceed 180 s.  So the processes get SIGTERM
+    first, as the runner's own shutdown gives them, then SIGKILL after ``grace`` seconds.
+    """
+    import signal
+
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    serving = asyncio.ensure_future(runner.start())
+    waiting = asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            serving.result()
+            return
+        log.info("Ctrl-C: stopping the runner")
+        await asyncio.to_thread(end_processes, grace)
+        serving.cancel()
+        try:
+            await serving
+        except asyncio.CancelledError:
+            pass
+    finally:
+        waiting.cancel()
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def end_processes(grace: float) -> list[int]:
+    """SIGTERM to this process's live multiprocessing children (the runner's flow-run
+    processes), SIGKILL to those still alive ``grace`` seconds later; their pids."""
+    import multiprocessing
+    import time
+
+    children = multiprocessing.active_children()
+    for child in children:
+        print(f"ending flow-run process {child.pid} (SIGTERM, SIGKILL after {grace:g} s)",
+              flush=True)
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        child.join(max(deadline - time.monotonic(), 0))
+    for child in children:
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+    return [child.pid for child in children]
 
 
 def cmd_ui(args: Any) -> int:

@@ -104,8 +104,26 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT, seconds: float = 180
         try:
             proc.wait(seconds)
         except subprocess.TimeoutExpired:
+            import psutil
+
+            # What held it, for the failure's output; its descendants are not left behind.
+            left = psutil.Process(proc.pid).children(recursive=True)
+
+            def described(child) -> str:
+                try:
+                    return f"{child.pid} {' '.join(child.cmdline())[:200]}"
+                except psutil.Error:
+                    return f"{child.pid} (gone)"
+
+            print(f"still running {seconds} s after signal {sig}: pid {proc.pid}, with "
+                  + "; ".join(map(described, left)), file=sys.stderr)
             proc.kill()
             proc.wait(10)
+            for child in left:
+                try:
+                    child.kill()
+                except psutil.Error:
+                    pass
 
 
 @pytest.fixture(scope="module", autouse=True)
