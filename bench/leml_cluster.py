@@ -15,7 +15,10 @@ step is computed:
 * ``dask-1`` and ``dask-2``: a LocalCluster of 1 or 2 single-threaded worker processes
   started by the benchmark (``--dask-memory-limit`` each) and given to the flow by
   ``w_step.address``: each part is one row block read by a worker; the flow's process is
-  the client.
+  the client, and runs the steps' solvers (the W-step's conjugate gradient);
+* ``tasks-1`` and ``tasks-2``: the same cluster, and the flow's tasks run on it too
+  (``--runner dask --dask-address``): every step, the solvers included, runs on a worker,
+  and the flow's process only orchestrates.
 
 The same modes run first on each of ``--datasets`` whose Extreme Classification files are
 under ``--data`` (``xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz``; Bibtex is bundled):
@@ -49,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-MODES = ("local", "blocks", "dask-1", "dask-2")
+MODES = ("local", "blocks", "dask-1", "dask-2", "tasks-1", "tasks-2")
 TEST_POINTS = 10_000  # the Wikipedia set's test points (Yu et al., Table 2)
 
 
@@ -100,10 +103,11 @@ def flow_config(train: Path, test: Path, mode: str, iterations: int, address: st
     return config
 
 
-def run_flow(config: dict, root: Path, env: dict[str, str]) -> dict:
-    """``scarce run leml`` on ``config`` as a process of its own, in a fresh store and runs
-    folder under ``root``; its wall seconds, peak RSS (bytes, that process alone) and run
-    folder."""
+def run_flow(config: dict, root: Path, env: dict[str, str],
+             options: tuple[str, ...] = ()) -> dict:
+    """``scarce run leml`` on ``config`` (and the command's ``options``) as a process of its
+    own, in a fresh store and runs folder under ``root``; its wall seconds, peak RSS (bytes,
+    that process alone) and run folder."""
     from flows.config import project_root
 
     root.mkdir(parents=True)
@@ -113,7 +117,7 @@ def run_flow(config: dict, root: Path, env: dict[str, str]) -> dict:
     scarce = Path(sys.executable).with_name("scarce")
     start = time.perf_counter()
     with open(root / "flow.log", "wb") as log:
-        proc = subprocess.Popen([str(scarce), "run", "leml", "--config", str(path)],
+        proc = subprocess.Popen([str(scarce), "run", "leml", "--config", str(path), *options],
                                 cwd=project_root(), env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -216,7 +220,7 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
 
         results = _compare(args, name, modes, synthetic, tmp / "synthetic", env)
         bare = None
-        if any(m.startswith("dask") or m == "blocks" for m in modes):
+        if any(m != "local" for m in modes):
             some = next(results[m] for m in modes if m != "local")
             bare = bare_products(tmp / "train", float(some["cg"].mean()) + 1, 50, args.seed)
         _rows(rows, name, setting, modes, results, bare)
@@ -245,7 +249,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
 
     results: dict[str, dict] = {}
     for mode in modes:
-        workers = int(mode.split("-")[1]) if mode.startswith("dask") else 0
+        workers = int(mode.split("-")[1]) if mode.startswith(("dask", "tasks")) else 0
         cluster = client = None
         try:
             if workers:
@@ -258,7 +262,9 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
                 base = worker_peak_memory(client)
             config = make_config(mode, cluster.scheduler_address if cluster else None)
             _say(f"{name}: {mode} ...")
-            result = run_flow(config, root / mode, env)
+            options = (("--runner", "dask", "--dask-address", cluster.scheduler_address)
+                       if mode.startswith("tasks") else ())
+            result = run_flow(config, root / mode, env, options)
             if workers:
                 peaks = worker_peak_memory(client)
         finally:
@@ -282,7 +288,8 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
 
 def _rows(rows, name, setting, modes, results, bare) -> None:
     reference = results.get("local")
-    first_dask = next((results[m] for m in modes if m.startswith("dask")), None)
+    on_dask = ("dask", "tasks")
+    first_dask = next((results[m] for m in modes if m.startswith(on_dask)), None)
     for mode in modes:
         r = results[mode]
         method = f"LEML flow ({mode})"
@@ -312,10 +319,10 @@ def _rows(rows, name, setting, modes, results, bare) -> None:
                 ref = reference[f]
                 add(f"max|d{f}|/max|{f}| vs local (x1e-6)",
                     1e6 * np.abs(r[f] - ref).max() / np.abs(ref).max())
-        if first_dask is not None and mode.startswith("dask"):
+        if first_dask is not None and mode.startswith(on_dask):
             add("W and H bit-identical to the first Dask mode",
                 np.array_equal(r["W"], first_dask["W"]) and np.array_equal(r["H"],
                                                                             first_dask["H"]))
         if bare is not None and mode != "local":
-            workers = int(mode.split("-")[1]) if mode.startswith("dask") else 1
+            workers = int(mode.split("-")[1]) if mode.startswith(on_dask) else 1
             add("W-step / bare products", per["W"].mean() / (bare / workers))
