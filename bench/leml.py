@@ -157,7 +157,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "distributed sections")
     parser.add_argument("--modes", type=_names, default=["local", "dask-1", "dask-2"],
                         help="distributed section: the runs to compare, some of local, "
-                        "blocks, dask-1, dask-2, tasks-1, tasks-2 (bench.leml_cluster)")
+                        "blocks, dask-1, dask-2, dask-1-worker, dask-2-worker "
+                        "(bench.leml_cluster)")
     parser.add_argument("--parts", type=int, default=4,
                         help="distributed section: Parquet parts (row blocks) of the "
                         "training and test sets")

@@ -16,9 +16,9 @@ step is computed:
   started by the benchmark (``--dask-memory-limit`` each) and given to the flow by
   ``w_step.address``: each part is one row block read by a worker; the flow's process is
   the client, and runs the steps' solvers (the W-step's conjugate gradient);
-* ``tasks-1`` and ``tasks-2``: the same cluster, and the flow's tasks run on it too
-  (``--runner dask --dask-address``): every step, the solvers included, runs on a worker,
-  and the flow's process only orchestrates.
+* ``dask-1-worker`` and ``dask-2-worker``: the same, with ``w_step.driver: worker``: the
+  steps that run the solvers run whole on a worker too, and the flow's process only
+  orchestrates.
 
 The same modes run first on each of ``--datasets`` whose Extreme Classification files are
 under ``--data`` (``xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz``; Bibtex is bundled):
@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-MODES = ("local", "blocks", "dask-1", "dask-2", "tasks-1", "tasks-2")
+MODES = ("local", "blocks", "dask-1", "dask-2", "dask-1-worker", "dask-2-worker")
 TEST_POINTS = 10_000  # the Wikipedia set's test points (Yu et al., Table 2)
 
 
@@ -98,16 +98,13 @@ def flow_config(train: Path, test: Path, mode: str, iterations: int, address: st
                              test=str(test), normalize="none", validation_fraction=0.0)
     config["model"].update(loss="squared", rank=50, lam=1.0, outer_iterations=iterations,
                            cg_max_iter=10, cg_tol=1e-3, fit_intercept=False, dtype="float32")
-    runner = {"local": "local", "blocks": "blocks"}.get(mode, "dask")
-    config["w_step"].update(runner=runner, address=address)
-    return config
+    return _runner(config, mode, address)
 
 
-def run_flow(config: dict, root: Path, env: dict[str, str],
-             options: tuple[str, ...] = ()) -> dict:
-    """``scarce run leml`` on ``config`` (and the command's ``options``) as a process of its
-    own, in a fresh store and runs folder under ``root``; its wall seconds, peak RSS (bytes,
-    that process alone) and run folder."""
+def run_flow(config: dict, root: Path, env: dict[str, str]) -> dict:
+    """``scarce run leml`` on ``config`` as a process of its own, in a fresh store and runs
+    folder under ``root``; its wall seconds, peak RSS (bytes, that process alone) and run
+    folder."""
     from flows.config import project_root
 
     root.mkdir(parents=True)
@@ -117,7 +114,7 @@ def run_flow(config: dict, root: Path, env: dict[str, str],
     scarce = Path(sys.executable).with_name("scarce")
     start = time.perf_counter()
     with open(root / "flow.log", "wb") as log:
-        proc = subprocess.Popen([str(scarce), "run", "leml", "--config", str(path), *options],
+        proc = subprocess.Popen([str(scarce), "run", "leml", "--config", str(path)],
                                 cwd=project_root(), env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -226,6 +223,15 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
         _rows(rows, name, setting, modes, results, bare)
 
 
+def _runner(config: dict, mode: str, address: str | None) -> dict:
+    """``config`` with the ``w_step`` of ``mode``."""
+    runner = {"local": "local", "blocks": "blocks"}.get(mode, "dask")
+    config["w_step"].update(runner=runner, address=address)
+    if mode.endswith("-worker"):
+        config["w_step"]["driver"] = "worker"
+    return config
+
+
 def dataset_config(name: str, train: Path, test: Path, mode: str, address: str | None) -> dict:
     """The bundled LEML config on another data set (its XC files), without baselines."""
     from flows.config import project_root
@@ -233,9 +239,7 @@ def dataset_config(name: str, train: Path, test: Path, mode: str, address: str |
     config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
     config.update(name=name, baselines=[])
     config["dataset"].update(name=name, train=str(train), test=str(test))
-    runner = {"local": "local", "blocks": "blocks"}.get(mode, "dask")
-    config["w_step"].update(runner=runner, address=address)
-    return config
+    return _runner(config, mode, address)
 
 
 def _compare(args, name: str, modes: list[str], make_config, root: Path,
@@ -249,7 +253,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
 
     results: dict[str, dict] = {}
     for mode in modes:
-        workers = int(mode.split("-")[1]) if mode.startswith(("dask", "tasks")) else 0
+        workers = int(mode.split("-")[1]) if mode.startswith("dask") else 0
         cluster = client = None
         try:
             if workers:
@@ -262,9 +266,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
                 base = worker_peak_memory(client)
             config = make_config(mode, cluster.scheduler_address if cluster else None)
             _say(f"{name}: {mode} ...")
-            options = (("--runner", "dask", "--dask-address", cluster.scheduler_address)
-                       if mode.startswith("tasks") else ())
-            result = run_flow(config, root / mode, env, options)
+            result = run_flow(config, root / mode, env)
             if workers:
                 peaks = worker_peak_memory(client)
         finally:
@@ -288,7 +290,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
 
 def _rows(rows, name, setting, modes, results, bare) -> None:
     reference = results.get("local")
-    on_dask = ("dask", "tasks")
+    on_dask = "dask"
     first_dask = next((results[m] for m in modes if m.startswith(on_dask)), None)
     for mode in modes:
         r = results[mode]

@@ -172,6 +172,14 @@ class WStepConfig(Strict):
         description="Scheduler of an existing Dask cluster (tcp://host:8786); none: the run's "
         "own cluster (--dask-address, or --runner dask's), else a LocalCluster of `workers`.",
     )
+    driver: Literal["flow", "worker"] = Field(
+        "flow",
+        description="runner dask: where the solvers run (the conjugate gradient over the "
+        "W-step's d' x k vectors, the H-step's solves, the scoring): in the flow's process "
+        "(flow: a worker lost under a W-step costs only its blocks) or whole on a worker "
+        "(worker: the flow's process holds no factor; losing that worker restarts the step "
+        "on another).",
+    )
 
     def backend(self) -> dict | None:
         """The ``w_step`` argument of the W-step task, what it computes: None to run it in
@@ -187,7 +195,15 @@ class WStepConfig(Strict):
             return None
         if self.runner == "blocks":
             return {"inline": True}
-        return {"address": self.address or ctx.options.dask_address, "workers": self.workers}
+        return {"address": self.address or ctx.options.dask_address, "workers": self.workers,
+                "driver": self.driver}
+
+    @model_validator(mode="after")
+    def _driver_needs_dask(self) -> WStepConfig:
+        if self.driver != "flow" and self.runner != "dask":
+            raise ValueError(f"driver {self.driver!r} needs runner 'dask' (runner is "
+                             f"{self.runner!r})")
+        return self
 
 
 class LemlConfig(FlowConfig):

@@ -115,6 +115,22 @@ def _data_client(cluster: dict | None):
         yield client
 
 
+@contextmanager
+def _driver_client(cluster: dict | None):
+    """Where the steps that drive the solvers run (the start, both half-steps with the
+    objective and the validation P@1, the evaluation and the predictions): with
+    ``w_step.driver: worker`` (``cluster["driver"]``) whole on a worker of the W-step's
+    cluster, as :func:`_data_client` sends the steps over the data, so that the flow's
+    process holds neither the factors nor the solvers' ``d' x k`` vectors; else here (the
+    default, ``flow``: a worker lost under a W-step then costs only its blocks, not the
+    step)."""
+    if not cluster or cluster.get("driver") != "worker":
+        yield None
+        return
+    with _data_client(cluster) as client:
+        yield client
+
+
 @step("leml-load", files=("path", "labels_file"), outputs=("X", "Y", "features", "labels"),
       run_name="load {path.name}", runtime=("cluster",), where=("cluster", _data_client))
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
@@ -265,7 +281,7 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
 
 
 @step("leml-init", inputs=("train", "mask"), paths=("partition",), outputs=("W", "H"),
-      runtime=("cluster",), run_name="initial factors")
+      runtime=("cluster",), where=("cluster", _driver_client), run_name="initial factors")
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
                w_step: dict | None = None, cluster: dict | None = None) -> dict:
     """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
@@ -467,6 +483,7 @@ def _where(backend) -> dict:
     outputs=("W", "timings"),
     volatile=("timings",),
     runtime=("cluster",),
+    where=("cluster", _driver_client),
     run_name="alternate-W iter={iteration}",
 )
 def alternate_W(
@@ -502,6 +519,7 @@ def alternate_W(
     outputs=("H", "trace", "timings"),
     volatile=("timings",),
     runtime=("cluster",),
+    where=("cluster", _driver_client),
     run_name="alternate-H iter={iteration}",
 )
 def alternate_H(
@@ -575,6 +593,7 @@ def _test_scores(model, test: dict, batch_size: int) -> dict:
     outputs=("metrics", "convergence"),
     volatile=("convergence",),
     runtime=("cluster",),
+    where=("cluster", _driver_client),
     run_name="evaluate",
 )
 def evaluate(
@@ -608,7 +627,7 @@ def evaluate(
 
 
 @step("leml-predict", inputs=("test", "W", "H"), paths=("partition",), runtime=("cluster",),
-      run_name="predict top {top_k}")
+      where=("cluster", _driver_client), run_name="predict top {top_k}")
 def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k: int,
             batch_size: int, partition: list | None = None,
             cluster: dict | None = None) -> pd.DataFrame:

@@ -54,3 +54,22 @@ def test_the_flow_in_one_process_and_on_blocks_gives_a_table_of_both(tmp_path):
     assert blocks["max|dH|/max|H| vs local (x1e-6)"] < 1e3
     assert blocks["W-step / bare products"] > 0
     assert pd.isna(table.get(("LEML flow (local)", "W-step / bare products"), np.nan))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_server")
+def test_the_flow_with_its_solvers_on_a_worker_gives_the_same_factors(tmp_path):
+    """``dask-1-worker`` (``w_step.driver: worker``: the solvers on the benchmark's cluster
+    too) against ``dask-1`` (the cluster for the row blocks only): W and H bit for bit, and
+    the worker's peak measured."""
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--datasets", "none", "--sections", "distributed",
+                              "--synthetic-scale", "0.0001", "--modes", "dask-1,dask-1-worker",
+                              "--parts", "2", "--flow-iterations", "2",
+                              "--dask-memory-limit", "2GiB"])
+    table = bench.run(args).set_index(["method", "metric"])["value"]
+    tasks = table["LEML flow (dask-1-worker)"]
+    assert tasks["W and H bit-identical to the first Dask mode"] == 1
+    assert tasks["worker 0 peak RSS GiB"] > 0
+    assert 0.05 < tasks["client peak RSS GiB"] < 4

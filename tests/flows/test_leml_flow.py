@@ -272,7 +272,7 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     assert main(["run", "leml", *dask]) == 0
     m = _last(project)
     assert m["config"]["w_step"] == {"runner": "dask", "blocks": 3, "workers": 2,
-                                     "address": None}
+                                     "address": None, "driver": "flow"}
     assert not any(o["cached"] for o in m["outputs"] if o["step"] == "leml-alternate-W")
     W_dask, H_dask, _ = _final(project, m, 3)
     # only the summation order of the products differs: W and H agree to float32 rounding,
@@ -321,6 +321,47 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     W_runner, H_runner, _ = _final(project, m2, 3)
     np.testing.assert_array_equal(W_runner, W_dask)
     np.testing.assert_array_equal(H_runner, H_dask)
+
+
+def test_the_solvers_on_a_worker_give_the_same_outputs_and_none_runs_here(project,
+                                                                        monkeypatch):
+    """``w_step.driver: worker``: the start, the half-steps, the evaluation and the
+    predictions run whole on a worker, every step recomputed; this process calls none of the
+    estimator's steps and reads none of the factors, and W, H, the metrics and the
+    predictions are those of the solvers run here, bit for bit."""
+    dask = ["--set", "baselines=[]", "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    assert main(["run", "leml", *dask]) == 0  # the solvers here (a store hit of the test above)
+    here = _last(project)
+    called: list[str] = []
+
+    def recording(name):
+        real = getattr(LEML, name)
+
+        def method(self, *args, **kwargs):
+            called.append(name)
+            return real(self, *args, **kwargs)
+        return method
+
+    with _store_reads(monkeypatch) as reads, monkeypatch.context() as patch:
+        for name in ("start", "w_step", "h_step", "objective", "predict_top_k"):
+            patch.setattr(LEML, name, recording(name))
+        assert main(["run", "leml", *dask, "--set", "w_step.driver=worker", "--refresh"]) == 0
+    there = _last(project)
+    assert there["config"]["w_step"]["driver"] == "worker"
+    assert called == []
+    factors = {o["ref"] for o in there["outputs"]
+               if o["step"] in ("leml-init", "leml-alternate-W", "leml-alternate-H")
+               and o["ref"].endswith(("-W", "-H"))}
+    assert len(factors) == 2 + 3 + 3 and not factors & set(reads)
+    W, H, _ = _final(project, there, 3)
+    W_here, H_here, _ = _final(project, here, 3)
+    np.testing.assert_array_equal(W, W_here)
+    np.testing.assert_array_equal(H, H_here)
+    runs = project / "data" / "runs"
+    for table in ("metrics.parquet", "outputs/predictions.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(runs / there["run_id"] / table),
+                                      pd.read_parquet(runs / here["run_id"] / table))
+    assert main(["run", "leml", "--set", "w_step.driver=worker"]) == 2  # needs runner dask
 
 
 def test_missing_labels_flow_uses_the_stored_mask(project):
