@@ -73,3 +73,24 @@ def test_the_flow_with_its_solvers_on_a_worker_gives_the_same_factors(tmp_path):
     assert tasks["W and H bit-identical to the first Dask mode"] == 1
     assert tasks["worker 0 peak RSS GiB"] > 0
     assert 0.05 < tasks["client peak RSS GiB"] < 4
+
+
+def test_the_peak_of_a_child_is_its_own_not_this_processs():
+    """``_PeakWatch`` reads the child's own high-water mark: a child touching 64 MiB peaks
+    near that while this process holds 256 MiB more (``ru_maxrss`` from ``wait4`` reported
+    at least this process's RSS at the fork)."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.leml_cluster import _PeakWatch
+
+    held = np.ones(256 * 2**20 // 8)  # touched: resident in this process
+    code = "import numpy, time; a = numpy.ones(64 * 2**20 // 8); time.sleep(1.0)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    watch = _PeakWatch(proc.pid)
+    os.wait4(proc.pid, 0)
+    watch.stop()
+    proc.returncode = 0
+    assert 64 * 2**20 < watch.peak < 64 * 2**20 + 200 * 2**20
+    assert held.sum() > 0
