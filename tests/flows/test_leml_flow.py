@@ -116,6 +116,19 @@ def _final(project, manifest, iterations):
     return store.read(w + "-W"), store.read(h + "-H"), store
 
 
+def _assert_same_outputs(project, a, b, iterations: int = 3) -> None:
+    """Runs ``a`` and ``b`` (manifests) end with the same W and H, metrics table and
+    predictions, bit for bit."""
+    W_a, H_a, _ = _final(project, a, iterations)
+    W_b, H_b, _ = _final(project, b, iterations)
+    np.testing.assert_array_equal(W_a, W_b)
+    np.testing.assert_array_equal(H_a, H_b)
+    runs = project / "data" / "runs"
+    for name in ("metrics.parquet", "outputs/predictions.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(runs / a["run_id"] / name),
+                                      pd.read_parquet(runs / b["run_id"] / name))
+
+
 def check_top_k(predictions: pd.DataFrame, X, W: np.ndarray, H: np.ndarray, k: int) -> None:
     """``predictions`` (row, rank, label, score) are the ``k`` best labels of every row of
     ``X`` under the factors, against scores computed here in float64 with numpy: each
@@ -353,14 +366,7 @@ def test_the_solvers_on_a_worker_give_the_same_outputs_and_none_runs_here(projec
                if o["step"] in ("leml-init", "leml-alternate-W", "leml-alternate-H")
                and o["ref"].endswith(("-W", "-H"))}
     assert len(factors) == 2 + 3 + 3 and not factors & set(reads)
-    W, H, _ = _final(project, there, 3)
-    W_here, H_here, _ = _final(project, here, 3)
-    np.testing.assert_array_equal(W, W_here)
-    np.testing.assert_array_equal(H, H_here)
-    runs = project / "data" / "runs"
-    for table in ("metrics.parquet", "outputs/predictions.parquet"):
-        pd.testing.assert_frame_equal(pd.read_parquet(runs / there["run_id"] / table),
-                                      pd.read_parquet(runs / here["run_id"] / table))
+    _assert_same_outputs(project, there, here)
     assert main(["run", "leml", "--set", "w_step.driver=worker"]) == 2  # needs runner dask
 
 
@@ -540,14 +546,7 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
         folder = _last(project)
         loads = [o for o in folder["outputs"] if o["step"] == "leml-load"]
         assert len(loads) == 6 * 4  # 3 parts of each set, X, Y and the two index maps
-        W1, H1, _ = _final(project, single, 3)
-        W2, H2, _ = _final(project, folder, 3)
-        np.testing.assert_array_equal(W2, W1)
-        np.testing.assert_array_equal(H2, H1)
-        runs = project / "data" / "runs"
-        for name in ("metrics.parquet", "outputs/predictions.parquet"):
-            pd.testing.assert_frame_equal(pd.read_parquet(runs / folder["run_id"] / name),
-                                          pd.read_parquet(runs / single["run_id"] / name))
+        _assert_same_outputs(project, folder, single)
         part_data = [o["ref"] for o in loads if o["ref"].endswith(("-X", "-Y"))]
         if runner:  # no partition step: the parts are the blocks, loaded and read on the
             # workers only
