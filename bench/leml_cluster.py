@@ -328,8 +328,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
 
 def _rows(rows, name, setting, modes, results, bare) -> None:
     reference = results.get("local")
-    on_dask = "dask"
-    first_dask = next((results[m] for m in modes if m.startswith(on_dask)), None)
+    first_dask = next((results[m] for m in modes if m.startswith("dask")), None)
     for mode in modes:
         r = results[mode]
         method = f"LEML flow ({mode})"
@@ -359,10 +358,10 @@ def _rows(rows, name, setting, modes, results, bare) -> None:
                 ref = reference[f]
                 add(f"max|d{f}|/max|{f}| vs local (x1e-6)",
                     1e6 * np.abs(r[f] - ref).max() / np.abs(ref).max())
-        if first_dask is not None and mode.startswith(on_dask):
+        if first_dask is not None and mode.startswith("dask"):
             add("W and H bit-identical to the first Dask mode",
                 np.array_equal(r["W"], first_dask["W"]) and np.array_equal(r["H"],
                                                                             first_dask["H"]))
         if bare is not None and mode != "local":
-            workers = int(mode.split("-")[1]) if mode.startswith(on_dask) else 1
+            workers = int(mode.split("-")[1]) if mode.startswith("dask") else 1
             add("W-step / bare products", per["W"].mean() / (bare / workers))

@@ -147,9 +147,9 @@ class ModelConfig(Strict):
 
 class WStepConfig(Strict):
     """Where LEML's W-step (and the squared loss's H-step) runs.  What they compute depends
-    only on ``runner`` and ``blocks`` (their cache keys hold those); ``workers`` and
-    ``address`` only say where, and give the same ``W`` and ``H`` bit for bit wherever the
-    row blocks are."""
+    only on ``runner`` and ``blocks`` (their cache keys hold those); ``workers``,
+    ``address`` and ``driver`` only say where, and give the same ``W`` and ``H`` bit for bit
+    wherever the row blocks and the solvers are."""
 
     runner: Literal["local", "dask", "blocks"] = Field(
         "local",

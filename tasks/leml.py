@@ -294,11 +294,7 @@ def initialise(train: dict | None, mask, params: dict, partition: list | None = 
     if not model.squared_start():
         w_step = None
     with _w_step_backend(data, w_step, cluster, model.rank) as backend:
-        if backend is not None:
-            where = _where(backend)
-            log_both(logging.INFO, "squared-loss start (%d iterations) on the Dask cluster at "
-                     "%s: %d row blocks on %d workers", model.squared_init_iter,
-                     where["scheduler"], len(backend.bounds), where["workers"])
+        _say_where(backend, f"squared-loss start ({model.squared_init_iter} iterations)")
         W, H = model.start(data, backend=backend)
     return {"W": W, "H": H}
 
@@ -467,6 +463,14 @@ def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int |
         yield backend
 
 
+def _say_where(backend, what: str) -> None:
+    """Log where ``what`` (a step's work on ``backend``'s row blocks) runs; nothing for None."""
+    if backend is not None:
+        where = _where(backend)
+        log_both(logging.INFO, "%s on the Dask cluster at %s: %d row blocks on %d workers",
+                 what, where["scheduler"], len(backend.bounds), where["workers"])
+
+
 def _where(backend) -> dict:
     """The W-step's place, for its timings: the scheduler address and the number of workers
     (empty and 0 in this process)."""
@@ -503,10 +507,7 @@ def alternate_W(
     t0 = time.perf_counter()
     with _w_step_backend(data, w_step, cluster, model.rank) as backend:
         where = _where(backend)
-        if backend is not None:
-            log_both(logging.INFO, "W-step %d on the Dask cluster at %s: %d row blocks on %d "
-                     "workers", iteration, where["scheduler"], len(backend.bounds),
-                     where["workers"])
+        _say_where(backend, f"W-step {iteration}")
         W, info = model.w_step(data, W, H, backend=backend)
     timings = _timings(iteration, "W", time.perf_counter() - t0, info).assign(**where)
     return {"W": W, "timings": timings}
@@ -547,11 +548,7 @@ def alternate_H(
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
     with _w_step_backend(data, h_step, cluster, model.rank) as backend:
-        if backend is not None:
-            where = _where(backend)
-            log_both(logging.INFO, "H-step %d on the Dask cluster at %s: %d row blocks on %d "
-                     "workers", iteration, where["scheduler"], len(backend.bounds),
-                     where["workers"])
+        _say_where(backend, f"H-step {iteration}")
         H, info = model.h_step(data, W, H, backend=backend)
         seconds = time.perf_counter() - t0
         obj = model.objective(data, W, H, backend=backend)
