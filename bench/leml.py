@@ -38,6 +38,9 @@ Sections (``--sections``, comma-separated):
   synthetic problem written as folders of Parquet parts, in one process and on 1 and 2 Dask
   workers: wall and iteration seconds, the peak RSS of the flow's process and of each
   worker, P@k, and the factors against the one-process run (:mod:`bench.leml_cluster`).
+* ``partition``: one row block of a stored CSR matrix read as a partition task reads it
+  (``tasks.store.read_rows``) against the whole entry read and sliced, each in a fresh
+  process: seconds and peak RSS (:mod:`bench.leml_partition`).
 
 LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
 ``--h-solver``, ``--w-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`)
@@ -80,7 +83,8 @@ from flows.published import LEML_XC
 from tasks.leml import observe, validation_rows
 from tasks.readers.xmc import read_xmc
 
-SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "w-step", "distributed")
+SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "w-step", "distributed",
+            "partition")
 # Extreme Classification Repository, LEML row (P@1, P@3, P@5, in %).
 PUBLISHED = {name: tuple(row.values()) for name, row in LEML_XC.items()}
 COLUMNS = ["section", "dataset", "method", "setting", "metric", "value"]
@@ -164,6 +168,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "training and test sets")
     parser.add_argument("--flow-iterations", type=int, default=3,
                         help="distributed section: the flow's alternating iterations")
+    parser.add_argument("--partition-shape", type=_shape, default=(400_000, 100_000),
+                        help="partition section: rows x features of the stored matrix")
+    parser.add_argument("--partition-row-nnz", type=int, default=50,
+                        help="partition section: entries a row")
+    parser.add_argument("--partition-blocks", type=int, default=8,
+                        help="partition section: row blocks the matrix is cut into")
+    parser.add_argument("--partition-block", type=int, default=3,
+                        help="partition section: the block read (0-based)")
+
+
+def _shape(text: str) -> tuple[int, int]:
+    try:
+        rows, cols = (int(t) for t in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLUMNS, got {text!r}") from None
+    return rows, cols
 
 
 def _say(*parts) -> None:
@@ -700,6 +720,13 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
 
             run_section(args, rows, min(distributed_scale, 0.01) if args.quick
                         else distributed_scale)
+        if "partition" in args.sections:
+            from bench.leml_partition import run_section as partition_section
+
+            if args.quick:
+                args.partition_shape = (min(args.partition_shape[0], 40_000),
+                                        min(args.partition_shape[1], 10_000))
+            partition_section(args, rows)
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["value"] = table["value"].astype(float).round(4)
     return table
