@@ -144,7 +144,9 @@ class Store:
 
     def read(self, ref: str) -> Any:
         """The value stored under ``ref``: DataFrame, sparse matrix or ndarray."""
-        return decode(self.read_table(ref))
+        value = decode(self.read_table(ref))
+        release_arrow_memory()
+        return value
 
     def meta(self, ref: str) -> dict[str, str]:
         """The ``scarce.*`` metadata of an entry, read from its footer only."""
@@ -477,7 +479,10 @@ def read_rows(path: str | os.PathLike[str], start: int, stop: int) -> Any:
         table = table.slice(lo, hi - lo)
         table = table.set_column(column, "row", pa.array(rows[lo:hi] - rows.dtype.type(start)))
     schema_meta = {**schema_meta, b"scarce.shape": json.dumps([stop - start, shape[1]]).encode()}
-    return decode(table.replace_schema_metadata(schema_meta))
+    value = decode(table.replace_schema_metadata(schema_meta))
+    del table
+    release_arrow_memory()
+    return value
 
 
 def _row_groups(pf: pq.ParquetFile, groups: list[int], path: Path) -> pa.Table:
@@ -494,9 +499,11 @@ def read_parquet_entry(path: Path) -> Any:
     from tasks.errors import InputError
 
     try:
-        return decode(read_checked_table(Path(path)))
+        value = decode(read_checked_table(Path(path)))
     except CorruptEntry as exc:
         raise InputError(str(exc).removeprefix(f"{path}: "), path=path) from None
+    release_arrow_memory()
+    return value
 
 
 # -- encoding --------------------------------------------------------------
@@ -621,10 +628,45 @@ def table_checksum(table: pa.Table) -> str:
     # One chunk per column: the IPC stream would otherwise depend on how the
     # table happened to be chunked, not only on its content.
     table = table.replace_schema_metadata(meta).combine_chunks()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    # The stream is hashed as it is written, not held: a whole copy of the table less at
+    # every read (0.33 GiB less peak for a 22M-entry CSR entry, the same digest).
+    sink = _HashingSink()
+    with pa.PythonFile(sink, mode="w") as stream, \
+            pa.ipc.new_stream(stream, table.schema) as writer:
         writer.write_table(table)
-    return hashlib.sha256(sink.getvalue()).hexdigest()
+    return sink.sha.hexdigest()
+
+
+class _HashingSink:
+    """A write-only file that keeps only the sha256 of what is written to it."""
+
+    def __init__(self) -> None:
+        self.sha, self.size, self.closed = hashlib.sha256(), 0, False
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def release_arrow_memory() -> None:
+    """Give back to the system the memory Arrow's allocator keeps after a read.
+
+    Arrow's default pool (mimalloc) keeps what a table used once the table is freed: a
+    process that had read a 22M-entry CSR entry (0.26 GiB as scipy arrays) stayed at
+    1.0 GiB resident until this call, then fell to 0.14 GiB.  A Dask worker that reads its
+    row blocks would carry that for the rest of the run.
+    """
+    pa.default_memory_pool().release_unused()
 
 
 @contextmanager

@@ -357,3 +357,43 @@ def test_rows_are_read_only_of_csr_or_dense_entries_and_within_the_matrix(tmp_pa
         read_rows(dense, 3, 6)
     with pytest.raises(CorruptEntry, match="missing.parquet: unreadable"):
         read_rows(tmp_path / "missing.parquet", 0, 1)
+
+
+def test_the_checksum_is_the_sha256_of_the_tables_ipc_stream_however_it_is_chunked():
+    """The streamed checksum (hashed as written) equals the digest of the whole IPC stream
+    held in memory, as entries written before it were checked, for any chunking."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from tasks.store import CHECKSUM_KEY, table_checksum
+
+    rng = np.random.default_rng(0)
+    columns = {"row": np.arange(50_000, dtype=np.int32),
+               "value": rng.standard_normal(50_000).astype(np.float32)}
+    whole = pa.table(columns).replace_schema_metadata({b"scarce.kind": b"sparse",
+                                                       CHECKSUM_KEY: b"left out"})
+    chunked = pa.concat_tables([whole.slice(0, 7_000), whole.slice(7_000)])
+    assert chunked.column("row").num_chunks == 2
+    held = pa.BufferOutputStream()
+    reference = whole.replace_schema_metadata({b"scarce.kind": b"sparse"})
+    with pa.ipc.new_stream(held, reference.schema) as writer:
+        writer.write_table(reference)
+    expected = hashlib.sha256(held.getvalue()).hexdigest()
+    assert table_checksum(whole) == table_checksum(chunked) == expected
+
+
+def test_every_read_gives_arrows_unused_memory_back(tmp_path, monkeypatch):
+    import tasks.store as store_module
+    from tasks.store import read_parquet_entry, read_rows
+
+    calls = []
+    monkeypatch.setattr(store_module, "release_arrow_memory", lambda: calls.append(1))
+    store = Store(tmp_path / "store")
+    X = sp.random(300, 40, density=0.2, random_state=0, format="csr")
+    ref = store.write("test/x", X)
+    assert (abs(store.read(ref) - X)).max() == 0
+    path = store.path(ref)
+    assert (abs(read_parquet_entry(path) - X)).max() == 0
+    assert (abs(read_rows(path, 10, 20) - X[10:20])).max() == 0
+    assert len(calls) == 3
