@@ -91,7 +91,7 @@ from algorithms.leml.w_step import WStepProducts, w_loss_value
 from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
 __all__ = ["DaskWStep", "InlineClient", "N_BLOCKS", "PartitionedData", "check_worker_memory",
-           "check_workers_can_run",
+           "check_workers_can_run", "driver_nbytes", "this_worker",
            "cluster_workers", "data_nbytes", "evaluate_on_blocks", "predict_on_blocks",
            "prepared_nbytes", "worker_peak_memory", "working_nbytes"]
 
@@ -408,6 +408,11 @@ def _aligned(array: np.ndarray) -> np.ndarray:
     """
     if array.ctypes.data % ALIGNMENT == 0 and array.flags.c_contiguous:
         return array
+    return _fresh_aligned(array)
+
+
+def _fresh_aligned(array: np.ndarray) -> np.ndarray:
+    """A new C-contiguous copy of ``array`` at :data:`ALIGNMENT`, never ``array`` itself."""
     raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
@@ -440,15 +445,57 @@ def _align(value, depth: int = 0):
     return value
 
 
+class _Aligned:
+    """An array for the block tasks that reaches every worker aligned: pickled as the array,
+    unpickled into an aligned copy (:func:`_aligned`).
+
+    A worker that fetches ``W``, ``H`` or a CG direction from another keeps one object for
+    all its tasks; unpickled this way it is aligned once, where before every block task made
+    its own aligned copy and held it as long as its result (4 copies of ``W`` and ``H``,
+    0.43 GiB, at the peak of a one-process run at full scale).  :meth:`DaskWStep._put` wraps
+    a new copy (:func:`_fresh_aligned`), never the driver's own array, which its solver may
+    change in place afterwards (a cluster of threads shares objects without pickling).
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self):
+        return _unpickled_aligned, (self.array,)
+
+
+def _unpickled_aligned(array: np.ndarray) -> _Aligned:
+    return _Aligned(_aligned(array))
+
+
+def _sizeof_aligned(value: _Aligned) -> int:
+    return int(value.array.nbytes)
+
+
+try:  # Dask's memory accounting of what a worker holds
+    from dask.sizeof import sizeof as _dask_sizeof
+
+    _dask_sizeof.register(_Aligned)(_sizeof_aligned)
+except ImportError:
+    pass
+
+
+def _wrap_aligned(array: np.ndarray) -> _Aligned:
+    """``array`` as :class:`_Aligned`: a new aligned copy where this task runs."""
+    return _Aligned(_fresh_aligned(array))
+
+
 def _call(fn, pin_blas: bool, *args):
-    """``fn(*args)`` on a worker: every array it reads at one fixed alignment (:func:`_align`),
-    and with one BLAS / OpenMP thread when ``pin_blas``, so that the arithmetic is the same
-    bits on every worker whatever its environment and however the data reached it (a worker
-    that joins later, a block recomputed after a lost worker or moved by Dask's work
-    stealing)."""
+    """``fn(*args)`` on a worker: every array it reads at one fixed alignment (:func:`_align`;
+    :class:`_Aligned` arguments are aligned already), and with one BLAS / OpenMP thread when
+    ``pin_blas``, so that the arithmetic is the same bits on every worker whatever its
+    environment and however the data reached it (a worker that joins later, a block
+    recomputed after a lost worker or moved by Dask's work stealing)."""
     from threadpoolctl import threadpool_limits
 
-    args = [_align(a) for a in args]
+    args = [a.array if isinstance(a, _Aligned) else _align(a) for a in args]
     with threadpool_limits(1) if pin_blas else nullcontext():
         return fn(*args)
 
@@ -517,8 +564,40 @@ def working_nbytes(block_rows: list[int], *, n_features: int, n_labels: int, ran
     return int(size)
 
 
+#: Arrays of ``d' x k`` (in the factors' dtype) that the process driving a W-step holds at
+#: once, an upper count: the start and the gradient, CG's solution, residual, direction and
+#: product, the Hessian product's sum and the term being added to it, the step and the new
+#: ``W``, and for the margin losses TRON's trial point and its gradient; and arrays of
+#: ``L x k`` (float64): ``H``, the H-step's right-hand side and its sums.  The traced peak of
+#: a start, a W-step, an H-step and the objective driven from a test process was 10.9
+#: (squared) and 14.2 (logistic) arrays of ``d' x k`` at 20,001 x 16
+#: (``tests/tasks/test_leml_dask.py``).
+DRIVER_W_ARRAYS, DRIVER_H_ARRAYS = 16, 4
+
+
+def driver_nbytes(*, n_features: int, n_labels: int, rank: int, dtype) -> int:
+    """Bytes of the solver's arrays in the process that drives a step (the flow's, or with
+    ``w_step.driver: worker`` a worker's), an upper estimate: :data:`DRIVER_W_ARRAYS` of
+    ``d' x k`` and :data:`DRIVER_H_ARRAYS` of ``L x k``."""
+    k = int(rank)
+    return int(DRIVER_W_ARRAYS * n_features * k * np.dtype(dtype).itemsize
+               + DRIVER_H_ARRAYS * n_labels * k * 8)
+
+
+def this_worker() -> str | None:
+    """The address of the Dask worker running this code (a step sent whole to a worker, as
+    ``w_step.driver: worker`` sends the solvers' steps); None elsewhere."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
 def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
-                        blocks: int, working=None) -> None:
+                        blocks: int, working=None, driver: str | None = None,
+                        driver_bytes: int = 0) -> None:
     """Refuse, before anything is sent, row blocks that would not fit their workers.
 
     Each worker holds the blocks placed on it (``block_workers``, sizes in ``sizes``) and,
@@ -527,7 +606,8 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
     exceeds :data:`~algorithms.memory.HEADROOM` of the worker's memory limit (the
     ``--memory-limit`` of ``dask worker``, the ``memory_limit`` of a LocalCluster; none set:
     no check), :class:`~algorithms.memory.MemoryBudgetError` says in one line which option
-    to change.
+    to change.  The worker ``driver`` (the one this step runs on, :func:`this_worker`) holds
+    ``driver_bytes`` more: the solver's arrays (:func:`driver_nbytes`).
     """
     from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
 
@@ -536,19 +616,27 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
     held: dict[str, list[int]] = {}
     for b, worker in enumerate(block_workers):
         held.setdefault(worker, []).append(b)
+    if driver in limits:
+        held.setdefault(driver, [])
     for worker, mine in held.items():
         limit = limits.get(worker, 0)
         data = sum(sizes[b] for b in mine)
-        extra = 0 if working is None else int(working(mine))
-        if limit and data + extra > HEADROOM * limit:
-            arrays = f" and {format_bytes(extra)} of working arrays" if extra else ""
+        extra = 0 if working is None or not mine else int(working(mine))
+        solver = driver_bytes if worker == driver else 0
+        if limit and data + extra + solver > HEADROOM * limit:
+            arrays = f", {format_bytes(extra)} of working arrays" if extra else ""
+            arrays += (f", {format_bytes(solver)} of the solver's arrays (it drives the step:"
+                       " w_step.driver worker)" if solver else "")
             raise MemoryBudgetError(
                 f"LEML on Dask: worker {worker} would hold {len(mine)} row block(s) of the "
                 f"training data, {format_bytes(data)}{arrays}, over {HEADROOM:.0%} of its "
                 f"memory limit {format_bytes(limit)}: add workers (w_step.workers, or more "
                 f"`dask worker` processes) or raise their --memory-limit; w_step.blocks "
                 f"({blocks} over {len(limits)} workers now) spreads the blocks more evenly"
-                + ("; a lower model.rank shrinks the working arrays" if extra else ""))
+                + ("; a lower model.rank shrinks the working arrays" if extra or solver
+                   else "")
+                + ("; w_step.driver flow keeps the solver's arrays in the flow's process"
+                   if solver else ""))
 
 
 def _partition_block(source: PartitionedData, b: int) -> LEMLData:
@@ -751,8 +839,11 @@ class DaskWStep:
         working = None if rank is None else (lambda mine: working_nbytes(
             [rows[b] for b in mine], n_features=self.n_features, n_labels=self.n_labels,
             rank=rank, dtype=self.dtype, fully_observed=self.fully_observed))
+        driver = this_worker()
+        solver = 0 if rank is None or driver is None else driver_nbytes(
+            n_features=self.n_features, n_labels=self.n_labels, rank=rank, dtype=self.dtype)
         check_worker_memory(client, self.block_workers, sizes, blocks=len(self.bounds),
-                            working=working)
+                            working=working, driver=driver, driver_bytes=solver)
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
         n = len(self.bounds)
@@ -793,9 +884,9 @@ class DaskWStep:
         worker."""
         array = np.ascontiguousarray(array)
         if self.recoverable:
-            return self.client.submit(_identity, array, key=self._key("array", None, stage),
-                                      pure=False)
-        return self.client.scatter(array, broadcast=True, hash=False)
+            return self.client.submit(_wrap_aligned, array,
+                                      key=self._key("array", None, stage), pure=False)
+        return self.client.scatter(_wrap_aligned(array), broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
         return _fetched_sum(self.client, self._map(fn, per_block, *shared))

@@ -30,6 +30,7 @@ from tasks.leml_dask import (  # noqa: E402
     N_BLOCKS,
     DaskWStep,
     PartitionedData,
+    _Aligned,
     data_nbytes,
     worker_peak_memory,
 )
@@ -208,7 +209,7 @@ def test_blocks_are_scattered_once_and_iterations_send_only_directions(client):
         # Per W-step: H, the point W0 and one direction per CG iteration, nothing else.
         assert len(rec.scattered) == 2 * 2 + n_cg
         small = {(data.n_features, K), (data.n_labels, K)}
-        assert all(isinstance(a, np.ndarray) and a.shape in small for a in rec.scattered)
+        assert all(isinstance(a, _Aligned) and a.array.shape in small for a in rec.scattered)
         # Tasks carry only futures of blocks / products / those arrays, plus the loss.
         for args in rec.submitted:
             for a in args:
@@ -632,6 +633,31 @@ def test_arrays_are_realigned_wherever_they_land():
         assert array.ctypes.data % ALIGNMENT == 0
 
 
+def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_callers():
+    """``DaskWStep._put``'s wrapper: unpickled from a message buffer at an odd offset it is
+    aligned once, for every task of that worker; made here, it is a new copy (the driver
+    changes its own arrays in place), and Dask counts its bytes."""
+    import pickle
+
+    from dask.sizeof import sizeof
+
+    from tasks.leml_dask import ALIGNMENT, _Aligned, _wrap_aligned
+
+    a = np.arange(1000, dtype=np.float32).reshape(100, 10)
+    buffers: list = []
+    message = pickle.dumps(_Aligned(a), protocol=5, buffer_callback=buffers.append)
+    raw = bytearray(a.nbytes + 13)
+    raw[13:] = buffers[0].raw()
+    back = pickle.loads(message, buffers=[memoryview(raw)[13:]])
+    assert isinstance(back, _Aligned) and back.array.ctypes.data % ALIGNMENT == 0
+    np.testing.assert_array_equal(back.array, a)
+    wrapped = _wrap_aligned(a)
+    assert not np.shares_memory(wrapped.array, a)
+    assert wrapped.array.ctypes.data % ALIGNMENT == 0
+    np.testing.assert_array_equal(wrapped.array, a)
+    assert sizeof(wrapped) >= a.nbytes
+
+
 def _block_computations(dask_scheduler):  # run on the scheduler
     return dask_scheduler.task_prefixes["leml-w-block"].state_counts["memory"]
 
@@ -901,3 +927,73 @@ def test_large_terms_are_fetched_one_at_a_time_and_add_to_the_same_bits(monkeypa
     np.testing.assert_array_equal(small, sum_in_order(parts))
     np.testing.assert_array_equal(large, sum_in_order(parts))
     np.testing.assert_array_equal(parts[0], first)  # the first term is not added into
+
+
+# -- the memory of the process that drives the solvers -----------------------------------------
+@slow
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(client, loss):
+    """The traced peak of a start, a W-step, an H-step and the objective driven from this
+    process, the blocks on the workers, is under :func:`driver_nbytes` (what the guard counts
+    on a worker that drives them) and not far under it (within 2x)."""
+    import tracemalloc
+
+    from tasks.leml_dask import driver_nbytes
+
+    X = normalize(sp.random(300, 20_000, density=0.003, random_state=4, format="csr"))
+    Y = sp.random(300, 1_500, density=0.01, random_state=5, format="csr")
+    Y.data[:] = 1
+    data = prepare_data(X, Y, fit_intercept=True, dtype=np.float32)
+    k = 16
+    model = LEML(rank=k, lam=1.0, loss=loss, cg_max_iter=8, dtype="float32", random_state=0,
+                 squared_init_iter=1 if loss != "squared" else 0)
+    with DaskWStep(client, data, 3, rank=k) as backend:
+        tracemalloc.start()
+        try:
+            W, H = model.start(data, backend=backend)
+            W, _ = model.w_step(data, W, H, backend=backend)
+            H, _ = model.h_step(data, W, H, backend=backend)
+            model.objective(data, W, H, backend=backend)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    estimate = driver_nbytes(n_features=data.n_features, n_labels=data.n_labels, rank=k,
+                             dtype=np.float32)
+    assert estimate / 2 < peak <= estimate, (peak, estimate)
+
+
+@slow
+def test_the_worker_that_drives_a_step_counts_the_solvers_arrays(client):
+    """Run on a worker (as ``w_step.driver: worker`` runs the solvers' steps), the guard adds
+    the solver's arrays to that worker's blocks and names the option; driven from here, the
+    same step fits.  Nothing of the size is allocated: the guard refuses first."""
+    from algorithms.memory import MemoryBudgetError
+    from tasks.leml_dask import driver_nbytes, this_worker, working_nbytes
+
+    X = normalize(sp.random(40, 20_000, density=0.01, random_state=6, format="csr"))
+    Y = sp.random(40, 12, density=0.2, random_state=7, format="csr")
+    Y.data[:] = 1
+    data = prepare_data(X, Y, fit_intercept=False, dtype=np.float64)
+    limit = min(info["memory_limit"] for info in client.scheduler_info()["workers"].values())
+    # the rank at which the solver's arrays alone take 90% of what a worker may hold
+    rank = int(0.9 * 0.8 * limit / driver_nbytes(n_features=data.n_features,
+                                                n_labels=data.n_labels, rank=1,
+                                                dtype=data.dtype))
+    working = working_nbytes([20], n_features=data.n_features, n_labels=data.n_labels,
+                             rank=rank, dtype=data.dtype, fully_observed=True)
+    assert working < 0.3 * 0.8 * limit  # the blocks' own working arrays fit
+    assert this_worker() is None
+
+    def build(rank):
+        from distributed import worker_client
+
+        with worker_client() as here, DaskWStep(here, data, 2, rank=rank) as backend:
+            return len(backend.block_futures), this_worker()
+
+    with DaskWStep(client, data, 2, rank=rank) as backend:  # driven from here: it fits
+        assert len(backend.block_futures) == 2
+    with pytest.raises(MemoryBudgetError, match="w_step.driver flow") as exc:
+        client.submit(build, rank, pure=False).result()
+    assert "of the solver's arrays (it drives the step" in str(exc.value)
+    n, where = client.submit(build, 2, pure=False).result()  # a small rank fits there too
+    assert n == 2 and where in client.scheduler_info()["workers"]
