@@ -34,7 +34,10 @@ RSS it had before the flow; P@1/3/5; max |W - W_local| / max |W_local| and the s
 whether W and H equal the first Dask mode's bit for bit.  Then ``W-step / bare products``:
 a W-step's seconds over what its sparse products alone cost on the same parts, timed here
 in one thread, (CG iterations + 1) x sum over parts of (X_b V + X_b^T U), divided by the
-number of workers (4 parts on 2 workers: 2 each).
+number of workers (4 parts on 2 workers: 2 each); and the same products timed on as many
+processes as workers at once, each with its workers' parts (:func:`bare_products_at_once`):
+the W-step over that, and the ceiling this machine gives the workers' products, one process
+over as many at once (its cores share memory bandwidth and caches).
 
 Times are wall-clock on a shared 2-core machine: compare modes of one run, as ratios.
 """
@@ -210,6 +213,57 @@ def bare_products(train: Path, cg_steps: float, k: int, seed: int) -> float:
     return cg_steps * total
 
 
+def _bare_share(paths: list[str], k: int, seed: int, barrier, queue) -> None:
+    """In a process of its own: the seconds of ``X_b V`` and ``X_b^T U`` over its parts
+    ``paths``, best of 3, started when every process of the measurement has its parts."""
+    from threadpoolctl import threadpool_limits
+
+    from tasks.store import read_parquet_entry
+
+    rng = np.random.default_rng(seed)
+    held = []
+    for path in paths:
+        X = read_parquet_entry(Path(path)).tocsr()
+        held.append((X, rng.standard_normal((X.shape[1], k), dtype=np.float32),
+                     rng.standard_normal((X.shape[0], k), dtype=np.float32)))
+    barrier.wait()
+    best = np.inf
+    with threadpool_limits(1):
+        for _ in range(3):
+            t = time.perf_counter()
+            for X, V, U in held:
+                X @ V
+                X.T @ U
+            best = min(best, time.perf_counter() - t)
+    queue.put(best)
+
+
+def bare_products_at_once(train: Path, cg_steps: float, k: int, seed: int,
+                          processes: int) -> float:
+    """What :func:`bare_products` measures, the parts shared among ``processes`` processes
+    as the row blocks are among the workers (part ``b`` on process ``b mod processes``) and
+    timed all at once: the slowest process's seconds times ``cg_steps``.  Against
+    :func:`bare_products` over ``processes``, it is what this machine gives a second worker
+    (its cores share memory bandwidth and caches), the ceiling of the speed-up of the
+    workers' block products."""
+    import multiprocessing
+
+    parts = [str(p) for p in sorted(train.glob("*.X.parquet"))]
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_bare_share, args=(parts[i::processes], k, seed,
+                                                         barrier, queue))
+               for i in range(processes)]
+    for w in workers:
+        w.start()
+    try:
+        seconds = [queue.get(timeout=3600) for _ in workers]
+    finally:
+        for w in workers:
+            w.join()
+    return cg_steps * max(seconds)
+
+
 def run_section(args, rows: list[tuple], scale: float) -> None:
     """The flow in each mode of ``--modes`` on each of ``--datasets`` found under ``--data``
     (the bundled config, the data changed, no baseline) and on the synthetic problem."""
@@ -257,7 +311,12 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
         bare = None
         if any(m != "local" for m in modes):
             some = next(results[m] for m in modes if m != "local")
-            bare = bare_products(tmp / "train", float(some["cg"].mean()) + 1, 50, args.seed)
+            steps = float(some["cg"].mean()) + 1
+            bare = {0: bare_products(tmp / "train", steps, 50, args.seed)}
+            for n in sorted({int(m.split("-")[1]) for m in modes if m.startswith("dask")}):
+                bare[n] = bare_products_at_once(tmp / "train", steps, 50, args.seed, n)
+                _say(f"{name}: bare products on {n} process(es) at once {bare[n]:.1f} s, "
+                     f"one after the other in one {bare[0]:.1f} s")
         _rows(rows, name, setting, modes, results, bare)
 
 
@@ -364,4 +423,9 @@ def _rows(rows, name, setting, modes, results, bare) -> None:
                                                                             first_dask["H"]))
         if bare is not None and mode != "local":
             workers = int(mode.split("-")[1]) if mode.startswith("dask") else 1
-            add("W-step / bare products", per["W"].mean() / (bare / workers))
+            add("W-step / bare products", per["W"].mean() / (bare[0] / workers))
+            if workers in bare and mode.startswith("dask"):
+                add("W-step / bare products on as many processes at once",
+                    per["W"].mean() / bare[workers])
+                add("bare products: one process / as many at once (the machine's ceiling)",
+                    bare[0] / bare[workers])
