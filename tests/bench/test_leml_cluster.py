@@ -3,8 +3,6 @@ written part by part, and the flow run as a process of its own in two modes."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +11,7 @@ from bench import leml as bench
 from bench.leml_cluster import write_parts
 from tasks.leml import input_parts, parquet_pair
 from tasks.store import read_parquet_entry
+from tests.bench.tables import leml_table
 
 
 def test_each_part_is_the_generator_drawn_from_its_own_stream(tmp_path):
@@ -35,12 +34,9 @@ def test_each_part_is_the_generator_drawn_from_its_own_stream(tmp_path):
 
 @pytest.mark.usefixtures("prefect_server")
 def test_the_flow_in_one_process_and_on_blocks_gives_a_table_of_both(tmp_path):
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    args = parser.parse_args(["--datasets", "none", "--sections", "distributed",
-                              "--synthetic-scale", "0.0001", "--modes", "local,blocks",
-                              "--parts", "2", "--flow-iterations", "2"])
-    table = bench.run(args).set_index(["method", "metric"])["value"]
+    table = leml_table("--datasets", "none", "--sections", "distributed",
+                       "--synthetic-scale", "0.0001", "--modes", "local,blocks",
+                       "--parts", "2", "--flow-iterations", "2")
     for mode in ("local", "blocks"):
         row = table[f"LEML flow ({mode})"]
         iterations = [row[f"iteration {i} seconds (W + H)"] for i in (1, 2)]
@@ -62,13 +58,10 @@ def test_the_flow_with_its_solvers_on_a_worker_gives_the_same_factors(tmp_path):
     """``dask-1-worker`` (``w_step.driver: worker``: the solvers on the benchmark's cluster
     too) against ``dask-1`` (the cluster for the row blocks only): W and H bit for bit, and
     the worker's peak measured."""
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    args = parser.parse_args(["--datasets", "none", "--sections", "distributed",
-                              "--synthetic-scale", "0.0001", "--modes", "dask-1,dask-1-worker",
-                              "--parts", "2", "--flow-iterations", "2",
-                              "--dask-memory-limit", "2GiB"])
-    table = bench.run(args).set_index(["method", "metric"])["value"]
+    table = leml_table("--datasets", "none", "--sections", "distributed",
+                       "--synthetic-scale", "0.0001", "--modes", "dask-1,dask-1-worker",
+                       "--parts", "2", "--flow-iterations", "2",
+                       "--dask-memory-limit", "2GiB")
     tasks = table["LEML flow (dask-1-worker)"]
     assert tasks["W and H bit-identical to the first Dask mode"] == 1
     assert tasks["worker 0 peak RSS GiB"] > 0

@@ -12,6 +12,7 @@ from algorithms.leml.data import row_block_bounds
 from bench import leml as bench
 from bench.leml_partition import digest, read_block, write_matrix
 from tasks.store import read_parquet_entry
+from tests.bench.tables import leml_table
 
 
 def test_the_written_matrix_and_both_reads_of_a_block_are_its_rows(tmp_path):
@@ -32,13 +33,10 @@ def test_the_written_matrix_and_both_reads_of_a_block_are_its_rows(tmp_path):
 
 @pytest.mark.slow
 def test_the_section_gives_both_ways_in_fresh_processes_and_their_ratios():
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    args = parser.parse_args(["--datasets", "none", "--sections", "partition",
-                              "--partition-shape", "20000x4000", "--partition-row-nnz", "20",
-                              "--partition-blocks", "5", "--partition-block", "4",
-                              "--repeats", "1"])
-    table = bench.run(args).set_index(["method", "metric"])["value"]
+    table = leml_table("--datasets", "none", "--sections", "partition",
+                       "--partition-shape", "20000x4000", "--partition-row-nnz", "20",
+                       "--partition-blocks", "5", "--partition-block", "4",
+                       "--repeats", "1")
     assert table[("read_rows / whole", "the same block (exactly)")] == 1.0
     for way in ("read whole, then slice", "read_rows"):
         assert table[(way, "seconds")] > 0
