@@ -191,42 +191,19 @@ def read_run(result: dict) -> dict:
             "iterations": per, "cg": cg}
 
 
-def bare_products(train: Path, cg_steps: float, k: int, seed: int) -> float:
-    """Seconds of the sparse products of one W-step alone, one thread: ``cg_steps`` times,
-    for every part, ``X_b V`` (d x k) and ``X_b^T U`` (n_b x k), best of 3."""
+def _part_with_vectors(path: Path, k: int, rng) -> tuple:
+    """A training part's X (CSR) and random ``V`` (d x k) and ``U`` (n_b x k) for it."""
     from tasks.store import read_parquet_entry
 
-    rng = np.random.default_rng(seed)
-    total = 0.0
-    for x_path in sorted(train.glob("*.X.parquet")):
-        X = read_parquet_entry(x_path).tocsr()
-        V = rng.standard_normal((X.shape[1], k), dtype=np.float32)
-        U = rng.standard_normal((X.shape[0], k), dtype=np.float32)
-        best = np.inf
-        for _ in range(3):
-            t = time.perf_counter()
-            X @ V
-            X.T @ U
-            best = min(best, time.perf_counter() - t)
-        total += best
-        del X, V, U
-    return cg_steps * total
+    X = read_parquet_entry(path).tocsr()
+    return (X, rng.standard_normal((X.shape[1], k), dtype=np.float32),
+            rng.standard_normal((X.shape[0], k), dtype=np.float32))
 
 
-def _bare_share(paths: list[str], k: int, seed: int, barrier, queue) -> None:
-    """In a process of its own: the seconds of ``X_b V`` and ``X_b^T U`` over its parts
-    ``paths``, best of 3, started when every process of the measurement has its parts."""
+def _best_products_seconds(held: list[tuple]) -> float:
+    """Seconds of ``X_b V`` and ``X_b^T U`` over the parts ``held``, best of 3, one thread."""
     from threadpoolctl import threadpool_limits
 
-    from tasks.store import read_parquet_entry
-
-    rng = np.random.default_rng(seed)
-    held = []
-    for path in paths:
-        X = read_parquet_entry(Path(path)).tocsr()
-        held.append((X, rng.standard_normal((X.shape[1], k), dtype=np.float32),
-                     rng.standard_normal((X.shape[0], k), dtype=np.float32)))
-    barrier.wait()
     best = np.inf
     with threadpool_limits(1):
         for _ in range(3):
@@ -235,7 +212,25 @@ def _bare_share(paths: list[str], k: int, seed: int, barrier, queue) -> None:
                 X @ V
                 X.T @ U
             best = min(best, time.perf_counter() - t)
-    queue.put(best)
+    return best
+
+
+def bare_products(train: Path, cg_steps: float, k: int, seed: int) -> float:
+    """Seconds of the sparse products of one W-step alone, one thread: ``cg_steps`` times,
+    for every part, ``X_b V`` (d x k) and ``X_b^T U`` (n_b x k), best of 3 (one part in
+    memory at a time)."""
+    rng = np.random.default_rng(seed)
+    return cg_steps * sum(_best_products_seconds([_part_with_vectors(path, k, rng)])
+                          for path in sorted(train.glob("*.X.parquet")))
+
+
+def _bare_share(paths: list[str], k: int, seed: int, barrier, queue) -> None:
+    """In a process of its own: the seconds of ``X_b V`` and ``X_b^T U`` over its parts
+    ``paths``, best of 3, started when every process of the measurement has its parts."""
+    rng = np.random.default_rng(seed)
+    held = [_part_with_vectors(Path(path), k, rng) for path in paths]
+    barrier.wait()
+    queue.put(_best_products_seconds(held))
 
 
 def bare_products_at_once(train: Path, cg_steps: float, k: int, seed: int,

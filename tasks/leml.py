@@ -369,13 +369,9 @@ def _same_scheduler(a: str, b: str) -> bool:
 
 
 def _in_dask_worker() -> bool:
-    try:
-        from distributed import get_worker
+    from tasks.leml_dask import this_worker
 
-        get_worker()
-    except (ImportError, ValueError):
-        return False
-    return True
+    return this_worker() is not None
 
 
 def _runner_client():

@@ -882,7 +882,6 @@ class DaskWStep:
         """One small array (``d' x k`` or ``L x k``) for the block tasks: a task holding it
         (recomputable) for :class:`PartitionedData`, else one scattered copy on every
         worker."""
-        array = np.ascontiguousarray(array)
         if self.recoverable:
             return self.client.submit(_wrap_aligned, array,
                                       key=self._key("array", None, stage), pure=False)
