@@ -30,7 +30,10 @@ and P@5 equal the ``local`` run's exactly; the seconds of each iteration (its W-
 H-step, from the steps' ``timings`` entries) and their mean; the peak RSS of the flow's
 process (its ``VmHWM``, read until it exits: the Prefect API is the
 benchmark's, so the flow starts no server); each worker's peak RSS (``VmHWM``) and the
-RSS it had before the flow; P@1/3/5; max |W - W_local| / max |W_local| and the same for H;
+RSS it had before the flow, and on the synthetic problem the bytes of the row blocks it
+holds (block ``b`` on worker ``b mod n``, their size estimated from the parts' footers) and
+its peak above them (what a worker holds whatever its share of the data); P@1/3/5;
+max |W - W_local| / max |W_local| and the same for H;
 whether W and H equal the first Dask mode's bit for bit.  Then ``W-step / bare products``:
 a W-step's seconds over what its sparse products alone cost on the same parts, timed here
 in one thread, (CG iterations + 1) x sum over parts of (X_b V + X_b^T U), divided by the
@@ -312,7 +315,20 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
                 bare[n] = bare_products_at_once(tmp / "train", steps, 50, args.seed, n)
                 _say(f"{name}: bare products on {n} process(es) at once {bare[n]:.1f} s, "
                      f"one after the other in one {bare[0]:.1f} s")
-        _rows(rows, name, setting, modes, results, bare)
+        _rows(rows, name, setting, modes, results, bare, block_bytes(tmp / "train"))
+
+
+def block_bytes(train: Path) -> list[int]:
+    """The bytes of each row block of the training parts in ``train`` once a worker has
+    prepared it (its ``X``, ``X^T``, ``Y`` and ``Y^T``; estimated from the files' footers by
+    :meth:`~tasks.leml_dask.PartitionedData.block_nbytes`), as the benchmark's flow
+    prepares them (float32, no constant feature)."""
+    from tasks.leml_dask import PartitionedData
+
+    parts = [{"X": str(x), "Y": str(x).replace(".X.parquet", ".Y.parquet")}
+             for x in sorted(train.glob("part-*.X.parquet"))]
+    return PartitionedData.from_files(parts, fit_intercept=False,
+                                      dtype="float32").block_nbytes()
 
 
 def _runner(config: dict, mode: str, address: str | None) -> dict:
@@ -380,7 +396,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
     return results
 
 
-def _rows(rows, name, setting, modes, results, bare) -> None:
+def _rows(rows, name, setting, modes, results, bare, blocks=None) -> None:
     reference = results.get("local")
     first_dask = next((results[m] for m in modes if m.startswith("dask")), None)
     for mode in modes:
@@ -401,6 +417,10 @@ def _rows(rows, name, setting, modes, results, bare) -> None:
         for i, (start, peak) in enumerate(r.get("workers", [])):
             add(f"worker {i} RSS GiB before the flow", start / 2**30)
             add(f"worker {i} peak RSS GiB", peak / 2**30)
+            if blocks is not None:  # block b on worker b mod n, as DaskWStep places them
+                held = sum(blocks[i::len(r["workers"])])
+                add(f"worker {i} row blocks GiB", held / 2**30)
+                add(f"worker {i} peak above its row blocks GiB", (peak - held) / 2**30)
         for metric in ("precision@1", "precision@3", "precision@5"):
             add(metric, r["metrics"][metric])
         if reference is not None and mode != "local":

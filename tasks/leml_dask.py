@@ -70,7 +70,7 @@ import os
 import resource
 import sys
 import uuid
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -487,6 +487,61 @@ def _wrap_aligned(array: np.ndarray) -> _Aligned:
     return _Aligned(_fresh_aligned(array))
 
 
+class _Handed:
+    """An array sent inside a task, so that the scheduler can send the task again after a
+    lost worker, and handed over once by the worker that runs it (:func:`_take_aligned`).
+
+    A worker keeps the arguments of every task it ran as long as the task's result: an array
+    sent as ``submit(f, array)`` stayed in the worker's memory twice, as the received
+    message and as the task's aligned copy (``W``, a CG direction and ``H``: 181 MiB of a
+    worker's peak in a memory profile at full scale).  Held in this box, the worker's copy
+    of the argument is dropped once the task has made its own.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self):
+        return _Handed, (self.array,)
+
+
+def _shares_objects_with_scheduler() -> bool:
+    """True in a worker whose scheduler passes it objects without pickling them (an
+    ``inproc://`` cluster of threads): the task's arguments are then the scheduler's own."""
+    try:
+        from distributed import get_worker
+
+        address = get_worker().scheduler.address
+    except (ImportError, ValueError, AttributeError):
+        return True
+    return str(address).startswith("inproc://")
+
+
+def _take_aligned(box: _Handed) -> _Aligned:
+    """The array in ``box`` as :class:`_Aligned` (a new aligned copy), and ``box`` emptied
+    when this worker's copy of it is its own (see :class:`_Handed`)."""
+    array = box.array
+    if array is None:
+        raise RuntimeError("the array of this task was handed over already; a task holding "
+                           "one is run once per worker")
+    if not _shares_objects_with_scheduler():
+        box.array = None
+    return _Aligned(_fresh_aligned(array))
+
+
+@contextmanager
+def _arrays_in_graph(*arrays: np.ndarray):
+    """Submit tasks that carry ``arrays`` without Dask's warning about a large graph: they go
+    inside the task on purpose, so that the task can be computed again after a lost worker."""
+    import dask
+
+    size = sum(int(a.nbytes) for a in arrays) + (10 << 20)
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": size}):
+        yield
+
+
 def _call(fn, pin_blas: bool, *args):
     """``fn(*args)`` on a worker: every array it reads at one fixed alignment (:func:`_align`;
     :class:`_Aligned` arguments are aligned already), and with one BLAS / OpenMP thread when
@@ -642,10 +697,6 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
 def _partition_block(source: PartitionedData, b: int) -> LEMLData:
     """Row block ``b`` of ``source``, from its own files (:meth:`PartitionedData.block`)."""
     return source.block(b)
-
-
-def _identity(value):
-    return value
 
 
 def _peak_rss() -> int:
@@ -883,8 +934,9 @@ class DaskWStep:
         (recomputable) for :class:`PartitionedData`, else one scattered copy on every
         worker."""
         if self.recoverable:
-            return self.client.submit(_wrap_aligned, array,
-                                      key=self._key("array", None, stage), pure=False)
+            with _arrays_in_graph(array):
+                return self.client.submit(_take_aligned, _Handed(array),
+                                          key=self._key("array", None, stage), pure=False)
         return self.client.scatter(_wrap_aligned(array), broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
@@ -981,8 +1033,9 @@ def _on_blocks(client, fn, files: list[dict], W, H, *args, name: str, workers=No
     if not workers:
         raise ValueError("the Dask cluster has no workers; start some before the evaluation")
     tag = uuid.uuid4().hex[:8]
-    factors = [client.submit(_identity, np.ascontiguousarray(a), key=f"leml-e-{n}-{tag}",
-                             pure=False) for n, a in (("W", W), ("H", H))]
+    with _arrays_in_graph(W, H):
+        factors = [client.submit(_take_aligned, _Handed(a), key=f"leml-e-{n}-{tag}",
+                                 pure=False) for n, a in (("W", W), ("H", H))]
     futures = [client.submit(_call, fn, True, f, *factors, *args,
                              key=f"leml-e-{name}-{tag}-block{b}",
                              workers=[workers[b % len(workers)]], allow_other_workers=True,

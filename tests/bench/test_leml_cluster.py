@@ -32,6 +32,23 @@ def test_each_part_is_the_generator_drawn_from_its_own_stream(tmp_path):
     assert (abs(a - b)).max() > 0
 
 
+def test_a_workers_row_blocks_are_counted_as_the_flow_prepares_them(tmp_path):
+    """``block_bytes``: per part, the bytes of the block the flow prepares from it."""
+    from algorithms.leml.data import prepare_rows
+    from bench.leml_cluster import block_bytes
+    from tasks.leml_dask import data_nbytes
+
+    write_parts(tmp_path / "parts", 30, 200, 100, 3, seed=1, stream=0)
+    files = input_parts(tmp_path / "parts", "parquet")
+    expected = []
+    for path in files:
+        X, Y = read_parquet_entry(path), read_parquet_entry(parquet_pair(path)[1])
+        block = prepare_rows(X, Y, fit_intercept=False, dtype="float32",
+                             layout={"labels": "full", "index_dtype": None})
+        expected.append(data_nbytes(block))
+    assert block_bytes(tmp_path / "parts") == expected
+
+
 @pytest.mark.usefixtures("prefect_server")
 def test_the_flow_in_one_process_and_on_blocks_gives_a_table_of_both(tmp_path):
     table = leml_table("--datasets", "none", "--sections", "distributed",
@@ -65,6 +82,9 @@ def test_the_flow_with_its_solvers_on_a_worker_gives_the_same_factors(tmp_path):
     tasks = table["LEML flow (dask-1-worker)"]
     assert tasks["W and H bit-identical to the first Dask mode"] == 1
     assert tasks["worker 0 peak RSS GiB"] > 0
+    assert tasks["worker 0 peak above its row blocks GiB"] == pytest.approx(
+        tasks["worker 0 peak RSS GiB"] - tasks["worker 0 row blocks GiB"])
+    assert 0 < tasks["worker 0 row blocks GiB"] < tasks["worker 0 peak RSS GiB"]
     # the same products timed in one process, as the one worker holds them
     assert tasks["W-step / bare products on as many processes at once"] > 0
     assert 0.2 < tasks["bare products: one process / as many at once (the machine's ceiling)"] < 5

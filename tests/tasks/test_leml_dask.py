@@ -658,6 +658,59 @@ def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_call
     assert sizeof(wrapped) >= a.nbytes
 
 
+def _handed_array(task_state):
+    """The array in the ``_Handed`` box among a task's arguments (None once handed over)."""
+    from tasks.leml_dask import _Handed
+
+    boxes = [a for a in task_state.run_spec.args if isinstance(a, _Handed)]
+    assert len(boxes) == 1
+    return boxes[0].array
+
+
+def _worker_holds(key, dask_worker):  # run on a worker
+    ts = dask_worker.state.tasks.get(key)
+    return None if ts is None else _handed_array(ts) is not None
+
+
+def _scheduler_holds(key, dask_scheduler):  # run on the scheduler
+    return _handed_array(dask_scheduler.tasks[key]) is not None
+
+
+@slow
+def test_an_array_sent_in_a_task_is_held_once_by_the_worker_and_kept_by_the_scheduler(client):
+    """``DaskWStep._put``'s task: the worker that ran it keeps its aligned copy only, not
+    also the received argument (it held both before); the scheduler keeps the argument, so
+    the task can be sent again after a lost worker.  On an ``inproc://`` cluster, where the
+    worker's argument is the scheduler's own object, nothing is emptied."""
+    import warnings
+
+    from distributed import Client, LocalCluster
+
+    from tasks.leml_dask import ALIGNMENT, _arrays_in_graph, _Handed, _take_aligned
+
+    a = np.arange(3_200_000, dtype=np.float32).reshape(-1, 50)  # 12.8 MB: above Dask's
+    with warnings.catch_warnings():                              # 10 MB graph warning
+        warnings.simplefilter("error")
+        with _arrays_in_graph(a):
+            future = client.submit(_take_aligned, _Handed(a), pure=False)
+        value = future.result()
+    assert value.array.ctypes.data % ALIGNMENT == 0
+    np.testing.assert_array_equal(value.array, a)
+    held = [h for h in client.run(_worker_holds, future.key).values() if h is not None]
+    assert held == [False]
+    assert client.run_on_scheduler(_scheduler_holds, future.key)
+    with pytest.warns(UserWarning, match="large graph"):  # what _arrays_in_graph quiets
+        client.submit(_take_aligned, _Handed(a), pure=False).result()
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        with _arrays_in_graph(a):
+            future = c.submit(_take_aligned, _Handed(a), pure=False)
+        np.testing.assert_array_equal(future.result().array, a)
+        assert list(c.run(_worker_holds, future.key).values()) == [True]
+        assert c.run_on_scheduler(_scheduler_holds, future.key)
+
+
 def _block_computations(dask_scheduler):  # run on the scheduler
     return dask_scheduler.task_prefixes["leml-w-block"].state_counts["memory"]
 
