@@ -526,9 +526,10 @@ def _take_aligned(box: _Handed) -> _Aligned:
     if array is None:
         raise RuntimeError("the array of this task was handed over already; a task holding "
                            "one is run once per worker")
+    aligned = _Aligned(_fresh_aligned(array))
     if not _shares_objects_with_scheduler():
         box.array = None
-    return _Aligned(_fresh_aligned(array))
+    return aligned
 
 
 @contextmanager
