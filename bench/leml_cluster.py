@@ -323,10 +323,11 @@ def block_bytes(train: Path) -> list[int]:
     prepared it (its ``X``, ``X^T``, ``Y`` and ``Y^T``; estimated from the files' footers by
     :meth:`~tasks.leml_dask.PartitionedData.block_nbytes`), as the benchmark's flow
     prepares them (float32, no constant feature)."""
+    from tasks.leml import input_parts, parquet_pair
     from tasks.leml_dask import PartitionedData
 
-    parts = [{"X": str(x), "Y": str(x).replace(".X.parquet", ".Y.parquet")}
-             for x in sorted(train.glob("part-*.X.parquet"))]
+    parts = [dict(zip(("X", "Y"), map(str, parquet_pair(x)), strict=True))
+             for x in input_parts(train, "parquet")]
     return PartitionedData.from_files(parts, fit_intercept=False,
                                       dtype="float32").block_nbytes()
 

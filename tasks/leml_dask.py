@@ -508,15 +508,11 @@ class _Handed:
 
 
 def _shares_objects_with_scheduler() -> bool:
-    """True in a worker whose scheduler passes it objects without pickling them (an
-    ``inproc://`` cluster of threads): the task's arguments are then the scheduler's own."""
-    try:
-        from distributed import get_worker
-
-        address = get_worker().scheduler.address
-    except (ImportError, ValueError, AttributeError):
-        return True
-    return str(address).startswith("inproc://")
+    """True outside a worker, or in a worker whose scheduler passes it objects without
+    pickling them (an ``inproc://`` cluster of threads): the task's arguments are then the
+    scheduler's own."""
+    worker = _current_worker()
+    return worker is None or str(worker.scheduler.address).startswith("inproc://")
 
 
 def _take_aligned(box: _Handed) -> _Aligned:
@@ -526,7 +522,7 @@ def _take_aligned(box: _Handed) -> _Aligned:
     if array is None:
         raise RuntimeError("the array of this task was handed over already; a task holding "
                            "one is run once per worker")
-    aligned = _Aligned(_fresh_aligned(array))
+    aligned = _wrap_aligned(array)
     if not _shares_objects_with_scheduler():
         box.array = None
     return aligned
@@ -541,6 +537,13 @@ def _arrays_in_graph(*arrays: np.ndarray):
     size = sum(int(a.nbytes) for a in arrays) + (10 << 20)
     with dask.config.set({"distributed.admin.large-graph-warning-threshold": size}):
         yield
+
+
+def _send_array(client, array: np.ndarray, key: str):
+    """A future of ``array`` as :class:`_Aligned` on a worker, from a task that carries it
+    (:class:`_Handed`): recomputable after a lost worker, held once by the worker."""
+    with _arrays_in_graph(array):
+        return client.submit(_take_aligned, _Handed(array), key=key, pure=False)
 
 
 def _call(fn, pin_blas: bool, *args):
@@ -640,15 +643,21 @@ def driver_nbytes(*, n_features: int, n_labels: int, rank: int, dtype) -> int:
                + DRIVER_H_ARRAYS * n_labels * k * 8)
 
 
-def this_worker() -> str | None:
-    """The address of the Dask worker running this code (a step sent whole to a worker, as
-    ``w_step.driver: worker`` sends the solvers' steps); None elsewhere."""
+def _current_worker():
+    """The Dask worker running this code; None elsewhere."""
     try:
         from distributed import get_worker
 
-        return get_worker().address
+        return get_worker()
     except (ImportError, ValueError):
         return None
+
+
+def this_worker() -> str | None:
+    """The address of the Dask worker running this code (a step sent whole to a worker, as
+    ``w_step.driver: worker`` sends the solvers' steps); None elsewhere."""
+    worker = _current_worker()
+    return None if worker is None else worker.address
 
 
 def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
@@ -935,9 +944,7 @@ class DaskWStep:
         (recomputable) for :class:`PartitionedData`, else one scattered copy on every
         worker."""
         if self.recoverable:
-            with _arrays_in_graph(array):
-                return self.client.submit(_take_aligned, _Handed(array),
-                                          key=self._key("array", None, stage), pure=False)
+            return _send_array(self.client, array, self._key("array", None, stage))
         return self.client.scatter(_wrap_aligned(array), broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
@@ -1034,9 +1041,7 @@ def _on_blocks(client, fn, files: list[dict], W, H, *args, name: str, workers=No
     if not workers:
         raise ValueError("the Dask cluster has no workers; start some before the evaluation")
     tag = uuid.uuid4().hex[:8]
-    with _arrays_in_graph(W, H):
-        factors = [client.submit(_take_aligned, _Handed(a), key=f"leml-e-{n}-{tag}",
-                                 pure=False) for n, a in (("W", W), ("H", H))]
+    factors = [_send_array(client, a, f"leml-e-{n}-{tag}") for n, a in (("W", W), ("H", H))]
     futures = [client.submit(_call, fn, True, f, *factors, *args,
                              key=f"leml-e-{name}-{tag}-block{b}",
                              workers=[workers[b % len(workers)]], allow_other_workers=True,
