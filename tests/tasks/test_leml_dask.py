@@ -192,8 +192,9 @@ def test_one_and_two_workers_give_bit_identical_W(client, case, loss):
 
 
 @slow
-def test_blocks_are_scattered_once_and_iterations_send_only_directions(client):
-    data = _problem("masked-sparse")
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_blocks_are_scattered_once_and_iterations_send_only_directions(client, case):
+    data = _problem(case)
     W0, H = _start(data)
     rec = RecordingClient(client)
     ws = DaskWStep(rec, data, blocks=4)
@@ -214,7 +215,8 @@ def test_blocks_are_scattered_once_and_iterations_send_only_directions(client):
         for args in rec.submitted:
             for a in args:
                 assert not isinstance(a, np.ndarray | LEMLData | sp.spmatrix), type(a)
-        assert len(rec.submitted) == 2 * (4 + 4 + 4 * 6)  # products, gradient, 6 CG
+        # products, their gradient and their Hessian part, 6 CG
+        assert len(rec.submitted) == 2 * (4 + 4 + 4 + 4 * 6)
     finally:
         ws.close()
     peaks = worker_peak_memory(client)
@@ -813,6 +815,106 @@ def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
             _kill(c, ws.block_workers[0])
             with pytest.raises(Exception, match="cancel|lost|forgotten"):  # noqa: PT011
                 _w_step(data, W0, H, backend=ws, **kwargs)
+
+
+def _step_arrays(dask_worker):  # run on a worker
+    """Shapes of the W-step's arrays this worker holds, each array once: those sent to it
+    (``_put``) and the ``W`` and ``H`` of its blocks' products."""
+    from algorithms.leml.w_step import WStepProducts
+
+    held = {}
+    for value in dask_worker.data.values():
+        arrays = ([value.array] if isinstance(value, _Aligned) else
+                  [value.W, value.H] if isinstance(value, WStepProducts) else [])
+        held.update((id(a), a.shape) for a in arrays if a is not None)
+    return sorted(held.values())
+
+
+class _DuringCG:
+    """Wraps a :class:`DaskWStep`'s operators: ``hook(step)`` runs before the Hessian-vector
+    product number ``at`` of each W-step's CG (the gradient is taken by then)."""
+
+    def __init__(self, step, at, hook):
+        self.step, self.at, self.hook = step, at, hook
+
+    def operators(self, H, loss):
+        ops = self.step.operators(H, loss)
+        products, step, at, hook = ops.products, self.step, self.at, self.hook
+
+        def hooked(W, state=None):
+            p = products(W, state)
+            hess_vec, calls = p.hess_vec, [0]
+
+            def counted(V):
+                calls[0] += 1
+                if calls[0] == at:
+                    hook(step)
+                return hess_vec(V)
+
+            p.hess_vec = counted
+            return p
+
+        ops.products = hooked
+        return ops
+
+
+@slow
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_workers_free_W_and_the_squared_losss_H_once_the_gradient_is_taken(client, case):
+    """Through the CG iterations a worker holds no copy of ``W``, and for the squared loss
+    fully observed (whose Hessian uses only ``2 H^T H``) none of ``H`` either; the other
+    cases keep ``H`` (their Hessian uses it), one copy a worker."""
+    data = _problem(case)
+    W0, H = _start(data)
+    expected = [] if case == "full" else [(data.n_labels, K)]
+    seen = []
+
+    def observe(step):
+        for _ in range(300):  # Dask frees released keys asynchronously: a generous 30 s
+            held = step.client.run(_step_arrays)
+            if all(h == expected for h in held.values()):
+                break
+            time.sleep(0.1)
+        seen.append(held)
+
+    with DaskWStep(client, data, blocks=4) as ws:
+        W, _ = _w_step(data, W0, H, backend=_DuringCG(ws, 2, observe), cg_max_iter=4,
+                       cg_tol=0.0)
+        reference, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4, cg_tol=0.0)
+    assert len(seen) == 1 and len(seen[0]) == 2
+    assert all(h == expected for h in seen[0].values()), seen
+    np.testing.assert_array_equal(W, reference)
+
+
+@slow
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_a_worker_lost_in_the_middle_of_cg_costs_its_blocks_and_gives_the_same_W(
+        tmp_path, case):
+    """SIGKILL a worker after the gradient is taken, in the middle of the CG iterations: the
+    blocks' products for the Hessian that it held are built again from the arrays the
+    client no longer holds (their tasks stay recomputable), and ``W`` is the same bits."""
+    from distributed import Client, LocalCluster
+
+    source, data = _stored(tmp_path, case)
+    W0, H = _start(data)
+    kwargs = dict(cg_max_iter=6, cg_tol=0.0)
+    killed = []
+
+    def kill(step):
+        killed.append(step.block_workers[0])
+        _kill(step.client, step.block_workers[0])
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, memory_limit="1GiB") as cluster, \
+            Client(cluster) as c:
+        c.wait_for_workers(2)
+        with DaskWStep(c, source) as ws:
+            reference, _ = _w_step(data, W0, H, backend=ws, **kwargs)
+        with DaskWStep(c, source) as ws:
+            W, _ = _w_step(data, W0, H, backend=_DuringCG(ws, 3, kill), **kwargs)
+        assert len(killed) == 1
+        assert killed[0] not in c.scheduler_info(n_workers=-1)["workers"]
+        np.testing.assert_array_equal(W, reference)
 
 
 # -- the memory guard --------------------------------------------------------------------------
