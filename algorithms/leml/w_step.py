@@ -47,6 +47,21 @@ W_SOLVERS = ("tron", "bound")
 _EIG_MAX = 4096
 
 
+#: Rows of a ``d' x k`` product that :func:`_times_in_place` multiplies at a time.
+GRAM_ROWS = 1 << 14
+
+
+def _times_in_place(A: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``A @ G`` written into ``A`` (``d' x k`` times ``k x k``), :data:`GRAM_ROWS` rows at a
+    time: ``A @ G`` at once would hold a second ``d' x k`` array beside ``A`` (73 MB at
+    d' = 366,932, k = 50 in float32), and numpy's ``matmul(A, G, out=A)`` copies ``A``
+    first because the two overlap."""
+    for start in range(0, A.shape[0], GRAM_ROWS):
+        rows = A[start:start + GRAM_ROWS]
+        rows[...] = rows @ G
+    return A
+
+
 class WStepProducts:
     """The loss terms of the W-step's gradient and Hessian-vector product (Yu et al., Sec. 3).
 
@@ -120,7 +135,8 @@ class WStepProducts:
         """The loss term of the Hessian at ``W`` times ``V`` (d' x k, a new array)."""
         X, xt = self.data.X, self.data.xt_matmul
         if self.fast:
-            return xt(X @ V) @ self.G2 if self.gram_left else xt((X @ V) @ self.G2)
+            return _times_in_place(xt(X @ V), self.G2) if self.gram_left else \
+                xt((X @ V) @ self.G2)
         ent = self.entries
         return xt(ent.times(self.d2 * ent.dots(X @ V, self.H), self.H))
 

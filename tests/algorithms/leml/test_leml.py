@@ -187,6 +187,26 @@ def test_products_for_the_hessian_only_drop_the_point_and_give_the_kronecker_pro
     np.testing.assert_array_equal(products.gradient(), grad)
 
 
+def test_the_squared_losss_hessian_product_multiplied_by_the_gram_in_row_chunks(monkeypatch):
+    """The fully observed squared loss's Hessian product applies ``2 H^T H`` to ``X^T X V``
+    a chunk of rows at a time, in place: against the Kronecker reference and the product
+    taken at once, with chunks of 2 rows (one short at the end)."""
+    import algorithms.leml.w_step as ws
+
+    X, Xd, Y, _, H, W = make_problem(3, sparse=True)
+    data = prepare_data(X, Y, dtype=np.float64)
+    products = WStepProducts(data, H, W, "squared", gram_left=True)
+    V = np.random.default_rng(1).standard_normal(W.shape)
+    assert W.shape[0] % 2 == 1
+    whole = data.xt_matmul(data.X @ V) @ products.G2
+    monkeypatch.setattr(ws, "GRAM_ROWS", 2)
+    got = products.hess_vec(V)
+    np.testing.assert_allclose(got, whole, rtol=1e-13, atol=1e-13)
+    _, hess_ref, _ = kronecker_reference(Xd, Y, None, H, W, 0.0, "squared")
+    np.testing.assert_allclose(got, (hess_ref @ V.ravel()).reshape(W.shape), rtol=1e-10,
+                               atol=1e-10)
+
+
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 8), d=st.integers(1, 5),
        n_labels=st.integers(1, 5), k=st.integers(1, 4),
