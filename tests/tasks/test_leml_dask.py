@@ -917,6 +917,34 @@ def test_a_worker_lost_in_the_middle_of_cg_costs_its_blocks_and_gives_the_same_W
         np.testing.assert_array_equal(W, reference)
 
 
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_dask_counts_a_block_and_its_products_by_their_arrays(case):
+    """Dask's ``sizeof`` of a row block and of its products: the bytes of their arrays (it
+    reads them as the cost of moving a task's inputs to another worker, and counted a block
+    as 56 bytes)."""
+    from dask.sizeof import sizeof
+
+    from algorithms.leml.w_step import WStepProducts
+
+    data = _problem(case)
+    W0, H = _start(data)
+    arrays = [data.X.data, data.X.indices, data.X.indptr, data.Xt.data, data.Xt.indices,
+              data.Xt.indptr]
+    if data.fully_observed:
+        arrays += [data.Y.data, data.Y.indices, data.Y.indptr]
+    else:
+        arrays += [v for v in vars(data.entries).values() if isinstance(v, np.ndarray)]
+    block = sum(a.nbytes for a in arrays)
+    assert sizeof(data) == block
+    products = WStepProducts(data, H, W0, "squared")
+    assert sizeof(products) >= block + W0.nbytes + H.nbytes
+    hess = sizeof(products.for_hess_vec())  # no W; the fast case no H either
+    if case == "full":
+        assert block <= hess < block + H.nbytes
+    else:
+        assert hess == block + H.nbytes + products.d2.nbytes
+
+
 # -- the memory guard --------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
 @pytest.mark.parametrize("dtype,fit_intercept", [(np.float64, False), (np.float32, True)])
