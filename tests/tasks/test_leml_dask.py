@@ -849,8 +849,8 @@ class _DuringCG:
 def test_a_worker_lost_in_the_middle_of_cg_costs_its_blocks_and_gives_the_same_W(
         tmp_path, case):
     """SIGKILL a worker after the gradient is taken, in the middle of the CG iterations: the
-    blocks' products for the Hessian that it held are built again from the arrays the
-    client no longer holds (their tasks stay recomputable), and ``W`` is the same bits."""
+    blocks and products it held are built again on the other worker (their tasks, and those
+    of the arrays they read, stay recomputable), and ``W`` is the same bits."""
     from distributed import Client, LocalCluster
 
     source, data = _stored(tmp_path, case)
