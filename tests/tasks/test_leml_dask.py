@@ -12,6 +12,7 @@ that Dask can recompute after a lost worker).
 import os
 import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -790,17 +791,25 @@ def _kill(client, address):
     raise TimeoutError(f"worker {address} still listed 120 s after it was killed")
 
 
-@slow
-def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
+@contextmanager
+def _killable_cluster():
+    """A client of a LocalCluster of 2 single-threaded worker processes with nannies (a
+    killed worker is replaced), both workers up; its own, as the tests kill its workers."""
     from distributed import Client, LocalCluster
 
-    source, data = _stored(tmp_path, "masked-sparse")
-    W0, H = _start(data)
-    kwargs = dict(cg_max_iter=6, cg_tol=1e-3)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None, memory_limit="1GiB") as cluster, \
             Client(cluster) as c:
         c.wait_for_workers(2)
+        yield c
+
+
+@slow
+def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
+    source, data = _stored(tmp_path, "masked-sparse")
+    W0, H = _start(data)
+    kwargs = dict(cg_max_iter=6, cg_tol=1e-3)
+    with _killable_cluster() as c:
         with DaskWStep(c, source) as ws:
             reference, _ = _w_step(data, W0, H, backend=ws, **kwargs)
         with DaskWStep(c, source) as ws:
@@ -851,8 +860,6 @@ def test_a_worker_lost_in_the_middle_of_cg_costs_its_blocks_and_gives_the_same_W
     """SIGKILL a worker after the gradient is taken, in the middle of the CG iterations: the
     blocks and products it held are built again on the other worker (their tasks, and those
     of the arrays they read, stay recomputable), and ``W`` is the same bits."""
-    from distributed import Client, LocalCluster
-
     source, data = _stored(tmp_path, case)
     W0, H = _start(data)
     kwargs = dict(cg_max_iter=6, cg_tol=0.0)
@@ -862,10 +869,7 @@ def test_a_worker_lost_in_the_middle_of_cg_costs_its_blocks_and_gives_the_same_W
         killed.append(step.block_workers[0])
         _kill(step.client, step.block_workers[0])
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit="1GiB") as cluster, \
-            Client(cluster) as c:
-        c.wait_for_workers(2)
+    with _killable_cluster() as c:
         with DaskWStep(c, source) as ws:
             reference, _ = _w_step(data, W0, H, backend=ws, **kwargs)
         with DaskWStep(c, source) as ws:
