@@ -69,6 +69,24 @@ def _import_worker_modules() -> None:
     importlib.import_module("tasks.leml_dask")
 
 
+def tasks_off_their_worker(stream: list[dict], workers: list[str]) -> int:
+    """How many of the row-block tasks in a scheduler's task stream ran on another worker
+    than their block's (block ``b`` on ``sorted(workers)[b mod n]``, as
+    :class:`tasks.leml_dask.DaskWStep` places them): a block task's key ends in
+    ``-block<b>``, a block's own in ``-<b>of<n>``.  Such a task makes its worker fetch and
+    hold a copy of the block (:data:`tasks.leml_dask.NO_WORK_STEALING`)."""
+    import re
+
+    workers = sorted(workers)
+    off = 0
+    for record in stream:
+        found = re.search(r"-block(\d+)$|-(\d+)of\d+$", str(record["key"]))
+        if found and str(record["key"]).startswith("leml-"):
+            b = int(found[1] or found[2])
+            off += record["worker"] != workers[b % len(workers)]
+    return off
+
+
 def _say(*parts) -> None:
     print("[bench leml distributed]", *parts, file=sys.stderr, flush=True)
 
@@ -356,9 +374,12 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
     """The flow of ``make_config(mode, scheduler address)`` in each mode, a fresh
     LocalCluster of single-threaded worker processes for each Dask mode: per mode the
     run's results (:func:`run_flow`, :func:`read_run`) and the workers' RSS."""
-    from distributed import Client, LocalCluster
+    from contextlib import nullcontext
 
-    from tasks.leml_dask import worker_peak_memory
+    import dask
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from tasks.leml_dask import NO_WORK_STEALING, worker_peak_memory
 
     results: dict[str, dict] = {}
     for mode in modes:
@@ -366,18 +387,22 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
         cluster = client = None
         try:
             if workers:
-                cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                       processes=True, memory_limit=args.dask_memory_limit,
-                                       dashboard_address=None)
+                with dask.config.set(NO_WORK_STEALING):  # as the flow's own clusters
+                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                           processes=True,
+                                           memory_limit=args.dask_memory_limit,
+                                           dashboard_address=None)
                 client = Client(cluster)
                 client.wait_for_workers(workers)
                 client.run(_import_worker_modules)
                 base = worker_peak_memory(client)
             config = make_config(mode, cluster.scheduler_address if cluster else None)
             _say(f"{name}: {mode} ...")
-            result = run_flow(config, root / mode, env)
+            with get_task_stream(client) if workers else nullcontext() as stream:
+                result = run_flow(config, root / mode, env)
             if workers:
                 peaks = worker_peak_memory(client)
+                result["off"] = tasks_off_their_worker(stream.data, list(peaks))
         finally:
             if client is not None:
                 client.close()
@@ -393,7 +418,8 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
              f"{result['peak_rss'] / 2**30:.2f} GiB"
              + (", workers peak " + ", ".join(f"{p / 2**30:.2f}" for _, p in
                                               result["workers"]) + " GiB" if workers
-                else ""))
+                else "")
+             + (f", {result['off']} row-block tasks off their worker" if workers else ""))
     return results
 
 
@@ -415,6 +441,8 @@ def _rows(rows, name, setting, modes, results, bare, blocks=None) -> None:
         add("mean W-step seconds", per["W"].mean())
         add("mean H-step seconds", per["H"].mean())
         add("client peak RSS GiB", r["peak_rss"] / 2**30)
+        if "off" in r:
+            add("row-block tasks run off their block's worker", r["off"])
         for i, (start, peak) in enumerate(r.get("workers", [])):
             add(f"worker {i} RSS GiB before the flow", start / 2**30)
             add(f"worker {i} peak RSS GiB", peak / 2**30)

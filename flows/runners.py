@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -242,8 +242,15 @@ def _dask_task_runner_class() -> type:
 
         @property
         def client(self) -> Any:
+            import dask
+
+            from tasks.leml_dask import NO_WORK_STEALING
+
             fresh = self._client is None
-            client = super().client
+            # A LocalCluster made here runs without work stealing (why: NO_WORK_STEALING);
+            # the setting is read when its scheduler starts, so only here.
+            with dask.config.set(NO_WORK_STEALING) if fresh else nullcontext():
+                client = super().client
             if fresh:
                 self._api_plugin = _register_api_plugin(client)
             return client

@@ -348,10 +348,15 @@ def _own_client(workers: int, address: str | None):
                 raise InputError(f"no Dask scheduler at {address} ({exc})",
                                  key="w_step.address") from None
         else:
+            import dask
+
+            from tasks.leml_dask import NO_WORK_STEALING
+
             pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, env=pins)
+            with dask.config.set(NO_WORK_STEALING):  # read when the scheduler starts
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                       processes=True, dashboard_address=None, env=pins)
             client = Client(cluster)
             client.wait_for_workers(workers)
             _W_CLUSTERS[key] = (cluster, client)
@@ -455,8 +460,34 @@ def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int |
 
     with _w_step_client(cluster) as client, \
             DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
+        _warn_if_stealing(client, backend)
         _keep_blocks(client, backend)
         yield backend
+
+
+# Schedulers already asked whether they steal work (their addresses): asked, and warned
+# about, once a process.
+_ASKED_STEALING: set[str] = set()
+
+
+def _warn_if_stealing(client, backend) -> None:
+    """Warn, once per scheduler, that the cluster runs Dask's work stealing when the blocks
+    are spread over more than one worker: it may move a block's tasks to a worker that does
+    not hold the block, which then holds a copy too (see
+    :data:`tasks.leml_dask.NO_WORK_STEALING`), so a worker's memory is no longer its own
+    blocks'.  The clusters this project starts run without it."""
+    from tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
+
+    address = getattr(getattr(client, "scheduler", None), "address", None)
+    if address is None or address in _ASKED_STEALING or len(set(backend.block_workers)) < 2:
+        return
+    _ASKED_STEALING.add(address)
+    if not scheduler_steals(client):
+        return
+    log_both(logging.WARNING, "the Dask scheduler at %s runs work stealing, which may move "
+             "a row block's tasks to a worker that does not hold the block (that worker "
+             "then holds a copy too); start it with %s dask scheduler", address,
+             NO_STEALING_ENV)
 
 
 def _say_where(backend, what: str) -> None:

@@ -314,6 +314,33 @@ def check_workers_can_run(client) -> None:
         "processes)")
 
 
+#: The Dask setting under which the clusters this project starts run (the W-step's own
+#: LocalCluster, ``--runner dask``'s, the benchmark's): no work stealing.  A block's tasks are
+#: placed on the worker holding the block with ``allow_other_workers=True``, so that they run
+#: on another worker once that one is lost; Dask's work stealing takes such loose placement as
+#: leave to move them to any idle worker (distributed's ``WorkStealing._get_thief`` falls back
+#: to every worker when no allowed one is free), which then fetches the block and holds a
+#: second copy.  Seen at full scale: each of 2 workers peaked at 1.84 GiB against 1.37 GiB.
+#: Every block's work is the same size, so stealing has nothing to balance here.  A scheduler
+#: started by hand takes it from the environment: :data:`NO_STEALING_ENV`.
+NO_WORK_STEALING = {"distributed.scheduler.work-stealing": False}
+NO_STEALING_ENV = "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False"
+
+
+def scheduler_steals(client) -> bool | None:
+    """Whether the client's scheduler runs Dask's work stealing; None when it will not say
+    (a scheduler that refuses to run a function, ``distributed.scheduler.pickle: false``);
+    False for :class:`InlineClient` (one process, nothing to move)."""
+    if not hasattr(client, "run_on_scheduler"):
+        return False
+    try:
+        # A lambda: sent by value, so the scheduler need not import this project.
+        return bool(client.run_on_scheduler(
+            lambda dask_scheduler: "stealing" in dask_scheduler.extensions))
+    except Exception:  # noqa: BLE001 - any refusal means only that we cannot tell
+        return None
+
+
 def _footer(path: str) -> tuple[tuple[int, int], int]:
     """The shape of the matrix in a store-format Parquet file and the entries it stores (the
     rows of a sparse entry, every element of a dense one), from the file's footer only."""

@@ -56,12 +56,14 @@ class Cluster:
         return self.root / "worker-home"
 
     def env(self) -> dict[str, str]:
-        """The cluster processes' environment: no Prefect API, a Prefect home of their own."""
+        """The cluster processes' environment: no Prefect API, a Prefect home of their own,
+        and the scheduler without work stealing, as README says to start one."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PREFECT_API_", "SCARCE_"))}
         env.update(PREFECT_HOME=str(self.worker_home), PYTHONPATH=str(procs.REPO),
                    PREFECT_SERVER_ANALYTICS_ENABLED="false", OPENBLAS_NUM_THREADS="1",
-                   OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+                   OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING="False")
         return env
 
     def spawn(self, args: list[str], log: str) -> subprocess.Popen:

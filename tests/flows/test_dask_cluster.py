@@ -22,6 +22,7 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
                                   "--set", "w_step.runner=dask"], project / "run.log",
                         timeout=900)
         assert "Traceback" not in out and "CommClosedError" not in out
+        assert "work stealing" not in out  # the scheduler was started as README says
         assert f"W-step 1 on the Dask cluster at {cluster.address}" in out
         m = procs.only_manifest(project)
         assert m["task_runner"] == "DaskTaskRunner"
@@ -56,9 +57,14 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
 @pytest.mark.usefixtures("prefect_server")
 def test_runner_dask_w_step_uses_the_task_runners_cluster(tmp_path, monkeypatch):
     """``--runner dask``: the W-step runs on the task runner's LocalCluster, not on a second
-    cluster of its own."""
+    cluster of its own, and that cluster runs without work stealing."""
     import tasks.leml as tl
+    import tasks.leml_dask as tld
     from flows.cli import main
+
+    steals = []
+    asked = tld.scheduler_steals
+    monkeypatch.setattr(tld, "scheduler_steals", lambda c: steals.append(asked(c)) or steals[-1])
 
     project = leml_project(tmp_path / "project")
     monkeypatch.setenv("SCARCE_ROOT", str(project))
@@ -70,6 +76,7 @@ def test_runner_dask_w_step_uses_the_task_runners_cluster(tmp_path, monkeypatch)
         assert main(["run", "leml", "--runner", "dask", "--set", "w_step.runner=dask",
                      "--set", "model.outer_iterations=2"]) == 0
         assert tl._W_CLUSTERS == {}  # no cluster of the W-step's own
+        assert steals and not any(steals)
     finally:
         tl._close_w_clusters()
     m = procs.only_manifest(project)

@@ -9,6 +9,7 @@ data's row blocks (:class:`PartitionedData`, tasks that each read their own bloc
 that Dask can recompute after a lost worker).
 """
 
+import logging
 import os
 import signal
 import time
@@ -32,6 +33,7 @@ from tasks.leml_dask import (  # noqa: E402
     DaskWStep,
     PartitionedData,
     _Aligned,
+    cluster_workers,
     data_nbytes,
     worker_peak_memory,
 )
@@ -1114,3 +1116,94 @@ def test_the_worker_that_drives_a_step_counts_the_solvers_arrays(client):
     assert "of the solver's arrays (it drives the step" in str(exc.value)
     n, where = client.submit(build, 2, pure=False).result()  # a small rank fits there too
     assert n == 2 and where in client.scheduler_info()["workers"]
+
+
+def _slow_block_tasks(seconds: float = 0.3) -> None:
+    """Run on each worker: the W-step's block tasks (the products and the Hessian products)
+    take ``seconds`` longer, so that a queue of them on one worker while the other is idle
+    is worth moving to Dask's work stealing (tasks of a few milliseconds are never moved).
+    The tasks name their function by reference, so the worker runs the patched one."""
+    import functools
+    import time
+
+    import tasks.leml_dask as module
+
+    for name in ("_block_products", "_hess_vec"):
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def slower(*args, _original=original):
+            time.sleep(seconds)
+            return _original(*args)
+
+        setattr(module, name, slower)
+
+
+def _tasks_off_their_worker(client, backend, run) -> list:
+    """The keys of ``backend``'s block tasks that ran on another worker than their block's,
+    while ``run()`` ran (from the scheduler's task stream)."""
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as stream:
+        run()
+    import re
+
+    off = []
+    for record in stream.data:  # a block task: ...-block<b>; a block itself: ...-<b>of<n>
+        found = re.search(r"-block(\d+)$|-(\d+)of\d+$", str(record["key"]))
+        if found and record["worker"] != backend.block_workers[int(found[1] or found[2])]:
+            off.append(record["key"])
+    return off
+
+
+@slow
+def test_the_flows_own_cluster_keeps_a_blocks_tasks_on_its_worker(tmp_path):
+    """The LocalCluster the flow starts runs without work stealing: every block on one of
+    its two workers, block tasks slowed to 0.3 s, the other worker idle, and still every
+    task of a block runs where the block is.  With stealing on (Dask's default) the same
+    W-step moved 5 of its 12 slowed block tasks to the idle worker."""
+    from tasks import leml as leml_tasks
+    from tasks.leml_dask import scheduler_steals
+
+    parted, data = _stored(tmp_path, "full", bibtex=True)
+    W0, H = _start(data)
+    client = leml_tasks._own_client(2, None)
+    try:
+        assert scheduler_steals(client) is False
+        client.run(_slow_block_tasks)
+        first = sorted(cluster_workers(client))[0]
+        with DaskWStep(client, parted, workers=[first]) as backend:
+            off = _tasks_off_their_worker(client, backend, lambda: _w_step(
+                data, W0, H, backend=backend, cg_max_iter=3, cg_tol=1e-12))
+            assert set(backend.block_workers) == {first}
+    finally:
+        leml_tasks._close_w_clusters()
+    assert off == []
+
+
+@slow
+def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(client, caplog):
+    """The module's cluster runs Dask's default, work stealing: spreading blocks over its
+    two workers warns once, naming the scheduler and the environment setting; blocks all on
+    one worker (nothing to move between the block's workers) do not warn."""
+    from tasks import leml as leml_tasks
+    from tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
+
+    assert scheduler_steals(client) is True
+    data = _problem("full")
+    leml_tasks._ASKED_STEALING.discard(client.scheduler.address)
+    caplog.set_level(logging.WARNING, logger="scarce.store")
+    one = sorted(cluster_workers(client))[:1]
+    def warnings():
+        return [r for r in caplog.records
+                if r.name == "scarce.store" and r.levelno == logging.WARNING]
+
+    with DaskWStep(client, data, workers=one) as backend:
+        leml_tasks._warn_if_stealing(client, backend)
+    assert not warnings()
+    for _ in range(2):
+        with DaskWStep(client, data) as backend:
+            leml_tasks._warn_if_stealing(client, backend)
+    [record] = warnings()
+    message = record.getMessage()
+    assert client.scheduler.address in message and NO_STEALING_ENV in message
