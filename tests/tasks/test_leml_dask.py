@@ -136,11 +136,18 @@ class RecordingClient:
 
 @pytest.fixture(scope="module")
 def client():
+    """A LocalCluster of 2 single-threaded worker processes, without work stealing as the
+    flow starts its own (:data:`tasks.leml_dask.NO_WORK_STEALING`): with it, Dask may move
+    the reading of a block to the other worker, and the placement tests fail."""
+    import dask
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit="1GiB") as cluster, \
-            Client(cluster) as c:
+    from tasks.leml_dask import NO_WORK_STEALING
+
+    with dask.config.set(NO_WORK_STEALING):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               dashboard_address=None, memory_limit="1GiB")
+    with cluster, Client(cluster) as c:
         c.wait_for_workers(2)
         yield c
 
@@ -796,12 +803,17 @@ def _kill(client, address):
 @contextmanager
 def _killable_cluster():
     """A client of a LocalCluster of 2 single-threaded worker processes with nannies (a
-    killed worker is replaced), both workers up; its own, as the tests kill its workers."""
+    killed worker is replaced), both workers up, without work stealing as the flow's own;
+    its own, as the tests kill its workers."""
+    import dask
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit="1GiB") as cluster, \
-            Client(cluster) as c:
+    from tasks.leml_dask import NO_WORK_STEALING
+
+    with dask.config.set(NO_WORK_STEALING):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               dashboard_address=None, memory_limit="1GiB")
+    with cluster, Client(cluster) as c:
         c.wait_for_workers(2)
         yield c
 
@@ -1182,28 +1194,33 @@ def test_the_flows_own_cluster_keeps_a_blocks_tasks_on_its_worker(tmp_path):
 
 
 @slow
-def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(client, caplog):
-    """The module's cluster runs Dask's default, work stealing: spreading blocks over its
-    two workers warns once, naming the scheduler and the environment setting; blocks all on
-    one worker (nothing to move between the block's workers) do not warn."""
+def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(caplog):
+    """A cluster with Dask's default, work stealing: spreading blocks over its two workers
+    warns once, naming the scheduler and the environment setting; blocks all on one worker
+    (nothing to move between the block's workers) do not warn."""
+    from distributed import Client, LocalCluster
+
     from tasks import leml as leml_tasks
     from tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
 
-    assert scheduler_steals(client) is True
-    data = _problem("full")
-    leml_tasks._ASKED_STEALING.discard(client.scheduler.address)
-    caplog.set_level(logging.WARNING, logger="scarce.store")
-    one = sorted(cluster_workers(client))[:1]
-    def warnings():
-        return [r for r in caplog.records
-                if r.name == "scarce.store" and r.levelno == logging.WARNING]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        assert scheduler_steals(client) is True
+        data = _problem("full")
+        leml_tasks._ASKED_STEALING.discard(client.scheduler.address)
+        caplog.set_level(logging.WARNING, logger="scarce.store")
+        one = sorted(cluster_workers(client))[:1]
 
-    with DaskWStep(client, data, workers=one) as backend:
-        leml_tasks._warn_if_stealing(client, backend)
-    assert not warnings()
-    for _ in range(2):
-        with DaskWStep(client, data) as backend:
+        def warnings():
+            return [r for r in caplog.records
+                    if r.name == "scarce.store" and r.levelno == logging.WARNING]
+
+        with DaskWStep(client, data, workers=one) as backend:
             leml_tasks._warn_if_stealing(client, backend)
-    [record] = warnings()
-    message = record.getMessage()
-    assert client.scheduler.address in message and NO_STEALING_ENV in message
+        assert not warnings()
+        for _ in range(2):
+            with DaskWStep(client, data) as backend:
+                leml_tasks._warn_if_stealing(client, backend)
+        [record] = warnings()
+        message = record.getMessage()
+        assert client.scheduler.address in message and NO_STEALING_ENV in message
