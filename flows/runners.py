@@ -249,8 +249,9 @@ def _dask_task_runner_class() -> type:
             fresh = self._client is None
             # A LocalCluster made here runs without work stealing (why: NO_WORK_STEALING);
             # the setting is read when its scheduler starts, so only here.  The other flows'
-            # tasks have no data of their own on a worker: Dask's scheduler queue hands them
-            # to workers as threads free up, which needs no stealing.
+            # tasks hold no data on a worker: the scheduler gives each, when it is ready, to
+            # the least busy worker (or queues it until a thread is free), so stealing only
+            # rebalances guesses of their durations (not measured without it).
             with dask.config.set(NO_WORK_STEALING) if fresh else nullcontext():
                 client = super().client
             if fresh:
