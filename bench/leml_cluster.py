@@ -69,24 +69,6 @@ def _import_worker_modules() -> None:
     importlib.import_module("tasks.leml_dask")
 
 
-def tasks_off_their_worker(stream: list[dict], workers: list[str]) -> int:
-    """How many of the row-block tasks in a scheduler's task stream ran on another worker
-    than their block's (block ``b`` on ``sorted(workers)[b mod n]``, as
-    :class:`tasks.leml_dask.DaskWStep` places them): a block task's key ends in
-    ``-block<b>``, a block's own in ``-<b>of<n>``.  Such a task makes its worker fetch and
-    hold a copy of the block (:data:`tasks.leml_dask.NO_WORK_STEALING`)."""
-    import re
-
-    workers = sorted(workers)
-    off = 0
-    for record in stream:
-        found = re.search(r"-block(\d+)$|-(\d+)of\d+$", str(record["key"]))
-        if found and str(record["key"]).startswith("leml-"):
-            b = int(found[1] or found[2])
-            off += record["worker"] != workers[b % len(workers)]
-    return off
-
-
 def _say(*parts) -> None:
     print("[bench leml distributed]", *parts, file=sys.stderr, flush=True)
 
@@ -379,7 +361,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
     import dask
     from distributed import Client, LocalCluster, get_task_stream
 
-    from tasks.leml_dask import NO_WORK_STEALING, worker_peak_memory
+    from tasks.leml_dask import NO_WORK_STEALING, tasks_off_their_worker, worker_peak_memory
 
     results: dict[str, dict] = {}
     for mode in modes:
@@ -402,7 +384,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
                 result = run_flow(config, root / mode, env)
             if workers:
                 peaks = worker_peak_memory(client)
-                result["off"] = tasks_off_their_worker(stream.data, list(peaks))
+                result["off"] = len(tasks_off_their_worker(stream.data, list(peaks)))
         finally:
             if client is not None:
                 client.close()

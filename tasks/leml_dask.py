@@ -327,6 +327,25 @@ NO_WORK_STEALING = {"distributed.scheduler.work-stealing": False}
 NO_STEALING_ENV = "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False"
 
 
+def tasks_off_their_worker(stream: list[dict], workers: list[str]) -> list:
+    """The keys of the row-block tasks in a scheduler's task stream (``get_task_stream``)
+    that ran on another worker than their block's (block ``b`` on ``sorted(workers)[b mod
+    n]``, as :class:`DaskWStep` places them): a block task's key ends in ``-block<b>``, a
+    block's own in ``-<b>of<n>``.  Such a task makes its worker fetch and hold a copy of the
+    block (:data:`NO_WORK_STEALING`)."""
+    import re
+
+    workers = sorted(workers)
+    off = []
+    for record in stream:
+        key = str(record["key"])
+        found = re.search(r"-block(\d+)$|-(\d+)of\d+$", key)
+        if found and key.startswith("leml-") and \
+                record["worker"] != workers[int(found[1] or found[2]) % len(workers)]:
+            off.append(record["key"])
+    return off
+
+
 def scheduler_steals(client) -> bool | None:
     """Whether the client's scheduler runs Dask's work stealing; None when it will not say
     (a scheduler that refuses to run a function, ``distributed.scheduler.pickle: false``);

@@ -116,7 +116,7 @@ def test_a_task_is_off_its_worker_when_its_block_lives_on_the_other():
     """Blocks 0..3 on workers a, b, a, b (block b on sorted workers [b mod 2]): a block task
     (``-block<b>``) or a block's read (``-<b>of<n>``) on the other worker counts; a task of
     no block (a label block's solve) never does, nor a task of another program."""
-    from bench.leml_cluster import tasks_off_their_worker
+    from tasks.leml_dask import tasks_off_their_worker
 
     stream = [
         {"key": "leml-w-block-0123abcd-0of4", "worker": "tcp://a"},   # on its worker
@@ -127,6 +127,6 @@ def test_a_task_is_off_its_worker_when_its_block_lives_on_the_other():
         {"key": "leml-h-solve_label_block-f00d-10", "worker": "tcp://a"},
         {"key": "other-thing-block1", "worker": "tcp://a"},
     ]
-    assert tasks_off_their_worker(stream, ["tcp://b", "tcp://a"]) == 2
+    assert len(tasks_off_their_worker(stream, ["tcp://b", "tcp://a"])) == 2
     # one worker a: every block is a's, so only the sum on b is off
-    assert tasks_off_their_worker(stream, ["tcp://a"]) == 1
+    assert len(tasks_off_their_worker(stream, ["tcp://a"])) == 1

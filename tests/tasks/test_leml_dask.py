@@ -1156,16 +1156,11 @@ def _tasks_off_their_worker(client, backend, run) -> list:
     while ``run()`` ran (from the scheduler's task stream)."""
     from distributed import get_task_stream
 
+    from tasks.leml_dask import tasks_off_their_worker
+
     with get_task_stream(client) as stream:
         run()
-    import re
-
-    off = []
-    for record in stream.data:  # a block task: ...-block<b>; a block itself: ...-<b>of<n>
-        found = re.search(r"-block(\d+)$|-(\d+)of\d+$", str(record["key"]))
-        if found and record["worker"] != backend.block_workers[int(found[1] or found[2])]:
-            off.append(record["key"])
-    return off
+    return tasks_off_their_worker(stream.data, backend.workers)
 
 
 @slow
