@@ -397,3 +397,106 @@ def test_every_read_gives_arrows_unused_memory_back(tmp_path, monkeypatch):
     assert (abs(read_parquet_entry(path) - X)).max() == 0
     assert (abs(read_rows(path, 10, 20) - X[10:20])).max() == 0
     assert len(calls) == 3
+
+
+def _sparse_cases() -> dict:
+    """Sparse values as the store meets them, and some it should not but may."""
+    rng = np.random.default_rng(3)
+    X = sp.random(60, 45, density=0.2, random_state=4, format="csr", dtype=np.float32)
+    wide = sp.csr_matrix(X, dtype=np.float64)
+    wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int64)
+    unsorted = X.copy()
+    for r in range(unsorted.shape[0]):  # each row's entries in reverse column order
+        a, b = unsorted.indptr[r], unsorted.indptr[r + 1]
+        unsorted.indices[a:b], unsorted.data[a:b] = (unsorted.indices[a:b][::-1].copy(),
+                                                     unsorted.data[a:b][::-1].copy())
+    unsorted.has_sorted_indices = False
+    doubled = sp.csr_matrix((np.array([1.0, 2.0, 0.0, 4.0]), np.array([1, 1, 0, 2]),
+                             np.array([0, 2, 2, 4])), shape=(3, 3))  # a duplicate, a 0
+    return {"csr-float32": X, "csr-int64-index": wide, "csr-unsorted": unsorted,
+            "csr-duplicates": doubled, "csc": sp.csc_matrix(X),
+            "coo": sp.coo_matrix(X), "csr-bool": X.astype(bool),
+            "csr-empty": sp.csr_matrix((0, 5), dtype=np.float32),
+            "csr-no-entries": sp.csr_matrix((7, 5), dtype=np.float32),
+            "csc-int8": sp.random(30, 80, density=0.1, random_state=5, format="csc",
+                                  dtype=np.float64).astype(np.int8) + sp.csc_matrix(
+                                      rng.integers(0, 2, (30, 80)).astype(np.int8))}
+
+
+@pytest.mark.parametrize("case", sorted(_sparse_cases()))
+def test_a_sparse_entry_read_by_row_groups_is_the_matrix_a_coo_conversion_gives(tmp_path,
+                                                                                case):
+    """``read_checked_value`` (and so ``Store.read``) builds a sparse entry on its columns,
+    read a row group at a time: the same arrays, dtypes and order as the COO conversion of
+    the whole table (done here by hand, the way :func:`decode` did it before), writable."""
+    from tasks.store import decode, encode, read_checked_table, read_checked_value
+
+    value = _sparse_cases()[case]
+    path = tmp_path / "entry.parquet"
+    pq.write_table(encode(value), path, row_group_size=7, write_page_checksum=True)
+    table = pq.read_table(path)
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    idx = np.dtype(meta["scarce.index_dtype"])
+    row, col, val = (table.column(c).to_numpy() for c in ("row", "col", "value"))
+    coo = sp.coo_matrix((val, (row, col)), shape=value.shape)
+    expected = {"csr": coo.tocsr, "csc": coo.tocsc, "coo": coo.copy}[value.format]()
+    for got in (read_checked_value(path), decode(read_checked_table(path))):
+        assert got.format == value.format and got.dtype == value.dtype
+        assert got.shape == value.shape
+        names = ("row", "col", "data") if value.format == "coo" else ("indptr", "indices",
+                                                                       "data")
+        for name in names:
+            mine, theirs = getattr(got, name), getattr(expected, name)
+            if name != "data":
+                theirs = theirs.astype(idx)
+            assert mine.dtype == theirs.dtype, name
+            np.testing.assert_array_equal(mine, theirs)
+            assert mine.flags.writeable, name
+        np.testing.assert_array_equal(got.toarray(), value.toarray())
+
+
+def test_a_sparse_entry_with_changed_values_or_a_missing_file_is_corrupt(tmp_path):
+    import pyarrow as pa
+
+    from tasks.store import read_checked_value
+
+    store = Store(tmp_path)
+    store.write("t/k", sp.random(30, 20, density=0.3, random_state=1, format="csr"))
+    path = store.path("t/k")
+    table = pq.read_table(path)
+    forged = table.set_column(2, "value", pa.array(table.column("value").to_numpy() + 1))
+    pq.write_table(forged.replace_schema_metadata(table.schema.metadata), path,
+                   row_group_size=11)
+    with pytest.raises(CorruptEntry, match="checksum mismatch"):
+        store.read("t/k")
+    with pytest.raises(CorruptEntry, match="missing"):
+        read_checked_value(tmp_path / "none.parquet")
+
+
+def test_a_sparse_entry_is_read_holding_its_columns_once(tmp_path):
+    """The numpy arrays a read allocates (traced by ``tracemalloc``) peak at the three
+    columns, 12 bytes an entry here, a check of their order and the row pointers: no
+    conversion's copy of the indices and values (8 bytes an entry more; an int64 copy of
+    the row indices, 8 more) beside them.  Arrow's own pool is not traced: the read holds
+    one row group of one column in it at a time, and nothing once it returns."""
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from tasks.store import encode, read_checked_value
+
+    n, d = 20_000, 5_000
+    X = sp.random(n, d, density=0.01, random_state=0, format="csr", dtype=np.float32)
+    path = tmp_path / "x.parquet"
+    pq.write_table(encode(X), path, row_group_size=50_000, write_page_checksum=True)
+    budget = 13 * X.nnz + 2 * 8 * (n + 1) + 2**16
+    arrow_before = pa.total_allocated_bytes()
+    tracemalloc.start()
+    try:
+        got = read_checked_value(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (got != X).nnz == 0
+    assert 12 * X.nnz <= peak <= budget
+    assert pa.total_allocated_bytes() == arrow_before
