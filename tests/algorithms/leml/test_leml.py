@@ -440,6 +440,22 @@ def test_fully_observed_squared_objective_equals_explicit_residual():
     assert np.isclose(objective(data, W, H, 0.7, "squared"), explicit, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_the_squared_loss_taken_a_few_rows_at_a_time_is_the_explicit_residual(monkeypatch,
+                                                                               dense):
+    import importlib
+
+    # the module, not the function of the same name that algorithms.leml exports
+    objective_module = importlib.import_module("algorithms.leml.objective")
+    X, Xd, Y, _, H, W = make_problem(13, n=23, d=6, n_labels=5, k=3, mask_density=None)
+    data = prepare_data(Xd if dense else X, sp.csr_matrix(Y), dtype=np.float64)
+    explicit = np.sum((Y - Xd @ W @ H.T) ** 2)
+    for rows in (1, 5, 23, 64):  # one row, a last chunk of 3, exactly one, more than n
+        monkeypatch.setattr(objective_module, "LOSS_ROWS", rows)
+        assert np.isclose(objective_module.loss_term(data, W, H, "squared"), explicit,
+                          rtol=1e-12), rows
+
+
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 @pytest.mark.parametrize("masked", [True, False])
 def test_float32_stays_float32(loss, masked):
