@@ -397,14 +397,20 @@ def _mtime(path: Path) -> float:
 
 def read_checked_table(path: Path) -> pa.Table:
     """Read a Parquet file written by :func:`encode` and check its checksum."""
+    table = _opened(path, pq.read_table)
+    _check_checksum(path, table)
+    return table
+
+
+def _opened(path: Path, open_parquet):
+    """``open_parquet(path, page_checksum_verification=True)``, a missing or unreadable
+    file raised as :class:`CorruptEntry`."""
     if not path.is_file():
         raise CorruptEntry(f"{path}: missing")
     try:
-        table = pq.read_table(path, page_checksum_verification=True)
+        return open_parquet(path, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for damaged files
         raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
-    _check_checksum(path, table)
-    return table
 
 
 def _check_checksum(path: Path, table: pa.Table) -> None:
@@ -437,12 +443,7 @@ def read_checked_value(path: str | os.PathLike[str]) -> Any:
     (pyarrow has no read into given buffers, hence the copy loop.)
     """
     path = Path(path)
-    if not path.is_file():
-        raise CorruptEntry(f"{path}: missing")
-    try:
-        pf = pq.ParquetFile(path, page_checksum_verification=True)
-    except Exception as exc:  # pyarrow raises several types for damaged files
-        raise CorruptEntry(f"{path}: unreadable Parquet ({exc})") from exc
+    pf = _opened(path, pq.ParquetFile)
     schema = pf.schema_arrow
     if ((schema.metadata or {}).get(b"scarce.kind") != b"sparse"
             or schema.names != ["row", "col", "value"]
