@@ -437,9 +437,10 @@ def read_checked_value(path: str | os.PathLike[str]) -> Any:
     and checked as a table that shares those arrays, and a CSR or CSC matrix is built on
     them (:func:`decode`): at its peak the read holds the three columns and the matrix's
     pointer array, 12 bytes an entry for float32 values and int32 indices.  Read as an
-    Arrow table and decoded, a 22.0M-entry CSR part peaked 0.71 GiB above the process,
-    for a matrix of 0.16 GiB: the table (several chunks, one a row group), its columns
-    joined by ``to_numpy`` and the CSR arrays a COO conversion builds, held at once.
+    Arrow table and decoded, a full-scale LEML row block (22.0M entries of ``X`` and its
+    labels) peaked 0.34 GiB above the block it left: the table (several chunks, one a row
+    group), its columns joined by ``to_numpy`` and the CSR arrays a COO conversion
+    builds, held at once.  Read so, it peaks at the block.
     (pyarrow has no read into given buffers, hence the copy loop.)
     """
     path = Path(path)
@@ -665,19 +666,17 @@ def _sparse_value(row: np.ndarray, col: np.ndarray, val: np.ndarray, meta: dict[
         # scipy's COO conversion sorts them, or says which index is out of range.
         coo = sp.coo_matrix((val, (row, col)), shape=shape)
         out = coo.tocsr() if fmt == "csr" else coo.tocsc()
-        out.indices = out.indices.astype(idx, copy=False)
-        out.indptr = out.indptr.astype(idx, copy=False)
-        return out
-    # The compressed matrix built on the columns themselves, as scipy's COO conversion
-    # would give it (entries in their stored order, then sum_duplicates, which leaves a
-    # canonical matrix untouched), without its copy of the indices and values.
-    # searchsorted, not bincount: bincount would copy the indices to int64 first.
-    keys = np.arange(n_major + 1, dtype=major.dtype if n_major < np.iinfo(major.dtype).max
-                     else np.int64)
-    indptr = np.searchsorted(major, keys, side="left").astype(idx, copy=False)
-    kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
-    out = kind((val, minor, indptr), shape=shape)
-    out.sum_duplicates()
+    else:
+        # The compressed matrix built on the columns themselves, as scipy's COO conversion
+        # would give it (entries in their stored order, then sum_duplicates, which leaves a
+        # canonical matrix untouched), without its copy of the indices and values.
+        # searchsorted, not bincount: bincount would copy the indices to int64 first.
+        keys = np.arange(n_major + 1, dtype=major.dtype
+                         if n_major < np.iinfo(major.dtype).max else np.int64)
+        indptr = np.searchsorted(major, keys, side="left").astype(idx, copy=False)
+        kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+        out = kind((val, minor, indptr), shape=shape)
+        out.sum_duplicates()
     out.indices = out.indices.astype(idx, copy=False)
     out.indptr = out.indptr.astype(idx, copy=False)
     return out
