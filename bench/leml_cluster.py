@@ -32,7 +32,9 @@ process (its ``VmHWM``, read until it exits: the Prefect API is the
 benchmark's, so the flow starts no server); each worker's peak RSS (``VmHWM``) and the
 RSS it had before the flow, and on the synthetic problem the bytes of the row blocks it
 holds (block ``b`` on worker ``b mod n``, their size estimated from the parts' footers) and
-its peak above them (what a worker holds whatever its share of the data); P@1/3/5;
+its peak above them (what a worker holds whatever its share of the data); each
+worker's ``VmRSS`` sampled every 20 ms, its highest reading while each kind of task
+computed on it and between tasks (:func:`peaks_by_task`: where its peak is); P@1/3/5;
 max |W - W_local| / max |W_local| and the same for H;
 whether W and H equal the first Dask mode's bit for bit.  Then ``W-step / bare products``:
 a W-step's seconds over what its sparse products alone cost on the same parts, timed here
@@ -141,6 +143,71 @@ class _PeakWatch:
     def stop(self) -> None:
         self._done.set()
         self._thread.join()
+
+
+class _RSSTimeline:
+    """The resident set size of each of ``pids`` (``VmRSS``, bytes) against the wall clock
+    (``time.time()``, the clock of the scheduler's task stream on the same machine), read
+    every 20 ms until :meth:`stop`: ``samples[name]`` is a list of ``(time, rss)``."""
+
+    def __init__(self, pids: dict[str, int], every: float = 0.02) -> None:
+        import threading
+
+        self.pids, self.every = pids, every
+        self.samples: dict[str, list[tuple[float, int]]] = {name: [] for name in pids}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.every):
+            for name, pid in self.pids.items():
+                try:
+                    with open(f"/proc/{pid}/status") as status:
+                        rss = next(int(line.split()[1]) * 1024 for line in status
+                                   if line.startswith("VmRSS:"))
+                except (OSError, StopIteration):  # gone, or no /proc
+                    continue
+                self.samples[name].append((time.time(), rss))
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+BETWEEN_TASKS = "between tasks"
+
+
+def task_kind(key) -> str:
+    """What a task of the flow does, from its key: ``w-block`` (the read of a row block,
+    ``leml-w-block-<token>-<b>of<n>``), ``w-block_products``, ``h-...``, ``e-...`` (the
+    function a block task runs, :meth:`tasks.leml_dask.DaskWStep._key`), or Dask's own
+    key prefix for any other task."""
+    import re
+
+    from dask.utils import key_split
+
+    found = re.match(r"leml-([a-z])-([A-Za-z_]+)", str(key))
+    return f"{found[1]}-{found[2]}" if found else key_split(key)
+
+
+def peaks_by_task(samples: list[tuple[float, int]], stream: list[dict],
+                  worker: str) -> dict[str, int]:
+    """The highest RSS of one worker's ``samples`` (``(time, rss)``) while each kind of
+    task (:func:`task_kind`) was computing on it, by the scheduler's task stream
+    (``get_task_stream``: each record's ``worker`` and its ``startstops``' ``compute``
+    intervals), and :data:`BETWEEN_TASKS` for the samples outside every interval: where in
+    the flow the worker's memory peaked."""
+    spans = sorted((part["start"], part["stop"], task_kind(record["key"]))
+                   for record in stream if record["worker"] == worker
+                   for part in record["startstops"] if part["action"] == "compute")
+    starts = np.array([span[0] for span in spans])
+    peaks: dict[str, int] = {}
+    for t, rss in samples:
+        i = int(np.searchsorted(starts, t, side="right")) - 1  # the last task begun by t
+        kind = spans[i][2] if i >= 0 and t <= spans[i][1] else BETWEEN_TASKS
+        peaks[kind] = max(peaks.get(kind, 0), rss)
+    return peaks
 
 
 def run_flow(config: dict, root: Path, env: dict[str, str]) -> dict:
@@ -378,13 +445,20 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
                 client.wait_for_workers(workers)
                 client.run(_import_worker_modules)
                 base = worker_peak_memory(client)
+                timeline = _RSSTimeline(client.run(os.getpid))
             config = make_config(mode, cluster.scheduler_address if cluster else None)
             _say(f"{name}: {mode} ...")
-            with get_task_stream(client) if workers else nullcontext() as stream:
-                result = run_flow(config, root / mode, env)
+            try:
+                with get_task_stream(client) if workers else nullcontext() as stream:
+                    result = run_flow(config, root / mode, env)
+            finally:
+                if workers:
+                    timeline.stop()
             if workers:
                 peaks = worker_peak_memory(client)
                 result["off"] = len(tasks_off_their_worker(stream.data, list(peaks)))
+                result["phases"] = [peaks_by_task(timeline.samples[a], stream.data, a)
+                                    for a in sorted(peaks)]
         finally:
             if client is not None:
                 client.close()
@@ -402,6 +476,10 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
                                               result["workers"]) + " GiB" if workers
                 else "")
              + (f", {result['off']} row-block tasks off their worker" if workers else ""))
+        for i, phases in enumerate(result.get("phases", [])):
+            _say(f"RESULT distributed {name} | {mode} | worker {i} sampled RSS peak by task: "
+                 + ", ".join(f"{kind} {rss / 2**30:.2f}" for kind, rss in
+                             sorted(phases.items(), key=lambda kv: -kv[1])) + " GiB")
     return results
 
 
@@ -432,6 +510,8 @@ def _rows(rows, name, setting, modes, results, bare, blocks=None) -> None:
                 held = sum(blocks[i::len(r["workers"])])
                 add(f"worker {i} row blocks GiB", held / 2**30)
                 add(f"worker {i} peak above its row blocks GiB", (peak - held) / 2**30)
+            for kind, rss in sorted(r["phases"][i].items()):
+                add(f"worker {i} sampled peak RSS GiB in {kind}", rss / 2**30)
         for metric in ("precision@1", "precision@3", "precision@5"):
             add(metric, r["metrics"][metric])
         if reference is not None and mode != "local":

@@ -130,3 +130,27 @@ def test_a_task_is_off_its_worker_when_its_block_lives_on_the_other():
     assert len(tasks_off_their_worker(stream, ["tcp://b", "tcp://a"])) == 2
     # one worker a: every block is a's, so only the sum on b is off
     assert len(tasks_off_their_worker(stream, ["tcp://a"])) == 1
+
+
+def test_a_workers_samples_are_put_in_the_task_computing_at_their_time():
+    """Hand-worked: worker a computes a block's read over [0, 2] and a Hessian product over
+    [3, 4] (a transfer over [2, 3] is not computing); worker b's tasks do not count for a.
+    Samples at 1 and 2 are in the read, 2.5 between tasks, 3.5 in the product, 9 after
+    every task."""
+    from bench.leml_cluster import BETWEEN_TASKS, peaks_by_task, task_kind
+
+    stream = [
+        {"worker": "a", "key": "leml-w-block-3f9a0c1d-0of4",
+         "startstops": [{"action": "compute", "start": 0.0, "stop": 2.0}]},
+        {"worker": "a", "key": "leml-w-hess_vec-1a2b3c4d-7-block0",
+         "startstops": [{"action": "transfer", "start": 2.0, "stop": 3.0},
+                        {"action": "compute", "start": 3.0, "stop": 4.0}]},
+        {"worker": "b", "key": "leml-w-hess_vec-1a2b3c4d-7-block1",
+         "startstops": [{"action": "compute", "start": 0.0, "stop": 9.0}]},
+    ]
+    samples = [(1.0, 10), (2.0, 30), (2.5, 50), (3.5, 40), (9.0, 20)]
+    assert peaks_by_task(samples, stream, "a") == {"w-block": 30, "w-hess_vec": 40,
+                                                   BETWEEN_TASKS: 50}
+    assert peaks_by_task(samples, stream, "c") == {BETWEEN_TASKS: 50}
+    assert task_kind("leml-e-block_metric_sums-9f8e7d6c-block3") == "e-block_metric_sums"
+    assert task_kind("finalize-0123456789abcdef0123456789abcdef") == "finalize"
