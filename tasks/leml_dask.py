@@ -796,6 +796,10 @@ def _gradient(products: WStepProducts):
     return products.gradient()
 
 
+def _for_hess_vec(products: WStepProducts):
+    return products.for_hess_vec()
+
+
 def _hess_vec(products: WStepProducts, V):
     return products.hess_vec(V)
 
@@ -806,31 +810,47 @@ _sum_in_order = sum_in_order  # parts[0] + parts[1] + ... left to right
 GATHER_AT_ONCE_BYTES = 16 << 20
 
 
-def _fetched_sum(client, futures) -> np.ndarray:
+def _fetched_sum(client, futures, *, release: bool = False) -> np.ndarray:
     """The per-block terms of ``futures`` added in block order, as :func:`sum_in_order` adds
     them (the same bits).  Terms of a ``d' x k`` product at full scale (366,932 x 50 float32:
     73 MB) are fetched one at a time, so this process holds the sum and one term, not one
-    term per block; small ones in one round trip."""
-    total = np.array(futures[0].result(), copy=True)
+    term per block; small ones in one round trip.
+
+    ``release``: release each future once its term is added (the caller gives up
+    ``futures``), so that a worker frees a block's term while it computes the next block's
+    instead of holding all its blocks' terms until the sum is done."""
+    first = futures[0]
+    total = np.array(first.result(), copy=True)
     rest = futures[1:]
     if total.nbytes <= GATHER_AT_ONCE_BYTES:
         for part in client.gather(rest):
             total += part
+        if release:
+            for future in futures:
+                future.release()
         return total
+    if release:
+        first.release()
     for future in rest:
         total += future.result()
+        if release:
+            future.release()
     return total
 
 
 # --------------------------------------------------------------------------- driver side
 class _BlockProducts:
-    """The loss terms summed over the blocks: futures of WStepProducts on the workers."""
+    """The loss terms summed over the blocks: futures of the blocks' gradient terms, and of
+    their :class:`WStepProducts` for the Hessian only (:meth:`WStepProducts.for_hess_vec`)."""
 
-    def __init__(self, owner: DaskWStep, futures):
-        self.owner, self.futures = owner, futures
+    def __init__(self, owner: DaskWStep, gradients, futures):
+        self.owner, self.gradients, self.futures = owner, gradients, futures
 
     def gradient(self):
-        return self.owner._reduce(_gradient, self.futures)
+        gradients, self.gradients = self.gradients, None
+        if gradients is None:
+            raise RuntimeError("the gradient of these products was already taken")
+        return _fetched_sum(self.owner.client, gradients, release=True)
 
     def hess_vec(self, V):
         Vf = self.owner._put(V)
@@ -843,7 +863,12 @@ class _DaskWOperators:
 
     def __init__(self, owner: DaskWStep, H, loss):
         self.owner, self.loss = owner, loss
-        self.H = owner._put(H)
+        # The squared loss, fully observed (CG: one products() per W-step) needs H on the
+        # workers only for the gradient: it is sent with each products() and not kept, so
+        # the workers free it once the gradient is taken.  TRON's losses send it once.
+        self.fast = loss.name == "squared" and owner.fully_observed
+        self._H = H if self.fast else None
+        self.H = None if self.fast else owner._put(H)
 
     def value(self, W):
         o = self.owner
@@ -855,13 +880,17 @@ class _DaskWOperators:
         return f, pairs
 
     def products(self, W, state=None):
+        """The products at ``W``: each block's gradient term is computed at once (the solver
+        takes it first), and only the blocks' products for the Hessian are kept, so a
+        worker's copies of ``W`` (and, squared loss fully observed, of ``H``) are freed for
+        the CG iterations."""
         o = self.owner
         Wf = o._put(W)
+        Hf = o._put(self._H) if self.fast else self.H
         values = state if state is not None else [None] * len(o.block_futures)
-        futures = [o._submit(i, _block_products, block, self.H, Wf, self.loss, value,
-                             o.gram_left)
-                   for i, (block, value) in enumerate(zip(o.block_futures, values, strict=True))]
-        return _BlockProducts(o, futures)
+        full = [o._submit(i, _block_products, block, Hf, Wf, self.loss, value, o.gram_left)
+                for i, (block, value) in enumerate(zip(o.block_futures, values, strict=True))]
+        return _BlockProducts(o, o._map(_gradient, full), o._map(_for_hess_vec, full))
 
 
 class DaskWStep:
@@ -994,7 +1023,7 @@ class DaskWStep:
         return self.client.scatter(_wrap_aligned(array), broadcast=True, hash=False)
 
     def _reduce(self, fn, per_block, *shared):
-        return _fetched_sum(self.client, self._map(fn, per_block, *shared))
+        return _fetched_sum(self.client, self._map(fn, per_block, *shared), release=True)
 
     # -- the backend of LEML.h_step (squared loss: algorithms.leml.h_step.update_H_by_blocks)
     #    and LEML.objective (algorithms.leml.objective.objective_by_blocks)

@@ -28,6 +28,8 @@ Large-Scale Logistic Regression", JMLR 9, 2008.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from algorithms.leml.data import LEMLData, check_factor
@@ -105,6 +107,21 @@ class WStepProducts:
             self.d2 = ent.full(c, data.dtype)
         else:
             self.d2 = ent.masked(loss.second_derivative(ent.y, self.z))
+
+    def for_hess_vec(self) -> WStepProducts:
+        """A copy that computes :meth:`hess_vec` only: it holds neither ``W`` nor the decision
+        values, nor, on the squared loss's fully observed case (whose Hessian uses only
+        ``2 H^T H``), ``H``.
+
+        For a backend that keeps per-block products apart from the solver
+        (``tasks.leml_dask``): once the gradient is taken, the copies of ``W`` and ``H`` on a
+        worker can be freed for the rest of the CG iterations.
+        """
+        out = copy.copy(self)
+        out.W = out.z = None
+        if self.fast:
+            out.H = None
+        return out
 
     def gradient(self) -> np.ndarray:
         """The loss term of the gradient at ``W`` (d' x k, a new array)."""

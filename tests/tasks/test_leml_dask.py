@@ -225,7 +225,8 @@ def test_blocks_are_scattered_once_and_iterations_send_only_directions(client, c
         for args in rec.submitted:
             for a in args:
                 assert not isinstance(a, np.ndarray | LEMLData | sp.spmatrix), type(a)
-        assert len(rec.submitted) == 2 * (4 + 4 + 4 * 6)  # products, gradient, 6 CG
+        # products, their gradient and their Hessian part, 6 CG
+        assert len(rec.submitted) == 2 * (4 + 4 + 4 + 4 * 6)
     finally:
         ws.close()
     peaks = worker_peak_memory(client)
@@ -865,6 +866,48 @@ class _DuringCG:
 
         ops.products = hooked
         return ops
+
+
+def _step_arrays(dask_worker):  # run on a worker
+    """Shapes of the W-step's arrays this worker holds, each array once: those sent to it
+    (``_put``) and the ``W`` and ``H`` of its blocks' products."""
+    from algorithms.leml.w_step import WStepProducts
+
+    held = {}
+    for value in dask_worker.data.values():
+        arrays = ([value.array] if isinstance(value, _Aligned) else
+                  [value.W, value.H] if isinstance(value, WStepProducts) else [])
+        held.update((id(a), a.shape) for a in arrays if a is not None)
+    return sorted(held.values())
+
+
+@slow
+@pytest.mark.parametrize("case", ["full", "masked-sparse"])
+def test_workers_free_W_and_the_squared_losss_H_once_the_gradient_is_taken(client, case):
+    """Through the CG iterations a worker holds no copy of ``W``, and for the squared loss
+    fully observed (whose Hessian uses only ``2 H^T H``) none of ``H`` either; the other
+    cases keep ``H`` (their Hessian uses it), one copy a worker.  The CG direction of the
+    product being computed is not yet sent when the hook runs."""
+    data = _problem(case)
+    W0, H = _start(data)
+    expected = [] if case == "full" else [(data.n_labels, K)]
+    seen = []
+
+    def observe(step):
+        for _ in range(300):  # Dask frees released keys asynchronously: a generous 30 s
+            held = step.client.run(_step_arrays)
+            if all(h == expected for h in held.values()):
+                break
+            time.sleep(0.1)
+        seen.append(held)
+
+    with DaskWStep(client, data, blocks=4) as ws:
+        W, _ = _w_step(data, W0, H, backend=_DuringCG(ws, 2, observe), cg_max_iter=4,
+                       cg_tol=0.0)
+        reference, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4, cg_tol=0.0)
+    assert len(seen) == 1 and len(seen[0]) == 2
+    assert all(h == expected for h in seen[0].values()), seen
+    np.testing.assert_array_equal(W, reference)
 
 
 @slow

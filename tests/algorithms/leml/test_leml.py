@@ -185,6 +185,28 @@ def test_the_squared_losss_hessian_product_multiplied_by_the_gram_in_row_chunks(
                                atol=1e-10)
 
 
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+@pytest.mark.parametrize("masked", [STRATEGIES[0], None])
+def test_products_for_the_hessian_only_drop_the_point_and_give_the_kronecker_product(
+        loss, masked):
+    """``for_hess_vec``: the Hessian-vector product of the Kronecker reference without
+    ``W`` (nor, squared loss fully observed, ``H``: its Hessian uses only ``2 H^T H``)."""
+    X, Xd, Y, mask, H, W = make_problem(3, sparse=True, mask_density=0.5 if masked else None)
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=masked or "auto")
+    products = WStepProducts(data, H, W, loss)
+    grad = products.gradient()
+    hess = products.for_hess_vec()
+    assert hess.W is None and hess.z is None
+    assert (hess.H is None) == (loss == "squared" and masked is None)
+    assert products.W is W and products.H is H  # the original keeps its point
+    _, hess_ref, _ = kronecker_reference(Xd, Y, mask, H, W, 0.0, loss)
+    V = np.random.default_rng(1).standard_normal(W.shape)
+    np.testing.assert_allclose(hess.hess_vec(V), (hess_ref @ V.ravel()).reshape(W.shape),
+                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(hess.hess_vec(V), products.hess_vec(V))
+    np.testing.assert_array_equal(products.gradient(), grad)
+
+
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 8), d=st.integers(1, 5),
        n_labels=st.integers(1, 5), k=st.integers(1, 4),
