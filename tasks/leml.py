@@ -306,7 +306,10 @@ def initialise(train: dict | None, mask, params: dict, partition: list | None = 
 _W_CLUSTERS: dict[tuple, tuple] = {}
 # Futures of the row blocks of the latest Dask W-step, held after it ends: the next W-step on
 # the same training data (the next outer iteration) asks for the same block keys and finds the
-# blocks on the workers.  Released when a W-step on other data takes their place.
+# blocks on the workers.  Released when a W-step on other data takes their place, and when
+# the test set is scored on the workers (evaluate, predict: the fit is over), so that the
+# workers do not hold the training data beside the test blocks and the factors (at full scale
+# 0.67 GiB a worker on 2, the highest its memory rose in the run).
 _KEPT_BLOCKS: list = []
 
 
@@ -639,6 +642,7 @@ def evaluate(
     else:
         from tasks.leml_dask import evaluate_on_blocks
 
+        _release_kept_blocks()  # the fit is over: the workers score without its blocks
         with _w_step_client(cluster) as client:
             scores = evaluate_on_blocks(client, partition, W, H, params, batch_size)
     metrics = _metrics_table(scores, dataset, method)
@@ -664,6 +668,7 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k
         return predictions_table(model, test["X"], top_k, batch_size)
     from tasks.leml_dask import predict_on_blocks
 
+    _release_kept_blocks()  # the fit is over: the workers predict without its blocks
     with _w_step_client(cluster) as client:
         return predict_on_blocks(client, partition, W, H, params, top_k, batch_size)
 

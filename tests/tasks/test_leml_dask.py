@@ -747,6 +747,44 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
         _close_w_clusters()
 
 
+def _training_blocks(dask_worker):  # run on a worker
+    return sorted(str(k) for k in dask_worker.data if str(k).startswith("leml-w-block-"))
+
+
+@slow
+def test_the_evaluation_releases_the_training_blocks_the_w_steps_kept(client, tmp_path):
+    """After a W-step the workers keep its row blocks for the next one (the next outer
+    iteration); the evaluation of the test set on the workers releases them first (the fit
+    is over), and its metrics are those of the test blocks scored in this process."""
+    import tasks.leml as tl
+    from tasks.leml_dask import evaluate_on_blocks
+
+    source, data = _stored(tmp_path, "full")
+    W0, H = _start(data)
+    cluster = {"address": client.scheduler.address}
+    files = [{"X": b["X"], "Y": b["Y"]} for b in source.blocks]
+    params = {"rank": K, "fit_intercept": False, "dtype": "float64"}
+    try:
+        with tl._w_step_backend(source, {"blocks": 4}, cluster) as backend:
+            W, _ = _w_step(data, W0, H, backend=backend, cg_max_iter=2)
+        assert sum(map(len, client.run(_training_blocks).values())) == 4  # kept
+        out = tl.evaluate.fn(None, W, H, traces=[pd.DataFrame({"iteration": [1]})],
+                             timings=[pd.DataFrame({"iteration": [1], "half": ["W"],
+                                                    "seconds": [1.0]})],
+                             dataset="t", method="m", params=params, batch_size=4,
+                             partition=files, cluster=cluster)
+        for _ in range(300):  # Dask frees released keys asynchronously: a generous 30 s
+            if not any(client.run(_training_blocks).values()):
+                break
+            time.sleep(0.1)
+        assert not any(client.run(_training_blocks).values())
+        expected = tl._metrics_table(evaluate_on_blocks(None, files, W, H, params, 4), "t",
+                                     "m")
+        pd.testing.assert_frame_equal(out["metrics"], expected)
+    finally:
+        tl._close_w_clusters()
+
+
 @slow
 def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_here(
         client, tmp_path, monkeypatch):
