@@ -47,7 +47,7 @@ W_SOLVERS = ("tron", "bound")
 _EIG_MAX = 4096
 
 
-#: Rows that :func:`_times_in_place` and :func:`_squared_residual` take at a time.
+#: Rows of a ``d' x k`` product that :func:`_times_in_place` multiplies at a time.
 GRAM_ROWS = 1 << 14
 
 
@@ -60,26 +60,6 @@ def _times_in_place(A: np.ndarray, G: np.ndarray) -> np.ndarray:
         rows = A[start:start + GRAM_ROWS]
         rows[...] = rows @ G
     return A
-
-
-def _squared_residual(data: LEMLData, W, G2, H) -> np.ndarray:
-    """``X W G2 - 2 Y H`` (``n x k``; ``G2 = 2 H^T H``), :data:`GRAM_ROWS` rows at a time into
-    one array: at once, ``X W``, its product with ``G2``, ``Y H``, ``2 Y H`` and their
-    difference were five ``n x k`` arrays (0.2 GiB for a 220,451-row block at k = 50 in
-    float32), the highest a worker's memory rose in a W-step at full scale.  For a sparse
-    ``X`` each row is the bits the whole expression gives (a dense one may round
-    otherwise: BLAS takes one row by another path than many)."""
-    X, Y = data.X, data.Y
-    if data.n_samples <= GRAM_ROWS:
-        return (X @ W) @ G2 - 2 * (Y @ H)
-    out = None
-    for start in range(0, data.n_samples, GRAM_ROWS):
-        rows = slice(start, start + GRAM_ROWS)
-        part = (X[rows] @ W) @ G2 - 2 * (Y[rows] @ H)
-        if out is None:
-            out = np.empty((data.n_samples, part.shape[1]), dtype=part.dtype)
-        out[rows] = part
-    return out
 
 
 class WStepProducts:
@@ -147,7 +127,7 @@ class WStepProducts:
         """The loss term of the gradient at ``W`` (d' x k, a new array)."""
         data, H, xt = self.data, self.H, self.data.xt_matmul
         if self.fast:
-            return xt(_squared_residual(data, self.W, self.G2, H))
+            return xt((data.X @ self.W) @ self.G2 - 2 * (data.Y @ H))
         ent = self.entries
         return xt(ent.times(ent.masked(self.loss.derivative(ent.y, self.z)), H))
 

@@ -478,35 +478,6 @@ def test_the_squared_loss_taken_a_few_rows_at_a_time_is_the_explicit_residual(mo
                           rtol=1e-12), rows
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("dense", [False, True])
-def test_the_squared_gradient_taken_a_few_rows_at_a_time_is_the_whole_expression(
-        monkeypatch, dense, dtype):
-    """The fully observed squared loss's gradient ``2 X^T (X W H^T H - Y H)``, its residual
-    taken in chunks of rows, is the Kronecker reference's gradient and, for a sparse ``X``
-    (the workers' row blocks), the same bits as the residual taken whole; a dense ``X``
-    may round otherwise (BLAS takes one row by another path than many)."""
-    import algorithms.leml.w_step as w_step_module
-
-    X, Xd, Y, _, H, W = make_problem(17, n=23, d=6, n_labels=5, k=3, mask_density=None)
-    data = prepare_data(Xd if dense else X, sp.csr_matrix(Y), dtype=dtype)
-    H, W = H.astype(dtype), W.astype(dtype)
-    G2 = 2 * (H.T @ H)
-    whole = data.xt_matmul((data.X @ W) @ G2 - 2 * (data.Y @ H))
-    grad_ref, _, _ = kronecker_reference(Xd, Y, None, H, W, 0.0, "squared")
-    np.testing.assert_allclose(whole, grad_ref.reshape(W.shape),
-                               rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-5)
-    for rows in (1, 5, 23, 64):  # one row, a last chunk of 3, exactly one, more than n
-        monkeypatch.setattr(w_step_module, "GRAM_ROWS", rows)
-        grad = WStepProducts(data, H, W, "squared").gradient()
-        assert grad.dtype == dtype
-        if dense:
-            np.testing.assert_allclose(grad, whole, rtol=1e-5 if dtype == np.float32 else
-                                       1e-12, err_msg=str(rows))
-        else:
-            np.testing.assert_array_equal(grad, whole, err_msg=str(rows))
-
-
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 @pytest.mark.parametrize("masked", [True, False])
 def test_float32_stays_float32(loss, masked):
