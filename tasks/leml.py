@@ -309,7 +309,7 @@ _W_CLUSTERS: dict[tuple, tuple] = {}
 # blocks on the workers.  Released when a W-step on other data takes their place, and when
 # the test set is scored on the workers (evaluate, predict: the fit is over), so that the
 # workers do not hold the training data beside the test blocks and the factors (at full scale
-# 0.67 GiB a worker on 2, the highest its memory rose in the run).
+# 0.67 GiB a worker of 2; with it, the scoring was where a worker's memory peaked).
 _KEPT_BLOCKS: list = []
 
 
