@@ -109,7 +109,43 @@ def flow_config(train: Path, test: Path, mode: str, iterations: int, address: st
     return _runner(config, mode, address)
 
 
-class _PeakWatch:
+def _status_bytes(pid: int, field: str) -> int | None:
+    """A memory field of ``/proc/<pid>/status`` (``VmHWM``, ``VmRSS``) in bytes; None when
+    the process is gone (or there is no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class _Watch:
+    """Calls :meth:`_read` every ``every`` seconds in a thread of its own until :meth:`stop`."""
+
+    def __init__(self, every: float) -> None:
+        import threading
+
+        self.every = every
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        raise NotImplementedError
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.every):
+            self._read()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+class _PeakWatch(_Watch):
     """The peak RSS of process ``pid`` alone: its ``VmHWM`` (the high-water mark of its own
     memory since its exec), read every 50 ms until :meth:`stop`.
 
@@ -120,59 +156,28 @@ class _PeakWatch:
     """
 
     def __init__(self, pid: int) -> None:
-        import threading
-
         self.pid, self.peak = pid, 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
+        super().__init__(0.05)
 
     def _read(self) -> None:
-        try:
-            with open(f"/proc/{self.pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmHWM:"):
-                        self.peak = max(self.peak, int(line.split()[1]) * 1024)
-        except OSError:  # gone (or no /proc): the last reading stands
-            pass
-
-    def _watch(self) -> None:
-        while not self._done.wait(0.05):
-            self._read()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join()
+        self.peak = max(self.peak, _status_bytes(self.pid, "VmHWM") or 0)  # gone: it stands
 
 
-class _RSSTimeline:
+class _RSSTimeline(_Watch):
     """The resident set size of each of ``pids`` (``VmRSS``, bytes) against the wall clock
     (``time.time()``, the clock of the scheduler's task stream on the same machine), read
     every 20 ms until :meth:`stop`: ``samples[name]`` is a list of ``(time, rss)``."""
 
     def __init__(self, pids: dict[str, int], every: float = 0.02) -> None:
-        import threading
-
-        self.pids, self.every = pids, every
+        self.pids = pids
         self.samples: dict[str, list[tuple[float, int]]] = {name: [] for name in pids}
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
+        super().__init__(every)
 
-    def _watch(self) -> None:
-        while not self._done.wait(self.every):
-            for name, pid in self.pids.items():
-                try:
-                    with open(f"/proc/{pid}/status") as status:
-                        rss = next(int(line.split()[1]) * 1024 for line in status
-                                   if line.startswith("VmRSS:"))
-                except (OSError, StopIteration):  # gone, or no /proc
-                    continue
+    def _read(self) -> None:
+        for name, pid in self.pids.items():
+            rss = _status_bytes(pid, "VmRSS")
+            if rss is not None:
                 self.samples[name].append((time.time(), rss))
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join()
 
 
 BETWEEN_TASKS = "between tasks"

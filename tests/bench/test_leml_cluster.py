@@ -154,3 +154,28 @@ def test_a_workers_samples_are_put_in_the_task_computing_at_their_time():
     assert peaks_by_task(samples, stream, "c") == {BETWEEN_TASKS: 50}
     assert task_kind("leml-e-block_metric_sums-9f8e7d6c-block3") == "e-block_metric_sums"
     assert task_kind("finalize-0123456789abcdef0123456789abcdef") == "finalize"
+
+
+def test_the_timeline_reads_each_process_until_stopped_and_skips_one_gone():
+    """This process's ``VmRSS`` (about what ``/proc`` says now, in bytes), read until the
+    timeline stops (waited on a count of readings, with a generous cap); a pid that does not
+    exist gives no reading and no error."""
+    import os
+    import time
+
+    from bench.leml_cluster import _RSSTimeline, _status_bytes
+
+    timeline = _RSSTimeline({"here": os.getpid(), "gone": 2**22 + 1}, every=0.01)
+    for _ in range(3000):  # 3 readings, 30 s at most
+        if len(timeline.samples["here"]) >= 3:
+            break
+        time.sleep(0.01)
+    timeline.stop()
+    count = len(timeline.samples["here"])
+    time.sleep(0.05)
+    assert count >= 3 and len(timeline.samples["here"]) == count  # stopped
+    assert timeline.samples["gone"] == []
+    times = [t for t, _ in timeline.samples["here"]]
+    assert times == sorted(times)
+    now = _status_bytes(os.getpid(), "VmRSS")
+    assert all(0.5 * now < rss < 2 * now for _, rss in timeline.samples["here"])
