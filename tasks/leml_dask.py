@@ -866,8 +866,8 @@ class _DaskWOperators:
         # The squared loss, fully observed (CG: one products() per W-step) needs H on the
         # workers only for the gradient: it is sent with each products() and not kept, so
         # the workers free it once the gradient is taken.  TRON's losses send it once.
-        self.fast = loss.name == "squared" and owner.fully_observed
-        self._H = H if self.fast else None
+        self.fast = WStepProducts.squared_fully_observed(loss, owner.fully_observed)
+        self._H = H
         self.H = None if self.fast else owner._put(H)
 
     def value(self, W):

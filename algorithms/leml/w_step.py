@@ -94,7 +94,7 @@ class WStepProducts:
     def __init__(self, data: LEMLData, H, W, loss, *, z=None, gram_left=None):
         self.data, self.H, self.W = data, H, W
         self.loss = loss = get_loss(loss)
-        self.fast = loss.name == "squared" and data.fully_observed
+        self.fast = self.squared_fully_observed(loss, data.fully_observed)
         if self.fast:
             self.G2 = 2 * (H.T @ H)
             self.gram_left = (data.n_features <= data.n_samples if gram_left is None
@@ -107,6 +107,12 @@ class WStepProducts:
             self.d2 = ent.full(c, data.dtype)
         else:
             self.d2 = ent.masked(loss.second_derivative(ent.y, self.z))
+
+    @staticmethod
+    def squared_fully_observed(loss, fully_observed: bool) -> bool:
+        """The squared loss on fully observed labels: the case whose products use ``H`` only
+        through ``2 H^T H`` (and :meth:`for_hess_vec` keeps no ``H``)."""
+        return get_loss(loss).name == "squared" and fully_observed
 
     def for_hess_vec(self) -> WStepProducts:
         """A copy that computes :meth:`hess_vec` only: it holds neither ``W`` nor the decision
