@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,11 @@ class ApplyConfig(FlowConfig):
         description="Output file (one input file) or folder (a folder of inputs); default: "
         "the apply run's own outputs/ folder.",
     )
+    force: bool = Field(
+        False,
+        description="Replace files that already exist at `output` (--force). Without it an "
+        "existing file is an error and nothing is written.",
+    )
     allow_empty: bool = Field(
         False,
         description="A folder with no input file finishes with nothing to do instead of an "
@@ -69,13 +75,11 @@ def model_document(flow: str, version: int, **meta: Any) -> str:
 def _finished_runs(runs_root: Path) -> list[tuple[str, dict[str, Any]]]:
     """(run id, manifest) of every finished run, oldest first by finishing time."""
     out = []
-    if runs_root.is_dir():
-        for d in runs_root.iterdir():
-            if (d / mf.MANIFEST).is_file():
-                try:
-                    out.append((d.name, mf.read_manifest(d)))
-                except InputError:
-                    continue  # a damaged manifest is no model to apply
+    for d in mf.run_folders(runs_root):
+        try:
+            out.append((d.name, mf.read_manifest(d)))
+        except InputError:
+            continue  # a damaged manifest is no model to apply
     return sorted(out, key=lambda item: (str(item[1].get("finished", "")), item[0]))
 
 
@@ -169,17 +173,79 @@ def output_names(source: Path, files: list[Path], suffixes: tuple[str, ...],
     return list(names)
 
 
-def output_target(target: Path, names: list[str]) -> Path:
-    """``output``, checked before anything runs: a file in an existing folder for one input
-    file, a folder (created with its parents when absent) for a folder of inputs."""
+def output_target(target: Path, names: list[str], *, inputs: list[Path], source: Path,
+                  store_root: Path, runs_root: Path, force: bool) -> Path:
+    """``output``, checked before anything runs: a ``.parquet`` or ``.csv`` file in an existing
+    folder for one input file, a folder (created with its parents when absent) for a folder of
+    inputs; every file it would write passes :func:`check_targets`."""
     if len(names) == 1 and "/" not in names[0]:
         if target.is_dir() or not target.parent.is_dir():
             raise InputError("expected a file name (.parquet or .csv) in an existing folder",
                              path=target, key="output")
-    elif target.exists() and not target.is_dir():
-        raise InputError("a folder of input files needs an output folder", path=target,
-                         key="output")
+        files = [target]
+    else:
+        if target.exists() and not target.is_dir():
+            raise InputError("a folder of input files needs an output folder", path=target,
+                             key="output")
+        files = [target / Path(name).name for name in names]
+    check_targets(files, inputs=inputs, source=source, store_root=store_root,
+                  runs_root=runs_root, force=force)
+    if not files[0].name.lower().endswith((".parquet", ".csv")):
+        raise InputError("the output is written as Parquet or CSV: its name must end in "
+                         ".parquet or .csv", path=target, key="output")
     return target
+
+
+def _real(path: Path) -> Path:
+    """``path`` with every symbolic link resolved (also when it does not exist yet)."""
+    return Path(os.path.realpath(path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: the same path once links are resolved, or a hard link."""
+    if _real(a) == _real(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def check_targets(targets: list[Path], *, inputs: list[Path], source: Path, store_root: Path,
+                  runs_root: Path, force: bool) -> None:
+    """Refuse, before anything runs, to write a user-named file where nothing may be written.
+
+    A command that writes a path the user names (``scarce apply --output``, an apply config's
+    ``output``) writes none of these: one of its own input files (under any name, hard links
+    included) or a file among them in the input folder; anything inside the result store or
+    the runs folder, which scarce writes itself and whose files the manifests and the store's
+    checksums vouch for; an existing file, unless ``force`` (``--force``) says to replace it.
+
+    Raises
+    ------
+    InputError
+        Naming the file and the key ``output``; nothing has been written.
+    """
+    protected = [(_real(store_root), "the result store"), (_real(runs_root), "the runs folder")]
+    folder = _real(source) if source.is_dir() else None
+    for target in targets:
+        real = _real(target)
+        if any(_same_file(target, p) for p in inputs) or real == _real(source):
+            raise InputError("the output would overwrite an input file; choose another "
+                             "--output", path=target, key="output")
+        if folder is not None and real.parent == folder:
+            raise InputError("the output would be written among the input files; choose "
+                             "another folder", path=target, key="output")
+        for root, what in protected:
+            if real == root or real.is_relative_to(root):
+                raise InputError(f"the output is inside {what} ({root}), where only scarce "
+                                 "writes; choose a path outside it", path=target, key="output")
+        if (target.exists() or target.is_symlink()) and not force:
+            raise InputError("the output file exists; give --force (or force: true) to "
+                             "replace it", path=target, key="output")
+        if target.is_dir():
+            raise InputError("the output is a folder where a file is written", path=target,
+                             key="output")
 
 
 def export(store: Any, refs: list[str], names: list[str], target: Path) -> None:

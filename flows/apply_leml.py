@@ -64,7 +64,9 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     fmt, source = config.format or meta["input_format"], ctx.path(config.input)
     files = input_files(source, SUFFIXES[fmt], config.allow_empty)
     names = output_names(source, files, SUFFIXES[fmt], "predictions.parquet")
-    output = None if config.output is None else output_target(ctx.path(config.output), names)
+    output = None if config.output is None else output_target(
+        ctx.path(config.output), names, inputs=files, source=source,
+        store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
     read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
                 n_labels=meta["n_labels"] if fmt == "arff" else None)
     loaded = ctx.gather([ctx.submit(load, path=path, labels_file=label_file(path, fmt), **read)

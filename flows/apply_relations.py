@@ -54,7 +54,9 @@ def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | Non
     source = ctx.path(config.input)
     files = input_files(source, SUFFIXES, config.allow_empty)
     names = output_names(source, files, SUFFIXES, "assignments.parquet")
-    output = None if config.output is None else output_target(ctx.path(config.output), names)
+    output = None if config.output is None else output_target(
+        ctx.path(config.output), names, inputs=files, source=source,
+        store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
     model = ctx.run(rel.read_model, **{p: folder / meta["files"][p] for p in rel.MODEL_PARTS})
     parsed = ctx.gather([ctx.submit(rel.parse, path=path, fmt=config.format, relation_types=None,
                                     include_other=True, directed=bool(meta["directed"]),

@@ -27,7 +27,14 @@ from prefect import flow
 from prefect.utilities.annotations import unmapped
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.apply import MODEL_JSON, ApplyConfig, input_files, open_model, resolve_model_run
+from flows.apply import (
+    MODEL_JSON,
+    ApplyConfig,
+    check_targets,
+    input_files,
+    open_model,
+    resolve_model_run,
+)
 from flows.config import validate_config
 from flows.runtime import RunContext, RunOptions
 from flows.strip import Variant
@@ -154,9 +161,9 @@ def plan_outputs(ctx: RunContext, config: ApplyStripConfig,
         targets = [out / n for n in names]
     else:
         targets = [out / names[0] if out.is_dir() else out]
-    inputs = {p.resolve() for p in files}
-    for target in targets:
-        if target.resolve() in inputs:
-            raise InputError("the output would overwrite its input; choose another --output",
-                             path=target, key="output")
+    check_targets(targets, inputs=files, source=ctx.path(config.input),
+                  store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
+    if len(targets) == 1 and not targets[0].name.endswith(".conllu"):
+        raise InputError("the output is written as CoNLL-U: its name must end in .conllu",
+                         path=targets[0], key="output")
     return names, targets

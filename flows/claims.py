@@ -94,7 +94,8 @@ def _subset_search(child_dir: Path) -> dict:
     the criterion on every word over the criterion on the smallest feasible prefix
     (``growth``).  Empty when
     the child's manifest does not name those entries (nothing to read)."""
-    from tasks.store import Store
+    from flows.runtime import default_store_root
+    from tasks.store import CorruptEntry, Store
 
     try:
         manifest = json.loads((child_dir / "manifest.json").read_text())
@@ -104,10 +105,12 @@ def _subset_search(child_dir: Path) -> dict:
             if o.get("step") == "relations-subsets"}
     if not {"search", "subsets"} <= set(refs):
         return {}
-    store = Store(manifest["store"])
+    # Today's store ($SCARCE_STORE or the project's): the path a manifest recorded is a fact
+    # about the past, never a place to read or write (a copied project would reach the old one).
+    store = Store(default_store_root())
     try:
         search, subsets = store.read(refs["search"]), store.read(refs["subsets"])
-    except (FileNotFoundError, KeyError):
+    except (FileNotFoundError, KeyError, CorruptEntry):
         raise InputError("the child's subset search is gone from the store (was the store "
                          "cleaned, or moved?)", path=child_dir / "manifest.json") from None
     feasible = search[search["feasible"]]

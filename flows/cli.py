@@ -22,11 +22,13 @@ import argparse
 import logging
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+EXIT_PIPE = 141  # as a shell reports a command ended by SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,8 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     ap = sub.add_parser("apply", help="apply what a finished run learned to new input")
     ap.add_argument("run_id", help="a training run id, or 'latest' / 'latest:NAME' with --flow")
     ap.add_argument("--input", required=True, help="input file, or a folder of input files")
-    ap.add_argument("--output", help="output file (or folder); default: the apply run's "
-                    "outputs/")
+    ap.add_argument("--output", help="output file (.parquet or .csv; StRip: .conllu) or "
+                    "folder; never one of the inputs, nor inside the store or the runs folder; "
+                    "default: only the apply run's outputs/")
+    ap.add_argument("--force", action="store_true",
+                    help="replace files that already exist at --output (without it an existing "
+                         "file is an error and nothing is written)")
     ap.add_argument("--flow", help="the training flow, for 'latest' / 'latest:NAME'")
     ap.add_argument("--top-k", type=int, help="LEML: labels per row (default 5)")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
@@ -144,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except BrokenPipeError:  # the reader of stdout went away (`scarce runs | head`)
+        _stdout_to_devnull()
+        return EXIT_PIPE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -167,6 +176,16 @@ def main(argv: list[str] | None = None) -> int:
             import signal
 
             signal.signal(signal.SIGTERM, previous)
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit has nowhere to
+    fail once the reader of a pipe has gone (Python's documented way out of SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured in tests): nothing to flush
+        pass
 
 
 def _log_to_stderr() -> None:
@@ -285,10 +304,11 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 
 def preflight(address: str | None) -> None:
-    """Check the environment before anything runs: the memory cap, the store root and the
-    Dask scheduler (each a one-line error naming the variable or option)."""
+    """Check the environment before anything runs: the memory cap, the store and the runs
+    folder (folders this process can write) and the Dask scheduler (each a one-line error
+    naming the variable or option)."""
     from algorithms.memory import available_bytes
-    from flows.runtime import default_store_root
+    from flows.runtime import check_writable_folder, default_runs_root, default_store_root
     from tasks.errors import InputError
     from tasks.store import Store
 
@@ -297,9 +317,11 @@ def preflight(address: str | None) -> None:
     except ValueError as exc:
         raise InputError(str(exc), key="SCARCE_MEMORY_LIMIT_GB") from None
     try:
-        Store(default_store_root())
+        store = Store(default_store_root())
     except ValueError as exc:
         raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
+    check_writable_folder(store.root, "store (or $SCARCE_STORE)")
+    check_writable_folder(default_runs_root(), "runs folder (or $SCARCE_RUNS)")
     if address:
         from flows.runners import check_scheduler
 
@@ -452,7 +474,14 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if not isinstance(old.get("config"), dict):
         raise InputError("the manifest has no config to rerun", path=run_dir / mf.MANIFEST,
                          key="config")
-    config = validate_config(old["config"], spec.load_model(), run_dir / mf.MANIFEST)
+    data = dict(old["config"])
+    if spec.kind == "apply" and data.get("output"):
+        # A recorded path is a fact about the past, never a place to write: the rerun's
+        # results go to its own run folder, where they are compared.
+        print(f"note: run {args.run_id} also wrote {data['output']}; the rerun writes only "
+              "its own run folder", file=sys.stderr)
+        data["output"] = None
+    config = validate_config(data, spec.load_model(), run_dir / mf.MANIFEST)
     recorded = old.get("options") or {}
     runner = _runner(args, "dask" if old.get("task_runner") == "DaskTaskRunner"
                      else recorded.get("runner"))
@@ -461,8 +490,11 @@ def cmd_rerun(args: argparse.Namespace) -> int:
               "this rerun starts a local Dask cluster (give --dask-address to use a cluster)",
               file=sys.stderr)
     preflight(args.dask_address)
+    damaged = mf.damaged_outputs(run_dir, old)  # hashed on disk before the rerun writes
+    # The store is the one the environment names today (``$SCARCE_STORE`` or the project's):
+    # a manifest is a record, never a place to write (a copied project or an edited "store"
+    # would otherwise send the rerun's writes elsewhere).
     options = RunOptions(
-        store=old.get("store"),
         runs=str(runs),
         run_id=new_run_id(old["flow"], "rerun"),
         refresh=not args.use_cache,
@@ -475,11 +507,41 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         summary = execute(spec, config, options, runner, args.dask_address)
     diffs = mf.compare_outputs(old, summary["manifest"])
     print(f"rerun {summary['run_id']} of {args.run_id}")
+    repairs = _repair(run_dir, old, Path(summary["run_dir"]), damaged)
+    for line in repairs:
+        print(line)
+    if any(line.startswith("damaged:") for line in repairs):
+        print("\n".join(diffs) if diffs else "outputs identical; run "
+              f"{args.run_id} keeps damaged files")
+        return EXIT_FAIL
     if not diffs:
         print("identical")
         return EXIT_OK
     print("\n".join(diffs))
     return EXIT_FAIL
+
+
+def _repair(run_dir: Path, old: dict, new_dir: Path, damaged: dict[str, str | None]
+            ) -> list[str]:
+    """Restore each damaged file of the rerun run (bytes on disk unlike its manifest's record)
+    whose bytes the rerun reproduced exactly; say what was found and done, file by file."""
+    from flows import manifest as mf
+    from flows.runtime import link_or_copy
+    from tasks.store import file_sha256
+
+    recorded = mf.recorded_files(old)
+    lines = []
+    for name, actual in sorted(damaged.items()):
+        found = "missing" if actual is None else f"sha256 {actual[:12]} on disk"
+        fresh = new_dir / name
+        if fresh.is_file() and file_sha256(fresh) == recorded[name]:
+            link_or_copy(fresh, run_dir / name)
+            lines.append(f"repaired: {name} of run {run_dir.name} ({found}, recorded "
+                         f"{recorded[name][:12]}; restored from the rerun's identical file)")
+        else:
+            lines.append(f"damaged: {name} of run {run_dir.name} ({found}, recorded "
+                         f"{recorded[name][:12]}; the rerun did not reproduce it)")
+    return lines
 
 
 # -- apply ---------------------------------------------------------------------
@@ -512,6 +574,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     data: dict[str, Any] = {"model_run": run_dir.name, "input": str(Path(args.input).absolute())}
     if args.output:
         data["output"] = str(Path(args.output).absolute())
+    if args.force:
+        data["force"] = True
     if args.top_k is not None:
         if "top_k" not in model.model_fields:
             raise InputError(f"--top-k is an option of LEML, not of {flow}", key="top_k")
@@ -539,6 +603,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from tasks.errors import InputError
 
     runs = default_runs_root()
+    if args.flow is not None:
+        from flows.registry import FLOWS
+
+        if args.flow not in FLOWS:
+            raise InputError(f"unknown flow {args.flow!r} (known: {', '.join(sorted(FLOWS))})",
+                             key="--flow")
     if args.run_id:
         if not re.fullmatch(SAFE_NAME, args.run_id):
             raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
@@ -568,12 +638,10 @@ def referenced_refs(runs: Path) -> set[str]:
     from flows import manifest as mf
 
     keep: set[str] = set()
-    if runs.is_dir():
-        for d in sorted(runs.iterdir()):
-            if (d / mf.MANIFEST).is_file():
-                m = mf.read_manifest(d)
-                keep.update(o["ref"] for o in m["outputs"])
-                keep.update(p["ref"] for p in m.get("plots") or [] if p.get("ref"))
+    for d in mf.run_folders(runs):
+        m = mf.read_manifest(d)
+        keep.update(o["ref"] for o in m["outputs"])
+        keep.update(p["ref"] for p in m.get("plots") or [] if p.get("ref"))
     return keep
 
 
@@ -595,11 +663,21 @@ def cmd_cache(args: argparse.Namespace) -> int:
             _print_frame(frame)
             print(f"{len(frame)} entries, {frame['bytes'].sum() / 1e6:.1f} MB in {store.root}")
         return EXIT_OK
-    report = store.gc(referenced_refs(default_runs_root()), dry_run=args.dry_run)
+    runs = default_runs_root()
+    report = store.gc(referenced_refs(runs), dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {len(report.removed)} entries ({report.bytes / 1e6:.1f} MB) from {store.root}")
     for ref in report.removed:
         print(f"  {ref}")
+    from flows import manifest as mf
+
+    for folder in mf.partial_folders(runs):  # left by a process killed while writing a run
+        run_id = folder.name[1:].split(mf.PARTIAL, 1)[0]
+        if run_id in report.live_runs:
+            continue
+        if not args.dry_run:
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"{verb} the half-written run folder {folder.name} from {runs}")
     if report.live_runs:
         print(f"kept {report.kept_for_live_runs} entries in use by {len(report.live_runs)} "
               f"running run(s): {', '.join(report.live_runs)}")

@@ -26,6 +26,24 @@ from tasks.store import atomic_write_bytes
 MANIFEST = "manifest.json"
 METRICS = "metrics.parquet"
 SCHEMA_VERSION = 1
+PARTIAL = ".partial-"  # in the hidden name of a run folder still being written
+
+
+def run_folders(runs_dir: Path) -> list[Path]:
+    """The run folders of ``runs_dir`` (those with a manifest), sorted by name; hidden folders,
+    such as a run folder still being written, are not runs."""
+    if not runs_dir.is_dir():
+        return []
+    return sorted(d for d in runs_dir.iterdir()
+                  if not d.name.startswith(".") and (d / MANIFEST).is_file())
+
+
+def partial_folders(runs_dir: Path) -> list[Path]:
+    """Run folders left half-written by a process killed while writing one."""
+    if not runs_dir.is_dir():
+        return []
+    return sorted(d for d in runs_dir.iterdir()
+                  if d.name.startswith(".") and PARTIAL in d.name and d.is_dir())
 CODE_PACKAGES = ("algorithms", "tasks", "flows")
 
 
@@ -151,6 +169,30 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         prefix="outputs/")
 
 
+def recorded_files(m: dict[str, Any]) -> dict[str, str]:
+    """The files of a run folder its manifest vouches for, by path in the folder: sha256."""
+    files = {METRICS: m.get("metrics_sha256")}
+    files.update({f"outputs/{o['name']}": o.get("sha256") for o in m.get("named_outputs") or []})
+    return {name: h for name, h in files.items() if isinstance(h, str)}
+
+
+def damaged_outputs(run_dir: Path, m: dict[str, Any]) -> dict[str, str | None]:
+    """The files of ``run_dir`` whose bytes on disk no longer match the sha256 its manifest
+    ``m`` records, by path in the folder: their sha256 on disk, or None when missing."""
+    from tasks.store import file_sha256
+
+    out: dict[str, str | None] = {}
+    for name, recorded in recorded_files(m).items():
+        path = run_dir / name
+        try:
+            actual = file_sha256(path) if path.is_file() else None
+        except OSError:
+            actual = None
+        if actual != recorded:
+            out[name] = actual
+    return out
+
+
 RUN_COLUMNS = ["run_id", "flow", "dataset", "runner", "started", "seconds", "status",
                "headline"]
 
@@ -193,9 +235,7 @@ def list_runs(runs_dir: Path, flow: str | None = None,
     warn = [] if warn is None else warn
     rows = []
     if runs_dir.is_dir():
-        for d in sorted(runs_dir.iterdir()):
-            if not (d / MANIFEST).is_file():
-                continue
+        for d in run_folders(runs_dir):
             try:
                 m = read_manifest(d)
             except InputError as exc:

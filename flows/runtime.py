@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ log = logging.getLogger("scarce.run")
 
 METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
 PLOTS = "plots"  # the run folder's subfolder of PNG figures (not compared by rerun)
+PARTIAL = mf.PARTIAL  # a run folder being written: .<run-id>.partial-<hex>, renamed when complete
 
 
 # Leases of the runs this process opened; a run that fails before `finish` leaves its lease to
@@ -87,6 +89,26 @@ def default_store_root() -> str | Path:
 
 def default_runs_root() -> Path:
     return Path(os.environ.get("SCARCE_RUNS") or project_root() / "data" / "runs")
+
+
+def check_writable_folder(path: Path, key: str) -> None:
+    """Refuse, before a run computes, a folder it could not write: ``path`` (or, while it does
+    not exist, its nearest existing parent) must be a folder this process may write.
+
+    Raises
+    ------
+    InputError
+        Naming ``path`` and ``key`` (the option or variable that chose it).
+    """
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{existing} is not a folder", path=path, key=key)
+    # access(2) reports a read-only file system (EROFS) for root too
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{existing} is not writable (read-only, or not ours)", path=path,
+                         key=key)
 
 
 def new_run_id(flow: str, name: str | None) -> str:
@@ -395,9 +417,8 @@ class RunContext:
         if volatile:
             self.volatile_files.add(name)
 
-    def _write_named_outputs(self) -> list[dict[str, Any]]:
+    def _write_named_outputs(self, root: Path) -> list[dict[str, Any]]:
         out = []
-        root = self.run_dir / OUTPUTS
         for name, ref in sorted(self.named.items()):
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -520,27 +541,70 @@ class RunContext:
 
     # -- finishing ----------------------------------------------------------
     def finish(self, metrics_ref: str, headline: dict[str, float] | None = None) -> dict[str, Any]:
-        """Write ``metrics.parquet`` and ``manifest.json``; return the run summary."""
+        """Write the run folder (``metrics.parquet``, plots, outputs, ``manifest.json``) and
+        return the run summary.
+
+        The folder is written under a hidden temporary name beside its final one and renamed
+        when complete, so a run that fails while writing it (a full disk, a read-only runs
+        folder) leaves no run folder at all, as a run that fails earlier does.
+        """
         metrics = self.store.read(metrics_ref)
         missing = [c for c in METRIC_COLUMNS if c not in metrics.columns]
         if missing:
             raise ValueError(f"metrics table lacks columns {missing}")
         metrics = metrics[METRIC_COLUMNS].reset_index(drop=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        metrics_path = self.run_dir / mf.METRICS
-        atomic_write_parquet(metrics_path, encode(metrics))
         outputs = [
             {**o, "sha256": self.store.sha256(o["ref"])}
             for o in sorted(self.outputs.values(), key=lambda o: o["ref"])
         ]
+        partial = self.run_dir.with_name(f".{self.run_id}{PARTIAL}{secrets.token_hex(3)}")
+        try:
+            manifest = self._write_folder(partial, metrics, outputs, headline)
+            if self.run_dir.exists():
+                raise FileExistsError(f"run folder {self.run_dir} exists")
+            os.rename(partial, self.run_dir)
+        except OSError as exc:  # a full disk, a read-only or vanished runs folder
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise InputError(f"cannot write the run folder: {exc.strerror or exc}{where}",
+                             path=self.run_dir, key="runs folder (or $SCARCE_RUNS)") from exc
+        finally:
+            if partial.exists():
+                shutil.rmtree(partial, ignore_errors=True)
+        self.publish_table("metrics", metrics, f"Metrics of run {self.run_id}")
+        if self.store_hits:
+            self.publish_table(
+                "cache-hits",
+                pd.DataFrame(sorted(self.store_hits.items()), columns=["step", "entries reused"]),
+                "Steps taken from the store without a task run (their entries passed their "
+                "checksums and file hashes)",
+            )
+        if self.lease is not None:  # the manifest now names what this run keeps
+            self.lease.release()
+            if self.lease in _open_leases:
+                _open_leases.remove(self.lease)
+        log.info("run %s written to %s", self.run_id, self.run_dir)
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "metrics": metrics,
+            "metrics_ref": metrics_ref,
+            "manifest": manifest,
+        }
+
+    def _write_folder(self, folder: Path, metrics: pd.DataFrame, outputs: list[dict[str, Any]],
+                      headline: dict[str, float] | None) -> dict[str, Any]:
+        """Everything of the run folder, written into ``folder``; returns the manifest."""
+        folder.mkdir(parents=True)
+        metrics_path = folder / mf.METRICS
+        atomic_write_parquet(metrics_path, encode(metrics))
         plots = []
         for key, png in sorted(self.plots.items()):
             rel = f"{PLOTS}/{key}.png"
-            (self.run_dir / PLOTS).mkdir(exist_ok=True)
-            atomic_write_bytes(self.run_dir / rel, png)
-            plots.append({"name": key, "path": rel, "sha256": file_sha256(self.run_dir / rel),
+            (folder / PLOTS).mkdir(exist_ok=True)
+            atomic_write_bytes(folder / rel, png)
+            plots.append({"name": key, "path": rel, "sha256": file_sha256(folder / rel),
                           "ref": self.plot_refs.get(key)})
-        named = self._write_named_outputs()
+        named = self._write_named_outputs(folder / OUTPUTS)
         manifest = {
             "schema": mf.SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -565,27 +629,8 @@ class RunContext:
             "notes": self.notes,
             "headline": headline or headline_metrics(metrics),
         }
-        mf.write_manifest(self.run_dir, manifest)
-        self.publish_table("metrics", metrics, f"Metrics of run {self.run_id}")
-        if self.store_hits:
-            self.publish_table(
-                "cache-hits",
-                pd.DataFrame(sorted(self.store_hits.items()), columns=["step", "entries reused"]),
-                "Steps taken from the store without a task run (their entries passed their "
-                "checksums and file hashes)",
-            )
-        if self.lease is not None:  # the manifest now names what this run keeps
-            self.lease.release()
-            if self.lease in _open_leases:
-                _open_leases.remove(self.lease)
-        log.info("run %s written to %s", self.run_id, self.run_dir)
-        return {
-            "run_id": self.run_id,
-            "run_dir": str(self.run_dir),
-            "metrics": metrics,
-            "metrics_ref": metrics_ref,
-            "manifest": manifest,
-        }
+        mf.write_manifest(folder, manifest)
+        return manifest
 
 
 class Progress:

@@ -195,7 +195,7 @@ BAD = {
     "variant": (["--set", "variant=strip-labeled"],
                 "key 'variant': run strip-fake-variant did not train strip-labeled"),
     "model-key": ([], "model.json: key 'preprocess.window': Input should be greater than"),
-    "overwrite": ([], "crane.conllu: key 'output': the output would overwrite its input"),
+    "overwrite": ([], "crane.conllu: key 'output': the output would overwrite an input file"),
 }
 
 

@@ -200,11 +200,14 @@ def test_an_experiment_that_cannot_join_the_others_is_named(tmp_path):
     assert "experiment-b-1" in str(err.value)
 
 
-def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entries(tmp_path):
+def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entries(
+        tmp_path, monkeypatch):
     """Two children with hand-made subset searches over prefixes 10 < 40 < 100 (every word),
-    coverage theta leaving 10 infeasible: F_k counted by hand."""
+    coverage theta leaving 10 infeasible: F_k counted by hand.  The entries are read from
+    today's store ($SCARCE_STORE), not from the path the manifests recorded."""
     from tasks.store import Store
 
+    monkeypatch.setenv("SCARCE_STORE", str(tmp_path / "cache"))
     run = _experiment_folder(tmp_path)
     store = Store(tmp_path / "cache")
 
@@ -224,7 +227,7 @@ def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entrie
                 for part, value in (("search", frame), ("subsets", subsets.sort_values("k")))}
         child = tmp_path / f"relations-experiment-toy-1-{seed}"  # corpus easy, seeds 0 and 1
         (child / "manifest.json").write_text(json.dumps({
-            "store": str(tmp_path / "cache"),
+            "store": str(tmp_path / "elsewhere"),  # recorded: never read
             "outputs": [{"step": "relations-subsets", "ref": r} for r in refs.values()]}))
     _, words, _ = read_experiment(run, tmp_path)
     easy = words[(words["corpus"] == "easy") & (words["seed"].isin([0, 1]))].sort_values("seed")
