@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import flows.manifest
-import flows.runtime
+import flows.manifest as flow_manifest
+import flows.runtime as flow_runtime
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from flows.apply import check_targets
 from flows.cli import main
@@ -252,14 +252,14 @@ def test_rerun_hashes_the_recorded_files_on_disk_and_restores_them(digits, capsy
     root, run = digits
     name, damage = DAMAGE[case]
     folder = root / "data" / "runs" / run
-    recorded = flows.manifest.recorded_files(manifest(root, run))[name]
+    recorded = flow_manifest.recorded_files(manifest(root, run))[name]
     damage(folder / name)
     code, out, err = _cli(capsys, "rerun", run)
     assert code == 0, err[-2000:]
     assert f"repaired: {name} of run {run}" in out
     assert out.rstrip().endswith("identical")
     assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == recorded
-    assert flows.manifest.damaged_outputs(folder, manifest(root, run)) == {}
+    assert flow_manifest.damaged_outputs(folder, manifest(root, run)) == {}
 
 
 def test_rerun_reports_a_damaged_file_it_does_not_reproduce(digits, capsys):
@@ -282,15 +282,15 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[0]) if args else None)
 
 
-_REAL = {"atomic_write_parquet": flows.runtime.atomic_write_parquet,
-         "atomic_write_bytes": flows.runtime.atomic_write_bytes,
-         "link_or_copy": flows.runtime.link_or_copy}
+_REAL = {"atomic_write_parquet": flow_runtime.atomic_write_parquet,
+         "atomic_write_bytes": flow_runtime.atomic_write_bytes,
+         "link_or_copy": flow_runtime.link_or_copy}
 
 FAIL_AT = {  # where a full disk hits while the run folder is written
-    "metrics": (flows.runtime, "atomic_write_parquet"),
-    "plots-and-text-outputs": (flows.runtime, "atomic_write_bytes"),
-    "named-outputs": (flows.runtime, "link_or_copy"),
-    "manifest": (flows.manifest, "atomic_write_bytes"),
+    "metrics": (flow_runtime, "atomic_write_parquet"),
+    "plots-and-text-outputs": (flow_runtime, "atomic_write_bytes"),
+    "named-outputs": (flow_runtime, "link_or_copy"),
+    "manifest": (flow_manifest, "atomic_write_bytes"),
 }
 
 
@@ -320,9 +320,9 @@ def test_a_run_that_fails_writing_its_folder_leaves_none(tmp_path, monkeypatch, 
 
 def test_gc_removes_a_half_written_run_folder(digits, capsys):
     root, run = digits
-    partial = root / "data" / "runs" / f".digits-x{flows.manifest.PARTIAL}abc123"
+    partial = root / "data" / "runs" / f".digits-x{flow_manifest.PARTIAL}abc123"
     shutil.copytree(root / "data" / "runs" / run, partial)  # as left by a kill before rename
-    assert runs(root) and flows.manifest.run_folders(root / "data" / "runs") == [
+    assert runs(root) and flow_manifest.run_folders(root / "data" / "runs") == [
         root / "data" / "runs" / run]
     code, out, _ = _cli(capsys, "cache", "gc")
     assert code == 0 and f"removed the half-written run folder {partial.name}" in out

@@ -406,16 +406,16 @@ def test_blocks_of_any_sizes_keep_their_rows(tmp_path):
 
 def _record_reads(monkeypatch) -> list[str]:
     """The paths ``tasks.store.read_parquet_entry`` is called with, from now on."""
-    import tasks.store
+    import tasks.store as store_module
 
     read: list[str] = []
-    real = tasks.store.read_parquet_entry
+    real = store_module.read_parquet_entry
 
     def recording(path):
         read.append(str(path))
         return real(path)
 
-    monkeypatch.setattr(tasks.store, "read_parquet_entry", recording)
+    monkeypatch.setattr(store_module, "read_parquet_entry", recording)
     return read
 
 
