@@ -14,6 +14,12 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="scarce-prefect-"))
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# No test may hang on the wall clock: hypothesis' per-example deadline (200 ms) failed property
+# tests on a loaded 2-core machine, while the examples themselves were right.
+settings.register_profile("scarce", deadline=None)
+settings.load_profile("scarce")
 
 
 @pytest.fixture(scope="session")
