@@ -190,7 +190,7 @@ def output_target(target: Path, names: list[str], *, inputs: list[Path], source:
         files = [target / Path(name).name for name in names]
     check_targets(files, inputs=inputs, source=source, store_root=store_root,
                   runs_root=runs_root, force=force)
-    if not files[0].name.lower().endswith((".parquet", ".csv")):
+    if len(files) == 1 and not files[0].name.lower().endswith((".parquet", ".csv")):
         raise InputError("the output is written as Parquet or CSV: its name must end in "
                          ".parquet or .csv", path=target, key="output")
     return target
