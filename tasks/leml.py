@@ -33,13 +33,14 @@ from sklearn.preprocessing import normalize as sk_normalize
 
 from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
 from algorithms.leml.predict import BATCH_SIZE, predictions_table
+from algorithms.memory import check_allocation
 from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from tasks.errors import InputError
-from tasks.readers.arff import read_arff
+from tasks.readers.arff import read_arff, read_arff_header
 from tasks.readers.text import decode_text, read_bytes
-from tasks.readers.xmc import read_xmc
+from tasks.readers.xmc import read_xmc, read_xmc_header
 from tasks.steps import log_both, step
-from tasks.store import entry_shape, read_parquet_entry, read_rows
+from tasks.store import CorruptEntry, entry_shape, read_parquet_entry, read_rows
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
@@ -57,15 +58,113 @@ def label_file(path: str | Path, format: str) -> Path | None:
     return parquet_pair(path)[1] if format == "parquet" else None
 
 
+def _parquet_shapes(path: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of the X and Y of a Parquet pair, from their footers: both matrices, with
+    as many rows and at least one row, feature and label."""
+    x_path, y_path = parquet_pair(path)
+    shapes = []
+    for part in (x_path, y_path):
+        if not part.is_file():
+            raise InputError("file not found", path=part)
+        try:
+            shapes.append(entry_shape(part))
+        except CorruptEntry as exc:
+            raise InputError(str(exc).removeprefix(f"{part}: "), path=part) from None
+    (x_shape, y_shape) = shapes
+    if len(x_shape) != 2 or len(y_shape) != 2:
+        raise InputError(f"expected two matrices, got shapes {list(x_shape)} and "
+                         f"{list(y_shape)}", path=x_path)
+    if x_shape[0] != y_shape[0]:
+        raise InputError(f"X has {x_shape[0]:,} rows but {y_path.name} has {y_shape[0]:,}",
+                         path=x_path)
+    for count, what, where in ((x_shape[0], "rows", x_path), (x_shape[1], "features", x_path),
+                               (y_shape[1], "labels", y_path)):
+        if count == 0:
+            raise InputError(f"0 {what}; a dataset needs at least one", path=where)
+    return tuple(x_shape), tuple(y_shape)
+
+
 def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """``<name>.X.parquet`` and ``<name>.Y.parquet``: sparse (row, col, value) tables as
-    the result store writes them (path names either file)."""
+    the result store writes them (path names either file), checked as
+    :func:`_parquet_shapes` says and with every value of X finite in ``dtype``."""
+    _parquet_shapes(path)
     x_path, y_path = parquet_pair(path)
     X = read_parquet_entry(x_path)
     Y = read_parquet_entry(y_path)
     if not (sp.issparse(X) or isinstance(X, np.ndarray)) or not sp.issparse(Y):
         raise InputError("expected a sparse or dense X and a sparse Y", path=path)
-    return sp.csr_matrix(X, dtype=dtype), sp.csr_matrix(Y)
+    with np.errstate(over="ignore", invalid="ignore"):
+        X = sp.csr_matrix(X, dtype=dtype)
+    bad = ~np.isfinite(X.data)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(X.indptr, at, side="right")) - 1
+        raise InputError(f"row {row} (0-based), column {int(X.indices[at])}: a value that is "
+                         f"not finite in {np.dtype(dtype).name}", path=x_path)
+    return X, sp.csr_matrix(Y)
+
+
+def declared_shape(path: str | Path, format: str,
+                   n_labels: int | None = None) -> tuple[int | None, int, int]:
+    """The numbers of rows, features and labels a dataset file declares, read from its head
+    only: the Extreme Classification header, the ARFF attributes up to ``@data`` (the rows
+    are not counted: None), the footers of a Parquet pair.  Errors are the readers'."""
+    path = Path(path)
+    if format == "xmc":
+        return read_xmc_header(path)
+    if format == "arff":
+        if n_labels is None:
+            raise InputError("an ARFF file needs n_labels (its last n_labels attributes are "
+                             "the labels)", path=path, key="dataset.n_labels")
+        features, labels = read_arff_header(path, n_labels=n_labels)
+        return None, len(features), len(labels)
+    if format == "parquet":
+        x_shape, y_shape = _parquet_shapes(path)
+        return x_shape[0], x_shape[1], y_shape[1]
+    raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
+
+
+def check_inputs(model: LEML, files: dict[str, list[Path]], format: str, n_labels: int | None,
+                 *, fully_observed: bool = True, validation_fraction: float = 0.0) -> None:
+    """What the heads of the files tell, checked before any file is read in full (so before
+    anything is stored): every file of ``files["train"]`` and ``files["test"]`` (a file, or
+    the parts of a folder) declares the first training file's numbers of features and
+    labels; a validation split leaves rows to fit; and the model's factors at the training
+    file's sizes fit in memory (:meth:`algorithms.leml.LEML.check_memory`), checked first: an
+    absurd header is named for what it declares.
+
+    Raises
+    ------
+    tasks.errors.InputError
+        Naming the file that disagrees, the training file and both counts (or the key).
+    algorithms.memory.MemoryBudgetError
+        Naming the training file and what its header declares.
+    """
+    shapes = {role: [declared_shape(f, format, n_labels) for f in paths]
+              for role, paths in files.items()}
+    first, (_, d, n_lab) = files["train"][0], shapes["train"][0]
+    rows = [r for r, _, _ in shapes["train"]]
+    n = None if None in rows else sum(rows)
+    points = "" if n is None else f"{n:,} points, "
+    if len(files["train"]) > 1:
+        where = f"{first.parent}: the parts"
+    else:
+        where = f"{first}:1: the header" if format == "xmc" else f"{first}: the file"
+    model.check_memory(n or 0, d, n_lab, fully_observed=fully_observed,
+                       what=f"{where} declares {points}{d:,} features and {n_lab:,} labels: ")
+    at = 1 if format == "xmc" else None
+    for role, paths in files.items():
+        for f, (_, d_f, n_lab_f) in zip(paths, shapes[role], strict=True):
+            if (d_f, n_lab_f) != (d, n_lab):
+                raise InputError(f"{d_f:,} features and {n_lab_f:,} labels, but the training "
+                                 f"file {first} has {d:,} and {n_lab:,}: the training and test "
+                                 "files share one feature and one label space",
+                                 path=f, line=at, key=f"dataset.{role}")
+    if validation_fraction > 0 and n is not None and held_out_rows(n, validation_fraction) >= n:
+        raise InputError(f"validation_fraction {validation_fraction:g} holds out all {n:,} "
+                         "rows of the training file, leaving none to fit", path=first,
+                         key="dataset.validation_fraction")
 
 
 #: The part files of a folder of parts (a partitioned input), by format.
@@ -87,6 +186,16 @@ def input_parts(path: Path, format: str, key: str | None = None) -> list[Path] |
         raise InputError(f"a folder without parts: no {' or '.join(PART_PATTERNS[format])} "
                          "files in it", path=path, key=key)
     return parts
+
+
+def _check_index_maps(path: Path, n_features: int, n_labels: int) -> None:
+    """Stop before the index maps of a file whose declared dimensions cannot be held (an
+    Extreme Classification header's ``D`` or ``L`` of 10^12): one int64 and one name slot
+    per column, with the copies pandas makes."""
+    check_allocation((int(n_features) + int(n_labels),), np.int64, copies=3,
+                     what=f"{path}: the index maps of its {int(n_features):,} features and "
+                          f"{int(n_labels):,} labels",
+                     advice="check the dimensions the file declares")
 
 
 def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFrame:
@@ -132,12 +241,17 @@ def _driver_client(cluster: dict | None):
 
 
 @step("leml-load", files=("path", "labels_file"), outputs=("X", "Y", "features", "labels"),
-      run_name="load {path.name}", runtime=("cluster",), where=("cluster", _data_client))
+      run_name="load {path.name}", runtime=("cluster", "labelled"),
+      where=("cluster", _data_client))
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
-         labels_file: Path | None = None, cluster: dict | None = None) -> dict:
+         labels_file: Path | None = None, cluster: dict | None = None,
+         labelled: bool = False) -> dict:
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
 
     ``cluster``: where the step runs (:func:`_data_client`), not what it computes.
+    ``labelled``: the file is the whole training set, refused (before anything is stored)
+    when none of its points has a label: there would be nothing to learn from.  A check,
+    not part of what the step computes: left out of its key.
 
     ``labels_file`` is :func:`label_file` of ``path`` (the Y of a Parquet pair): a declared
     input file, so a changed Y recomputes the step even when X is unchanged.
@@ -160,9 +274,13 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
         X, Y = _read_parquet_xy(path, dt)
     else:
         raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
+    if labelled and not sp.csr_matrix(Y).count_nonzero():
+        raise InputError(f"none of the {Y.shape[0]:,} points has a label: a training set "
+                         "needs at least one", path=path)
+    _check_index_maps(path, X.shape[1], Y.shape[1])
     X = sp.csr_matrix(X, dtype=dt)
     if normalize == "l2":
-        X = sk_normalize(X, norm="l2").astype(dt)
+        X = normalize_rows(X)
     elif normalize != "none":
         raise InputError(f"unknown normalize {normalize!r} (none, l2)", key="dataset.normalize")
     return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32),
@@ -170,12 +288,28 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
             "labels": index_map("label", Y.shape[1], names[1])}
 
 
+def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
+    """Every row of ``X`` scaled to unit L2 norm, in ``X``'s dtype.  Rows whose sum of
+    squares would overflow that dtype (float32 values above about 1e19) are scaled in
+    float64, where it cannot: in float32 their norm would be infinite and the row zero."""
+    dt = X.dtype
+    large = float(np.sqrt(np.finfo(dt).max / max(1, int(np.diff(X.indptr).max(initial=0)))))
+    if X.nnz and float(np.abs(X.data).max()) >= large:
+        return sk_normalize(X.astype(np.float64), norm="l2").astype(dt)
+    return sk_normalize(X, norm="l2").astype(dt)
+
+
+def held_out_rows(n: int, fraction: float) -> int:
+    """How many of ``n`` rows a validation split of ``fraction`` holds out."""
+    return int(round(fraction * n))
+
+
 def validation_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows kept for fitting and the ``round(fraction n)`` rows held out for validation,
     drawn from ``seed`` (both sorted)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
     val = np.zeros(n, dtype=bool)
-    val[rng.choice(n, size=int(round(fraction * n)), replace=False)] = True
+    val[rng.choice(n, size=held_out_rows(n, fraction), replace=False)] = True
     return np.flatnonzero(~val), np.flatnonzero(val)
 
 
@@ -187,6 +321,10 @@ def split(train: dict, validation_fraction: float, seed: int,
     """Hold out a seeded random part of the training set for validation.  ``cluster``:
     where the step runs (:func:`_data_client`)."""
     X, Y = train["X"], train["Y"]
+    if held_out_rows(X.shape[0], validation_fraction) >= X.shape[0]:
+        raise InputError(f"validation_fraction {validation_fraction:g} holds out all "
+                         f"{X.shape[0]:,} rows of the training set, leaving none to fit",
+                         key="dataset.validation_fraction")
     fit_rows, val_rows = validation_rows(X.shape[0], validation_fraction, seed)
     return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
 
@@ -199,12 +337,19 @@ def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
     probability, uniformly at random (the paper's missing-label experiment).  ``part``: the
     index of ``Y``'s part in a folder of parts, drawn from its own stream (``seed``,
     ``part``), so each part's mask is made without the others.  ``cluster``: where the step
-    runs (:func:`_data_client`)."""
+    runs (:func:`_data_client`).
+
+    For a whole training set (``part`` None), a mask that observes no entry, or none of the
+    labels ``Y`` holds, is an :class:`InputError` naming ``observed_fraction``: the model
+    would learn from nothing (a part of a folder may observe none of its own labels)."""
     n, n_labels = Y.shape
     rng = np.random.default_rng(np.random.SeedSequence(
         [seed, 202] if part is None else [seed, 202, part]))
     rows, cols = [], []
     block = max(1, (1 << 22) // max(n_labels, 1))
+    check_allocation((min(block, n), n_labels), np.float64, copies=2,
+                     what="the uniform draws of a row block of the mask",
+                     advice="check the number of labels the training file declares")
     for start in range(0, n, block):
         stop = min(start + block, n)
         keep = rng.random((stop - start, n_labels)) < observed_fraction
@@ -215,7 +360,28 @@ def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
     c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
     mask = sp.csr_matrix((np.ones(r.size, dtype=bool), (r, c)), shape=(n, n_labels))
     mask.sort_indices()
+    if part is None:
+        _check_observed(mask, Y, observed_fraction)
     return mask
+
+
+def _check_observed(mask: sp.csr_matrix, Y: sp.csr_matrix, observed_fraction: float) -> None:
+    """An :class:`InputError` naming ``observed_fraction`` when ``mask`` observes no entry of
+    the training labels ``Y``, or none of its positive labels, with the fraction at which
+    one label would be observed on average."""
+    n, n_labels = Y.shape
+    positives = int(sp.csr_matrix(Y).count_nonzero())
+    if mask.nnz == 0:
+        raise InputError(f"{observed_fraction:g} observes none of the {n:,} x {n_labels:,} "
+                         "entries of the training labels, so there is nothing to learn from "
+                         f"(at 1/{n * n_labels:,} one entry is observed on average)",
+                         key="observed_fraction")
+    if positives and not mask.multiply(sp.csr_matrix(Y)).count_nonzero():
+        raise InputError(f"{observed_fraction:g} observes {mask.nnz:,} of the {n:,} x "
+                         f"{n_labels:,} entries of the training labels but none of its "
+                         f"{positives:,} positive labels, so there is nothing to learn from "
+                         f"(at 1/{positives:,} one positive label is observed on average)",
+                         key="observed_fraction")
 
 
 @step("leml-stack", inputs=("parts",), run_name="stack {what} of the parts")

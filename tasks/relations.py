@@ -47,7 +47,7 @@ from algorithms.relations.contexts import (
     spans,
     transform_contexts,
 )
-from algorithms.relations.model import RelationDiscovery
+from algorithms.relations.model import RelationDiscovery, TooFewPairsError
 from tasks.errors import InputError
 from tasks.readers.jsonl import read_jsonl
 from tasks.readers.semeval import read_semeval
@@ -78,9 +78,10 @@ def _parse_name(parameters: dict) -> str:
     return f"parse {Path(parameters['path']).name}"
 
 
-@step("relations-parse", files=("path",), run_name=_parse_name)
+@step("relations-parse", files=("path",), runtime=("enough_for",), run_name=_parse_name)
 def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: bool,
-          directed: bool, source: str | None = None) -> pd.DataFrame:
+          directed: bool, source: str | None = None,
+          enough_for: dict | None = None) -> pd.DataFrame:
     """One file of entity-pair mentions -> the mentions table.
 
     Parameters
@@ -94,6 +95,10 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     source : the name the pairs are listed under; None: the file's name.  The flows pass
         the file's name: the store keys a file by its content, not its name, so two files
         with the same content and different names would otherwise share one table.
+    enough_for : the parameters of :meth:`RelationDiscovery.check_n_pairs` when this file
+        is the whole data: its pairs must suffice for them, checked here so that a file too
+        small for the method is refused before its table is stored.  A check, not part of
+        what the step computes: left out of its key (a runtime parameter).
 
     Returns
     -------
@@ -117,6 +122,11 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     if frame.empty:
         raise InputError(f"no pairs left after keeping types {relation_types or 'all'} "
                          f"(include_other={include_other})", path=path)
+    if enough_for is not None:
+        try:
+            RelationDiscovery(**enough_for).check_n_pairs(len(frame))
+        except TooFewPairsError as exc:
+            raise InputError(str(exc), path=path, key=exc.param) from None
     frame["gold"] = frame["label"] if directed else frame["relation"]
     frame["tokens"] = [list(t) for t in frame["tokens"]]
     return frame[MENTION_COLUMNS]

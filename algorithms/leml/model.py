@@ -73,20 +73,30 @@ log = logging.getLogger(__name__)
 _W_COPIES, _H_COPIES_F64, _N_COPIES, _GRAM_COPIES = 6, 2, 2, 2
 
 
+def check_factor_memory(n_samples: int, n_features: int, n_labels: int, rank: int, dtype,
+                        fully_observed: bool = True, what: str = "") -> None:
+    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) unless the factors
+    of rank ``rank`` fit for data of these sizes (``n_features`` with the intercept column):
+    what :func:`check_factors` checks, for a caller that knows the sizes before the data
+    (a file's header).  ``what`` opens the message (the file the sizes come from)."""
+    d, n_labels, n = int(n_features), int(n_labels), int(n_samples)
+    item = np.dtype(dtype).itemsize
+    grams = _GRAM_COPIES if fully_observed else n_labels + 1
+    elements = (_W_COPIES * d * rank + _H_COPIES_F64 * n_labels * rank * 8 / item
+                + _N_COPIES * n * rank + grams * rank * rank)
+    check_allocation((int(math.ceil(elements)),), dtype,
+                     what=f"{what}LEML factors at rank {rank:,} (W {d:,} x {rank:,} with the "
+                          f"W-step's vectors, H {n_labels:,} x {rank:,}, X W {n:,} x {rank:,}, "
+                          f"{grams} of {rank:,} x {rank:,} in the H-step)",
+                     advice="lower the rank")
+
+
 def check_factors(data: LEMLData, rank: int) -> None:
     """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) before allocating
     factors that cannot fit, and warn when the rank exceeds ``min(d', L)`` (``Z = W H^T``
     cannot use the extra columns, which only cost time and memory)."""
-    d, n_labels, n = data.n_features, data.n_labels, data.n_samples
-    item = np.dtype(data.dtype).itemsize
-    grams = _GRAM_COPIES if data.fully_observed else n_labels + 1
-    elements = (_W_COPIES * d * rank + _H_COPIES_F64 * n_labels * rank * 8 / item
-                + _N_COPIES * n * rank + grams * rank * rank)
-    check_allocation((int(math.ceil(elements)),), data.dtype,
-                     what=f"LEML factors at rank {rank:,} (W {d:,} x {rank:,} with the W-step's "
-                          f"vectors, H {n_labels:,} x {rank:,}, X W {n:,} x {rank:,}, "
-                          f"{grams} of {rank:,} x {rank:,} in the H-step)",
-                     advice="lower the rank")
+    d, n_labels = data.n_features, data.n_labels
+    check_factor_memory(data.n_samples, d, n_labels, rank, data.dtype, data.fully_observed)
     if rank > min(d, n_labels):
         log.warning("rank %d exceeds min(features + intercept, labels) = %d: Z = W H^T has rank "
                     "at most %d, the other columns only cost time and memory", rank,
@@ -285,6 +295,17 @@ class LEML(BaseEstimator):
                                  "margin offset -1 is carried by the intercept row)")
             if self.rank < 2:
                 raise ValueError("squared_init_iter > 0 needs rank >= 2")
+        return self
+
+    def check_memory(self, n_samples: int, n_features: int, n_labels: int, *,
+                     fully_observed: bool = True, what: str = "") -> LEML:
+        """Raise :class:`~algorithms.memory.MemoryBudgetError` unless the factors at this
+        ``rank`` fit for data of these sizes (``n_features`` without the intercept): the
+        check :meth:`start` makes, for a driver that knows the sizes before reading the data.
+        ``what`` opens the message (where the sizes come from)."""
+        self.check_params()
+        check_factor_memory(n_samples, int(n_features) + int(bool(self.fit_intercept)),
+                            n_labels, int(self.rank), self.dtype, fully_observed, what)
         return self
 
     def squared_start(self) -> bool:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 import numbers
 import textwrap
 import time
@@ -55,6 +56,14 @@ from algorithms.relations.dcm import top_words
 from algorithms.relations.entropy import entropy_ranking
 
 RANKINGS = ("entropy", "frequency", "chi2")
+
+
+class TooFewPairsError(ValueError):
+    """The data has too few pairs for a parameter; ``param`` names the parameter."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def int_seed(random_state) -> int:
@@ -238,6 +247,34 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
             raise ValueError(f"k_high ({k_high}) must be below the number of pairs ({n_pairs})")
         return list(range(k_low, k_high + 1))
 
+    def check_n_pairs(self, n_pairs: int) -> RelationDiscovery:
+        """Raise :class:`TooFewPairsError` (naming the parameter) unless ``n_pairs`` pairs
+        suffice for every clustering the method makes: ``k_high`` clusters of all pairs and
+        of each subsample of ``round(rho * n_pairs)`` pairs, and ``chi2_k`` pseudo-labels.
+
+        Returns
+        -------
+        self
+        """
+        n = int(n_pairs)
+        try:
+            self.k_values(n)
+        except ValueError as exc:
+            raise TooFewPairsError(str(exc), "k_high") from None
+        k_high, rho = int(self.k_high), float(self.rho)
+        size = max(2, int(round(rho * n)))  # as stability.subsample_indices draws
+        if size < k_high:
+            need = math.ceil(1000 * k_high / n) / 1000
+            raise TooFewPairsError(
+                f"rho ({rho:g}) subsamples {size} of the {n} pairs, fewer than the k_high "
+                f"({k_high}) clusters each subsample is split into; use rho >= {need:g}, a "
+                "smaller k_high or more pairs", "rho")
+        chi2_k = self.chi2_k if isinstance(self.ranking, str) and self.ranking == "chi2" else None
+        if chi2_k is not None and int(chi2_k) > n:
+            raise TooFewPairsError(f"chi2_k ({chi2_k}) must not exceed the number of pairs "
+                                   f"({n})", "chi2_k")
+        return self
+
     def prefix_lengths(self, n_words: int) -> list[int]:
         """The prefix lengths of the ranked list the subset search tries."""
         return [int(s) for s in selection.prefix_sizes(
@@ -389,7 +426,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
             raise ValueError(f"feature_names has {feature_names.size} names but X has {m} columns")
         if not 0.0 <= float(self.theta) <= 1.0:
             raise ValueError(f"theta must be in [0, 1], got {self.theta}")
-        self.k_values(n)
+        self.check_n_pairs(n)
         steps = self if _is_int(self.random_state) else clone(self).set_params(
             random_state=int_seed(self.random_state))
         timings: dict[str, float] = {}

@@ -19,11 +19,13 @@ category's position).  Comments (``%``) and blank lines are skipped; names may
 be quoted.  ``.gz`` files are read transparently.
 
 Errors are :class:`tasks.errors.InputError` with the file and 1-based line: a
-missing ``@data`` section, an unknown or unsupported attribute type (``string``,
-``date``, ``relational``), a row with the wrong number of values, a sparse index
-out of range or repeated, a value that is not a number or not a declared
-category, a missing value ``?``, a label that is not 0 or 1, and label names
-that are not attributes.
+missing ``@data`` section or one without rows, an unknown or unsupported attribute type
+(``string``, ``date``, ``relational``), labels that leave no feature attribute, a row with
+the wrong number of values, a sparse index out of range or repeated, a value that is not a
+number, not finite in the requested dtype (``1e39`` in float32) or not a declared category,
+a missing value ``?``, a label that is not 0 or 1, and label names that are not
+attributes.  :func:`read_arff_header` reads the header alone (up to ``@data``), so that a
+caller can compare files before reading them.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from tasks.errors import InputError
-from tasks.readers.text import decode_text, read_bytes
+from tasks.readers.text import decode_text, iter_lines, read_bytes
 
-__all__ = ["read_arff", "read_mulan_labels"]
+__all__ = ["read_arff", "read_arff_header", "read_mulan_labels"]
 
 _NUMERIC = {"numeric", "real", "integer"}
 _ATTRIBUTE = re.compile(r"""@attribute\s+('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S+)\s+(.*)$""",
@@ -116,6 +118,12 @@ class _Attribute:
         return v
 
 
+def _finite_in(value: float, dtype) -> bool:
+    """Whether ``value`` stays finite once cast to ``dtype``."""
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.asarray(value, dtype=dtype)))
+
+
 def _parse_attribute(line: str) -> _Attribute:
     m = _ATTRIBUTE.match(line.strip())
     if not m:
@@ -164,6 +172,87 @@ def read_mulan_labels(path: str | Path) -> list[str]:
     return names
 
 
+def _read_header(numbered, path: Path) -> tuple[list[_Attribute], list[int], int]:
+    """The attributes, their lines and the line of ``@data``, from ``(lineno, line)`` pairs
+    read up to ``@data`` only."""
+    attrs: list[_Attribute] = []
+    attr_lines: list[int] = []
+    lineno = 0
+    for lineno, line in numbered:
+        s = line.strip()
+        if not s or s.startswith("%"):
+            continue
+        low = s.lower()
+        if low.startswith("@data"):
+            return attrs, attr_lines, lineno
+        if low.startswith("@attribute"):
+            try:
+                attrs.append(_parse_attribute(s))
+                attr_lines.append(lineno)
+            except ValueError as exc:
+                raise InputError(str(exc), path=path, line=lineno) from None
+        elif low.startswith("@relation"):
+            continue
+        else:
+            raise InputError(f"unexpected header line {s[:60]!r}: expected @relation, "
+                             "@attribute or @data", path=path, line=lineno)
+    raise InputError("no @data section: the header ends without '@data'", path=path,
+                     line=lineno)
+
+
+def _label_columns(attrs: list[_Attribute], attr_lines: list[int], data_line: int,
+                   n_labels: int | None, label_names: list[str] | None,
+                   path: Path) -> list[int]:
+    """The columns of the label attributes (the last ``n_labels``, or those named
+    ``label_names``), checked: binary, and at least one attribute left as a feature."""
+    n_attr = len(attrs)
+    if label_names is not None:
+        position = {a.name: i for i, a in enumerate(attrs)}
+        missing = [name for name in label_names if name not in position]
+        if missing:
+            raise InputError(f"{len(missing)} label names are not attributes of the ARFF "
+                             f"file, e.g. {missing[0]!r}", path=path)
+        label_cols = [position[name] for name in label_names]
+        if len(set(label_cols)) == n_attr:
+            raise InputError(f"the {n_attr} attributes are all labels: no feature attribute "
+                             "is left", path=path, line=data_line)
+    else:
+        if n_labels == n_attr:
+            raise InputError(f"n_labels={n_labels} makes all {n_attr} attributes labels: no "
+                             "feature attribute is left", path=path, line=data_line)
+        if not 1 <= n_labels < n_attr:
+            raise InputError(f"n_labels={n_labels} but the file declares {n_attr} "
+                             "attributes", path=path, line=data_line)
+        label_cols = list(range(n_attr - n_labels, n_attr))
+    for c in label_cols:
+        cats = attrs[c].categories
+        if cats is not None and not set(cats) <= {"0", "1"}:
+            raise InputError(f"label attribute {attrs[c].name!r} has categories {cats}; "
+                             "expected {0,1}", path=path, line=attr_lines[c])
+    return label_cols
+
+
+def read_arff_header(path: str | Path, *, n_labels: int | None = None,
+                     label_names: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The feature and label names of a Mulan ARFF file, from its header alone.
+
+    The file is read no further than its ``@data`` line; the arguments are those of
+    :func:`read_arff`, and the header's errors are the ones it gives.
+
+    Returns
+    -------
+    feature_names, label_names : list of str
+    """
+    if (n_labels is None) == (label_names is None):
+        raise ValueError("give exactly one of n_labels and label_names")
+    path = Path(path)
+    attrs, attr_lines, data_line = _read_header(enumerate(iter_lines(path), start=1), path)
+    label_cols = _label_columns(attrs, attr_lines, data_line, n_labels, label_names, path)
+    labels = set(label_cols)
+    return ([a.name for i, a in enumerate(attrs) if i not in labels],
+            [attrs[c].name for c in label_cols])
+
+
 def read_arff(path: str | Path, *, n_labels: int | None = None,
               label_names: list[str] | None = None, dtype=np.float64):
     """Read a Mulan multi-label ARFF file (dense or sparse rows).
@@ -199,51 +288,11 @@ def read_arff(path: str | Path, *, n_labels: int | None = None,
         raise ValueError("give exactly one of n_labels and label_names")
     path = Path(path)
     lines = decode_text(read_bytes(path), path).split("\n")
-    attrs: list[_Attribute] = []
-    attr_lines: list[int] = []
-    data_line = None
-    for lineno, line in enumerate(lines, start=1):
-        s = line.strip()
-        if not s or s.startswith("%"):
-            continue
-        low = s.lower()
-        if low.startswith("@data"):
-            data_line = lineno
-            break
-        if low.startswith("@attribute"):
-            try:
-                attrs.append(_parse_attribute(s))
-                attr_lines.append(lineno)
-            except ValueError as exc:
-                raise InputError(str(exc), path=path, line=lineno) from None
-        elif low.startswith("@relation"):
-            continue
-        else:
-            raise InputError(f"unexpected header line {s[:60]!r}: expected @relation, "
-                             "@attribute or @data", path=path, line=lineno)
-    if data_line is None:
-        n_lines = len(lines) - (lines[-1] == "")
-        raise InputError("no @data section: the header ends without '@data'", path=path,
-                         line=n_lines)
+    n_lines = len(lines) - (lines[-1] == "")
+    attrs, attr_lines, data_line = _read_header(enumerate(lines[:n_lines], start=1), path)
     n_attr = len(attrs)
     names = [a.name for a in attrs]
-    if label_names is not None:
-        position = {name: i for i, name in enumerate(names)}
-        missing = [name for name in label_names if name not in position]
-        if missing:
-            raise InputError(f"{len(missing)} label names are not attributes of the ARFF "
-                             f"file, e.g. {missing[0]!r}", path=path)
-        label_cols = [position[name] for name in label_names]
-    else:
-        if not 1 <= n_labels <= n_attr:
-            raise InputError(f"n_labels={n_labels} but the file declares {n_attr} "
-                             "attributes", path=path, line=data_line)
-        label_cols = list(range(n_attr - n_labels, n_attr))
-    for c in label_cols:
-        cats = attrs[c].categories
-        if cats is not None and not set(cats) <= {"0", "1"}:
-            raise InputError(f"label attribute {attrs[c].name!r} has categories {cats}; "
-                             "expected {0,1}", path=path, line=attr_lines[c])
+    label_cols = _label_columns(attrs, attr_lines, data_line, n_labels, label_names, path)
     # Attribute column -> (is_label, column in X or Y).
     is_label = np.zeros(n_attr, dtype=bool)
     is_label[label_cols] = True
@@ -251,6 +300,7 @@ def read_arff(path: str | Path, *, n_labels: int | None = None,
     target[label_cols] = np.arange(len(label_cols))
     target[~is_label] = np.arange(n_attr - len(label_cols))
 
+    largest = float(np.finfo(dtype).max)
     x_rows, x_cols, x_vals, y_rows, y_cols = [], [], [], [], []
     n = 0
     for lineno in range(data_line + 1, len(lines) + 1):
@@ -294,12 +344,19 @@ def read_arff(path: str | Path, *, n_labels: int | None = None,
                     y_rows.append(n)
                     y_cols.append(target[col])
                 else:
+                    if abs(v) > largest and not _finite_in(v, dtype):
+                        raise ValueError(f"value {token!r} of attribute {attrs[col].name!r} "
+                                         f"is not finite in {np.dtype(dtype).name} (largest "
+                                         f"{largest:.4g})")
                     x_rows.append(n)
                     x_cols.append(target[col])
                     x_vals.append(v)
         except ValueError as exc:
             raise InputError(str(exc), path=path, line=lineno) from None
         n += 1
+    if n == 0:
+        raise InputError("the @data section has no row; a dataset needs at least one",
+                         path=path, line=data_line)
     d = n_attr - len(label_cols)
     X = sp.csr_matrix((np.asarray(x_vals, dtype=dtype),
                        (np.asarray(x_rows, dtype=np.int64), np.asarray(x_cols, dtype=np.int64))),

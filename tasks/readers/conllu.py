@@ -19,8 +19,11 @@ whose ``global.Entity`` declares a ``head`` field (CorefUD's ``eid-etype-head``,
 :func:`write_chains` writes) gives each mention's head there, and it is taken as written.
 
 Mentions must open and close in one sentence (true for every GUM document); discontinuous
-mentions (``[1/2]``) are rejected.  Multiword-token lines (``1-2``) and empty nodes (``1.1``) are
-skipped.
+mentions (``[1/2]``) are rejected, and so is a MISC column with two ``Entity=`` items (every
+bracket of a token belongs in its one ``Entity=`` value).  Multiword-token lines (``1-2``) and
+empty nodes (``1.1``) are skipped.  A token's HEAD must not be the token itself nor lead back to
+it (a dependency tree has no cycle).  A file without a token line (empty, or comments only),
+and a document (``# newdoc``) without a sentence, are errors: there is nothing to read.
 
 Never use ``etype``, ``infstat``, ``link`` or ``identity`` as classifier features: they are
 assigned per entity and leak the coreference answer.
@@ -135,6 +138,10 @@ def _parse(lines: Iterable[str], path: Path):
         nonlocal doc
         if doc is None:
             return
+        if doc.n_sent == 0:
+            raise InputError(f"document {doc.id[:60]!r} has no sentence (no token line before "
+                             "the next document or the end of the file)", path=path,
+                             line=doc_lines[doc.id] or None)
         mentions = sorted(doc.mentions, key=lambda m: (m[6], m[7], -m[8], m[-1]))
         for k, m in enumerate(mentions):
             men_rows.append((doc.id, k) + m[:-1])
@@ -171,18 +178,23 @@ def _parse(lines: Iterable[str], path: Path):
                 if not 0 <= heads[k] <= n:
                     raise InputError(f"HEAD {h} outside the sentence of {n} tokens", path=path,
                                      line=lineno)
+                if heads[k] == k:
+                    raise InputError(f"HEAD {h} is the token itself (a token's head is another "
+                                     "token, or 0 for the root)", path=path, line=lineno)
             tok_rows.append((doc.id, s, k, base + k - 1, cols[1], cols[2], cols[3], cols[4],
                              cols[5], int(heads[k]), cols[7], cols[9], doc.paragraph, speaker))
             misc = cols[9]
             if "Entity=" not in misc:
                 continue
-            value = None
-            for item in misc.split("|"):
-                if item.startswith("Entity="):
-                    value = item[len("Entity="):]
-                    break
-            if value is None:
+            values = [item[len("Entity="):] for item in misc.split("|")
+                      if item.startswith("Entity=")]
+            if not values:
                 continue
+            if len(values) > 1:
+                raise InputError(f"{len(values)} Entity= items in the MISC column; the brackets "
+                                 "of a token belong in one Entity= value", path=path,
+                                 line=lineno)
+            value = values[0]
             pos = 0
             for m in _BRACKET.finditer(value):
                 if m.start() != pos:
@@ -215,12 +227,12 @@ def _parse(lines: Iterable[str], path: Path):
                 raise InputError(f"mention of entity {eid} opened at line {stack[0][3]} is not "
                                  "closed in its sentence (unbalanced brackets)", path=path,
                                  line=stack[0][3])
+        _check_acyclic(heads, sent_tokens, path)
         doc.position += n
         doc.n_sent += 1
         sent_tokens = []
         speaker = None
 
-    lineno = 0
     for lineno, raw in enumerate(lines, start=1):
         line = raw.rstrip("\n").rstrip("\r")
         if not line.strip():
@@ -261,7 +273,32 @@ def _parse(lines: Iterable[str], path: Path):
         sent_tokens.append((lineno, cols))
     finish_sentence()
     finish_doc()
+    if not tok_rows:
+        raise InputError("no token line in the file (empty, or comments only): a CoNLL-U "
+                         "document has at least one sentence", path=path)
     return tok_rows, men_rows
+
+
+def _check_acyclic(heads: np.ndarray, sent_tokens: list[tuple], path: Path) -> None:
+    """Every token's chain of HEADs reaches the root (0) or an unknown head (``_``): a cycle
+    (``1 -> 2 -> 1``) is named at the line of its first token."""
+    n = len(sent_tokens)
+    state = np.zeros(n + 1, dtype=np.int8)  # 0 unvisited, 1 on the current chain, 2 done
+    for k in range(1, n + 1):
+        chain = []
+        t = k
+        while 1 <= t <= n and state[t] == 0:
+            state[t] = 1
+            chain.append(t)
+            t = int(heads[t])
+        if 1 <= t <= n and state[t] == 1:  # the chain came back to itself
+            cycle = chain[chain.index(t):]
+            shown = " -> ".join(str(c) for c in cycle[:6]) + (" -> ..." if len(cycle) > 6
+                                                              else f" -> {cycle[0]}")
+            raise InputError(f"the HEADs of tokens {shown} form a cycle (a dependency tree "
+                             "reaches the root 0 from every token)", path=path,
+                             line=sent_tokens[min(cycle) - 1][0])
+        state[chain] = 2
 
 
 def _close(rec, end, doc: _Doc, s, heads, base, path, lineno):

@@ -13,12 +13,15 @@ transparently.
 The result has the columns of :func:`tasks.readers.semeval.read_semeval`:
 ``e1_*`` is the head span, ``e2_*`` the tail span (in the order given, which need
 not be the order in the sentence), ``label`` and ``relation`` are the given label
-(missing when absent) and ``direction`` is missing.  Errors name the file and line.
+(missing when absent) and ``direction`` is missing.  Errors name the file and line; a string
+anywhere in a record (a token, the label, an id, a key) that holds a lone surrogate
+(``"\\ud800"``: valid JSON, but not text) is one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +29,8 @@ import pandas as pd
 from tasks.errors import InputError
 from tasks.readers.semeval import COLUMNS
 from tasks.readers.text import read_lines
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _span(obj: dict, key: str, n_tokens: int) -> tuple[int, int]:
@@ -38,6 +43,27 @@ def _span(obj: dict, key: str, n_tokens: int) -> tuple[int, int]:
         raise ValueError(f"'{key}' span [{start}, {end}) is outside the {n_tokens} tokens "
                          "or empty; expected 0 <= start < end <= len(tokens)")
     return start, end
+
+
+def _lone_surrogate(obj) -> str | None:
+    """Where in the decoded record ``obj`` a string (or a key) holds a lone surrogate, which
+    JSON's ``\\u`` escapes allow but UTF-8 cannot encode; None when none does.  Walked
+    without recursion: a record may be nested as deeply as the JSON parser allows."""
+    todo = [(obj, "the record")]
+    while todo:
+        value, where = todo.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return where
+        elif isinstance(value, dict):
+            for key in value:
+                if _SURROGATE.search(key):
+                    return f"the key {key!r}"
+            todo.extend((item, f"{key!r}" if value is obj else f"{where}[{key!r}]")
+                        for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            todo.extend((value[i], f"{where}[{i}]") for i in reversed(range(len(value))))
+    return None
 
 
 def read_jsonl(path: str | Path) -> pd.DataFrame:
@@ -58,8 +84,8 @@ def read_jsonl(path: str | Path) -> pd.DataFrame:
     ------
     tasks.errors.InputError
         On invalid JSON, a record that is not an object, missing or non-string tokens,
-        spans outside the tokens, overlapping head and tail, a non-string label or a
-        duplicated id.
+        spans outside the tokens, overlapping head and tail, a non-string label, a
+        duplicated id, or a string holding a lone surrogate.
     """
     path = Path(path)
     if not path.is_file():
@@ -77,6 +103,10 @@ def read_jsonl(path: str | Path) -> pd.DataFrame:
         except RecursionError:
             raise InputError("invalid JSON: nested too deeply", path=path,
                              line=lineno) from None
+        if "\\u" in line and (where := _lone_surrogate(obj)) is not None:
+            raise InputError(f"{where} holds a lone surrogate (a \\ud800-\\udfff escape "
+                             "that is not half of a pair), which is not text",
+                             path=path, line=lineno)
         try:
             if not isinstance(obj, dict):
                 raise ValueError(f"expected a JSON object, got {type(obj).__name__}")

@@ -17,10 +17,13 @@ lines are converted by pandas' C parser in one call, and only when that fails (o
 check fails) is the block re-read line by line to name the first bad line.
 
 Errors are :class:`tasks.errors.InputError` with the file and 1-based line:
-a bad header, fewer or more point lines than ``N``, a non-integer label or
-feature index, a malformed ``index:value`` pair, an index out of range, a
-duplicated label or feature in a point, a non-numeric, NaN or infinite value,
-text that is not UTF-8, and a truncated or corrupt gzip file.
+a bad header (a count that is not a positive integer, or beyond what an int64 index
+holds), fewer or more point lines than ``N``, a non-integer label or feature index, a
+malformed ``index:value`` pair, an index out of range, a duplicated label or feature in a
+point, a non-numeric, NaN or infinite value or one that is not finite in the requested
+dtype (``1e39`` in float32), text that is not UTF-8, and a truncated or corrupt gzip file.
+:func:`read_xmc_header` reads the header alone, so that a caller can compare or size
+files before reading them.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from tasks.errors import InputError, excerpt
-from tasks.readers.text import decode_text, read_bytes
+from tasks.readers.text import decode_text, iter_lines, read_bytes
 
-__all__ = ["read_xmc"]
+__all__ = ["read_xmc", "read_xmc_header"]
 
 _BLOCK_LINES = 100_000
+#: The largest count a header may declare: indices are int64.
+MAX_COUNT = np.iinfo(np.int64).max
 
 
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
@@ -58,7 +63,26 @@ def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
         if count == 0:
             raise InputError(f"the header declares 0 {what}; a dataset needs at least one",
                              path=path, line=1)
+        if count > MAX_COUNT:
+            raise InputError(f"the header declares {excerpt(count)} {what}; at most "
+                             f"{MAX_COUNT} (2^63 - 1) can be indexed", path=path, line=1)
     return n, d, n_labels
+
+
+def read_xmc_header(path: str | Path) -> tuple[int, int, int]:
+    """The numbers of points, features and labels the header of ``path`` declares, reading
+    the file no further than its first line.
+
+    Raises
+    ------
+    tasks.errors.InputError
+        As :func:`read_xmc` would for the first line (an empty file, a bad header).
+    """
+    path = Path(path)
+    first = next(iter_lines(path), None)
+    if first is None:
+        raise InputError("empty file: expected a header line 'N D L'", path=path, line=1)
+    return _parse_header(first, path)
 
 
 def _index(tok: str) -> int:
@@ -75,7 +99,7 @@ def _index(tok: str) -> int:
         return int(value)
 
 
-def _parse_line(line: str, n_features: int, n_labels: int):
+def _parse_line(line: str, n_features: int, n_labels: int, dtype=np.float64):
     """Slow, exact parse of one point line; ValueError says what is wrong."""
     lab, _, feat = line.partition(" ")
     labels: list[int] = []
@@ -111,6 +135,9 @@ def _parse_line(line: str, n_features: int, n_labels: int):
             raise ValueError(f"feature value {v_str!r} is not a number") from None
         if not math.isfinite(v):
             raise ValueError(f"feature value {v_str!r} is not finite")
+        if not _finite_in(v, dtype):
+            raise ValueError(f"feature value {v_str!r} is not finite in "
+                             f"{np.dtype(dtype).name} (largest {np.finfo(dtype).max:.4g})")
         idx.append(i)
         vals.append(v)
     if len(set(idx)) != len(idx):
@@ -118,10 +145,16 @@ def _parse_line(line: str, n_features: int, n_labels: int):
     return labels, idx, vals
 
 
-def _locate_error(lines, first_line, n_features, n_labels, path):
+def _finite_in(value: float, dtype) -> bool:
+    """Whether ``value`` stays finite once cast to ``dtype``."""
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.asarray(value, dtype=dtype)))
+
+
+def _locate_error(lines, first_line, n_features, n_labels, path, dtype):
     for offset, line in enumerate(lines):
         try:
-            _parse_line(line, n_features, n_labels)
+            _parse_line(line, n_features, n_labels, dtype)
         except ValueError as exc:
             raise InputError(str(exc), path=path, line=first_line + offset) from None
     raise InputError("malformed data in lines "
@@ -129,11 +162,13 @@ def _locate_error(lines, first_line, n_features, n_labels, path):
 
 
 def _has_repeats(indptr, indices, width) -> bool:
-    rows = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
-    key = rows * max(width, 1) + indices
-    if key.size < 2:
+    if indices.size < 2:
         return False
-    return bool((np.diff(np.sort(key)) == 0).any())
+    rows = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
+    if (indptr.size - 1) * max(width, 1) <= MAX_COUNT:  # row * width + index fits in int64
+        return bool((np.diff(np.sort(rows * max(width, 1) + indices)) == 0).any())
+    order = np.lexsort((indices, rows))
+    return bool(((np.diff(rows[order]) == 0) & (np.diff(indices[order]) == 0)).any())
 
 
 def _numbers(text: str, columns: int) -> list[np.ndarray]:
@@ -176,6 +211,10 @@ def _parse_block(lines, n_features, n_labels, dtype):
         raise ValueError("feature out of range")
     if not np.isfinite(vals).all():
         raise ValueError("missing or non-finite value")
+    with np.errstate(over="ignore"):
+        vals = vals.astype(dtype)
+    if not np.isfinite(vals).all():
+        raise ValueError("a value beyond the range of the dtype")
 
     x_indptr = np.zeros(len(lines) + 1, dtype=np.int64)
     np.cumsum(nnz, out=x_indptr[1:])
@@ -183,7 +222,7 @@ def _parse_block(lines, n_features, n_labels, dtype):
     np.cumsum(lab_counts, out=y_indptr[1:])
     if _has_repeats(x_indptr, idx, n_features) or _has_repeats(y_indptr, lab_idx, n_labels):
         raise ValueError("repeated index")
-    X = sp.csr_matrix((vals.astype(dtype), idx, x_indptr), shape=(len(lines), n_features))
+    X = sp.csr_matrix((vals, idx, x_indptr), shape=(len(lines), n_features))
     Y = sp.csr_matrix((np.ones(lab_idx.size, dtype=np.int8), lab_idx, y_indptr),
                       shape=(len(lines), n_labels))
     return X, Y
@@ -234,7 +273,7 @@ def read_xmc(path: str | Path, *, dtype=np.float32) -> tuple[sp.csr_matrix, sp.c
         try:
             X, Y = _parse_block(block, n_features, n_labels, dtype)
         except Exception:  # any failure of the fast path: re-read the block exactly
-            _locate_error(block, start + 2, n_features, n_labels, path)
+            _locate_error(block, start + 2, n_features, n_labels, path, dtype)
         Xs.append(X)
         Ys.append(Y)
     if not Xs:

@@ -10,8 +10,9 @@ and must
   ``_prefect`` records aside) or its runs folder (``data/runs``).
 
 The manifest ``CASES`` names every file of the folder once (checked below). A data
-file is given to its flow with ``--set`` over a small valid base config; a config
-file is given with ``--config``. Each case runs once; the two tests read its outcome.
+file is given to its flow with ``--set`` over a small valid base config (an LEML file as
+both the training and the test file, or as the test file beside the good training file); a
+config file is given with ``--config``. Each case runs once; the two tests read its outcome.
 """
 
 from __future__ import annotations
@@ -47,8 +48,15 @@ class Case:
     name: str = ""  # id of a case without a file
 
 
-def xmc(file: str, expect: str) -> Case:
-    return Case(file, "leml", expect, ("dataset.train={file}",))
+def xmc(file: str, expect: str, **known) -> Case:
+    """The file as the training set, and as the test set: its header then agrees with the
+    test set's, and what is wrong in its body is what is named."""
+    return Case(file, "leml", expect, ("dataset.train={file}", "dataset.test={file}"), **known)
+
+
+def xmc_test(file: str, expect: str) -> Case:
+    """The file as the test set, beside the good training file."""
+    return Case(file, "leml", expect, ("dataset.test={file}",))
 
 
 def arff(file: str, expect: str) -> Case:
@@ -56,21 +64,31 @@ def arff(file: str, expect: str) -> Case:
         file,
         "leml",
         expect,
-        ("dataset.format=arff", "dataset.n_labels=2", "dataset.train={file}"),
+        ("dataset.format=arff", "dataset.n_labels=2", "dataset.train={file}",
+         "dataset.test={file}"),
     )
+
+
+# The memory the guards compare with: fixed, so that what is refused does not depend on the
+# machine (each case's needs are terabytes).
+SMALL_MEMORY = (("SCARCE_MEMORY_LIMIT_GB", "4"),)
 
 
 def relations(file: str, expect: str) -> Case:
     return Case(file, "relations", expect, ("data=[{file}]",))
 
 
-def conllu(file: str, expect: str) -> Case:
-    return Case(file, "strip", expect)
+def conllu(file: str, expect: str, **known) -> Case:
+    return Case(file, "strip", expect, **known)
 
 
 def config(file: str, flow: str, expect: str, **known: str) -> Case:
     return Case(file, flow, expect, config=True, **known)
 
+
+PAIRS_AFTER_PREPROCESS = ("the training pairs are counted when the rules are grown: every "
+                          "document's strip-preprocess entries are stored by then (the run's "
+                          "own entries are not removed when it fails)")
 
 CASES = [
     # Extreme Classification text format (leml, the training file: the flow's first read)
@@ -89,6 +107,29 @@ CASES = [
     xmc("xmc_zero_features.txt", "xmc_zero_features.txt:1: the header declares 0 features"),
     xmc("xmc_zero_labels.txt", "xmc_zero_labels.txt:1: the header declares 0 labels"),
     xmc("xmc_long_header.txt", "xmc_long_header.txt:1: bad header '1 1 1"),  # generated
+    # a header's absurd dimensions: refused before anything is sized by them
+    xmc("xmc_huge_features.txt", "xmc_huge_features.txt:1: the header declares 6 points, "
+        "1,000,000,000,000 features and 3 labels: LEML factors", env=SMALL_MEMORY),
+    xmc("xmc_huge_labels.txt", "xmc_huge_labels.txt:1: the header declares 6 points, 4 "
+        "features and 1,000,000,000,000 labels: LEML factors", env=SMALL_MEMORY),
+    xmc("xmc_huge_points.txt", "xmc_huge_points.txt:1: the header declares "
+        "1,000,000,000,000 points", env=SMALL_MEMORY),
+    xmc("xmc_features_beyond_int64.txt", "xmc_features_beyond_int64.txt:1: the header declares "
+        "100000000000000000000 features; at most 9223372036854775807"),
+    # finite values that are not finite in the model's dtype (float32)
+    xmc("xmc_value_beyond_float32.txt",
+        "xmc_value_beyond_float32.txt:2: feature value '1e39' is not finite in float32"),
+    xmc("xmc_negative_value_beyond_float32.txt",
+        "xmc_negative_value_beyond_float32.txt:5: feature value '-3.5e38' is not finite in "
+        "float32"),
+    # a training file without a single label
+    xmc("xmc_no_labels.txt", "xmc_no_labels.txt: none of the 4 points has a label"),
+    # a test file of another feature or label space than the training file's: refused
+    # before either is read
+    xmc_test("xmc_test_more_features.txt", "xmc_test_more_features.txt:1: key 'dataset.test': "
+             "5 features and 3 labels, but the training file"),
+    xmc_test("xmc_test_fewer_labels.txt", "xmc_test_fewer_labels.txt:1: key 'dataset.test': "
+             "4 features and 2 labels, but the training file"),
     # Mulan ARFF (leml, format arff, the last two attributes are the labels)
     arff("arff_no_data.arff", "arff_no_data.arff:6: no @data section"),
     arff("arff_wrong_value_count.arff", "arff_wrong_value_count.arff:8: dense row has 3"),
@@ -96,6 +137,17 @@ CASES = [
     arff("arff_nan_value.arff", "arff_nan_value.arff:8: value 'NaN' of attribute 'f0'"),
     arff("arff_sparse_index_out_of_range.arff", "arff_sparse_index_out_of_range.arff:8: sparse"),
     arff("arff_latin1.arff", "arff_latin1.arff:4: not UTF-8 text (byte 0xe9"),
+    arff("arff_no_labels.arff", "arff_no_labels.arff: none of the 2 points has a label"),
+    arff("arff_data_without_rows.arff", "arff_data_without_rows.arff:6: the @data section has "
+         "no row"),
+    arff("arff_no_feature_attribute.arff", "arff_no_feature_attribute.arff:4: n_labels=2 makes "
+         "all 2 attributes labels: no feature attribute is left"),
+    arff("arff_value_beyond_float32.arff", "arff_value_beyond_float32.arff:8: value '1e39' of "
+         "attribute 'f1' is not finite in float32"),
+    arff("arff_sparse_value_beyond_float32.arff", "arff_sparse_value_beyond_float32.arff:8: "
+         "value '-4e38' of attribute 'f0' is not finite in float32"),
+    arff("arff_category_beyond_float32.arff", "arff_category_beyond_float32.arff:8: value "
+         "'1e39' of attribute 'f0' is not finite in float32"),
     # SemEval-2010 Task 8 (relations); an empty file has no line to name
     relations("semeval_empty.txt", "semeval_empty.txt: no sentences found"),
     relations("semeval_no_e2.txt", "semeval_no_e2.txt:5: sentence 2: missing <e2>"),
@@ -105,6 +157,7 @@ CASES = [
     relations("semeval_latin1.txt", "semeval_latin1.txt:1: not UTF-8 text (byte 0xe9"),
     relations("semeval_plain_named.txt.gz", "semeval_plain_named.txt.gz: the name ends in .gz"),
     relations("semeval_huge_id.txt", "semeval_huge_id.txt:5: id 99999999999999999999 is out"),
+    relations("semeval_blank_lines.txt", "semeval_blank_lines.txt: no sentences found"),
     # JSON Lines (relations)
     relations("jsonl_span_outside_tokens.jsonl", "jsonl_span_outside_tokens.jsonl:2: 'tail'"),
     relations("jsonl_negative_span.jsonl", "jsonl_negative_span.jsonl:3: 'head' span [-1, 1)"),
@@ -112,6 +165,18 @@ CASES = [
     relations("jsonl_invalid_json.jsonl", "jsonl_invalid_json.jsonl:2: invalid JSON"),
     relations("jsonl_latin1.jsonl", "jsonl_latin1.jsonl:1: not UTF-8 text (byte 0xe9"),
     relations("jsonl_deep.jsonl", "jsonl_deep.jsonl:2: invalid JSON: nested too deeply"),
+    relations("jsonl_blank_lines.jsonl", "jsonl_blank_lines.jsonl: no records found"),
+    relations("jsonl_only_other.jsonl", "jsonl_only_other.jsonl: no pairs left after keeping"),
+    # a lone surrogate (valid JSON, not text) in any string of a record
+    relations("jsonl_surrogate_token.jsonl",
+              "jsonl_surrogate_token.jsonl:2: 'tokens'[1] holds a lone surrogate"),
+    relations("jsonl_surrogate_label.jsonl",
+              "jsonl_surrogate_label.jsonl:3: 'label' holds a lone surrogate"),
+    relations("jsonl_surrogate_id.jsonl", "jsonl_surrogate_id.jsonl:1: 'id' holds a lone"),
+    relations("jsonl_surrogate_key.jsonl",
+              "jsonl_surrogate_key.jsonl:2: the key 'note\\ud83d' holds a lone surrogate"),
+    relations("jsonl_surrogate_nested.jsonl",
+              "jsonl_surrogate_nested.jsonl:2: 'meta'['source'][1] holds a lone surrogate"),
     # CoNLL-U with CorefUD Entity= brackets (strip; the file is a training document)
     conllu("conllu_unbalanced_open.conllu", "conllu_unbalanced_open.conllu:6: mention of"),
     conllu("conllu_unbalanced_close.conllu", "conllu_unbalanced_close.conllu:7: closing bracket"),
@@ -120,6 +185,20 @@ CASES = [
     conllu("conllu_truncated.conllu.gz", "conllu_truncated.conllu.gz:334: truncated gzip"),
     conllu("conllu_latin1.conllu", "conllu_latin1.conllu:3: not UTF-8 text (byte 0xe9"),
     conllu("conllu_duplicate_doc.conllu", "conllu_duplicate_doc.conllu:5: document 'twice'"),
+    conllu("conllu_two_entity_items.conllu", "conllu_two_entity_items.conllu:6: 2 Entity= "
+           "items in the MISC column"),
+    conllu("conllu_head_self.conllu", "conllu_head_self.conllu:7: HEAD 2 is the token itself"),
+    conllu("conllu_head_cycle.conllu", "conllu_head_cycle.conllu:6: the HEADs of tokens 1 -> 3 "
+           "-> 1 form a cycle"),
+    # a training document without a mention: nothing to learn from, found once the pairs of
+    # every document are made
+    conllu("conllu_no_mentions.conllu", "key 'train_splits': variant ripper: no coreferent "
+           "labelled pair among the 0 training pairs", leaves_entries=PAIRS_AFTER_PREPROCESS),
+    # a training document without a sentence
+    conllu("conllu_empty.conllu", "conllu_empty.conllu: no token line in the file"),
+    conllu("conllu_comments_only.conllu", "conllu_comments_only.conllu: no token line in the"),
+    conllu("conllu_doc_without_sentence.conllu", "conllu_doc_without_sentence.conllu:1: document "
+           "'conllu_doc_without_sentence' has no sentence"),
     # configs
     config("config_leml_unknown_key.yaml", "leml", "key 'model.rnak': unknown key"),
     config("config_leml_negative_rank.yaml", "leml", "key 'model.rank': Input should be greater"),
@@ -145,6 +224,9 @@ CASES = [
     config("config_latin1.yaml", "leml", "config_latin1.yaml:2: not UTF-8 text (byte 0xe9"),
     config("config_alias_bomb.yaml", "leml", "key 'model.rank': Input should be a valid integer"),
 ]
+OBSERVED_AFTER_LOAD = ("the mask is drawn from the loaded training labels: the two leml-load "
+                       "entries are stored before it is refused (the run's own entries are not "
+                       "removed when it fails)")
 # Files made by the test instead of shipped (too large to keep in the repository).
 GENERATED = {
     "xmc_long_header.txt": lambda: ("1 " * 200_000 + "\n").encode(),  # 400 KB of header
@@ -171,6 +253,31 @@ OVERRIDE_CASES = [
          name="leml-store-is-a-file"),
     Case("", "leml", "no Dask scheduler at tcp://127.0.0.1:9",
          args=("--dask-address", "tcp://127.0.0.1:9"), name="leml-dask-nothing-listening"),
+    # A validation split that leaves no training row: refused from the header.
+    Case("", "leml", "train.txt: key 'dataset.validation_fraction': validation_fraction 0.99 "
+         "holds out all 6 rows", ("dataset.validation_fraction=0.99",),
+         name="leml-set-validation-holds-out-every-row"),
+    # A mask that observes no entry, or none of the positive labels: the mask is drawn after
+    # both files are loaded, so their entries stay in the store.
+    Case("", "leml", "key 'observed_fraction': 0.001 observes none of the 6 x 3 entries",
+         ("observed_fraction=0.001",), name="leml-set-observed-fraction-observes-nothing",
+         leaves_entries=OBSERVED_AFTER_LOAD),
+    Case("", "leml", "key 'observed_fraction': 0.05 observes 1 of the 6 x 3 entries of the "
+         "training labels but none of its 7 positive labels", ("observed_fraction=0.05",),
+         name="leml-set-observed-fraction-observes-no-label", leaves_entries=OBSERVED_AFTER_LOAD),
+    # Too few pairs for the method's parameters (the base file's 6 pairs that are not
+    # 'Other'): one input file is refused as it is parsed.
+    Case("", "relations", "pairs.jsonl: key 'rho': rho (0.1) subsamples 2 of the 6 pairs, "
+         "fewer than the k_high (3) clusters each subsample is split into; use rho >= 0.5",
+         ("rho=0.1",), name="relations-set-rho-tiny"),
+    Case("", "relations", "pairs.jsonl: key 'rho': rho (0.4) subsamples 2 of the 6 pairs",
+         ("rho=0.4",), name="relations-set-rho-small"),
+    Case("", "relations", "pairs.jsonl: key 'k_high': k_high (6) must be below the number of "
+         "pairs (6)", ("k_high=6",), name="relations-set-k-high-every-pair"),
+    Case("", "relations", "pairs.jsonl: key 'chi2_k': chi2_k (7) must not exceed the number of "
+         "pairs (6)", ("ranking=chi2", "chi2_k=7"), name="relations-set-chi2-k-above-pairs"),
+    Case("", "relations", "Value error, rho (0.2) subsamples 2 of the 10 pairs",
+         ("max_pairs=10", "rho=0.2"), name="relations-set-rho-small-for-max-pairs"),
 ]
 
 # -- the small valid project each case starts from ------------------------------------

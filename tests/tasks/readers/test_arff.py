@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tasks.errors import InputError
-from tasks.readers.arff import read_arff, read_mulan_labels
+from tasks.readers.arff import read_arff, read_arff_header, read_mulan_labels
 
 ARFF = """% a comment
 @relation 'toy set'
@@ -104,3 +104,77 @@ def test_label_name_not_an_attribute_and_bad_xml(tmp_path):
     with pytest.raises(InputError, match="not well-formed") as info:
         read_mulan_labels(xml)
     assert info.value.line == 3
+
+
+@pytest.mark.parametrize("data, line", [
+    ("@data\n", 5),
+    ("@data\n% only a comment\n\n", 5),
+    ("\n@DATA\n\n", 6),
+])
+def test_a_data_section_without_rows_is_refused_at_its_line(tmp_path, data, line):
+    path = tmp_path / "bad.arff"
+    path.write_text(HEADER + data)
+    with pytest.raises(InputError, match="the @data section has no row") as info:
+        read_arff(path, n_labels=1)
+    assert (info.value.path, info.value.line) == (str(path), line)
+
+
+def test_labels_that_leave_no_feature_are_refused(tmp_path):
+    path = tmp_path / "labels.arff"
+    path.write_text("@relation r\n@attribute y {0,1}\n@attribute z {0,1}\n@data\n1,0\n")
+    for kwargs in ({"n_labels": 2}, {"label_names": ["z", "y"]}):
+        with pytest.raises(InputError, match="no feature") as info:
+            read_arff(path, **kwargs)
+        assert info.value.line == 4
+    with pytest.raises(InputError, match="n_labels=3 but the file declares 2 attributes"):
+        read_arff(path, n_labels=3)
+
+
+@pytest.mark.parametrize("row, value, attribute", [
+    ("1e39,2,1", "1e39", "a"),
+    ("1,-4e38,0", "-4e38", "b"),
+    ("{1 3.5e38,2 1}", "3.5e38", "b"),
+])
+def test_a_value_beyond_the_dtype_names_file_line_and_attribute(tmp_path, row, value, attribute):
+    path = tmp_path / "big.arff"
+    path.write_text(HEADER + "@data\n1,2,0\n" + row + "\n")
+    with pytest.raises(InputError, match=f"value '{value}' of attribute '{attribute}' is not "
+                                         "finite in float32") as info:
+        read_arff(path, n_labels=1, dtype=np.float32)
+    assert info.value.line == 7
+    X, *_ = read_arff(path, n_labels=1)  # float64 holds it
+    assert float(value) in X.data
+
+
+def test_a_category_beyond_the_dtype_is_refused(tmp_path):
+    path = tmp_path / "cat.arff"
+    path.write_text("@relation r\n@attribute a {0,1e39}\n@attribute y {0,1}\n@data\n0,1\n1e39,0\n")
+    with pytest.raises(InputError, match="value '1e39' of attribute 'a' is not finite") as info:
+        read_arff(path, n_labels=1, dtype=np.float32)
+    assert info.value.line == 6
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_header_alone_names_features_and_labels_as_the_reader_does(tmp_path, gz):
+    path = tmp_path / ("toy.arff.gz" if gz else "toy.arff")
+    broken_data = ARFF + "{9 1}\n\xff\n"  # the header is read, the data are not
+    path.write_bytes(gzip.compress(broken_data.encode("latin-1")) if gz
+                     else broken_data.encode("latin-1"))
+    assert read_arff_header(path, n_labels=2) == (["f0", "f one", "colour"], ["tagA", "tag, B"])
+    assert read_arff_header(path, label_names=["tag, B"]) == (
+        ["f0", "f one", "colour", "tagA"], ["tag, B"])
+    with pytest.raises(InputError):
+        read_arff(path, n_labels=2)
+    good = tmp_path / "good.arff"
+    good.write_text(ARFF)
+    _, _, features, labels = read_arff(good, n_labels=2)
+    assert read_arff_header(good, n_labels=2) == (features, labels)
+
+
+@pytest.mark.parametrize("text, line, message", [b for b in BAD if b[1] < 5])
+def test_the_header_alone_gives_the_readers_header_errors(tmp_path, text, line, message):
+    path = tmp_path / "bad.arff"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message) as info:
+        read_arff_header(path, n_labels=1)
+    assert info.value.line == line

@@ -199,3 +199,54 @@ def test_nested_adjacent_and_single_token_mentions_are_read_by_udapi(tmp_path):
     _, back = read_conllu(out)
     assert sorted(zip(back["entity"], back["start"], back["end"], strict=True)) == [
         ("e3", 1, 2), ("e3", 2, 2), ("e7", 1, 4), ("e7", 3, 4), ("e9", 3, 3)]
+
+
+# -- what a reader must refuse rather than half-read ---------------------------------------
+@pytest.mark.parametrize("body, message, line", [
+    # two Entity= items: the second mention would be dropped
+    (tok(1, "a", 0, "Entity=(1-person-new-s-cf1-1-coref)|Entity=(2-object-new-s-cf1-1-coref)")
+     + "\n", "2 Entity= items in the MISC column", 3),
+    (tok(1, "a", 0) + tok(2, "b", 1, "SpaceAfter=No|Entity=(1-p-new-s-cf1-1-c)|Gloss=x|"
+                                     "Entity=1)") + "\n", "2 Entity= items", 4),
+    # a HEAD that is the token itself, or a chain of HEADs that comes back
+    (tok(1, "a", 1) + "\n", "HEAD 1 is the token itself", 3),
+    (tok(1, "a", 0) + tok(2, "b", 2) + "\n", "HEAD 2 is the token itself", 4),
+    (tok(1, "a", 2) + tok(2, "b", 1) + "\n", "tokens 1 -> 2 -> 1 form a cycle", 3),
+    (tok(1, "a", 0) + tok(2, "b", 4) + tok(3, "c", 2) + tok(4, "d", 3) + "\n",
+     "tokens 2 -> 4 -> 3 -> 2 form a cycle", 4),
+])
+def test_two_entity_items_and_heads_that_are_no_tree_name_file_and_line(tmp_path, body,
+                                                                          message, line):
+    path = write(tmp_path, body)
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        read_conllu(path)
+    assert (err.value.path, err.value.line) == (str(path), line)
+
+
+def test_unknown_heads_and_several_roots_are_still_read(tmp_path):
+    tokens, _ = read_conllu(write(tmp_path, tok(1, "a", "_") + tok(2, "b", 0) + tok(3, "c", 0)
+                                  + "\n"))
+    assert tokens["head"].tolist() == [-1, 0, 0]
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# sent_id = 1\n# text = nothing\n\n",
+                                  "# global.Entity = GRP-etype\n"])
+def test_a_file_without_a_token_line_is_refused(tmp_path, text):
+    path = write_text(tmp_path / "empty.conllu", text)
+    with pytest.raises(InputError, match="no token line in the file") as err:
+        read_conllu(path)
+    assert err.value.path == str(path)
+    with pytest.raises(InputError, match="no token line"):
+        read_conllu_files([path])
+
+
+@pytest.mark.parametrize("text, doc, line", [
+    ("# newdoc id = a\n# newdoc id = b\n" + tok(1, "x", 0) + "\n", "a", 1),
+    ("# newdoc id = a\n" + tok(1, "x", 0) + "\n# newdoc id = b\n# newpar\n", "b", 4),
+    ("# newdoc id = a\n" + tok(1, "x", 0) + "\n# newdoc id = b\n", "b", 4),
+])
+def test_a_document_without_a_sentence_is_refused_at_its_newdoc_line(tmp_path, text, doc, line):
+    path = write_text(tmp_path / "docs.conllu", text)
+    with pytest.raises(InputError, match=f"document '{doc}' has no sentence") as err:
+        read_conllu(path)
+    assert err.value.line == line

@@ -1,6 +1,7 @@
 """JSON Lines reader for entity-pair mentions."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -54,3 +55,28 @@ def test_duplicated_ids_and_empty_file(tmp_path):
         read_jsonl(_write(tmp_path, [{**REC, "id": 4}, {**REC, "id": 4}]))
     with pytest.raises(InputError, match="no records"):
         read_jsonl(_write(tmp_path, [""]))
+
+
+RAW = ('{"id": 1, "tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4]'
+       '%s}')
+
+
+@pytest.mark.parametrize("line, where", [
+    ('{"tokens": ["a", "\\ud800", "c"], "head": [0, 1], "tail": [2, 3]}', "'tokens'[1]"),
+    (RAW % ', "label": "Cause\\udfff"', "'label'"),
+    ('{"id": "p\\udc00", "tokens": ["a", "b"], "head": [0, 1], "tail": [1, 2]}', "'id'"),
+    (RAW % ', "note\\ud83d": 1', "the key 'note\\ud83d'"),
+    (RAW % ', "meta": {"from": ["ok", "x \\ud800 y"]}', "'meta'['from'][1]"),
+    (RAW % ', "label": "\\ude00\\ud83d"', "'label'"),  # a pair in the wrong order
+])
+def test_a_lone_surrogate_in_any_string_names_file_line_and_field(tmp_path, line, where):
+    path = _write(tmp_path, [REC, line])
+    with pytest.raises(InputError, match=re.escape(f"{where} holds a lone surrogate")) as info:
+        read_jsonl(path)
+    assert info.value.line == 2 and info.value.path == str(path)
+    str(info.value).encode("utf-8")  # the message itself is text
+
+
+def test_a_surrogate_pair_is_text_and_is_read(tmp_path):
+    df = read_jsonl(_write(tmp_path, [RAW % ', "label": "smile \\ud83d\\ude00"']))
+    assert df.loc[0, "label"] == "smile \U0001f600"

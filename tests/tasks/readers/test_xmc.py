@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks.errors import InputError
-from tasks.readers.xmc import _parse_line, read_xmc
+from tasks.readers.xmc import _parse_line, read_xmc, read_xmc_header
 
 BIBTEX = Path(__file__).resolve().parents[3] / "data" / "xmc" / "bibtex"
 
@@ -144,3 +144,82 @@ def test_an_enormous_header_gives_a_short_error_line(tmp_path):
     with pytest.raises(InputError, match="bad header") as info:
         read_xmc(path)
     assert len(str(info.value)) < 300 + len(str(path)) + 10
+
+
+@pytest.mark.parametrize("text, line, value", [
+    ("2 4 2\n0 1:1e39\n0 2:1\n", 2, "1e39"),
+    ("2 4 2\n0 1:1\n0 2:-3.5e38 3:1\n", 3, "-3.5e38"),
+    ("2 4 2\n0 1:1\n0 2:340282356779733661637539395458142568448\n", 3,
+     "340282356779733661637539395458142568448"),  # just past the largest float32
+])
+def test_a_value_beyond_the_dtype_names_file_and_line(tmp_path, text, line, value):
+    path = tmp_path / "d.txt"
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"feature value '{value}' is not finite in float32") \
+            as info:
+        read_xmc(path)
+    assert (info.value.path, info.value.line) == (str(path), line)
+    X, _ = read_xmc(path, dtype=np.float64)  # finite in float64: read as written
+    assert np.isfinite(X.data).all() and float(value) in X.data
+
+
+def test_the_largest_float32_is_read():
+    assert _parse_line("0 1:3.4028234e38", 2, 1, np.float32) == ([0], [1], [3.4028234e38])
+
+
+@pytest.mark.parametrize("header, what", [
+    ("2 100000000000000000000 3", "100000000000000000000 features"),
+    ("99999999999999999999 4 3", "99999999999999999999 points"),
+    ("2 4 9223372036854775808", "9223372036854775808 labels"),
+])
+def test_a_count_beyond_int64_indices_is_refused_at_line_1(tmp_path, header, what):
+    path = tmp_path / "d.txt"
+    path.write_text(f"{header}\n0 1:1\n1 2:1\n")
+    for read in (read_xmc, read_xmc_header):
+        with pytest.raises(InputError, match=f"declares {what}; at most 9223372036854775807") \
+                as info:
+            read(path)
+        assert info.value.line == 1
+
+
+def test_the_widest_header_reads_a_sparse_matrix_and_still_finds_a_repeat(tmp_path):
+    """A header's huge D allocates nothing by D in the reader (the index maps and the model's
+    factors are guarded where they are made); repeats are found without row * D + index,
+    which would overflow int64."""
+    d = 2**62
+    path = tmp_path / "d.txt"
+    path.write_text(f"3 {d} 2\n0 {d - 1}:1\n1 0:2\n0 5:1 {d - 1}:3\n")
+    X, Y = read_xmc(path)
+    assert X.shape == (3, d) and X.nnz == 4 and X[0, d - 1] == 1
+    path.write_text(f"3 {d} 2\n0 {d - 1}:1\n1 0:2\n0 5:1 5:3\n")
+    with pytest.raises(InputError, match="repeated") as info:
+        read_xmc(path)
+    assert info.value.line == 4
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_header_is_read_alone(tmp_path, gz):
+    path = tmp_path / ("d.txt.gz" if gz else "d.txt")
+    body = "".join(f"{i % 3} {i % 5}:1\n" for i in range(3000))
+    blob = f"3000 5 3\n{body}".encode()
+    if gz:  # cut: the end of the body is lost, the header is not
+        whole = gzip.compress(blob)
+        blob = whole[: len(whole) // 2]
+    else:  # a body the reader refuses
+        blob += b"\xff\n"
+    path.write_bytes(blob)
+    assert read_xmc_header(path) == (3000, 5, 3)
+    with pytest.raises(InputError):
+        read_xmc(path)
+
+
+@pytest.mark.parametrize("text, message", [("", "empty file"), ("3 4\n0 1:1\n", "bad header"),
+                                           ("0 4 2\n", "declares 0 points")])
+def test_the_header_alone_gives_the_readers_errors(tmp_path, text, message):
+    path = tmp_path / "d.txt"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message) as info:
+        read_xmc_header(path)
+    assert info.value.line == 1
+    with pytest.raises(InputError, match=message):
+        read_xmc(path)
