@@ -8,20 +8,24 @@ memory, and the process would be killed part way (by the OOM killer) rather than
 :func:`check_allocation` compares the bytes the array needs with the memory available and
 raises :class:`MemoryBudgetError` first, with a message that names the option to change.
 
-The available memory is the smaller of the physical memory the kernel reports as available
-(``os.sysconf``) and a cgroup v2 limit when one applies; the environment variable
-``SCARCE_MEMORY_LIMIT_GB`` sets a lower ceiling (useful on shared machines and in tests).
+The available memory is the smallest of the physical memory the kernel reports as available
+(``os.sysconf``), the room a cgroup v2 limit leaves, and the room the process's own limits leave
+(``ulimit -v``, the address space, and ``ulimit -d``, the data segment: past them an allocation
+fails inside whatever library makes it, OpenBLAS's buffers included, with no message of ours);
+the environment variable ``SCARCE_MEMORY_LIMIT_GB`` sets a lower ceiling (useful on shared
+machines and in tests).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import resource
 
 import numpy as np
 
 __all__ = ["SCORES_PER_BATCH", "MemoryBudgetError", "available_bytes", "check_allocation",
-           "format_bytes", "rows_per_batch"]
+           "format_bytes", "memory_cap", "rows_per_batch"]
 
 ENV_LIMIT = "SCARCE_MEMORY_LIMIT_GB"
 # Leave room for the arrays already alive and for temporaries of the same size.
@@ -67,21 +71,70 @@ def _cgroup_room() -> float:
         return math.inf
 
 
+#: The process limits that bound its allocations, each with the line of ``/proc/self/status``
+#: that says how much of it the process already uses (``VmSize``: its virtual size; ``VmData``:
+#: its private writable mappings, which the kernel counts against the data limit).
+RLIMITS = (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData"))
+
+
+def _proc_status() -> dict[str, float]:
+    """The ``Vm*`` sizes of ``/proc/self/status``, in bytes (empty where there is none)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name.startswith("Vm") and value.strip().endswith("kB"):
+                    out[name] = float(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _rlimit_room() -> float:
+    """The room the process's soft address-space and data limits leave: each limit minus what
+    the process already uses of it (no limit: infinite)."""
+    room, status = math.inf, None
+    for limit, used in RLIMITS:
+        soft, _ = resource.getrlimit(getattr(resource, limit))
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        status = _proc_status() if status is None else status
+        room = min(room, max(0.0, float(soft) - status.get(used, 0.0)))
+    return room
+
+
+def memory_cap() -> float:
+    """``SCARCE_MEMORY_LIMIT_GB`` in bytes (infinite when unset or empty).
+
+    Raises
+    ------
+    ValueError
+        Naming the variable, when its value is not a positive, finite number of GiB (a cap of
+        0, a negative, NaN or infinite one would be taken and fail later, far from its cause).
+    """
+    cap = os.environ.get(ENV_LIMIT)
+    if not cap:
+        return math.inf
+    try:
+        gib = float(cap)
+    except ValueError:
+        raise ValueError(f"{ENV_LIMIT} must be a number of GiB, got {cap!r}") from None
+    if not (math.isfinite(gib) and gib > 0):
+        raise ValueError(f"{ENV_LIMIT} must be a positive, finite number of GiB, got {cap!r}")
+    return gib * 2**30
+
+
 def available_bytes() -> float:
-    """Bytes this process may still allocate: min(kernel's available, cgroup room, env cap)."""
+    """Bytes this process may still allocate: min(kernel's available, cgroup room, room under
+    the process's address-space and data limits, ``SCARCE_MEMORY_LIMIT_GB``)."""
+    cap = memory_cap()  # first: a bad value is refused whatever the machine
     room = math.inf
     try:
         room = float(os.sysconf("SC_AVPHYS_PAGES")) * float(os.sysconf("SC_PAGE_SIZE"))
     except (OSError, ValueError, AttributeError):  # not Linux: no estimate
         pass
-    room = min(room, _cgroup_room())
-    cap = os.environ.get(ENV_LIMIT)
-    if cap:
-        try:
-            room = min(room, float(cap) * 2**30)
-        except ValueError:
-            raise ValueError(f"{ENV_LIMIT} must be a number of GiB, got {cap!r}") from None
-    return room
+    return min(room, _cgroup_room(), _rlimit_room(), cap)
 
 
 def check_allocation(shape: tuple[int, ...], dtype, *, what: str, advice: str,

@@ -54,6 +54,7 @@ from flows.config import (
     FlowConfig,
     Strict,
     apply_overrides,
+    check_input_paths,
     load_config,
     read_yaml,
     resolve_path,
@@ -175,8 +176,9 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
     ------
     InputError
         Missing file, bad YAML, unknown key or bad value (naming this file and
-        ``deployments.<name>.<key>``), or an invalid flow config (naming the
-        config file, or this file for a value set under ``parameters``).
+        ``deployments.<name>.<key>``), an invalid flow config (naming the
+        config file, or this file for a value set under ``parameters``), or a missing
+        input file or folder of a deployment's config (naming its key).
     """
     from flows.registry import FLOWS
 
@@ -194,7 +196,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
         flow = FLOWS[spec.flow]
         model = flow.load_model()
         config_file = resolve_path(spec.config or flow.config_file)
-        config = load_config(config_file, model)
+        config = load_config(config_file, model, inputs=False)  # checked once overridden
         if spec.parameters:
             where = f"deployments.{name}.parameters"
             overrides = [f"{k}={json.dumps(v)}" for k, v in spec.parameters.items()]
@@ -207,6 +209,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
                 ) from None
             except ValidationError as exc:
                 raise _input_error(exc, path, prefix=f"{where}.") from None
+        check_input_paths(config)
         tags = unique([*run_tags(spec.flow, config), *spec.tags])
         description = spec.description or flow.description
         out.append(

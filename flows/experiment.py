@@ -47,6 +47,7 @@ from flows.config import (
     FlowConfig,
     Strict,
     apply_values,
+    input_path,
     load_config,
     read_yaml,
     resolve_path,
@@ -74,7 +75,8 @@ class ExperimentConfig(FlowConfig):
     """``configs/experiments/<name>.yaml``: a grid of runs of one flow and its table."""
 
     flow: str = Field(description="The flow of every grid point (leml, relations, strip).")
-    base: str = Field(description="The base config file, relative to the project root.")
+    base: str = input_path("file", description="The base config file, relative to the "
+                           "project root.")
     base_config: dict[str, Any] = Field(
         default_factory=dict,
         description="The base file's content, read when the experiment is loaded (so that a "

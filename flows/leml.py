@@ -28,7 +28,7 @@ from algorithms.leml.losses import LOSSES
 from algorithms.leml.predict import BATCH_SIZE
 from flows import plots
 from flows.apply import MODEL_DIR, model_document
-from flows.config import FlowConfig, Strict, from_estimator
+from flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
 from flows.published import LEML_XC
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks.errors import InputError
@@ -39,6 +39,7 @@ from tasks.leml import (
     alternate_W,
     baseline,
     baseline_params,
+    check_inputs,
     collect,
     evaluate,
     initialise,
@@ -72,12 +73,14 @@ class DatasetConfig(Strict):
     format: Literal["xmc", "arff", "parquet"] = Field(
         "xmc", description="Extreme Classification text, Mulan ARFF, or an X/Y Parquet pair."
     )
-    train: str = Field(
+    train: str = input_path(
+        "file or folder",
         description="Training file, or a folder of its parts (xmc: *.txt, *.txt.gz; parquet: "
         "<name>.X.parquet with <name>.Y.parquet), relative to the project root.  With "
         "w_step.runner dask each part is a row block read by one worker only."
     )
-    test: str = Field(description="Test file, or a folder of its parts (as train).")
+    test: str = input_path("file or folder",
+                           description="Test file, or a folder of its parts (as train).")
     n_labels: int | None = Field(None, ge=1, description="Label count (ARFF only).")
     normalize: Literal["none", "l2"] = Field(
         "none", description="Scale every row of X to unit L2 norm (train and test alike)."
@@ -256,6 +259,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     """load -> (alternate-W -> alternate-H) x T -> evaluate -> predict: the steps of
     :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
     mask and baselines; the model and the test set's predictions as named outputs."""
+    check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
     model = m.estimator(random_state=seed)
@@ -263,8 +267,14 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # With the Dask runner the steps over the data (loading, masks, partitions) run on the
     # cluster too: the flow's process holds none of it.
     data_cluster = cluster if config.w_step.runner == "dask" else None
-    train_parts = _load_parts(ctx, d, m, "train", data_cluster)
-    test_parts = _load_parts(ctx, d, m, "test", data_cluster)
+    files = {which: _input_files(ctx, d, which) for which in ("train", "test")}
+    # What the files' heads tell (their shapes agree, the factors fit) before any is read.
+    check_inputs(model, files, d.format, d.n_labels,
+                 fully_observed=config.observed_fraction == 1,
+                 validation_fraction=d.validation_fraction)
+    train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
+                              labelled=len(files["train"]) == 1)
+    test_parts = _load_parts(ctx, d, m, files["test"], data_cluster)
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     dask = config.w_step.runner != "local"
@@ -366,25 +376,22 @@ def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bo
     return {"train": train, "mask": mask}, None, blocks
 
 
-def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, which: str,
-                cluster: dict | None) -> list[dict]:
-    """The ``leml-load`` refs of ``dataset.train`` or ``dataset.test`` (``which``): one for a
-    file, one per part for a folder of parts (:func:`tasks.leml.input_parts`), each part
-    read on its own (on ``cluster`` when given).  The parts must agree on the numbers of
-    features and labels."""
+def _input_files(ctx: RunContext, d: DatasetConfig, which: str) -> list:
+    """The files of ``dataset.train`` or ``dataset.test`` (``which``): the file, or the parts
+    of a folder of parts (:func:`tasks.leml.input_parts`)."""
     path = ctx.path(getattr(d, which))
+    return input_parts(path, d.format, key=f"dataset.{which}") or [path]
+
+
+def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, files: list,
+                cluster: dict | None, labelled: bool = False) -> list[dict]:
+    """The ``leml-load`` refs of ``files`` (of :func:`_input_files`, already checked to
+    agree on the numbers of features and labels by :func:`tasks.leml.check_inputs`), each
+    read on its own (on ``cluster`` when given); ``labelled``: the one file is the training
+    set, refused when no point has a label (a part of a folder may have none)."""
     read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
-    files = input_parts(path, d.format, key=f"dataset.{which}") or [path]
-    loaded = [ctx.run(load, path=f, labels_file=label_file(f, d.format), cluster=cluster,
-                      **read) for f in files]
-    shapes = [(json.loads(ctx.store.meta(p["X"])["shape"])[1],
-               json.loads(ctx.store.meta(p["Y"])["shape"])[1]) for p in loaded]
-    for f, shape in zip(files, shapes, strict=True):
-        if shape != shapes[0]:
-            raise InputError(f"a part with {shape[0]} features and {shape[1]} labels, but "
-                             f"{files[0].name} has {shapes[0][0]} and {shapes[0][1]}: the parts "
-                             "of a folder share one feature and one label space", path=f)
-    return loaded
+    return [ctx.run(load, path=f, labels_file=label_file(f, d.format), cluster=cluster,
+                    labelled=labelled, **read) for f in files]
 
 
 def _stacked(ctx: RunContext, parts: list[dict]) -> dict:

@@ -28,10 +28,10 @@ from prefect import flow, unmapped
 from pydantic import Field, field_validator, model_validator
 
 from algorithms.relations.contexts import build_contexts, parse_window
-from algorithms.relations.model import RelationDiscovery
+from algorithms.relations.model import RelationDiscovery, TooFewPairsError
 from flows import plots
 from flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from flows.config import FlowConfig, from_estimator
+from flows.config import FlowConfig, check_input_paths, from_estimator, input_path
 from flows.published import CHEN_ACE
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import relations as rel
@@ -52,7 +52,8 @@ class RelationsConfig(FlowConfig):
     """
 
     dataset: str = Field("semeval-9", description="Dataset name in the metrics table.")
-    data: list[str] = Field(
+    data: list[str] = input_path(
+        "file",
         ["data/relations/semeval2010_task8/TRAIN_FILE.TXT"],
         min_length=1,
         description="Input files, relative to the project root: SemEval-2010 Task 8 files "
@@ -186,6 +187,8 @@ class RelationsConfig(FlowConfig):
     @model_validator(mode="after")
     def _k_range(self) -> RelationsConfig:
         self.estimator().k_values()
+        if self.max_pairs is not None:  # the most pairs the method will see
+            self.estimator().check_n_pairs(self.max_pairs)
         return self
 
     def estimator(self) -> RelationDiscovery:
@@ -259,17 +262,21 @@ RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
 
 @flow(name="relations", flow_run_name=RUN_NAME)
 def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -> dict:
+    check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     cfg, model = config, config.estimator()
     ctx = RunContext.open("relations", cfg, options)
+    # One file is the whole data: its parse checks that its pairs suffice for the method
+    # before storing them (several files are checked together, once combined).
+    enough_for = model.step_params("check_n_pairs") if len(cfg.data) == 1 else None
     parts = [ctx.run(rel.parse, path=ctx.path(p), fmt=cfg.format, relation_types=cfg.relation_types,
                      include_other=cfg.include_other, directed=cfg.directed,
-                     source=ctx.path(p).name) for p in cfg.data]
+                     source=ctx.path(p).name, enough_for=enough_for) for p in cfg.data]
     data = ctx.run(rel.combine, parts=parts, max_pairs=cfg.max_pairs, seed=cfg.seed)
     n_pairs = json.loads(ctx.store.meta(data["mentions"])["shape"])[0]
     try:
-        model.k_values(n_pairs)
-    except ValueError as exc:
-        raise InputError(str(exc), key="k_high") from None
+        model.check_n_pairs(n_pairs)
+    except TooFewPairsError as exc:
+        raise InputError(str(exc), key=exc.param) from None
     classes = ctx.read(data["classes"])
     with_baselines, k_true = cfg.baselines and int(classes["count"].sum()) == n_pairs, len(classes)
     if with_baselines:  # O(N^2) and independent of the rest: runs beside the search

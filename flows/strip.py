@@ -31,7 +31,7 @@ from pydantic import Field, model_validator
 from algorithms.strip.ripper import VARIANTS, StRip, rule_count
 from flows import plots
 from flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from flows.config import FlowConfig, Strict, from_estimator
+from flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
 from flows.published import STOYANOV_MPQA
 from flows.runtime import RunContext, RunOptions, markdown_table
 from tasks import strip
@@ -72,12 +72,14 @@ class StripConfig(FlowConfig):
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
         description="Dataset name in run names and the metrics table.",
     )
-    data_dir: str = Field(
+    data_dir: str = input_path(
+        "folder",
         "data/coref/gum",
         description="Folder of <doc_id>.conllu[.gz] files (CorefUD Entity= "
         "annotations), relative to the project root.",
     )
-    splits_file: str = Field(
+    splits_file: str = input_path(
+        "file",
         "data/coref/gum/splits.tsv",
         description="Tab-separated doc_id / split file, relative "
         "to the project root; listed documents "
@@ -159,6 +161,7 @@ class StripConfig(FlowConfig):
 def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
     """preprocess -> grow -> prune -> optimize (per variant and loss ratio) -> select the loss
     ratio on dev -> evaluate on test -> write chains, then the artifacts and named outputs."""
+    check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     ctx = RunContext.open("strip", config, options)
     documents, data = preprocess(ctx, config)
     trained = train_variants(ctx, config, [d["pairs"] for d in data["train"]])

@@ -34,6 +34,7 @@ import inspect
 import json
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,6 @@ from tasks.store import (
     SEAL_SUFFIX,
     CorruptEntry,
     Store,
-    atomic_write_bytes,
     file_sha256,
 )
 
@@ -474,13 +474,15 @@ def write_seal(st: Step, store: Store, key: str) -> None:
     digests = {
         ref: store.sha256(ref) for ref in _iter_refs(st.refs(key)) if not st.is_volatile(ref)
     }
-    atomic_write_bytes(seal_path(store, key), json.dumps(digests, sort_keys=True).encode())
+    store.write_file(seal_path(store, key), json.dumps(digests, sort_keys=True).encode())
 
 
 def _seal_mismatches(store: Store, key: str) -> tuple[set[str], dict[str, str]]:
     """The sealed refs, and ref -> reason for every sealed file whose bytes changed
     (no refs and no reasons without a seal)."""
     path = seal_path(store, key)
+    if path.is_dir():
+        return set(), {str(path): "a folder in place of the seal"}
     if not path.is_file():  # entries written before seals existed
         return set(), {}
     try:
@@ -493,8 +495,9 @@ def _seal_mismatches(store: Store, key: str) -> tuple[set[str], dict[str, str]]:
     for ref, expected in digests.items():
         try:
             actual = store.sha256(ref)
-        except OSError as exc:
-            actual = str(exc)
+        except OSError as exc:  # gone, or a folder in its place
+            out[ref] = f"unreadable: {exc.strerror or exc}"
+            continue
         if actual != expected:
             out[ref] = "file sha256 differs from the one recorded when it was written"
     return set(digests), out
@@ -551,6 +554,9 @@ class StoreCachePolicy(CachePolicy):
     ) -> str | None:
         key = self.step.key(inputs)
         record = self.store.prefect_dir / key
+        if record.is_dir() and not record.is_symlink():  # damage Prefect would fail on
+            log_both(logging.WARNING, "cache record %s is a folder; recomputing", record)
+            shutil.rmtree(record, ignore_errors=True)
         if not record.exists():
             return key
         damaged = damaged_entries(self.step, self.store, key)

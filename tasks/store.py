@@ -27,7 +27,11 @@ Parquet key-value metadata so that a round trip is exact:
 Writes are atomic: a temporary file in the same folder, ``fsync``, then
 ``os.replace``.  Each file carries a checksum (sha256 of the Arrow IPC stream
 of its table) in its metadata, and Parquet page checksums; a truncated or
-damaged entry raises :class:`CorruptEntry` on read.  Nothing is ever pickled.
+damaged entry, or a folder in its place, raises :class:`CorruptEntry` on read,
+and the write that replaces it removes what stood there.  A write the system
+refuses (a full disk, a read-only or foreign folder) raises
+:class:`StoreWriteError`, naming the store and the system's reason, and leaves
+no temporary file.  Nothing is ever pickled.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -51,6 +56,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
+
+from tasks.errors import InputError
 
 SUFFIX = ".parquet"
 META_PREFIX = b"scarce."
@@ -64,10 +71,41 @@ GC_LOCK = "gc.lock"
 SEAL_SUFFIX = ".sha256.json"  # <key>.sha256.json beside Prefect's record <key>
 MTIME_MARGIN = 1.0  # seconds; see Lease
 KEY_HEX = 32  # a key is the first 32 hex digits of a sha256 (tasks.steps.KEY_LENGTH)
+#: How an error names the store: the option that chose it.
+STORE_KEY = "store (or $SCARCE_STORE)"
 
 
 class CorruptEntry(Exception):
     """A store entry that is missing, truncated or fails its checksum."""
+
+
+class StoreWriteError(InputError):
+    """The system refused a write to the store (a full disk, a read-only file system, a
+    folder this process may not write): an error of the environment the run was given, which
+    the command line prints as one line naming the store and the reason."""
+
+
+@contextmanager
+def writing(root: Path, what: str) -> Iterator[None]:
+    """Raise an ``OSError`` of the block as a :class:`StoreWriteError` naming the store
+    ``root`` and ``what`` was being written (the ``OSError`` is its cause)."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StoreWriteError(f"cannot write {what}: {reason}", path=root,
+                              key=STORE_KEY) from exc
+
+
+def clear_way(path: Path) -> None:
+    """Remove what stands where the file ``path`` of a store is about to be written: a
+    folder in its place, or a file in place of its folder.  Such an entry is damaged, as a
+    truncated one is; ``os.replace`` cannot put a file over a folder."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    parent = path.parent
+    if parent.is_file() or (parent.is_symlink() and not parent.exists()):
+        parent.unlink()
 
 
 def local_root(root: str | os.PathLike[str]) -> Path:
@@ -132,10 +170,25 @@ class Store:
 
     # -- write -----------------------------------------------------------
     def write(self, ref: str, value: Any, meta: dict[str, str] | None = None) -> str:
-        """Write ``value`` atomically under ``ref`` and return ``ref``."""
+        """Write ``value`` atomically under ``ref`` and return ``ref``.
+
+        Raises
+        ------
+        StoreWriteError
+            When the system refuses the write; nothing of it is left behind.
+        """
         table = encode(value, meta)
-        atomic_write_parquet(self.path(ref), table)
+        path = self.path(ref)
+        with writing(self.root, f"entry {ref}"):
+            clear_way(path)
+            atomic_write_parquet(path, table)
         return ref
+
+    def write_file(self, path: Path, data: bytes) -> None:
+        """Write a side file of the store (a step's seal) atomically, as :meth:`write` does."""
+        with writing(self.root, str(path.relative_to(self.root))):
+            clear_way(path)
+            atomic_write_bytes(path, data)
 
     # -- read ------------------------------------------------------------
     def read_table(self, ref: str) -> pa.Table:
@@ -170,7 +223,11 @@ class Store:
         return file_sha256(self.path(ref))
 
     def delete(self, ref: str) -> None:
-        self.path(ref).unlink(missing_ok=True)
+        path = self.path(ref)
+        if path.is_dir() and not path.is_symlink():  # a folder in an entry's place
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
     # -- listing and garbage collection -----------------------------------
     def refs(self) -> list[str]:
@@ -260,8 +317,9 @@ class Store:
     def _gc_lock(self, shared: bool) -> Iterator[None]:
         """Shared: a run noting a cache hit it is about to use; exclusive: gc deciding and
         deleting.  Either the hit is noted before gc reads the leases, or gc is done."""
-        self.lease_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        with writing(self.root, f"{LEASE_DIR}/{GC_LOCK}"):
+            self.lease_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
@@ -328,19 +386,28 @@ class Lease:
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
-        store.lease_dir.mkdir(parents=True, exist_ok=True)
         self.path = store.lease_dir / f"{run_id}{LEASE_SUFFIX}"
         self.refs_path = store.lease_dir / f"{run_id}{LEASE_REFS}"
-        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        self._fd: int | None = None
+        self._noted: set[str] = set()
+        self._lock = threading.Lock()
         # gc keeps the entries modified since then; a margin of a second for file systems
         # whose timestamps lag the clock (coarse kernel clocks, a shared mount's server).
         info = {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(),
                 "started": time.time() - MTIME_MARGIN}
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, json.dumps(info).encode())
-        self._noted: set[str] = set()
-        self._lock = threading.Lock()
+        with writing(store.root, f"the lease of run {run_id}"):
+            store.lease_dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_SH)
+                os.ftruncate(self._fd, 0)
+                os.write(self._fd, json.dumps(info).encode())
+            except OSError:  # no lease: the file goes (or, unlocked, the next gc removes it)
+                fd, self._fd = self._fd, None
+                os.close(fd)
+                with suppress(OSError):
+                    self.path.unlink(missing_ok=True)
+                raise
 
     @property
     def active(self) -> bool:
@@ -352,7 +419,8 @@ class Lease:
             new = [r for r in refs if r not in self._noted]
             if not new or self._fd is None:
                 return
-            with open(self.refs_path, "a", encoding="utf-8") as fh:
+            with writing(self.store.root, f"the lease of run {self.run_id}"), \
+                    open(self.refs_path, "a", encoding="utf-8") as fh:
                 fh.write("".join(f"{r}\n" for r in new))
             self._noted.update(new)
 
@@ -404,9 +472,9 @@ def read_checked_table(path: Path) -> pa.Table:
 
 def _opened(path: Path, open_parquet):
     """``open_parquet(path, page_checksum_verification=True)``, a missing or unreadable
-    file raised as :class:`CorruptEntry`."""
+    file (or a folder in its place) raised as :class:`CorruptEntry`."""
     if not path.is_file():
-        raise CorruptEntry(f"{path}: missing")
+        raise CorruptEntry(f"{path}: {'a folder, not a file' if path.is_dir() else 'missing'}")
     try:
         return open_parquet(path, page_checksum_verification=True)
     except Exception as exc:  # pyarrow raises several types for damaged files
@@ -557,8 +625,6 @@ def _row_groups(pf: pq.ParquetFile, groups: list[int], path: Path) -> pa.Table:
 
 def read_parquet_entry(path: Path) -> Any:
     """The value in a store-format Parquet file outside a store (an input dataset)."""
-    from tasks.errors import InputError
-
     try:
         value = read_checked_value(path)
     except CorruptEntry as exc:
@@ -769,7 +835,8 @@ def atomic_open(path: Path) -> Iterator[BinaryIO]:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with suppress(OSError):  # the error being raised says more than this one
+            Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 

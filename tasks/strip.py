@@ -57,6 +57,9 @@ def _read_splits(splits_file: Path) -> pd.DataFrame:
         table = pd.read_csv(splits_file, sep="\t", dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"not a tab-separated splits file ({exc})", path=splits_file) from None
+    except OSError as exc:  # gone since the config was checked, a folder, not readable
+        raise InputError(f"cannot read the splits file ({exc.strerror or exc})",
+                         path=splits_file, key="splits_file") from None
     missing = {"doc_id", "split"} - set(table.columns)
     if missing:
         raise InputError(f"splits file lacks columns {sorted(missing)}; expected a header "

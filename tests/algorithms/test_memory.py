@@ -10,6 +10,7 @@ from algorithms.leml.baselines import BinaryRelevance
 from algorithms.leml.model import LEML
 from algorithms.memory import (
     ENV_LIMIT,
+    HEADROOM,
     MemoryBudgetError,
     available_bytes,
     check_allocation,
@@ -117,3 +118,101 @@ def test_leml_factors_that_cannot_fit_are_refused_before_any_allocation(monkeypa
     assert any("exceeds min(features + intercept, labels)" in r.getMessage()
                for r in caplog.records)
     assert small.start(data)[0].shape == (data.n_features, 3)
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "-0", "nan", "inf", "-inf", "1e999"])
+def test_a_limit_that_is_not_a_positive_finite_number_is_refused(monkeypatch, value):
+    monkeypatch.setenv(ENV_LIMIT, value)
+    with pytest.raises(ValueError, match=f"{ENV_LIMIT} must be a positive, finite number of "
+                                         f"GiB, got '{value}'"):
+        available_bytes()
+    with pytest.raises(ValueError, match=ENV_LIMIT):  # before any array is sized against it
+        check_allocation((2, 2), np.float64, what="w", advice="a")
+
+
+def _limits(monkeypatch, limits: dict[str, int], status: dict[str, float]) -> None:
+    """The process limits ``limits`` (others unlimited) and ``/proc/self/status`` sizes."""
+    import resource
+
+    import algorithms.memory as memory
+
+    names = {getattr(resource, name): name for name in ("RLIMIT_AS", "RLIMIT_DATA")}
+
+    def getrlimit(which):
+        soft = limits.get(names.get(which), resource.RLIM_INFINITY)
+        return soft, resource.RLIM_INFINITY
+
+    monkeypatch.setattr(memory.resource, "getrlimit", getrlimit)
+    monkeypatch.setattr(memory, "_proc_status", lambda: dict(status))
+    monkeypatch.delenv(ENV_LIMIT, raising=False)
+
+
+@pytest.mark.parametrize("limit, used, room", [
+    ("RLIMIT_AS", "VmSize", 2**30),      # ulimit -v: the address space
+    ("RLIMIT_DATA", "VmData", 2**30),    # ulimit -d: the data segment
+    ("RLIMIT_AS", "VmSize", 0),          # the process already holds all of it
+])
+def test_a_process_limit_bounds_the_room_by_what_the_process_already_uses(monkeypatch, limit,
+                                                                         used, room):
+    held = 3 * 2**30
+    _limits(monkeypatch, {limit: held + room}, {"VmSize": held, "VmData": held})
+    assert available_bytes() == room
+    with pytest.raises(MemoryBudgetError, match="is available"):
+        check_allocation((room // 8 + 2**20,), np.float64, what="w", advice="a")
+
+
+def test_the_tighter_of_two_process_limits_counts_and_no_limit_changes_nothing(monkeypatch):
+    _limits(monkeypatch, {}, {"VmSize": 2**40, "VmData": 2**40})
+    unlimited = available_bytes()
+    assert unlimited > 2**20  # the machine's own memory, whatever the sizes say
+    _limits(monkeypatch, {"RLIMIT_AS": 5 * 2**30, "RLIMIT_DATA": 3 * 2**30},
+            {"VmSize": 4 * 2**30, "VmData": 2**30})
+    assert available_bytes() == min(unlimited, 2**30)  # 1 GiB left of the address space
+    _limits(monkeypatch, {"RLIMIT_AS": 5 * 2**30}, {})  # no /proc: the limit alone
+    assert available_bytes() == min(unlimited, 5 * 2**30)
+
+
+GUARD_UNDER_ULIMIT = r"""
+import resource, sys
+import numpy as np
+from algorithms.memory import MemoryBudgetError, _proc_status, available_bytes, check_allocation
+soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+room = available_bytes()
+assert 0 < room <= soft - _proc_status()["VmSize"] + 2**20, (room, soft)
+try:  # 3 GiB: more than the limit leaves, less than the machine has (checked by the caller)
+    check_allocation((3 * 2**27,), np.float64, what="probe", advice="lower it")
+except MemoryBudgetError as exc:
+    print("refused:", exc)
+else:
+    sys.exit("the guard let an allocation past the address-space limit")
+try:
+    np.ones(3 * 2**27)
+except MemoryError:
+    print("numpy: MemoryError")
+"""
+
+
+def test_the_guard_refuses_what_a_real_address_space_limit_would_not_allow(tmp_path):
+    """``ulimit -v`` in a real process: the guard refuses an array that the limit forbids (numpy
+    itself then fails to allocate it) though the machine has the memory."""
+    import os
+    import resource
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if HEADROOM * available_bytes() < 3 * 2**30:
+        pytest.skip("the machine itself has not the room for 3 GiB")
+    limit = 2**30  # far above what python and numpy reserve, far below the array
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env.pop(ENV_LIMIT, None)
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", GUARD_UNDER_ULIMIT], preexec_fn=cap, env=env,
+                          cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: probe: a dense 402,653,184 float64 array needs 3.0 GiB" in done.stdout
+    assert "numpy: MemoryError" in done.stdout

@@ -132,3 +132,79 @@ def test_every_single_byte_flip_is_corrupt_or_reads_back_the_same(tmp_path):
             same += 1
     print(f"\n{len(original)} single-byte flips: {corrupt} CorruptEntry, {same} read back intact")
     assert corrupt + same == len(original) and corrupt > same
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_folders_and_files_in_the_way_are_damage_recomputed_like_any(tmp_path, monkeypatch):
+    """A folder in place of an entry, of a step's seal or of Prefect's record, and a file in
+    place of a step's folder: the next run names each as damaged, runs those steps again and
+    ends with the same outputs (the write removes what stood in the way); ``cache gc`` removes
+    a folder left in an entry's place."""
+    import contextlib
+    import io
+
+    from flows.cli import main
+    from tasks.steps import seal_path
+    from tests.flows.helpers import manifest, runs
+    from tests.flows.test_bad_inputs import Case, make_project
+
+    project = tmp_path / "project"
+    make_project(project, Case("", "leml", ""))
+    # a test set of its own, so that no entry of the test set is one of the training set's
+    (project / "good" / "test.txt").write_text("3 4 3\n0 0:1.0 1:0.5\n1 1:1.0\n2 2:1.0 3:0.25\n")
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    for var in ("SCARCE_STORE", "SCARCE_RUNS", "SCARCE_MEMORY_LIMIT_GB"):
+        monkeypatch.delenv(var, raising=False)
+    quiet = contextlib.redirect_stdout(io.StringIO())
+    with quiet:
+        assert main(["run", "leml"]) == 0
+    (first,) = runs(project)
+    reference = manifest(project, first)
+    store = Store(project / "data" / "cache")
+    by_step: dict[str, list[str]] = {}
+    for o in reference["outputs"]:
+        by_step.setdefault(o["step"], []).append(o["ref"])
+
+    def key_of(ref: str) -> str:
+        return ref.split("/", 1)[1][:32]
+
+    key = {step: key_of(refs[0]) for step, refs in by_step.items()}
+
+    damaged: set[str] = set()
+    for step in ("leml-load", "leml-init", "leml-alternate-W"):  # an entry: a folder
+        ref = sorted(by_step[step])[-1]
+        path = store.path(ref)
+        path.unlink()
+        (path / "nested").mkdir(parents=True)
+        (path / "nested" / "part-0.parquet").write_bytes(b"PAR1")
+        damaged.update(r for r in by_step[step] if key_of(r) == key_of(ref))  # its call's
+    seal = seal_path(store, key["leml-evaluate"])  # a seal: a folder
+    seal.unlink()
+    seal.mkdir()
+    damaged.update(by_step["leml-evaluate"])
+    record = store.prefect_dir / key["leml-alternate-H"]  # Prefect's record: a folder
+    record.unlink()
+    record.mkdir()
+    damaged.update(by_step["leml-alternate-H"])
+    folder = store.root / "leml-predict"  # a step's folder: a file
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()
+    folder.write_bytes(b"not a folder")
+    damaged.update(by_step["leml-predict"])
+
+    with quiet:
+        assert main(["run", "leml"]) == 0
+    (second,) = set(runs(project)) - {first}
+    again = manifest(project, second)
+    recomputed = {o["ref"] for o in again["outputs"] if not o["cached"]}
+    assert damaged <= recomputed, sorted(damaged - recomputed)
+    assert procs.stable_outputs(again) == procs.stable_outputs(reference)
+    assert all(store.verify(r) for r in store.refs())
+    assert seal.is_file() and record.is_file() and folder.is_dir()
+
+    stray = store.path(f"leml-load/{'0' * 32}")  # an unreferenced folder in an entry's place
+    (stray / "x").mkdir(parents=True)
+    with quiet:
+        assert main(["cache", "gc"]) == 0
+    assert not stray.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import signal
@@ -19,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tasks.store import CorruptEntry, Store
+from tasks.errors import InputError
+from tasks.store import STORE_KEY, CorruptEntry, Store, StoreWriteError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,16 +173,136 @@ def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
     store.write("t/k", np.zeros(3))
     before = store.path("t/k").read_bytes()
 
+    import pyarrow as pa
+
     import tasks.store as mod
 
-    def boom(*a, **k):
+    real = mod.pq.write_table
+
+    def boom(table, where, **k):  # the file fails, the encoding in memory does not
+        if isinstance(where, pa.BufferOutputStream):
+            return real(table, where, **k)
         raise OSError("disk full")
 
     monkeypatch.setattr(mod.pq, "write_table", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreWriteError, match="disk full"):
         store.write("t/k", np.ones(3))
     assert store.path("t/k").read_bytes() == before
     assert [p.name for p in (tmp_path / "t").iterdir()] == ["k.parquet"]
+
+
+def _refuse(code: int, under: Path, real):
+    """``real`` (os.fsync, os.replace, tempfile.mkstemp, os.open ...) failing with ``code``
+    for the files under ``under`` only: the system refusing the store's writes."""
+
+    def call(*args, **kwargs):
+        target = args[1] if real is os.replace else (kwargs.get("dir") or args[0])
+        if isinstance(target, int):  # a file descriptor
+            target = os.readlink(f"/proc/self/fd/{target}")
+        if str(target).startswith(str(under)):
+            raise OSError(code, os.strerror(code), str(target))
+        return real(*args, **kwargs)
+
+    return call
+
+
+REFUSALS = {  # where the system refuses a write, with which error
+    "full-disk-at-fsync": (errno.ENOSPC, "fsync"),
+    "quota-at-fsync": (errno.EDQUOT, "fsync"),
+    "read-only-at-rename": (errno.EROFS, "replace"),
+    "read-only-at-create": (errno.EROFS, "mkstemp"),
+    "not-ours-at-create": (errno.EACCES, "mkstemp"),
+}
+
+
+def _patch(monkeypatch, name: str, code: int, under: Path) -> None:
+    import tempfile
+
+    module = tempfile if name == "mkstemp" else os
+    monkeypatch.setattr(module, name, _refuse(code, under, getattr(module, name)))
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_write_the_system_refuses_names_the_store_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                      case):
+    code, where = REFUSALS[case]
+    store = Store(tmp_path / "store")
+    store.write("t/old", np.zeros(3))
+    _patch(monkeypatch, where, code, store.root)
+    for ref, value in [("t/old", np.ones(3)), ("t/new", np.ones(3)), ("u/new", np.ones(3))]:
+        with pytest.raises(StoreWriteError) as info:
+            store.write(ref, value)
+        err = info.value
+        assert isinstance(err, InputError) and isinstance(err.__cause__, OSError)
+        assert err.path == str(store.root) and err.key == STORE_KEY
+        assert f"cannot write entry {ref}: {os.strerror(code)}" in str(err)
+    with pytest.raises(StoreWriteError, match=os.strerror(code)):  # a step's seal
+        store.write_file(store.prefect_dir / f"{K1}.sha256.json", b"{}")
+    monkeypatch.undo()
+    files = sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*") if p.is_file())
+    assert files == ["t/old.parquet"]  # no temporary file, no new entry
+    np.testing.assert_array_equal(store.read("t/old"), np.zeros(3))  # the old entry intact
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.ENOSPC])
+def test_a_lease_or_gc_lock_the_system_refuses_names_the_store(tmp_path, monkeypatch, code):
+    store = Store(tmp_path / "store")
+    monkeypatch.setattr(os, "open", _refuse(code, store.root, os.open))
+    with pytest.raises(StoreWriteError, match=f"the lease of run r1: {os.strerror(code)}") as info:
+        store.lease("r1")
+    assert info.value.path == str(store.root) and info.value.key == STORE_KEY
+    with pytest.raises(StoreWriteError, match=os.strerror(code)):
+        store.gc(keep=set())
+    monkeypatch.undo()
+    lease = store.lease("r2")
+    monkeypatch.setattr("builtins.open", _refuse(code, store.root, open))
+    with pytest.raises(StoreWriteError, match=f"the lease of run r2: {os.strerror(code)}"):
+        lease.note(["t/x"])
+    monkeypatch.undo()
+    lease.release()
+    assert list(store.lease_dir.iterdir()) in ([], [store.lease_dir / "gc.lock"])
+
+
+@pytest.mark.parametrize("damage", ["empty-folder", "folder-of-files", "nested-folders"])
+def test_a_folder_in_place_of_an_entry_is_corrupt_and_replaced_by_the_next_write(tmp_path,
+                                                                                  damage):
+    store = Store(tmp_path)
+    store.write(f"t/{K1}", np.zeros(3))
+    path = store.path(f"t/{K1}")
+    path.unlink()
+    path.mkdir()
+    if damage != "empty-folder":
+        (path / "part-0.parquet").write_bytes(b"PAR1")
+    if damage == "nested-folders":
+        (path / "a" / "b").mkdir(parents=True)
+        (path / "a" / "b" / "c.parquet").write_bytes(b"PAR1")
+    assert not store.exists(f"t/{K1}") and not store.verify(f"t/{K1}")
+    for read in (store.read, store.read_table):
+        with pytest.raises(CorruptEntry, match="a folder, not a file"):
+            read(f"t/{K1}")
+    assert store.refs() == [f"t/{K1}"]  # listed, so that gc can remove it
+    assert store.ls()["kind"].tolist() == ["unreadable"]
+    store.write(f"t/{K1}", np.ones(3))  # a step run again replaces it
+    np.testing.assert_array_equal(store.read(f"t/{K1}"), np.ones(3))
+    path.unlink()
+    path.mkdir()
+    assert store.gc(keep=set()).removed == [f"t/{K1}"]
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("damage", ["file", "dangling-link"])
+def test_a_file_in_place_of_a_task_folder_is_replaced_by_the_next_write(tmp_path, damage):
+    store = Store(tmp_path)
+    folder = tmp_path / "t"
+    if damage == "file":
+        folder.write_bytes(b"not a folder")
+    else:
+        folder.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(CorruptEntry):
+        store.read(f"t/{K1}")
+    store.write(f"t/{K1}", np.arange(3))
+    np.testing.assert_array_equal(store.read(f"t/{K1}"), np.arange(3))
+    assert folder.is_dir() and not folder.is_symlink()
 
 
 def test_refs_never_escape_the_root(tmp_path):
