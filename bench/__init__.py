@@ -7,11 +7,11 @@ peer measured in the same run, since these machines are shared and noisy.
 """
 
 BENCHMARKS = {
-    "leml": "bench.leml",
-    "leml-blocks": "bench.leml_blocks",
-    "relations": "bench.relations",
-    "strip": "bench.strip",
-    "overhead": "bench.overhead",
-    "workers": "bench.workers",
-    "apply": "bench.apply",
+    "leml": "scarce.bench.leml",
+    "leml-blocks": "scarce.bench.leml_blocks",
+    "relations": "scarce.bench.relations",
+    "strip": "scarce.bench.strip",
+    "overhead": "scarce.bench.overhead",
+    "workers": "scarce.bench.workers",
+    "apply": "scarce.bench.apply",
 }

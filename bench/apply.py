@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.overhead import QUICK, warm_up
+from scarce.bench.overhead import QUICK, warm_up
 
 FLOWS = ("leml", "relations", "strip")
 COLUMNS = ["flow", "unit", "evaluate_rows", "evaluate_seconds", "evaluate_per_second",
@@ -72,7 +72,7 @@ def _run(flow_fn, config, options):
 def _inputs(name: str, config, run_dir: Path, tmp: Path) -> tuple[str, int, int]:
     """The apply input for ``name``, the rows the training run evaluated, and the number of
     variants it evaluated them with (1 but for StRip)."""
-    from flows.config import resolve_path
+    from scarce.flows.config import resolve_path
 
     if name == "leml":
         rows = len(pd.read_parquet(run_dir / "outputs" / "predictions.parquet")["row"].unique())
@@ -97,9 +97,9 @@ def _inputs(name: str, config, run_dir: Path, tmp: Path) -> tuple[str, int, int]
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    from flows.config import load_config, resolve_path
-    from flows.registry import FLOWS
-    from flows.runtime import RunOptions
+    from scarce.flows.config import load_config, resolve_path
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runtime import RunOptions
 
     names = [f.strip() for f in args.flows.split(",") if f.strip()]
     unknown = set(names) - set(FLOWS)

@@ -69,7 +69,7 @@ import pandas as pd
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from algorithms.leml import (
+from scarce.algorithms.leml import (
     H_SOLVERS,
     LEML,
     W_SOLVERS,
@@ -77,11 +77,11 @@ from algorithms.leml import (
     ClosedFormLowRank,
     prepare_data,
 )
-from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
-from bench.synthetic import WIKI, synthetic_wikipedia
-from flows.published import LEML_XC
-from tasks.leml import observe, validation_rows
-from tasks.readers.xmc import read_xmc
+from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from scarce.bench.synthetic import WIKI, synthetic_wikipedia
+from scarce.flows.published import LEML_XC
+from scarce.tasks.leml import observe, validation_rows
+from scarce.tasks.readers.xmc import read_xmc
 
 SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "w-step", "distributed",
             "partition")
@@ -103,7 +103,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from flows.config import project_root
+    from scarce.flows.config import project_root
 
     parser.add_argument("--data", type=Path, default=project_root() / "data",
                         help="folder holding xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz")
@@ -570,8 +570,8 @@ def _synthetic(args, rows):
 def _cg_sensitivity(data, H, lam, cg_max_iter, W_single) -> float:
     """max |W - W'| / max |W| for the single-process solve with ``-grad`` and every
     Hessian-vector product moved by one ulp (the size of a change of summation order)."""
-    from algorithms.leml import w_gradient
-    from algorithms.leml.solvers import conjugate_gradient
+    from scarce.algorithms.leml import w_gradient
+    from scarce.algorithms.leml.solvers import conjugate_gradient
 
     grad, hess_vec = w_gradient(data, H, np.zeros_like(W_single), lam, "squared")
     up = np.array(np.inf, dtype=grad.dtype)
@@ -584,7 +584,7 @@ def _w_step_dask(args, rows, scale):
     """One W-step on 1 and 2 Dask workers against the single-process solver."""
     from distributed import Client, LocalCluster
 
-    from tasks.leml_dask import N_BLOCKS, DaskWStep, worker_peak_memory
+    from scarce.tasks.leml_dask import N_BLOCKS, DaskWStep, worker_peak_memory
 
     k, lam, cg = 50, 1.0, 10
     model = LEML(rank=k, lam=lam, cg_max_iter=cg, cg_tol=1e-3, random_state=args.seed)
@@ -716,12 +716,12 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             _w_step_dask(args, rows, min(distributed_scale, 0.01) if args.quick
                          else distributed_scale)
         if "distributed" in args.sections:
-            from bench.leml_cluster import run_section
+            from scarce.bench.leml_cluster import run_section
 
             run_section(args, rows, min(distributed_scale, 0.01) if args.quick
                         else distributed_scale)
         if "partition" in args.sections:
-            from bench.leml_partition import run_section as partition_section
+            from scarce.bench.leml_partition import run_section as partition_section
 
             if args.quick:
                 args.partition_shape = (min(args.partition_shape[0], 40_000),

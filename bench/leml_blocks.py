@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
-from algorithms.leml import LEML, LocalBlocks, split_rows, update_H_by_blocks
-from tasks.readers.xmc import read_xmc
+from scarce.algorithms.leml import LEML, LocalBlocks, split_rows, update_H_by_blocks
+from scarce.tasks.readers.xmc import read_xmc
 
 RANK, LAM, BLOCKS = 100, 1.0, 4
 
@@ -56,7 +56,7 @@ def _row(observed, dtype, way, seconds, whole_seconds, diff, same=None) -> dict:
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    from flows.runtime import project_root
+    from scarce.flows.runtime import project_root
 
     data_dir = args.data or project_root() / "data" / "xmc" / "bibtex"
     X, Y = read_xmc(Path(data_dir) / "bibtex_xmlrepo_train.txt.gz")
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
 
     from distributed import Client, LocalCluster
 
-    from tasks.leml_dask import DaskWStep
+    from scarce.tasks.leml_dask import DaskWStep
 
     pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,

@@ -68,7 +68,7 @@ def _import_worker_modules() -> None:
     """Run on each worker before anything is timed: the block tasks' modules imported."""
     import importlib
 
-    importlib.import_module("tasks.leml_dask")
+    importlib.import_module("scarce.tasks.leml_dask")
 
 
 def _say(*parts) -> None:
@@ -80,8 +80,8 @@ def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: i
     """``parts`` Parquet pairs ``part-NNN.X.parquet`` / ``.Y.parquet`` of ``n`` points in
     all, part ``i`` drawn by :func:`bench.synthetic.synthetic_wikipedia` from the seed stream
     (``stream``, ``i``): one part in memory at a time.  Returns the counts."""
-    from bench.synthetic import synthetic_wikipedia
-    from tasks.store import atomic_write_parquet, encode
+    from scarce.bench.synthetic import synthetic_wikipedia
+    from scarce.tasks.store import atomic_write_parquet, encode
 
     folder.mkdir(parents=True, exist_ok=True)
     nnz_x = nnz_y = 0
@@ -98,7 +98,7 @@ def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: i
 def flow_config(train: Path, test: Path, mode: str, iterations: int, address: str | None,
                 seed: int) -> dict:
     """The bundled LEML config with the benchmark's data, model and runner."""
-    from flows.config import project_root
+    from scarce.flows.config import project_root
 
     config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
     config.update(seed=seed, name="synthetic-wikipedia", baselines=[], observed_fraction=1.0)
@@ -219,7 +219,7 @@ def run_flow(config: dict, root: Path, env: dict[str, str]) -> dict:
     """``scarce run leml`` on ``config`` as a process of its own, in a fresh store and runs
     folder under ``root``; its wall seconds, peak RSS (bytes, that process alone) and run
     folder."""
-    from flows.config import project_root
+    from scarce.flows.config import project_root
 
     root.mkdir(parents=True)
     path = root / "leml.yaml"
@@ -248,7 +248,7 @@ def read_run(result: dict) -> dict:
     """The run's factors, metrics and per-iteration seconds (W-step, H-step)."""
     import pandas as pd
 
-    from tasks.store import Store, read_parquet_entry
+    from scarce.tasks.store import Store, read_parquet_entry
 
     run_dir = result["run_dir"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -268,7 +268,7 @@ def read_run(result: dict) -> dict:
 
 def _part_with_vectors(path: Path, k: int, rng) -> tuple:
     """A training part's X (CSR) and random ``V`` (d x k) and ``U`` (n_b x k) for it."""
-    from tasks.store import read_parquet_entry
+    from scarce.tasks.store import read_parquet_entry
 
     X = read_parquet_entry(path).tocsr()
     return (X, rng.standard_normal((X.shape[1], k), dtype=np.float32),
@@ -339,7 +339,7 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
     (the bundled config, the data changed, no baseline) and on the synthetic problem."""
     from prefect.settings import PREFECT_API_URL
 
-    from bench.synthetic import WIKI
+    from scarce.bench.synthetic import WIKI
 
     modes = [m for m in args.modes if m in MODES]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -395,8 +395,8 @@ def block_bytes(train: Path) -> list[int]:
     prepared it (its ``X``, ``X^T``, ``Y`` and ``Y^T``; estimated from the files' footers by
     :meth:`~tasks.leml_dask.PartitionedData.block_nbytes`), as the benchmark's flow
     prepares them (float32, no constant feature)."""
-    from tasks.leml import input_parts, parquet_pair
-    from tasks.leml_dask import PartitionedData
+    from scarce.tasks.leml import input_parts, parquet_pair
+    from scarce.tasks.leml_dask import PartitionedData
 
     parts = [dict(zip(("X", "Y"), map(str, parquet_pair(x)), strict=True))
              for x in input_parts(train, "parquet")]
@@ -415,7 +415,7 @@ def _runner(config: dict, mode: str, address: str | None) -> dict:
 
 def dataset_config(name: str, train: Path, test: Path, mode: str, address: str | None) -> dict:
     """The bundled LEML config on another data set (its XC files), without baselines."""
-    from flows.config import project_root
+    from scarce.flows.config import project_root
 
     config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
     config.update(name=name, baselines=[])
@@ -433,7 +433,7 @@ def _compare(args, name: str, modes: list[str], make_config, root: Path,
     import dask
     from distributed import Client, LocalCluster, get_task_stream
 
-    from tasks.leml_dask import NO_WORK_STEALING, tasks_off_their_worker, worker_peak_memory
+    from scarce.tasks.leml_dask import NO_WORK_STEALING, tasks_off_their_worker, worker_peak_memory
 
     results: dict[str, dict] = {}
     for mode in modes:

@@ -51,7 +51,7 @@ def write_matrix(path: Path, n: int, d: int, row_nnz: int, seed: int) -> int:
     rare repeats summed), written as a store entry at ``path``; its nnz."""
     import scipy.sparse as sp
 
-    from tasks.store import atomic_write_parquet, encode
+    from scarce.tasks.store import atomic_write_parquet, encode
 
     rng = np.random.default_rng(seed)
     cols = np.sort(rng.integers(0, d, size=(n, row_nnz), dtype=np.int32), axis=1)
@@ -68,7 +68,7 @@ def read_block(path: str, start: int, stop: int, way: str, repeats: int) -> dict
     """Run in a fresh process: block ``start:stop`` of the entry at ``path`` read ``way``,
     ``repeats`` times; the seconds of the fastest, this process's RSS before the first and
     its peak, and a digest of the block."""
-    from tasks.store import read_parquet_entry, read_rows
+    from scarce.tasks.store import read_parquet_entry, read_rows
 
     before = _rss("VmRSS")
     best, block = np.inf, None
@@ -95,7 +95,7 @@ def digest(block) -> list:
 
 def run_section(args, rows: list[tuple]) -> None:
     """Section ``partition`` of ``scarce bench leml``: both ways in fresh processes."""
-    from algorithms.leml.data import row_block_bounds
+    from scarce.algorithms.leml.data import row_block_bounds
 
     n, d = args.partition_shape
     blocks, b = args.partition_blocks, args.partition_block
@@ -114,7 +114,7 @@ def run_section(args, rows: list[tuple]) -> None:
         results = {}
         for way in WAYS:
             out = subprocess.run(
-                [sys.executable, "-m", "bench.leml_partition", str(path), str(start),
+                [sys.executable, "-m", "scarce.bench.leml_partition", str(path), str(start),
                  str(stop), way, str(args.repeats)],
                 check=True, capture_output=True, text=True,
                 cwd=Path(__file__).resolve().parent.parent)

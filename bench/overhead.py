@@ -108,9 +108,9 @@ def _timed_run(spec, config, options):
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    from flows.config import load_config, resolve_path
-    from flows.registry import FLOWS
-    from flows.runtime import RunOptions
+    from scarce.flows.config import load_config, resolve_path
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runtime import RunOptions
 
     names = [f.strip() for f in args.flows.split(",") if f.strip()]
     unknown = set(names) - set(FLOWS)

@@ -76,14 +76,14 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from algorithms.metrics.clustering import clustering_scores
-from algorithms.relations import baselines as bl
-from algorithms.relations.contexts import build_contexts_frame, parse_window
-from algorithms.relations.entropy import entropy_ranking, entropy_ranking_naive
-from algorithms.relations.model import RelationDiscovery
-from flows.config import project_root
-from tasks import relations as tasks_rel
-from tasks.errors import InputError
+from scarce.algorithms.metrics.clustering import clustering_scores
+from scarce.algorithms.relations import baselines as bl
+from scarce.algorithms.relations.contexts import build_contexts_frame, parse_window
+from scarce.algorithms.relations.entropy import entropy_ranking, entropy_ranking_naive
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.flows.config import project_root
+from scarce.tasks import relations as tasks_rel
+from scarce.tasks.errors import InputError
 
 SETTINGS = {
     # name: (include_other, directed)

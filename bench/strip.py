@@ -59,13 +59,13 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from algorithms.metrics.coref import coref_scores
-from algorithms.strip.ripper import VARIANTS, StRip
-from flows.config import project_root
-from flows.runtime import markdown_table
-from tasks import strip as tasks_strip
-from tasks.errors import InputError
-from tasks.readers.conllu import read_conllu, write_chains
+from scarce.algorithms.metrics.coref import coref_scores
+from scarce.algorithms.strip.ripper import VARIANTS, StRip
+from scarce.flows.config import project_root
+from scarce.flows.runtime import markdown_table
+from scarce.tasks import strip as tasks_strip
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.conllu import read_conllu, write_chains
 
 # method -> the peer fitted on the same pair instances
 PEER_OF = {"ripper": "wittgenstein-labeled", "strip-labeled": "wittgenstein-labeled",

@@ -53,8 +53,9 @@ QUICK_LEML = {"ranks": "25,50", "lams": "0.3,1", "max_iter": 4}
 # One BLAS/OpenMP thread per worker process (set before the worker starts).
 # What a worker imports before the timing starts (unpickling the first task would otherwise
 # pay for it inside the first timed run only).
-WORKER_MODULES = ("tasks.relations", "algorithms.leml", "algorithms.metrics.multilabel",
-                  "tasks.readers.xmc", "sklearn.preprocessing")
+WORKER_MODULES = ("scarce.tasks.relations", "scarce.algorithms.leml",
+                  "scarce.algorithms.metrics.multilabel", "scarce.tasks.readers.xmc",
+                  "sklearn.preprocessing")
 BIBTEX_TRAIN = Path("data") / "xmc" / "bibtex" / "bibtex_xmlrepo_train.txt.gz"
 
 
@@ -98,7 +99,7 @@ def _bibtex_split(path: str, validation_fraction: float, seed: int):
     import numpy as np
     from sklearn.preprocessing import normalize
 
-    from tasks.readers.xmc import read_xmc
+    from scarce.tasks.readers.xmc import read_xmc
 
     X, Y = read_xmc(path)
     X = normalize(X).astype(X.dtype)
@@ -117,8 +118,8 @@ def fit_point(rank: int, lam: float, train: str, validation_fraction: float, see
     """Validation P@1 (%) of LEML at one (rank, lam), one BLAS thread."""
     from threadpoolctl import threadpool_limits
 
-    from algorithms.leml import LEML
-    from algorithms.metrics.multilabel import precision_at_k
+    from scarce.algorithms.leml import LEML
+    from scarce.algorithms.metrics.multilabel import precision_at_k
 
     X_fit, Y_fit, X_val, Y_val = _bibtex_split(train, validation_fraction, seed)
     with threadpool_limits(1):
@@ -166,7 +167,7 @@ def _task_runs(flow_run_id) -> list[tuple[str, float, float]]:
 def _search_seconds(flow_run_id) -> tuple[float, int]:
     """Union of the Running intervals of the candidate and stability task runs, and their
     number."""
-    from bench.overhead import busy_seconds
+    from scarce.bench.overhead import busy_seconds
 
     spans = [(s, e) for name, s, e in _task_runs(flow_run_id)
              if name.startswith(("candidate ", "stability "))]
@@ -182,8 +183,8 @@ def _import_worker_modules() -> None:
 
 
 def _relations_once(runner, spec, config) -> dict:
-    from flows.runtime import RunOptions
-    from tasks.store import Store
+    from scarce.flows.runtime import RunOptions
+    from scarce.tasks.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="scarce-bench-workers-"))
     try:
@@ -241,10 +242,10 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from distributed import Client, LocalCluster
     from prefect_dask import DaskTaskRunner
 
-    from bench.overhead import warm_up
-    from flows.config import load_config, project_root, resolve_path
-    from flows.registry import FLOWS
-    from flows.runners import worker_env
+    from scarce.bench.overhead import warm_up
+    from scarce.flows.config import load_config, project_root, resolve_path
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runners import worker_env
 
     counts = _ints(args.workers)
     if not counts or min(counts) < 1:

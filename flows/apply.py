@@ -24,11 +24,11 @@ from typing import Any
 
 from pydantic import Field
 
-from flows import manifest as mf
-from flows.config import FlowConfig
-from tasks.errors import InputError
-from tasks.steps import log_both
-from tasks.store import atomic_write_bytes
+from scarce.flows import manifest as mf
+from scarce.flows.config import FlowConfig
+from scarce.tasks.errors import InputError
+from scarce.tasks.steps import log_both
+from scarce.tasks.store import atomic_write_bytes
 
 MODEL_DIR = "model"
 MODEL_JSON = "model.json"

@@ -15,9 +15,9 @@ from typing import Literal
 from prefect import flow
 from pydantic import Field
 
-from algorithms.leml import LEML
-from algorithms.leml.predict import BATCH_SIZE
-from flows.apply import (
+from scarce.algorithms.leml import LEML
+from scarce.algorithms.leml.predict import BATCH_SIZE
+from scarce.flows.apply import (
     ApplyConfig,
     export,
     input_files,
@@ -26,9 +26,9 @@ from flows.apply import (
     output_target,
     resolve_model_run,
 )
-from flows.leml import MODEL_FILES, MODEL_VERSION
-from flows.runtime import RunContext, RunOptions
-from tasks.leml import TOP_K, collect, label_file, load, score, task_params
+from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
+from scarce.flows.runtime import RunContext, RunOptions
+from scarce.tasks.leml import TOP_K, collect, label_file, load, score, task_params
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
 SUFFIXES = {"xmc": (".txt", ".txt.gz"), "arff": (".arff", ".arff.gz"),

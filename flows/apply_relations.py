@@ -16,7 +16,7 @@ from typing import Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.apply import (
+from scarce.flows.apply import (
     ApplyConfig,
     export,
     input_files,
@@ -25,9 +25,9 @@ from flows.apply import (
     output_target,
     resolve_model_run,
 )
-from flows.relations import MODEL_VERSION
-from flows.runtime import RunContext, RunOptions
-from tasks import relations as rel
+from scarce.flows.relations import MODEL_VERSION
+from scarce.flows.runtime import RunContext, RunOptions
+from scarce.tasks import relations as rel
 
 #: The endings (lower case) of the files of a folder that are read: SemEval text, JSON Lines.
 SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz")

@@ -27,7 +27,7 @@ from prefect import flow
 from prefect.utilities.annotations import unmapped
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.apply import (
+from scarce.flows.apply import (
     MODEL_JSON,
     ApplyConfig,
     check_targets,
@@ -35,12 +35,12 @@ from flows.apply import (
     open_model,
     resolve_model_run,
 )
-from flows.config import validate_config
-from flows.runtime import RunContext, RunOptions
-from flows.strip import Variant
-from tasks import strip
-from tasks.errors import InputError
-from tasks.store import atomic_write_bytes
+from scarce.flows.config import validate_config
+from scarce.flows.runtime import RunContext, RunOptions
+from scarce.flows.strip import Variant
+from scarce.tasks import strip
+from scarce.tasks.errors import InputError
+from scarce.tasks.store import atomic_write_bytes
 
 PAPER_VARIANT = "strip-partial"  # the paper's method: applied when the run trained it
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.errors import InputError
+from scarce.tasks.errors import InputError
 
 __all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment",
            "read_experiments"]
@@ -94,8 +94,8 @@ def _subset_search(child_dir: Path) -> dict:
     the criterion on every word over the criterion on the smallest feasible prefix
     (``growth``).  Empty when
     the child's manifest does not name those entries (nothing to read)."""
-    from flows.runtime import default_store_root
-    from tasks.store import CorruptEntry, Store
+    from scarce.flows.runtime import default_store_root
+    from scarce.tasks.store import CorruptEntry, Store
 
     try:
         manifest = json.loads((child_dir / "manifest.json").read_text())

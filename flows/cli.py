@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
                     metavar="KEY=VALUE", help="override a key of the apply config")
     _runner_args(ap)
 
+    ini = sub.add_parser("init", help="start a project: configs to edit, data/ and a README")
+    ini.add_argument("dir", nargs="?", default=".", help="the project folder (default: here)")
+    ini.add_argument("--force", action="store_true", help="replace files that exist")
+
     ru = sub.add_parser("runs", help="list past runs (one line each), or show one")
     ru.add_argument("run_id", nargs="?", help="show this run in detail")
     ru.add_argument("--flow", help="only the runs of this flow")
@@ -129,12 +133,12 @@ def _runner(args: argparse.Namespace, recorded: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flows.runners import pin_threads
+    from scarce.flows.runners import pin_threads
 
     pin_threads()  # before numpy or scipy are imported: one BLAS thread, Prefect offline
     args = _parser().parse_args(argv)
-    from algorithms.memory import MemoryBudgetError
-    from tasks.errors import InputError
+    from scarce.algorithms.memory import MemoryBudgetError
+    from scarce.tasks.errors import InputError
 
     _log_to_stderr()
     previous = None
@@ -166,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             return 143
         if args.debug:
             raise
-        from tasks.errors import one_line
+        from scarce.tasks.errors import one_line
 
         print(f"error: {type(exc).__name__}: {one_line(str(exc))} (run with --debug for the "
               "traceback)", file=sys.stderr)
@@ -213,8 +217,8 @@ class _InputErrorWithoutTraceback(logging.Formatter):
         self.inner = inner
 
     def format(self, record: logging.LogRecord) -> str:
-        from algorithms.memory import MemoryBudgetError
-        from tasks.errors import InputError
+        from scarce.algorithms.memory import MemoryBudgetError
+        from scarce.tasks.errors import InputError
 
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, InputError | MemoryBudgetError):
@@ -254,12 +258,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return cmd_apply(args)
     if args.command == "runs":
         return cmd_runs(args)
+    if args.command == "init":
+        return cmd_init(args)
     if args.command == "bench":
         return cmd_bench(args)
     if args.command == "claims":
         return cmd_claims(args)
     if args.command in ("deploy", "serve", "ui"):
-        from flows import deploy
+        from scarce.flows import deploy
 
         return getattr(deploy, f"cmd_{args.command}")(args)
     return cmd_cache(args)
@@ -267,8 +273,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 # -- run ---------------------------------------------------------------------
 def _specs(name: str) -> list[Any]:
-    from flows.registry import FLOWS
-    from tasks.errors import InputError
+    from scarce.flows.registry import FLOWS
+    from scarce.tasks.errors import InputError
 
     if name == "all":  # every training flow (an apply flow needs a model run and input)
         specs = [s for s in FLOWS.values() if s.kind == "train"]
@@ -283,7 +289,7 @@ def _specs(name: str) -> list[Any]:
 
 def prefect_api() -> Any:
     """One Prefect API for the command (:func:`flows.runners.prefect_api`)."""
-    from flows import runners
+    from scarce.flows import runners
 
     return runners.prefect_api()
 
@@ -307,10 +313,10 @@ def preflight(address: str | None) -> None:
     """Check the environment before anything runs: the memory cap, the store and the runs
     folder (folders this process can write) and the Dask scheduler (each a one-line error
     naming the variable or option)."""
-    from algorithms.memory import available_bytes
-    from flows.runtime import check_writable_folder, default_runs_root, default_store_root
-    from tasks.errors import InputError
-    from tasks.store import Store
+    from scarce.algorithms.memory import available_bytes
+    from scarce.flows.runtime import check_writable_folder, default_runs_root, default_store_root
+    from scarce.tasks.errors import InputError
+    from scarce.tasks.store import Store
 
     try:
         available_bytes()
@@ -323,15 +329,15 @@ def preflight(address: str | None) -> None:
     check_writable_folder(store.root, "store (or $SCARCE_STORE)")
     check_writable_folder(default_runs_root(), "runs folder (or $SCARCE_RUNS)")
     if address:
-        from flows.runners import check_scheduler
+        from scarce.flows.runners import check_scheduler
 
         check_scheduler(address)
 
 
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
     """Run one registered flow with a validated config; returns its summary."""
-    from flows.runners import with_runner
-    from flows.runtime import release_leases
+    from scarce.flows.runners import with_runner
+    from scarce.flows.runtime import release_leases
 
     flow_fn = with_runner(spec.load_flow(), runner, address)
     try:
@@ -341,9 +347,9 @@ def execute(spec: Any, config: Any, options: Any, runner: str, address: str | No
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flows.config import load_config, resolve_path
-    from flows.runtime import RunOptions
-    from tasks.errors import InputError
+    from scarce.flows.config import config_path, load_config, resolve_path
+    from scarce.flows.runtime import RunOptions
+    from scarce.tasks.errors import InputError
 
     specs = _specs(args.flow)
     if args.config and len(specs) > 1:
@@ -358,7 +364,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if spec.kind == "experiment":
             plans.append((spec, _experiment_config(args)))
         else:
-            path = resolve_path(args.config or spec.config_file)
+            path = resolve_path(args.config) if args.config else config_path(spec.config_file)
             plans.append((spec, load_config(path, spec.load_model(), args.overrides)))
     if args.dry_run:
         return _dry_run(plans[0][1])
@@ -378,8 +384,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _experiment_config(args: argparse.Namespace) -> Any:
-    from flows.experiment import experiment_file, load_experiment
-    from tasks.errors import InputError
+    from scarce.flows.experiment import experiment_file, load_experiment
+    from scarce.tasks.errors import InputError
 
     if not (args.name or args.config):
         raise InputError("`scarce run experiment` needs the experiment's name (a file of "
@@ -388,9 +394,9 @@ def _experiment_config(args: argparse.Namespace) -> Any:
 
 
 def _dry_run(config: Any) -> int:
-    from flows.experiment import plan
-    from flows.runtime import default_runs_root, default_store_root
-    from tasks.store import Store
+    from scarce.flows.experiment import plan
+    from scarce.flows.runtime import default_runs_root, default_store_root
+    from scarce.tasks.store import Store
 
     table = plan(config, default_runs_root(), Store(default_store_root()).root)
     _print_frame(table)
@@ -457,11 +463,11 @@ def _print_frame(frame: Any) -> None:
 
 # -- rerun -------------------------------------------------------------------
 def cmd_rerun(args: argparse.Namespace) -> int:
-    from flows import manifest as mf
-    from flows.config import SAFE_NAME, validate_config
-    from flows.registry import FLOWS
-    from flows.runtime import RunOptions, default_runs_root, new_run_id
-    from tasks.errors import InputError
+    from scarce.flows import manifest as mf
+    from scarce.flows.config import SAFE_NAME, validate_config
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runtime import RunOptions, default_runs_root, new_run_id
+    from scarce.tasks.errors import InputError
 
     if not re.fullmatch(SAFE_NAME, args.run_id):  # a run id never holds a path separator
         raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
@@ -525,9 +531,9 @@ def _repair(run_dir: Path, old: dict, new_dir: Path, damaged: dict[str, str | No
             ) -> list[str]:
     """Restore each damaged file of the rerun run (bytes on disk unlike its manifest's record)
     whose bytes the rerun reproduced exactly; say what was found and done, file by file."""
-    from flows import manifest as mf
-    from flows.runtime import link_or_copy
-    from tasks.store import file_sha256
+    from scarce.flows import manifest as mf
+    from scarce.flows.runtime import link_or_copy
+    from scarce.tasks.store import file_sha256
 
     recorded = mf.recorded_files(old)
     lines = []
@@ -546,12 +552,12 @@ def _repair(run_dir: Path, old: dict, new_dir: Path, damaged: dict[str, str | No
 
 # -- apply ---------------------------------------------------------------------
 def cmd_apply(args: argparse.Namespace) -> int:
-    from flows import manifest as mf
-    from flows.apply import resolve_model_run
-    from flows.config import SAFE_NAME, apply_overrides, validate_config
-    from flows.registry import FLOWS
-    from flows.runtime import RunOptions, default_runs_root
-    from tasks.errors import InputError
+    from scarce.flows import manifest as mf
+    from scarce.flows.apply import resolve_model_run
+    from scarce.flows.config import SAFE_NAME, apply_overrides, validate_config
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runtime import RunOptions, default_runs_root
+    from scarce.tasks.errors import InputError
 
     runs = default_runs_root()
     if args.run_id == "latest" or args.run_id.startswith("latest:"):
@@ -593,18 +599,32 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- init ----------------------------------------------------------------------
+def cmd_init(args: argparse.Namespace) -> int:
+    from scarce.flows.init_project import init_project
+
+    folder = Path(args.dir)
+    written = init_project(folder, force=args.force)
+    print(f"project written to {folder.absolute()}:")
+    for path in written:
+        print(f"  {path.relative_to(folder)}")
+    print("edit the data paths of configs/*.yaml, then `scarce run leml` (or relations, strip) "
+          "in that folder")
+    return EXIT_OK
+
+
 # -- runs and cache ------------------------------------------------------------
 def cmd_runs(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from flows.config import SAFE_NAME
-    from flows.manifest import describe_run, list_runs
-    from flows.runtime import default_runs_root
-    from tasks.errors import InputError
+    from scarce.flows.config import SAFE_NAME
+    from scarce.flows.manifest import describe_run, list_runs
+    from scarce.flows.runtime import default_runs_root
+    from scarce.tasks.errors import InputError
 
     runs = default_runs_root()
     if args.flow is not None:
-        from flows.registry import FLOWS
+        from scarce.flows.registry import FLOWS
 
         if args.flow not in FLOWS:
             raise InputError(f"unknown flow {args.flow!r} (known: {', '.join(sorted(FLOWS))})",
@@ -635,7 +655,7 @@ def referenced_refs(runs: Path) -> set[str]:
     A manifest that cannot be read stops the collection (an error naming it): gc cannot know
     what such a run keeps, so it removes nothing.
     """
-    from flows import manifest as mf
+    from scarce.flows import manifest as mf
 
     keep: set[str] = set()
     for d in mf.run_folders(runs):
@@ -646,9 +666,9 @@ def referenced_refs(runs: Path) -> set[str]:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from flows.runtime import default_runs_root, default_store_root
-    from tasks.errors import InputError
-    from tasks.store import Store
+    from scarce.flows.runtime import default_runs_root, default_store_root
+    from scarce.tasks.errors import InputError
+    from scarce.tasks.store import Store
 
     try:
         store = Store(default_store_root())
@@ -669,7 +689,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     print(f"{verb} {len(report.removed)} entries ({report.bytes / 1e6:.1f} MB) from {store.root}")
     for ref in report.removed:
         print(f"  {ref}")
-    from flows import manifest as mf
+    from scarce.flows import manifest as mf
 
     for folder in mf.partial_folders(runs):  # left by a process killed while writing a run
         run_id = folder.name[1:].split(mf.PARTIAL, 1)[0]
@@ -686,10 +706,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def cmd_claims(args: argparse.Namespace) -> int:
     """Chen et al.'s claims (a) to (d) on an experiment's table: see :mod:`flows.claims`."""
-    from flows.claims import claims, claims_markdown, read_experiments
-    from flows.config import SAFE_NAME
-    from flows.runtime import default_runs_root
-    from tasks.errors import InputError
+    from scarce.flows.claims import claims, claims_markdown, read_experiments
+    from scarce.flows.config import SAFE_NAME
+    from scarce.flows.runtime import default_runs_root
+    from scarce.tasks.errors import InputError
 
     for run_id in args.run_ids:
         if not re.fullmatch(SAFE_NAME, run_id):
@@ -704,11 +724,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import datetime as dt
     import importlib
 
-    from bench import BENCHMARKS
-    from flows.config import project_root
-    from flows.runtime import markdown_table
-    from tasks.errors import InputError
-    from tasks.store import atomic_write_parquet, encode
+    from scarce.bench import BENCHMARKS
+    from scarce.flows.config import project_root
+    from scarce.flows.runtime import markdown_table
+    from scarce.tasks.errors import InputError
+    from scarce.tasks.store import atomic_write_parquet, encode
 
     if args.name not in BENCHMARKS:
         known = ", ".join(sorted(BENCHMARKS))

@@ -22,8 +22,8 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from tasks.errors import InputError, excerpt
-from tasks.readers.text import decode_text
+from scarce.tasks.errors import InputError, excerpt
+from scarce.tasks.readers.text import decode_text
 
 # Names that become part of a path (run ids, experiment names): no separators, no "..".
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -140,18 +140,30 @@ def check_input_paths(config: BaseModel, prefix: str = "") -> None:
 
 
 def project_root() -> Path:
-    """The folder holding ``configs/`` and ``data/``.
+    """The folder a command works in: ``SCARCE_ROOT`` when set, else the current folder.
 
-    ``SCARCE_ROOT`` when set; else the current folder when it has ``configs/``;
-    else the checkout this package was installed from.
+    Relative paths of configs and data are read from it, and the store and the runs go under
+    its ``data/`` (unless ``SCARCE_STORE`` or ``SCARCE_RUNS`` say otherwise).
     """
     env = os.environ.get("SCARCE_ROOT")
-    if env:
-        return Path(env).resolve()
-    cwd = Path.cwd()
-    if (cwd / "configs").is_dir():
-        return cwd
-    return Path(__file__).resolve().parent.parent
+    return Path(env).resolve() if env else Path.cwd()
+
+
+def packaged_configs() -> Path:
+    """The default configs shipped with the package (the repository's ``configs/``)."""
+    return Path(__file__).resolve().parent.parent / "configs"
+
+
+def config_path(name: str | os.PathLike[str]) -> Path:
+    """A config file named relative to the project (``configs/leml.yaml``): the project's own
+    when it has one, else the default shipped with the package (an absolute or unknown path is
+    returned as it is, to be reported missing by whoever reads it)."""
+    path = resolve_path(name)
+    parts = Path(name).parts
+    if path.exists() or Path(name).is_absolute() or not parts or parts[0] != "configs":
+        return path
+    shipped = packaged_configs().joinpath(*parts[1:])
+    return shipped if shipped.is_file() else path
 
 
 def resolve_path(path: str | os.PathLike[str], base: Path | None = None) -> Path:

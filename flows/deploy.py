@@ -50,17 +50,17 @@ from typing import Any, Literal
 from prefect import Flow
 from pydantic import Field, ValidationError, field_validator
 
-from flows.config import (
+from scarce.flows.config import (
     FlowConfig,
     Strict,
     apply_overrides,
     check_input_paths,
+    config_path,
     load_config,
     read_yaml,
-    resolve_path,
 )
-from flows.tags import run_tags, unique
-from tasks.errors import InputError
+from scarce.flows.tags import run_tags, unique
+from scarce.tasks.errors import InputError
 
 log = logging.getLogger("scarce.deploy")
 
@@ -116,7 +116,7 @@ class DeploymentSpec(Strict):
     @field_validator("flow")
     @classmethod
     def _known_flow(cls, v: str) -> str:
-        from flows.registry import FLOWS
+        from scarce.flows.registry import FLOWS
 
         if v not in FLOWS:
             raise ValueError(f"unknown flow {v!r} (known: {', '.join(sorted(FLOWS))})")
@@ -157,7 +157,7 @@ class Deployment:
 
     def parameters(self) -> dict[str, Any]:
         """The deployment's default parameters (JSON), as the UI's custom-run form shows them."""
-        from flows.runtime import RunOptions
+        from scarce.flows.runtime import RunOptions
 
         return {
             "config": self.config.model_dump(mode="json"),
@@ -166,7 +166,7 @@ class Deployment:
 
 
 def default_file() -> Path:
-    return resolve_path(DEFAULT_FILE)
+    return config_path(DEFAULT_FILE)
 
 
 def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deployment]:
@@ -180,7 +180,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
         config file, or this file for a value set under ``parameters``), or a missing
         input file or folder of a deployment's config (naming its key).
     """
-    from flows.registry import FLOWS
+    from scarce.flows.registry import FLOWS
 
     path = Path(path) if path is not None else default_file()
     data = read_yaml(path, "deployments")
@@ -195,7 +195,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
     for name, spec in parsed.deployments.items():
         flow = FLOWS[spec.flow]
         model = flow.load_model()
-        config_file = resolve_path(spec.config or flow.config_file)
+        config_file = config_path(spec.config or flow.config_file)
         config = load_config(config_file, model, inputs=False)  # checked once overridden
         if spec.parameters:
             where = f"deployments.{name}.parameters"
@@ -380,8 +380,8 @@ def _flow_and_options(deployment: Deployment) -> tuple[Any, dict[str, Any]]:
     from prefect.schedules import Cron
     from prefect.types.entrypoint import EntrypointType
 
-    from flows.registry import FLOWS
-    from flows.runners import with_runner
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runners import with_runner
 
     s = deployment.schedule
     schedules = [Cron(s.cron, timezone=s.timezone, active=s.active)] if s else []

@@ -41,21 +41,22 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field, field_validator, model_validator
 
-from flows import plots
-from flows.config import (
+from scarce.flows import plots
+from scarce.flows.config import (
     SAFE_NAME,
     FlowConfig,
     Strict,
     apply_values,
+    config_path,
     input_path,
     load_config,
     read_yaml,
     resolve_path,
     validate_config,
 )
-from flows.runtime import RunContext, RunOptions, markdown_table
-from tasks import experiment as exp
-from tasks.errors import InputError, one_line
+from scarce.flows.runtime import RunContext, RunOptions, markdown_table
+from scarce.tasks import experiment as exp
+from scarce.tasks.errors import InputError, one_line
 
 EXPERIMENTS = "configs/experiments"
 
@@ -92,7 +93,7 @@ class ExperimentConfig(FlowConfig):
     @field_validator("flow")
     @classmethod
     def _training_flow(cls, v: str) -> str:
-        from flows.registry import FLOWS
+        from scarce.flows.registry import FLOWS
 
         if v not in FLOWS or FLOWS[v].kind != "train":
             known = sorted(n for n, s in FLOWS.items() if s.kind == "train")
@@ -133,19 +134,19 @@ def experiment_file(name: str) -> Path:
         return resolve_path(name)
     if not re.fullmatch(SAFE_NAME, name):
         raise InputError(f"not an experiment name: {name!r}", key="experiment")
-    return resolve_path(f"{EXPERIMENTS}/{name}.yaml")
+    return config_path(f"{EXPERIMENTS}/{name}.yaml")
 
 
 def load_experiment(path: Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read, override and validate an experiment file; the base config is read into it and the
     fixed overrides and every axis key are checked against the flow's config keys."""
-    from flows.registry import FLOWS
+    from scarce.flows.registry import FLOWS
 
     config = load_config(path, ExperimentConfig, overrides)
     if config.name is None:
         config = config.model_copy(update={"name": path.stem})
     model = FLOWS[config.flow].load_model()
-    base_path = resolve_path(config.base)
+    base_path = config_path(config.base)
     base = read_yaml(base_path, "base config") or {}
     if not isinstance(base, dict):
         raise InputError("a config must be a mapping of keys to values", path=base_path)
@@ -175,7 +176,7 @@ def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
 
 def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = None) -> Any:
     """The validated config of one grid point (an :class:`InputError` naming the point)."""
-    from flows.registry import FLOWS
+    from scarce.flows.registry import FLOWS
 
     model = (spec or FLOWS[config.flow]).load_model()
     data = apply_values(config.base_config, settings(config, point), model)
@@ -218,7 +219,7 @@ POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
       task_runner=ThreadPoolTaskRunner(max_workers=1))
 def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None) -> dict:
     """One child run per grid point (through the task runner), then the table."""
-    from flows.registry import FLOWS
+    from scarce.flows.registry import FLOWS
 
     ctx = RunContext.open("experiment", config, options)
     points = grid(config)
@@ -297,9 +298,9 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
       keys), as ``~N``, an upper bound where steps are shared with other points (a parse of the
       same data is found cached); ``?`` when no earlier run of the flow exists.
     """
-    from flows import manifest as mf
-    from flows.registry import FLOWS
-    from tasks.store import KEY_HEX, Store
+    from scarce.flows import manifest as mf
+    from scarce.flows.registry import FLOWS
+    from scarce.tasks.store import KEY_HEX, Store
 
     FLOWS[config.flow].load_flow()  # imports every step of the flow
     current = step_code()
@@ -355,7 +356,7 @@ def step_code() -> dict[str, str]:
     """The code digest of every step imported so far, by step name."""
     import sys
 
-    from tasks.steps import Step
+    from scarce.tasks.steps import Step
 
     return {v.name: v.code_hash for m in list(sys.modules.values())
             for v in list(getattr(m, "__dict__", {}).values()) if isinstance(v, Step)}

@@ -23,16 +23,16 @@ from prefect import flow
 from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
-from algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
-from algorithms.leml.losses import LOSSES
-from algorithms.leml.predict import BATCH_SIZE
-from flows import plots
-from flows.apply import MODEL_DIR, model_document
-from flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
-from flows.published import LEML_XC
-from flows.runtime import RunContext, RunOptions, markdown_table
-from tasks.errors import InputError
-from tasks.leml import (
+from scarce.algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
+from scarce.algorithms.leml.losses import LOSSES
+from scarce.algorithms.leml.predict import BATCH_SIZE
+from scarce.flows import plots
+from scarce.flows.apply import MODEL_DIR, model_document
+from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
+from scarce.flows.published import LEML_XC
+from scarce.flows.runtime import RunContext, RunOptions, markdown_table
+from scarce.tasks.errors import InputError
+from scarce.tasks.leml import (
     BASELINES,
     TOP_K,
     alternate_H,
@@ -54,7 +54,7 @@ from tasks.leml import (
     stack,
     task_params,
 )
-from tasks.leml_dask import DaskWStep
+from scarce.tasks.leml_dask import DaskWStep
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.

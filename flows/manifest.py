@@ -20,8 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.errors import InputError
-from tasks.store import atomic_write_bytes
+from scarce.tasks.errors import InputError
+from scarce.tasks.store import atomic_write_bytes
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.parquet"
@@ -179,7 +179,7 @@ def recorded_files(m: dict[str, Any]) -> dict[str, str]:
 def damaged_outputs(run_dir: Path, m: dict[str, Any]) -> dict[str, str | None]:
     """The files of ``run_dir`` whose bytes on disk no longer match the sha256 its manifest
     ``m`` records, by path in the folder: their sha256 on disk, or None when missing."""
-    from tasks.store import file_sha256
+    from scarce.tasks.store import file_sha256
 
     out: dict[str, str | None] = {}
     for name, recorded in recorded_files(m).items():

@@ -45,8 +45,8 @@ def register(spec: FlowSpec) -> FlowSpec:
 register(
     FlowSpec(
         name="leml",
-        target="flows.leml:leml_flow",
-        config_model="flows.leml:LemlConfig",
+        target="scarce.flows.leml:leml_flow",
+        config_model="scarce.flows.leml:LemlConfig",
         config_file="configs/leml.yaml",
         description="LEML: low-rank multi-label learning with missing labels (Yu et al., 2014)",
     )
@@ -54,8 +54,8 @@ register(
 register(
     FlowSpec(
         name="relations",
-        target="flows.relations:relations_flow",
-        config_model="flows.relations:RelationsConfig",
+        target="scarce.flows.relations:relations_flow",
+        config_model="scarce.flows.relations:RelationsConfig",
         config_file="configs/relations.yaml",
         description="Relation discovery: feature selection and model order by stability "
         "(Chen et al., 2005)",
@@ -64,8 +64,8 @@ register(
 register(
     FlowSpec(
         name="strip",
-        target="flows.strip:strip_flow",
-        config_model="flows.strip:StripConfig",
+        target="scarce.flows.strip:strip_flow",
+        config_model="scarce.flows.strip:StripConfig",
         config_file="configs/strip.yaml",
         description="StRip: partially supervised coreference (Stoyanov and Cardie, 2006)",
     )
@@ -75,8 +75,8 @@ for _flow in ("leml", "relations", "strip"):
     register(
         FlowSpec(
             name=f"apply-{_flow}",
-            target=f"flows.apply_{_flow}:apply_{_flow}_flow",
-            config_model=f"flows.apply_{_flow}:Apply{_flow.capitalize()}Config",
+            target=f"scarce.flows.apply_{_flow}:apply_{_flow}_flow",
+            config_model=f"scarce.flows.apply_{_flow}:Apply{_flow.capitalize()}Config",
             config_file=f"configs/apply-{_flow}.yaml",
             description=f"Apply what a finished {_flow} run learned to new input",
             applies=_flow,
@@ -87,8 +87,8 @@ for _flow in ("leml", "relations", "strip"):
 register(
     FlowSpec(
         name="experiment",
-        target="flows.experiment:experiment_flow",
-        config_model="flows.experiment:ExperimentConfig",
+        target="scarce.flows.experiment:experiment_flow",
+        config_model="scarce.flows.experiment:ExperimentConfig",
         config_file="configs/experiments/{name}.yaml",
         description="A grid of runs of one flow and the table they make "
         "(`scarce run experiment NAME`)",

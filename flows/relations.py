@@ -27,15 +27,15 @@ import pandas as pd
 from prefect import flow, unmapped
 from pydantic import Field, field_validator, model_validator
 
-from algorithms.relations.contexts import build_contexts, parse_window
-from algorithms.relations.model import RelationDiscovery, TooFewPairsError
-from flows import plots
-from flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from flows.config import FlowConfig, check_input_paths, from_estimator, input_path
-from flows.published import CHEN_ACE
-from flows.runtime import RunContext, RunOptions, markdown_table
-from tasks import relations as rel
-from tasks.errors import InputError
+from scarce.algorithms.relations.contexts import build_contexts, parse_window
+from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
+from scarce.flows import plots
+from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
+from scarce.flows.config import FlowConfig, check_input_paths, from_estimator, input_path
+from scarce.flows.published import CHEN_ACE
+from scarce.flows.runtime import RunContext, RunOptions, markdown_table
+from scarce.tasks import relations as rel
+from scarce.tasks.errors import InputError
 
 WINDOW_PATTERN = r"^\d+-\d+-\d+$"
 

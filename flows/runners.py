@@ -244,7 +244,7 @@ def _dask_task_runner_class() -> type:
         def client(self) -> Any:
             import dask
 
-            from tasks.leml_dask import NO_WORK_STEALING
+            from scarce.tasks.leml_dask import NO_WORK_STEALING
 
             fresh = self._client is None
             # A LocalCluster made here runs without work stealing (why: NO_WORK_STEALING);
@@ -313,7 +313,7 @@ def check_scheduler(address: str, timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    from tasks.errors import InputError
+    from scarce.tasks.errors import InputError
 
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
     if parts.scheme not in ("tcp", "tls") or not parts.hostname or not parts.port:

@@ -31,12 +31,12 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from flows import manifest as mf
-from flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
-from flows.tags import tag_flow_run
-from tasks.errors import InputError
-from tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
-from tasks.store import (
+from scarce.flows import manifest as mf
+from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
+from scarce.flows.tags import tag_flow_run
+from scarce.tasks.errors import InputError
+from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
+from scarce.tasks.store import (
     SUFFIX,
     CorruptEntry,
     Lease,
@@ -506,7 +506,7 @@ class RunContext:
         """
         import inspect
 
-        from flows import plots as plots_module
+        from scarce.flows import plots as plots_module
 
         h = hashlib.sha256()
         h.update(inspect.getsource(fn).encode())

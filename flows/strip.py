@@ -28,13 +28,13 @@ from prefect import flow, get_run_logger
 from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
-from algorithms.strip.ripper import VARIANTS, StRip, rule_count
-from flows import plots
-from flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
-from flows.published import STOYANOV_MPQA
-from flows.runtime import RunContext, RunOptions, markdown_table
-from tasks import strip
+from scarce.algorithms.strip.ripper import VARIANTS, StRip, rule_count
+from scarce.flows import plots
+from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
+from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
+from scarce.flows.published import STOYANOV_MPQA
+from scarce.flows.runtime import RunContext, RunOptions, markdown_table
+from scarce.tasks import strip
 
 Variant = Literal[tuple(VARIANTS)]
 

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from tasks.steps import step
+from scarce.tasks.steps import step
 
 METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
 

@@ -31,16 +31,16 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
-from algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
-from algorithms.leml.predict import BATCH_SIZE, predictions_table
-from algorithms.memory import check_allocation
-from algorithms.metrics.multilabel import multilabel_scores, precision_at_k
-from tasks.errors import InputError
-from tasks.readers.arff import read_arff, read_arff_header
-from tasks.readers.text import decode_text, read_bytes
-from tasks.readers.xmc import read_xmc, read_xmc_header
-from tasks.steps import log_both, step
-from tasks.store import CorruptEntry, entry_shape, read_parquet_entry, read_rows
+from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
+from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
+from scarce.algorithms.memory import check_allocation
+from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.arff import read_arff, read_arff_header
+from scarce.tasks.readers.text import decode_text, read_bytes
+from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
+from scarce.tasks.steps import log_both, step
+from scarce.tasks.store import CorruptEntry, entry_shape, read_parquet_entry, read_rows
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
@@ -217,7 +217,7 @@ def _data_client(cluster: dict | None):
     if not cluster or cluster.get("inline") or _in_dask_worker():
         yield None
         return
-    from tasks.leml_dask import check_workers_can_run
+    from scarce.tasks.leml_dask import check_workers_can_run
 
     with _w_step_client(cluster) as client:
         check_workers_can_run(client)
@@ -434,7 +434,7 @@ def _estimator(params: dict, train: dict | None, mask, partition: list | None = 
     none of them, the Dask workers read their own blocks."""
     model = LEML(**params)
     if partition is not None:
-        from tasks.leml_dask import PartitionedData
+        from scarce.tasks.leml_dask import PartitionedData
 
         return model, PartitionedData.from_files(partition, fit_intercept=model.fit_intercept,
                                                  dtype=model.dtype)
@@ -480,7 +480,7 @@ _KEPT_BLOCKS: list = []
 
 
 def _release_kept_blocks() -> None:
-    from tasks.leml_dask import InlineClient
+    from scarce.tasks.leml_dask import InlineClient
 
     InlineClient.release_kept()
     while _KEPT_BLOCKS:
@@ -519,7 +519,7 @@ def _own_client(workers: int, address: str | None):
         else:
             import dask
 
-            from tasks.leml_dask import NO_WORK_STEALING
+            from scarce.tasks.leml_dask import NO_WORK_STEALING
 
             pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
@@ -543,7 +543,7 @@ def _same_scheduler(a: str, b: str) -> bool:
 
 
 def _in_dask_worker() -> bool:
-    from tasks.leml_dask import this_worker
+    from scarce.tasks.leml_dask import this_worker
 
     return this_worker() is not None
 
@@ -577,7 +577,7 @@ def _w_step_client(cluster: dict | None):
     cluster = cluster or {}
     address, workers = cluster.get("address"), cluster.get("workers", 2)
     if cluster.get("inline"):
-        from tasks.leml_dask import InlineClient
+        from scarce.tasks.leml_dask import InlineClient
 
         yield InlineClient()
         return
@@ -598,7 +598,7 @@ def _w_step_client(cluster: dict | None):
 
 def _keep_blocks(client, backend) -> None:
     """Hold the blocks of ``backend`` after its W-step (see :data:`_KEPT_BLOCKS`)."""
-    from tasks.leml_dask import InlineClient
+    from scarce.tasks.leml_dask import InlineClient
 
     if not backend.recoverable:
         return
@@ -625,7 +625,7 @@ def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int |
     if w_step is None:
         yield None
         return
-    from tasks.leml_dask import DaskWStep
+    from scarce.tasks.leml_dask import DaskWStep
 
     with _w_step_client(cluster) as client, \
             DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
@@ -645,7 +645,7 @@ def _warn_if_stealing(client, backend) -> None:
     not hold the block, which then holds a copy too (see
     :data:`tasks.leml_dask.NO_WORK_STEALING`), so a worker's memory is no longer its own
     blocks'.  The clusters this project starts run without it."""
-    from tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
+    from scarce.tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
 
     address = getattr(getattr(client, "scheduler", None), "address", None)
     if address is None or address in _ASKED_STEALING or len(set(backend.block_workers)) < 2:
@@ -753,7 +753,7 @@ def alternate_H(
         top = model.set_factors(W, H).predict_top_k(validation["X"], 1)
         val_p1 = precision_at_k(validation["Y"], top, ks=(1,))[1]
     elif validation_partition:
-        from tasks.leml_dask import evaluate_on_blocks
+        from scarce.tasks.leml_dask import evaluate_on_blocks
 
         with _w_step_client(cluster) as client:
             val_p1 = evaluate_on_blocks(client, validation_partition, W, H, params,
@@ -806,7 +806,7 @@ def evaluate(
     if partition is None:
         scores = _test_scores(LEML(**params).set_factors(W, H), test, batch_size)
     else:
-        from tasks.leml_dask import evaluate_on_blocks
+        from scarce.tasks.leml_dask import evaluate_on_blocks
 
         _release_kept_blocks()  # the fit is over: the workers score without its blocks
         with _w_step_client(cluster) as client:
@@ -832,7 +832,7 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k
     if partition is None:
         model = LEML(**params).set_factors(W, H)
         return predictions_table(model, test["X"], top_k, batch_size)
-    from tasks.leml_dask import predict_on_blocks
+    from scarce.tasks.leml_dask import predict_on_blocks
 
     _release_kept_blocks()  # the fit is over: the workers predict without its blocks
     with _w_step_client(cluster) as client:

@@ -77,7 +77,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from algorithms.leml.data import (
+from scarce.algorithms.leml.data import (
     LEMLData,
     labels_layout,
     layout_of_counts,
@@ -85,10 +85,10 @@ from algorithms.leml.data import (
     row_block_bounds,
     split_rows,
 )
-from algorithms.leml.h_step import sum_in_order
-from algorithms.leml.losses import get_loss
-from algorithms.leml.w_step import WStepProducts, w_loss_value
-from algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
+from scarce.algorithms.leml.h_step import sum_in_order
+from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.w_step import WStepProducts, w_loss_value
+from scarce.algorithms.metrics.multilabel import multilabel_sums, scores_from_sums
 
 __all__ = ["DaskWStep", "InlineClient", "N_BLOCKS", "PartitionedData", "check_worker_memory",
            "check_workers_can_run", "driver_nbytes", "this_worker",
@@ -238,7 +238,7 @@ class PartitionedData:
     def block(self, b: int) -> LEMLData:
         """Row block ``b``, read from its own files only and prepared as
         :func:`~algorithms.leml.data.split_rows` cuts the prepared whole."""
-        from tasks.store import read_parquet_entry
+        from scarce.tasks.store import read_parquet_entry
 
         files = self.blocks[b]
         X, Y = read_parquet_entry(files["X"]), read_parquet_entry(files["Y"])
@@ -292,7 +292,7 @@ def check_workers_can_run(client) -> None:
     task sent there would wait for ever (a worker without a nanny is never restarted), so
     the data steps the flow sends to the cluster (:func:`tasks.leml.load` of a part, its
     partition, its mask) ask first."""
-    from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
+    from scarce.algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
 
     workers = cluster_workers(client)
     if not workers:
@@ -483,10 +483,10 @@ def _align(value, depth: int = 0):
             if isinstance(part, np.ndarray):
                 setattr(value, name, _aligned(part))
         return value
-    if type(value).__module__.startswith("algorithms.leml.") and hasattr(value, "__dict__"):
+    if type(value).__module__.startswith("scarce.algorithms.leml.") and hasattr(value, "__dict__"):
         for name, part in vars(value).items():
             if isinstance(part, np.ndarray) or sp.issparse(part) or (
-                    type(part).__module__.startswith("algorithms.leml.")):
+                    type(part).__module__.startswith("scarce.algorithms.leml.")):
                 setattr(value, name, _align(part, depth + 1))
     return value
 
@@ -658,7 +658,7 @@ def working_nbytes(block_rows: list[int], *, n_features: int, n_labels: int, ran
     product it returns, plus the factors and one more of each; with missing labels, one
     label block of the H-step's per-label Gram matrices (upper triangles, float64) per
     block and one for their sum."""
-    from algorithms.leml.data import BLOCK
+    from scarce.algorithms.leml.data import BLOCK
 
     item, k, held = np.dtype(dtype).itemsize, int(rank), len(block_rows)
     size = sum(2 * n * k * item for n in block_rows)
@@ -720,7 +720,7 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
     to change.  The worker ``driver`` (the one this step runs on, :func:`this_worker`) holds
     ``driver_bytes`` more: the solver's arrays (:func:`driver_nbytes`).
     """
-    from algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
+    from scarce.algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
 
     limits = {addr: info.get("memory_limit") or 0
               for addr, info in cluster_workers(client).items()}
@@ -1091,12 +1091,12 @@ def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
     test set, batch by batch: the block read from its own files (``{"X", "Y"}``, written by
     the flow's ``leml-partition`` step) and scored by the factors ``W``, ``H`` as
     ``LEML(**params).set_factors(W, H)`` predicts."""
-    from algorithms.leml import LEML
-    from tasks.store import read_parquet_entry
+    from scarce.algorithms.leml import LEML
+    from scarce.tasks.store import read_parquet_entry
 
     X = sp.csr_matrix(read_parquet_entry(files["X"]))
     Y = sp.csr_matrix(read_parquet_entry(files["Y"]))
-    from algorithms.memory import rows_per_batch
+    from scarce.algorithms.memory import rows_per_batch
 
     model = LEML(**params).set_factors(W, H)
     batch_size = rows_per_batch(batch_size, Y.shape[1])
@@ -1147,9 +1147,9 @@ def block_predictions(files: dict, W, H, params: dict, top_k: int,
     """The rows of one row block of the test set, read from its own files, and their
     predictions table (:func:`~algorithms.leml.predict.predictions_table`; its ``row``
     counts from the block's first row)."""
-    from algorithms.leml import LEML
-    from algorithms.leml.predict import predictions_table
-    from tasks.store import read_parquet_entry
+    from scarce.algorithms.leml import LEML
+    from scarce.algorithms.leml.predict import predictions_table
+    from scarce.tasks.store import read_parquet_entry
 
     model = LEML(**params).set_factors(W, H)
     X = sp.csr_matrix(read_parquet_entry(files["X"]))

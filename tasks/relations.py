@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-import algorithms.relations.baselines as baselines_mod
-from algorithms.metrics.clustering import clustering_scores
-from algorithms.relations.contexts import (
+import scarce.algorithms.relations.baselines as baselines_mod
+from scarce.algorithms.metrics.clustering import clustering_scores
+from scarce.algorithms.relations.contexts import (
     build_contexts,
     build_contexts_frame,
     fit_contexts,
@@ -47,12 +47,12 @@ from algorithms.relations.contexts import (
     spans,
     transform_contexts,
 )
-from algorithms.relations.model import RelationDiscovery, TooFewPairsError
-from tasks.errors import InputError
-from tasks.readers.jsonl import read_jsonl
-from tasks.readers.semeval import read_semeval
-from tasks.steps import step
-from tasks.store import read_parquet_entry
+from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.jsonl import read_jsonl
+from scarce.tasks.readers.semeval import read_semeval
+from scarce.tasks.steps import step
+from scarce.tasks.store import read_parquet_entry
 
 MENTION_COLUMNS = ["source", "id", "tokens", "e1_start", "e1_end", "e2_start", "e2_end",
                    "label", "relation", "direction", "gold"]

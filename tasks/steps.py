@@ -45,7 +45,7 @@ from prefect import Task
 from prefect.cache_policies import CachePolicy
 from prefect.serializers import JSONSerializer
 
-from tasks.store import (
+from scarce.tasks.store import (
     KEY_HEX,
     SEAL_SUFFIX,
     CorruptEntry,
@@ -116,13 +116,26 @@ def cached_file_sha256(path: str | os.PathLike[str]) -> str:
 
 # Packages whose modules enter a step's code digest: the mathematics and the steps.  Third-party
 # code is covered by the package versions each run manifest records.
-CODE_PACKAGES = ("algorithms", "tasks")
+PACKAGE = "scarce"
+CODE_PACKAGES = ("scarce.algorithms", "scarce.tasks")
+# The folder holding the package's folders (algorithms/, tasks/, ...): the repository in a
+# checkout, site-packages/scarce once installed.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+def in_packages(name: str, packages: tuple[str, ...]) -> bool:
+    """True when module ``name`` is one of ``packages`` or inside one of them."""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 def _module_file(name: str, root: Path) -> Path | None:
-    """The source file of module ``name`` below ``root`` (a package's ``__init__.py``)."""
-    base = root.joinpath(*name.split("."))
+    """The source file of module ``name`` (``scarce.<folder>.<...>``) below ``root``, where each
+    subpackage of ``scarce`` is a folder of its own (a package's ``__init__.py``); None for any
+    other name."""
+    parts = name.split(".")
+    if len(parts) < 2 or parts[0] != PACKAGE:
+        return None
+    base = root.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return path
@@ -188,7 +201,7 @@ def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
             continue
         seen[name] = path
         todo += [d for d in imported_modules(name, root)
-                 if d.split(".")[0] in CODE_PACKAGES and d not in seen]
+                 if in_packages(d, CODE_PACKAGES) and d not in seen]
     return sorted(seen)
 
 

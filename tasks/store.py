@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from tasks.errors import InputError
+from scarce.tasks.errors import InputError
 
 SUFFIX = ".parquet"
 META_PREFIX = b"scarce."

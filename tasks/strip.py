@@ -32,14 +32,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import algorithms.metrics.coref as coref_metrics
-import algorithms.strip.features as strip_features
-import algorithms.strip.ripper as ripper
-import tasks.readers.conllu as conllu
-from algorithms.strip.closure import PairGraph
-from tasks.errors import InputError
-from tasks.steps import step
-from tasks.store import read_parquet_entry
+import scarce.algorithms.metrics.coref as coref_metrics
+import scarce.algorithms.strip.features as strip_features
+import scarce.algorithms.strip.ripper as ripper
+import scarce.tasks.readers.conllu as conllu
+from scarce.algorithms.strip.closure import PairGraph
+from scarce.tasks.errors import InputError
+from scarce.tasks.steps import step
+from scarce.tasks.store import read_parquet_entry
 
 PAIR_KEYS = ["doc", "mention_i", "mention_j", "label"]
 MENTION_KEYS = ["doc", "mention", "entity", "source", "sent", "position_start", "position_end",

@@ -8,9 +8,9 @@ methods and ``fit``, the loop over them), :mod:`~algorithms.leml.baselines`,
 :mod:`~algorithms.leml.losses` and :mod:`~algorithms.leml.solvers` (CG and TRON).
 """
 
-from algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
-from algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
-from algorithms.leml.h_step import (
+from scarce.algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
+from scarce.algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
+from scarce.algorithms.leml.h_step import (
     H_SOLVERS,
     LocalBlocks,
     update_H,
@@ -18,9 +18,9 @@ from algorithms.leml.h_step import (
     update_H_by_blocks,
     update_H_newton_by_blocks,
 )
-from algorithms.leml.model import LEML
-from algorithms.leml.objective import objective, objective_by_blocks
-from algorithms.leml.w_step import (
+from scarce.algorithms.leml.model import LEML
+from scarce.algorithms.leml.objective import objective, objective_by_blocks
+from scarce.algorithms.leml.w_step import (
     W_SOLVERS,
     LocalWOperators,
     WStepProducts,

@@ -30,14 +30,14 @@ from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.utils.validation import check_is_fitted
 
-from algorithms.leml.data import add_constant_column, check_labels, check_X
-from algorithms.leml.predict import (
+from scarce.algorithms.leml.data import add_constant_column, check_labels, check_X
+from scarce.algorithms.leml.predict import (
     BATCH_SIZE,
     check_new_X,
     predict_top_k_in_batches,
     threshold_in_batches,
 )
-from algorithms.memory import check_allocation
+from scarce.algorithms.memory import check_allocation
 
 __all__ = ["BinaryRelevance", "ClosedFormLowRank"]
 

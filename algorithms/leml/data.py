@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_array
 
-from algorithms.memory import check_allocation
+from scarce.algorithms.memory import check_allocation
 
 __all__ = ["LEMLData", "labels_layout", "layout_of_counts", "prepare_data", "prepare_rows",
            "row_block_bounds", "split_rows"]

@@ -41,8 +41,8 @@ from collections import deque
 import numpy as np
 import scipy.sparse as sp
 
-from algorithms.leml.data import BLOCK, LEMLData, check_factor
-from algorithms.leml.losses import derivative_into, get_loss
+from scarce.algorithms.leml.data import BLOCK, LEMLData, check_factor
+from scarce.algorithms.leml.losses import derivative_into, get_loss
 
 __all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
            "update_H_by_blocks"]

@@ -41,25 +41,25 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from algorithms.leml.data import LEMLData, check_factor, prepare_data
-from algorithms.leml.h_step import (
+from scarce.algorithms.leml.data import LEMLData, check_factor, prepare_data
+from scarce.algorithms.leml.h_step import (
     H_SOLVERS,
     update_H,
     update_H_bound_by_blocks,
     update_H_by_blocks,
     update_H_newton_by_blocks,
 )
-from algorithms.leml.losses import get_loss
-from algorithms.leml.objective import objective, objective_by_blocks
-from algorithms.leml.predict import (
+from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.objective import objective, objective_by_blocks
+from scarce.algorithms.leml.predict import (
     BATCH_SIZE,
     check_new_X,
     embed,
     predict_top_k_in_batches,
     threshold_in_batches,
 )
-from algorithms.leml.w_step import check_w_solver, update_W
-from algorithms.memory import check_allocation
+from scarce.algorithms.leml.w_step import check_w_solver, update_W
+from scarce.algorithms.memory import check_allocation
 
 __all__ = ["LEML", "STEPS"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.leml.data import LEMLData, check_factor
-from algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.data import LEMLData, check_factor
+from scarce.algorithms.leml.losses import get_loss
 
 __all__ = ["loss_term", "objective", "objective_by_blocks"]
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from algorithms.leml.data import check_X
-from algorithms.memory import rows_per_batch
+from scarce.algorithms.leml.data import check_X
+from scarce.algorithms.memory import rows_per_batch
 
 __all__ = ["BATCH_SIZE", "PREDICTION_COLUMNS", "check_new_X", "embed",
            "predict_top_k_in_batches", "predictions_table", "threshold_in_batches",

@@ -32,10 +32,10 @@ import copy
 
 import numpy as np
 
-from algorithms.leml.data import LEMLData, check_factor
-from algorithms.leml.losses import derivative_into, get_loss
-from algorithms.leml.objective import sqnorm
-from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
+from scarce.algorithms.leml.data import LEMLData, check_factor
+from scarce.algorithms.leml.losses import derivative_into, get_loss
+from scarce.algorithms.leml.objective import sqnorm
+from scarce.algorithms.leml.solvers import conjugate_gradient, trust_region_newton
 
 __all__ = ["W_SOLVERS", "LocalWOperators", "WStepProducts", "check_w_solver", "solve_w_step",
            "update_W", "w_gradient", "w_loss_value"]

@@ -36,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import rankdata
 
-from algorithms.memory import rows_per_batch
+from scarce.algorithms.memory import rows_per_batch
 
 __all__ = [
     "precision_at_k",

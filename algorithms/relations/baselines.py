@@ -23,9 +23,9 @@ from scipy.cluster.hierarchy import cut_tree, linkage
 from sklearn.feature_selection import chi2
 from sklearn.preprocessing import normalize
 
-from algorithms.memory import check_allocation
-from algorithms.relations.entropy import rank_by_scores
-from algorithms.relations.stability import reference_labels
+from scarce.algorithms.memory import check_allocation
+from scarce.algorithms.relations.entropy import rank_by_scores
+from scarce.algorithms.relations.stability import reference_labels
 
 
 def cosine_distance_condensed(X, *, block_size: int = 1024) -> np.ndarray:

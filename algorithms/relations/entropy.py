@@ -93,7 +93,7 @@ from numpy.polynomial import chebyshev
 from scipy.spatial.distance import pdist
 from sklearn.utils import check_random_state
 
-from algorithms.memory import check_allocation
+from scarce.algorithms.memory import check_allocation
 
 LN2 = float(np.log(2.0))  # -ln 0.5
 

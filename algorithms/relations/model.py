@@ -50,10 +50,10 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.utils import check_random_state
 
-from algorithms.relations import selection, stability
-from algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
-from algorithms.relations.dcm import top_words
-from algorithms.relations.entropy import entropy_ranking
+from scarce.algorithms.relations import selection, stability
+from scarce.algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
+from scarce.algorithms.relations.dcm import top_words
+from scarce.algorithms.relations.entropy import entropy_ranking
 
 RANKINGS = ("entropy", "frequency", "chi2")
 

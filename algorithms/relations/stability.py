@@ -86,7 +86,7 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics.cluster import contingency_matrix
 
-from algorithms.relations.selection import (
+from scarce.algorithms.relations.selection import (
     derived_seed,
     full_kmeans_seed,
     kmeans_labels,

@@ -34,7 +34,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from algorithms.strip._kernels import nested_counts
+from scarce.algorithms.strip._kernels import nested_counts
 
 __all__ = ["PairGraph", "CoverageContext", "closure_labels", "covered_pairs"]
 

@@ -61,7 +61,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from algorithms.strip.closure import PairGraph
+from scarce.algorithms.strip.closure import PairGraph
 
 __all__ = [
     "RULE_COLUMNS", "RULE_COVERAGE_COLUMNS", "VARIANTS", "RuleProblem", "description_length",

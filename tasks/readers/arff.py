@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from tasks.errors import InputError
-from tasks.readers.text import decode_text, iter_lines, read_bytes
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.text import decode_text, iter_lines, read_bytes
 
 __all__ = ["read_arff", "read_arff_header", "read_mulan_labels"]
 

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.errors import InputError
-from tasks.readers.text import read_lines
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.text import read_lines
 
 __all__ = ["read_conllu", "read_conllu_files", "write_chains", "TOKEN_COLUMNS",
            "MENTION_COLUMNS"]

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.errors import InputError
-from tasks.readers.semeval import COLUMNS
-from tasks.readers.text import read_lines
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.semeval import COLUMNS
+from scarce.tasks.readers.text import read_lines
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -42,8 +42,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.errors import InputError
-from tasks.readers.text import read_lines
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.text import read_lines
 
 MAX_ID = 2**63 - 1  # ids are stored as int64
 

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.errors import InputError
+from scarce.tasks.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff".encode()

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from tasks.errors import InputError, excerpt
-from tasks.readers.text import decode_text, iter_lines, read_bytes
+from scarce.tasks.errors import InputError, excerpt
+from scarce.tasks.readers.text import decode_text, iter_lines, read_bytes
 
 __all__ = ["read_xmc", "read_xmc_header"]
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from algorithms.leml.baselines import BinaryRelevance
-from algorithms.leml.model import LEML
-from algorithms.memory import (
+from scarce.algorithms.leml.baselines import BinaryRelevance
+from scarce.algorithms.leml.model import LEML
+from scarce.algorithms.memory import (
     ENV_LIMIT,
     HEADROOM,
     MemoryBudgetError,
@@ -16,8 +16,8 @@ from algorithms.memory import (
     check_allocation,
     format_bytes,
 )
-from algorithms.relations.baselines import cosine_distance_condensed
-from algorithms.relations.entropy import entropy_scores
+from scarce.algorithms.relations.baselines import cosine_distance_condensed
+from scarce.algorithms.relations.entropy import entropy_scores
 
 
 def _problem(n=60, d=12, L=9, seed=0):
@@ -101,7 +101,7 @@ def test_relations_real_valued_ranking_refused_subsample_allowed(monkeypatch):
 
 
 def test_leml_factors_that_cannot_fit_are_refused_before_any_allocation(monkeypatch, caplog):
-    from algorithms.leml.model import check_factors
+    from scarce.algorithms.leml.model import check_factors
 
     X, Y = _problem()
     model = LEML(rank=10**6, outer_iterations=1, random_state=0)
@@ -134,7 +134,7 @@ def _limits(monkeypatch, limits: dict[str, int], status: dict[str, float]) -> No
     """The process limits ``limits`` (others unlimited) and ``/proc/self/status`` sizes."""
     import resource
 
-    import algorithms.memory as memory
+    import scarce.algorithms.memory as memory
 
     names = {getattr(resource, name): name for name in ("RLIMIT_AS", "RLIMIT_DATA")}
 
@@ -175,7 +175,8 @@ def test_the_tighter_of_two_process_limits_counts_and_no_limit_changes_nothing(m
 GUARD_UNDER_ULIMIT = r"""
 import resource, sys
 import numpy as np
-from algorithms.memory import MemoryBudgetError, _proc_status, available_bytes, check_allocation
+from scarce.algorithms.memory import (
+    MemoryBudgetError, _proc_status, available_bytes, check_allocation)
 soft, _ = resource.getrlimit(resource.RLIMIT_AS)
 room = available_bytes()
 assert 0 < room <= soft - _proc_status()["VmSize"] + 2**20, (room, soft)

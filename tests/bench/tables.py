@@ -6,7 +6,7 @@ import argparse
 
 import pandas as pd
 
-from bench import leml as bench
+from scarce.bench import leml as bench
 
 
 def leml_table(*argv: str) -> pd.Series:

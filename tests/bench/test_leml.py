@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import leml as bench
+from scarce.bench import leml as bench
 
 BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
 

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from bench import leml_blocks
+from scarce.bench import leml_blocks
 
 
 @pytest.mark.slow

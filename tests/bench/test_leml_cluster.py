@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import leml as bench
-from bench.leml_cluster import write_parts
-from tasks.leml import input_parts, parquet_pair
-from tasks.store import read_parquet_entry
+from scarce.bench import leml as bench
+from scarce.bench.leml_cluster import write_parts
+from scarce.tasks.leml import input_parts, parquet_pair
+from scarce.tasks.store import read_parquet_entry
 from tests.bench.tables import leml_table
 
 
@@ -34,9 +34,9 @@ def test_each_part_is_the_generator_drawn_from_its_own_stream(tmp_path):
 
 def test_a_workers_row_blocks_are_counted_as_the_flow_prepares_them(tmp_path):
     """``block_bytes``: per part, the bytes of the block the flow prepares from it."""
-    from algorithms.leml.data import prepare_rows
-    from bench.leml_cluster import block_bytes
-    from tasks.leml_dask import data_nbytes
+    from scarce.algorithms.leml.data import prepare_rows
+    from scarce.bench.leml_cluster import block_bytes
+    from scarce.tasks.leml_dask import data_nbytes
 
     write_parts(tmp_path / "parts", 30, 200, 100, 3, seed=1, stream=0)
     files = input_parts(tmp_path / "parts", "parquet")
@@ -99,7 +99,7 @@ def test_the_peak_of_a_child_is_its_own_not_this_processs():
     import subprocess
     import sys
 
-    from bench.leml_cluster import _PeakWatch
+    from scarce.bench.leml_cluster import _PeakWatch
 
     held = np.ones(256 * 2**20 // 8)  # touched: resident in this process
     code = "import numpy, time; a = numpy.ones(64 * 2**20 // 8); time.sleep(1.0)"
@@ -116,7 +116,7 @@ def test_a_task_is_off_its_worker_when_its_block_lives_on_the_other():
     """Blocks 0..3 on workers a, b, a, b (block b on sorted workers [b mod 2]): a block task
     (``-block<b>``) or a block's read (``-<b>of<n>``) on the other worker counts; a task of
     no block (a label block's solve) never does, nor a task of another program."""
-    from tasks.leml_dask import tasks_off_their_worker
+    from scarce.tasks.leml_dask import tasks_off_their_worker
 
     stream = [
         {"key": "leml-w-block-0123abcd-0of4", "worker": "tcp://a"},   # on its worker
@@ -137,7 +137,7 @@ def test_a_workers_samples_are_put_in_the_task_computing_at_their_time():
     [3, 4] (a transfer over [2, 3] is not computing); worker b's tasks do not count for a.
     Samples at 1 and 2 are in the read, 2.5 between tasks, 3.5 in the product, 9 after
     every task."""
-    from bench.leml_cluster import BETWEEN_TASKS, peaks_by_task, task_kind
+    from scarce.bench.leml_cluster import BETWEEN_TASKS, peaks_by_task, task_kind
 
     stream = [
         {"worker": "a", "key": "leml-w-block-3f9a0c1d-0of4",
@@ -163,7 +163,7 @@ def test_the_timeline_reads_each_process_until_stopped_and_skips_one_gone():
     import os
     import time
 
-    from bench.leml_cluster import _RSSTimeline, _status_bytes
+    from scarce.bench.leml_cluster import _RSSTimeline, _status_bytes
 
     timeline = _RSSTimeline({"here": os.getpid(), "gone": 2**22 + 1}, every=0.01)
     for _ in range(3000):  # 3 readings, 30 s at most

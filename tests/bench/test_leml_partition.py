@@ -8,10 +8,10 @@ import argparse
 import numpy as np
 import pytest
 
-from algorithms.leml.data import row_block_bounds
-from bench import leml as bench
-from bench.leml_partition import digest, read_block, write_matrix
-from tasks.store import read_parquet_entry
+from scarce.algorithms.leml.data import row_block_bounds
+from scarce.bench import leml as bench
+from scarce.bench.leml_partition import digest, read_block, write_matrix
+from scarce.tasks.store import read_parquet_entry
 from tests.bench.tables import leml_table
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import relations as bench
-from tasks.errors import InputError
+from scarce.bench import relations as bench
+from scarce.tasks.errors import InputError
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -88,7 +88,7 @@ def test_true_k_outside_the_k_range_is_an_input_error():
 
 
 def test_method_options_are_the_estimators_parameters_with_its_defaults():
-    from algorithms.relations.model import RelationDiscovery
+    from scarce.algorithms.relations.model import RelationDiscovery
 
     args = _args()
     defaults = RelationDiscovery().get_params()

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from algorithms.strip.features import build_pairs, source_mask
-from bench import strip as bench
-from tasks.readers.conllu import read_conllu, write_chains
+from scarce.algorithms.strip.features import build_pairs, source_mask
+from scarce.bench import strip as bench
+from scarce.tasks.readers.conllu import read_conllu, write_chains
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
 SPLITS = {"GUM_news_worship": "train", "GUM_news_stampede": "train", "GUM_news_crane": "dev",

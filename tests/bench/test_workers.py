@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bench import workers as bench
+from scarce.bench import workers as bench
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from tasks.store import Store
+from scarce.tasks.store import Store
 from tests.flows import procs
 
 DASK = Path(sys.executable).with_name("dask")

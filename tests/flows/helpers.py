@@ -34,7 +34,7 @@ def digits_project(root, n_samples=200, k=10):
 def rerun_first(project, capsys, runner):
     """``scarce rerun`` of the project's first run (every step recomputed) on ``runner``;
     returns the exit code and what it printed."""
-    from flows.cli import main
+    from scarce.flows.cli import main
 
     code = main(["rerun", runs(project)[0], "--runner", runner])
     return code, capsys.readouterr().out

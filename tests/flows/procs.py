@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.store import SUFFIX, Store
+from scarce.tasks.store import SUFFIX, Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def start(project: Path, args: list[str], log: Path, **env: str) -> Child:
     fh = open(log, "wb")  # noqa: SIM115 - the child owns it; closed when the Popen is
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", *args],
+            [sys.executable, "-m", "scarce.flows.cli", *args],
             cwd=project,
             env=child_env(project, **env),
             stdout=fh,

@@ -16,11 +16,11 @@ from pydantic import Field
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, v_measure_score
 
-from flows.config import FlowConfig
-from flows.registry import FlowSpec, register
-from flows.runtime import RunContext, RunOptions
-from tasks.errors import InputError
-from tasks.steps import step
+from scarce.flows.config import FlowConfig
+from scarce.flows.registry import FlowSpec, register
+from scarce.flows.runtime import RunContext, RunOptions
+from scarce.tasks.errors import InputError
+from scarce.tasks.steps import step
 
 
 class DigitsConfig(FlowConfig):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.apply import input_files, model_document, open_model, resolve_model_run
-from tasks.errors import InputError
+from scarce.flows.apply import input_files, model_document, open_model, resolve_model_run
+from scarce.tasks.errors import InputError
 
 
 def _run(runs: Path, run_id: str, flow: str, finished: str, name: str | None = None,

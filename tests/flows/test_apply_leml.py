@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from flows.cli import main
-from tasks.errors import InputError
-from tasks.leml import data_line, in_feature_space, load
-from tasks.readers.arff import read_arff
-from tasks.readers.xmc import read_xmc
+from scarce.flows.cli import main
+from scarce.tasks.errors import InputError
+from scarce.tasks.leml import data_line, in_feature_space, load
+from scarce.tasks.readers.arff import read_arff
+from scarce.tasks.readers.xmc import read_xmc
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head, _task_run_names, check_top_k
 
 through_prefect = pytest.mark.usefixtures("prefect_server", "in_project")

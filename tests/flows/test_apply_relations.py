@@ -18,12 +18,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from algorithms.metrics.clustering import clustering_scores
-from algorithms.relations.contexts import context_words
-from flows.apply import model_document
-from flows.cli import main
-from tasks.readers.semeval import read_semeval
-from tasks.store import file_sha256
+from scarce.algorithms.metrics.clustering import clustering_scores
+from scarce.algorithms.relations.contexts import context_words
+from scarce.flows.apply import model_document
+from scarce.flows.cli import main
+from scarce.tasks.readers.semeval import read_semeval
+from scarce.tasks.store import file_sha256
 from tests.flows.helpers import manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.strip.features import build_pairs
-from algorithms.strip.ripper import StRip
-from flows.cli import main
-from tasks import strip as tasks_strip
-from tasks.errors import InputError
-from tasks.readers.conllu import read_conllu
+from scarce.algorithms.strip.features import build_pairs
+from scarce.algorithms.strip.ripper import StRip
+from scarce.flows.cli import main
+from scarce.tasks import strip as tasks_strip
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.conllu import read_conllu
 from tests.flows.helpers import manifest, runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,8 +324,8 @@ def test_the_model_records_every_setting_of_the_preprocess_step():
     """apply-strip calls the training step with what model.json records: all its parameters."""
     import inspect
 
-    from flows.apply_strip import _Preprocess
-    from flows.strip import StripConfig, preprocess_options
+    from scarce.flows.apply_strip import _Preprocess
+    from scarce.flows.strip import StripConfig, preprocess_options
 
     wanted = set(inspect.signature(tasks_strip.preprocess.fn).parameters) - {"path"}
     assert set(_Preprocess.model_fields) == wanted

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from scarce.flows.cli import main
 from tests.flows.helpers import runs
 from tests.flows.test_bad_inputs import Case, make_project
 

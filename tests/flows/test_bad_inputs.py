@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from scarce.flows.cli import main
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from flows.claims import claims, claims_markdown, read_experiment, read_experiments
-from flows.cli import main
-from tasks.errors import InputError
+from scarce.flows.claims import claims, claims_markdown, read_experiment, read_experiments
+from scarce.flows.cli import main
+from scarce.tasks.errors import InputError
 
 
 def _table() -> pd.DataFrame:
@@ -205,7 +205,7 @@ def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entrie
     """Two children with hand-made subset searches over prefixes 10 < 40 < 100 (every word),
     coverage theta leaving 10 infeasible: F_k counted by hand.  The entries are read from
     today's store ($SCARCE_STORE), not from the path the manifests recorded."""
-    from tasks.store import Store
+    from scarce.tasks.store import Store
 
     monkeypatch.setenv("SCARCE_STORE", str(tmp_path / "cache"))
     run = _experiment_folder(tmp_path)
@@ -248,6 +248,6 @@ def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entrie
 
 
 def test_a_seed_without_a_feasible_prefix_reads_none_feasible():
-    from flows.claims import _growth
+    from scarce.flows.claims import _growth
 
     assert [_growth(x) for x in (2.25, float("nan"))] == ["2.2", "none feasible"]

@@ -17,8 +17,8 @@ from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows.cli import main
-from tasks.store import Store, file_sha256
+from scarce.flows.cli import main
+from scarce.tasks.store import Store, file_sha256
 from tests.flows.helpers import manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tasks.store import Store
+from scarce.tasks.store import Store
 from tests.flows import procs
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

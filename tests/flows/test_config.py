@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import Field
 
-from flows.config import (
+from scarce.flows.config import (
     FlowConfig,
     Strict,
     check_input_paths,
@@ -13,7 +13,7 @@ from flows.config import (
     load_config,
     parse_override,
 )
-from tasks.errors import InputError
+from scarce.tasks.errors import InputError
 
 
 class Solver(Strict):
@@ -154,7 +154,7 @@ def test_a_key_given_twice_is_refused_naming_file_line_and_key(tmp_path, case):
 
 
 def test_a_merge_key_may_still_be_overridden(tmp_path):
-    from flows.config import safe_load
+    from scarce.flows.config import safe_load
 
     text = "base: &b {tol: 0.5, iters: 3}\nsolver:\n  <<: *b\n  iters: 7\n"
     assert safe_load(text)["solver"] == {"tol": 0.5, "iters": 7}
@@ -261,8 +261,8 @@ def test_existing_inputs_absolute_or_relative_pass(project):
 def test_every_bundled_config_and_experiment_loads():
     from pathlib import Path
 
-    from flows.experiment import load_experiment
-    from flows.registry import FLOWS
+    from scarce.flows.experiment import load_experiment
+    from scarce.flows.registry import FLOWS
 
     root = Path(__file__).resolve().parents[2]
     for spec in FLOWS.values():
@@ -276,7 +276,7 @@ def test_every_bundled_config_and_experiment_loads():
 
 @pytest.mark.parametrize("what", ["gone", "a-folder"])
 def test_a_splits_file_that_cannot_be_read_after_the_check_names_the_key(tmp_path, what):
-    import tasks.strip as tasks_strip
+    import scarce.tasks.strip as tasks_strip
 
     splits = tmp_path / "splits.tsv"
     if what == "a-folder":
@@ -289,7 +289,7 @@ def test_a_splits_file_that_cannot_be_read_after_the_check_names_the_key(tmp_pat
 def test_the_config_loader_is_a_safe_loader(tmp_path):
     import yaml
 
-    from flows.config import ConfigLoader
+    from scarce.flows.config import ConfigLoader
 
     assert issubclass(ConfigLoader, yaml.SafeLoader)
     with pytest.raises(InputError, match="python/object"):

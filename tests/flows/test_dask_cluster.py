@@ -58,9 +58,9 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
 def test_runner_dask_w_step_uses_the_task_runners_cluster(tmp_path, monkeypatch):
     """``--runner dask``: the W-step runs on the task runner's LocalCluster, not on a second
     cluster of its own, and that cluster runs without work stealing."""
-    import tasks.leml as tl
-    import tasks.leml_dask as tld
-    from flows.cli import main
+    import scarce.tasks.leml as tl
+    import scarce.tasks.leml_dask as tld
+    from scarce.flows.cli import main
 
     steals = []
     asked = tld.scheduler_steals

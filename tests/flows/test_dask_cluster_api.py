@@ -30,7 +30,7 @@ def _start_without_api(project: Path, args: list[str], log: Path, home: Path) ->
     env.pop("PREFECT_API_URL")
     home.mkdir()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=project,
+        proc = subprocess.Popen([sys.executable, "-m", "scarce.flows.cli", *args], cwd=project,
                                 env=env, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     child = procs.Child(proc, log)

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from flows.config import project_root
-from flows.registry import FLOWS
+from scarce.flows.config import project_root
+from scarce.flows.registry import FLOWS
 
 MISSING = object()
 # The project's flows (tests register flows of their own, such as `digits`); the training flows

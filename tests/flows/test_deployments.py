@@ -24,12 +24,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from flows.cli import main
-from flows.config import load_config
-from flows.deploy import load_deployments, next_times, register
-from flows.manifest import compare_outputs
-from tasks.errors import InputError
-from tasks.store import Store
+from scarce.flows.cli import main
+from scarce.flows.config import load_config
+from scarce.flows.deploy import load_deployments, next_times, register
+from scarce.flows.manifest import compare_outputs
+from scarce.tasks.errors import InputError
+from scarce.tasks.store import Store
 from tests.flows.helpers import manifest, runs
 
 pytestmark = pytest.mark.slow  # starts `prefect server start` for the module
@@ -75,7 +75,8 @@ deployments:
   tiny-inbox:
     flow: apply-leml
     config: configs/apply-leml.yaml
-    parameters: {model_run: "latest:tiny", input: inbox, output: outbox, allow_empty: true}
+    parameters: {model_run: "latest:tiny", input: inbox, output: outbox, force: true,
+                 allow_empty: true}
     schedule: {cron: "*/15 * * * *", timezone: Europe/Berlin, active: false}
     tags: [test]
     description: the latest tiny LEML model on every new file of inbox/
@@ -206,8 +207,8 @@ def serving(server, project, tmp_path_factory):
         SCARCE_ROOT=str(project),
     )
     log = home / "serve.log"
-    cmd = [sys.executable, "-m", "flows.cli", "serve", "--only", "tiny", "--only", "tiny-dask",
-           "--only", "tiny-inbox"]
+    cmd = [sys.executable, "-m", "scarce.flows.cli", "serve", "--only", "tiny", "--only",
+           "tiny-dask", "--only", "tiny-inbox"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=project, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -333,7 +334,7 @@ def test_repository_deployments_register_with_schedules_tags_and_typed_parameter
                 assert any(t.startswith("dataset:") for t in remote.tags)
                 assert any(t.startswith("method:") for t in remote.tags)
             assert remote.enforce_parameter_schema
-            from flows.registry import FLOWS
+            from scarce.flows.registry import FLOWS
 
             assert remote.entrypoint == FLOWS[spec["flow"]].target.replace(":", ".")
             # The defaults are the validated config file after the deployment's overrides;
@@ -372,7 +373,7 @@ def test_repository_deployments_register_with_schedules_tags_and_typed_parameter
 
 
 def _spec_schedule(spec):
-    from flows.deploy import ScheduleSpec
+    from scarce.flows.deploy import ScheduleSpec
 
     return ScheduleSpec(**spec["schedule"])
 
@@ -422,7 +423,7 @@ def test_partial_override_changes_one_value_and_keeps_the_deployments_others(
     from prefect.deployments import run_deployment
     from prefect.exceptions import PrefectHTTPStatusError
 
-    from flows.leml import ModelConfig
+    from scarce.flows.leml import ModelConfig
 
     FINAL = (StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED)
     monkeypatch.setenv("SCARCE_ROOT", str(project))
@@ -618,8 +619,8 @@ def test_ui_on_another_port_points_the_ui_at_that_port(tmp_path):
     env = _clean_env(PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_LOGGING_LEVEL="WARNING")
     log = tmp_path / "ui.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port)],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        cmd = [sys.executable, "-m", "scarce.flows.cli", "ui", "--port", str(port)]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
     def settings():
         try:

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows.cli import main
-from flows.experiment import experiment_file, load_experiment, plan
-from tasks.store import Store
+from scarce.flows.cli import main
+from scarce.flows.experiment import experiment_file, load_experiment, plan
+from scarce.tasks.store import Store
 from tests.flows.helpers import digits_project, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

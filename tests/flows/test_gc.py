@@ -11,9 +11,9 @@ import pytest
 from prefect import flow
 
 import tests.flows.sample_flow as sample
-from flows.cli import main, referenced_refs
-from flows.runtime import RunContext, RunOptions
-from tasks.store import Store
+from scarce.flows.cli import main, referenced_refs
+from scarce.flows.runtime import RunContext, RunOptions
+from scarce.tasks.store import Store
 from tests.flows import procs
 from tests.flows.helpers import digits_project, manifest, runs
 

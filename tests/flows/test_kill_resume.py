@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.store import Store
+from scarce.tasks.store import Store
 from tests.flows import procs
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

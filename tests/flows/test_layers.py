@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tasks.steps import PROJECT_ROOT, imported_modules
+from scarce.tasks.steps import PROJECT_ROOT, imported_modules
 
 PACKAGES = ("algorithms", "tasks", "flows", "bench")
 # What each layer may import from the project (its own package and those listed).
@@ -19,7 +19,7 @@ ALLOWED = {
     "bench": {"algorithms", "tasks", "flows", "bench"},
 }
 # The command line is the one entry point: `scarce bench NAME` loads the benchmark modules.
-ENTRY_POINT = {"flows.cli": {"bench"}}
+ENTRY_POINT = {"scarce.flows.cli": {"bench"}}
 
 
 def _modules() -> list[str]:
@@ -27,8 +27,13 @@ def _modules() -> list[str]:
     for pkg in PACKAGES:
         for path in sorted((PROJECT_ROOT / pkg).rglob("*.py")):
             name = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
-            out.append(name.removesuffix(".__init__"))
+            out.append("scarce." + name.removesuffix(".__init__"))
     return out
+
+
+def _layer(module: str) -> str:
+    """``tasks.leml`` -> ``tasks``."""
+    return module.split(".")[1]
 
 
 def _graph() -> dict[str, set[str]]:
@@ -76,15 +81,17 @@ def test_no_import_cycle_among_the_project_modules():
 
 
 def test_each_layer_imports_only_the_layers_below():
-    bad = [(m, d) for m, deps in _graph().items() for d in deps
-           if d.split(".")[0] not in ALLOWED[m.split(".")[0]] | ENTRY_POINT.get(m, set())]
+    graph = _graph()
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 100  # the names were resolved
+    bad = [(m, d) for m, deps in graph.items() for d in deps
+           if _layer(d) not in ALLOWED[_layer(m)] | ENTRY_POINT.get(m, set())]
     assert not bad
 
 
 def test_algorithms_never_import_prefect_or_do_io_through_the_store():
     for m in _modules():
-        if m.startswith("algorithms"):
-            assert not any(d.startswith(("prefect", "tasks", "flows"))
+        if m.startswith("scarce.algorithms"):
+            assert not any(d.startswith(("prefect", "scarce.tasks", "scarce.flows"))
                            for d in imported_modules(m)), m
 
 
@@ -100,7 +107,7 @@ def test_importing_the_modules_sets_no_environment_variable():
         "print(json.dumps(sorted(k for k in set(before) | set(after)"
         " if before.get(k) != after.get(k))))\n"
     )
-    mods = [m for m in _modules() if m.startswith(("flows", "tasks"))]
+    mods = [m for m in _modules() if m.startswith(("scarce.flows", "scarce.tasks"))]
     # without the variables the command line would set (the test session sets them)
     env = {k: v for k, v in os.environ.items()
            if not k.endswith("_NUM_THREADS") and not k.startswith("PREFECT_SERVER_")}
@@ -108,3 +115,41 @@ def test_importing_the_modules_sets_no_environment_variable():
                          capture_output=True, text=True, check=True, timeout=300)
     changed = json.loads(out.stdout.strip().splitlines()[-1])
     assert changed == []
+
+
+BARE = {"algorithms", "tasks", "flows", "bench", "configs"}
+
+
+def test_no_module_imports_a_bare_top_level_name():
+    """Every import of the project's own code goes through ``scarce``: a bare ``tasks`` (or
+    ``algorithms``, ``flows``, ``bench``) would load another distribution's package, a user's
+    ``tasks.py``, or a second copy of ours beside ``scarce.tasks``.  Checked in the package and
+    in the tests, function-level imports and module names written as strings included."""
+    import ast
+    import re
+
+    root = PROJECT_ROOT
+    files = [p for d in (*PACKAGES, "scarce", "tests") for p in sorted((root / d).rglob("*.py"))]
+    assert len(files) > 100
+    bad = []
+    for path in files:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                # a module of ours named in a string: "scarce.flows.leml:leml_flow", "-m bench.x"
+                names = [m for m in re.findall(r"^([a-z_]+(?:\.\w+)+)(?::\w+)?$", node.value)
+                         if _is_our_module(m)]
+            bad += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names
+                    if n.split(".")[0] in BARE]
+    assert not bad, bad
+
+
+def _is_our_module(name: str) -> bool:
+    """``tasks.leml`` names a module of ours (``tasks/leml.py``); ``tasks.py`` does not."""
+    base = PROJECT_ROOT.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()

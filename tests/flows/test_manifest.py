@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from flows.manifest import compare_outputs, list_runs, read_manifest
-from tasks.errors import InputError
+from scarce.flows.manifest import compare_outputs, list_runs, read_manifest
+from scarce.tasks.errors import InputError
 
 
 def _m(outputs, metrics="m"):

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from flows.cli import main
+from scarce.flows.cli import main
 from tests.flows.test_bad_inputs import Case, make_project
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

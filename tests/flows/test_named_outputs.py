@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows import manifest as mf
-from flows.cli import main
-from flows.runtime import _check_output_name
-from tasks.store import Store, file_sha256
+from scarce.flows import manifest as mf
+from scarce.flows.cli import main
+from scarce.flows.runtime import _check_output_name
+from scarce.tasks.store import Store, file_sha256
 from tests.flows.helpers import digits_project, manifest, runs
 
 

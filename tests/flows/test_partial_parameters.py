@@ -13,9 +13,9 @@ from prefect import Flow
 from prefect.exceptions import ParameterTypeError
 from prefect.utilities.callables import parameter_schema
 
-from flows.deploy import ServedFlow, complete_parameters, partial_schema
-from flows.leml import LemlConfig, leml_flow
-from flows.runtime import RunOptions
+from scarce.flows.deploy import ServedFlow, complete_parameters, partial_schema
+from scarce.flows.leml import LemlConfig, leml_flow
+from scarce.flows.runtime import RunOptions
 
 DEFAULTS = {
     "config": {
@@ -97,7 +97,7 @@ def test_a_served_flows_deployment_carries_the_partial_schema():
                                       entrypoint_type=_module_path())
     schema = deployment._parameter_openapi_schema
     assert schema == partial_schema(parameter_schema(leml_flow))
-    assert deployment.entrypoint == "flows.leml.leml_flow"
+    assert deployment.entrypoint == "scarce.flows.leml.leml_flow"
     assert deployment.enforce_parameter_schema
 
 

@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 from prefect import flow
 
-from flows import manifest as mf
-from flows import plots
-from flows.config import FlowConfig
-from flows.runtime import RunContext, RunOptions
+from scarce.flows import manifest as mf
+from scarce.flows import plots
+from scarce.flows.config import FlowConfig
+from scarce.flows.runtime import RunContext, RunOptions
 
 CONVERGENCE = pd.DataFrame(
     {
@@ -239,7 +239,7 @@ def _publish_in_a_flow(tmp_path, flow_name, publish, *args):
 def test_leml_artifacts_name_validation_only_with_a_split_and_published_only_on_leml_rows(
     tmp_path, fraction
 ):
-    from flows.leml import LemlConfig, publish
+    from scarce.flows.leml import LemlConfig, publish
 
     config = LemlConfig.model_validate({
         "dataset": {"name": "bibtex", "train": "train.txt", "test": "test.txt",
@@ -287,7 +287,7 @@ LONG_RULES = pd.DataFrame(
 
 @pytest.mark.usefixtures("prefect_server")
 def test_strip_rules_artifact_wraps_long_rules_one_antecedent_per_line(tmp_path):
-    from flows.strip import StripConfig, publish
+    from scarce.flows.strip import StripConfig, publish
 
     config = StripConfig(variants=["ripper", "strip-partial"])
     no_rules = LONG_RULES.iloc[:0]
@@ -321,7 +321,7 @@ def test_strip_rules_artifact_wraps_long_rules_one_antecedent_per_line(tmp_path)
 
 
 def test_rules_markdown_puts_any_value_in_one_code_span():
-    from flows.strip import rules_markdown
+    from scarce.flows.strip import rules_markdown
 
     rules = LONG_RULES.iloc[:1].assign(value="a`b``c")
     assert rules_markdown({"m": rules}).splitlines() == [
@@ -330,10 +330,10 @@ def test_rules_markdown_puts_any_value_in_one_code_span():
 
 
 def test_summaries_put_the_run_beside_the_published_figures_and_say_they_differ():
-    from flows.relations import RelationsConfig
-    from flows.relations import summary_markdown as relations_summary
-    from flows.strip import StripConfig
-    from flows.strip import summary_markdown as strip_summary
+    from scarce.flows.relations import RelationsConfig
+    from scarce.flows.relations import summary_markdown as relations_summary
+    from scarce.flows.strip import StripConfig
+    from scarce.flows.strip import summary_markdown as strip_summary
 
     text = strip_summary(SCORES, StripConfig(),
                          {"ripper": 1.0, "strip-labeled": 0.5, "strip-partial": 0.5})

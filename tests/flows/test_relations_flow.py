@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from algorithms.metrics.clustering import clustering_scores
-from algorithms.relations.baselines import hasegawa_clustering, kmeans_baseline
-from algorithms.relations.contexts import build_contexts_frame
-from algorithms.relations.dcm import top_words
-from algorithms.relations.model import RelationDiscovery
-from flows.cli import main
-from tasks.readers.semeval import read_semeval
-from tasks.store import Store, file_sha256
+from scarce.algorithms.metrics.clustering import clustering_scores
+from scarce.algorithms.relations.baselines import hasegawa_clustering, kmeans_baseline
+from scarce.algorithms.relations.contexts import build_contexts_frame
+from scarce.algorithms.relations.dcm import top_words
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.flows.cli import main
+from scarce.tasks.readers.semeval import read_semeval
+from scarce.tasks.store import Store, file_sha256
 from tests.flows.helpers import manifest, rerun_first, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -349,7 +349,7 @@ def test_model_order_options_reach_the_computation(project, capsys, sample):
 
 
 def test_config_defaults_are_the_estimators_and_build_it():
-    from flows.relations import RelationsConfig
+    from scarce.flows.relations import RelationsConfig
 
     cfg = RelationsConfig(seed=4, reg=0.1, k_low=3)
     params = cfg.estimator().get_params()

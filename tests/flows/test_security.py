@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows.cli import main
-from tasks.store import Store
+from scarce.flows.cli import main
+from scarce.tasks.store import Store
 from tests.flows.helpers import digits_project
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent("""
 
     import anyio
 
-    from flows.deploy import serve_until_interrupted
+    from scarce.flows.deploy import serve_until_interrupted
 
 
     def linger():

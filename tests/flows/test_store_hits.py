@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from bench.overhead import busy_seconds
-from flows.cli import main
+from scarce.bench.overhead import busy_seconds
+from scarce.flows.cli import main
 from tests.flows.helpers import digits_project, manifest, runs
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows.cli import main
-from tasks.store import Store, local_root
+from scarce.flows.cli import main
+from scarce.tasks.store import Store, local_root
 from tests.flows.helpers import digits_project, manifest, runs
 
 

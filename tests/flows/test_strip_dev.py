@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from algorithms.metrics.coref import coref_scores
-from algorithms.strip.features import build_pairs, source_mask
-from algorithms.strip.ripper import StRip
-from flows.cli import main
-from flows.strip import StripConfig, claims_line
-from tasks.readers.conllu import read_conllu_files
+from scarce.algorithms.metrics.coref import coref_scores
+from scarce.algorithms.strip.features import build_pairs, source_mask
+from scarce.algorithms.strip.ripper import StRip
+from scarce.flows.cli import main
+from scarce.flows.strip import StripConfig, claims_line
+from scarce.tasks.readers.conllu import read_conllu_files
 from tests.flows.helpers import manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

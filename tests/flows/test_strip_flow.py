@@ -19,16 +19,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from algorithms.metrics.coref import coref_scores
-from algorithms.strip.features import build_pairs, source_mask
-from algorithms.strip.ripper import StRip, rules_to_text
-from bench import strip as bench_strip
-from flows.cli import main
-from flows.strip import StripConfig
-from tasks import strip as tasks_strip
-from tasks.errors import InputError
-from tasks.readers.conllu import read_conllu, read_conllu_files
-from tasks.store import Store, file_sha256
+from scarce.algorithms.metrics.coref import coref_scores
+from scarce.algorithms.strip.features import build_pairs, source_mask
+from scarce.algorithms.strip.ripper import StRip, rules_to_text
+from scarce.bench import strip as bench_strip
+from scarce.flows.cli import main
+from scarce.flows.strip import StripConfig
+from scarce.tasks import strip as tasks_strip
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.conllu import read_conllu, read_conllu_files
+from scarce.tasks.store import Store, file_sha256
 from tests.flows.helpers import manifest, rerun_first, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

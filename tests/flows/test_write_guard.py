@@ -27,12 +27,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import flows.manifest as flow_manifest
-import flows.runtime as flow_runtime
+import scarce.flows.manifest as flow_manifest
+import scarce.flows.runtime as flow_runtime
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from flows.apply import check_targets
-from flows.cli import main
-from tasks.errors import InputError
+from scarce.flows.apply import check_targets
+from scarce.flows.cli import main
+from scarce.tasks.errors import InputError
 from tests.flows.helpers import digits_project, manifest, runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head
 

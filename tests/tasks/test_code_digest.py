@@ -16,16 +16,31 @@ from pathlib import Path
 
 import pytest
 
-from tasks.steps import CODE_PACKAGES, PROJECT_ROOT, Step, code_digest, project_modules
+from scarce.tasks.steps import (
+    CODE_PACKAGES,
+    PROJECT_ROOT,
+    Step,
+    code_digest,
+    in_packages,
+    project_modules,
+)
 
-STEP_MODULES = ("tasks.leml", "tasks.relations", "tasks.strip")
+STEP_MODULES = ("scarce.tasks.leml", "scarce.tasks.relations", "scarce.tasks.strip")
+FOLDERS = [pkg.removeprefix("scarce.") for pkg in CODE_PACKAGES]  # algorithms/, tasks/
+
+
+def _file(tree: Path, name: str) -> Path:
+    """The source file of module ``scarce.<folder>.<...>`` in ``tree``."""
+    parts = name.split(".")[1:]
+    path = tree.joinpath(*parts).with_suffix(".py")
+    return path if path.is_file() else tree.joinpath(*parts, "__init__.py")
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of ``algorithms/`` and ``tasks/`` to edit."""
-    for pkg in CODE_PACKAGES:
-        shutil.copytree(PROJECT_ROOT / pkg, tmp_path / pkg,
+    for folder in FOLDERS:
+        shutil.copytree(PROJECT_ROOT / folder, tmp_path / folder,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -44,22 +59,19 @@ def _edit_a_function(path: Path) -> None:
 
 
 def test_the_union_find_kernel_is_in_the_key_of_every_strip_step(tree):
-    assert "algorithms.strip._kernels" in project_modules("tasks.strip", tree)
-    before = code_digest("tasks.strip", tree)
+    assert "scarce.algorithms.strip._kernels" in project_modules("scarce.tasks.strip", tree)
+    before = code_digest("scarce.tasks.strip", tree)
     _edit_a_function(tree / "algorithms" / "strip" / "_kernels.py")
-    assert code_digest("tasks.strip", tree) != before
+    assert code_digest("scarce.tasks.strip", tree) != before
 
 
 @pytest.mark.parametrize("module", STEP_MODULES)
 def test_editing_any_reached_module_changes_the_key(tree, module):
     reached = project_modules(module, tree)
-    assert module in reached and "tasks.steps" in reached and "tasks.store" in reached
+    assert module in reached and "scarce.tasks.steps" in reached and "scarce.tasks.store" in reached
     for name in reached:
         before = code_digest(module, tree)
-        parts = name.split(".")
-        path = tree.joinpath(*parts).with_suffix(".py")
-        if not path.is_file():
-            path = tree.joinpath(*parts, "__init__.py")
+        path = _file(tree, name)
         original = path.read_text()
         _edit_a_function(path)
         assert code_digest(module, tree) != before, name
@@ -71,17 +83,13 @@ def test_editing_any_reached_module_changes_the_key(tree, module):
 def test_editing_an_unreached_module_leaves_the_key(tree, module):
     reached = set(project_modules(module, tree))
     others = sorted(
-        ".".join(p.relative_to(tree).with_suffix("").parts).removesuffix(".__init__")
-        for pkg in CODE_PACKAGES for p in (tree / pkg).rglob("*.py"))
+        "scarce." + ".".join(p.relative_to(tree).with_suffix("").parts).removesuffix(".__init__")
+        for folder in FOLDERS for p in (tree / folder).rglob("*.py"))
     unreached = [m for m in others if m not in reached]
     assert unreached, "every module is reached: the test would prove nothing"
     before = code_digest(module, tree)
     for name in unreached:
-        parts = name.split(".")
-        path = tree.joinpath(*parts).with_suffix(".py")
-        if not path.is_file():
-            path = tree.joinpath(*parts, "__init__.py")
-        _edit_a_function(path)
+        _edit_a_function(_file(tree, name))
     assert code_digest(module, tree) == before
 
 
@@ -110,7 +118,7 @@ def _referenced_modules(fn: types.FunctionType) -> set[str]:
                         visit(obj)
 
     visit(fn)
-    return {m for m in out if m.split(".")[0] in CODE_PACKAGES}
+    return {m for m in out if in_packages(m, CODE_PACKAGES)}
 
 
 @pytest.mark.parametrize("module", STEP_MODULES)
@@ -123,3 +131,16 @@ def test_every_module_a_step_refers_to_is_in_its_key(module):
         assert st.code_hash == code_digest(module)
         missing = _referenced_modules(inspect.unwrap(st.fn)) - reached
         assert not missing, (st.name, missing)
+
+
+@pytest.mark.parametrize("module", STEP_MODULES)
+def test_the_key_covers_the_module_itself_and_what_it_imports(module):
+    """The digest maps module names to files: were the names and the files to disagree (a
+    package renamed, a folder moved), the digest would cover no module and every key would stop
+    changing with the code.  Each step module reaches itself, the step machinery, and more than
+    a handful of the mathematics."""
+    reached = project_modules(module)
+    assert module in reached
+    assert {"scarce.tasks.steps", "scarce.tasks.store", "scarce.tasks.errors"} <= set(reached)
+    assert sum(m.startswith("scarce.algorithms.") for m in reached) >= 3, reached
+    assert all(in_packages(m, CODE_PACKAGES) for m in reached)

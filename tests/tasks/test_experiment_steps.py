@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tasks.experiment import as_metrics, gather, summarise, wide
+from scarce.tasks.experiment import as_metrics, gather, summarise, wide
 
 
 def _metrics(values: dict[str, float]) -> pd.DataFrame:

@@ -22,13 +22,13 @@ import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from algorithms.leml import LEML, LEMLData, LocalBlocks, prepare_data, update_H_by_blocks
-from algorithms.leml.data import split_rows
+from scarce.algorithms.leml import LEML, LEMLData, LocalBlocks, prepare_data, update_H_by_blocks
+from scarce.algorithms.leml.data import split_rows
 
 distributed = pytest.importorskip("distributed")
 
-from tasks.leml import partition_files  # noqa: E402
-from tasks.leml_dask import (  # noqa: E402
+from scarce.tasks.leml import partition_files  # noqa: E402
+from scarce.tasks.leml_dask import (  # noqa: E402
     N_BLOCKS,
     DaskWStep,
     PartitionedData,
@@ -37,8 +37,8 @@ from tasks.leml_dask import (  # noqa: E402
     data_nbytes,
     worker_peak_memory,
 )
-from tasks.steps import digest, step  # noqa: E402
-from tasks.store import Store  # noqa: E402
+from scarce.tasks.steps import digest, step  # noqa: E402
+from scarce.tasks.store import Store  # noqa: E402
 
 N, D, L, K, LAM = 160, 10, 12, 3, 2.0
 
@@ -63,7 +63,7 @@ BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
 def _bibtex(rows: int = 400):
     """The first ``rows`` rows of the bundled Bibtex training set (1,836 features, 159
     labels)."""
-    from tasks.readers.xmc import read_xmc
+    from scarce.tasks.readers.xmc import read_xmc
 
     X, Y = read_xmc(BIBTEX / "bibtex_xmlrepo_train.txt.gz")
     return X[:rows], Y[:rows]
@@ -142,7 +142,7 @@ def client():
     import dask
     from distributed import Client, LocalCluster
 
-    from tasks.leml_dask import NO_WORK_STEALING
+    from scarce.tasks.leml_dask import NO_WORK_STEALING
 
     with dask.config.set(NO_WORK_STEALING):
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -261,7 +261,7 @@ def _files_of(blocks, tag):
 def test_paths_parameters_are_keyed_by_their_refs_and_passed_as_the_files(tmp_path):
     """A ``paths`` parameter is keyed as an input (by its refs) and reaches the function
     as the store files' absolute paths, never read."""
-    from tasks.steps import _make_runner
+    from scarce.tasks.steps import _make_runner
 
     store = Store(tmp_path / "store")
     refs = [{"X": store.write("p/0-X", np.eye(2)), "Y": store.write("p/0-Y", np.ones(2))},
@@ -365,7 +365,7 @@ def test_partition_described_from_the_footers_equals_the_prepared_whole(
 
 def test_layout_of_counts_is_the_layout_prepare_data_picks():
     """The counts alone decide the layout (naive check: prepare the data and look)."""
-    from algorithms.leml.data import labels_layout, layout_of_counts
+    from scarce.algorithms.leml.data import labels_layout, layout_of_counts
 
     X = sp.random(N, D, density=0.4, random_state=1, format="csr")
     Y = sp.random(N, L, density=0.15, random_state=2, format="csr")
@@ -406,7 +406,7 @@ def test_blocks_of_any_sizes_keep_their_rows(tmp_path):
 
 def _record_reads(monkeypatch) -> list[str]:
     """The paths ``tasks.store.read_parquet_entry`` is called with, from now on."""
-    import tasks.store as store_module
+    import scarce.tasks.store as store_module
 
     read: list[str] = []
     real = store_module.read_parquet_entry
@@ -542,7 +542,7 @@ def test_dask_bound_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
     """The logistic loss's bound H-step (``h_solver="bound"``) from block sums on the workers:
     the same bits on 1 and 2 workers and from scattered blocks, and the whole-data bound
     H-step to rounding."""
-    from algorithms.leml import update_H, update_H_bound_by_blocks
+    from scarce.algorithms.leml import update_H, update_H_bound_by_blocks
 
     source, data = _stored(tmp_path, case, fit_intercept=True, blocks=3)
     W = np.random.default_rng(0).standard_normal((data.n_features, K))
@@ -569,7 +569,7 @@ def test_dask_newton_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
     """The logistic loss's Newton H-steps (``h_solver`` direct and cg) from block sums on
     the workers: the same bits on 1 and 2 workers and from scattered blocks, and the
     whole-data Newton H-step to rounding."""
-    from algorithms.leml import update_H, update_H_newton_by_blocks
+    from scarce.algorithms.leml import update_H, update_H_newton_by_blocks
 
     source, data = _stored(tmp_path, case, fit_intercept=True, blocks=3)
     W = np.random.default_rng(0).standard_normal((data.n_features, K))
@@ -628,7 +628,7 @@ def _misaligned(array: np.ndarray) -> np.ndarray:
 
 
 def test_arrays_are_realigned_wherever_they_land():
-    from tasks.leml_dask import ALIGNMENT, _align, _aligned
+    from scarce.tasks.leml_dask import ALIGNMENT, _align, _aligned
 
     odd = _misaligned(np.arange(40.0).reshape(20, 2))
     assert odd.ctypes.data % 8 != 0
@@ -653,7 +653,7 @@ def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_call
 
     from dask.sizeof import sizeof
 
-    from tasks.leml_dask import ALIGNMENT, _Aligned, _wrap_aligned
+    from scarce.tasks.leml_dask import ALIGNMENT, _Aligned, _wrap_aligned
 
     a = np.arange(1000, dtype=np.float32).reshape(100, 10)
     buffers: list = []
@@ -672,7 +672,7 @@ def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_call
 
 def _handed_array(task_state):
     """The array in the ``_Handed`` box among a task's arguments (None once handed over)."""
-    from tasks.leml_dask import _Handed
+    from scarce.tasks.leml_dask import _Handed
 
     boxes = [a for a in task_state.run_spec.args if isinstance(a, _Handed)]
     assert len(boxes) == 1
@@ -698,7 +698,7 @@ def test_an_array_sent_in_a_task_is_held_once_by_the_worker_and_kept_by_the_sche
 
     from distributed import Client, LocalCluster
 
-    from tasks.leml_dask import ALIGNMENT, _arrays_in_graph, _Handed, _take_aligned
+    from scarce.tasks.leml_dask import ALIGNMENT, _arrays_in_graph, _Handed, _take_aligned
 
     a = np.arange(3_200_000, dtype=np.float32).reshape(-1, 50)  # 12.8 MB: above Dask's
     with warnings.catch_warnings():                              # 10 MB graph warning
@@ -729,7 +729,7 @@ def _block_computations(dask_scheduler):  # run on the scheduler
 
 @slow
 def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
-    from tasks.leml import _close_w_clusters, _w_step_backend
+    from scarce.tasks.leml import _close_w_clusters, _w_step_backend
 
     source, data = _stored(tmp_path, "masked-sparse")
     W0, H = _start(data)
@@ -756,8 +756,8 @@ def test_the_evaluation_releases_the_training_blocks_the_w_steps_kept(client, tm
     """After a W-step the workers keep its row blocks for the next one (the next outer
     iteration); the evaluation of the test set on the workers releases them first (the fit
     is over), and its metrics are those of the test blocks scored in this process."""
-    import tasks.leml as tl
-    from tasks.leml_dask import evaluate_on_blocks
+    import scarce.tasks.leml as tl
+    from scarce.tasks.leml_dask import evaluate_on_blocks
 
     source, data = _stored(tmp_path, "full")
     W0, H = _start(data)
@@ -791,9 +791,9 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
     """``leml-load`` given a cluster: read, computed and written by a worker process (this
     process parses nothing), the same refs and the same bytes as the step run here; a
     worker that keys the call otherwise (other code) is refused."""
-    import tasks.leml as tl
-    from tasks.leml import _close_w_clusters
-    from tasks.steps import _make_runner, execute_by_name, seal_path
+    import scarce.tasks.leml as tl
+    from scarce.tasks.leml import _close_w_clusters
+    from scarce.tasks.steps import _make_runner, execute_by_name, seal_path
 
     path = tmp_path / "data.txt"
     path.write_text("3 4 2\n0 0:1 2:0.5\n1 1:2\n0,1 3:1\n")
@@ -818,7 +818,7 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
     key = tl.load.key({**args, "labels_file": None, "cluster": None})
     assert seal_path(there, key).is_file() and seal_path(here, key).is_file()
     with pytest.raises(RuntimeError, match="other code than the flow"):
-        execute_by_name("tasks.leml", "leml-load", str(there.root),
+        execute_by_name("scarce.tasks.leml", "leml-load", str(there.root),
                         {**args, "labels_file": None, "cluster": None}, "0" * len(key))
 
 
@@ -847,7 +847,7 @@ def _killable_cluster():
     import dask
     from distributed import Client, LocalCluster
 
-    from tasks.leml_dask import NO_WORK_STEALING
+    from scarce.tasks.leml_dask import NO_WORK_STEALING
 
     with dask.config.set(NO_WORK_STEALING):
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -909,7 +909,7 @@ class _DuringCG:
 def _step_arrays(dask_worker):  # run on a worker
     """Shapes of the W-step's arrays this worker holds, each array once: those sent to it
     (``_put``) and the ``W`` and ``H`` of its blocks' products."""
-    from algorithms.leml.w_step import WStepProducts
+    from scarce.algorithms.leml.w_step import WStepProducts
 
     held = {}
     for value in dask_worker.data.values():
@@ -990,7 +990,7 @@ def test_block_sizes_from_the_footers_are_the_prepared_blocks_bytes(tmp_path, ca
 def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(tmp_path):
     from distributed import Client, LocalCluster
 
-    from algorithms.memory import MemoryBudgetError
+    from scarce.algorithms.memory import MemoryBudgetError
 
     source, data = _stored(tmp_path, "masked-sparse", blocks=3)
     per_block = max(source.block_nbytes())
@@ -1017,7 +1017,7 @@ def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(
 
 
 def test_working_arrays_count_by_hand():
-    from tasks.leml_dask import working_nbytes
+    from scarce.tasks.leml_dask import working_nbytes
 
     common = dict(n_features=10, n_labels=12, rank=3, dtype="float64")
     # A_b and a product (2 x 110 rows x 3 x 8 bytes) + 4 of (10 + 12) x 3 x 8 bytes
@@ -1036,7 +1036,7 @@ def test_workers_too_small_for_the_working_arrays_of_the_rank_are_refused(tmp_pa
     rank named; without a rank only the blocks are counted."""
     from distributed import Client, LocalCluster
 
-    from algorithms.memory import MemoryBudgetError
+    from scarce.algorithms.memory import MemoryBudgetError
 
     source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
     limit = int(4 * max(source.block_nbytes()) / 0.8)  # the 2 blocks of worker 0 fit
@@ -1058,8 +1058,8 @@ def test_evaluation_on_row_blocks_equals_the_one_pass_metrics_on_any_workers(
     """The test set's row blocks scored on the workers (or in this process): the same bits on
     1 and 2 workers and here; P@k and the Hamming loss those of one pass over the whole test
     set to the last bit, the AUC to rounding."""
-    from algorithms.metrics.multilabel import multilabel_scores
-    from tasks.leml_dask import evaluate_on_blocks
+    from scarce.algorithms.metrics.multilabel import multilabel_scores
+    from scarce.tasks.leml_dask import evaluate_on_blocks
 
     source, data = _stored(tmp_path, "full", fit_intercept=fit_intercept, blocks=3)
     rng = np.random.default_rng(5)
@@ -1091,8 +1091,8 @@ def test_predictions_on_row_blocks_are_the_whole_test_sets_table_on_any_workers(
     """The test set's row blocks predicted on the workers (or in this process) and put end
     to end: the same table on 1 and 2 workers and here, and the labels and rows of the
     whole test set's table (scores to rounding: the batches differ)."""
-    from tasks.leml import predictions_table
-    from tasks.leml_dask import predict_on_blocks
+    from scarce.tasks.leml import predictions_table
+    from scarce.tasks.leml_dask import predict_on_blocks
 
     source, data = _stored(tmp_path, "full", fit_intercept=fit_intercept, blocks=3)
     rng = np.random.default_rng(6)
@@ -1116,8 +1116,8 @@ def test_predictions_on_row_blocks_are_the_whole_test_sets_table_on_any_workers(
 def test_large_terms_are_fetched_one_at_a_time_and_add_to_the_same_bits(monkeypatch):
     """Block sums fetch a large term at a time (never one per block at once) and a small
     sum in one gather; either way the same bits as ``sum_in_order``."""
-    import tasks.leml_dask as ld
-    from algorithms.leml.h_step import sum_in_order
+    import scarce.tasks.leml_dask as ld
+    from scarce.algorithms.leml.h_step import sum_in_order
 
     class Recording(ld.InlineClient):
         gathered: list = []
@@ -1150,7 +1150,7 @@ def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(cli
     on a worker that drives them) and not far under it (within 2x)."""
     import tracemalloc
 
-    from tasks.leml_dask import driver_nbytes
+    from scarce.tasks.leml_dask import driver_nbytes
 
     X = normalize(sp.random(300, 20_000, density=0.003, random_state=4, format="csr"))
     Y = sp.random(300, 1_500, density=0.01, random_state=5, format="csr")
@@ -1179,8 +1179,8 @@ def test_the_worker_that_drives_a_step_counts_the_solvers_arrays(client):
     """Run on a worker (as ``w_step.driver: worker`` runs the solvers' steps), the guard adds
     the solver's arrays to that worker's blocks and names the option; driven from here, the
     same step fits.  Nothing of the size is allocated: the guard refuses first."""
-    from algorithms.memory import MemoryBudgetError
-    from tasks.leml_dask import driver_nbytes, this_worker, working_nbytes
+    from scarce.algorithms.memory import MemoryBudgetError
+    from scarce.tasks.leml_dask import driver_nbytes, this_worker, working_nbytes
 
     X = normalize(sp.random(40, 20_000, density=0.01, random_state=6, format="csr"))
     Y = sp.random(40, 12, density=0.2, random_state=7, format="csr")
@@ -1219,7 +1219,7 @@ def _slow_block_tasks(seconds: float = 0.3) -> None:
     import functools
     import time
 
-    import tasks.leml_dask as module
+    import scarce.tasks.leml_dask as module
 
     for name in ("_block_products", "_hess_vec"):
         original = getattr(module, name)
@@ -1237,7 +1237,7 @@ def _tasks_off_their_worker(client, backend, run) -> list:
     while ``run()`` ran (from the scheduler's task stream)."""
     from distributed import get_task_stream
 
-    from tasks.leml_dask import tasks_off_their_worker
+    from scarce.tasks.leml_dask import tasks_off_their_worker
 
     with get_task_stream(client) as stream:
         run()
@@ -1250,8 +1250,8 @@ def test_the_flows_own_cluster_keeps_a_blocks_tasks_on_its_worker(tmp_path):
     its two workers, block tasks slowed to 0.3 s, the other worker idle, and still every
     task of a block runs where the block is.  With stealing on (Dask's default) the same
     W-step moved 5 of its 12 slowed block tasks to the idle worker."""
-    from tasks import leml as leml_tasks
-    from tasks.leml_dask import scheduler_steals
+    from scarce.tasks import leml as leml_tasks
+    from scarce.tasks.leml_dask import scheduler_steals
 
     parted, data = _stored(tmp_path, "full", bibtex=True)
     W0, H = _start(data)
@@ -1277,8 +1277,8 @@ def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(cap
     import dask
     from distributed import Client, LocalCluster
 
-    from tasks import leml as leml_tasks
-    from tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
+    from scarce.tasks import leml as leml_tasks
+    from scarce.tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
 
     # Dask's default said outright: the setting is global to this process, and in one full
     # run (2026-12-04) this cluster started without stealing after the earlier tests of the

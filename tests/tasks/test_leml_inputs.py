@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from algorithms.leml import LEML
-from algorithms.memory import ENV_LIMIT, MemoryBudgetError
-from tasks.errors import InputError
-from tasks.leml import (
+from scarce.algorithms.leml import LEML
+from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
+from scarce.tasks.errors import InputError
+from scarce.tasks.leml import (
     check_inputs,
     declared_shape,
     load,
@@ -19,7 +19,7 @@ from tasks.leml import (
     parquet_pair,
     split,
 )
-from tasks.store import atomic_write_parquet, encode
+from scarce.tasks.store import atomic_write_parquet, encode
 
 ROWS = "0 0:1.0 1:0.5\n1 1:1.0\n2 2:1.0 3:0.25\n"
 ARFF_HEAD = "@relation r\n@attribute f0 numeric\n@attribute f1 numeric\n@attribute y {0,1}\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from tasks.leml import label_file, load, parquet_pair
-from tasks.store import atomic_write_parquet, encode
+from scarce.tasks.leml import label_file, load, parquet_pair
+from scarce.tasks.store import atomic_write_parquet, encode
 
 
 def _write(path, matrix) -> None:
@@ -38,8 +38,8 @@ def test_a_folder_of_parts_lists_its_parts_in_name_order(tmp_path):
     refused, naming the folder and the key."""
     import pytest
 
-    from tasks.errors import InputError
-    from tasks.leml import input_parts
+    from scarce.tasks.errors import InputError
+    from scarce.tasks.leml import input_parts
 
     xc = tmp_path / "xc"
     xc.mkdir()

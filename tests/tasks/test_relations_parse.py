@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from algorithms.relations.model import RelationDiscovery
-from tasks.errors import InputError
-from tasks.relations import parse
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.tasks.errors import InputError
+from scarce.tasks.relations import parse
 
 
 def _pairs(path, n, other=0):

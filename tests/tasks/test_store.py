@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tasks.errors import InputError
-from tasks.store import STORE_KEY, CorruptEntry, Store, StoreWriteError
+from scarce.tasks.errors import InputError
+from scarce.tasks.store import STORE_KEY, CorruptEntry, Store, StoreWriteError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -175,7 +175,7 @@ def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
 
     import pyarrow as pa
 
-    import tasks.store as mod
+    import scarce.tasks.store as mod
 
     real = mod.pq.write_table
 
@@ -430,7 +430,7 @@ def test_rows_of_an_entry_equal_the_slice_of_the_whole_and_read_only_their_row_g
     """``read_rows`` on a file of many row groups (7 table rows each) gives the slice of the
     whole entry with the same dtypes, and reads at most the table rows of the range plus one
     row group on each side."""
-    from tasks.store import decode, encode, read_rows
+    from scarce.tasks.store import decode, encode, read_rows
 
     value = _values_for_rows()[case]
     path = tmp_path / "entry.parquet"
@@ -465,7 +465,7 @@ def test_rows_of_an_entry_equal_the_slice_of_the_whole_and_read_only_their_row_g
 
 
 def test_rows_are_read_only_of_csr_or_dense_entries_and_within_the_matrix(tmp_path):
-    from tasks.store import read_rows
+    from scarce.tasks.store import read_rows
 
     store = Store(tmp_path)
     csc = store.path(store.write("t/csc", sp.random(5, 4, density=0.5, format="csc")))
@@ -488,7 +488,7 @@ def test_the_checksum_is_the_sha256_of_the_tables_ipc_stream_however_it_is_chunk
 
     import pyarrow as pa
 
-    from tasks.store import CHECKSUM_KEY, table_checksum
+    from scarce.tasks.store import CHECKSUM_KEY, table_checksum
 
     rng = np.random.default_rng(0)
     columns = {"row": np.arange(50_000, dtype=np.int32),
@@ -506,8 +506,8 @@ def test_the_checksum_is_the_sha256_of_the_tables_ipc_stream_however_it_is_chunk
 
 
 def test_every_read_gives_arrows_unused_memory_back(tmp_path, monkeypatch):
-    import tasks.store as store_module
-    from tasks.store import read_parquet_entry, read_rows
+    import scarce.tasks.store as store_module
+    from scarce.tasks.store import read_parquet_entry, read_rows
 
     calls = []
     monkeypatch.setattr(store_module, "release_arrow_memory", lambda: calls.append(1))
@@ -551,7 +551,7 @@ def test_a_sparse_entry_read_by_row_groups_is_the_matrix_a_coo_conversion_gives(
     """``read_checked_value`` (and so ``Store.read``) builds a sparse entry on its columns,
     read a row group at a time: the same arrays, dtypes and order as the COO conversion of
     the whole table (done here by hand, the way :func:`decode` did it before), writable."""
-    from tasks.store import decode, encode, read_checked_table, read_checked_value
+    from scarce.tasks.store import decode, encode, read_checked_table, read_checked_value
 
     value = _sparse_cases()[case]
     path = tmp_path / "entry.parquet"
@@ -580,7 +580,7 @@ def test_a_sparse_entry_read_by_row_groups_is_the_matrix_a_coo_conversion_gives(
 def test_a_sparse_entry_with_changed_values_or_a_missing_file_is_corrupt(tmp_path):
     import pyarrow as pa
 
-    from tasks.store import read_checked_value
+    from scarce.tasks.store import read_checked_value
 
     store = Store(tmp_path)
     store.write("t/k", sp.random(30, 20, density=0.3, random_state=1, format="csr"))
@@ -605,7 +605,7 @@ def test_a_sparse_entry_is_read_holding_its_columns_once(tmp_path):
 
     import pyarrow as pa
 
-    from tasks.store import encode, read_checked_value
+    from scarce.tasks.store import encode, read_checked_value
 
     n, d = 20_000, 5_000
     X = sp.random(n, d, density=0.01, random_state=0, format="csr", dtype=np.float32)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from algorithms.leml import LEML
-from algorithms.leml.model import STEPS
+from scarce.algorithms.leml import LEML
+from scarce.algorithms.leml.model import STEPS
 
 
 def problem(seed=0, n=40, d=7, n_labels=6, masked=False):

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from algorithms.leml import (
+from scarce.algorithms.leml import (
     LEML,
     LocalBlocks,
     prepare_data,
@@ -17,7 +17,7 @@ from algorithms.leml import (
     update_H_by_blocks,
     update_H_newton_by_blocks,
 )
-from algorithms.leml.h_step import block_label_grams
+from scarce.algorithms.leml.h_step import block_label_grams
 
 N, D, L, K, LAM = 150, 9, 13, 4, 0.7
 
@@ -158,7 +158,7 @@ def _naive_bound_H(data, W, H, lam, loss, n_steps):
     """Label by label in float64 from dense copies: ``n_steps`` of ``h_j -= (c sum_{i in
     Omega_j} a_i a_i^T + lam I)^{-1} (sum_{i in Omega_j} loss'(y_ij, a_i^T h_j) a_i +
     lam h_j)``."""
-    from algorithms.leml.losses import get_loss
+    from scarce.algorithms.leml.losses import get_loss
 
     loss = get_loss(loss)
     A = data.X.toarray().astype(np.float64) @ W.astype(np.float64)
@@ -180,7 +180,7 @@ def test_bound_steps_from_block_sums_equal_the_whole_data_bound_steps(case, loss
     """The margin losses' bound H-step over 1, 3 and 7 row blocks (label blocks of 5 labels
     and of all): the whole-data ``update_H(h_solver="bound")`` to rounding, a naive per-label
     loop in float64 too, and the estimator's ``h_step`` with the blocks as its backend."""
-    from algorithms.leml import update_H
+    from scarce.algorithms.leml import update_H
 
     data = _problem(case, fit_intercept=True)
     W = _W(data)
@@ -205,7 +205,7 @@ def _naive_newton_H(data, W, H, lam, loss, n_steps):
     D''_j A_j + lam I)^{-1} g_j``, each with a backtracking line search (at most 30 halvings
     from 1 to the first point whose objective is at most ``f + 1e-4 alpha g_j.s``; none
     found: ``h_j`` is kept)."""
-    from algorithms.leml.losses import get_loss
+    from scarce.algorithms.leml.losses import get_loss
 
     loss = get_loss(loss)
     A = data.X.toarray().astype(np.float64) @ W.astype(np.float64)
@@ -240,7 +240,7 @@ def test_newton_steps_from_block_sums_equal_the_whole_data_newton_steps(case, lo
     of 5 labels and of all; and the truncated Newton steps of ``h_solver="cg"``): the
     whole-data ``update_H`` to rounding, a naive per-label Newton loop in float64 for the
     direct solver, and the estimator's ``h_step`` with the blocks as its backend."""
-    from algorithms.leml import update_H
+    from scarce.algorithms.leml import update_H
 
     data = _problem(case, fit_intercept=True)
     W = _W(data)

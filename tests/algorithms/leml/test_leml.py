@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.multiclass import OneVsRestClassifier
 
-from algorithms.leml import (
+from scarce.algorithms.leml import (
     LEML,
     BinaryRelevance,
     ClosedFormLowRank,
@@ -21,10 +21,10 @@ from algorithms.leml import (
     objective,
     w_gradient,
 )
-from algorithms.leml import prepare_data as _prepare_data
-from algorithms.leml.losses import LOSSES, get_loss
-from algorithms.leml.predict import top_k_from_scores
-from algorithms.leml.solvers import conjugate_gradient, trust_region_newton
+from scarce.algorithms.leml import prepare_data as _prepare_data
+from scarce.algorithms.leml.losses import LOSSES, get_loss
+from scarce.algorithms.leml.predict import top_k_from_scores
+from scarce.algorithms.leml.solvers import conjugate_gradient, trust_region_newton
 
 LOSS_NAMES = sorted(LOSSES)
 STRATEGIES = ["dense", "sparse"]
@@ -169,7 +169,7 @@ def test_the_squared_losss_hessian_product_multiplied_by_the_gram_in_row_chunks(
     """The fully observed squared loss's Hessian product applies ``2 H^T H`` to ``X^T X V``
     a chunk of rows at a time, in place: against the Kronecker reference and the product
     taken at once, with chunks of 2 rows (one short at the end)."""
-    import algorithms.leml.w_step as ws
+    import scarce.algorithms.leml.w_step as ws
 
     X, Xd, Y, _, H, W = make_problem(3, sparse=True)
     data = prepare_data(X, Y, dtype=np.float64)
@@ -468,7 +468,7 @@ def test_the_squared_loss_taken_a_few_rows_at_a_time_is_the_explicit_residual(mo
     import importlib
 
     # the module, not the function of the same name that algorithms.leml exports
-    objective_module = importlib.import_module("algorithms.leml.objective")
+    objective_module = importlib.import_module("scarce.algorithms.leml.objective")
     X, Xd, Y, _, H, W = make_problem(13, n=23, d=6, n_labels=5, k=3, mask_density=None)
     data = prepare_data(Xd if dense else X, sp.csr_matrix(Y), dtype=np.float64)
     explicit = np.sum((Y - Xd @ W @ H.T) ** 2)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import algorithms.leml.w_step as leml_w_step
-from algorithms.leml import LEML, objective
-from algorithms.leml.losses import derivative_into, get_loss
+import scarce.algorithms.leml.w_step as leml_w_step
+from scarce.algorithms.leml import LEML, objective
+from scarce.algorithms.leml.losses import derivative_into, get_loss
 from tests.algorithms.leml.test_leml import h_step, kronecker_reference, prepare_data, w_step
 
 MARGIN_LOSSES = ["logistic", "sqhinge"]

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score, v_measure_score
 
-from algorithms.metrics.clustering import (
+from scarce.algorithms.metrics.clustering import (
     clustering_scores,
     mapped_accuracy,
     mapped_accuracy_from_table,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.metrics.coref import b_cubed, ceaf_e, coref_scores, muc, pairwise
+from scarce.algorithms.metrics.coref import b_cubed, ceaf_e, coref_scores, muc, pairwise
 
 
 def clusters(labels, mask=None, groups=None):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import hamming_loss as sk_hamming_loss
 from sklearn.metrics import roc_auc_score
 
-from algorithms.metrics.multilabel import (
+from scarce.algorithms.metrics.multilabel import (
     average_instance_auc,
     hamming_loss,
     instance_auc,
@@ -158,8 +158,8 @@ def test_batches_over_many_labels_hold_at_most_the_scores_per_batch(monkeypatch)
     """With ``batch_size x L`` over ``SCORES_PER_BATCH`` (here 20 scores, L = 7), the metrics
     and the model's batched predictions score 2 rows at a time (at least one with L > 20)
     and give what one batch of every row gives."""
-    import algorithms.memory as memory
-    from algorithms.leml import LEML
+    import scarce.algorithms.memory as memory
+    from scarce.algorithms.leml import LEML
 
     Y, scores = random_case(3, 9, 7)
     whole = multilabel_scores(sp.csr_matrix(Y), lambda s, e: scores[s:e], threshold=0.2,

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 from sklearn.metrics import adjusted_rand_score
 
-from algorithms.relations.baselines import (
+from scarce.algorithms.relations.baselines import (
     chi2_pseudo_ranking,
     chi2_ranking,
     cosine_distance_condensed,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from algorithms.relations.contexts import (
+from scarce.algorithms.relations.contexts import (
     build_contexts,
     context_words,
     fit_contexts,

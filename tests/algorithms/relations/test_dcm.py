@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from algorithms.relations.dcm import dcm_weights, top_words
+from scarce.algorithms.relations.dcm import dcm_weights, top_words
 
 
 def _example():

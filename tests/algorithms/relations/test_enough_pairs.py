@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.relations.model import RelationDiscovery, TooFewPairsError
-from algorithms.relations.stability import subsample_indices
+from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
+from scarce.algorithms.relations.stability import subsample_indices
 
 
 @pytest.mark.parametrize("params, n, param, message", [

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from algorithms.relations.entropy import (
+from scarce.algorithms.relations.entropy import (
     LN2,
     data_entropy,
     entropy_ranking,

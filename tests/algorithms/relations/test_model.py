@@ -7,10 +7,10 @@ import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.metrics import adjusted_rand_score
 
-from algorithms.relations.entropy import entropy_ranking
-from algorithms.relations.model import RelationDiscovery
-from algorithms.relations.selection import score_candidate
-from algorithms.relations.stability import reference_labels, stability_one_sample
+from scarce.algorithms.relations.entropy import entropy_ranking
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.algorithms.relations.selection import score_candidate
+from scarce.algorithms.relations.stability import reference_labels, stability_one_sample
 
 
 def _synthetic(seed=0, n_per=40):

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from algorithms.relations.model import RelationDiscovery
-from algorithms.relations.selection import full_kmeans_seed, kmeans_labels, prepare_subset
-from algorithms.relations.stability import reference_labels, stability_one_sample
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.algorithms.relations.selection import full_kmeans_seed, kmeans_labels, prepare_subset
+from scarce.algorithms.relations.stability import reference_labels, stability_one_sample
 
 
 def _data(seed=0, n=90):

@@ -7,8 +7,8 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.relations.model import RelationDiscovery
-from algorithms.relations.selection import (
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.algorithms.relations.selection import (
     best_subsets,
     cluster_centers,
     coverage,

@@ -8,8 +8,8 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.relations.model import RelationDiscovery
-from algorithms.relations.stability import (
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.algorithms.relations.stability import (
     choose_k,
     random_baseline,
     reference_labels,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.strip._kernels import nested_counts
-from algorithms.strip.closure import PairGraph, closure_labels, covered_pairs
+from scarce.algorithms.strip._kernels import nested_counts
+from scarce.algorithms.strip.closure import PairGraph, closure_labels, covered_pairs
 
 
 def brute_closure(n, edges):

@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from algorithms.strip.features import (
+from scarce.algorithms.strip.features import (
     build_pairs,
     make_pairs,
     pair_features,
     pair_labels,
     source_mask,
 )
-from tasks.readers.conllu import read_conllu
+from scarce.tasks.readers.conllu import read_conllu
 
 HEADER = ("# newdoc id = t\n"
           "# global.Entity = GRP-etype-infstat-salience-centering-minspan-link-identity\n")

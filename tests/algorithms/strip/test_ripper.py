@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 
-from algorithms.strip.closure import covered_pairs
-from algorithms.strip.ripper import (
+from scarce.algorithms.strip.closure import covered_pairs
+from scarce.algorithms.strip.ripper import (
     RULE_COLUMNS,
     VARIANTS,
     StRip,

@@ -7,8 +7,8 @@ import gzip
 import numpy as np
 import pytest
 
-from tasks.errors import InputError
-from tasks.readers.arff import read_arff, read_arff_header, read_mulan_labels
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.arff import read_arff, read_arff_header, read_mulan_labels
 
 ARFF = """% a comment
 @relation 'toy set'

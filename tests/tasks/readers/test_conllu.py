@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.errors import InputError
-from tasks.readers.conllu import read_conllu, read_conllu_files, write_chains
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.conllu import read_conllu, read_conllu_files, write_chains
 from tests.tasks.readers.textfiles import write_text
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "coref"

@@ -9,7 +9,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from tasks.readers.jsonl import read_jsonl
+from scarce.tasks.readers.jsonl import read_jsonl
 
 FEWREL = Path(__file__).resolve().parents[3] / "data" / "relations" / "fewrel"
 

@@ -6,9 +6,9 @@ import re
 import pandas as pd
 import pytest
 
-from tasks.errors import InputError
-from tasks.readers.jsonl import read_jsonl
-from tasks.readers.semeval import COLUMNS
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.jsonl import read_jsonl
+from scarce.tasks.readers.semeval import COLUMNS
 from tests.tasks.readers.textfiles import write_text
 
 REC = {"tokens": ["Smoke", "from", "the", "fire"], "head": [0, 1], "tail": [3, 4],

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import InputError
-from tasks.readers.semeval import parse_marked_sentence, read_semeval, tokenize
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.semeval import parse_marked_sentence, read_semeval, tokenize
 from tests.tasks.readers.textfiles import write_text
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "relations" / "semeval2010_task8"

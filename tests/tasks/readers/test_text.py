@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.errors import InputError
-from tasks.readers import text
-from tasks.readers.text import iter_lines, read_lines
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers import text
+from scarce.tasks.readers.text import iter_lines, read_lines
 
 
 def _write(path, raw: bytes, gz: bool):

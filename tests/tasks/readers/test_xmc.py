@@ -11,8 +11,8 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.errors import InputError
-from tasks.readers.xmc import _parse_line, read_xmc, read_xmc_header
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.xmc import _parse_line, read_xmc, read_xmc_header
 
 BIBTEX = Path(__file__).resolve().parents[3] / "data" / "xmc" / "bibtex"
 

@@ -1,0 +1,112 @@
+"""The package as a user installs it: a wheel, a fresh environment, an empty folder.
+
+The wheel must hold the one import name ``scarce`` (no top-level ``algorithms``, ``tasks``,
+``flows``, ``bench``) with the default configs as package data, and from it ``scarce init`` and
+``scarce run`` must work in a folder of the user's that has a ``tasks.py`` of its own (as invoke
+and Celery projects do), with the store and the runs under that folder.
+
+The fresh environment borrows the test environment's third-party packages through a path file
+(an install of Prefect and the numeric stack would take minutes); the path file adds their
+folder to ``sys.path`` without running its path files, so this checkout's editable install is
+not visible there: ``scarce`` comes from the wheel alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.flows.test_leml_flow import BIBTEX, _head
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")
+    # a copy of the sources, so that the build leaves nothing in the checkout (build/, egg-info)
+    shutil.copytree(REPO, build / "src", ignore=shutil.ignore_patterns(
+        ".git", ".venv", "data", "tests", "docs", "__pycache__", "*.egg-info", "build"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "--disable-pip-version-check", "-q", "-w", str(out), str(build / "src")],
+                   check=True, capture_output=True, timeout=600)
+    (path,) = out.glob("scarce-*.whl")
+    return path
+
+
+def test_the_wheel_installs_one_import_name_with_its_configs(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"scarce"}, sorted(tops)
+    for flow in ("leml", "relations", "strip", "deployments", "apply-leml"):
+        assert f"scarce/configs/{flow}.yaml" in names
+    assert "scarce/configs/experiments/relations-corpora.yaml" in names
+    assert {"scarce/__init__.py", "scarce/flows/cli.py", "scarce/tasks/store.py",
+            "scarce/algorithms/leml/model.py", "scarce/bench/leml.py"} <= set(names)
+
+
+@pytest.fixture(scope="module")
+def fresh(wheel, tmp_path_factory) -> Path:
+    """A new environment holding the wheel; returns its bin folder."""
+    env = tmp_path_factory.mktemp("venv") / "env"
+    venv.EnvBuilder(with_pip=False).create(env)
+    site = Path(sysconfig.get_paths(vars={"base": str(env), "platbase": str(env)})["purelib"])
+    (site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"),
+                    "install", "--no-deps", "--disable-pip-version-check", "-q", str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    return env / "bin"
+
+
+def _run(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SCARCE_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    # a new Prefect home migrates its database at the first start: slow on a loaded machine
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "600"
+    return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_init_run_and_apply_from_the_wheel_beside_a_tasks_py(fresh, tmp_path):
+    work = tmp_path / "my-project"
+    work.mkdir()
+    (work / "tasks.py").write_text("WHOSE = 'the user'\n")  # an invoke or Celery project's
+    out = _run(fresh, work, str(fresh / "python"), "-c",
+               "import scarce, tasks; print(scarce.__file__); print(tasks.WHOSE)")
+    assert out.returncode == 0, out.stderr
+    where, whose = out.stdout.split("\n")[:2]
+    assert "site-packages" in where and str(REPO) not in where and whose == "the user"
+    out = _run(fresh, work, str(fresh / "scarce"), "init")
+    assert out.returncode == 0, out.stderr
+    assert (work / "configs" / "leml.yaml").is_file() and (work / "data").is_dir()
+    _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", work / "data" / "train.txt", 300)
+    _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", work / "data" / "test.txt", 50)
+    out = _run(fresh, work, str(fresh / "scarce"), "run", "leml", "--set",
+               "model.outer_iterations=2", "--set", "model.rank=8")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "precision@1" in out.stdout
+    (run,) = (work / "data" / "runs").iterdir()
+    assert (run / "manifest.json").is_file() and (work / "data" / "cache").is_dir()
+    out = _run(fresh, work, str(fresh / "scarce"), "apply", run.name, "--input", "data/test.txt",
+               "--output", "labels.csv")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len((work / "labels.csv").read_text().splitlines()) == 1 + 50 * 5
+    out = _run(fresh, work, str(fresh / "python"), "-c",
+               "import scarce; m = scarce.load_model('latest'); "
+               "print(len(m.predict_top_k('data/test.txt', 5)))")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == [str(50 * 5)]
+    # nothing of the project was written into the environment
+    assert not list((fresh.parent).rglob("data/cache"))
