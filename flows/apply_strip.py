@@ -2,7 +2,7 @@
 
 ::
 
-    load rules -> per file: preprocess -> apply rules -> write chains -> count chains
+    load rules -> per file: preprocess -> apply rules -> write chains -> count and score chains
 
 ``preprocess`` is the training flow's own step, run with the settings the model records (window,
 sentence limit, sources), so the pairs and features of a new document are built exactly as in
@@ -10,11 +10,15 @@ training (a document the training run read is a cache hit); ``apply rules`` fire
 variant's rules on the pairs and clusters the positive ones by single link
 (:func:`tasks.strip.chains`, the function the training run's ``evaluate`` scores); ``write chains``
 writes the file's CoNLL-U with the chains as CorefUD ``Entity=`` annotations.  Nothing is learned.
+``count chains`` records the counts of chains and, for the files whose mentions carry gold chains
+(some entity id with two mentions or more, :func:`tasks.strip.has_gold_chains`), the scores the
+training run's ``evaluate`` records (:func:`tasks.strip.chain_scores`); a file whose mentions are
+all singletons has no gold and is counted only.
 
 The mentions are those the input marks (its ``Entity=`` spans: gold mentions, or the mentions of
-another system written in the same format); the input's entity ids are ignored.  Mention
-detection is not part of this project.  Options: ``configs/apply-strip.yaml``; the model format
-is in docs/strip.md.
+another system written in the same format); the input's entity ids are used only to score the
+chains.  Mention detection is not part of this project.  Options: ``configs/apply-strip.yaml``;
+the model format is in docs/strip.md.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ class ApplyStripConfig(ApplyConfig):
 
 @flow(name="apply-strip", flow_run_name="apply-strip-{config.model_run}")
 def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None) -> dict:
-    """load rules -> preprocess -> apply rules -> write chains (per file) -> count chains."""
+    """load rules -> preprocess -> apply rules -> write chains (per file) -> count chains and,
+    where the input has gold chains, score them."""
     ctx = RunContext.open("apply-strip", config, options)
     model = open_strip_model(config.model_run, config.variant, ctx.run_dir.parent)
     files = input_files(ctx.path(config.input), strip.DOC_SUFFIXES, config.allow_empty)
@@ -68,7 +73,8 @@ def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None
                        mentions=[d["mentions"] for d in data], rules=unmapped(rules),
                        method=model.variant, kinds=unmapped(model.kinds))
     written = ctx.map(strip.write_predicted, path=files, clusters=clusters)
-    metrics = ctx.run(strip.count_chains, clusters=clusters, dataset=Path(config.input).name)
+    metrics = ctx.run(strip.count_chains, clusters=clusters, mentions=[d["mentions"] for d in data],
+                      dataset=Path(config.input).name)
     texts = [ctx.read(ref)["conllu"].iloc[0] for ref in written]
     for name, text in zip(names, texts, strict=True):
         ctx.write_output(f"predicted/{name}", text)

@@ -17,8 +17,9 @@ metrics table never holds a time.
 What a run learned is used again by the ``apply-strip`` flow (``flows/apply_strip.py``):
 ``load_rules`` reads a variant's rule table from a run's ``outputs/model/``, ``preprocess`` is the
 training step itself, ``apply_rules`` fires the rules on one file's pairs and clusters them by
-single link (:func:`chains`, as ``evaluate`` does), and ``write_predicted`` writes the chains into
-the file's CoNLL-U, as the training run does for its test documents.
+single link (:func:`chains`, as ``evaluate`` does), ``write_predicted`` writes the chains into
+the file's CoNLL-U, as the training run does for its test documents, and ``count_chains`` counts
+them and, for the files that carry gold chains, scores them as ``evaluate`` does.
 """
 
 from __future__ import annotations
@@ -331,6 +332,29 @@ def _long_scores(scores: pd.DataFrame, prefix: str) -> dict[str, float]:
             for name in SCORE_NAMES for c in ("p", "r", "f")}
 
 
+def chain_scores(key, response, source, groups) -> dict[str, float]:
+    """The scores ``evaluate`` records for chains ``response`` against entities ``key``.
+
+    MUC, B³, CEAF-e and pairwise P / R / F1 over the mentions ``source`` marks (``muc_p``, ...:
+    the non-source mentions are clustered, then removed before scoring, as Stoyanov and Cardie
+    2006) and over all mentions (``all_muc_p``, ...); ``groups`` is each mention's document
+    (:func:`algorithms.metrics.coref.coref_scores`).
+    """
+    return {**_long_scores(coref_metrics.coref_scores(key, response, source, groups), ""),
+            **_long_scores(coref_metrics.coref_scores(key, response, None, groups), "all_")}
+
+
+def has_gold_chains(mentions: pd.DataFrame) -> bool:
+    """Whether the mentions of a file carry gold coreference: some entity id of a document has
+    two mentions or more.
+
+    CorefUD gives every mention an entity id, so a file without gold coreference (the mentions
+    of a detector, or a file whose chains were removed) is one where every mention is its own
+    entity; such a file, or one of genuine singletons only, has nothing to score.
+    """
+    return bool(mentions.duplicated(["doc", "entity"]).any())
+
+
 @step(
     "strip-evaluate",
     inputs=("test_pairs", "test_mentions", "rules", "timings"),
@@ -368,8 +392,7 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
         coverage.append(cov.assign(method=method))
         response = chains(ripper.rules_fire(table, X), pairs, mentions)
         values = {
-            **_long_scores(coref_metrics.coref_scores(key, response, source, groups), ""),
-            **_long_scores(coref_metrics.coref_scores(key, response, None, groups), "all_"),
+            **chain_scores(key, response, source, groups),
             "n_rules": float(ripper.rule_count(table)),
             **({"loss_ratio": float(loss_ratios[method])} if loss_ratios else {}),
         }
@@ -619,10 +642,28 @@ def apply_rules(path: Path, pairs: pd.DataFrame, mentions: pd.DataFrame, rules: 
                          "cluster": chains(positive, pairs, mentions)})[CLUSTER_COLUMNS]
 
 
-@step("strip-apply-summary", inputs=("clusters",), run_name="count chains")
-def count_chains(clusters: list, dataset: str) -> pd.DataFrame:
-    """The apply run's metrics table: documents, mentions, chains (two mentions or more),
-    mentions in those chains and singletons, over every file."""
+@step("strip-apply-summary", inputs=("clusters", "mentions"), run_name="count chains")
+def count_chains(clusters: list, mentions: list, dataset: str) -> pd.DataFrame:
+    """The apply run's metrics table: counts over every file and, where gold is present, scores.
+
+    The counts: documents, mentions, chains (two mentions or more), mentions in those chains and
+    singletons.  The files whose mentions carry gold chains (:func:`has_gold_chains`) are scored
+    together as ``evaluate`` scores the test files of a training run (:func:`chain_scores`, the
+    sources as ``preprocess`` marked them), with ``scored_documents`` their documents; without
+    such a file the table holds the counts only.
+
+    Parameters
+    ----------
+    clusters : list of DataFrame
+        ``apply_rules``'s table of every file.
+    mentions : list of DataFrame
+        ``preprocess``'s mentions of the same files, in the same order (their ``entity`` is the
+        input's entity id).
+    dataset : str
+        The ``dataset`` column.
+    """
+    if len(clusters) != len(mentions):
+        raise ValueError(f"{len(clusters)} cluster tables but {len(mentions)} mention tables")
     table = (pd.concat([c.assign(file=k) for k, c in enumerate(clusters)], ignore_index=True)
              if clusters else pd.DataFrame({"file": [], "doc": [], "cluster": [],
                                             "method": []}))
@@ -630,6 +671,20 @@ def count_chains(clusters: list, dataset: str) -> pd.DataFrame:
     values = {"documents": len(table[["file", "doc"]].drop_duplicates()), "mentions": len(table),
               "chains": int((size >= 2).sum()), "mentions_in_chains": int(size[size >= 2].sum()),
               "singletons": int((size == 1).sum())}
+    gold = [k for k, m in enumerate(mentions) if has_gold_chains(m)]
+    if gold:
+        for k in gold:
+            same = (clusters[k]["doc"].astype(str).to_numpy() == mentions[k]["doc"].astype(
+                str).to_numpy()) & (clusters[k]["mention"].to_numpy() == mentions[k][
+                "mention"].to_numpy())
+            if len(clusters[k]) != len(mentions[k]) or not same.all():
+                raise ValueError(f"file {k}: the chains and the mentions are not aligned")
+        men = pd.concat([mentions[k].assign(file=k) for k in gold], ignore_index=True)
+        response = np.concatenate([clusters[k]["cluster"].to_numpy() for k in gold])
+        groups = pd.factorize(pd.MultiIndex.from_frame(men[["file", "doc"]]))[0]
+        values["scored_documents"] = int(groups.max()) + 1
+        values.update(chain_scores(men["entity"].to_numpy(), response,
+                                   men["source"].to_numpy(dtype=bool), groups))
     method = table["method"].iloc[0] if len(table) else ""
     return pd.DataFrame([(dataset, method, k, float(v)) for k, v in values.items()],
                         columns=["dataset", "method", "metric", "value"])
