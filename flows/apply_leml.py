@@ -28,11 +28,14 @@ from scarce.flows.apply import (
 )
 from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
 from scarce.flows.runtime import RunContext, RunOptions
+from scarce.tasks.errors import InputError
 from scarce.tasks.leml import TOP_K, collect, label_file, load, score, task_params
+from scarce.tasks.leml_table import load_table
+from scarce.tasks.readers.table import TABLE_SUFFIXES
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
 SUFFIXES = {"xmc": (".txt", ".txt.gz"), "arff": (".arff", ".arff.gz"),
-            "parquet": (".x.parquet",)}
+            "parquet": (".x.parquet",), "table": TABLE_SUFFIXES}
 #: What ``apply-leml`` reads from ``model.json``.
 MODEL_KEYS = ("rank", "loss", "dtype", "n_labels", "fit_intercept", "normalize", "input_format",
               "shapes")
@@ -41,8 +44,9 @@ MODEL_KEYS = ("rank", "loss", "dtype", "n_labels", "fit_intercept", "normalize",
 class ApplyLemlConfig(ApplyConfig):
     top_k: int = Field(TOP_K, ge=1, description="Labels per row, best first (at most the "
                        "model's label count).")
-    format: Literal["xmc", "arff", "parquet"] | None = Field(
-        None, description="Input format; null: the format the model was trained on.")
+    format: Literal["xmc", "arff", "parquet", "table"] | None = Field(
+        None, description="Input format; null: the format the model was trained on (a "
+        "table model reads tables only: its vectoriser and label names are the model's).")
     batch_size: int = Field(BATCH_SIZE, ge=1, description="Rows scored at a time.")
 
 
@@ -67,14 +71,12 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     output = None if config.output is None else output_target(
         ctx.path(config.output), names, inputs=files, source=source,
         store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
-    read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
-                n_labels=meta["n_labels"] if fmt == "arff" else None)
-    loaded = ctx.gather([ctx.submit(load, path=path, labels_file=label_file(path, fmt), **read)
-                         for path in files])
+    loaded = ctx.gather(load_inputs(ctx, files, fmt, meta, folder))
     model = LEML(**{k: meta[k] for k in ("rank", "loss", "dtype", "fit_intercept")})
     scored = ctx.gather([
         ctx.submit(score, X=data["X"], Y=data["Y"], path=path, W=folder / MODEL_FILES["W"],
-                   H=folder / MODEL_FILES["H"], format=fmt, shapes=meta["shapes"],
+                   H=folder / MODEL_FILES["H"], labels=folder / MODEL_FILES["labels"],
+                   format=fmt, shapes=meta["shapes"],
                    params=task_params(model, score), top_k=config.top_k,
                    batch_size=config.batch_size, method=f"leml-{meta['loss']}-k{meta['rank']}",
                    source=path.name)
@@ -84,3 +86,23 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     if output is not None:
         export(ctx.store, [r["predictions"] for r in scored], names, output)
     return ctx.finish(ctx.run(collect, tables=[r["metrics"] for r in scored]))
+
+
+def load_inputs(ctx: RunContext, files: list, fmt: str, meta: dict, folder) -> list:
+    """The submitted load steps of the input ``files`` in ``fmt``, read as the model's
+    training data was (dtype, row normalisation; a table in the model's own feature and
+    label space, ``features.parquet`` and ``labels.parquet``).  Labels are optional: a
+    table without its label column, a Parquet X without its Y."""
+    if fmt == "table" or meta["input_format"] == "table":
+        if fmt != meta["input_format"] or "table" not in meta:
+            raise InputError(f"the model of run {ctx.config.model_run} was trained on "
+                             f"{meta['input_format']} data; it reads {meta['input_format']} "
+                             f"input, not {fmt}", key="format")
+        return [ctx.submit(load_table, path=path, table=meta["table"], dtype=meta["dtype"],
+                           normalize=meta["normalize"],
+                           features=folder / MODEL_FILES["features"],
+                           labels=folder / MODEL_FILES["labels"]) for path in files]
+    read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
+                n_labels=meta["n_labels"] if fmt == "arff" else None)
+    return [ctx.submit(load, path=path, labels_file=label_file(path, fmt, required=False),
+                       **read) for path in files]

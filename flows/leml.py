@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 from scarce.algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
 from scarce.algorithms.leml.losses import LOSSES
 from scarce.algorithms.leml.predict import BATCH_SIZE
+from scarce.algorithms.leml.text import VECTORIZERS
 from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, model_document
 from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
@@ -55,6 +56,7 @@ from scarce.tasks.leml import (
     task_params,
 )
 from scarce.tasks.leml_dask import DaskWStep
+from scarce.tasks.leml_table import load_table, table_space
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
@@ -64,14 +66,80 @@ MODEL_FILES = {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet
                "labels": "labels.parquet", "config": "config.json"}
 
 
+class VectorizerConfig(Strict):
+    """How ``format: table`` turns a text column into features: a scikit-learn vectoriser
+    (its options, their defaults), fitted on the training table only and kept with the
+    model (its vocabulary and idf)."""
+
+    kind: Literal[tuple(VECTORIZERS)] = Field(
+        "tfidf", description="tfidf (TfidfVectorizer: idf-weighted, rows of unit norm) or "
+        "count (CountVectorizer: term counts).")
+    lowercase: bool = Field(True, description="Lower-case the text first.")
+    ngram_range: tuple[int, int] = Field(
+        (1, 1), description="Word n-grams from n = first to second.")
+    min_df: int | float = Field(
+        1, gt=0, description="Drop terms in fewer documents than this (a share when < 1.0).")
+    max_df: int | float = Field(
+        1.0, gt=0, description="Drop terms in more documents than this (a share when <= "
+        "1.0).")
+    max_features: int | None = Field(
+        None, ge=1, description="Keep the most frequent terms only (null: all).")
+    stop_words: Literal["english"] | None = Field(
+        None, description="english: drop scikit-learn's English stop words.")
+    binary: bool = Field(False, description="Count a term once per document.")
+    sublinear_tf: bool = Field(False, description="tfidf: 1 + log(tf) in place of tf.")
+
+    @model_validator(mode="after")
+    def _ngram_range_ordered(self) -> VectorizerConfig:
+        low, high = self.ngram_range
+        if not 1 <= low <= high:
+            raise ValueError(f"ngram_range must be [low, high] with 1 <= low <= high, got "
+                             f"{list(self.ngram_range)}")
+        return self
+
+
+class TableConfig(Strict):
+    """How ``format: table`` reads a CSV, TSV, Parquet or JSON Lines table: one row per
+    example, a label column and a text column (or a sparse feature column)."""
+
+    labels_column: str = Field(
+        "labels", min_length=1, description="Column of label names: a list, the text of "
+        "a list (['a', 'b']), or names joined by label_separator.  Optional in the tables "
+        "apply-leml labels.")
+    label_separator: str = Field(
+        ",", min_length=1, description="Between the names of a label cell written as one "
+        "string.")
+    text_column: str = Field(
+        "text", min_length=1, description="Column of text, turned into features by "
+        "`vectorizer` (unused when features_column is set).")
+    features_column: str | None = Field(
+        None, description="Column of sparse features (\"3:0.5 17:1\", a mapping or a list of "
+        "[index, value] pairs) or dense rows (a list of numbers), in place of text.")
+    n_features: int | None = Field(
+        None, ge=1, description="features_column: the feature space's width (null: the "
+        "training table's largest index + 1).")
+    label_list: str | None = input_path(
+        "file", default=None,
+        description="A file of label names, one per line: the model's labels in that order "
+        "(null: the training table's names, sorted).  Names outside it are left out.")
+    vectorizer: VectorizerConfig = Field(default_factory=VectorizerConfig,
+                                         description="The text column's vectoriser.")
+
+    def options(self) -> dict:
+        """What the table steps read (their key): everything but the label list's path,
+        whose content enters the key as a file's."""
+        return self.model_dump(mode="json", exclude={"label_list"})
+
+
 class DatasetConfig(Strict):
     name: str = Field(
         "bibtex",
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
         description="Dataset name used in run names and metrics.",
     )
-    format: Literal["xmc", "arff", "parquet"] = Field(
-        "xmc", description="Extreme Classification text, Mulan ARFF, or an X/Y Parquet pair."
+    format: Literal["xmc", "arff", "parquet", "table"] = Field(
+        "xmc", description="Extreme Classification text, Mulan ARFF, a store-format X/Y "
+        "Parquet pair, or a table (CSV, TSV, Parquet or JSON Lines: `table`)."
     )
     train: str = input_path(
         "file or folder",
@@ -82,6 +150,8 @@ class DatasetConfig(Strict):
     test: str = input_path("file or folder",
                            description="Test file, or a folder of its parts (as train).")
     n_labels: int | None = Field(None, ge=1, description="Label count (ARFF only).")
+    table: TableConfig = Field(default_factory=TableConfig,
+                               description="format table: its columns and vectoriser.")
     normalize: Literal["none", "l2"] = Field(
         "none", description="Scale every row of X to unit L2 norm (train and test alike)."
     )
@@ -268,10 +338,12 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     # cluster too: the flow's process holds none of it.
     data_cluster = cluster if config.w_step.runner == "dask" else None
     files = {which: _input_files(ctx, d, which) for which in ("train", "test")}
-    # What the files' heads tell (their shapes agree, the factors fit) before any is read.
-    check_inputs(model, files, d.format, d.n_labels,
-                 fully_observed=config.observed_fraction == 1,
-                 validation_fraction=d.validation_fraction)
+    # What the files' heads tell (their shapes agree, the factors fit) before any is read;
+    # a table has no head: its space is learned from the training table.
+    if d.format != "table":
+        check_inputs(model, files, d.format, d.n_labels,
+                     fully_observed=config.observed_fraction == 1,
+                     validation_fraction=d.validation_fraction)
     train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
                               labelled=len(files["train"]) == 1)
     test_parts = _load_parts(ctx, d, m, files["test"], data_cluster)
@@ -335,7 +407,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
                 params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))
         for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
-    predictions = ctx.run(predict, test=here, **factors,
+    predictions = ctx.run(predict, test=here, **factors, labels=train_file["labels"],
                           params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
                           partition=test_blocks, cluster=cluster)
     name_outputs(ctx, config, factors, train_file, predictions)
@@ -389,9 +461,26 @@ def _load_parts(ctx: RunContext, d: DatasetConfig, m: ModelConfig, files: list,
     agree on the numbers of features and labels by :func:`tasks.leml.check_inputs`), each
     read on its own (on ``cluster`` when given); ``labelled``: the one file is the training
     set, refused when no point has a label (a part of a folder may have none)."""
+    if d.format == "table":
+        return _load_tables(ctx, d, m, files, labelled)
     read = dict(format=d.format, dtype=m.dtype, n_labels=d.n_labels, normalize=d.normalize)
     return [ctx.run(load, path=f, labels_file=label_file(f, d.format), cluster=cluster,
                     labelled=labelled, **read) for f in files]
+
+
+def _load_tables(ctx: RunContext, d: DatasetConfig, m: ModelConfig, files: list,
+                 labelled: bool) -> list[dict]:
+    """The ``leml-load-table`` refs of the tables ``files`` in the training table's space
+    (``leml-table-space``: its labels and vectoriser, learned from the training table only),
+    with the space's refs as each file's index maps, as :func:`_load_parts` gives them."""
+    train = ctx.path(d.train)
+    label_list = None if d.table.label_list is None else ctx.path(d.table.label_list)
+    space = ctx.run(table_space, path=train, table=d.table.options(), label_list=label_list)
+    maps = {part: ctx.store.path(space[part]) for part in ("features", "labels")}
+    loaded = [ctx.run(load_table, path=f, table=d.table.options(), dtype=m.dtype,
+                      normalize=d.normalize, labelled=labelled, **maps) for f in files]
+    return [{**xy, "features": space["features"], "labels": space["labels"]}
+            for xy in loaded]
 
 
 def _stacked(ctx: RunContext, parts: list[dict]) -> dict:
@@ -446,7 +535,8 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
         "leml", MODEL_VERSION, rank=shapes["W"][1], loss=m.loss, dtype=m.dtype,
         n_features=shapes["W"][0] - int(m.fit_intercept), n_labels=shapes["H"][0],
         fit_intercept=m.fit_intercept, normalize=d.normalize, input_format=d.format,
-        shapes=shapes, files=MODEL_FILES))
+        shapes=shapes, files=MODEL_FILES,
+        **({"table": d.table.options()} if d.format == "table" else {})))
 
 
 def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int,

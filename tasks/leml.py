@@ -52,10 +52,15 @@ def parquet_pair(path: str | Path) -> tuple[Path, Path]:
     return Path(base + ".X.parquet"), Path(base + ".Y.parquet")
 
 
-def label_file(path: str | Path, format: str) -> Path | None:
+def label_file(path: str | Path, format: str, required: bool = True) -> Path | None:
     """The second file a dataset in ``format`` is read from (the Y of a Parquet pair; None for
-    the one-file formats), passed to :func:`load` so that its bytes enter the step's key."""
-    return parquet_pair(path)[1] if format == "parquet" else None
+    the one-file formats), passed to :func:`load` so that its bytes enter the step's key.
+    Not ``required`` (new rows to label): None when that file does not exist, and
+    :func:`load` reads X alone."""
+    if format != "parquet":
+        return None
+    y_path = parquet_pair(path)[1]
+    return y_path if required or y_path.exists() else None
 
 
 def _parquet_shapes(path: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -84,14 +89,25 @@ def _parquet_shapes(path: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(x_shape), tuple(y_shape)
 
 
-def _read_parquet_xy(path: Path, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+def _read_parquet_xy(path: Path, dtype,
+                     with_labels: bool = True) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """``<name>.X.parquet`` and ``<name>.Y.parquet``: sparse (row, col, value) tables as
     the result store writes them (path names either file), checked as
-    :func:`_parquet_shapes` says and with every value of X finite in ``dtype``."""
-    _parquet_shapes(path)
+    :func:`_parquet_shapes` says and with every value of X finite in ``dtype``.  Without
+    ``with_labels`` (new rows to label) only X is read and Y has no column."""
     x_path, y_path = parquet_pair(path)
+    if with_labels:
+        _parquet_shapes(path)
+        Y = read_parquet_entry(y_path)
+    else:
+        if not x_path.is_file():
+            raise InputError("file not found", path=x_path)
+        try:
+            n_rows = entry_shape(x_path)[0]
+        except CorruptEntry as exc:
+            raise InputError(str(exc).removeprefix(f"{x_path}: "), path=x_path) from None
+        Y = sp.csr_matrix((n_rows, 0), dtype=np.float32)
     X = read_parquet_entry(x_path)
-    Y = read_parquet_entry(y_path)
     if not (sp.issparse(X) or isinstance(X, np.ndarray)) or not sp.issparse(Y):
         raise InputError("expected a sparse or dense X and a sparse Y", path=path)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -271,7 +287,7 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
                              "the labels)", path=path, key="dataset.n_labels")
         X, Y, *names = read_arff(path, n_labels=n_labels, dtype=dt)
     elif format == "parquet":
-        X, Y = _read_parquet_xy(path, dt)
+        X, Y = _read_parquet_xy(path, dt, with_labels=labels_file is not None)
     else:
         raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
     if labelled and not sp.csr_matrix(Y).count_nonzero():
@@ -820,23 +836,41 @@ def evaluate(
     return {"metrics": metrics, "convergence": conv}
 
 
-@step("leml-predict", inputs=("test", "W", "H"), paths=("partition",), runtime=("cluster",),
-      where=("cluster", _driver_client), run_name="predict top {top_k}")
-def predict(test: dict | None, W: np.ndarray, H: np.ndarray, params: dict, top_k: int,
-            batch_size: int, partition: list | None = None,
+#: The column of a predictions table holding the label's name (null where the training data
+#: names none), beside its index ``label``.
+LABEL_NAME = "label_name"
+
+
+def named_predictions(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
+    """``predictions`` (:func:`predictions_table`) with the name of every label, from the
+    model's label map ``labels`` (``label``, ``name``), after the ``label`` column."""
+    names = labels.sort_values("label")["name"].astype("string").to_numpy()
+    out = predictions.copy()
+    out.insert(out.columns.get_loc("label") + 1, LABEL_NAME,
+               pd.array(names[out["label"].to_numpy()], dtype="string"))
+    return out
+
+
+@step("leml-predict", version="2", inputs=("test", "W", "H", "labels"), paths=("partition",),
+      runtime=("cluster",), where=("cluster", _driver_client), run_name="predict top {top_k}")
+def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFrame,
+            params: dict, top_k: int, batch_size: int, partition: list | None = None,
             cluster: dict | None = None) -> pd.DataFrame:
-    """The test set's top labels by the final factors (:func:`predictions_table`): of
-    ``test``, here, or (the Dask runner) of the test set's row blocks ``partition``, each
-    block predicted on a worker of ``cluster`` (runtime, not in the key) and none read here
+    """The test set's top labels by the final factors, named by the training file's label
+    map ``labels`` (:func:`predictions_table`, :func:`named_predictions`): of ``test``, here,
+    or (the Dask runner) of the test set's row blocks ``partition``, each block predicted on
+    a worker of ``cluster`` (runtime, not in the key) and none read here
     (:func:`tasks.leml_dask.predict_on_blocks`, the same table end to end)."""
     if partition is None:
         model = LEML(**params).set_factors(W, H)
-        return predictions_table(model, test["X"], top_k, batch_size)
+        return named_predictions(predictions_table(model, test["X"], top_k, batch_size),
+                                 labels)
     from scarce.tasks.leml_dask import predict_on_blocks
 
     _release_kept_blocks()  # the fit is over: the workers predict without its blocks
     with _w_step_client(cluster) as client:
-        return predict_on_blocks(client, partition, W, H, params, top_k, batch_size)
+        return named_predictions(
+            predict_on_blocks(client, partition, W, H, params, top_k, batch_size), labels)
 
 
 def data_line(path: Path, format: str, row: int) -> int | None:
@@ -895,15 +929,27 @@ def _read_factor(path: Path, shape: tuple[int, int]) -> np.ndarray:
     return value
 
 
-@step("leml-score", inputs=("X", "Y"), files=("path", "W", "H"),
+def read_label_map(path: Path, n_labels: int) -> pd.DataFrame:
+    """A model's label map (``labels.parquet``: ``label``, ``name``): an :class:`InputError`
+    naming the file when it is damaged or does not map the model's ``n_labels`` labels."""
+    value = read_parquet_entry(path)
+    if (not isinstance(value, pd.DataFrame) or not {"label", "name"} <= set(value.columns)
+            or sorted(value["label"].tolist()) != list(range(n_labels))):
+        raise InputError(f"expected the label map of the model's {n_labels} labels (columns "
+                         "label, name)", path=path)
+    return value
+
+
+@step("leml-score", version="2", inputs=("X", "Y"), files=("path", "W", "H", "labels"),
       outputs=("predictions", "metrics"), run_name="score {source}")
-def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, format: str,
-          shapes: dict, params: dict, top_k: int, batch_size: int, method: str,
+def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labels: Path,
+          format: str, shapes: dict, params: dict, top_k: int, batch_size: int, method: str,
           source: str) -> dict:
     """The ``top_k`` labels of every row of a new file by a stored model (``apply-leml``).
 
     ``X`` and ``Y`` are the file ``path`` as :func:`load` read it; ``W`` and ``H`` the
-    model's factor files, of the ``shapes`` its ``model.json`` gives; ``params`` the
+    model's factor files, of the ``shapes`` its ``model.json`` gives, ``labels`` its label
+    map (the predictions name their labels, :func:`named_predictions`); ``params`` the
     estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the model's
     feature space (:func:`in_feature_space`).  ``metrics``: the rows scored and, when the file
     has labels in the model's label space, P@1/3/5 (those ``k <= top_k``), named ``method``
@@ -911,7 +957,8 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, form
     """
     model = LEML(**params).set_factors(_read_factor(W, shapes["W"]), _read_factor(H, shapes["H"]))
     X = in_feature_space(X, model.n_features_in_, path, format)
-    predictions = predictions_table(model, X, top_k, batch_size)
+    predictions = named_predictions(predictions_table(model, X, top_k, batch_size),
+                                    read_label_map(labels, model.n_labels_))
     scores = {"rows": float(X.shape[0])}
     ks = [k for k in (1, 3, 5) if k <= min(top_k, model.n_labels_)]
     if ks and Y.shape[1] == model.n_labels_ and Y.nnz:  # (so X has rows)

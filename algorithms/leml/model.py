@@ -60,6 +60,7 @@ from scarce.algorithms.leml.predict import (
 )
 from scarce.algorithms.leml.w_step import check_w_solver, update_W
 from scarce.algorithms.memory import check_allocation
+from scarce.algorithms.metrics.multilabel import precision_at_k
 
 __all__ = ["LEML", "STEPS"]
 
@@ -615,6 +616,13 @@ class LEML(BaseEstimator):
         A = self._embed(X)
         return threshold_in_batches(lambda s, e: A[s:e] @ self.H_.T, A.shape[0],
                                     self.threshold_, batch_size, n_labels=self.H_.shape[0])
+
+    def score(self, X, Y, batch_size: int = BATCH_SIZE) -> float:
+        """Precision at 1 on ``X`` against the 0/1 label matrix ``Y``: the share of rows
+        whose best label is one of theirs.  Greater is better, so ``GridSearchCV`` and
+        ``cross_val_score`` use it without a scorer of their own."""
+        top = self.predict_top_k(X, 1, batch_size)
+        return float(precision_at_k(sp.csr_matrix(Y), top, ks=[1])[1])
 
     def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE, *,
                       return_scores: bool = False):

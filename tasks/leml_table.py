@@ -1,0 +1,211 @@
+"""LEML's steps over a plain table (``dataset.format: table``): the label and feature space
+learned from the training table, and every table read in that space.
+
+``leml-table-space`` reads the training table once: the label names (sorted, or in the
+order of ``label_list``) and the features (a vocabulary with its idf, fitted by the
+vectoriser on the training table only, or the width of a sparse feature column).
+``leml-load-table`` reads any table (training, test, or new rows for ``apply-leml``) in that
+space: its text through the rebuilt vectoriser (:func:`algorithms.leml.text.vectorize`), its
+labels to the space's columns.  The space is two Parquet files, the model's
+``features.parquet`` and ``labels.parquet``: the training flow passes its store entries,
+``apply-leml`` and :func:`scarce.load_model` the model's copies, so every route reads a text
+into the same row.  The cells' forms are :mod:`tasks.readers.table`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from scarce.algorithms.leml.text import fit_vocabulary, vectorize
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.table import feature_rows, label_names, read_table
+from scarce.tasks.readers.text import decode_text, read_bytes
+from scarce.tasks.steps import log_both, step
+from scarce.tasks.store import read_parquet_entry
+
+
+def _feature_source(table: dict) -> tuple[str, str]:
+    """``("features", column)`` for a sparse feature column, else ``("text", column)``."""
+    if table.get("features_column"):
+        return "features", table["features_column"]
+    return "text", table["text_column"]
+
+
+def read_label_list(path: Path) -> list[str]:
+    """The label names of a ``label_list`` file, one per line in model order (blank lines
+    skipped); a name given twice is an error naming both lines."""
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(decode_text(read_bytes(path), path).split("\n"), start=1):
+        name = line.strip()
+        if not name:
+            continue
+        if name in seen:
+            raise InputError(f"label {name!r} is listed twice (first at line {seen[name]})",
+                             path=path, line=lineno)
+        seen[name] = lineno
+    if not seen:
+        raise InputError("no label names in the label list", path=path)
+    return list(seen)
+
+
+def _texts(cells: pd.Series, path: Path, column: str) -> list[str]:
+    texts = []
+    for i, cell in enumerate(cells):
+        if cell is None or (not isinstance(cell, str) and pd.isna(cell)):
+            texts.append("")
+        elif isinstance(cell, str):
+            texts.append(cell)
+        else:
+            raise InputError(f"row {i + 1}, column {column!r}: text must be a string, got "
+                             f"{type(cell).__name__}", path=path)
+    return texts
+
+
+@step("leml-table-space", files=("path", "label_list"), outputs=("features", "labels"),
+      run_name="space of {path.name}")
+def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict:
+    """The label and feature space of the training table ``path``.
+
+    ``labels``: ``label`` (the column index) and ``name``: the names of ``label_list`` in its
+    order, else every name the table uses, sorted.  ``features``: ``feature``, ``name`` (the
+    term; null for a feature column) and ``idf`` (TF-IDF; NaN otherwise): the vocabulary the
+    vectoriser ``table["vectorizer"]`` learns from the text column, or the
+    ``table["n_features"]`` columns of a feature column (default: its largest index + 1).
+    """
+    source, column = _feature_source(table)
+    labels_column = table["labels_column"]
+    frame = read_table(path, [column, labels_column])
+    if label_list is not None:
+        names = read_label_list(label_list)
+    else:
+        rows = label_names(frame[labels_column], table["label_separator"], path, labels_column)
+        names = sorted({name for row in rows for name in row})
+        if not names:
+            raise InputError(f"no row has a label in column {labels_column!r}: a training "
+                             "set needs at least one", path=path)
+    labels = pd.DataFrame({"label": np.arange(len(names), dtype=np.int64),
+                           "name": pd.array(names, dtype="string")})
+    if source == "text":
+        options = dict(table["vectorizer"])
+        kind = options.pop("kind")
+        try:
+            terms, idf = fit_vocabulary(_texts(frame[column], path, column), kind, **options)
+        except ValueError as exc:
+            raise InputError(f"column {column!r}: the vectoriser learns no vocabulary "
+                             f"({exc})", path=path, key="dataset.table.vectorizer") from None
+        idf = np.full(len(terms), np.nan) if idf is None else idf
+        log_both(logging.INFO, "%s: a vocabulary of %d terms, %d labels", path.name,
+                 len(terms), len(names))
+    else:
+        width = feature_rows(frame[column], path, column, table.get("n_features")).shape[1]
+        terms, idf = [None] * width, np.full(width, np.nan)
+    features = pd.DataFrame({"feature": np.arange(len(terms), dtype=np.int64),
+                             "name": pd.array(terms, dtype="string"),
+                             "idf": np.asarray(idf, dtype=np.float64)})
+    return {"features": features, "labels": labels}
+
+
+def _read_map(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    value = read_parquet_entry(path)
+    if not isinstance(value, pd.DataFrame) or not set(columns) <= set(value.columns):
+        raise InputError(f"expected a table with the columns {', '.join(columns)}", path=path)
+    return value
+
+
+def table_rows(frame: pd.DataFrame, path: Path, table: dict,
+               features: pd.DataFrame) -> sp.csr_matrix:
+    """The rows of ``frame`` (a table read by :func:`read_table`) in the feature space
+    ``features``, float64: its text vectorised by the space's vocabulary, or its feature
+    column at the space's width."""
+    source, column = _feature_source(table)
+    if source == "features":
+        return feature_rows(frame[column], path, column, len(features))
+    options = dict(table["vectorizer"])
+    kind = options.pop("kind")
+    idf = features["idf"].to_numpy(dtype=np.float64) if kind == "tfidf" else None
+    return vectorize(_texts(frame[column], path, column),
+                     features["name"].astype(object).tolist(), idf, kind, **options)
+
+
+def table_labels(frame: pd.DataFrame, path: Path, table: dict,
+                 labels: pd.DataFrame) -> tuple[sp.csr_matrix, int]:
+    """The label matrix of ``frame`` over the space's ``labels`` (float32; no column: no
+    labels) and how many label mentions name no label of the space (left out)."""
+    column = table["labels_column"]
+    n = len(frame)
+    if column not in frame.columns:
+        return sp.csr_matrix((n, len(labels)), dtype=np.float32), 0
+    index = {name: i for i, name in enumerate(labels["name"].astype(object))}
+    rows = label_names(frame[column], table["label_separator"], path, column)
+    indptr, indices, unknown = [0], [], 0
+    for names in rows:
+        known = sorted(index[name] for name in names if name in index)
+        unknown += len(names) - len(known)
+        indices.extend(known)
+        indptr.append(len(indices))
+    Y = sp.csr_matrix((np.ones(len(indices), dtype=np.float32),
+                       np.asarray(indices, dtype=np.int64), np.asarray(indptr)),
+                      shape=(n, len(labels)))
+    return Y, unknown
+
+
+def read_table_xy(path: Path, table: dict, features: pd.DataFrame, labels: pd.DataFrame,
+                  dtype: str, normalize: str,
+                  labelled: bool = False) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """``X`` (in ``dtype``, rows scaled to unit norm when ``normalize`` is ``l2``) and ``Y``
+    of the table ``path`` in the space (``features``, ``labels``).  The label column may be
+    absent (new rows to label) unless ``labelled`` (the training table)."""
+    _, column = _feature_source(table)
+    required = [column] + ([table["labels_column"]] if labelled else [])
+    frame = read_table(path, required, optional=[table["labels_column"]])
+    return read_frame_xy(frame, table, features, labels, dtype, normalize, path, labelled)
+
+
+def read_frame_xy(frame: pd.DataFrame, table: dict, features: pd.DataFrame,
+                  labels: pd.DataFrame, dtype: str, normalize: str,
+                  path: Path | None = None,
+                  labelled: bool = False) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """:func:`read_table_xy` of a table already in memory (``path``: where it was read, for
+    errors; none for a caller's DataFrame)."""
+    from scarce.tasks.leml import normalize_rows
+
+    path = Path("<DataFrame>") if path is None else path
+    _, column = _feature_source(table)
+    if column not in frame.columns:
+        raise InputError(f"no column {column!r} (the columns: {list(frame.columns)[:10]})",
+                         path=path)
+    X = table_rows(frame, path, table, features)
+    Y, unknown = table_labels(frame, path, table, labels)
+    if unknown:
+        log_both(logging.WARNING, "%s: %d label mentions name no label of the model's %d "
+                 "(left out)", path.name, unknown, len(labels))
+    if labelled and not Y.count_nonzero():
+        raise InputError(f"none of the {Y.shape[0]:,} rows has a label of the label list",
+                         path=path)
+    dt = np.dtype(dtype)
+    big = np.abs(X.data) > np.finfo(dt).max
+    if big.any():
+        raise InputError(f"a feature value beyond {dt.name}", path=path)
+    X = sp.csr_matrix(X.astype(dt))
+    if normalize == "l2":
+        X = normalize_rows(X)
+    elif normalize != "none":
+        raise InputError(f"unknown normalize {normalize!r} (none, l2)", key="dataset.normalize")
+    return X, Y
+
+
+@step("leml-load-table", files=("path", "features", "labels"), outputs=("X", "Y"),
+      run_name="load {path.name}", runtime=("labelled",))
+def load_table(path: Path, table: dict, features: Path, labels: Path, dtype: str,
+               normalize: str, labelled: bool = False) -> dict:
+    """A table read in the space of ``features`` and ``labels`` (the Parquet files of
+    :func:`table_space`'s outputs, or a model's copies): :func:`read_table_xy`.
+    ``labelled`` (a check, out of the key): the training table, which must have labels."""
+    X, Y = read_table_xy(path, table, _read_map(features, ("feature", "name", "idf")),
+                         _read_map(labels, ("label", "name")), dtype, normalize, labelled)
+    return {"X": X, "Y": Y}
