@@ -108,9 +108,28 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     """
     kind = detect_format(path, fmt)
     frame = read_semeval(path) if kind == "semeval" else read_jsonl(path)
+    try:
+        frame = mentions_table(frame, Path(path).name if source is None else source,
+                               relation_types=relation_types, include_other=include_other,
+                               directed=directed)
+    except ValueError as exc:
+        raise InputError(str(exc), path=path) from None
+    if enough_for is not None:
+        try:
+            RelationDiscovery(**enough_for).check_n_pairs(len(frame))
+        except TooFewPairsError as exc:
+            raise InputError(str(exc), path=path, key=exc.param) from None
+    return frame
+
+
+def mentions_table(frame: pd.DataFrame, source: str, *, relation_types: list[str] | None,
+                   include_other: bool, directed: bool) -> pd.DataFrame:
+    """A reader's table (``read_semeval``, ``read_jsonl``, ``read_records``) as the mentions
+    table of :func:`parse` (its options, the same meaning); ``ValueError`` when no pair is
+    left."""
     frame = frame.copy()
     frame["id"] = frame["id"].astype(str)
-    frame.insert(0, "source", Path(path).name if source is None else source)
+    frame.insert(0, "source", source)
     relation = frame["relation"]
     if relation_types is None:
         keep = pd.Series(True, index=frame.index)
@@ -120,13 +139,8 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     keep = (keep | other) if include_other else (keep & ~other)
     frame = frame[keep.to_numpy()].reset_index(drop=True)
     if frame.empty:
-        raise InputError(f"no pairs left after keeping types {relation_types or 'all'} "
-                         f"(include_other={include_other})", path=path)
-    if enough_for is not None:
-        try:
-            RelationDiscovery(**enough_for).check_n_pairs(len(frame))
-        except TooFewPairsError as exc:
-            raise InputError(str(exc), path=path, key=exc.param) from None
+        raise ValueError(f"no pairs left after keeping types {relation_types or 'all'} "
+                         f"(include_other={include_other})")
     frame["gold"] = frame["label"] if directed else frame["relation"]
     frame["tokens"] = [list(t) for t in frame["tokens"]]
     return frame[MENTION_COLUMNS]
