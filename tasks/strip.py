@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import time
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,9 +41,8 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.steps import step
 from scarce.tasks.store import read_parquet_entry
 
-PAIR_KEYS = ["doc", "mention_i", "mention_j", "label"]
-MENTION_KEYS = ["doc", "mention", "entity", "source", "sent", "position_start", "position_end",
-                "position_head"]
+PAIR_KEYS = strip_features.PAIR_KEYS
+MENTION_KEYS = strip_features.MENTION_KEYS
 DOCUMENT_COLUMNS = ["role", "split", "doc_id", "file"]
 DOC_SUFFIXES = (".conllu.gz", ".conllu")
 SCORE_NAMES = ("muc", "b3", "ceaf_e", "pairwise")
@@ -121,12 +119,6 @@ def record_documents(splits_file: Path, documents: list[dict]) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- preprocess
-def _source_seed(seed: int, doc: str) -> np.random.RandomState:
-    """A generator for one document's source draw: independent of the other documents."""
-    ss = np.random.SeedSequence([int(seed), zlib.crc32(str(doc).encode())])
-    return np.random.RandomState(ss.generate_state(1)[0])
-
-
 @step(
     "strip-preprocess",
     files=("path",),
@@ -142,7 +134,8 @@ def preprocess(
     fraction: float | None,
     seed: int | None,
 ) -> dict:
-    """Mentions, candidate pairs, their Ng and Cardie (2002) features and labels, for one file.
+    """Mentions, candidate pairs, their Ng and Cardie (2002) features and labels, for one file:
+    :func:`algorithms.strip.features.pair_table` of the file's frames.
 
     Parameters
     ----------
@@ -166,27 +159,15 @@ def preprocess(
         -1 unknown) then the features of :func:`algorithms.strip.features.pair_features`.
     """
     tokens, mentions = conllu.read_conllu(path)
-    if source_kind == "etype":
-        sources = strip_features.source_mask(mentions, etypes=tuple(etypes))
-    elif source_kind == "fraction":
-        sources = np.zeros(len(mentions), dtype=bool)
-        for doc, rows in mentions.groupby("doc", sort=False).indices.items():
-            sources[rows] = strip_features.source_mask(
-                mentions.iloc[rows], fraction=fraction, random_state=_source_seed(seed, doc))
-    else:
+    if source_kind not in strip_features.SOURCE_KINDS:
         raise InputError(f"unknown source kind {source_kind!r} (etype, fraction)",
                          key="sources.kind")
     try:
-        pairs, X, y = strip_features.build_pairs(
-            tokens, mentions, max_mention_distance=window,
-            max_sentence_distance=max_sentence_distance, sources=sources)
+        men, table = strip_features.pair_table(
+            tokens, mentions, window=window, max_sentence_distance=max_sentence_distance,
+            source_kind=source_kind, etypes=etypes, fraction=fraction, seed=seed)
     except ValueError as exc:
         raise InputError(f"cannot build mention pairs: {exc}", path=path) from None
-    pairs = pairs.reset_index(drop=True)
-    pairs["label"] = y
-    table = pd.concat([pairs, X.reset_index(drop=True)], axis=1)
-    men = mentions.assign(source=sources)[MENTION_KEYS].reset_index(drop=True)
-    men["entity"] = men["entity"].astype(str)
     return {"mentions": men, "pairs": table}
 
 

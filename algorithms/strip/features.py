@@ -43,11 +43,22 @@ features: they are assigned per entity and give the answer away.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pandas as pd
 from sklearn.utils import check_random_state
 
-__all__ = ["make_pairs", "pair_features", "source_mask", "pair_labels", "build_pairs"]
+__all__ = ["make_pairs", "pair_features", "source_mask", "pair_labels", "build_pairs",
+           "document_sources", "pair_table", "PAIR_KEYS", "MENTION_KEYS", "SOURCE_KINDS"]
+
+#: The columns of a pair table before its features (:func:`pair_table`).
+PAIR_KEYS = ["doc", "mention_i", "mention_j", "label"]
+#: The columns of the mention table of :func:`pair_table`.
+MENTION_KEYS = ["doc", "mention", "entity", "source", "sent", "position_start", "position_end",
+                "position_head"]
+#: How the labelled ("source") mentions are chosen (:func:`document_sources`).
+SOURCE_KINDS = ("etype", "fraction")
 
 _DETERMINERS = {"the", "a", "an", "this", "that", "these", "those"}
 _DEMONSTRATIVES = {"this", "that", "these", "those"}
@@ -418,3 +429,72 @@ def build_pairs(tokens, mentions, *, max_mention_distance=20, max_sentence_dista
     pairs = make_pairs(mentions, max_mention_distance=max_mention_distance,
                        max_sentence_distance=max_sentence_distance)
     return pairs, pair_features(tokens, mentions, pairs), pair_labels(mentions, pairs, sources)
+
+
+def _source_seed(seed: int, doc: str) -> np.random.RandomState:
+    """A generator for one document's source draw: independent of the other documents."""
+    ss = np.random.SeedSequence([int(seed), zlib.crc32(str(doc).encode())])
+    return np.random.RandomState(ss.generate_state(1)[0])
+
+
+def document_sources(mentions: pd.DataFrame, *, source_kind: str, etypes, fraction: float | None,
+                     seed: int | None) -> np.ndarray:
+    """Which mentions are sources, document by document.
+
+    ``source_kind="etype"``: the mentions of entities whose type is in ``etypes``
+    (:func:`source_mask`); ``"fraction"``: a ``fraction`` of the entities of each document,
+    drawn with a generator seeded by ``seed`` and the document id, so that a document gets the
+    same sources whatever file or collection it is read with.
+
+    Returns
+    -------
+    ndarray of bool, one per mention row.
+    """
+    if source_kind == "etype":
+        return source_mask(mentions, etypes=tuple(etypes))
+    if source_kind != "fraction":
+        raise ValueError(f"unknown source kind {source_kind!r}; expected one of {SOURCE_KINDS}")
+    if seed is None:
+        raise ValueError("source_kind 'fraction' needs an integer seed")
+    sources = np.zeros(len(mentions), dtype=bool)
+    for doc, rows in mentions.groupby("doc", sort=False).indices.items():
+        sources[rows] = source_mask(mentions.iloc[rows], fraction=fraction,
+                                    random_state=_source_seed(seed, doc))
+    return sources
+
+
+def pair_table(tokens: pd.DataFrame, mentions: pd.DataFrame, *, window: int,
+               max_sentence_distance: int | None, source_kind: str, etypes,
+               fraction: float | None, seed: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The mentions and the pair table StRip learns from, for the documents of one reading.
+
+    Parameters
+    ----------
+    tokens, mentions : DataFrame
+        The reader's frames (:func:`tasks.readers.conllu.read_conllu`).
+    window : int
+        Pairs of mentions at most this many mentions apart (:func:`make_pairs`).
+    max_sentence_distance : int or None
+        And at most this many sentences apart (None: no limit).
+    source_kind, etypes, fraction, seed
+        The labelled mentions (:func:`document_sources`).
+
+    Returns
+    -------
+    mentions : DataFrame
+        :data:`MENTION_KEYS`: ``doc, mention, entity`` (as str), ``source`` (bool) and the
+        sentence and token positions.
+    pairs : DataFrame
+        :data:`PAIR_KEYS` (``label``: 1 / 0 for two sources, -1 unknown, :func:`pair_labels`)
+        then the features of :func:`pair_features`.
+    """
+    sources = document_sources(mentions, source_kind=source_kind, etypes=etypes,
+                               fraction=fraction, seed=seed)
+    pairs, X, y = build_pairs(tokens, mentions, max_mention_distance=window,
+                              max_sentence_distance=max_sentence_distance, sources=sources)
+    pairs = pairs.reset_index(drop=True)
+    pairs["label"] = y
+    table = pd.concat([pairs, X.reset_index(drop=True)], axis=1)
+    men = mentions.assign(source=sources)[MENTION_KEYS].reset_index(drop=True)
+    men["entity"] = men["entity"].astype(str)
+    return men, table
