@@ -21,6 +21,7 @@ from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.metrics.multilabel import precision_at_k
 from scarce.flows import manifest as mf
 from scarce.flows.apply import open_model, resolve_model_run
+from scarce.flows.model_relations import RelationsModel
 from scarce.flows.runtime import default_runs_root
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import _read_factor, in_feature_space, label_file, load
@@ -155,3 +156,4 @@ class LemlModel:
 
 
 LOADERS["leml"] = LemlModel
+LOADERS["relations"] = RelationsModel

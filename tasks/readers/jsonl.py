@@ -108,32 +108,73 @@ def read_jsonl(path: str | Path) -> pd.DataFrame:
                              "that is not half of a pair), which is not text",
                              path=path, line=lineno)
         try:
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            tokens = obj.get("tokens")
-            if (not isinstance(tokens, list) or not tokens
-                    or not all(isinstance(t, str) for t in tokens)):
-                raise ValueError("'tokens' must be a non-empty list of strings")
-            head = _span(obj, "head", len(tokens))
-            tail = _span(obj, "tail", len(tokens))
-            if head[0] < tail[1] and tail[0] < head[1]:
-                raise ValueError(f"head {list(head)} and tail {list(tail)} overlap")
-            label = obj.get("label")
-            if label is not None and not isinstance(label, str):
-                raise ValueError(f"'label' must be a string, got {label!r}")
-            rid = obj.get("id", lineno)
-            if isinstance(rid, bool) or not isinstance(rid, int | str):
-                raise ValueError(f"'id' must be an integer or a string, got {rid!r}")
+            row = _row(obj, lineno)
         except ValueError as exc:
             raise InputError(str(exc), path=path, line=lineno) from None
+        rid = row[0]
         if rid in seen:
             raise InputError(f"duplicated id {rid!r} (first on line {seen[rid]})",
                              path=path, line=lineno)
         seen[rid] = lineno
-        rows.append((rid, tokens, head[0], head[1], tail[0], tail[1], label, label, None))
+        rows.append(row)
     if not rows:
         raise InputError("no records found", path=path)
+    return _frame(rows)
+
+
+def _row(obj, default_id: int) -> tuple:
+    """One record as a row of :data:`COLUMNS`; ``ValueError`` saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    tokens = obj.get("tokens")
+    if (not isinstance(tokens, list) or not tokens
+            or not all(isinstance(t, str) for t in tokens)):
+        raise ValueError("'tokens' must be a non-empty list of strings")
+    head = _span(obj, "head", len(tokens))
+    tail = _span(obj, "tail", len(tokens))
+    if head[0] < tail[1] and tail[0] < head[1]:
+        raise ValueError(f"head {list(head)} and tail {list(tail)} overlap")
+    label = obj.get("label")
+    if label is not None and not isinstance(label, str):
+        raise ValueError(f"'label' must be a string, got {label!r}")
+    rid = obj.get("id", default_id)
+    if isinstance(rid, bool) or not isinstance(rid, int | str):
+        raise ValueError(f"'id' must be an integer or a string, got {rid!r}")
+    return (rid, tokens, head[0], head[1], tail[0], tail[1], label, label, None)
+
+
+def _frame(rows: list[tuple]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("e1_start", "e1_end", "e2_start", "e2_end"):
         df[col] = df[col].astype("int64")
     return df
+
+
+def read_records(records) -> pd.DataFrame:
+    """Entity-pair mentions given as Python dicts in the JSON Lines schema: the table
+    :func:`read_jsonl` makes of a file holding them one a line (``id`` defaults to the
+    1-based position).
+
+    Raises
+    ------
+    ValueError
+        Naming the record (``pairs[2]``, 0-based) and what is wrong with it, as
+        :func:`read_jsonl` would for its line.
+    """
+    rows: list[tuple] = []
+    seen: dict = {}
+    for index, obj in enumerate(records):
+        try:
+            if (where := _lone_surrogate(obj)) is not None:
+                raise ValueError(f"{where} holds a lone surrogate, which is not text")
+            row = _row(obj, index + 1)
+        except ValueError as exc:
+            raise ValueError(f"pairs[{index}]: {exc}") from None
+        if row[0] in seen:
+            raise ValueError(f"pairs[{index}]: duplicated id {row[0]!r} (first in "
+                             f"pairs[{seen[row[0]]}])")
+        seen[row[0]] = index
+        rows.append(row)
+    if not rows:
+        raise ValueError("no pairs given")
+    return _frame(rows)

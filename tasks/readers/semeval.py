@@ -158,7 +158,12 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_semeval(path: str | Path) -> pd.DataFrame:
-    """Read a SemEval-2010 Task 8 file with labels (``TRAIN_FILE.TXT``, ``TEST_FILE_FULL.TXT``).
+    """Read a SemEval-2010 Task 8 file: with labels (``TRAIN_FILE.TXT``, ``TEST_FILE_FULL.TXT``:
+    four lines a record) or without (``TEST_FILE.TXT``: one sentence line a record).
+
+    The first sentence decides: when the line right after it is another sentence line, or there
+    is none, the file has no label lines and its pairs no labels; a label line later in such a
+    file (or a label missing in a labelled one) is an error.
 
     Parameters
     ----------
@@ -171,7 +176,8 @@ def read_semeval(path: str | Path) -> pd.DataFrame:
         Columns ``id`` (int), ``tokens`` (list of str), ``e1_start``, ``e1_end``,
         ``e2_start``, ``e2_end`` (int token offsets, end exclusive), ``label``
         (directed), ``relation`` (undirected type), ``direction`` (``"e1,e2"``,
-        ``"e2,e1"``, missing for ``Other``), in file order.
+        ``"e2,e1"``, missing for ``Other``), in file order; the three label columns are
+        missing in a file without labels.
 
     Raises
     ------
@@ -184,12 +190,17 @@ def read_semeval(path: str | Path) -> pd.DataFrame:
     rows: list[tuple] = []
     seen: dict[int, int] = {}
     lines = _numbered_lines(path)
-    for lineno, line in lines:
+    labelled: bool | None = None  # decided by the line after the first sentence
+    pending: list[tuple[int, str]] = []  # a line read ahead, to be read again
+    while (item := pending.pop() if pending else next(lines, None)) is not None:
+        lineno, line = item
         if not line.strip():
             continue
         m = _HEAD_RE.match(line)
         if m is None:
-            raise InputError(f"expected '<id><TAB>\"sentence\"', got {line[:60]!r}",
+            hint = "" if labelled is not False else (
+                f" (the sentence on line {rows[0][-1]} has no label line, so no sentence has)")
+            raise InputError(f"expected '<id><TAB>\"sentence\"', got {line[:60]!r}{hint}",
                              path=path, line=lineno)
         sid = int(m.group(1))
         if sid > MAX_ID:
@@ -204,7 +215,14 @@ def read_semeval(path: str | Path) -> pd.DataFrame:
         except ValueError as exc:
             raise InputError(f"sentence {sid}: {exc}", path=path, line=lineno) from None
         label_no, label = next(lines, (lineno + 1, None))
-        if label is None or not label.strip():
+        if labelled is None:
+            labelled = label is not None and _HEAD_RE.match(label) is None
+        if not labelled:
+            if label is not None:
+                pending.append((label_no, label))
+            rows.append((sid, tokens, e1[0], e1[1], e2[0], e2[1], None, None, None, lineno))
+            continue
+        if label is None or not label.strip() or _HEAD_RE.match(label):
             raise InputError(f"sentence {sid}: missing label line", path=path, line=label_no)
         label = label.strip()
         try:
@@ -215,10 +233,11 @@ def read_semeval(path: str | Path) -> pd.DataFrame:
         if comment is None or not comment.startswith("Comment:"):
             raise InputError(f"sentence {sid}: expected a 'Comment:' line after the label",
                              path=path, line=comment_no)
-        rows.append((sid, tokens, e1[0], e1[1], e2[0], e2[1], label, relation, direction))
+        rows.append((sid, tokens, e1[0], e1[1], e2[0], e2[1], label, relation, direction,
+                     lineno))
     if not rows:
         raise InputError("no sentences found", path=path)
-    df = pd.DataFrame(rows, columns=COLUMNS)
+    df = pd.DataFrame([r[:-1] for r in rows], columns=COLUMNS)
     for col in ("id", "e1_start", "e1_end", "e2_start", "e2_end"):
         df[col] = df[col].astype("int64")
     return df
