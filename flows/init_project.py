@@ -20,8 +20,17 @@ EDITS: dict[str, list[tuple[str, str]]] = {
     "leml": [
         (r"^name: .*$", "name: mydata                      # names the runs leml-mydata-..."),
         (r"^  name: .*$", "  name: mydata"),
-        (r"^  train: .*$", "  train: data/train.txt           # your training set (format above)"),
-        (r"^  test: .*$", "  test: data/test.txt             # your test set, same format"),
+        (r"^  format: .*$", "  format: table                   # xmc | arff | parquet | table "
+                            "(a CSV, TSV, Parquet or JSON Lines table)"),
+        (r"^  train: .*$", "  train: data/train.csv           # your training table: a row per "
+                           "example"),
+        (r"^  test: .*$", "  test: data/test.csv             # your test table, same columns\n"
+                          "  table:                          # format table: your columns\n"
+                          "    labels_column: tags           # label names: a list, or joined "
+                          "by label_separator\n"
+                          "    label_separator: \",\"\n"
+                          "    text_column: text             # vectorised (TF-IDF, fitted on "
+                          "train); or features_column"),
     ],
     "relations": [
         (r"^dataset: .*$", "dataset: mydata"),
@@ -53,8 +62,12 @@ Put your data where the configs say (or change the paths), then:
 ```sh
 scarce run leml           # or relations, strip; prints the metrics and the run id
 scarce runs               # the runs so far
-scarce apply RUN_ID --input new.txt --output labels.csv   # a run's model on new data
+scarce apply RUN_ID --input new.csv --output labels.csv   # a run's model on new data
+python -c "import scarce; print(scarce.load_model('latest').predict_top_k(['some text'], 5))"
 ```
+
+The LEML config reads a CSV with a `text` column and a `tags` column of comma-separated
+label names (`data/train.csv`, `data/test.csv`); new rows to label need no `tags`.
 
 Each run writes `data/runs/<run-id>/` (its manifest, metrics and outputs, all Parquet) and can
 be rerun to the same bytes with `scarce rerun RUN_ID`.  `SCARCE_ROOT` runs the commands on this

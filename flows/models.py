@@ -14,17 +14,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from scipy.special import expit
 from sklearn.preprocessing import normalize as sk_normalize
 
 from scarce.algorithms.leml import LEML
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
-from scarce.algorithms.metrics.multilabel import precision_at_k
 from scarce.flows import manifest as mf
 from scarce.flows.apply import open_model, resolve_model_run
 from scarce.flows.model_relations import RelationsModel
+from scarce.flows.model_strip import StripModel
 from scarce.flows.runtime import default_runs_root
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml import _read_factor, in_feature_space, label_file, load
+from scarce.tasks.leml import (
+    _read_factor,
+    in_feature_space,
+    label_file,
+    load,
+    named_predictions,
+    read_label_map,
+)
+from scarce.tasks.store import read_parquet_entry
 
 #: The flows whose models load into Python, by the flow name a manifest records.
 LOADERS: dict[str, Any] = {}
@@ -79,32 +88,49 @@ def load_model(run: str | os.PathLike[str] = "latest", flow: str | None = None) 
 
 
 class LemlModel:
-    """A LEML run's model: its factors and how the run read its input.
+    """A LEML run's model: its factors, its label names and how the run read its input.
 
-    ``X`` is a path to a file in the run's input format (read as ``scarce apply`` reads it),
-    or a feature matrix (rows of raw features, scipy.sparse or dense) to which the run's row
-    normalisation is applied.  Predictions equal those of ``scarce apply`` on the same file.
+    ``X`` is any of:
+
+    - a path to a file in the run's input format, read as ``scarce apply`` reads it (a table
+      without its label column is fine);
+    - texts (a list of strings), for a model trained on a table's text column: vectorised by
+      the run's own vocabulary and idf;
+    - a pandas DataFrame with the run's text (or feature) column and, optionally, its label
+      column;
+    - a feature matrix (rows of raw features, scipy.sparse or dense) to which the run's row
+      normalisation is applied.
+
+    Predictions equal those of ``scarce apply`` on the same file, bit for bit.
 
     Attributes
     ----------
     run_id : str
     estimator_ : LEML
         The fitted estimator (``W_``, ``H_`` set).
+    labels_ : DataFrame
+        The model's labels: ``label`` (index) and ``name`` (null where the data names none).
+    features_ : DataFrame
+        Its features: ``feature``, ``name`` (a table's vocabulary, the ARFF attribute names,
+        else null) and, for a table's text, ``idf``.
     meta_ : dict
         The model's ``model.json``.
     """
 
     def __init__(self, run_dir: Path) -> None:
-        from scarce.flows.leml import MODEL_VERSION
+        from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
 
         meta, folder = open_model(run_dir, "leml", MODEL_VERSION,
                                   ("rank", "loss", "dtype", "fit_intercept", "normalize",
                                    "input_format", "shapes", "files", "n_labels"))
-        self.run_id, self.meta_ = run_dir.name, meta
+        self.run_id, self.meta_, self._folder = run_dir.name, meta, folder
         params = {k: meta[k] for k in ("rank", "loss", "dtype", "fit_intercept")}
         self.estimator_ = LEML(**params).set_factors(
             _read_factor(folder / meta["files"]["W"], meta["shapes"]["W"]),
             _read_factor(folder / meta["files"]["H"], meta["shapes"]["H"]))
+        self._files = {part: folder / MODEL_FILES[part] for part in ("features", "labels")}
+        self.labels_ = read_label_map(self._files["labels"], self.n_labels)
+        self.features_ = read_parquet_entry(self._files["features"])
 
     def __repr__(self) -> str:
         m = self.meta_
@@ -115,16 +141,44 @@ class LemlModel:
     def n_labels(self) -> int:
         return int(self.meta_["n_labels"])
 
+    @property
+    def label_names(self) -> list:
+        """The labels' names by index (None where the training data names none)."""
+        return [None if pd.isna(n) else str(n) for n in
+                self.labels_.sort_values("label")["name"].tolist()]
+
+    def _table(self) -> dict:
+        if "table" not in self.meta_:
+            raise ValueError(f"the model of run {self.run_id} was trained on "
+                             f"{self.meta_['input_format']} data, not a table's text: give "
+                             "a file in that format or a feature matrix")
+        return self.meta_["table"]
+
     def _rows(self, X: Any) -> tuple[sp.csr_matrix, sp.csr_matrix | None]:
-        """X in the model's feature space, and the labels when read from a file."""
+        """X in the model's feature space, and the labels when X carries them."""
         m, dtype = self.meta_, np.dtype(self.meta_["dtype"]).type
         if isinstance(X, str | os.PathLike):
             path, fmt = Path(X), m["input_format"]
+            if fmt == "table":
+                from scarce.tasks.leml_table import load_table
+
+                read = load_table.fn(path=path, table=self._table(), dtype=m["dtype"],
+                                     normalize=m["normalize"], **self._files)
+                return read["X"], read["Y"]
             read = load.fn(path=path, format=fmt, dtype=m["dtype"], normalize=m["normalize"],
                            n_labels=m["n_labels"] if fmt == "arff" else None,
-                           labels_file=label_file(path, fmt))
+                           labels_file=label_file(path, fmt, required=False))
             return in_feature_space(read["X"], self.estimator_.n_features_in_, path, fmt), \
                 read["Y"]
+        if isinstance(X, pd.DataFrame) or (isinstance(X, list | tuple | pd.Series)
+                                           and all(isinstance(t, str) for t in X)):
+            table = self._table()
+            if not isinstance(X, pd.DataFrame):
+                X = pd.DataFrame({table["features_column"] or table["text_column"]: list(X)})
+            from scarce.tasks.leml_table import read_frame_xy
+
+            return read_frame_xy(X.reset_index(drop=True), table, self.features_,
+                                 self.labels_, m["dtype"], m["normalize"])
         X = sp.csr_matrix(X, dtype=dtype)
         if X.shape[1] != self.estimator_.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features but the model of run {self.run_id} "
@@ -133,27 +187,54 @@ class LemlModel:
             X = sk_normalize(X, norm="l2").astype(dtype)
         return X, None
 
+    def _label_matrix(self, names: Any) -> sp.csr_matrix:
+        """Per row a list of label names as the model's 0/1 label matrix (a name the model
+        does not have is left out, as ``scarce apply`` leaves it out)."""
+        index = {name: i for i, name in enumerate(self.label_names) if name is not None}
+        indptr, indices = [0], []
+        for row in names:
+            indices.extend(sorted({index[n] for n in row if n in index}))
+            indptr.append(len(indices))
+        return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                             shape=(len(indptr) - 1, self.n_labels))
+
     def predict_top_k(self, X: Any, k: int = 5, batch_size: int = BATCH_SIZE) -> pd.DataFrame:
         """The ``k`` best labels of every row, with their scores: the columns of the run's
-        ``predictions.parquet`` (row, rank, label, score), as ``scarce apply`` writes them."""
+        ``predictions.parquet`` (row, rank, label, label_name, score), as ``scarce apply``
+        writes them."""
         rows, _ = self._rows(X)
-        return predictions_table(self.estimator_, rows, k, batch_size)
+        return named_predictions(predictions_table(self.estimator_, rows, k, batch_size),
+                                 self.labels_)
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """The score of every label for every row (n x L, dense)."""
+        """The score of every label for every row (n x L, dense; columns in label order,
+        named by :attr:`label_names`)."""
         rows, _ = self._rows(X)
         return self.estimator_.decision_function(rows)
 
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """For the logistic loss, the modelled probability of every label for every row,
+        ``sigmoid(x^T W h_j)`` (n x L); the squared and squared-hinge losses model no
+        probability (use :meth:`decision_function`)."""
+        if self.meta_["loss"] != "logistic":
+            raise ValueError(f"the {self.meta_['loss']} loss models no probability; "
+                             "decision_function gives the scores")
+        return expit(self.decision_function(X))
+
     def score(self, X: Any, Y: Any = None) -> float:
-        """P@1 of the model on ``X`` against the labels ``Y`` (read from the file when ``X``
-        is a path and ``Y`` is not given): the score ``GridSearchCV`` would maximise."""
+        """P@1 of the model on ``X`` against the labels ``Y``: a 0/1 matrix, or per row a
+        list of label names; when not given, the labels ``X`` carries (a file or a table
+        with its label column)."""
         rows, read = self._rows(X)
-        Y = read if Y is None else sp.csr_matrix(Y)
         if Y is None:
-            raise ValueError("score needs labels: Y, or a file of X with its labels")
-        top = self.estimator_.predict_top_k(rows, 1)
-        return float(precision_at_k(Y, top, ks=[1])[1])
+            Y = read
+        elif not sp.issparse(Y) and not isinstance(Y, np.ndarray):
+            Y = self._label_matrix(Y)
+        if Y is None or not sp.csr_matrix(Y).nnz:
+            raise ValueError("score needs labels: Y, or a file or table of X with its labels")
+        return self.estimator_.score(rows, Y)
 
 
 LOADERS["leml"] = LemlModel
 LOADERS["relations"] = RelationsModel
+LOADERS["strip"] = StripModel

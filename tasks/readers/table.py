@@ -74,7 +74,7 @@ def read_table(path: str | Path, required: Sequence[str],
             have = pq.read_schema(path).names
             frame = pd.read_parquet(path, columns=[c for c in wanted if c in have])
         elif kind == "jsonl":
-            frame = pd.read_json(path, lines=True, dtype=False, convert_dates=False)
+            frame = pd.read_json(path, lines=True, dtype=False)
         else:
             frame = pd.read_csv(path, sep="\t" if kind == "tsv" else ",", dtype=str,
                                 keep_default_na=False, na_filter=False,

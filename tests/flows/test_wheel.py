@@ -13,6 +13,7 @@ not visible there: ``scarce`` comes from the wheel alone.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -22,9 +23,10 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from tests.flows.test_leml_flow import BIBTEX, _head
+EXAMPLES = Path(__file__).resolve().parents[2] / "data" / "examples" / "leml"
 
 pytestmark = pytest.mark.slow
 
@@ -91,22 +93,30 @@ def test_init_run_and_apply_from_the_wheel_beside_a_tasks_py(fresh, tmp_path):
     out = _run(fresh, work, str(fresh / "scarce"), "init")
     assert out.returncode == 0, out.stderr
     assert (work / "configs" / "leml.yaml").is_file() and (work / "data").is_dir()
-    _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", work / "data" / "train.txt", 300)
-    _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", work / "data" / "test.txt", 50)
+    # the user's data: a CSV of text and tags (the example shipped in the repository)
+    for split in ("train", "test", "new"):
+        shutil.copy(EXAMPLES / f"bibtex.{split}.csv", work / "data" / f"{split}.csv")
     out = _run(fresh, work, str(fresh / "scarce"), "run", "leml", "--set",
                "model.outer_iterations=2", "--set", "model.rank=8")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "precision@1" in out.stdout
     (run,) = (work / "data" / "runs").iterdir()
     assert (run / "manifest.json").is_file() and (work / "data" / "cache").is_dir()
-    out = _run(fresh, work, str(fresh / "scarce"), "apply", run.name, "--input", "data/test.txt",
-               "--output", "labels.csv")
+    new_rows = len(pd.read_csv(work / "data" / "new.csv"))
+    out = _run(fresh, work, str(fresh / "scarce"), "apply", run.name, "--input", "data/new.csv",
+               "--output", "labels.csv")  # unlabelled rows: a text column only
     assert out.returncode == 0, out.stderr[-3000:]
-    assert len((work / "labels.csv").read_text().splitlines()) == 1 + 50 * 5
+    applied = pd.read_csv(work / "labels.csv")
+    assert len(applied) == new_rows * 5 and applied["label_name"].notna().all()
     out = _run(fresh, work, str(fresh / "python"), "-c",
                "import scarce; m = scarce.load_model('latest'); "
-               "print(len(m.predict_top_k('data/test.txt', 5)))")
+               "print(m.predict_top_k(['some text'], 5).to_json(orient='records')); "
+               "print(m.predict_top_k('data/new.csv', 5).to_csv(index=False), end='')")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == [str(50 * 5)]
+    first, table = out.stdout.split("\n", 1)
+    top = pd.read_json(io.StringIO(first), orient="records")
+    assert len(top) == 5 and set(top["label_name"]) <= set(applied["label_name"].unique()) | set(
+        pd.read_csv(work / "data" / "train.csv")["tags"].str.split(",").explode())
+    assert table == (work / "labels.csv").read_text()  # the Python model equals scarce apply
     # nothing of the project was written into the environment
     assert not list((fresh.parent).rglob("data/cache"))
