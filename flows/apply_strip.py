@@ -113,16 +113,18 @@ class _ModelJson(BaseModel):
 
 
 @dataclass(frozen=True)
-class StripModel:
-    """What apply-strip needs of a model: a variant, its rule file, how to build the pairs."""
+class ModelVariant:
+    """What apply-strip needs of a model: a variant, its rule file, how to build the pairs
+    (and the variants the run trained)."""
 
     variant: str
     rules: Path
     preprocess: dict
     kinds: dict[str, str]
+    trained: tuple[str, ...] = ()
 
 
-def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> StripModel:
+def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> ModelVariant:
     """The model of the StRip run ``model_run`` (see :func:`flows.apply.resolve_model_run`),
     with the rules of ``variant`` (default: :data:`PAPER_VARIANT` when trained, else the run's
     first variant).
@@ -144,7 +146,8 @@ def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> St
     rules = folder / m.variants[trained.index(chosen)].rules
     if not rules.is_file():
         raise InputError("rule table of the model is missing", path=rules)
-    return StripModel(chosen, rules, m.preprocess.model_dump(), dict(m.features))
+    return ModelVariant(chosen, rules, m.preprocess.model_dump(), dict(m.features),
+                        tuple(trained))
 
 
 def plan_outputs(ctx: RunContext, config: ApplyStripConfig,

@@ -1,0 +1,203 @@
+"""A StRip run's model as a Python object: the chains of new CoNLL-U documents.
+
+What :func:`scarce.load_model` returns for a ``strip`` run.  The model is read from the run's
+``outputs/model/`` (the rule tables in Parquet and ``model.json``, never a pickle; format in
+docs/strip.md, its version checked as ``scarce apply`` checks it) and applied by the functions
+the apply-strip flow's steps call, here directly: the pairs built with the settings the model
+records, the rules fired, single-link clustering, the CorefUD writer.  So a notebook gets the
+chains, and the bytes, ``scarce apply`` writes for the same input.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scarce.algorithms.strip.features import pair_table
+from scarce.algorithms.strip.ripper import rule_count
+from scarce.flows.apply_strip import ModelVariant, open_strip_model
+from scarce.tasks import strip
+from scarce.tasks.errors import InputError
+from scarce.tasks.readers.conllu import read_conllu
+from scarce.tasks.store import atomic_write_bytes
+
+#: The columns of :meth:`StripModel.predict`'s table.
+CHAIN_COLUMNS = ["file", "doc", "mention", "sent", "start", "end", "text", "chain", "etype"]
+
+
+class StripModel:
+    """A StRip run's model: the rules of one variant and how the run built its pairs.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The training run's folder (:func:`scarce.load_model` finds it).
+    variant : str, optional
+        The variant whose rules are applied; by default ``strip-partial`` (the paper's method)
+        when the run trained it, else the run's first variant, as ``scarce apply`` chooses.
+
+    Attributes
+    ----------
+    run_id : str
+    variant : str
+        The variant applied.
+    variants : tuple of str
+        The variants the run trained (``StripModel(run_dir, variant)`` loads another).
+    rules_ : DataFrame
+        Its rule table (``rule_id, antecedent_index, feature, op, value, pruned``).
+    preprocess_ : dict
+        The pair settings the run used (``window``, ``max_sentence_distance``, the sources).
+
+    Notes
+    -----
+    ``documents`` is a CoNLL-U path (``.conllu`` or ``.conllu.gz``, CorefUD ``Entity=`` spans
+    marking the mentions), a ``(tokens, mentions)`` pair as
+    :func:`tasks.readers.conllu.read_conllu` returns it, or a list of either.  Each is one
+    file: its mentions are linked as ``scarce apply`` links them (its entity ids are used only
+    by :meth:`evaluate`).
+    """
+
+    def __init__(self, run_dir: Path, variant: str | None = None) -> None:
+        run_dir = Path(run_dir)
+        model: ModelVariant = open_strip_model(run_dir.name, variant, run_dir.parent)
+        self.run_id, self.variant, self.variants = run_dir.name, model.variant, model.trained
+        self._model = model
+        self.rules_ = strip.load_rules.fn(path=model.rules)
+        self.preprocess_ = dict(model.preprocess)
+
+    def __repr__(self) -> str:
+        return (f"StripModel(run={self.run_id!r}, variant={self.variant!r}, "
+                f"rules={rule_count(self.rules_)}, "
+                f"window={self.preprocess_['window']})")
+
+    # ------------------------------------------------------------------ the steps of apply
+    def _files(self, documents: Any) -> list[tuple[str, Path | None, tuple]]:
+        """``(name, path or None, (tokens, mentions))`` of every input file."""
+        one = (isinstance(documents, str | os.PathLike)
+               or (isinstance(documents, tuple) and len(documents) == 2
+                   and all(isinstance(d, pd.DataFrame) for d in documents)))
+        items = [documents] if one else list(documents)
+        if not items:
+            raise ValueError("no document given: a CoNLL-U path, a (tokens, mentions) pair "
+                             "or a list of them")
+        out = []
+        for k, item in enumerate(items):
+            if isinstance(item, str | os.PathLike):
+                path = Path(item)
+                out.append((path.name, path, read_conllu(path)))
+            elif (isinstance(item, tuple | list) and len(item) == 2
+                  and all(isinstance(d, pd.DataFrame) for d in item)):
+                out.append((f"document-{k}", None, tuple(item)))
+            else:
+                raise TypeError(f"document {k} is a {type(item).__name__}; expected a CoNLL-U "
+                                "path or a (tokens, mentions) pair as read_conllu returns")
+        return out
+
+    def _apply(self, name: str, path: Path | None, frames: tuple) -> tuple[pd.DataFrame, ...]:
+        """preprocess -> apply rules of one file: its mention table (``preprocess``'s) and
+        its clusters (``apply_rules``'s)."""
+        tokens, mentions = frames
+        where = path if path is not None else name
+        try:
+            men, pairs = pair_table(tokens, mentions, **self.preprocess_)
+        except ValueError as exc:  # as the preprocess step words it
+            raise InputError(f"cannot build mention pairs: {exc}", path=where) from None
+        clusters = strip.apply_rules.fn(path=where, pairs=pairs, mentions=men, rules=self.rules_,
+                                        method=self.variant, kinds=self._model.kinds)
+        return men, clusters
+
+    # ------------------------------------------------------------------ public
+    def predict(self, documents: Any, output: str | os.PathLike[str] | None = None
+                ) -> pd.DataFrame:
+        """The chains of the documents' mentions, as ``scarce apply`` writes them.
+
+        Parameters
+        ----------
+        documents
+            One file or a list (see the class notes).
+        output : path, optional
+            Also write each file with its chains as CorefUD CoNLL-U, the bytes of ``scarce
+            apply``'s output: to ``output`` itself for one file (its name must end in
+            ``.conllu``) unless it is an existing folder, else to ``output/<name>`` (the
+            input's name without ``.gz``).  Needs paths (the writer copies the input's lines);
+            an input file is never overwritten, another existing file is.
+
+        Returns
+        -------
+        DataFrame
+            One row per mention, in file order (:data:`CHAIN_COLUMNS`): ``file`` (the input's
+            name, or ``document-<k>`` for the k-th parsed document), ``doc``, ``mention``,
+            ``sent``, ``start``, ``end`` (sentence and token ids as the reader gives them),
+            ``text`` (the mention's words), ``chain`` (the entity id written in the CoNLL-U,
+            ``e1``, ``e2``, ... numbered per file in the order of each chain's first mention;
+            a mention in no chain is its own) and ``etype`` (the chain's type: the one all its
+            mentions carry in the input, else empty).  ``groupby(["file", "chain"])`` gives
+            the chains.
+        """
+        files = self._files(documents)
+        targets = self._targets(files, output) if output is not None else []
+        tables = []
+        for k, (name, path, (tokens, mentions)) in enumerate(files):
+            _, clusters = self._apply(name, path, (tokens, mentions))
+            chain = strip.number_chains(mentions["doc"].to_numpy(),
+                                        clusters["cluster"].to_numpy())
+            tables.append(pd.DataFrame({
+                "file": name, "doc": mentions["doc"].to_numpy(),
+                "mention": mentions["mention"].to_numpy(), "sent": mentions["sent"].to_numpy(),
+                "start": mentions["start"].to_numpy(), "end": mentions["end"].to_numpy(),
+                "text": _mention_text(tokens, mentions),
+                "chain": [f"e{c}" for c in chain],
+                "etype": strip.chain_etypes(chain, mentions["etype"])})[CHAIN_COLUMNS])
+            if targets:
+                text = strip.write_predicted.fn(path=path, clusters=clusters)["conllu"].iloc[0]
+                targets[k].parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(targets[k], text.encode("utf-8"))
+        return pd.concat(tables, ignore_index=True)
+
+    def evaluate(self, documents: Any) -> pd.DataFrame:
+        """The metrics ``scarce apply`` records on these documents: the counts of chains and,
+        for the files whose mentions carry gold chains, MUC, B³, CEAF-e and pairwise P / R / F1
+        over the source mentions and over all (``all_*``), as the training run's ``evaluate``
+        (:func:`tasks.strip.count_chains`).  Columns ``dataset, method, metric, value``."""
+        done = [self._apply(name, path, frames) for name, path, frames in self._files(documents)]
+        return strip.count_chains.fn(clusters=[c for _, c in done],
+                                     mentions=[m for m, _ in done], dataset="python")
+
+    def _targets(self, files: list, output: str | os.PathLike[str]) -> list[Path]:
+        """Where each file is written (see :meth:`predict`), checked before anything runs."""
+        if any(path is None for _, path, _ in files):
+            raise ValueError("output needs CoNLL-U paths: the writer copies the lines of the "
+                             "input file, which a parsed document does not keep")
+        out = Path(output)
+        names = [strip.output_name(path) for _, path, _ in files]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})[0]
+            raise ValueError(f"two input files would both be written as {twice}")
+        if len(files) == 1 and not out.is_dir():
+            if not out.name.endswith(".conllu"):
+                raise ValueError(f"the output is written as CoNLL-U: its name must end in "
+                                 f".conllu ({out})")
+            targets = [out]
+        elif out.exists() and not out.is_dir():
+            raise ValueError(f"several files are written to a folder, and {out} is a file")
+        else:
+            targets = [out / n for n in names]
+        inputs = {path.resolve() for _, path, _ in files}
+        for t in targets:
+            if t.resolve() in inputs:
+                raise ValueError(f"the output would overwrite an input file ({t})")
+        return targets
+
+
+def _mention_text(tokens: pd.DataFrame, mentions: pd.DataFrame) -> list[str]:
+    """The words of each mention (its tokens' forms joined by spaces)."""
+    index = pd.MultiIndex.from_arrays([tokens["doc"].to_numpy(), tokens["position"].to_numpy()])
+    start = index.get_indexer(pd.MultiIndex.from_arrays(
+        [mentions["doc"].to_numpy(), mentions["position_start"].to_numpy()]))
+    width = (mentions["position_end"] - mentions["position_start"]).to_numpy()
+    form = tokens["form"].astype(str).to_numpy()
+    return [" ".join(form[s:s + w + 1]) for s, w in zip(start, np.asarray(width), strict=True)]
