@@ -104,5 +104,7 @@ def load_inputs(ctx: RunContext, files: list, fmt: str, meta: dict, folder) -> l
                            labels=folder / MODEL_FILES["labels"]) for path in files]
     read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
                 n_labels=meta["n_labels"] if fmt == "arff" else None)
-    return [ctx.submit(load, path=path, labels_file=label_file(path, fmt, required=False),
-                       **read) for path in files]
+    labels = {path: label_file(path, fmt, required=False) for path in files}
+    return [ctx.submit(load, path=path, labels_file=labels[path],
+                       with_labels=fmt != "parquet" or labels[path] is not None, **read)
+            for path in files]

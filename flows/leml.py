@@ -75,8 +75,9 @@ class VectorizerConfig(Strict):
         "tfidf", description="tfidf (TfidfVectorizer: idf-weighted, rows of unit norm) or "
         "count (CountVectorizer: term counts).")
     lowercase: bool = Field(True, description="Lower-case the text first.")
-    ngram_range: tuple[int, int] = Field(
-        (1, 1), description="Word n-grams from n = first to second.")
+    ngram_range: list[int] = Field(
+        [1, 1], min_length=2, max_length=2,
+        description="Word n-grams from n = first to second ([1, 2]: words and word pairs).")
     min_df: int | float = Field(
         1, gt=0, description="Drop terms in fewer documents than this (a share when < 1.0).")
     max_df: int | float = Field(

@@ -52,8 +52,10 @@ def load_model(run: str | os.PathLike[str] = "latest", flow: str | None = None) 
 
     Returns
     -------
-    LemlModel
-        For a LEML run (the flows whose models load here are the keys of :data:`LOADERS`).
+    LemlModel, RelationsModel or StripModel
+        By the run's flow (the keys of :data:`LOADERS`): ``predict_top_k`` of texts, tables
+        or files (LEML); ``assign`` of entity pairs (relations); ``predict`` of CoNLL-U
+        documents (StRip).  Each gives ``scarce apply``'s results on the same input.
 
     Raises
     ------
@@ -165,9 +167,11 @@ class LemlModel:
                 read = load_table.fn(path=path, table=self._table(), dtype=m["dtype"],
                                      normalize=m["normalize"], **self._files)
                 return read["X"], read["Y"]
+            labels = label_file(path, fmt, required=False)
             read = load.fn(path=path, format=fmt, dtype=m["dtype"], normalize=m["normalize"],
                            n_labels=m["n_labels"] if fmt == "arff" else None,
-                           labels_file=label_file(path, fmt, required=False))
+                           labels_file=labels,
+                           with_labels=fmt != "parquet" or labels is not None)
             return in_feature_space(read["X"], self.estimator_.n_features_in_, path, fmt), \
                 read["Y"]
         if isinstance(X, pd.DataFrame) or (isinstance(X, list | tuple | pd.Series)

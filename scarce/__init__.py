@@ -20,8 +20,10 @@ def load_model(run="latest", flow=None):
     :func:`scarce.flows.models.load_model`)::
 
         import scarce
-        m = scarce.load_model("latest")             # the newest LEML run's model
-        m.predict_top_k("data/new.txt", 5)          # the rows' five best labels and scores
+        m = scarce.load_model("latest", flow="leml")     # the newest LEML run's model
+        m.predict_top_k(["some text"], 5)                # five best labels with names, scores
+        scarce.load_model(RUN_ID).assign(pairs)          # relations: cluster, label words
+        scarce.load_model(RUN_ID).predict("doc.conllu")  # StRip: the mentions' chains
     """
     from scarce.flows.models import load_model as _load
 

@@ -261,7 +261,7 @@ def _driver_client(cluster: dict | None):
       where=("cluster", _data_client))
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
          labels_file: Path | None = None, cluster: dict | None = None,
-         labelled: bool = False) -> dict:
+         labelled: bool = False, with_labels: bool = True) -> dict:
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
 
     ``cluster``: where the step runs (:func:`_data_client`), not what it computes.
@@ -270,7 +270,8 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
     not part of what the step computes: left out of its key.
 
     ``labels_file`` is :func:`label_file` of ``path`` (the Y of a Parquet pair): a declared
-    input file, so a changed Y recomputes the step even when X is unchanged.
+    input file, so a changed Y recomputes the step even when X is unchanged.  Without
+    ``with_labels`` a Parquet X is read alone (new rows to label: Y has no column).
 
     ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
     operation, so train and test are treated alike without shared statistics).
@@ -287,7 +288,7 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
                              "the labels)", path=path, key="dataset.n_labels")
         X, Y, *names = read_arff(path, n_labels=n_labels, dtype=dt)
     elif format == "parquet":
-        X, Y = _read_parquet_xy(path, dt, with_labels=labels_file is not None)
+        X, Y = _read_parquet_xy(path, dt, with_labels=with_labels)
     else:
         raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
     if labelled and not sp.csr_matrix(Y).count_nonzero():

@@ -134,15 +134,16 @@ def _assert_same_outputs(project, a, b, iterations: int = 3) -> None:
 
 
 def check_top_k(predictions: pd.DataFrame, X, W: np.ndarray, H: np.ndarray, k: int) -> None:
-    """``predictions`` (row, rank, label, score) are the ``k`` best labels of every row of
-    ``X`` under the factors, against scores computed here in float64 with numpy: each
+    """``predictions`` (row, rank, label, label_name, score) are the ``k`` best labels of every
+    row of ``X`` under the factors, against scores computed here in float64 with numpy: each
     reported score is its label's score, and the scores by rank are the ``k`` largest of the
     row (so the labels are a top ``k``, whichever way a tie went)."""
     d = W.shape[0] - 1  # the intercept is W's last row
     X = X.toarray() if sp.issparse(X) else np.asarray(X)
     full = (X @ W[:d].astype(np.float64) + W[d]) @ H.astype(np.float64).T
     n = X.shape[0]
-    assert list(predictions.columns) == ["row", "rank", "label", "score"]
+    assert list(predictions.columns) == ["row", "rank", "label", "label_name", "score"]
+    assert predictions["label_name"].isna().all()  # the XC format names no label
     assert predictions["row"].tolist() == np.repeat(np.arange(n), k).tolist()
     assert predictions["rank"].tolist() == np.tile(np.arange(1, k + 1), n).tolist()
     labels = predictions["label"].to_numpy().reshape(n, k)

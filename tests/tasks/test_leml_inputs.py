@@ -13,6 +13,7 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     check_inputs,
     declared_shape,
+    label_file,
     load,
     normalize_rows,
     observe,
@@ -175,6 +176,19 @@ def test_a_parquet_pair_that_is_empty_unequal_or_not_finite_is_refused(tmp_path,
     if message.startswith(("X has", "0 ")):  # seen in the footers alone
         with pytest.raises(InputError, match=message):
             declared_shape(x_path, "parquet")
+
+
+def test_a_parquet_x_without_its_y_is_read_alone_for_new_rows(tmp_path):
+    X = sp.csr_matrix(np.array([[0.0, 2.0], [1.0, 0.0], [0.0, 0.0]]))
+    x_path = _parquet(tmp_path, "new", X, sp.csr_matrix(np.eye(3, 2, dtype=np.float32)))
+    parquet_pair(x_path)[1].unlink()  # rows to label: X only
+    assert label_file(x_path, "parquet", required=False) is None
+    assert label_file(x_path, "parquet") == parquet_pair(x_path)[1]
+    got = load(path=x_path, format="parquet", dtype="float32", n_labels=None,
+               normalize="none", with_labels=False)
+    assert (got["X"] != X).nnz == 0 and got["Y"].shape == (3, 0)
+    with pytest.raises(InputError, match="file not found"):  # training needs its labels
+        load(path=x_path, format="parquet", dtype="float32", n_labels=None, normalize="none")
 
 
 def test_float64_keeps_what_float32_cannot_hold(tmp_path):
