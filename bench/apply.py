@@ -6,7 +6,11 @@ do: the training run on its bundled config (``--quick``: the small settings of
 (LEML: the test file; relations: the data file; StRip: the test documents).  The times are the
 task runs' own (read back from the Prefect API): the apply flow's scoring step against the
 training run's ``evaluate`` step, as rows (pairs, documents) per second and their ratio, both
-from the same run on the same machine.
+from the same run on the same machine.  Beside them, the same input through Python: the
+seconds of ``scarce.load_model`` (the model read included) and its predict call
+(:data:`PYTHON_CALLS`), against the whole apply run's wall-clock seconds (what ``scarce
+apply`` costs a user, its Prefect flow run and run folder included); the Python result is
+checked equal to the apply run's output first.
 
 LEML's ``evaluate`` also computes the Hamming loss and per-instance AUC; relations' ``evaluate``
 scores clusterings that already exist (its assignment step is the one apply runs); StRip's
@@ -19,15 +23,27 @@ import argparse
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from scarce.bench.overhead import QUICK, warm_up
 
+# What a notebook calls on the apply run's input, with the model of the training run folder.
+PYTHON_CALLS = {
+    "leml": lambda model, source: model.predict_top_k(source, 5),
+    "relations": lambda model, source: model.assign(source),
+    "strip": lambda model, source: model.predict(source),
+}
+# The apply run's named output (one input file) that the call's result must equal; StRip's
+# outputs are CoNLL-U files, compared by its tests.
+PYTHON_OUTPUTS = {"leml": "predictions.parquet", "relations": "assignments.parquet"}
+
 FLOWS = ("leml", "relations", "strip")
 COLUMNS = ["flow", "unit", "evaluate_rows", "evaluate_seconds", "evaluate_per_second",
-           "apply_rows", "apply_seconds", "apply_per_second", "apply_over_evaluate"]
+           "apply_rows", "apply_seconds", "apply_per_second", "apply_over_evaluate",
+           "apply_command_seconds", "python_seconds", "command_over_python"]
 # (the training run's task run, the apply run's task runs, the unit counted)
 STEPS = {
     "leml": ("evaluate", "score ", "rows"),
@@ -121,7 +137,10 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             apply_config = apply_spec.load_model().model_validate(
                 {"model_run": run_dir.name, "input": source})
             _say(f"{name}: apply run on {source}")
+            started = time.perf_counter()
             apply_id, applied = _run(apply_spec.load_flow(), apply_config, RunOptions(**opts))
+            command = time.perf_counter() - started
+            python = _python_seconds(name, run_dir, source, Path(applied["run_dir"]))
             train_step, apply_step, unit = STEPS[name]
             evaluate = _task_seconds(train_id, train_step) / n_variants
             apply_seconds = _task_seconds(apply_id, apply_step)
@@ -131,12 +150,35 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             shutil.rmtree(tmp, ignore_errors=True)
         per_eval, per_apply = n_rows / evaluate, n_applied / apply_seconds
         rows.append((name, unit, n_rows, evaluate, per_eval, n_applied, apply_seconds,
-                     per_apply, per_apply / per_eval))
+                     per_apply, per_apply / per_eval, command, python, command / python))
         _say(f"RESULT {name}: evaluate {per_eval:,.0f} {unit}/s, apply {per_apply:,.0f} "
-             f"{unit}/s ({per_apply / per_eval:.2f}x)")
+             f"{unit}/s ({per_apply / per_eval:.2f}x); scarce apply {command:.2f} s, "
+             f"load_model + predict {python:.2f} s")
     table = pd.DataFrame(rows, columns=COLUMNS)
-    for col in ("evaluate_seconds", "apply_seconds"):
+    for col in ("evaluate_seconds", "apply_seconds", "apply_command_seconds",
+                "python_seconds"):
         table[col] = table[col].round(4)
-    for col in ("evaluate_per_second", "apply_per_second", "apply_over_evaluate"):
+    for col in ("evaluate_per_second", "apply_per_second", "apply_over_evaluate",
+                "command_over_python"):
         table[col] = table[col].round(2)
     return table
+
+
+def _python_seconds(name: str, run_dir: Path, source: str, applied: Path) -> float:
+    """Seconds of ``scarce.load_model(run_dir)`` and its predict call on ``source``
+    (:data:`PYTHON_CALLS`), after a first call whose result is checked against the apply
+    run's output (the second call is timed: the first pays for imports)."""
+    import scarce
+
+    call = PYTHON_CALLS[name]
+    result = call(scarce.load_model(run_dir), source)
+    output = PYTHON_OUTPUTS.get(name)
+    if output is not None:
+        want = pd.read_parquet(applied / "outputs" / output)
+        pd.testing.assert_frame_equal(result.reset_index(drop=True),
+                                      want.reset_index(drop=True), check_exact=True)
+    elif len(result) == 0:
+        raise RuntimeError(f"{name}: load_model's predict gave no rows")
+    started = time.perf_counter()
+    call(scarce.load_model(run_dir), source)
+    return time.perf_counter() - started

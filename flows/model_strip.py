@@ -19,6 +19,7 @@ import pandas as pd
 
 from scarce.algorithms.strip.features import pair_table
 from scarce.algorithms.strip.ripper import rule_count
+from scarce.flows.apply import input_files
 from scarce.flows.apply_strip import ModelVariant, open_strip_model
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
@@ -81,6 +82,10 @@ class StripModel:
                or (isinstance(documents, tuple) and len(documents) == 2
                    and all(isinstance(d, pd.DataFrame) for d in documents)))
         items = [documents] if one else list(documents)
+        # a folder stands for its CoNLL-U files, in name order, as `scarce apply` reads it
+        items = [f for item in items for f in (
+            input_files(Path(item), strip.DOC_SUFFIXES, False)
+            if isinstance(item, str | os.PathLike) and Path(item).is_dir() else [item])]
         if not items:
             raise ValueError("no document given: a CoNLL-U path, a (tokens, mentions) pair "
                              "or a list of them")
