@@ -31,9 +31,9 @@ ENV_LIMIT = "SCARCE_MEMORY_LIMIT_GB"
 # Leave room for the arrays already alive and for temporaries of the same size.
 HEADROOM = 0.8
 #: Most decision values (rows x labels) a batch of the batched predictions and metrics
-#: scores at once.  A batch of 2,048 rows over Wikipedia's 213,707 labels was 1.6 GiB of
-#: float32 scores, and its sorts and comparisons took the evaluation of the 10,000 test
-#: rows to 20 GiB; at 2^22 values it holds 19 rows (64 MiB of float64 ranks at most).
+#: scores at once.  A fixed number of rows per batch grows with the label count: over a
+#: Wikipedia-sized label set a batch of thousands of rows, with its sorts and comparisons,
+#: was many times the data's memory; 2^22 values are 32 MiB of float64 ranks at most.
 SCORES_PER_BATCH = 1 << 22
 
 

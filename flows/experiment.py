@@ -213,8 +213,8 @@ POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
 
 
 # Locally the grid points run one at a time: each child is a whole flow run (its own steps
-# are submitted to its own thread pool), and twelve StRip children at once in one process held
-# 5 GB on 2 cores for no gain.  `--runner dask` / `--dask-address` spread them over workers.
+# are submitted to its own thread pool), and many StRip children at once in one process held
+# gigabytes on 2 cores for no gain.  `--runner dask` / `--dask-address` spread them over workers.
 @flow(name="experiment", flow_run_name="experiment-{config.name}",
       task_runner=ThreadPoolTaskRunner(max_workers=1))
 def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None) -> dict:

@@ -26,8 +26,8 @@ from typing import Any
 
 log = logging.getLogger("scarce.run")
 
-# On 2-core machines two BLAS or OpenMP threads in one process were measured 3 to 100 times
-# slower than one (eigh of 500 x 500: 3.7 s against 0.03 s), so every process of ours runs one.
+# On 2-core machines two BLAS or OpenMP threads in one process were measured several times
+# (up to a hundred times) slower than one, so every process of ours runs one.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -152,7 +152,7 @@ def worker_env() -> dict[str, str]:
     """Environment of local Dask workers: one BLAS thread, and this process's Prefect API.
 
     Without ``PREFECT_API_URL`` each worker process would start a temporary Prefect server of
-    its own (20 s or more here): the temporary server of this process is started first and
+    its own (tens of seconds): the temporary server of this process is started first and
     its address handed to the workers.
     """
     from prefect.settings import PREFECT_API_URL
@@ -195,14 +195,14 @@ def _api_plugin_class() -> type:
         Prefect tasks executed on a worker take the API from the settings their client sends
         with them; what else Prefect does there does not.  On a worker started without
         ``PREFECT_API_URL``, anything reading the process's settings would start a temporary
-        Prefect server inside the worker (about 12 s, left running afterwards); and the
+        Prefect server inside the worker (seconds, left running afterwards); and the
         worker's event service, made once per process, stays bound to the API of the first
         command it served, so the task runs of every later command on the same worker were
         missing from their own API.  So, on every worker, now and joining later:
 
         * ``setup`` sets ``PREFECT_API_URL`` for the worker process when it has none (read when
           Prefect is imported there, by the first Prefect task), and stops Prefect's log and
-          event services left from earlier commands (at most 10 s each; their API may be gone),
+          event services left from earlier commands (with a timeout: their API may be gone),
           so that the next task starts them on its own API;
         * ``teardown`` (the runner's end, while the API still runs) sends what they hold.
 

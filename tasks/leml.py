@@ -491,8 +491,8 @@ _W_CLUSTERS: dict[tuple, tuple] = {}
 # the same training data (the next outer iteration) asks for the same block keys and finds the
 # blocks on the workers.  Released when a W-step on other data takes their place, and when
 # the test set is scored on the workers (evaluate, predict: the fit is over), so that the
-# workers do not hold the training data beside the test blocks and the factors (at full scale
-# 0.67 GiB a worker of 2; with it, the scoring was where a worker's memory peaked).
+# workers do not hold the training data beside the test blocks and the factors (with it, the
+# scoring was where a worker's memory peaked).
 _KEPT_BLOCKS: list = []
 
 

@@ -320,7 +320,7 @@ def check_workers_can_run(client) -> None:
 #: on another worker once that one is lost; Dask's work stealing takes such loose placement as
 #: leave to move them to any idle worker (distributed's ``WorkStealing._get_thief`` falls back
 #: to every worker when no allowed one is free), which then fetches the block and holds a
-#: second copy.  Seen at full scale: each of 2 workers peaked at 1.84 GiB against 1.37 GiB.
+#: second copy, which raised each worker's peak at full scale.
 #: Every block's work is the same size, so stealing has nothing to balance here.  A scheduler
 #: started by hand takes it from the environment: :data:`NO_STEALING_ENV`.
 NO_WORK_STEALING = {"distributed.scheduler.work-stealing": False}
@@ -497,8 +497,8 @@ class _Aligned:
 
     A worker that fetches ``W``, ``H`` or a CG direction from another keeps one object for
     all its tasks; unpickled this way it is aligned once, where before every block task made
-    its own aligned copy and held it as long as its result (4 copies of ``W`` and ``H``,
-    0.43 GiB, at the peak of a one-process run at full scale).  :meth:`DaskWStep._put` wraps
+    its own aligned copy and held it as long as its result (four copies of ``W`` and ``H`` at
+    the peak of a one-process run at full scale).  :meth:`DaskWStep._put` wraps
     a new copy (:func:`_fresh_aligned`), never the driver's own array, which its solver may
     change in place afterwards (a cluster of threads shares objects without pickling).
     """
@@ -539,8 +539,8 @@ class _Handed:
 
     A worker keeps the arguments of every task it ran as long as the task's result: an array
     sent as ``submit(f, array)`` stayed in the worker's memory twice, as the received
-    message and as the task's aligned copy (``W``, a CG direction and ``H``: 181 MiB of a
-    worker's peak in a memory profile at full scale).  Held in this box, the worker's copy
+    message and as the task's aligned copy (``W``, a CG direction and ``H``: a large share of
+    a worker's peak in a memory profile at full scale).  Held in this box, the worker's copy
     of the argument is dropped once the task has made its own.
     """
 

@@ -505,10 +505,10 @@ def read_checked_value(path: str | os.PathLike[str]) -> Any:
     and checked as a table that shares those arrays, and a CSR or CSC matrix is built on
     them (:func:`decode`): at its peak the read holds the three columns and the matrix's
     pointer array, 12 bytes an entry for float32 values and int32 indices.  Read as an
-    Arrow table and decoded, a full-scale LEML row block (22.0M entries of ``X`` and its
-    labels) peaked 0.34 GiB above the block it left: the table (several chunks, one a row
-    group), its columns joined by ``to_numpy`` and the CSR arrays a COO conversion
-    builds, held at once.  Read so, it peaks at the block.
+    Arrow table and decoded, a full-scale LEML row block peaked well above the block it
+    left: the table (several chunks, one a row group), its columns joined by ``to_numpy``
+    and the CSR arrays a COO conversion builds, held at once.  Read so, it peaks at the
+    block.
     (pyarrow has no read into given buffers, hence the copy loop.)
     """
     path = Path(path)
@@ -780,7 +780,7 @@ def table_checksum(table: pa.Table) -> str:
     # table happened to be chunked, not only on its content.
     table = table.replace_schema_metadata(meta).combine_chunks()
     # The stream is hashed as it is written, not held: a whole copy of the table less at
-    # every read (0.33 GiB less peak for a 22M-entry CSR entry, the same digest).
+    # every read (the same digest).
     sink = _HashingSink()
     with pa.PythonFile(sink, mode="w") as stream, \
             pa.ipc.new_stream(stream, table.schema) as writer:
@@ -813,9 +813,9 @@ def release_arrow_memory() -> None:
     """Give back to the system the memory Arrow's allocator keeps after a read.
 
     Arrow's default pool (mimalloc) keeps what a table used once the table is freed: a
-    process that had read a 22M-entry CSR entry (0.26 GiB as scipy arrays) stayed at
-    1.0 GiB resident until this call, then fell to 0.14 GiB.  A Dask worker that reads its
-    row blocks would carry that for the rest of the run.
+    process that had read a large CSR entry stayed several times the entry's size resident
+    until this call.  A Dask worker that reads its row blocks would carry that for the rest
+    of the run.
     """
     pa.default_memory_pool().release_unused()
 

@@ -74,8 +74,8 @@ class _SparseEntries:
     def dots(self, A, H):
         """``z_e = A[row_e] . H[col_e]`` for every observed entry ``e``."""
         out = np.empty(self.size, dtype=np.result_type(A, H))
-        # Chunks of about 2^18 gathered elements stay in cache: 3-4x faster than
-        # chunks of 2^22 (Bibtex, 155K entries, k = 50: 8-11 ms against 37 ms).
+        # Chunks of about 2^18 gathered elements stay in cache: measured several times
+        # faster than chunks of 2^22.
         step = max(1, (1 << 18) // max(A.shape[1], 1))
         for s in range(0, self.size, step):
             e = min(s + step, self.size)
@@ -147,10 +147,8 @@ class _DenseEntries:
     Used for the logistic and squared-hinge losses on fully observed labels, and
     whenever at least 1/16 of the entries are observed (and ``n L <= 2^28``): then
     scoring every entry by BLAS (``A H^T``) and zeroing the unobserved ones is
-    faster than gathering the observed ones.  Measured W-steps (20 CG iterations,
-    k = 50, float32, one thread): Bibtex 20% observed 0.54 s dense against 0.71 s
-    sparse; Delicious 20% observed 2.0 s against 6.2 s, 40% observed 2.0 s against
-    11.6 s; the crossover is near 6-9% observed.  Vectors over the entries are n x L arrays; callers
+    faster than gathering the observed ones (in measured W-steps on Bibtex and Delicious
+    the crossover was below 1/10 observed).  Vectors over the entries are n x L arrays; callers
     pass them through :meth:`masked` so unobserved entries contribute nothing.
     """
 
@@ -231,8 +229,8 @@ class LEMLData:
         Features in the working dtype, with a trailing constant column when
         ``fit_intercept`` (then ``d' = d + 1``).
     Xt : scipy.sparse.csr_matrix or ndarray of shape (d', n)
-        An explicit CSR (or C-ordered) copy of ``X^T``: ``X^T U`` on it is about
-        1.7x faster than on the CSC view ``X.T``.
+        An explicit CSR (or C-ordered) copy of ``X^T``: ``X^T U`` on it was measured
+        faster than on the CSC view ``X.T``.
     Y : scipy.sparse.csr_matrix of shape (n, L) or None
         The binary label matrix when every entry is observed, else None.
     entries : object or None
@@ -272,10 +270,8 @@ class LEMLData:
 
         On the explicit CSR copy ``Xt`` (a gather from ``U`` per non-zero), except
         when the d' x k result fits in about 1 MiB: then the CSC view ``X.T``,
-        which scatters into that cache-resident result, was 1.2-2x faster
-        (Bibtex d = 1836, Delicious d = 500, k <= 100); with many features the CSR
-        copy is the faster one (``X.T @ U`` on the CSC view of a 110K x 367K matrix with
-        11M non-zeros was 1.7x slower than on the CSR copy).
+        which scatters into that cache-resident result, was faster (Bibtex, Delicious,
+        k <= 100); with many features the CSR copy is the faster one.
         """
         if sp.issparse(self.X) and self.X.shape[1] * U.shape[1] * U.itemsize <= 1 << 20:
             return self.X.T @ U

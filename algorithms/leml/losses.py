@@ -94,9 +94,8 @@ def _squared_d2(y, z):
 
 # The logistic loss and its derivatives are written with y in {0, 1} directly:
 # log(1 + exp(-s z)) = log(1 + exp(-|z|)) + (max(z, 0) - y z) and
-# -s expit(-s z) = expit(z) - y, in place on one array.  On a
-# 12920 x 983 float32 array (Delicious) this takes 0.25 s for the value against
-# 0.64 s for np.logaddexp(0, -s z), and 0.12 s for the derivative against 0.19 s.
+# -s expit(-s z) = expit(z) - y, in place on one array: measured faster than
+# np.logaddexp(0, -s z) for the value and than expit for the derivative.
 @_blockwise
 def _logistic_value(y, z):
     y, z = _operands(y, z)
@@ -106,8 +105,8 @@ def _logistic_value(y, z):
     if out.dtype == np.float64:
         np.log1p(out, out=out)
     else:
-        # float32: NumPy's log is vectorised, log1p is not (0.12 s against 0.29 s
-        # above); log(1 + e) loses only terms e < 2^-24 (absolute error < 6e-8).
+        # float32: NumPy's log is vectorised, log1p is not; log(1 + e) loses only
+        # terms e < 2^-24 (absolute error < 6e-8).
         out += 1
         np.log(out, out=out)
     # max(z, 0) - y z = max(-s z, 0) is exact for y in {0, 1}: added last, so the
@@ -168,9 +167,8 @@ def _sqhinge_d2(y, z):
 
 def _logistic_d1_into(y, z):
     """``expit(z) - y`` written over ``z``, block by block: ``1 / (1 + exp(-z)) - y``
-    with NumPy's vectorised ``exp`` (``exp(-z) = inf`` gives the exact limit 0).  On
-    a 10336 x 983 float32 array (Delicious) 0.05 s against 0.19 s for
-    ``_logistic_d1``'s ``expit`` into a new array."""
+    with NumPy's vectorised ``exp`` (``exp(-z) = inf`` gives the exact limit 0), measured
+    faster than ``_logistic_d1``'s ``expit`` into a new array."""
     zf, yf = z.reshape(-1), y.reshape(-1)
     with np.errstate(over="ignore"):
         for s in range(0, zf.size, _CHUNK):

@@ -32,8 +32,8 @@ def loss_term(data: LEMLData, W, H, loss) -> float:
     For the squared loss on fully observed labels it is expanded as
     ``||Y||^2 - 2 <X W, Y H> + <(X W)^T X W, H^T H>``, never forming ``X W H^T``, and
     ``X W`` is taken :data:`LOSS_ROWS` rows at a time: whole, its float64 copy and
-    ``Y H`` were three ``n x k`` arrays held at once (0.21 GiB for a 220,451-row block
-    at k = 50, the highest a worker's memory rose outside a block's read).
+    ``Y H`` were three ``n x k`` arrays held at once (for a full-scale row block the
+    highest a worker's memory rose outside a block's read).
     ``W`` and ``H`` are in ``data``'s dtype.
     """
     loss = get_loss(loss)

@@ -24,7 +24,7 @@ had been removed"; Kantardzic, *Data Mining*, 2nd ed. 2011, Sec. 3.4: the featur
 first is the one for which "the difference between entropy for F and entropy for F - f is
 minimum").  The literal reading of Chen et al. (2005, Sec. 2.1), ``E_{-w}`` itself ranked
 by decreasing value, was an option (``importance="removed"``, the estimator's
-``entropy_importance``, the benchmark's ``--entropy-importance``) until commit 4980c6c; no
+``entropy_importance``, the benchmark's ``--entropy-importance``) and was removed; no
 configuration or documented benchmark command used it.
 
 Why not ``E_{-w}`` itself: on sparse binary context vectors ``E_{-w} - E`` is
@@ -70,7 +70,7 @@ differ on ``w``; we exploit that:
   ``n_samples`` for large N.
 
 Keeping the full data's ``alpha`` for every removal (``alpha="fixed"``, an approximation
-that a "pairs that differ" shortcut gives for free) was an option until commit 4980c6c
+that a "pairs that differ" shortcut gives for free) was an option and was removed
 (``entropy_alpha: fixed``); ``alpha`` is always recomputed per removal, as defined.
 
 References

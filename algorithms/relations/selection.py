@@ -30,8 +30,8 @@ the ridge each term n_c v_c^T P_W^{-1} v_c is a quadratic form that can only gro
 space, by the Schur complement; Dy and Brodley, 2004, Sec. 4.2), so on SemEval F_k is nearly
 always the whole vocabulary.  Dy and Brodley's cross-projection comparison of two prefixes
 was tried (``subset_rule: cross_projection``) and removed: for nested prefixes it is biased
-the other way and made F_k the smallest feasible prefix and the chosen k 14 to 20 (the
-figures and the command are in docs/relations.md; the code last ran at commit 4980c6c).
+the other way and made F_k the smallest feasible prefix and the chosen k far too large (the
+figures and the command are in the docs' journal).
 
 k-means is scikit-learn's ``KMeans`` (k-means++ initialisation, ``n_init`` restarts, seeded
 ``random_state``).  By default every pair's vector is L2-normalised after the columns F are

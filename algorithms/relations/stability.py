@@ -22,33 +22,24 @@ and **E[M(R, C)] = 1/k exactly** (the denominator is fixed given C and P^mu).
 Several reference clusterings (``n_references`` R, a variance reduction; default 1)
 -----------------------------------------------------------------------------------
 Every subsample of a given k is compared with the same C, so C's luck is not averaged out
-by the q subsamples: k-means on SemEval contexts has many local optima of nearly equal
-inertia, and on 0-10-0 (entropy ranking, ridge 0.1, q = 20, seeds 0, 1, 4) the M_norm of
-one k moves by a standard deviation of 0.01 to 0.08 (mostly 0.03 to 0.05) from one
-reference clustering (best of 10 restarts, own seed) to another, against a standard error
-of about 0.02 from the subsamples and differences of 0.01 to 0.05 between the best k.
-Eq. 3 then picks whichever k had the luckiest C.  With R > 1, C_1..C_R are k-means runs
-of all pairs with their own seeds (C_1 has the search's seed) and M(C^mu) is the mean of
-Eq. 2 against each: Monte Carlo over the algorithm's randomness on the full set, as the q
-subsamples are over the data.  R = 1 is the paper.  The final clustering at the chosen k
-is C_1.  The cost is R reference runs per k; R references of n restarts cost what one
-reference of R * n restarts does.
+by the q subsamples: k-means on relation contexts has many local optima of nearly equal
+inertia, and the M_norm of one k moves from one reference clustering to another by about as
+much as the best k's differ, so Eq. 3 picks whichever k had the luckiest C.  With R > 1,
+C_1..C_R are k-means runs of all pairs with their own seeds (C_1 has the search's seed) and
+M(C^mu) is the mean of Eq. 2 against each: Monte Carlo over the algorithm's randomness on
+the full set, as the q subsamples are over the data.  R = 1 is the paper.  The final
+clustering at the chosen k is C_1.  The cost is R reference runs per k; R references of n
+restarts cost what one reference of R * n restarts does.
 
 Restarts of the subsample clusterings (the estimator's ``n_init_subsample``)
 ---------------------------------------------------------------------------
-Eq. 2 measures how reproducible the clustering *algorithm's output* is.  With 3 k-means
+Eq. 2 measures how reproducible the clustering *algorithm's output* is.  With few k-means
 restarts per subsample, C^mu lands in a different local optimum from one subsample to the
-next: on SemEval 0-10-0 with all 1,880 words, M of one subsample has a standard deviation
-of 0.10 to 0.12 around its k's mean, and even R = 20 references of 10 restarts and q = 60
-subsamples leave a curve flat to within 0.02 over k = 6 to 10, whose maximum moves from
-seed to seed (6, 6, 7, 8, 9).  With 20 restarts per subsample and R = 5 references of 30
-(q = 20), that standard deviation drops to 0.03 to 0.08, the references agree with one
-another (standard deviation 0.003 to 0.007 on four seeds of five) and the curve peaks at
-k = 6 on four seeds (margins 0.02 to 0.06 over the next k; the fifth seed peaks at 5).
-Restarts are cheap here (one k-means run on 8,853 x 1,880 takes 0.02 to 0.04 s).  These
-figures are from one exploration (2026-11-30, a script calling this module's functions on
-the five seeds, not a project command); the benchmark with the method's own subset search
-is in docs/relations.md.
+next, and the curve over k is flat within that noise, its maximum moving from seed to seed;
+more restarts per subsample (and several references) make the references agree and the
+curve peak at one k.  Restarts are cheap next to the rest of the search.  The measurements
+behind both choices are in the docs' journal (relations: stability references and
+restarts).
 
 Deviations that were measured and removed
 -----------------------------------------
@@ -56,8 +47,7 @@ Counting Eq. 2 over pairs of different vectors only (``stability_pairs: distinct
 changed no chosen k), the one-standard-error rule for reading k off the curve
 (``k_rule: one_se``), a simulated random predictor (``random_baseline: simulated``: its mean
 is 1/k) and Clest's column-permuted null data in place of 1/k (``baseline: null_permuted``:
-it made the choice worse) were options until commit 4980c6c; their figures and commands are
-in docs/relations.md.
+it made the choice worse) were options; their figures and commands are in the docs' journal.
 
 Seeds
 -----

@@ -173,7 +173,7 @@ def _has_repeats(indptr, indices, width) -> bool:
 
 def _numbers(text: str, columns: int) -> list[np.ndarray]:
     """Parse one record per line, ``columns`` fields separated by ':' (pandas' C parser:
-    about 20x faster than NumPy's string casts).  The first column is int64, the
+    many times faster than NumPy's string casts).  The first column is int64, the
     second float64.  Blank lines are skipped; anything else unexpected raises."""
     if not text.strip():
         return [np.zeros(0, dtype=np.int64), np.zeros(0)][:columns]
