@@ -1,4 +1,4 @@
-"""LEML against the published row, ridge, binary relevance and omikuji (issue 3).
+"""LEML against the published row, ridge, binary relevance and omikuji.
 
 Sections (``--sections``, comma-separated):
 
@@ -23,7 +23,7 @@ Sections (``--sections``, comma-separated):
   observed squared loss and 20% observed; its time ratio against the growth of
   ``nnz(X) + nnz(Y)`` (fully observed) or ``nnz(X) + |Omega|``, and against the bare
   sparse products it needs (CG iterations x (``X V`` + ``X^T U``)).
-* ``w-step`` (named ``distributed`` until 2026-12-02): one W-step (squared loss, k=50,
+* ``w-step``: one W-step (squared loss, k=50,
   10 CG iterations, float32; Bibtex fully observed also float64) on a Dask LocalCluster
   with 1 and then 2 single-threaded worker processes (``LEML.w_step`` with a
   ``tasks.leml_dask.DaskWStep`` backend, row blocks scattered once), on Bibtex (fully

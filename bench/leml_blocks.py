@@ -1,4 +1,4 @@
-"""LEML's squared-loss H-step from row-block sums against the whole-data H-step (issue 18).
+"""LEML's squared-loss H-step from row-block sums against the whole-data H-step.
 
 ``scarce bench leml-blocks [--data DIR] [--repeats 3]``: on the Bibtex training set (rows
 unit-norm, intercept, k = 100, lambda = 1), fully observed and 20% observed, the H-step at a

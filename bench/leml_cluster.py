@@ -1,4 +1,4 @@
-"""The LEML flow on a Dask cluster against the same flow in one process (issue 18).
+"""The LEML flow on a Dask cluster against the same flow in one process.
 
 Section ``distributed`` of ``scarce bench leml``.  The synthetic Wikipedia-shaped problem of
 :func:`bench.synthetic.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et

@@ -1,5 +1,5 @@
 """A partition task's read: one row block of a stored CSR matrix, read whole then sliced
-against :func:`tasks.store.read_rows` (issue 18).
+against :func:`tasks.store.read_rows`.
 
 Section ``partition`` of ``scarce bench leml``.  A random CSR matrix of
 ``--partition-shape`` (rows x features, float32, ``--partition-row-nnz`` entries a row at
@@ -8,8 +8,8 @@ seeded random columns) is written as a store entry (the store's Parquet format, 
 ``--partition-blocks`` row blocks (:func:`tasks.leml_dask.row_block_bounds`, as
 ``leml-partition`` cuts it) is read in a fresh process each way, ``--repeats`` times:
 
-* ``whole``: ``read_parquet_entry(path)[start:stop]``, what a partition task did before
-  2026-12-02 (the whole entry in memory, then its rows);
+* ``whole``: ``read_parquet_entry(path)[start:stop]``, what a partition task did at first
+  (the whole entry in memory, then its rows);
 * ``rows``: ``read_rows(path, start, stop)``, the row groups whose ``row`` statistics
   overlap the block.
 

@@ -15,7 +15,7 @@ of the 9 undirected relation types without Other (TRAIN + TEST: 8,853 pairs), on
 Contexts: position-tagged lower-cased words, tf-idf, minimum document frequency 2 (the flow's
 defaults, ``configs/relations.yaml``); the entropy ranking uses the binarised matrix (the exact
 Hamming-histogram algorithm).  The method is unsupervised: nothing is tuned on gold labels; the
-settings are the issue's (theta = 0.9, rho = 0.9) and the flow's defaults.  Gold labels are used
+settings are theta = 0.9, rho = 0.9 and the flow's defaults.  Gold labels are used
 only to score the final clusterings (mapped accuracy of Chen et al. Sec. 3.3, ARI, V-measure).
 
 Method settings: ``--k-low``, ``--k-high``, ``--n-prefixes``, ``--min-prefix``, ``--theta``,
@@ -41,7 +41,7 @@ whether the chosen k is steady.  The ranking's speed is the naive O(M^2 N^2) ref
 the fast one on a seeded subsample of ``--speed-pairs`` pairs (only the words present in it),
 checked to give the same ranking; the fast ranking's seconds on all pairs are reported too.
 
-Settings (``--setting``; the issue's main setting and the two further ones it asks for):
+Settings (``--setting``; the main setting and two further ones):
 
 * ``nine`` (default): the 9 undirected relation types without Other, 8,853 pairs, true k 9;
 * ``other``: the 9 undirected types plus Other as a tenth gold type, 10,717 pairs, true k 10;

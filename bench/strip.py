@@ -15,7 +15,7 @@ B³ and CEAF-e F1, the CoNLL-2012 score; ties: pairwise F1, then the ratio neare
 fitted on train with that ratio is the one scored on test (no refit, dev never trains).
 
 ``--supervision all`` makes every mention a source (every pair labelled with its gold
-coreference, nothing unknown): the fully supervised setting of the issue's 9-feature wittgenstein
+coreference, nothing unknown): the fully supervised setting of the reference 9-feature wittgenstein
 figures over all GUM test mentions (MUC F 0.554, B³ F 0.726), which the full feature set is to beat.
 There ``strip-partial`` equals ``strip-labeled`` and is dropped.
 
@@ -25,7 +25,7 @@ labels (the instances of ``strip-partial``; wittgenstein has no unknown label, s
 more supervision than StRip and its scores are an oracle, not a baseline).  ``time_ratio`` is the
 method's training seconds over its peer's.
 
-Outside referee (issue 15): the test chains of each method are written as CorefUD CoNLL-U by the
+Outside referee: the test chains of each method are written as CorefUD CoNLL-U by the
 flow's own writer (:func:`tasks.strip.write_predicted`) and scored by the official CRAC scorer
 (``../shared/tools/corefud-scorer`` beside the project; :func:`official_scores`), exact mention
 match, singletons kept: its MUC, B³ and CEAF-e precision, recall and F1 against ours, once on the

@@ -1,4 +1,4 @@
-"""One against two Dask workers: the relation stability search and a LEML sweep (issue 6).
+"""One against two Dask workers: the relation stability search and a LEML sweep.
 
 ``scarce bench workers`` starts a Dask ``LocalCluster`` of single-threaded worker processes
 (one BLAS/OpenMP thread each: the workers' environment pins them), first with one worker,
