@@ -16,6 +16,11 @@ array over all base clusters, ``-1`` = untouched, reset before returning).  For 
 edge sequence it sums the table entries ``(x, y)`` (``x < y`` base clusters, stored in CSR rows
 by ``x``) whose two ends are touched and in one component.  Sums run in a fixed order, so the
 counts do not depend on anything but the inputs.
+
+The compiled functions are cached beside this file (numba's ``cache=True``).  numba finds a
+cached function by this file's path, size and modification time, and the cache records the
+module's import name: after a change of the package's import name the old cache is found
+and cannot be loaded, so such a change must change this file too (any edit rebuilds it).
 """
 
 from __future__ import annotations
