@@ -39,9 +39,6 @@ import datetime as dt
 import json
 import logging
 import os
-import signal
-import subprocess
-import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -463,49 +460,19 @@ def describe(deployments: list[Deployment]) -> list[dict[str, Any]]:
     return rows
 
 
-def _print_rows(rows: list[dict[str, Any]]) -> None:
-    import pandas as pd
-
-    with pd.option_context("display.width", 200, "display.max_colwidth", 80):
-        print(pd.DataFrame(rows).to_string(index=False))
-
-
-# -- commands -----------------------------------------------------------------------
-def cmd_deploy(args: Any) -> int:
-    url = require_server()
-    deployments = select(load_deployments(args.file), args.only)
-    register(deployments)
-    print(f"registered {len(deployments)} deployment(s) with {url}")
-    _print_rows(describe(deployments))
-    print("scheduled runs start only while `scarce serve` runs")
-    return 0
-
-
-def cmd_serve(args: Any) -> int:
+def serving_runner(deployments: list[Deployment], limit: int | None = None) -> Any:
+    """A Prefect ``Runner`` holding each deployment's flow, ready to ``start()``: at most
+    ``limit`` runs at once; stopping it pauses the schedules."""
     from prefect.runner import Runner
 
-    url = require_server()
-    deployments = select(load_deployments(args.file), args.only)
     # `Runner.add_flow` (not `prefect.serve` of built deployments) keeps the flow object per
     # deployment, so served runs use its task runner; a deployment alone would be re-imported
     # from its entrypoint, with the flow's default (thread pool) runner.
-    runner = Runner(pause_on_shutdown=True, limit=args.limit)
+    runner = Runner(pause_on_shutdown=True, limit=limit)
     for d in deployments:
         flow, options = _flow_and_options(d)
         runner.add_flow(flow, **options)
-    for d in deployments:
-        when = "no schedule"
-        if d.schedule and d.schedule.active:
-            when = f"next {next_times(d.schedule)[0].isoformat()} ({d.schedule.cron})"
-        print(f"serving {d.full_name}: {when}")
-    print(f"against {url}; Ctrl-C stops (and pauses the schedules)", flush=True)
-    from prefect.exceptions import TerminationSignal
-
-    try:
-        asyncio.run(serve_until_interrupted(runner))
-    except (KeyboardInterrupt, TerminationSignal) as exc:
-        log.info("received %s, shutting down", type(exc).__name__)
-    return 0
+    return runner
 
 
 #: Seconds a flow-run process still alive at Ctrl-C has to end after SIGTERM (Prefect's
@@ -568,36 +535,3 @@ def end_processes(grace: float) -> list[int]:
             child.kill()
             child.join(10)
     return [child.pid for child in children]
-
-
-def cmd_ui(args: Any) -> int:
-    """``prefect server start`` on ``host:port`` with analytics off; runs until Ctrl-C."""
-    base = f"http://{args.host}:{args.port}"
-    print(
-        f"Prefect server and UI: {base}\n"
-        "Point runs, deployments and `scarce serve` at it (in another shell):\n"
-        f"  export PREFECT_API_URL={base}/api\n"
-        "  scarce run leml        # the run shows up in the UI\n"
-        "  scarce serve           # registers configs/deployments.yaml and runs its schedules\n"
-        "Ctrl-C stops the server.",
-        flush=True,
-    )
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from the API host and
-    # port settings, not from `prefect server start --port`: without these the page served on
-    # another port still talks to 4200 (another server's runs, or none).
-    env.update(PREFECT_SERVER_API_HOST=args.host, PREFECT_SERVER_API_PORT=str(args.port),
-               PREFECT_UI_API_URL=f"{base}/api")
-    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", args.host,
-           "--port", str(args.port), "--analytics-off"]  # fmt: skip
-    server = subprocess.Popen(cmd, env=env)
-    # Stopping this command stops the server: forward SIGTERM; Ctrl-C reaches both.
-    previous = signal.signal(signal.SIGTERM, lambda signum, _: server.send_signal(signum))
-    try:
-        return server.wait()
-    except KeyboardInterrupt:
-        server.send_signal(signal.SIGINT)
-        return server.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)

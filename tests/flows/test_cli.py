@@ -167,7 +167,6 @@ def test_runs_leaves_out_a_malformed_headline_with_a_warning(project, capsys):
     [
         (["run", "digits", "--set", "k=1"], "key 'k'"),
         (["run", "digits", "--set", "kk=3"], "key 'kk'"),
-        (["run", "nosuchflow"], "unknown flow"),
         (["run", "digits", "--config", "configs/missing.yaml"], "config file not found"),
         (["run", "digits", "--set", "data=absent.csv"], "absent.csv"),
         (["rerun", "no-such-run"], "no such run"),

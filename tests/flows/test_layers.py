@@ -18,8 +18,9 @@ ALLOWED = {
     "flows": {"algorithms", "tasks", "flows"},
     "bench": {"algorithms", "tasks", "flows", "bench"},
 }
-# The command line is the one entry point: `scarce bench NAME` loads the benchmark modules.
-ENTRY_POINT = {"scarce.flows.cli": {"bench"}}
+# The command line is the one entry point: `scarce bench NAME` loads the benchmark modules
+# (its parser lists them, its handler runs one).
+ENTRY_POINT = {"scarce.flows.cli": {"bench"}, "scarce.flows.commands.bench": {"bench"}}
 
 
 def _modules() -> list[str]:

@@ -1,0 +1,73 @@
+"""The console of a command: this project's log lines on stderr, tracebacks of bad input left
+out of Prefect's console log, and stdout put away once the reader of a pipe has gone."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit has nowhere to
+    fail once the reader of a pipe has gone (Python's documented way out of SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured in tests): nothing to flush
+        pass
+
+
+def log_to_stderr() -> None:
+    """Show this project's INFO messages (cache hits, run folders); Prefect logs its own."""
+    logger = logging.getLogger("scarce")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s | %(levelname)-7s | %(message)s", "%H:%M:%S")
+        )
+        logger.addHandler(handler)
+        logger.propagate = False  # shown once, by this handler (Prefect's root handler aside)
+    logger.setLevel(logging.INFO)
+
+
+class _InputErrorWithoutTraceback(logging.Formatter):
+    """Console formatter that leaves out the traceback of an :class:`InputError`.
+
+    Prefect logs a failed task's traceback; for bad input the one-line message says
+    all (the Prefect UI still gets the traceback through Prefect's API handler).
+    """
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        from scarce.algorithms.memory import MemoryBudgetError
+        from scarce.tasks.errors import InputError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, InputError | MemoryBudgetError):
+            return self.inner.format(record)
+        saved = record.exc_info, record.exc_text
+        record.exc_info, record.exc_text = None, None
+        try:
+            return self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text = saved
+
+
+def quiet_input_errors() -> None:
+    """Wrap the formatters of Prefect's console handlers (see the class above)."""
+    from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
+
+    if not PROCESS_LOGGING_CONFIG:  # Prefect sets its handlers up lazily; do it now
+        setup_logging()
+    for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler.formatter, _InputErrorWithoutTraceback
+            ):
+                handler.setFormatter(
+                    _InputErrorWithoutTraceback(handler.formatter or logging.Formatter())
+                )

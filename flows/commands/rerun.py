@@ -1,0 +1,102 @@
+"""``scarce rerun``: a run again from its manifest, its outputs compared with the new run's and
+its damaged files restored where the rerun reproduced them."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from scarce.flows.commands import EXIT_FAIL, EXIT_OK
+from scarce.flows.commands.running import choose_runner, execute, prefect_api, preflight
+
+
+def rerun(args: argparse.Namespace) -> int:
+    """``scarce rerun RUN_ID``: ``identical`` (exit 0) or what differs (exit 1)."""
+    from scarce.flows import manifest as mf
+    from scarce.flows.config import SAFE_NAME, validate_config
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runtime import RunOptions, default_runs_root, new_run_id
+    from scarce.tasks.errors import InputError
+
+    if not re.fullmatch(SAFE_NAME, args.run_id):  # a run id never holds a path separator
+        raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
+    runs = default_runs_root()
+    run_dir = runs / args.run_id
+    old = mf.read_manifest(run_dir)
+    spec = FLOWS.get(old["flow"])
+    if spec is None:
+        raise InputError(f"flow {old['flow']!r} of this run is not available", path=run_dir)
+    if not isinstance(old.get("config"), dict):
+        raise InputError("the manifest has no config to rerun", path=run_dir / mf.MANIFEST,
+                         key="config")
+    data = dict(old["config"])
+    if spec.kind == "apply" and data.get("output"):
+        # A recorded path is a fact about the past, never a place to write: the rerun's
+        # results go to its own run folder, where they are compared.
+        print(f"note: run {args.run_id} also wrote {data['output']}; the rerun writes only "
+              "its own run folder", file=sys.stderr)
+        data["output"] = None
+    config = validate_config(data, spec.load_model(), run_dir / mf.MANIFEST)
+    recorded = old.get("options") or {}
+    runner = choose_runner(args, "dask" if old.get("task_runner") == "DaskTaskRunner"
+                           else recorded.get("runner"))
+    if runner == "dask" and not args.dask_address and recorded.get("dask_address"):
+        print(f"note: run {args.run_id} used the Dask cluster at {recorded['dask_address']}; "
+              "this rerun starts a local Dask cluster (give --dask-address to use a cluster)",
+              file=sys.stderr)
+    preflight(args.dask_address)
+    damaged = mf.damaged_outputs(run_dir, old)  # hashed on disk before the rerun writes
+    # The store is the one the environment names today (``$SCARCE_STORE`` or the project's):
+    # a manifest is a record, never a place to write (a copied project or an edited "store"
+    # would otherwise send the rerun's writes elsewhere).
+    options = RunOptions(
+        runs=str(runs),
+        run_id=new_run_id(old["flow"], "rerun"),
+        refresh=not args.use_cache,
+        rerun_of=args.run_id,
+        runner=runner,
+        dask_address=args.dask_address,
+    )
+    print(f"rerun of {args.run_id} on the {runner} runner", file=sys.stderr)
+    with prefect_api():
+        summary = execute(spec, config, options, runner, args.dask_address)
+    diffs = mf.compare_outputs(old, summary["manifest"])
+    print(f"rerun {summary['run_id']} of {args.run_id}")
+    repairs = _repair(run_dir, old, Path(summary["run_dir"]), damaged)
+    for line in repairs:
+        print(line)
+    if any(line.startswith("damaged:") for line in repairs):
+        print("\n".join(diffs) if diffs else "outputs identical; run "
+              f"{args.run_id} keeps damaged files")
+        return EXIT_FAIL
+    if not diffs:
+        print("identical")
+        return EXIT_OK
+    print("\n".join(diffs))
+    return EXIT_FAIL
+
+
+def _repair(run_dir: Path, old: dict, new_dir: Path, damaged: dict[str, str | None]
+            ) -> list[str]:
+    """Restore each damaged file of the rerun run (bytes on disk unlike its manifest's record)
+    whose bytes the rerun reproduced exactly; say what was found and done, file by file."""
+    from scarce.flows import manifest as mf
+    from scarce.flows.runtime import link_or_copy
+    from scarce.tasks.store import file_sha256
+
+    recorded = mf.recorded_files(old)
+    lines = []
+    for name, actual in sorted(damaged.items()):
+        found = "missing" if actual is None else f"sha256 {actual[:12]} on disk"
+        fresh = new_dir / name
+        if fresh.is_file() and file_sha256(fresh) == recorded[name]:
+            link_or_copy(fresh, run_dir / name)
+            lines.append(f"repaired: {name} of run {run_dir.name} ({found}, recorded "
+                         f"{recorded[name][:12]}; restored from the rerun's identical file)")
+        else:
+            lines.append(f"damaged: {name} of run {run_dir.name} ({found}, recorded "
+                         f"{recorded[name][:12]}; the rerun did not reproduce it)")
+    return lines
+

@@ -1,0 +1,81 @@
+"""Running a registered flow for a command: the runner asked for, the environment checked
+first, one Prefect API, and the summary printed."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def choose_runner(args: argparse.Namespace, recorded: str | None = None) -> str:
+    """The runner asked for: ``--runner``, else dask with ``--dask-address``, else the one a
+    rerun's manifest recorded, else local."""
+    if args.runner:
+        return args.runner
+    if args.dask_address:
+        return "dask"
+    return recorded or "local"
+
+
+def prefect_api() -> Any:
+    """One Prefect API for the command (:func:`flows.runners.prefect_api`)."""
+    from scarce.flows import runners
+
+    return runners.prefect_api()
+
+
+def preflight(address: str | None) -> None:
+    """Check the environment before anything runs: the memory cap, the store and the runs
+    folder (folders this process can write) and the Dask scheduler (each a one-line error
+    naming the variable or option)."""
+    from scarce.algorithms.memory import available_bytes
+    from scarce.flows.runtime import check_writable_folder, default_runs_root, default_store_root
+    from scarce.tasks.errors import InputError
+    from scarce.tasks.store import Store
+
+    try:
+        available_bytes()
+    except ValueError as exc:
+        raise InputError(str(exc), key="SCARCE_MEMORY_LIMIT_GB") from None
+    try:
+        store = Store(default_store_root())
+    except ValueError as exc:
+        raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
+    check_writable_folder(store.root, "store (or $SCARCE_STORE)")
+    check_writable_folder(default_runs_root(), "runs folder (or $SCARCE_RUNS)")
+    if address:
+        from scarce.flows.runners import check_scheduler
+
+        check_scheduler(address)
+
+
+def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
+    """Run one registered flow with a validated config; returns its summary."""
+    from scarce.flows.runners import with_runner
+    from scarce.flows.runtime import release_leases
+
+    flow_fn = with_runner(spec.load_flow(), runner, address)
+    try:
+        return flow_fn(config=config, options=options)
+    finally:
+        release_leases()  # a failed run's lease: what it used is no longer in use
+
+
+def print_summary(name: str, summary: dict) -> None:
+    """A finished run as the commands print it: its id, metrics, cache hits and folder."""
+    print(f"\n== {name}: run {summary['run_id']}")
+    print_frame(summary["metrics"])
+    hits = summary["manifest"].get("cache_hits") or []
+    if hits:
+        print(f"cache hits: {', '.join(hits)}")
+    print(f"outputs: {summary['run_dir']}")
+
+
+def print_frame(frame: Any) -> None:
+    """A table on stdout, four decimals, no index."""
+    import pandas as pd
+
+    with pd.option_context(
+        "display.max_rows", 200, "display.width", 120, "display.float_format", "{:.4f}".format
+    ):
+        print(frame.to_string(index=False) if len(frame) else "(empty)")
