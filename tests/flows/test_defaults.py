@@ -1,31 +1,43 @@
 """One set of defaults per method: the estimator's signature.
 
-Every config field declared with :func:`flows.config.from_estimator` has the estimator's default;
-every value of a bundled config equals its schema default unless the line's comment says
-``default <value>`` (and then that value is the schema's default); and every ``default <value>``
-a comment mentions is the schema's default.
+LEML's ``model`` section is LEML's parameters with the defaults its signature and a fresh
+``LEML()`` give, each field declared from its parameter, so a changed default reaches the config
+(checked in a fresh process) and a config that kept an old one is caught (checked with scratch
+estimators); every config field declared with :func:`flows.config.from_estimator` has the
+default the estimator it names uses; every value of a bundled config equals its schema default
+unless the line's comment says ``default <value>`` (and then that value is the schema's
+default); and every ``default <value>`` a comment mentions is the schema's default.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import os
 import re
+import subprocess
+import sys
+import types
 from typing import Any
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
-from scarce.flows.config import project_root
+from scarce.algorithms.leml import LEML
+from scarce.flows.config import Strict, project_root
+from scarce.flows.leml import ModelConfig
 from scarce.flows.registry import FLOWS
 
 MISSING = object()
 # The project's flows (tests register flows of their own, such as `digits`); the training flows
 # are those whose options come from an estimator.
 PROJECT_FLOWS = sorted(name for name, spec in FLOWS.items()
-                       if spec.target.startswith("flows.") and spec.kind != "experiment")
+                       if spec.target.startswith("scarce.flows.") and spec.kind != "experiment")
 TRAINING_FLOWS = [name for name in PROJECT_FLOWS if FLOWS[name].kind == "train"]
+# An empty list would skip the parametrised tests below without a word.
+assert {"leml", "relations", "strip"} <= set(TRAINING_FLOWS), sorted(FLOWS)
 DEFAULT_IN_COMMENT = re.compile(r"\bdefault:?\s+([^\s;,)]+)")
 
 
@@ -89,17 +101,131 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+# LEML's parameters that a run sets itself: the seed comes from the config's ``seed``, and a
+# flow reports progress through Prefect, not through printing or a callback.
+SET_BY_THE_RUN = {"random_state", "verbose", "callback"}
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal and of the same type (``True`` is not ``1``, ``1`` is not ``1.0``)."""
+    return type(a) is type(b) and a == b
+
+
+def _estimator_defaults(estimator) -> dict[str, Any]:
+    """The defaults of ``estimator`` (a class or a function), read without the config: its
+    signature's, and for a class also ``get_params`` of an instance made without arguments,
+    which must agree with the signature."""
+    init = estimator.__init__ if isinstance(estimator, type) else estimator
+    signature = {name: p.default for name, p in inspect.signature(init).parameters.items()
+                 if name != "self" and p.default is not inspect.Parameter.empty}
+    if isinstance(estimator, type) and hasattr(estimator, "get_params"):
+        fresh = estimator().get_params(deep=False)
+        differ = sorted(k for k in signature if not _identical(fresh.get(k), signature[k]))
+        assert not differ, f"{estimator.__name__}() keeps other values than its defaults: {differ}"
+    return signature
+
+
+def _default_mismatches(section: type[BaseModel], estimator: type,
+                        set_by_the_run=SET_BY_THE_RUN) -> list[str]:
+    """What keeps the config section ``section`` from being ``estimator``'s parameters with
+    its defaults: a parameter without a field (other than ``set_by_the_run``), a field the
+    estimator does not take, a default that is not the estimator's."""
+    defaults = _estimator_defaults(estimator)
+    fields = section.model_fields
+    name = estimator.__name__
+    problems = [f"{p}: a parameter of {name} without a config field"
+                for p in sorted(set(defaults) - set(fields) - set(set_by_the_run))]
+    for key, info in fields.items():
+        if key not in defaults:
+            problems.append(f"{key}: a config field that {name} does not take")
+        elif not _identical(info.default, defaults[key]):
+            problems.append(f"{key}: config default {info.default!r}, {name}'s "
+                            f"{defaults[key]!r}")
+    return problems
+
+
+def _with_defaults(estimator: type, **defaults) -> type:
+    """A scratch subclass of ``estimator`` whose ``__init__`` is the estimator's own code
+    with other defaults: what an edit of the estimator's signature would make."""
+    init = estimator.__init__
+    names = list(inspect.signature(init).parameters)[-len(init.__defaults__):]
+    unknown = set(defaults) - set(names)
+    assert not unknown, unknown
+    values = tuple(defaults.get(n, d) for n, d in zip(names, init.__defaults__, strict=True))
+    copy = types.FunctionType(init.__code__, init.__globals__, init.__name__, values,
+                              init.__closure__)
+    return type(f"Scratch{estimator.__name__}", (estimator,), {"__init__": copy})
+
+
+def test_leml_model_section_is_lemls_parameters_with_its_defaults():
+    assert _default_mismatches(ModelConfig, LEML) == []
+    assert ModelConfig().estimator().get_params() == LEML().get_params()
+
+
+@pytest.mark.parametrize(("param", "value"), [
+    ("rank", 51), ("lam", 1), ("cg_tol", 1e-4), ("fit_intercept", False),
+    ("dtype", "float64"), ("loss", "logistic")])
+def test_an_estimator_default_the_config_does_not_have_is_caught(param, value):
+    scratch = _with_defaults(LEML, **{param: value})
+    assert getattr(scratch(), param) == value  # the scratch estimator really has it
+    assert _default_mismatches(ModelConfig, scratch) == [
+        f"{param}: config default {getattr(ModelConfig(), param)!r}, ScratchLEML's {value!r}"]
+
+
+def test_a_parameter_without_a_field_and_a_field_without_a_parameter_are_caught():
+    assert _default_mismatches(ModelConfig, LEML, set_by_the_run={"verbose", "callback"}) == [
+        "random_state: a parameter of LEML without a config field"]
+
+    class Narrow(Strict):
+        rank: int = 50
+        extra: int = 3
+
+    assert "extra: a config field that LEML does not take" in _default_mismatches(Narrow, LEML)
+
+
+def test_leml_model_fields_are_declared_from_lemls_parameters():
+    """Each field is made by ``from_estimator(LEML, <its name>)`` (which records where its
+    default came from) and says what it is."""
+    for name, info in ModelConfig.model_fields.items():
+        assert info.json_schema_extra == {"estimator": "scarce.algorithms.leml.model.LEML",
+                                          "parameter": name}, name
+        assert info.description, name
+
+
+def test_a_changed_leml_default_reaches_the_flow_config():
+    """LEML's rank default changed before the flow's config is defined: the config's
+    default, its JSON schema and the estimator it builds follow."""
+    code = (
+        "import inspect, json\n"
+        "from scarce.algorithms.leml import LEML\n"
+        "init = LEML.__init__\n"
+        "names = list(inspect.signature(init).parameters)[-len(init.__defaults__):]\n"
+        "init.__defaults__ = tuple(7 if n == 'rank' else d\n"
+        "                          for n, d in zip(names, init.__defaults__))\n"
+        "from scarce.flows.leml import ModelConfig\n"
+        "print(json.dumps([ModelConfig().rank,\n"
+        "                  ModelConfig.model_json_schema()['properties']['rank']['default'],\n"
+        "                  ModelConfig().estimator().rank, LEML().rank]))\n")
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == [7, 7, 7, 7]
+
+
 @pytest.mark.parametrize("flow", TRAINING_FLOWS)
-def test_schema_defaults_are_the_estimators(flow):
+def test_fields_declared_from_an_estimator_have_its_defaults(flow):
+    """Every field of a training flow's config declared with ``from_estimator`` has the
+    default that the estimator (or function) it names actually uses."""
     fields = _fields(FLOWS[flow].load_model())
     bound = {k: f for k, f in fields.items()
              if isinstance(f.json_schema_extra, dict) and "estimator" in f.json_schema_extra}
     assert bound, f"{flow}: no config field takes its default from an estimator"
     for key, info in bound.items():
         module, _, cls = info.json_schema_extra["estimator"].rpartition(".")
-        estimator = getattr(importlib.import_module(module), cls)
-        param = inspect.signature(estimator).parameters[info.json_schema_extra["parameter"]]
-        assert _same(info.default, param.default), (key, info.default, param.default)
+        defaults = _estimator_defaults(getattr(importlib.import_module(module), cls))
+        param = info.json_schema_extra["parameter"]
+        assert _identical(info.default, defaults[param]), (key, info.default, defaults[param])
 
 
 @pytest.mark.parametrize("flow", PROJECT_FLOWS)
