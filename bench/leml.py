@@ -1,5 +1,7 @@
 """LEML against the published row, ridge, binary relevance and omikuji.
 
+Kept as one module: its sections share one data set, one grid and one table.
+
 Sections (``--sections``, comma-separated):
 
 * ``accuracy``: P@1/3/5 and instance AUC on the test split of each dataset

@@ -1,5 +1,8 @@
 """The LEML flow on a Dask cluster against the same flow in one process.
 
+Kept as one module: the cluster benchmark's set-up, runs and table share one synthetic
+problem.
+
 Section ``distributed`` of ``scarce bench leml``.  The synthetic Wikipedia-shaped problem of
 :func:`bench.synthetic.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et
 al.'s Wikipedia set: 881,805 x 366,932, 213,707 labels; 10,000 test points) is written as

@@ -1,5 +1,7 @@
 """The LEML flow: load -> (alternate-W -> alternate-H) x T -> evaluate -> predict.
 
+Kept as one module: the flow's config schema and the flow that reads it change together.
+
 Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
 Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
 one task per step with the store between them (``LEML.fit`` is the same loop in one

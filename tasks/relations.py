@@ -1,5 +1,8 @@
 """Steps of the relation discovery flow (Chen, Ji, Tan and Niu, IJCNLP 2005).
 
+Kept as one module: the relation flow's steps are thin and share the mentions table they
+pass along.
+
 Store-backed wrappers over the readers and the steps of
 :class:`algorithms.relations.model.RelationDiscovery`::
 

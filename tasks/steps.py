@@ -1,5 +1,8 @@
 """Prefect tasks whose outputs live in the Parquet result store.
 
+Kept as one module: the step declaration, its key and its one cache-hit path are one
+mechanism.
+
 A *step* is a plain function of data to data (Kedro's nodes) declared with
 :func:`step`.  Bound to a :class:`~tasks.store.Store` it becomes a Prefect task
 that

@@ -1,5 +1,7 @@
 """The Parquet result store.
 
+Kept as one module: the entry format, atomic writes, leases and gc all guard the same files.
+
 Every task output that is data lives here as one real Parquet file that pandas,
 pyarrow and duckdb open directly::
 

@@ -1,5 +1,7 @@
 """StRip's Prefect steps: preprocess -> grow -> prune -> optimize -> evaluate -> write chains.
 
+Kept as one module: StRip's steps are thin and share the pair tables they pass along.
+
 Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
 through Structured Rule Learning", EMNLP 2006.  Thin wrappers: the rule learner is
 :class:`algorithms.strip.ripper.StRip` (over :mod:`algorithms.strip.closure`), the pair features

@@ -1,5 +1,8 @@
 """LEML's training data: the features, the labels and the observed entries ``Omega``.
 
+Kept as one module: the training data's layouts (sparse entries, dense with a mask) and the
+row-block split share one representation of Omega.
+
 :func:`prepare_data` validates and converts ``X``, ``Y`` and an optional mask once into a
 :class:`LEMLData`, which every half-step reads (Yu, Jain, Kar and Dhillon, ICML 2014, Sec. 3).
 

@@ -1,5 +1,8 @@
 """LEML's H-step: minimise ``J(W, .)`` over ``H`` with ``W`` fixed (Yu et al., Sec. 3).
 
+Kept as one module: the H-step's solvers (direct, conjugate gradient, bound) and their row-
+block forms share the per-label systems they solve.
+
 With ``W`` fixed the problem splits into ``L`` independent ``k``-dimensional problems, one
 per label, over the inputs ``a_i = W^T x_i``:
 

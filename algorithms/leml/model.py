@@ -1,5 +1,8 @@
 """LEML: low-rank empirical risk minimisation for multi-label learning (the estimator).
 
+Kept as one module: the estimator's step methods and its ``fit`` loop over them are one
+scikit-learn class.
+
 The model is ``Z = W H^T`` with ``W`` (d x k) and ``H`` (L x k); the decision
 value of label ``j`` for instance ``x_i`` is ``x_i^T W h_j``.  Training minimises
 over the observed entries ``Omega`` of the label matrix

@@ -1,5 +1,8 @@
 """RIPPER (Cohen, 1995) over a coverage oracle, and StRip (Stoyanov and Cardie, 2006).
 
+Kept as one module: grow, prune and optimise share the rule representation and the coverage
+oracle's state, and read as the paper's one algorithm.
+
 RIPPER learns an ordered set of rules for the positive class ("the two NPs corefer").  StRip is the
 same learner where every rule-quality computation — FOIL information gain while growing, the
 pruning metric, the description length — counts as covered every labelled pair whose two NPs fall
