@@ -56,6 +56,7 @@ from scarce.flows.config import (
     load_config,
     read_yaml,
 )
+from scarce.flows.prefect_adapter import deployment_schema, with_schema
 from scarce.flows.tags import run_tags, unique
 from scarce.tasks.errors import InputError
 
@@ -319,10 +320,16 @@ class ServedFlow(Flow):
         Returns
         -------
         ServedFlow
-            A copy of ``flow`` (``Flow.with_options``) of this class.
+            A flow of this class made by Prefect's constructor from ``flow``'s function and
+            options (``Flow.with_options`` always makes a plain ``Flow``).
         """
-        served = flow.with_options()
-        served.__class__ = cls
+        served = cls(fn=flow.fn, name=flow.name, description=flow.description,
+                     flow_run_name=flow.flow_run_name, version=flow.version,
+                     task_runner=flow.task_runner, retries=flow.retries,
+                     retry_delay_seconds=flow.retry_delay_seconds,
+                     timeout_seconds=flow.timeout_seconds,
+                     validate_parameters=flow.should_validate_parameters,
+                     log_prints=flow.log_prints)
         served.deployment_name = deployment_name
         return served
 
@@ -366,10 +373,9 @@ class ServedFlow(Flow):
 
 
 def _with_partial_schema(deployment: Any) -> Any:
-    # RunnerDeployment keeps the schema it sends in a private attribute, set from the flow's
-    # signature; there is no public way to give it another.
-    deployment._parameter_openapi_schema = partial_schema(deployment._parameter_openapi_schema)
-    return deployment
+    """``deployment`` sending :func:`partial_schema` of its schema (through the one adapter
+    of Prefect's private API, :mod:`flows.prefect_adapter`)."""
+    return with_schema(deployment, partial_schema(deployment_schema(deployment)))
 
 
 def _flow_and_options(deployment: Deployment) -> tuple[Any, dict[str, Any]]:
