@@ -64,5 +64,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("overhead", "scarce.bench.overhead"),
         Benchmark("workers", "scarce.bench.workers"),
         Benchmark("apply", "scarce.bench.apply"),
+        Benchmark("store", "scarce.bench.store"),
     )
 }
