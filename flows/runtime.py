@@ -35,7 +35,7 @@ from scarce.flows import manifest as mf
 from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from scarce.flows.tags import tag_flow_run
 from scarce.tasks.errors import InputError
-from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, damaged_entries, log_both
+from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
 from scarce.tasks.store import (
     SUFFIX,
     CorruptEntry,
@@ -249,34 +249,22 @@ class RunContext:
     def _store_hit(self, st: Step, kwargs: dict[str, Any]) -> Any:
         """The refs of a clean cache hit, read from the store before any task run starts.
 
-        A Prefect task run costs a few API calls even when cached (100-200 ms each on a
-        loaded 2-core machine), which made a cached rerun of the relations flow, with its
-        hundreds of small stability units, take over half the first run's time.  A step
-        whose cache record exists and whose entries all pass their checksums and file
-        hashes is resolved here, without a task run (the run's ``cache-hits`` artifact and
-        log list it).  Anything else -- no record, a damaged entry, ``--refresh`` -- goes
-        through Prefect, whose cache policy logs and repairs the damage.
+        A Prefect task run costs a few API calls even when cached, which made a cached rerun
+        of the relations flow, with its hundreds of small stability units, take over half
+        the first run's time.  A step whose cache record exists and whose entries all pass
+        their checksums and file hashes (:meth:`tasks.steps.Step.clean_hit`) is resolved
+        here, without a task run (the run's ``cache-hits`` artifact and log list it).
+        Anything else -- no record, a damaged entry, ``--refresh`` -- goes through Prefect,
+        whose cache policy logs and repairs the damage.
         """
         if self.options.refresh or not self.fast_cache:
             return None
-        sig = st.signature
-        try:
-            bound = sig.bind(**kwargs)
-        except TypeError:
-            return None
-        bound.apply_defaults()
-        key = st.key(dict(bound.arguments))
-        if not (self.store.prefect_dir / key).is_file():
-            return None
-        refs = st.refs(key)
         # Noted in the lease before the check, under gc's lock: a gc running now either
         # finished before the check or will see the note and keep the entries.
-        with self.lease.hold(_iter_refs(refs)) if self.lease else nullcontext():
-            try:
-                if damaged_entries(st, self.store, key):
-                    return None
-            except (OSError, ValueError):
-                return None
+        refs = st.clean_hit(self.store, kwargs,
+                            hold=self.lease.hold if self.lease is not None else None)
+        if refs is None:
+            return None
         self.store_hits[st.name] = self.store_hits.get(st.name, 0) + 1
         return refs
 

@@ -40,6 +40,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,36 @@ class Step:
         if self.outputs is None:
             return f"{self.name}/{key}"
         return {part: f"{self.name}/{key}-{part}" for part in self.outputs}
+
+    # -- cache hits -------------------------------------------------------
+    def clean_hit(self, store: Store, kwargs: dict[str, Any],
+                  hold: Callable[[Any], Any] | None = None) -> str | dict[str, str] | None:
+        """The refs of this call when the store holds it intact: its cache record exists and
+        every entry passes its seal or its read (:func:`damaged_entries`); None otherwise (no
+        record, a damaged entry, arguments that do not bind), and the call goes through
+        Prefect, whose cache policy (:class:`StoreCachePolicy`) names and repairs the damage.
+
+        ``hold(refs)``: a context manager held while the entries are checked (a run's lease,
+        so that a gc running meanwhile keeps them).  The one place a hit is decided: the
+        flows' fast path asks here before starting a task run, the policy asks the same
+        question (:func:`damaged_entries`) inside one.
+        """
+        try:
+            bound = self.signature.bind(**kwargs)
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        key = self.key(dict(bound.arguments))
+        if not (store.prefect_dir / key).is_file():
+            return None
+        refs = self.refs(key)
+        with hold(_iter_refs(refs)) if hold is not None else nullcontext():
+            try:
+                if damaged_entries(self, store, key):
+                    return None
+            except (OSError, ValueError):
+                return None
+        return refs
 
     # -- binding ----------------------------------------------------------
     def bind(self, store: Store) -> Task:
