@@ -57,7 +57,7 @@ from scarce.tasks.leml import (
     stack,
     task_params,
 )
-from scarce.tasks.leml_dask import DaskWStep
+from scarce.tasks.leml_dask import CLIENTS, DaskWStep
 from scarce.tasks.leml_table import load_table, table_space
 
 PUBLISHED = LEML_XC
@@ -331,7 +331,17 @@ def _run_name() -> str:
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     """load -> (alternate-W -> alternate-H) x T -> evaluate -> predict: the steps of
     :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
-    mask and baselines; the model and the test set's predictions as named outputs."""
+    mask and baselines; the model and the test set's predictions as named outputs.  The Dask
+    clients the run opened and the row blocks it kept are closed when it ends, however it
+    ends (:data:`tasks.leml_dask.CLIENTS`)."""
+    try:
+        return _leml_run(config, options)
+    finally:
+        CLIENTS.close()
+
+
+def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
+    """The body of :func:`leml_flow`."""
     check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size

@@ -36,6 +36,7 @@ from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
 from scarce.tasks.errors import InputError
+from scarce.tasks.leml_dask.clients import CLIENTS, in_dask_worker
 from scarce.tasks.readers.arff import read_arff, read_arff_header
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
@@ -230,12 +231,12 @@ def _data_client(cluster: dict | None):
     once a worker there can start it (:func:`tasks.leml_dask.check_workers_can_run`); here
     (a client of None) for the other runners, and inside a Dask worker (where a
     ``--runner dask`` task already runs)."""
-    if not cluster or cluster.get("inline") or _in_dask_worker():
+    if not cluster or cluster.get("inline") or in_dask_worker():
         yield None
         return
     from scarce.tasks.leml_dask import check_workers_can_run
 
-    with _w_step_client(cluster) as client:
+    with CLIENTS.client(cluster) as client:
         check_workers_can_run(client)
         yield client
 
@@ -476,204 +477,10 @@ def initialise(train: dict | None, mask, params: dict, partition: list | None = 
     model, data = _estimator(params, train, mask, partition)
     if not model.squared_start():
         w_step = None
-    with _w_step_backend(data, w_step, cluster, model.rank) as backend:
+    with CLIENTS.backend(data, w_step, cluster, model.rank) as backend:
         _say_where(backend, f"squared-loss start ({model.squared_init_iter} iterations)")
         W, H = model.start(data, backend=backend)
     return {"W": W, "H": H}
-
-
-# Dask clients of the distributed W-step that this process opened itself (a LocalCluster, or a
-# scheduler named by address that the flow's task runner is not connected to), kept for the
-# life of the process so that every outer iteration reuses one: (workers, address) ->
-# (cluster or None, client).
-_W_CLUSTERS: dict[tuple, tuple] = {}
-# Futures of the row blocks of the latest Dask W-step, held after it ends: the next W-step on
-# the same training data (the next outer iteration) asks for the same block keys and finds the
-# blocks on the workers.  Released when a W-step on other data takes their place, and when
-# the test set is scored on the workers (evaluate, predict: the fit is over), so that the
-# workers do not hold the training data beside the test blocks and the factors (with it, the
-# scoring was where a worker's memory peaked).
-_KEPT_BLOCKS: list = []
-
-
-def _release_kept_blocks() -> None:
-    from scarce.tasks.leml_dask import InlineClient
-
-    InlineClient.release_kept()
-    while _KEPT_BLOCKS:
-        future = _KEPT_BLOCKS.pop()
-        try:
-            future.release()
-        except Exception:  # noqa: BLE001 - its client is closed: nothing is held any more
-            pass
-
-
-def _close_w_clusters() -> None:
-    _release_kept_blocks()
-    for cluster, client in _W_CLUSTERS.values():
-        client.close()
-        if cluster is not None:
-            cluster.close()
-    _W_CLUSTERS.clear()
-
-
-def _own_client(workers: int, address: str | None):
-    """A Dask client opened by this process: to the scheduler at ``address``, or else to a
-    ``LocalCluster`` of ``workers`` single-threaded worker processes (one BLAS thread each);
-    opened on first use and kept until this process exits."""
-    import atexit
-
-    key = (workers, address)
-    if key not in _W_CLUSTERS:
-        from distributed import Client, LocalCluster
-
-        if address:
-            try:
-                _W_CLUSTERS[key] = (None, Client(address, timeout="30s"))
-            except OSError as exc:
-                raise InputError(f"no Dask scheduler at {address} ({exc})",
-                                 key="w_step.address") from None
-        else:
-            import dask
-
-            from scarce.tasks.leml_dask import NO_WORK_STEALING
-
-            pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                     "MKL_NUM_THREADS")}
-            with dask.config.set(NO_WORK_STEALING):  # read when the scheduler starts
-                cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                       processes=True, dashboard_address=None, env=pins)
-            client = Client(cluster)
-            client.wait_for_workers(workers)
-            _W_CLUSTERS[key] = (cluster, client)
-        if len(_W_CLUSTERS) == 1:
-            atexit.register(_close_w_clusters)
-    return _W_CLUSTERS[key][1]
-
-
-def _same_scheduler(a: str, b: str) -> bool:
-    """Whether two scheduler addresses are the same (``host:port`` means ``tcp://host:port``)."""
-    def norm(address: str) -> str:
-        return (address if "://" in address else f"tcp://{address}").rstrip("/")
-
-    return norm(a) == norm(b)
-
-
-def _in_dask_worker() -> bool:
-    from scarce.tasks.leml_dask import this_worker
-
-    return this_worker() is not None
-
-
-def _runner_client():
-    """The Dask client of the flow run's task runner (``--runner dask`` or ``--dask-address``:
-    a ``prefect_dask.DaskTaskRunner``, connected on first use), or None under any other
-    runner or outside a flow run."""
-    try:
-        from prefect.context import FlowRunContext
-        from prefect_dask import DaskTaskRunner
-    except ImportError:
-        return None
-    runner = getattr(FlowRunContext.get(), "task_runner", None)
-    return runner.client if isinstance(runner, DaskTaskRunner) else None
-
-
-@contextmanager
-def _w_step_client(cluster: dict | None):
-    """The Dask client of a distributed W-step, from the step's ``cluster`` argument
-    (``{"address", "workers", "inline"}``, all optional): the scheduler at ``address`` or,
-    without one, the cluster the flow run already uses; a LocalCluster of ``workers``
-    (default 2) only when it uses none.
-
-    Inside a task running on a Dask worker: that worker's cluster through ``worker_client``
-    (the task leaves its worker's thread pool while it waits).  In the flow's process under a
-    Dask task runner: the runner's own client (one connection to one cluster for the whole
-    run).  Else a client of this process's own (:func:`_own_client`).  ``inline``: no Dask,
-    :class:`tasks.leml_dask.InlineClient` (the same tasks, run in this process).
-    """
-    cluster = cluster or {}
-    address, workers = cluster.get("address"), cluster.get("workers", 2)
-    if cluster.get("inline"):
-        from scarce.tasks.leml_dask import InlineClient
-
-        yield InlineClient()
-        return
-    if _in_dask_worker():
-        from distributed import get_worker, worker_client
-
-        if address is None or _same_scheduler(address, get_worker().scheduler.address):
-            with worker_client() as client:
-                yield client
-            return
-    runner = _runner_client()
-    if runner is not None and (address is None
-                               or _same_scheduler(address, runner.scheduler.address)):
-        yield runner
-        return
-    yield _own_client(workers, address)
-
-
-def _keep_blocks(client, backend) -> None:
-    """Hold the blocks of ``backend`` after its W-step (see :data:`_KEPT_BLOCKS`)."""
-    from scarce.tasks.leml_dask import InlineClient
-
-    if not backend.recoverable:
-        return
-    _release_kept_blocks()  # the same keys stay held by backend's own futures meanwhile
-    if isinstance(client, InlineClient):
-        client.keep(backend.block_futures)
-        return
-    from distributed import Future
-
-    _KEPT_BLOCKS.extend(Future(f.key, client) for f in backend.block_futures)
-
-
-@contextmanager
-def _w_step_backend(data, w_step: dict | None, cluster: dict | None, rank: int | None = None):
-    """Where the W-step's products (and the squared loss's H-step sums) run: None (this
-    process), or with ``w_step`` (``{"blocks"}``) a :class:`tasks.leml_dask.DaskWStep` over
-    that many row blocks of ``data``.  ``data`` is a
-    :class:`tasks.leml_dask.PartitionedData` (the flow: the files of the row blocks, from
-    which each worker builds its own blocks, recomputed if a worker is lost) or a prepared
-    :class:`~algorithms.leml.data.LEMLData` (its blocks scattered from this process).
-    ``cluster`` (``{"address", "workers"}``, both optional) says where: the scheduler at
-    ``address`` or the run's own cluster (:func:`_w_step_client`).  ``rank``: the factors'
-    rank, for the memory guard of the working arrays (:func:`tasks.leml_dask.working_nbytes`)."""
-    if w_step is None:
-        yield None
-        return
-    from scarce.tasks.leml_dask import DaskWStep
-
-    with _w_step_client(cluster) as client, \
-            DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
-        _warn_if_stealing(client, backend)
-        _keep_blocks(client, backend)
-        yield backend
-
-
-# Schedulers already asked whether they steal work (their addresses): asked, and warned
-# about, once a process.
-_ASKED_STEALING: set[str] = set()
-
-
-def _warn_if_stealing(client, backend) -> None:
-    """Warn, once per scheduler, that the cluster runs Dask's work stealing when the blocks
-    are spread over more than one worker: it may move a block's tasks to a worker that does
-    not hold the block, which then holds a copy too (see
-    :data:`tasks.leml_dask.NO_WORK_STEALING`), so a worker's memory is no longer its own
-    blocks'.  The clusters this project starts run without it."""
-    from scarce.tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
-
-    address = getattr(getattr(client, "scheduler", None), "address", None)
-    if address is None or address in _ASKED_STEALING or len(set(backend.block_workers)) < 2:
-        return
-    _ASKED_STEALING.add(address)
-    if not scheduler_steals(client):
-        return
-    log_both(logging.WARNING, "the Dask scheduler at %s runs work stealing, which may move "
-             "a row block's tasks to a worker that does not hold the block (that worker "
-             "then holds a copy too); start it with %s dask scheduler", address,
-             NO_STEALING_ENV)
 
 
 def _say_where(backend, what: str) -> None:
@@ -713,12 +520,13 @@ def alternate_W(
     products on Dask over that many row blocks of X (any number of workers gives the same W
     bit for bit).  ``partition`` (the training data's row blocks, in place of ``train`` and
     ``mask``): the workers read them, this process reads none (:func:`_estimator`).
-    ``cluster`` (a runtime parameter: not in the key) says where (:func:`_w_step_backend`);
-    ``timings`` records where it ran (``scheduler``, ``workers``).
+    ``cluster`` (a runtime parameter: not in the key) says where
+    (:meth:`tasks.leml_dask.clients.DaskClients.backend`); ``timings`` records where it ran
+    (``scheduler``, ``workers``).
     """
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
-    with _w_step_backend(data, w_step, cluster, model.rank) as backend:
+    with CLIENTS.backend(data, w_step, cluster, model.rank) as backend:
         where = _where(backend)
         _say_where(backend, f"W-step {iteration}")
         W, info = model.w_step(data, W, H, backend=backend)
@@ -760,7 +568,7 @@ def alternate_H(
     """
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
-    with _w_step_backend(data, h_step, cluster, model.rank) as backend:
+    with CLIENTS.backend(data, h_step, cluster, model.rank) as backend:
         _say_where(backend, f"H-step {iteration}")
         H, info = model.h_step(data, W, H, backend=backend)
         seconds = time.perf_counter() - t0
@@ -772,7 +580,7 @@ def alternate_H(
     elif validation_partition:
         from scarce.tasks.leml_dask import evaluate_on_blocks
 
-        with _w_step_client(cluster) as client:
+        with CLIENTS.client(cluster) as client:
             val_p1 = evaluate_on_blocks(client, validation_partition, W, H, params,
                                         BATCH_SIZE, ks=(1,))["precision@1"]
     trace = pd.DataFrame(
@@ -825,8 +633,8 @@ def evaluate(
     else:
         from scarce.tasks.leml_dask import evaluate_on_blocks
 
-        _release_kept_blocks()  # the fit is over: the workers score without its blocks
-        with _w_step_client(cluster) as client:
+        CLIENTS.release_kept()  # the fit is over: the workers score without its blocks
+        with CLIENTS.client(cluster) as client:
             scores = evaluate_on_blocks(client, partition, W, H, params, batch_size)
     metrics = _metrics_table(scores, dataset, method)
     conv = pd.concat(traces, ignore_index=True)
@@ -868,8 +676,8 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFram
                                  labels)
     from scarce.tasks.leml_dask import predict_on_blocks
 
-    _release_kept_blocks()  # the fit is over: the workers predict without its blocks
-    with _w_step_client(cluster) as client:
+    CLIENTS.release_kept()  # the fit is over: the workers predict without its blocks
+    with CLIENTS.client(cluster) as client:
         return named_predictions(
             predict_on_blocks(client, partition, W, H, params, top_k, batch_size), labels)
 

@@ -58,27 +58,28 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
 def test_runner_dask_w_step_uses_the_task_runners_cluster(tmp_path, monkeypatch):
     """``--runner dask``: the W-step runs on the task runner's LocalCluster, not on a second
     cluster of its own, and that cluster runs without work stealing."""
-    import scarce.tasks.leml as tl
-    import scarce.tasks.leml_dask as tld
+    import scarce.tasks.leml_dask.clients as clients
     from scarce.flows.cli import main
+    from scarce.tasks.leml_dask import CLIENTS
 
     steals = []
-    asked = tld.scheduler_steals
-    monkeypatch.setattr(tld, "scheduler_steals", lambda c: steals.append(asked(c)) or steals[-1])
+    asked = clients.scheduler_steals
+    monkeypatch.setattr(clients, "scheduler_steals",
+                        lambda c: steals.append(asked(c)) or steals[-1])
 
     project = leml_project(tmp_path / "project")
     monkeypatch.setenv("SCARCE_ROOT", str(project))
     monkeypatch.chdir(project)
     for var in ("SCARCE_STORE", "SCARCE_RUNS"):
         monkeypatch.delenv(var, raising=False)
-    tl._close_w_clusters()
+    CLIENTS.close()
     try:
         assert main(["run", "leml", "--runner", "dask", "--set", "w_step.runner=dask",
                      "--set", "model.outer_iterations=2"]) == 0
-        assert tl._W_CLUSTERS == {}  # no cluster of the W-step's own
+        assert CLIENTS.opened == 0  # no cluster of the W-step's own
         assert steals and not any(steals)
     finally:
-        tl._close_w_clusters()
+        CLIENTS.close()
     m = procs.only_manifest(project)
     assert m["task_runner"] == "DaskTaskRunner"
     places = {(f["scheduler"].iloc[0], int(f["workers"].iloc[0]))

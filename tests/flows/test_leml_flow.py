@@ -70,9 +70,9 @@ def _close_w_step_clusters():
     """Close the W-step's process-wide Dask cluster while pytest's streams are still open
     (at interpreter exit its scheduler logs into a closed stream)."""
     yield
-    from scarce.tasks.leml import _close_w_clusters
+    from scarce.tasks.leml_dask import CLIENTS
 
-    _close_w_clusters()
+    CLIENTS.close()
 
 
 @contextmanager

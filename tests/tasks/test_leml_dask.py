@@ -30,14 +30,15 @@ distributed = pytest.importorskip("distributed")
 
 from scarce.tasks.leml import partition_files  # noqa: E402
 from scarce.tasks.leml_dask import (  # noqa: E402
+    CLIENTS,
     N_BLOCKS,
     DaskWStep,
     PartitionedData,
-    _Aligned,
     cluster_workers,
     data_nbytes,
     worker_peak_memory,
 )
+from scarce.tasks.leml_dask.transport import _Aligned  # noqa: E402
 from scarce.tasks.steps import digest, step  # noqa: E402
 from scarce.tasks.store import Store  # noqa: E402
 
@@ -667,7 +668,7 @@ def _misaligned(array: np.ndarray) -> np.ndarray:
 
 
 def test_arrays_are_realigned_wherever_they_land():
-    from scarce.tasks.leml_dask import ALIGNMENT, _align, _aligned
+    from scarce.tasks.leml_dask.transport import ALIGNMENT, _align, _aligned
 
     odd = _misaligned(np.arange(40.0).reshape(20, 2))
     assert odd.ctypes.data % 8 != 0
@@ -692,7 +693,7 @@ def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_call
 
     from dask.sizeof import sizeof
 
-    from scarce.tasks.leml_dask import ALIGNMENT, _Aligned, _wrap_aligned
+    from scarce.tasks.leml_dask.transport import ALIGNMENT, _Aligned, _wrap_aligned
 
     a = np.arange(1000, dtype=np.float32).reshape(100, 10)
     buffers: list = []
@@ -711,7 +712,7 @@ def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_call
 
 def _handed_array(task_state):
     """The array in the ``_Handed`` box among a task's arguments (None once handed over)."""
-    from scarce.tasks.leml_dask import _Handed
+    from scarce.tasks.leml_dask.transport import _Handed
 
     boxes = [a for a in task_state.run_spec.args if isinstance(a, _Handed)]
     assert len(boxes) == 1
@@ -737,7 +738,12 @@ def test_an_array_sent_in_a_task_is_held_once_by_the_worker_and_kept_by_the_sche
 
     from distributed import Client, LocalCluster
 
-    from scarce.tasks.leml_dask import ALIGNMENT, _arrays_in_graph, _Handed, _take_aligned
+    from scarce.tasks.leml_dask.transport import (
+        ALIGNMENT,
+        _arrays_in_graph,
+        _Handed,
+        _take_aligned,
+    )
 
     a = np.arange(3_200_000, dtype=np.float32).reshape(-1, 50)  # 12.8 MB: above Dask's
     with warnings.catch_warnings():                              # 10 MB graph warning
@@ -780,7 +786,6 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
     in every block's files spoilt in between (names and footers unchanged), it builds no
     block again and gives the first W-step's ``W``."""
     from scarce.tasks.errors import InputError
-    from scarce.tasks.leml import _close_w_clusters, _w_step_backend
     from scarce.tasks.store import read_parquet_entry
 
     source, data = _stored(tmp_path, "masked-sparse")
@@ -790,7 +795,7 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
     try:
         results = []
         for iteration in range(2):  # two outer iterations' W-steps
-            with _w_step_backend(source, {"blocks": 4}, cluster) as backend:
+            with CLIENTS.backend(source, {"blocks": 4}, cluster) as backend:
                 assert backend.recoverable and backend.client is not client
                 results.append(_w_step(data, W0, H, backend=backend, cg_max_iter=4)[0])
             if iteration == 0:
@@ -801,7 +806,7 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
                     read_parquet_entry(source.blocks[0]["X"])
         np.testing.assert_array_equal(results[0], results[1])
     finally:
-        _close_w_clusters()
+        CLIENTS.close()
 
 
 def _training_blocks(token, dask_worker):  # run on a worker
@@ -825,7 +830,7 @@ def test_the_evaluation_releases_the_training_blocks_the_w_steps_kept(client, tm
     files = [{"X": b["X"], "Y": b["Y"]} for b in source.blocks]
     params = {"rank": K, "fit_intercept": False, "dtype": "float64"}
     try:
-        with tl._w_step_backend(source, {"blocks": 4}, cluster) as backend:
+        with CLIENTS.backend(source, {"blocks": 4}, cluster) as backend:
             W, _ = _w_step(data, W0, H, backend=backend, cg_max_iter=2)
         assert sum(map(len, client.run(_training_blocks, token).values())) == 4  # kept
         out = tl.evaluate.fn(None, W, H, traces=[pd.DataFrame({"iteration": [1]})],
@@ -842,7 +847,7 @@ def test_the_evaluation_releases_the_training_blocks_the_w_steps_kept(client, tm
                                      "m")
         pd.testing.assert_frame_equal(out["metrics"], expected)
     finally:
-        tl._close_w_clusters()
+        CLIENTS.close()
 
 
 @slow
@@ -852,7 +857,6 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
     process parses nothing), the same refs and the same bytes as the step run here; a
     worker that keys the call otherwise (other code) is refused."""
     import scarce.tasks.leml as tl
-    from scarce.tasks.leml import _close_w_clusters
     from scarce.tasks.steps import _make_runner, execute_by_name, seal_path
 
     path = tmp_path / "data.txt"
@@ -871,7 +875,7 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
             refs = _make_runner(tl.load, there)(
                 **args, cluster={"address": client.scheduler.address})
     finally:
-        _close_w_clusters()
+        CLIENTS.close()
     assert refs == refs_here
     for ref in refs.values():
         assert there.sha256(ref) == here.sha256(ref)
@@ -1185,10 +1189,11 @@ def test_predictions_on_row_blocks_are_the_whole_test_sets_table_on_any_workers(
 def test_large_terms_are_fetched_one_at_a_time_and_add_to_the_same_bits(monkeypatch):
     """Block sums fetch a large term at a time (never one per block at once) and a small
     sum in one gather; either way the same bits as ``sum_in_order``."""
-    import scarce.tasks.leml_dask as ld
+    import scarce.tasks.leml_dask.backend as ld
     from scarce.algorithms.leml.h_step import sum_in_order
+    from scarce.tasks.leml_dask import InlineClient
 
-    class Recording(ld.InlineClient):
+    class Recording(InlineClient):
         gathered: list = []
 
         def gather(self, futures):
@@ -1288,7 +1293,7 @@ def _slow_block_tasks(seconds: float = 0.3) -> None:
     import functools
     import time
 
-    import scarce.tasks.leml_dask as module
+    import scarce.tasks.leml_dask.backend as module
 
     for name in ("_block_products", "_hess_vec"):
         original = getattr(module, name)
@@ -1319,12 +1324,11 @@ def test_the_flows_own_cluster_keeps_a_blocks_tasks_on_its_worker(tmp_path):
     its two workers, block tasks slowed to 0.3 s, the other worker idle, and still every
     task of a block runs where the block is.  With stealing on (Dask's default) the same
     W-step moved 5 of its 12 slowed block tasks to the idle worker."""
-    from scarce.tasks import leml as leml_tasks
     from scarce.tasks.leml_dask import scheduler_steals
 
     parted, data = _stored(tmp_path, "full", bibtex=True)
     W0, H = _start(data)
-    client = leml_tasks._own_client(2, None)
+    client = CLIENTS.own(2, None)
     try:
         assert scheduler_steals(client) is False
         client.run(_slow_block_tasks)
@@ -1334,7 +1338,7 @@ def test_the_flows_own_cluster_keeps_a_blocks_tasks_on_its_worker(tmp_path):
                 data, W0, H, backend=backend, cg_max_iter=3, cg_tol=1e-12))
             assert set(backend.block_workers) == {first}
     finally:
-        leml_tasks._close_w_clusters()
+        CLIENTS.close()
     assert off == []
 
 
@@ -1346,7 +1350,6 @@ def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(cap
     import dask
     from distributed import Client, LocalCluster
 
-    from scarce.tasks import leml as leml_tasks
     from scarce.tasks.leml_dask import NO_STEALING_ENV, scheduler_steals
 
     # Dask's default said outright: the setting is global to this process, and in a full run
@@ -1358,7 +1361,7 @@ def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(cap
     with cluster, Client(cluster) as client:
         assert scheduler_steals(client) is True
         data = _problem("full")
-        leml_tasks._ASKED_STEALING.discard(client.scheduler.address)
+        CLIENTS._asked_stealing.discard(client.scheduler.address)
         caplog.set_level(logging.WARNING, logger="scarce.store")
         one = sorted(cluster_workers(client))[:1]
 
@@ -1367,11 +1370,11 @@ def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(cap
                     if r.name == "scarce.store" and r.levelno == logging.WARNING]
 
         with DaskWStep(client, data, workers=one) as backend:
-            leml_tasks._warn_if_stealing(client, backend)
+            CLIENTS.warn_if_stealing(client, backend)
         assert not warnings()
         for _ in range(2):
             with DaskWStep(client, data) as backend:
-                leml_tasks._warn_if_stealing(client, backend)
+                CLIENTS.warn_if_stealing(client, backend)
         [record] = warnings()
         message = record.getMessage()
         assert client.scheduler.address in message and NO_STEALING_ENV in message
