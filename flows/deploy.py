@@ -1,5 +1,8 @@
 """Prefect deployments of the flows, declared in ``configs/deployments.yaml``.
 
+Kept as one module: the deployments file's schema, the served flow and the schedules change
+together.
+
 ::
 
     deployments:

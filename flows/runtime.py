@@ -1,5 +1,8 @@
 """The run a flow belongs to: its store, its record of outputs, its manifest.
 
+Kept as one module: a run's context, its record of outputs and its artifacts share the run's
+folder and its lease.
+
 A flow opens a :class:`RunContext` first and calls its steps through it::
 
     ctx = RunContext.open("leml", config, options)
