@@ -54,11 +54,19 @@ def render() -> str:
         "folder.",
         "",
     ]
+    flows = project_flows()
     out += [f"- [`{name}`](#{_slug(name)}): {_text(spec.description)}"
-            for name, spec in FLOWS.items()]
-    for name, spec in FLOWS.items():
+            for name, spec in flows.items()]
+    for name, spec in flows.items():
         out += [""] + _flow_section(name, spec)
     return "\n".join(out) + "\n"
+
+
+def project_flows() -> dict[str, FlowSpec]:
+    """The registry's flows of this package (``scarce.*``), in registry order: a flow that
+    other code registers (a test's, a user's) is not part of this page."""
+    return {name: spec for name, spec in FLOWS.items()
+            if str(getattr(spec, "target", "scarce.")).startswith("scarce.")}
 
 
 def _flow_section(name: str, spec: FlowSpec) -> list[str]:
