@@ -29,7 +29,7 @@ from scarce.flows.apply import (
 from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml import TOP_K, collect, label_file, load, score, task_params
+from scarce.tasks.leml import TOP_K, collect, load, new_rows_labels, score, task_params
 from scarce.tasks.leml_table import load_table
 from scarce.tasks.readers.table import TABLE_SUFFIXES
 
@@ -104,7 +104,4 @@ def load_inputs(ctx: RunContext, files: list, fmt: str, meta: dict, folder) -> l
                            labels=folder / MODEL_FILES["labels"]) for path in files]
     read = dict(format=fmt, dtype=meta["dtype"], normalize=meta["normalize"],
                 n_labels=meta["n_labels"] if fmt == "arff" else None)
-    labels = {path: label_file(path, fmt, required=False) for path in files}
-    return [ctx.submit(load, path=path, labels_file=labels[path],
-                       with_labels=fmt != "parquet" or labels[path] is not None, **read)
-            for path in files]
+    return [ctx.submit(load, path=path, **new_rows_labels(path, fmt), **read) for path in files]

@@ -28,9 +28,9 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     _read_factor,
     in_feature_space,
-    label_file,
     load,
     named_predictions,
+    new_rows_labels,
     read_label_map,
 )
 from scarce.tasks.store import read_parquet_entry
@@ -167,11 +167,9 @@ class LemlModel:
                 read = load_table.fn(path=path, table=self._table(), dtype=m["dtype"],
                                      normalize=m["normalize"], **self._files)
                 return read["X"], read["Y"]
-            labels = label_file(path, fmt, required=False)
             read = load.fn(path=path, format=fmt, dtype=m["dtype"], normalize=m["normalize"],
                            n_labels=m["n_labels"] if fmt == "arff" else None,
-                           labels_file=labels,
-                           with_labels=fmt != "parquet" or labels is not None)
+                           **new_rows_labels(path, fmt))
             return in_feature_space(read["X"], self.estimator_.n_features_in_, path, fmt), \
                 read["Y"]
         if isinstance(X, pd.DataFrame) or (isinstance(X, list | tuple | pd.Series)

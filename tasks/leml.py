@@ -67,6 +67,13 @@ def label_file(path: str | Path, format: str, required: bool = True) -> Path | N
     return y_path if required or y_path.exists() else None
 
 
+def new_rows_labels(path: str | Path, format: str) -> dict:
+    """The label arguments of :func:`load` for new rows to label (``apply-leml``, a loaded
+    model): the Y of a Parquet pair when it exists, else X read alone."""
+    labels = label_file(path, format, required=False)
+    return {"labels_file": labels, "with_labels": format != "parquet" or labels is not None}
+
+
 def _parquet_shapes(path: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The shapes of the X and Y of a Parquet pair, from their footers: both matrices, with
     as many rows and at least one row, feature and label."""

@@ -38,3 +38,35 @@ def rerun_first(project, capsys, runner):
 
     code = main(["rerun", runs(project)[0], "--runner", runner])
     return code, capsys.readouterr().out
+
+
+def run_in(project, *args: str) -> None:
+    """``scarce ARGS`` on the project folder (``SCARCE_ROOT``; the store and the runs its
+    own), for a module fixture that trains the model its tests use; it must succeed."""
+    import pytest
+
+    from scarce.flows.cli import main
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SCARCE_ROOT", str(project))
+        env.delenv("SCARCE_STORE", raising=False)
+        env.delenv("SCARCE_RUNS", raising=False)
+        assert main(list(args)) == 0
+
+
+def first_run(project, flow: str) -> str:
+    """The id of the project's first run of ``flow``."""
+    return next(r for r in runs(project) if manifest(project, r)["flow"] == flow)
+
+
+def strip_project(root, data_dir, train: list[str], test: str):
+    """A StRip project over the documents of ``data_dir``: ``splits.tsv`` (``train`` and the
+    one ``test`` document) and a small ``configs/strip.yaml`` (window 10, ripper and
+    strip-partial, no dev split); returns ``root``."""
+    (root / "configs").mkdir(parents=True, exist_ok=True)
+    (root / "splits.tsv").write_text("doc_id\tsplit\n" + "".join(
+        [f"{d}\ttrain\n" for d in train] + [f"{test}\ttest\n"]))
+    (root / "configs" / "strip.yaml").write_text(
+        f"data_dir: {data_dir}\nsplits_file: splits.tsv\nwindow: 10\nk_optimize: 1\n"
+        "variants: [ripper, strip-partial]\ndev_splits: []\n")
+    return root

@@ -24,7 +24,7 @@ from scarce.flows.apply import model_document
 from scarce.flows.cli import main
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.store import file_sha256
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -70,11 +70,7 @@ def project(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(project, prefect_server):
     """The training run's id."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SCARCE_ROOT", str(project))
-        mp.delenv("SCARCE_STORE", raising=False)
-        mp.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "relations"]) == 0
+    run_in(project, "run", "relations")
     (run_id,) = runs(project)
     return run_id
 

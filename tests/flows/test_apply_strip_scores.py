@@ -20,7 +20,7 @@ from scarce.bench import strip as bench_strip
 from scarce.flows.cli import main
 from scarce.tasks import strip as tasks_strip
 from scarce.tasks.readers.conllu import read_conllu
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import manifest, run_in, runs, strip_project
 
 ROOT = Path(__file__).resolve().parents[2]
 GUM = ROOT / "data" / "coref" / "gum"
@@ -35,18 +35,8 @@ flow_test = pytest.mark.usefixtures("prefect_server", "in_project")
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, prefect_server):
-    root = tmp_path_factory.mktemp("apply-strip-scores")
-    (root / "configs").mkdir()
-    (root / "splits.tsv").write_text("doc_id\tsplit\n" + "".join(
-        [f"{d}\ttrain\n" for d in TRAIN] + [f"{TEST}\ttest\n"]))
-    (root / "configs" / "strip.yaml").write_text(
-        f"data_dir: {GUM}\nsplits_file: splits.tsv\nwindow: 10\nk_optimize: 1\n"
-        "variants: [ripper, strip-partial]\ndev_splits: []\n")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SCARCE_ROOT", str(root))
-        env.delenv("SCARCE_STORE", raising=False)
-        env.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "strip"]) == 0
+    root = strip_project(tmp_path_factory.mktemp("apply-strip-scores"), GUM, TRAIN, TEST)
+    run_in(root, "run", "strip")
     return root
 
 

@@ -18,7 +18,7 @@ import scarce
 from scarce.flows.cli import main
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.xmc import read_xmc
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import first_run, manifest, run_in, runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -31,16 +31,12 @@ def project(tmp_path_factory, prefect_server):
     _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", root / "train.txt", 300)
     _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 60)
     (root / "configs" / "leml.yaml").write_text(CONFIG)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SCARCE_ROOT", str(root))
-        env.delenv("SCARCE_STORE", raising=False)
-        env.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "leml"]) == 0
+    run_in(root, "run", "leml")
     return root
 
 
 def _trained(project) -> str:
-    return next(r for r in runs(project) if manifest(project, r)["flow"] == "leml")
+    return first_run(project, "leml")
 
 
 def test_predictions_equal_scarce_apply_bit_for_bit(project):

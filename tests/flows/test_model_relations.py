@@ -26,7 +26,7 @@ from scarce.flows.cli import main
 from scarce.flows.model_relations import RelationsModel
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.semeval import read_semeval
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -73,11 +73,7 @@ def project(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(project, prefect_server):
     """The training run's id."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SCARCE_ROOT", str(project))
-        mp.delenv("SCARCE_STORE", raising=False)
-        mp.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "relations"]) == 0
+    run_in(project, "run", "relations")
     (run_id,) = runs(project)
     return run_id
 

@@ -20,7 +20,7 @@ from scarce.flows.cli import main
 from scarce.flows.model_strip import CHAIN_COLUMNS, StripModel
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import first_run, run_in, strip_project
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -33,27 +33,17 @@ DOCS = [TEST, "GUM_news_sensitive"]
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, prefect_server):
-    root = tmp_path_factory.mktemp("model-strip")
-    (root / "configs").mkdir()
-    (root / "splits.tsv").write_text("doc_id\tsplit\n" + "".join(
-        [f"{d}\ttrain\n" for d in TRAIN] + [f"{TEST}\ttest\n"]))
-    (root / "configs" / "strip.yaml").write_text(
-        f"data_dir: {GUM}\nsplits_file: splits.tsv\nwindow: 10\nk_optimize: 1\n"
-        "variants: [ripper, strip-partial]\ndev_splits: []\n")
+    root = strip_project(tmp_path_factory.mktemp("model-strip"), GUM, TRAIN, TEST)
     docs = root / "docs"
     docs.mkdir()
     for d in DOCS:
         shutil.copy(GUM / f"{d}.conllu.gz", docs)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SCARCE_ROOT", str(root))
-        env.delenv("SCARCE_STORE", raising=False)
-        env.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "strip"]) == 0
+    run_in(root, "run", "strip")
     return root
 
 
 def trained(project) -> str:
-    return next(r for r in runs(project) if manifest(project, r)["flow"] == "strip")
+    return first_run(project, "strip")
 
 
 def inputs(project) -> list[Path]:

@@ -33,7 +33,7 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.apply import check_targets
 from scarce.flows.cli import main
 from scarce.tasks.errors import InputError
-from tests.flows.helpers import digits_project, manifest, runs
+from tests.flows.helpers import digits_project, manifest, run_in, runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -73,11 +73,7 @@ def leml_project(tmp_path_factory, prefect_server):
     (root / "configs" / "leml.yaml").write_text(CONFIG)
     (root / "inbox").mkdir()
     shutil.copy(root / "test.txt", root / "inbox" / "a.txt")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SCARCE_ROOT", str(root))
-        env.delenv("SCARCE_STORE", raising=False)
-        env.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "leml"]) == 0
+    run_in(root, "run", "leml")
     (run,) = runs(root)
     return root, run
 
