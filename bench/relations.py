@@ -33,7 +33,7 @@ R`` (a variance reduction, default 1 = the paper) averages Eq. 2 over R referenc
 with their own seeds; ``--n-init-subsample`` sets the restarts of the subsample clusterings.
 The options ``--k-rule``, ``--subset-rule``, ``--stability-pairs``, ``--baseline``,
 ``--n-null`` and ``--entropy-importance`` were removed with the estimator options they set
-(their findings: docs/journal/2026-12-01-relations-retired-options.md).
+(their findings: the journal's relations-retired-options entry, under docs/journal/).
 
 For the main setting (``--main-window``, 0-10-0) the entropy method is rerun with
 ``--seeds`` further seeds (the seed drives k-means, the subsamples and nothing else) to show
