@@ -28,7 +28,7 @@ Sections (``--sections``, comma-separated):
 * ``w-step``: one W-step (squared loss, k=50,
   10 CG iterations, float32; Bibtex fully observed also float64) on a Dask LocalCluster
   with 1 and then 2 single-threaded worker processes (``LEML.w_step`` with a
-  ``tasks.leml_dask.DaskWStep`` backend, row blocks scattered once), on Bibtex (fully
+  ``tasks.leml_dask.RowBlockBackend`` backend, row blocks scattered once), on Bibtex (fully
   observed and 20% observed) and on the synthetic Wikipedia-shaped problem at
   ``--synthetic-scale`` (default 0.1 here): seconds, max |W_dask - W_single| /
   max |W_single|, whether 2 workers give the 1-worker W bit for bit, CG's own
@@ -586,7 +586,7 @@ def _w_step_dask(args, rows, scale):
     """One W-step on 1 and 2 Dask workers against the single-process solver."""
     from distributed import Client, LocalCluster
 
-    from scarce.tasks.leml_dask import N_BLOCKS, DaskWStep, worker_peak_memory
+    from scarce.tasks.leml_dask import N_BLOCKS, RowBlockBackend, worker_peak_memory
 
     k, lam, cg = 50, 1.0, 10
     model = LEML(rank=k, lam=lam, cg_max_iter=cg, cg_tol=1e-3, random_state=args.seed)
@@ -631,7 +631,7 @@ def _w_step_dask(args, rows, scale):
                               dashboard_address=None) as cluster, Client(cluster) as client:
                 client.wait_for_workers(n_workers)
                 base = worker_peak_memory(client)
-                ws, setup = _timed(lambda c=client, d=data: DaskWStep(c, d))
+                ws, setup = _timed(lambda c=client, d=data: RowBlockBackend(c, d))
                 with ws:
                     sec, (W, _) = _best_time(
                         lambda w=ws, d=data, h=H: _one_w_step(model, d, h, backend=w),

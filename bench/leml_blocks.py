@@ -6,7 +6,7 @@ seeded random W by :func:`algorithms.leml.update_H` (the whole data), by
 :func:`algorithms.leml.update_H_by_blocks` over 4 row blocks in this process
 (:class:`algorithms.leml.LocalBlocks`; the split is not timed), and, in float32, on a Dask
 LocalCluster of single-threaded worker processes with 1 and then 2 workers
-(:class:`tasks.leml_dask.DaskWStep`, blocks scattered once, not timed).  Best of
+(:class:`tasks.leml_dask.RowBlockBackend`, blocks scattered once, not timed).  Best of
 ``--repeats``, one BLAS thread everywhere; one row per problem and way: the seconds, the ratio
 to ``update_H`` measured in the same run, the largest difference to ``update_H`` relative to
 ``max|H|``, and whether 1 and 2 workers gave the same bits.
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
 
     from distributed import Client, LocalCluster
 
-    from scarce.tasks.leml_dask import DaskWStep
+    from scarce.tasks.leml_dask import RowBlockBackend
 
     pins = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                 continue
             out = {}
             for chosen in (workers[:1], workers):
-                with DaskWStep(client, data, blocks=BLOCKS, workers=chosen) as ws:
+                with RowBlockBackend(client, data, blocks=BLOCKS, workers=chosen) as ws:
                     out[len(chosen)] = _best(
                         lambda ws=ws, W=W: update_H_by_blocks(ws, W, LAM, "squared")[0],
                         args.repeats)

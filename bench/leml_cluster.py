@@ -189,7 +189,7 @@ BETWEEN_TASKS = "between tasks"
 def task_kind(key) -> str:
     """What a task of the flow does, from its key: ``w-block`` (the read of a row block,
     ``leml-w-block-<token>-<b>of<n>``), ``w-block_products``, ``h-...``, ``e-...`` (the
-    function a block task runs, :meth:`tasks.leml_dask.DaskWStep._key`), or Dask's own
+    function a block task runs, :meth:`tasks.leml_dask.RowBlockBackend._key`), or Dask's own
     key prefix for any other task."""
     import re
 
@@ -514,7 +514,7 @@ def _rows(rows, name, setting, modes, results, bare, blocks=None) -> None:
         for i, (start, peak) in enumerate(r.get("workers", [])):
             add(f"worker {i} RSS GiB before the flow", start / 2**30)
             add(f"worker {i} peak RSS GiB", peak / 2**30)
-            if blocks is not None:  # block b on worker b mod n, as DaskWStep places them
+            if blocks is not None:  # block b on worker b mod n, as RowBlockBackend places them
                 held = sum(blocks[i::len(r["workers"])])
                 add(f"worker {i} row blocks GiB", held / 2**30)
                 add(f"worker {i} peak above its row blocks GiB", (peak - held) / 2**30)

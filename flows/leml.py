@@ -57,7 +57,7 @@ from scarce.tasks.leml import (
     stack,
     task_params,
 )
-from scarce.tasks.leml_dask import CLIENTS, DaskWStep
+from scarce.tasks.leml_dask import CLIENTS, RowBlockBackend
 from scarce.tasks.leml_table import load_table, table_space
 
 PUBLISHED = LEML_XC
@@ -235,7 +235,7 @@ class WStepConfig(Strict):
         "without Dask (blocks: the same bits as dask).",
     )
     blocks: int = from_estimator(
-        DaskWStep, "blocks", ge=1, le=256,
+        RowBlockBackend, "blocks", ge=1, le=256,
         description="Row blocks of the training data, each its own store entries read by "
         "one worker (fixes the reduction order, so W).",
     )

@@ -22,7 +22,7 @@ with missing labels ``sum_b Y_b^T A_b`` over the observed entries and, one label
 time, the per-label Gram matrices ``sum_b sum_{i in Omega_j, i in b} a_i a_i^T`` (so no
 process holds ``L x k x k`` at once), each label block added up and solved where it is
 added (on a worker, on a cluster), a few label blocks in flight at once.  A *backend*
-(:class:`LocalBlocks` here, ``tasks.leml_dask.DaskWStep`` on a Dask cluster) computes the
+(:class:`LocalBlocks` here, ``tasks.leml_dask.RowBlockBackend`` on a Dask cluster) computes the
 per-block terms where the blocks are and adds them in block order, so any number of workers
 gives the same bits.  The logistic and squared-hinge losses' bound steps
 (``h_solver="bound"``) are block sums too (:func:`update_H_bound_by_blocks`): per step one
@@ -449,7 +449,7 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
     ----------
     backend : LocalBlocks or object with the same ``each`` / ``sum`` / ``reduce`` / ``fetch``
         The row blocks (``n_features``, ``n_labels``, ``dtype``, ``fully_observed`` and
-        ``in_flight`` attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.DaskWStep`` on a
+        ``in_flight`` attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.RowBlockBackend`` on a
         cluster, where each label block's Gram matrices are added and solved on a worker.
     W : ndarray of shape (d', k)
     lam : float

@@ -433,7 +433,7 @@ class LEML(BaseEstimator):
             The warm start.
         H : ndarray of shape (L, k)
         backend : object, optional
-            Where the products run (for example ``tasks.leml_dask.DaskWStep``, row
+            Where the products run (for example ``tasks.leml_dask.RowBlockBackend``, row
             blocks on Dask workers); see :func:`~algorithms.leml.w_step.update_W`.
 
         Returns
@@ -460,7 +460,7 @@ class LEML(BaseEstimator):
             H-step is exact and does not use it).
         backend : object, optional
             Row blocks of ``data`` to take the sums from, block by block
-            (:class:`~algorithms.leml.h_step.LocalBlocks`, or ``tasks.leml_dask.DaskWStep``
+            (:class:`~algorithms.leml.h_step.LocalBlocks`, or ``tasks.leml_dask.RowBlockBackend``
             on Dask workers): the squared loss
             (:func:`~algorithms.leml.h_step.update_H_by_blocks`) and the margin losses'
             bound steps, ``h_solver="bound"``

@@ -89,7 +89,7 @@ def objective_by_blocks(backend, W, H, lam: float, loss) -> float:
 
     Each block's term is :func:`loss_term` of its rows, computed where the block lives
     (``backend``: :class:`~algorithms.leml.h_step.LocalBlocks`, or
-    ``tasks.leml_dask.DaskWStep`` on Dask workers); the terms are added in block order, so
+    ``tasks.leml_dask.RowBlockBackend`` on Dask workers); the terms are added in block order, so
     any number of workers gives the same bits, and the result equals :func:`objective`
     up to the order of the additions.
 

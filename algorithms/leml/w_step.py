@@ -15,7 +15,7 @@ features ``x~_ij = h_j (x) x_i``, which are never formed:
 The squared loss is solved by conjugate gradient, the logistic and squared-hinge losses by
 TRON (Lin, Weng and Keerthi, 2008) or by steps on a quadratic bound (:func:`update_W`).  The
 solver (:func:`solve_w_step`) sees the products only through an *operators* object, so a
-backend that holds row blocks of the data elsewhere (``tasks.leml_dask.DaskWStep``) runs the
+backend that holds row blocks of the data elsewhere (``tasks.leml_dask.RowBlockBackend``) runs the
 same iterations.
 
 References
@@ -381,7 +381,7 @@ def update_W(data: LEMLData, H, lam: float, loss, *, W0=None, cg_max_iter: int,
     backend : object, optional
         Where the products of CG and TRON run: an object whose ``operators(H, loss)``
         returns the loss terms over the rows it holds (``value`` and ``products``, see
-        :func:`solve_w_step`), such as ``tasks.leml_dask.DaskWStep`` over row blocks on
+        :func:`solve_w_step`), such as ``tasks.leml_dask.RowBlockBackend`` over row blocks on
         Dask workers; the iterations themselves run here.  None: over ``data`` in this
         process (:class:`LocalWOperators`).  Not with ``w_solver="bound"`` for a margin
         loss (:func:`check_w_solver`).

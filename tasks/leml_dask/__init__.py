@@ -2,7 +2,7 @@
 
 The W-step's gradient and Hessian-vector product, the squared loss's H-step sums and the
 objective's loss term are sums over the rows of ``X`` (Yu et al., Sec. 3), so over row
-blocks.  The backend (:class:`~tasks.leml_dask.backend.DaskWStep`) cuts the training data
+blocks.  The backend (:class:`~tasks.leml_dask.backend.RowBlockBackend`) cuts the training data
 into a fixed number of contiguous row blocks, each held by one worker; the estimator's solver
 runs on the driver and asks the backend for the terms, which the blocks compute where they
 live and the driver adds in block order, so any number of workers gives the same bits.  How
@@ -21,7 +21,7 @@ One job per module:
   at the run's end.
 """
 
-from scarce.tasks.leml_dask.backend import N_BLOCKS, DaskWStep
+from scarce.tasks.leml_dask.backend import N_BLOCKS, RowBlockBackend
 from scarce.tasks.leml_dask.clients import CLIENTS, DaskClients
 from scarce.tasks.leml_dask.cluster import (
     NO_STEALING_ENV,
@@ -45,7 +45,7 @@ from scarce.tasks.leml_dask.partition import PartitionedData
 from scarce.tasks.leml_dask.scoring import evaluate_on_blocks, predict_on_blocks
 
 __all__ = ["CLIENTS", "N_BLOCKS", "NO_STEALING_ENV", "NO_WORK_STEALING", "DaskClients",
-           "DaskWStep", "InlineClient", "PartitionedData", "check_worker_memory",
+           "RowBlockBackend", "InlineClient", "PartitionedData", "check_worker_memory",
            "check_workers_can_run", "cluster_workers", "data_nbytes", "driver_nbytes",
            "evaluate_on_blocks", "predict_on_blocks", "prepared_nbytes", "scheduler_steals",
            "tasks_off_their_worker", "this_worker", "worker_peak_memory", "working_nbytes"]

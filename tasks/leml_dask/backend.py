@@ -1,7 +1,7 @@
-"""The row-block backend of LEML's half-steps: training data held by Dask workers, summed in order.
+"""The row-block backend of LEML's steps: training data held by Dask workers, summed in order.
 
-:class:`DaskWStep` is the backend the estimator's W-step, the squared loss's H-step and the
-objective take (``backend=``): each operator application sends its ``d' x k`` argument once,
+:class:`RowBlockBackend` is the backend the estimator's start, W-step, H-step and objective take
+(``backend=``): each operator application sends its ``d' x k`` argument once,
 runs one task per block where the block lives, and adds the blocks' terms in block order on
 the driver, so any number of workers gives the same bits.  How it works and its invariants:
 ``docs/design/leml-row-blocks.md``.
@@ -108,7 +108,7 @@ class _BlockProducts:
     """The loss terms summed over the blocks: futures of the blocks' gradient terms, and of
     their :class:`WStepProducts` for the Hessian only (:meth:`WStepProducts.for_hess_vec`)."""
 
-    def __init__(self, owner: DaskWStep, gradients, futures):
+    def __init__(self, owner: RowBlockBackend, gradients, futures):
         self.owner, self.gradients, self.futures = owner, gradients, futures
 
     def gradient(self):
@@ -122,11 +122,11 @@ class _BlockProducts:
         return self.owner._reduce(_hess_vec, self.futures, Vf)
 
 
-class _DaskWOperators:
+class _BlockWOperators:
     """``value`` / ``products`` of :func:`~algorithms.leml.w_step.solve_w_step`, one task per
     row block."""
 
-    def __init__(self, owner: DaskWStep, H, loss):
+    def __init__(self, owner: RowBlockBackend, H, loss):
         self.owner, self.loss = owner, loss
         # The squared loss, fully observed (CG: one products() per W-step) needs H on the
         # workers only for the gradient: it is sent with each products() and not kept, so
@@ -158,12 +158,15 @@ class _DaskWOperators:
         return _BlockProducts(o, o._map(_gradient, full), o._map(_for_hess_vec, full))
 
 
-class DaskWStep:
-    """A backend of LEML's W-step (and of the squared loss's H-step): row blocks of the
-    training data held by Dask workers.
+class RowBlockBackend:
+    """The backend of every LEML step over the training rows: row blocks of the training
+    data held by Dask workers (or, with :class:`~tasks.leml_dask.inline.InlineClient`, by this
+    process), each step's sums taken block by block and added in block order.
 
-    Pass it to ``LEML.w_step(data, W, H, backend=...)`` for every W-step of a fit, and to
-    ``LEML.h_step(data, W, H, backend=...)`` for the squared loss's H-step.
+    Pass it as ``backend=`` to ``LEML.w_step``, ``LEML.h_step`` and ``LEML.objective`` (and
+    to ``LEML.start`` for a squared-loss start) for every step of a fit: the W-step's
+    products, the H-step's sums (every loss and H-step solver) and the objective's loss term
+    then run where the blocks live.
 
     Parameters
     ----------
@@ -173,7 +176,7 @@ class DaskWStep:
         The training data, in ``blocks`` contiguous row blocks, block ``b`` placed on
         worker ``b mod n_workers`` of the sorted worker addresses.  :class:`PartitionedData`:
         each block is a task that reads that block's files only (recomputed elsewhere if its
-        worker is lost), named by the files, so that a later ``DaskWStep`` on the same files
+        worker is lost), named by the files, so that a later ``RowBlockBackend`` on the same files
         reuses the blocks while :attr:`block_futures` of this one (or copies) are held.
         :class:`~algorithms.leml.data.LEMLData` (from ``LEML.prepare``): the blocks are
         scattered from here, once (lost with their worker); the driver keeps only the
@@ -214,7 +217,7 @@ class DaskWStep:
                  workers=None, pin_blas: bool = True, rank: int | None = None):
         known = sorted(cluster_workers(client))
         if not known:
-            raise ValueError("the Dask cluster has no workers; start some before DaskWStep")
+            raise ValueError("the Dask cluster has no workers; start some before RowBlockBackend")
         if workers is not None:
             unknown = sorted(set(workers) - set(known))
             if unknown or not workers:
@@ -333,7 +336,7 @@ class DaskWStep:
     def operators(self, H, loss):
         """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes out once);
         the operators of :func:`~algorithms.leml.w_step.solve_w_step`."""
-        return _DaskWOperators(self, H, get_loss(loss))
+        return _BlockWOperators(self, H, get_loss(loss))
 
     def close(self) -> None:
         """Release this object's block futures (the workers free the blocks that no other

@@ -16,7 +16,7 @@ import logging
 from contextlib import contextmanager
 
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml_dask.backend import DaskWStep
+from scarce.tasks.leml_dask.backend import RowBlockBackend
 from scarce.tasks.leml_dask.cluster import (
     NO_STEALING_ENV,
     NO_WORK_STEALING,
@@ -180,7 +180,7 @@ class DaskClients:
                 rank: int | None = None):
         """Where the W-step's products (and the squared loss's H-step sums) run: None (this
         process), or with ``w_step`` (``{"blocks"}``) a
-        :class:`~tasks.leml_dask.backend.DaskWStep` over that many row blocks of ``data``.
+        :class:`~tasks.leml_dask.backend.RowBlockBackend` over that many row blocks of ``data``.
         ``data`` is a :class:`~tasks.leml_dask.partition.PartitionedData` (the flow: the
         files of the row blocks, from which each worker builds its own blocks, recomputed if
         a worker is lost) or a prepared :class:`~algorithms.leml.data.LEMLData` (its blocks
@@ -190,7 +190,7 @@ class DaskClients:
             yield None
             return
         with self.client(cluster) as client, \
-                DaskWStep(client, data, w_step["blocks"], rank=rank) as backend:
+                RowBlockBackend(client, data, w_step["blocks"], rank=rank) as backend:
             self.warn_if_stealing(client, backend)
             self.keep_blocks(client, backend)
             yield backend

@@ -74,7 +74,7 @@ NO_STEALING_ENV = "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False"
 def tasks_off_their_worker(stream: list[dict], workers: list[str]) -> list:
     """The keys of the row-block tasks in a scheduler's task stream (``get_task_stream``)
     that ran on another worker than their block's (block ``b`` on ``sorted(workers)[b mod
-    n]``, as :class:`DaskWStep` places them): a block task's key ends in ``-block<b>``, a
+    n]``, as :class:`RowBlockBackend` places them): a block task's key ends in ``-block<b>``, a
     block's own in ``-<b>of<n>``.  Such a task makes its worker fetch and hold a copy of the
     block (:data:`NO_WORK_STEALING`)."""
     import re

@@ -22,7 +22,7 @@ class _InlineFuture:
 
 class InlineClient:
     """A stand-in for a Dask client that runs each task in this process when it is
-    submitted: :class:`DaskWStep`, :func:`evaluate_on_blocks` and :func:`predict_on_blocks`
+    submitted: :class:`RowBlockBackend`, :func:`evaluate_on_blocks` and :func:`predict_on_blocks`
     on the same row blocks, by the same code, without Dask (the flow's ``w_step.runner:
     blocks``).  One "worker", no memory limit.  The tasks are the ones a cluster runs, added
     in the same block order, so the results are the same bits as on any number of Dask

@@ -28,7 +28,7 @@ from scarce.tasks.leml_dask.memory import prepared_nbytes
 class PartitionedData:
     """Prepared training data, described by the files of its row blocks.
 
-    The durable source of :class:`DaskWStep`'s row blocks: block ``b`` is rebuilt from its
+    The durable source of :class:`RowBlockBackend`'s row blocks: block ``b`` is rebuilt from its
     own files only (``blocks[b]``: its rows of ``X``, ``Y`` and the mask, written by the
     flow's ``leml-partition`` step), so a worker reads one block's share of the data, and the
     blocks survive the loss of the worker holding them.

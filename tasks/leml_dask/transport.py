@@ -75,7 +75,7 @@ class _Aligned:
     A worker that fetches ``W``, ``H`` or a CG direction from another keeps one object for
     all its tasks; unpickled this way it is aligned once, where before every block task made
     its own aligned copy and held it as long as its result (four copies of ``W`` and ``H`` at
-    the peak of a one-process run at full scale).  :meth:`DaskWStep._put` wraps
+    the peak of a one-process run at full scale).  :meth:`RowBlockBackend._put` wraps
     a new copy (:func:`_fresh_aligned`), never the driver's own array, which its solver may
     change in place afterwards (a cluster of threads shares objects without pickling).
     """

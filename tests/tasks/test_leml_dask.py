@@ -1,7 +1,7 @@
 """The Dask W-step (tasks.leml_dask) against the single-process solver, on a real cluster.
 
 Both run through the estimator's own step method, ``LEML.w_step(data, W, H)`` without and
-with ``backend=DaskWStep(...)``.  One LocalCluster with two single-threaded worker
+with ``backend=RowBlockBackend(...)``.  One LocalCluster with two single-threaded worker
 processes for the module (a start costs 10-20 s on these machines; the tests that use one
 are marked slow); "one worker" places every block on the first worker, "two workers" spreads
 them.  The blocks come from memory (scattered) or from the store files of the training
@@ -32,8 +32,8 @@ from scarce.tasks.leml import partition_files  # noqa: E402
 from scarce.tasks.leml_dask import (  # noqa: E402
     CLIENTS,
     N_BLOCKS,
-    DaskWStep,
     PartitionedData,
+    RowBlockBackend,
     cluster_workers,
     data_nbytes,
     worker_peak_memory,
@@ -169,7 +169,7 @@ def test_dask_w_step_equals_single_process_solver(client, case):
     W0, H = _start(data)
     kwargs = dict(cg_tol=1e-10, cg_max_iter=300)
     W_single, info_single = _w_step(data, W0, H, **kwargs)
-    with DaskWStep(client, data, blocks=4) as ws:
+    with RowBlockBackend(client, data, blocks=4) as ws:
         W_dask, info_dask = _w_step(data, W0, H, backend=ws, **kwargs)
     assert W_dask.dtype == np.float64 and W_dask.shape == W_single.shape
     assert abs(info_dask["cg_iter"] - info_single["cg_iter"]) <= 1
@@ -185,7 +185,7 @@ def test_dask_w_step_float32_stays_float32_and_close(client):
     W0, H = _start(data)
     kwargs = dict(cg_tol=1e-5, cg_max_iter=300)
     W_single, _ = _w_step(data, W0, H, **kwargs)
-    with DaskWStep(client, data) as ws:
+    with RowBlockBackend(client, data) as ws:
         W_dask, _ = _w_step(data, W0, H, backend=ws, **kwargs)
     assert W_dask.dtype == np.float32
     assert np.abs(W_dask - W_single).max() <= 1e-4 * np.abs(W_single).max()
@@ -201,7 +201,7 @@ def test_one_and_two_workers_give_bit_identical_W(client, case, loss):
     workers = sorted(client.scheduler_info()["workers"])
     results = []
     for chosen in (workers[:1], workers):
-        with DaskWStep(client, data, blocks=4, workers=chosen) as ws:
+        with RowBlockBackend(client, data, blocks=4, workers=chosen) as ws:
             held = {w for addrs in client.who_has(ws.block_futures).values() for w in addrs}
             assert held == set(chosen)
             results.append(_w_step(data, W0, H, backend=ws, **kwargs)[0])
@@ -237,7 +237,7 @@ def test_blocks_stay_on_their_workers_and_w_steps_send_the_same_bytes_for_any_ro
         data = _problem(case, n_samples=n)
         W0, H = _start(data)
         sizing = SizingClient(client)
-        with DaskWStep(sizing, data, blocks=4) as ws:
+        with RowBlockBackend(sizing, data, blocks=4) as ws:
             distributed.wait(ws.block_futures)
             keys = [f.key for f in ws.block_futures]
             placed = {k: [w] for k, w in zip(keys, ws.block_workers, strict=True)}
@@ -484,7 +484,7 @@ def test_partition_must_match_the_number_of_blocks(tmp_path):
             return {"workers": {"tcp://w:1": {}}}
 
     with pytest.raises(ValueError, match="the partition has 3 row blocks but blocks=4$"):
-        DaskWStep(NoCluster(), source, blocks=4)
+        RowBlockBackend(NoCluster(), source, blocks=4)
 
 
 def test_partitioned_data_names_its_blocks_by_the_files(tmp_path):
@@ -509,11 +509,11 @@ def test_partition_blocks_give_the_scattered_W_bit_for_bit(client, tmp_path, cas
     _, H = LEML(rank=8, random_state=0).start(data)
     kwargs = dict(cg_max_iter=8, cg_tol=1e-3, loss="logistic" if case == "masked-dense"
                   else "squared", newton_max_iter=1)
-    with DaskWStep(client, data, blocks=3) as ws:
+    with RowBlockBackend(client, data, blocks=3) as ws:
         W_scattered, _ = _w_step(data, W0, H, backend=ws, **kwargs)
     workers = sorted(client.scheduler_info()["workers"])
     for chosen in (workers, workers[:1]):
-        with DaskWStep(client, source, blocks=3, workers=chosen) as ws:
+        with RowBlockBackend(client, source, blocks=3, workers=chosen) as ws:
             assert ws.recoverable
             distributed.wait(ws.block_futures)
             held = {w for addrs in client.who_has(ws.block_futures).values() for w in addrs}
@@ -533,10 +533,10 @@ def test_block_tasks_on_a_cluster_read_only_their_own_files(tmp_path, monkeypatc
     W0, H = _start(data)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as c:
-        with DaskWStep(c, source, blocks=3) as ws:
+        with RowBlockBackend(c, source, blocks=3) as ws:
             W, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4)
             H_blocks, _ = LEML(lam=LAM).h_step(data, W, H, backend=ws)  # the same blocks
-        with DaskWStep(c, data, blocks=3) as ws:
+        with RowBlockBackend(c, data, blocks=3) as ws:
             W_scattered, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4)
     expected = [str(p) for block in source.blocks for p in block.values()]
     assert sorted(read) == sorted(expected)
@@ -558,7 +558,7 @@ def test_dask_h_step_and_objective_equal_the_whole_data_ones_bit_for_bit_on_any_
     workers = sorted(client.scheduler_info()["workers"])
     results, objectives = [], []
     for source_or_data, chosen in ((source, workers[:1]), (source, workers), (data, workers)):
-        with DaskWStep(client, source_or_data, blocks=3, workers=chosen) as ws:
+        with RowBlockBackend(client, source_or_data, blocks=3, workers=chosen) as ws:
             assert ws.fully_observed == (case == "full")
             H, info = update_H_by_blocks(ws, W, LAM, "squared", label_block=5)
             objectives.append(LEML(lam=LAM, loss="logistic").objective(data, W, H, backend=ws))
@@ -592,7 +592,7 @@ def test_dask_bound_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
     workers = sorted(client.scheduler_info()["workers"])
     results = []
     for source_or_data, chosen in ((source, workers[:1]), (source, workers), (data, workers)):
-        with DaskWStep(client, source_or_data, blocks=3, workers=chosen) as ws:
+        with RowBlockBackend(client, source_or_data, blocks=3, workers=chosen) as ws:
             H, info = update_H_bound_by_blocks(ws, W, H0, LAM, "logistic", n_steps=3,
                                                label_block=5)
         assert H.dtype == np.float64 and info == {"newton_iter": 3}
@@ -621,7 +621,7 @@ def test_dask_newton_h_step_of_a_margin_loss_is_bit_identical_on_any_workers(
         results = []
         for source_or_data, chosen in ((source, workers[:1]), (source, workers),
                                        (data, workers)):
-            with DaskWStep(client, source_or_data, blocks=3, workers=chosen) as ws:
+            with RowBlockBackend(client, source_or_data, blocks=3, workers=chosen) as ws:
                 H, info = update_H_newton_by_blocks(ws, W, H0, LAM, "logistic", n_steps=2,
                                                     h_solver=h_solver, cg_max_iter=3,
                                                     cg_tol=1e-3, label_block=5)
@@ -646,7 +646,7 @@ def test_squared_start_of_a_margin_loss_on_blocks_is_bit_identical_on_any_worker
     workers = sorted(client.scheduler_info()["workers"])
     results = []
     for chosen in (workers[:1], workers):
-        with DaskWStep(client, source, blocks=3, workers=chosen) as ws:
+        with RowBlockBackend(client, source, blocks=3, workers=chosen) as ws:
             results.append(model.start(source, backend=ws))
     for (W1, H1), (W2, H2) in [results]:
         np.testing.assert_array_equal(W1, W2)
@@ -686,7 +686,7 @@ def test_arrays_are_realigned_wherever_they_land():
 
 
 def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_callers():
-    """``DaskWStep._put``'s wrapper: unpickled from a message buffer at an odd offset it is
+    """``RowBlockBackend._put``'s wrapper: unpickled from a message buffer at an odd offset it is
     aligned once, for every task of that worker; made here, it is a new copy (the driver
     changes its own arrays in place), and Dask counts its bytes."""
     import pickle
@@ -730,7 +730,7 @@ def _scheduler_holds(key, dask_scheduler):  # run on the scheduler
 
 @slow
 def test_an_array_sent_in_a_task_is_held_once_by_the_worker_and_kept_by_the_scheduler(client):
-    """``DaskWStep._put``'s task: the worker that ran it keeps its aligned copy only, not
+    """``RowBlockBackend._put``'s task: the worker that ran it keeps its aligned copy only, not
     also the received argument (it held both before); the scheduler keeps the argument, so
     the task can be sent again after a lost worker.  On an ``inproc://`` cluster, where the
     worker's argument is the scheduler's own object, nothing is emptied."""
@@ -923,15 +923,15 @@ def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
     W0, H = _start(data)
     kwargs = dict(cg_max_iter=6, cg_tol=1e-3)
     with _killable_cluster() as c:
-        with DaskWStep(c, source) as ws:
+        with RowBlockBackend(c, source) as ws:
             reference, _ = _w_step(data, W0, H, backend=ws, **kwargs)
-        with DaskWStep(c, source) as ws:
+        with RowBlockBackend(c, source) as ws:
             distributed.wait(ws.block_futures)
             _kill(c, ws.block_workers[0])  # blocks 0 and 2 are lost
             W, _ = _w_step(data, W0, H, backend=ws, **kwargs)  # ... and built again
         np.testing.assert_array_equal(W, reference)
         c.wait_for_workers(2)  # the nanny's new worker
-        with DaskWStep(c, data) as ws:
+        with RowBlockBackend(c, data) as ws:
             distributed.wait(ws.block_futures)
             _kill(c, ws.block_workers[0])
             with pytest.raises(Exception, match="cancel|lost|forgotten"):  # noqa: PT011
@@ -939,7 +939,7 @@ def test_stored_blocks_survive_a_lost_worker_scattered_ones_do_not(tmp_path):
 
 
 class _DuringCG:
-    """Wraps a :class:`DaskWStep`'s operators: ``hook(step)`` runs before the Hessian-vector
+    """Wraps a :class:`RowBlockBackend`'s operators: ``hook(step)`` runs before the Hessian-vector
     product number ``at`` of each W-step's CG (the gradient is taken by then).  The wrappers
     hold what they wrap and nothing holds them back: no reference cycle keeps a W-step's
     futures (and so the workers' arrays) alive after it returns."""
@@ -1012,7 +1012,7 @@ def test_workers_free_W_and_the_squared_losss_H_once_the_gradient_is_taken(clien
             time.sleep(0.1)
         seen.append(held)
 
-    with DaskWStep(client, data, blocks=4) as ws:
+    with RowBlockBackend(client, data, blocks=4) as ws:
         W, _ = _w_step(data, W0, H, backend=_DuringCG(ws, 2, observe), cg_max_iter=4,
                        cg_tol=0.0)
         reference, _ = _w_step(data, W0, H, backend=ws, cg_max_iter=4, cg_tol=0.0)
@@ -1038,9 +1038,9 @@ def test_a_worker_lost_in_the_middle_of_cg_costs_its_blocks_and_gives_the_same_W
         _kill(step.client, step.block_workers[0])
 
     with _killable_cluster() as c:
-        with DaskWStep(c, source) as ws:
+        with RowBlockBackend(c, source) as ws:
             reference, _ = _w_step(data, W0, H, backend=ws, **kwargs)
-        with DaskWStep(c, source) as ws:
+        with RowBlockBackend(c, source) as ws:
             W, _ = _w_step(data, W0, H, backend=_DuringCG(ws, 3, kill), **kwargs)
         assert len(killed) == 1
         assert killed[0] not in c.scheduler_info(n_workers=-1)["workers"]
@@ -1073,7 +1073,7 @@ def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(
                       dashboard_address=None, memory_limit=limit) as cluster, \
             Client(cluster) as client:
         with pytest.raises(MemoryBudgetError) as exc:
-            DaskWStep(client, source, 3)
+            RowBlockBackend(client, source, 3)
         message = str(exc.value)
         assert "2 row block(s)" in message and "w_step.workers" in message
         assert "w_step.blocks (3 over 2 workers now)" in message
@@ -1082,11 +1082,11 @@ def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(
         # The same data as 4 blocks puts 2 smaller blocks on each worker: it fits.
         source4, _ = _stored(tmp_path / "four", "masked-sparse", blocks=4)
         assert sum(sorted(source4.block_nbytes())[-2:]) < 0.8 * limit
-        with DaskWStep(client, source4, 4) as backend:
+        with RowBlockBackend(client, source4, 4) as backend:
             assert len(backend.block_futures) == 4
         # Scattered blocks (data in memory) are checked alike.
         with pytest.raises(MemoryBudgetError):
-            DaskWStep(client, data, 3)
+            RowBlockBackend(client, data, 3)
 
 
 def test_working_arrays_count_by_hand():
@@ -1116,10 +1116,10 @@ def test_workers_too_small_for_the_working_arrays_of_the_rank_are_refused(tmp_pa
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None, memory_limit=limit) as cluster, \
             Client(cluster) as client:
-        with DaskWStep(client, source, 3, rank=K) as backend:
+        with RowBlockBackend(client, source, 3, rank=K) as backend:
             assert len(backend.block_futures) == 3
         with pytest.raises(MemoryBudgetError, match="a lower model.rank") as exc:
-            DaskWStep(client, source, 3, rank=2000)
+            RowBlockBackend(client, source, 3, rank=2000)
         assert "of working arrays" in str(exc.value)
 
 
@@ -1233,7 +1233,7 @@ def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(cli
     k = 16
     model = LEML(rank=k, lam=1.0, loss=loss, cg_max_iter=8, dtype="float32", random_state=0,
                  squared_init_iter=1 if loss != "squared" else 0)
-    with DaskWStep(client, data, 3, rank=k) as backend:
+    with RowBlockBackend(client, data, 3, rank=k) as backend:
         tracemalloc.start()
         try:
             W, H = model.start(data, backend=backend)
@@ -1273,10 +1273,10 @@ def test_the_worker_that_drives_a_step_counts_the_solvers_arrays(client):
     def build(rank):
         from distributed import worker_client
 
-        with worker_client() as here, DaskWStep(here, data, 2, rank=rank) as backend:
+        with worker_client() as here, RowBlockBackend(here, data, 2, rank=rank) as backend:
             return len(backend.block_futures), this_worker()
 
-    with DaskWStep(client, data, 2, rank=rank) as backend:  # driven from here: it fits
+    with RowBlockBackend(client, data, 2, rank=rank) as backend:  # driven from here: it fits
         assert len(backend.block_futures) == 2
     with pytest.raises(MemoryBudgetError, match="w_step.driver flow") as exc:
         client.submit(build, rank, pure=False).result()
@@ -1333,7 +1333,7 @@ def test_the_flows_own_cluster_keeps_a_blocks_tasks_on_its_worker(tmp_path):
         assert scheduler_steals(client) is False
         client.run(_slow_block_tasks)
         first = sorted(cluster_workers(client))[0]
-        with DaskWStep(client, parted, workers=[first]) as backend:
+        with RowBlockBackend(client, parted, workers=[first]) as backend:
             off = _tasks_off_their_worker(client, backend, lambda: _w_step(
                 data, W0, H, backend=backend, cg_max_iter=3, cg_tol=1e-12))
             assert set(backend.block_workers) == {first}
@@ -1369,11 +1369,11 @@ def test_a_cluster_that_steals_work_is_named_once_with_the_setting_to_change(cap
             return [r for r in caplog.records
                     if r.name == "scarce.store" and r.levelno == logging.WARNING]
 
-        with DaskWStep(client, data, workers=one) as backend:
+        with RowBlockBackend(client, data, workers=one) as backend:
             CLIENTS.warn_if_stealing(client, backend)
         assert not warnings()
         for _ in range(2):
-            with DaskWStep(client, data) as backend:
+            with RowBlockBackend(client, data) as backend:
                 CLIENTS.warn_if_stealing(client, backend)
         [record] = warnings()
         message = record.getMessage()
