@@ -13,13 +13,13 @@ each mode of ``--modes``, ``scarce run leml`` runs as a process of its own on th
 steps, no intercept, float32, fully observed, no baseline), each in a fresh store, so every
 step is computed:
 
-* ``local``: the whole flow in one process (``w_step.runner: local``, the parts stacked);
-* ``blocks``: one process over the parts as row blocks (``w_step.runner: blocks``);
+* ``local``: the whole flow in one process (``compute.backend: local``, the parts stacked);
+* ``blocks``: one process over the parts as row blocks (``compute.backend: local-blocks``);
 * ``dask-1`` and ``dask-2``: a LocalCluster of 1 or 2 single-threaded worker processes
   started by the benchmark (``--dask-memory-limit`` each) and given to the flow by
-  ``w_step.address``: each part is one row block read by a worker; the flow's process is
+  ``compute.address``: each part is one row block read by a worker; the flow's process is
   the client, and runs the steps' solvers (the W-step's conjugate gradient);
-* ``dask-1-worker`` and ``dask-2-worker``: the same, with ``w_step.driver: worker``: the
+* ``dask-1-worker`` and ``dask-2-worker``: the same, with ``compute.solvers: worker``: the
   steps that run the solvers run whole on a worker too, and the flow's process only
   orchestrates.
 
@@ -408,11 +408,11 @@ def block_bytes(train: Path) -> list[int]:
 
 
 def _runner(config: dict, mode: str, address: str | None) -> dict:
-    """``config`` with the ``w_step`` of ``mode``."""
-    runner = {"local": "local", "blocks": "blocks"}.get(mode, "dask")
-    config["w_step"].update(runner=runner, address=address)
+    """``config`` with the ``compute`` section of ``mode``."""
+    backend = {"local": "local", "blocks": "local-blocks"}.get(mode, "dask")
+    config["compute"].update(backend=backend, address=address)
     if mode.endswith("-worker"):
-        config["w_step"]["driver"] = "worker"
+        config["compute"]["solvers"] = "worker"
     return config
 
 

@@ -6,8 +6,8 @@ Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
 Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
 one task per step with the store between them (``LEML.fit`` is the same loop in one
 process); the model's options and their defaults are the estimator's (:class:`ModelConfig`),
-the bundled values are in ``configs/leml.yaml``.  With ``w_step.runner: dask`` the training
-data is first written as ``w_step.blocks`` row blocks (``leml-partition``), from which each
+the bundled values are in ``configs/leml.yaml``.  With ``compute.backend: dask`` the training
+data is first written as ``compute.row_blocks`` row blocks (``leml-partition``), from which each
 Dask worker reads its own blocks.
 
 Every run names its outputs (:func:`name_outputs`): ``outputs/predictions.parquet`` (the test
@@ -18,6 +18,7 @@ set's top labels) and ``outputs/model/`` (the factors, the index maps, the confi
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Literal
 
 import pandas as pd
@@ -148,7 +149,7 @@ class DatasetConfig(Strict):
         "file or folder",
         description="Training file, or a folder of its parts (xmc: *.txt, *.txt.gz; parquet: "
         "<name>.X.parquet with <name>.Y.parquet), relative to the project root.  With "
-        "w_step.runner dask each part is a row block read by one worker only."
+        "compute.backend dask each part is a row block read by one worker only."
     )
     test: str = input_path("file or folder",
                            description="Test file, or a folder of its parts (as train).")
@@ -221,23 +222,44 @@ class ModelConfig(Strict):
         return self
 
 
-class WStepConfig(Strict):
-    """Where LEML's W-step (and the squared loss's H-step) runs.  What they compute depends
-    only on ``runner`` and ``blocks`` (their cache keys hold those); ``workers``,
-    ``address`` and ``driver`` only say where, and give the same ``W`` and ``H`` bit for bit
-    wherever the row blocks and the solvers are."""
+#: The values of ``compute.backend``.
+BACKENDS = ("local", "local-blocks", "dask")
+#: The keys of the former ``w_step`` section, by the ``compute`` key each became.
+W_STEP_KEYS = {"runner": "backend", "blocks": "row_blocks", "workers": "workers",
+               "address": "address", "driver": "solvers"}
+#: The values of the former ``w_step.runner``, by the ``compute.backend`` each became.
+W_STEP_RUNNERS = {"local": "local", "blocks": "local-blocks", "dask": "dask"}
 
-    runner: Literal["local", "dask", "blocks"] = Field(
+
+class ComputeConfig(Strict):
+    """Where a LEML run computes: the steps over the training and test rows (loading, the
+    masks, the start, both half-steps with the objective, the evaluation, the predictions)
+    and the solvers that drive them.
+
+    Named for what a user decides: ``backend``, where the steps over the rows run (the whole
+    data in this process, row blocks in this process, or row blocks on Dask workers);
+    ``row_blocks``, how many blocks the training data is cut into; ``solvers``, which process
+    runs the solvers.  What a run computes depends only on ``backend`` and ``row_blocks``
+    (the steps' cache keys hold the number of blocks); ``workers``, ``address`` and
+    ``solvers`` only say where, and give the same ``W`` and ``H`` bit for bit.
+
+    The section was formerly ``w_step`` (``runner``, ``blocks``, ``workers``, ``address``,
+    ``driver``): a config or a recorded run that gives it still loads, with a warning
+    (:func:`compute_from_w_step`).
+    """
+
+    backend: Literal[tuple(BACKENDS)] = Field(
         "local",
-        description="Where the W-step's gradient and Hessian-vector products (and the H-step "
-        "sums) run: this process on the whole data (local), Dask over row blocks of the "
-        "training data kept on the workers (dask), or the same block tasks in this process "
-        "without Dask (blocks: the same bits as dask).",
+        description="Where the steps over the training rows run (the W-step's products, the "
+        "H-step's sums, the objective; with dask also loading, evaluation and predictions): "
+        "this process on the whole data (local), the row blocks' tasks in this process "
+        "without Dask (local-blocks: the same bits as dask), or Dask workers each holding its "
+        "row blocks (dask).",
     )
-    blocks: int = from_estimator(
+    row_blocks: int = from_estimator(
         RowBlockBackend, "blocks", ge=1, le=256,
-        description="Row blocks of the training data, each its own store entries read by "
-        "one worker (fixes the reduction order, so W).",
+        description="Row blocks of the training data (local-blocks, dask), each its own store "
+        "entries read by one worker; they fix the reduction order, so W, for any workers.",
     )
     workers: int = Field(
         2, ge=1, le=64,
@@ -248,38 +270,70 @@ class WStepConfig(Strict):
         description="Scheduler of an existing Dask cluster (tcp://host:8786); none: the run's "
         "own cluster (--dask-address, or --runner dask's), else a LocalCluster of `workers`.",
     )
-    driver: Literal["flow", "worker"] = Field(
+    solvers: Literal["flow", "worker"] = Field(
         "flow",
-        description="runner dask: where the solvers run (the conjugate gradient over the "
+        description="backend dask: where the solvers run (the conjugate gradient over the "
         "W-step's d' x k vectors, the H-step's solves, the scoring): in the flow's process "
         "(flow: a worker lost under a W-step costs only its blocks) or whole on a worker "
         "(worker: the flow's process holds no factor; losing that worker restarts the step "
         "on another).",
     )
 
-    def backend(self) -> dict | None:
-        """The ``w_step`` argument of the W-step task, what it computes: None to run it in
-        the flow's process, else the number of row blocks."""
-        return None if self.runner == "local" else {"blocks": self.blocks}
+    @property
+    def blocked(self) -> bool:
+        """Whether the steps run over row blocks (``local-blocks`` or ``dask``)."""
+        return self.backend != "local"
 
     def cluster(self, ctx: RunContext) -> dict | None:
-        """The ``cluster`` argument of the Dask tasks, where they run (a runtime parameter,
-        outside their cache keys): the scheduler address (``address``, else the run's
-        ``--dask-address``; none: the task runner's cluster, else a LocalCluster of
-        ``workers``); ``{"inline": True}`` for the ``blocks`` runner (no Dask)."""
-        if self.runner == "local":
+        """The ``cluster`` argument of the row-block tasks, where they run (a runtime
+        parameter, outside their cache keys): None for ``local``; ``{"in_process": True}``
+        for ``local-blocks`` (no Dask); for ``dask`` the scheduler address (``address``, else
+        the run's ``--dask-address``; none: the task runner's cluster, else a LocalCluster of
+        ``workers``) and where the solvers run."""
+        if self.backend == "local":
             return None
-        if self.runner == "blocks":
-            return {"inline": True}
+        if self.backend == "local-blocks":
+            return {"in_process": True}
         return {"address": self.address or ctx.options.dask_address, "workers": self.workers,
-                "driver": self.driver}
+                "solvers": self.solvers}
 
     @model_validator(mode="after")
-    def _driver_needs_dask(self) -> WStepConfig:
-        if self.driver != "flow" and self.runner != "dask":
-            raise ValueError(f"driver {self.driver!r} needs runner 'dask' (runner is "
-                             f"{self.runner!r})")
+    def _solvers_on_a_worker_need_dask(self) -> ComputeConfig:
+        if self.solvers != "flow" and self.backend != "dask":
+            raise ValueError(f"solvers {self.solvers!r} needs backend 'dask' (backend is "
+                             f"{self.backend!r})")
         return self
+
+
+def compute_from_w_step(data: dict) -> dict:
+    """A config mapping with its former ``w_step`` section (if any) given as ``compute``
+    (:data:`W_STEP_KEYS`, :data:`W_STEP_RUNNERS`), with a :class:`FutureWarning` naming the
+    new keys, so that configs and recorded runs (``scarce rerun``) written with it still load.
+
+    Raises
+    ------
+    ValueError
+        When both sections are given, or ``w_step`` holds a key it never had.
+    """
+    if "w_step" not in data:
+        return data
+    if "compute" in data:
+        raise ValueError("w_step is the former name of compute: give compute only")
+    old = data["w_step"]
+    new = old
+    if isinstance(old, dict):
+        unknown = sorted(set(old) - set(W_STEP_KEYS))
+        if unknown:
+            raise ValueError(f"w_step.{unknown[0]}: unknown key (w_step, now compute, had "
+                             f"{', '.join(W_STEP_KEYS)})")
+        new = {W_STEP_KEYS[k]: W_STEP_RUNNERS.get(v, v) if k == "runner" else v
+               for k, v in old.items()}
+    renamed = ", ".join(f"{k} -> {W_STEP_KEYS[k]}" for k in W_STEP_KEYS)
+    warnings.warn(f"config section w_step is now compute ({renamed}; runner blocks -> "
+                  "backend local-blocks); read as compute", FutureWarning, stacklevel=2)
+    out = {k: v for k, v in data.items() if k != "w_step"}
+    out["compute"] = new
+    return out
 
 
 class LemlConfig(FlowConfig):
@@ -297,16 +351,23 @@ class LemlConfig(FlowConfig):
     baseline_alpha: float = from_estimator(
         BinaryRelevance, "alpha", gt=0, description="Ridge / inverse-C strength of the baselines."
     )
-    w_step: WStepConfig = Field(
-        default_factory=WStepConfig, description="Where the W-step runs (Dask: row blocks)."
+    compute: ComputeConfig = Field(
+        default_factory=ComputeConfig,
+        description="Where the run computes: this process, or row blocks here or on Dask "
+        "workers (formerly w_step).",
     )
     batch_size: int = Field(
         BATCH_SIZE, ge=1, description="Rows scored at a time in evaluation."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _former_w_step(cls, data):
+        return compute_from_w_step(data) if isinstance(data, dict) else data
+
     @model_validator(mode="after")
-    def _w_step_can_run_there(self) -> LemlConfig:
-        if self.w_step.runner != "local":
+    def _model_can_run_on_row_blocks(self) -> LemlConfig:
+        if self.compute.blocked:
             self.model.estimator().check_params(distributed=True)
         return self
 
@@ -346,10 +407,11 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
     model = m.estimator(random_state=seed)
-    cluster = config.w_step.cluster(ctx)
-    # With the Dask runner the steps over the data (loading, masks, partitions) run on the
+    compute = config.compute
+    cluster = compute.cluster(ctx)
+    # With the dask backend the steps over the data (loading, masks, partitions) run on the
     # cluster too: the flow's process holds none of it.
-    data_cluster = cluster if config.w_step.runner == "dask" else None
+    data_cluster = cluster if compute.backend == "dask" else None
     files = {which: _input_files(ctx, d, which) for which in ("train", "test")}
     # What the files' heads tell (their shapes agree, the factors fit) before any is read;
     # a table has no head: its space is learned from the training table.
@@ -362,53 +424,54 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     test_parts = _load_parts(ctx, d, m, files["test"], data_cluster)
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
-    dask = config.w_step.runner != "local"
-    # The whole training set in this process is needed by the local runner and the
-    # baselines; else, with the Dask runner, the steps take the files of the row blocks
-    # instead and read none of the data (the workers do).
-    whole = not dask or bool(config.baselines)
+    blocked = compute.blocked
+    # The whole training set in this process is needed by the local backend and the
+    # baselines; else the steps take the files of the row blocks instead and read none of
+    # the data (the workers do).
+    whole = not blocked or bool(config.baselines)
     data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
-    # With the Dask runner the steps that run on the row blocks take the blocks' files in
-    # place of the data and read none of it themselves (the workers read their own blocks):
-    # the parts of a folder, else the training data cut into w_step.blocks row blocks.
+    # Over row blocks the steps take the blocks' files in place of the data and read none
+    # of it themselves (the workers read their own blocks): the parts of a folder, else the
+    # training data cut into compute.row_blocks row blocks.
     w_data = data
-    backend = validation_blocks = None
-    if dask:
+    row_blocks = validation_blocks = None
+    if blocked:
         if not folder:
-            blocks = _partition(ctx, data, config.w_step.blocks, data_cluster)
-        backend = {"blocks": len(blocks)}
+            blocks = _partition(ctx, data, compute.row_blocks, data_cluster)
+        row_blocks = len(blocks)
         w_data = {"train": None, "mask": None, "partition": blocks}
         if validation is not None:  # its P@1 on the workers too, from its row blocks
             validation_blocks = _partition(ctx, {"train": validation, "mask": None},
-                                           config.w_step.blocks, data_cluster)
+                                           compute.row_blocks, data_cluster)
             validation = None
     # The squared-loss start of a margin loss (model.squared_init_iter) runs on the W-step's
     # row blocks, as the iterations do.
     factors = ctx.run(initialise, **w_data, params=task_params(model, initialise),
-                      w_step=backend if model.squared_start() else None, cluster=cluster)
+                      row_blocks=row_blocks if model.squared_start() else None,
+                      cluster=cluster)
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.progress("iterations", m.outer_iterations,
                             f"Outer iterations (of {m.outer_iterations})")
     traces, timings = [], []
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
-                    w_step=backend, cluster=cluster)
+                    row_blocks=row_blocks, cluster=cluster)
         h = ctx.run(alternate_H, **w_data, W=w["W"], H=factors["H"], validation=validation,
                     validation_partition=validation_blocks, iteration=t, params=h_params,
-                    h_step=backend, cluster=cluster)
+                    row_blocks=row_blocks, cluster=cluster)
         factors = {"W": w["W"], "H": h["H"]}
         traces.append(h["trace"])
         timings += [w["timings"], h["timings"]]
         progress.advance()
-    if dask:  # where the last W-step ran, for the manifest
+    if blocked:  # where the last W-step ran, for the manifest
         where = ctx.read(timings[-2]).iloc[0]
         ctx.note("w_step", {"scheduler": where["scheduler"], "workers": int(where["workers"])})
     test_blocks = test = None
-    if dask:  # the test set's row blocks: the parts of a folder, else w_step.blocks of them
+    if blocked:  # the test set's row blocks: the parts of a folder, else row_blocks of them
         test_blocks = ([_xy(p) for p in test_parts] if len(test_parts) > 1 else
                        _partition(ctx, {"train": _xy(test_parts[0]), "mask": None},
-                                  config.w_step.blocks, data_cluster))
-    if not dask or config.baselines:
+                                  compute.row_blocks, data_cluster))
+    if not blocked or config.baselines:
         test = _stacked(ctx, test_parts)
     here = None if test_blocks else test  # the test set scored in this process
     result = ctx.run(evaluate, test=here, **factors, traces=traces,

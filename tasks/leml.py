@@ -237,11 +237,11 @@ def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFra
 def _data_client(cluster: dict | None):
     """Where a step over the training or test data runs (``where`` of :func:`load`,
     :func:`observe` and the partition steps): on the W-step's Dask cluster when the flow
-    names one (``w_step.runner: dask``), so that the flow's process never holds the data,
+    names one (``compute.backend: dask``), so that the flow's process never holds the data,
     once a worker there can start it (:func:`tasks.leml_dask.check_workers_can_run`); here
     (a client of None) for the other runners, and inside a Dask worker (where a
     ``--runner dask`` task already runs)."""
-    if not cluster or cluster.get("inline") or in_dask_worker():
+    if not cluster or cluster.get("in_process") or in_dask_worker():
         yield None
         return
     from scarce.tasks.leml_dask import check_workers_can_run
@@ -255,12 +255,12 @@ def _data_client(cluster: dict | None):
 def _driver_client(cluster: dict | None):
     """Where the steps that drive the solvers run (the start, both half-steps with the
     objective and the validation P@1, the evaluation and the predictions): with
-    ``w_step.driver: worker`` (``cluster["driver"]``) whole on a worker of the W-step's
+    ``compute.solvers: worker`` (``cluster["solvers"]``) whole on a worker of the W-step's
     cluster, as :func:`_data_client` sends the steps over the data, so that the flow's
     process holds neither the factors nor the solvers' ``d' x k`` vectors; else here (the
     default, ``flow``: a worker lost under a W-step then costs only its blocks, not the
     step)."""
-    if not cluster or cluster.get("driver") != "worker":
+    if not cluster or cluster.get("solvers") != "worker":
         yield None
         return
     with _data_client(cluster) as client:
@@ -477,17 +477,17 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
 @step("leml-init", inputs=("train", "mask"), paths=("partition",), outputs=("W", "H"),
       runtime=("cluster",), where=("cluster", _driver_client), run_name="initial factors")
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
-               w_step: dict | None = None, cluster: dict | None = None) -> dict:
+               row_blocks: int | None = None, cluster: dict | None = None) -> dict:
     """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
     or the squared-loss start of a margin loss (``squared_init_iter`` alternating squared-loss
     iterations).  With ``partition`` (the row-block files, see :func:`_estimator`) this
     process reads only their shapes; the squared-loss start then takes its products and sums
-    over the ``w_step`` (``{"blocks"}``) row blocks where ``cluster`` says, as
+    over the ``row_blocks`` row blocks where ``cluster`` says, as
     :func:`alternate_W` and :func:`alternate_H` do (a random start uses neither)."""
     model, data = _estimator(params, train, mask, partition)
     if not model.squared_start():
-        w_step = None
-    with CLIENTS.backend(data, w_step, cluster, model.rank) as backend:
+        row_blocks = None
+    with CLIENTS.backend(data, row_blocks, cluster, model.rank) as backend:
         _say_where(backend, f"squared-loss start ({model.squared_init_iter} iterations)")
         W, H = model.start(data, backend=backend)
     return {"W": W, "H": H}
@@ -522,13 +522,13 @@ def _where(backend) -> dict:
 )
 def alternate_W(
     train: dict | None, mask, W: np.ndarray, H: np.ndarray, iteration: int, params: dict,
-    w_step: dict | None, cluster: dict | None = None, partition: list | None = None,
+    row_blocks: int | None, cluster: dict | None = None, partition: list | None = None,
 ) -> dict:
     """One W-step with H fixed, :meth:`algorithms.leml.LEML.w_step`.
 
-    ``w_step``: None (this process) or ``{"blocks"}`` to run the gradient and Hessian-vector
-    products on Dask over that many row blocks of X (any number of workers gives the same W
-    bit for bit).  ``partition`` (the training data's row blocks, in place of ``train`` and
+    ``row_blocks``: None (this process, the whole data) or the number of row blocks of X over
+    which the gradient and Hessian-vector products run (any number of workers gives the same
+    W bit for bit).  ``partition`` (the training data's row blocks, in place of ``train`` and
     ``mask``): the workers read them, this process reads none (:func:`_estimator`).
     ``cluster`` (a runtime parameter: not in the key) says where
     (:meth:`tasks.leml_dask.clients.DaskClients.backend`); ``timings`` records where it ran
@@ -536,7 +536,7 @@ def alternate_W(
     """
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
-    with CLIENTS.backend(data, w_step, cluster, model.rank) as backend:
+    with CLIENTS.backend(data, row_blocks, cluster, model.rank) as backend:
         where = _where(backend)
         _say_where(backend, f"W-step {iteration}")
         W, info = model.w_step(data, W, H, backend=backend)
@@ -556,14 +556,14 @@ def alternate_W(
 )
 def alternate_H(
     train: dict | None, mask, W: np.ndarray, H: np.ndarray, validation: dict | None,
-    iteration: int, params: dict, h_step: dict | None = None, cluster: dict | None = None,
+    iteration: int, params: dict, row_blocks: int | None = None, cluster: dict | None = None,
     partition: list | None = None, validation_partition: list | None = None,
 ) -> dict:
     """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
     objective and validation P@1.
 
-    ``h_step``: None (this process, on the whole data) or ``{"blocks"}`` to take the
-    H-step's sums over that many row blocks on Dask, the W-step's blocks, for every loss
+    ``row_blocks``: None (this process, on the whole data) or the number of row blocks (the
+    W-step's) over which the H-step's sums are taken, for every loss
     and H-step solver (:func:`algorithms.leml.h_step.update_H_by_blocks`,
     :func:`~algorithms.leml.h_step.update_H_bound_by_blocks`,
     :func:`~algorithms.leml.h_step.update_H_newton_by_blocks`; the same bits for any number
@@ -578,7 +578,7 @@ def alternate_H(
     """
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
-    with CLIENTS.backend(data, h_step, cluster, model.rank) as backend:
+    with CLIENTS.backend(data, row_blocks, cluster, model.rank) as backend:
         _say_where(backend, f"H-step {iteration}")
         H, info = model.h_step(data, W, H, backend=backend)
         seconds = time.perf_counter() - t0

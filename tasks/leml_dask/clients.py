@@ -109,7 +109,7 @@ class DaskClients:
                     self._own[key] = (None, Client(address, timeout="30s"))
                 except OSError as exc:
                     raise InputError(f"no Dask scheduler at {address} ({exc})",
-                                     key="w_step.address") from None
+                                     key="compute.address") from None
             else:
                 import dask
 
@@ -133,20 +133,20 @@ class DaskClients:
     @contextmanager
     def client(self, cluster: dict | None):
         """The Dask client of a row-block step, from the step's ``cluster`` argument
-        (``{"address", "workers", "inline"}``, all optional): the scheduler at ``address``
-        or, without one, the cluster the flow run already uses; a LocalCluster of
-        ``workers`` (default 2) only when it uses none.
+        (``{"address", "workers", "solvers", "in_process"}``, all optional): the scheduler
+        at ``address`` or, without one, the cluster the flow run already uses; a
+        LocalCluster of ``workers`` (default 2) only when it uses none.
 
         Inside a task running on a Dask worker: that worker's cluster through
         ``worker_client`` (the task leaves its worker's thread pool while it waits).  In the
         flow's process under a Dask task runner: the runner's own client (one connection to
         one cluster for the whole run).  Else a client of this object's own (:meth:`own`).
-        ``inline``: no Dask, :class:`~tasks.leml_dask.inline.InlineClient` (the same tasks,
-        run in this process).
+        ``in_process``: no Dask, :class:`~tasks.leml_dask.inline.InlineClient` (the same
+        tasks, run in this process; ``compute.backend: local-blocks``).
         """
         cluster = cluster or {}
         address, workers = cluster.get("address"), cluster.get("workers", 2)
-        if cluster.get("inline"):
+        if cluster.get("in_process"):
             yield InlineClient()
             return
         if in_dask_worker():
@@ -176,21 +176,21 @@ class DaskClients:
         self._kept.extend(Future(f.key, client) for f in backend.block_futures)
 
     @contextmanager
-    def backend(self, data, w_step: dict | None, cluster: dict | None,
+    def backend(self, data, row_blocks: int | None, cluster: dict | None,
                 rank: int | None = None):
-        """Where the W-step's products (and the squared loss's H-step sums) run: None (this
-        process), or with ``w_step`` (``{"blocks"}``) a
+        """Where a step's sums over the training rows run: None (this process, the whole
+        data) when ``row_blocks`` is None, else a
         :class:`~tasks.leml_dask.backend.RowBlockBackend` over that many row blocks of ``data``.
         ``data`` is a :class:`~tasks.leml_dask.partition.PartitionedData` (the flow: the
         files of the row blocks, from which each worker builds its own blocks, recomputed if
         a worker is lost) or a prepared :class:`~algorithms.leml.data.LEMLData` (its blocks
         scattered from this process).  ``cluster`` says where (:meth:`client`).  ``rank``:
         the factors' rank, for the memory guard of the working arrays."""
-        if w_step is None:
+        if row_blocks is None:
             yield None
             return
         with self.client(cluster) as client, \
-                RowBlockBackend(client, data, w_step["blocks"], rank=rank) as backend:
+                RowBlockBackend(client, data, row_blocks, rank=rank) as backend:
             self.warn_if_stealing(client, backend)
             self.keep_blocks(client, backend)
             yield backend

@@ -52,7 +52,7 @@ def check_workers_can_run(client) -> None:
         f"LEML on Dask: every worker of the cluster at {client.scheduler.address} is paused "
         f"or over {HEADROOM:.0%} of its memory limit "
         f"({', '.join(map(format_bytes, limits))}) already, so no task would start: raise "
-        "their --memory-limit or add workers (w_step.workers, or more `dask worker` "
+        "their --memory-limit or add workers (compute.workers, or more `dask worker` "
         "processes)")
 
 
@@ -116,7 +116,7 @@ def _current_worker():
 
 def this_worker() -> str | None:
     """The address of the Dask worker running this code (a step sent whole to a worker, as
-    ``w_step.driver: worker`` sends the solvers' steps); None elsewhere."""
+    ``compute.solvers: worker`` sends the solvers' steps); None elsewhere."""
     worker = _current_worker()
     return None if worker is None else worker.address
 

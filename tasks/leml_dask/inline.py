@@ -1,4 +1,4 @@
-"""A stand-in for a Dask client that runs every task in this process (``w_step.runner: blocks``).
+"""A stand-in for a Dask client that runs every task in this process (``local-blocks``).
 
 The same block tasks, in the same block order, as a cluster runs them, so the results are the
 same bits as on any number of Dask workers.
@@ -23,8 +23,8 @@ class _InlineFuture:
 class InlineClient:
     """A stand-in for a Dask client that runs each task in this process when it is
     submitted: :class:`RowBlockBackend`, :func:`evaluate_on_blocks` and :func:`predict_on_blocks`
-    on the same row blocks, by the same code, without Dask (the flow's ``w_step.runner:
-    blocks``).  One "worker", no memory limit.  The tasks are the ones a cluster runs, added
+    on the same row blocks, by the same code, without Dask (the flow's ``compute.backend:
+    local-blocks``).  One "worker", no memory limit.  The tasks are the ones a cluster runs, added
     in the same block order, so the results are the same bits as on any number of Dask
     workers (tested)."""
 

@@ -91,7 +91,7 @@ DRIVER_W_ARRAYS, DRIVER_H_ARRAYS = 16, 4
 
 def driver_nbytes(*, n_features: int, n_labels: int, rank: int, dtype) -> int:
     """Bytes of the solver's arrays in the process that drives a step (the flow's, or with
-    ``w_step.driver: worker`` a worker's), an upper estimate: :data:`DRIVER_W_ARRAYS` of
+    ``compute.solvers: worker`` a worker's), an upper estimate: :data:`DRIVER_W_ARRAYS` of
     ``d' x k`` and :data:`DRIVER_H_ARRAYS` of ``L x k``."""
     k = int(rank)
     return int(DRIVER_W_ARRAYS * n_features * k * np.dtype(dtype).itemsize
@@ -129,14 +129,14 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
         if limit and data + extra + solver > HEADROOM * limit:
             arrays = f", {format_bytes(extra)} of working arrays" if extra else ""
             arrays += (f", {format_bytes(solver)} of the solver's arrays (it drives the step:"
-                       " w_step.driver worker)" if solver else "")
+                       " compute.solvers worker)" if solver else "")
             raise MemoryBudgetError(
                 f"LEML on Dask: worker {worker} would hold {len(mine)} row block(s) of the "
                 f"training data, {format_bytes(data)}{arrays}, over {HEADROOM:.0%} of its "
-                f"memory limit {format_bytes(limit)}: add workers (w_step.workers, or more "
-                f"`dask worker` processes) or raise their --memory-limit; w_step.blocks "
+                f"memory limit {format_bytes(limit)}: add workers (compute.workers, or more "
+                f"`dask worker` processes) or raise their --memory-limit; compute.row_blocks "
                 f"({blocks} over {len(limits)} workers now) spreads the blocks more evenly"
                 + ("; a lower model.rank shrinks the working arrays" if extra or solver
                    else "")
-                + ("; w_step.driver flow keeps the solver's arrays in the flow's process"
+                + ("; compute.solvers flow keeps the solver's arrays in the flow's process"
                    if solver else ""))

@@ -72,7 +72,7 @@ def test_the_flow_in_one_process_and_on_blocks_gives_a_table_of_both(tmp_path):
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_server")
 def test_the_flow_with_its_solvers_on_a_worker_gives_the_same_factors(tmp_path):
-    """``dask-1-worker`` (``w_step.driver: worker``: the solvers on the benchmark's cluster
+    """``dask-1-worker`` (``compute.solvers: worker``: the solvers on the benchmark's cluster
     too) against ``dask-1`` (the cluster for the row blocks only): W and H bit for bit, and
     the worker's peak measured."""
     table = leml_table("--datasets", "none", "--sections", "distributed",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from pydantic import Field
 
@@ -294,3 +296,54 @@ def test_the_config_loader_is_a_safe_loader(tmp_path):
     assert issubclass(ConfigLoader, yaml.SafeLoader)
     with pytest.raises(InputError, match="python/object"):
         load_config(write(tmp_path, ""), Demo, ["rank=!!python/object/apply:os.system [id]"])
+
+
+LEML_DATA = """
+dataset: {train: train.txt, test: test.txt}
+"""
+
+
+@pytest.mark.parametrize("runner, backend", [("local", "local"), ("blocks", "local-blocks"),
+                                             ("dask", "dask")])
+def test_a_leml_config_with_the_former_w_step_section_loads_as_compute(tmp_path, runner,
+                                                                        backend):
+    from scarce.flows.leml import LemlConfig
+
+    driver = "worker" if runner == "dask" else "flow"
+    path = tmp_path / "leml.yaml"
+    path.write_text(LEML_DATA + f"w_step: {{runner: {runner}, blocks: 3, workers: 4, "
+                    f"address: 'tcp://h:8786', driver: {driver}}}\n")
+    with pytest.warns(FutureWarning) as caught:
+        config = load_config(path, LemlConfig, inputs=False)
+    message = str(caught[0].message)
+    assert all(f"{old} -> {new}" in message for old, new in [
+        ("runner", "backend"), ("blocks", "row_blocks"), ("driver", "solvers")])
+    assert config.compute.model_dump() == {"backend": backend, "row_blocks": 3, "workers": 4,
+                                           "address": "tcp://h:8786", "solvers": driver}
+    assert "w_step" not in config.model_dump()
+
+
+def test_a_leml_config_may_not_give_both_compute_and_w_step(tmp_path):
+    from scarce.flows.leml import LemlConfig
+
+    path = tmp_path / "leml.yaml"
+    path.write_text(LEML_DATA + "w_step: {runner: dask}\ncompute: {backend: dask}\n")
+    with pytest.raises(InputError, match="w_step is the former name of compute") as exc:
+        load_config(path, LemlConfig, inputs=False)
+    assert str(path) in str(exc.value)
+    path.write_text(LEML_DATA + "w_step: {runner: dask}\n")  # and --set of the new name
+    with pytest.raises(InputError, match="w_step is the former name of compute"):
+        load_config(path, LemlConfig, ["compute.row_blocks=2"], inputs=False)
+
+
+def test_the_former_w_step_section_keeps_its_checks(tmp_path):
+    from scarce.flows.leml import LemlConfig
+
+    path = tmp_path / "leml.yaml"
+    for section, words in [("{runner: local, rows: 3}", "w_step.rows: unknown key"),
+                           ("{runner: gpu}", "local-blocks"),
+                           ("{runner: blocks, driver: worker}", "needs backend 'dask'")]:
+        path.write_text(LEML_DATA + f"w_step: {section}\n")
+        with warnings.catch_warnings(), pytest.raises(InputError, match=words):
+            warnings.simplefilter("ignore", FutureWarning)
+            load_config(path, LemlConfig, inputs=False)

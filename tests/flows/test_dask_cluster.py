@@ -19,7 +19,7 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
         project = leml_project(tmp_path / "project")
         before = cluster.computed()
         out = procs.run(project, ["run", "leml", "--dask-address", cluster.address,
-                                  "--set", "w_step.runner=dask"], project / "run.log",
+                                  "--set", "compute.backend=dask"], project / "run.log",
                         timeout=900)
         assert "Traceback" not in out and "CommClosedError" not in out
         assert "work stealing" not in out  # the scheduler was started as README says
@@ -43,10 +43,10 @@ def test_dask_address_reaches_the_w_step_and_where_it_runs_is_not_in_its_key(tmp
         # the manifest says where the W-step ran, not only which task runner the run had
         assert m["notes"]["w_step"] == {"scheduler": cluster.address, "workers": 2}
 
-        # Where it ran is not part of what it computed: the same W-steps through w_step.address
+        # Where it ran is not part of what it computed: the same W-steps through compute.address
         # under the local task runner are found in the store.
-        procs.run(project, ["run", "leml", "--set", "w_step.runner=dask",
-                            "--set", f"w_step.address={cluster.address}"],
+        procs.run(project, ["run", "leml", "--set", "compute.backend=dask",
+                            "--set", f"compute.address={cluster.address}"],
                   project / "again.log", timeout=900)
         again = procs.manifest(project, procs.run_ids(project)[-1])
         w = [o for o in again["outputs"] if o["step"] == "leml-alternate-W"]
@@ -74,7 +74,7 @@ def test_runner_dask_w_step_uses_the_task_runners_cluster(tmp_path, monkeypatch)
         monkeypatch.delenv(var, raising=False)
     CLIENTS.close()
     try:
-        assert main(["run", "leml", "--runner", "dask", "--set", "w_step.runner=dask",
+        assert main(["run", "leml", "--runner", "dask", "--set", "compute.backend=dask",
                      "--set", "model.outer_iterations=2"]) == 0
         assert CLIENTS.opened == 0  # no cluster of the W-step's own
         assert steals and not any(steals)

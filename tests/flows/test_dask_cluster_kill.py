@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.usefixtures("prefect_server")
 def test_w_step_survives_a_killed_worker_with_the_outputs_of_an_uninterrupted_run(tmp_path):
     with dask_cluster(tmp_path / "cluster") as cluster:
-        over = ["--set", "w_step.runner=dask", "--set", f"w_step.address={cluster.address}"]
+        over = ["--set", "compute.backend=dask", "--set", f"compute.address={cluster.address}"]
         reference_project = leml_project(tmp_path / "reference")
         procs.run(reference_project, ["run", "leml", *over], reference_project / "run.log",
                   timeout=900)

@@ -19,7 +19,7 @@ def test_h_step_label_blocks_survive_a_worker_killed_inside_one(tmp_path):
     their files by the other worker, the label block is summed and solved there, and each
     run ends with every output of an uninterrupted run, bit for bit."""
     with dask_cluster(tmp_path / "cluster") as cluster:
-        over = ["--set", "w_step.runner=dask", "--set", f"w_step.address={cluster.address}",
+        over = ["--set", "compute.backend=dask", "--set", f"compute.address={cluster.address}",
                 "--set", "observed_fraction=0.5"]
         reference_project = leml_project(tmp_path / "reference")
         procs.run(reference_project, ["run", "leml", *over], reference_project / "run.log",

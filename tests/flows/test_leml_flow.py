@@ -278,6 +278,26 @@ def test_rerun_is_identical(project, capsys, runner):
     assert capsys.readouterr().out.strip().endswith("identical")
 
 
+def test_a_run_recorded_with_the_former_w_step_section_reruns_identical(project, capsys):
+    """A manifest written before ``compute`` was named so records ``w_step``: the rerun reads
+    it as ``compute`` (with a warning naming the new keys) and reproduces the run."""
+    path = _runs(project)[0] / "manifest.json"
+    text = path.read_text()
+    m = json.loads(text)
+    compute = m["config"].pop("compute")
+    m["config"]["w_step"] = {"runner": "local", "blocks": compute["row_blocks"],
+                             "workers": compute["workers"], "address": compute["address"],
+                             "driver": compute["solvers"]}
+    path.write_text(json.dumps(m))
+    try:
+        with pytest.warns(FutureWarning, match="w_step is now compute"):
+            assert main(["rerun", path.parent.name]) == 0
+    finally:
+        path.write_text(text)
+    assert capsys.readouterr().out.strip().endswith("identical")
+    assert _last(project)["config"]["compute"] == compute
+
+
 def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     # the local W-step's keys stay those of the first run: no recomputation
     assert main(["run", "leml", "--set", "baselines=[]"]) == 0
@@ -286,11 +306,12 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     W_local, H_local, _store = _final(project, local, 3)
 
     # the W-step on a LocalCluster of 2 workers (the flow's tasks in this process) ...
-    dask = ["--set", "baselines=[]", "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    dask = ["--set", "baselines=[]", "--set", "compute.backend=dask",
+            "--set", "compute.row_blocks=3"]
     assert main(["run", "leml", *dask]) == 0
     m = _last(project)
-    assert m["config"]["w_step"] == {"runner": "dask", "blocks": 3, "workers": 2,
-                                     "address": None, "driver": "flow"}
+    assert m["config"]["compute"] == {"backend": "dask", "row_blocks": 3, "workers": 2,
+                                      "address": None, "solvers": "flow"}
     assert not any(o["cached"] for o in m["outputs"] if o["step"] == "leml-alternate-W")
     W_dask, H_dask, _ = _final(project, m, 3)
     # only the summation order of the products differs: W and H agree to float32 rounding,
@@ -343,11 +364,12 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
 
 def test_the_solvers_on_a_worker_give_the_same_outputs_and_none_runs_here(project,
                                                                         monkeypatch):
-    """``w_step.driver: worker``: the start, the half-steps, the evaluation and the
+    """``compute.solvers: worker``: the start, the half-steps, the evaluation and the
     predictions run whole on a worker, every step recomputed; this process calls none of the
     estimator's steps and reads none of the factors, and W, H, the metrics and the
     predictions are those of the solvers run here, bit for bit."""
-    dask = ["--set", "baselines=[]", "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+    dask = ["--set", "baselines=[]", "--set", "compute.backend=dask",
+            "--set", "compute.row_blocks=3"]
     assert main(["run", "leml", *dask]) == 0  # the solvers here (a store hit of the test above)
     here = _last(project)
     called: list[str] = []
@@ -363,16 +385,16 @@ def test_the_solvers_on_a_worker_give_the_same_outputs_and_none_runs_here(projec
     with _store_reads(monkeypatch) as reads, monkeypatch.context() as patch:
         for name in ("start", "w_step", "h_step", "objective", "predict_top_k"):
             patch.setattr(LEML, name, recording(name))
-        assert main(["run", "leml", *dask, "--set", "w_step.driver=worker", "--refresh"]) == 0
+        assert main(["run", "leml", *dask, "--set", "compute.solvers=worker", "--refresh"]) == 0
     there = _last(project)
-    assert there["config"]["w_step"]["driver"] == "worker"
+    assert there["config"]["compute"]["solvers"] == "worker"
     assert called == []
     factors = {o["ref"] for o in there["outputs"]
                if o["step"] in ("leml-init", "leml-alternate-W", "leml-alternate-H")
                and o["ref"].endswith(("-W", "-H"))}
     assert len(factors) == 2 + 3 + 3 and not factors & set(reads)
     _assert_same_outputs(project, there, here)
-    assert main(["run", "leml", "--set", "w_step.driver=worker"]) == 2  # needs runner dask
+    assert main(["run", "leml", "--set", "compute.solvers=worker"]) == 2  # needs backend dask
 
 
 def test_missing_labels_flow_uses_the_stored_mask(project):
@@ -398,14 +420,14 @@ def test_missing_labels_flow_uses_the_stored_mask(project):
 
 def test_missing_labels_on_dask_read_the_partitioned_mask_and_match_the_estimator(
         project, monkeypatch):
-    """``w_step.runner: dask`` with missing labels: the mask is partitioned with X and Y, the
+    """``compute.backend: dask`` with missing labels: the mask is partitioned with X and Y, the
     W-steps and the H-steps (their per-label sums over the observed entries) run over the
     row blocks, and the factors agree with the single-process estimator to the rounding
     that early-stopped CG amplifies (float32).  The flow's process reads none of the data:
     the loading, the mask and the partition run on the workers, and the start, the W- and
     H-steps and the evaluation take the blocks' files, which the workers read."""
     over = ["--set", "observed_fraction=0.5", "--set", "baselines=[]",
-            "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+            "--set", "compute.backend=dask", "--set", "compute.row_blocks=3"]
     with _store_reads(monkeypatch) as reads:  # every step computed (--refresh)
         assert main(["run", "leml", *over, "--refresh"]) == 0
     m = _last(project)
@@ -500,7 +522,7 @@ def test_squared_start_in_the_flow_equals_the_estimator(project):
 
 def test_the_estimators_rules_reject_a_config_by_name(project, capsys):
     assert main(["run", "leml", "--set", "model.loss=logistic", "--set", "model.w_solver=bound",
-                 "--set", "w_step.runner=dask"]) == 2
+                 "--set", "compute.backend=dask"]) == 2
     assert "w_solver 'bound' runs on one process" in capsys.readouterr().err
     assert main(["run", "leml", "--set", "model.loss=logistic", "--set",
                  "model.squared_init_iter=2", "--set", "model.fit_intercept=false"]) == 2
@@ -525,7 +547,7 @@ def _xc_parts(src: Path, folder: Path, blocks: int) -> None:
 def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
         project, monkeypatch, capsys):
     """Training and test sets given as folders of XC parts.  With the Dask runner each part
-    is a row block: cut as ``w_step.blocks`` cuts the single file, it gives that run's W, H,
+    is a row block: cut as ``compute.row_blocks`` cuts the single file, it gives that run's W, H,
     metrics and predictions bit for bit, and this process reads no part's data: the workers
     load the parts and read them.  With the local runner the parts are stacked: the single
     file's run, bit for bit.  Parts that disagree on the label space are refused, naming
@@ -541,7 +563,7 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
         parsed.append(Path(path).parent.name)
         return read_xmc(path, *args, **kwargs)
 
-    for runner in (["--set", "w_step.runner=dask", "--set", "w_step.blocks=3"], []):
+    for runner in (["--set", "compute.backend=dask", "--set", "compute.row_blocks=3"], []):
         assert main(["run", "leml", "--set", "baselines=[]", *runner]) == 0
         single = _last(project)
         parsed.clear()
@@ -569,13 +591,13 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
 
 
 def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypatch):
-    """Logistic loss, ``h_solver: bound``, missing labels, ``w_step.runner: dask``: the
+    """Logistic loss, ``h_solver: bound``, missing labels, ``compute.backend: dask``: the
     H-steps are rounds of block sums on the workers (label blocks of Gram matrices solved
     there), the flow's process reads none of the training data, and the last
     H-step equals the whole-data bound H-step from the same W and H to float32 rounding."""
     over = ["--set", "model.loss=logistic", "--set", "model.h_solver=bound",
             "--set", "observed_fraction=0.5", "--set", "baselines=[]",
-            "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+            "--set", "compute.backend=dask", "--set", "compute.row_blocks=3"]
     with _store_reads(monkeypatch) as reads:
         assert main(["run", "leml", *over]) == 0
     m = _last(project)
@@ -593,12 +615,12 @@ def test_bound_h_steps_of_a_margin_loss_run_on_the_dask_blocks(project, monkeypa
     assert float(np.abs(H3 - H_whole).max()) <= 1e-5 * float(np.abs(H_whole).max())
 
 
-def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project, monkeypatch):
-    """``w_step.runner: blocks`` runs the Dask runner's block tasks in this process, without
-    Dask (``InlineClient``): the W, H, metrics and predictions of the Dask run with the same
+def test_the_local_blocks_backend_is_the_dask_code_path_in_one_process(project, monkeypatch):
+    """``compute.backend: local-blocks`` runs the dask backend's block tasks in this process,
+    without Dask (``InlineClient``): the W, H, metrics and predictions of the Dask run with the same
     blocks, bit for bit, so the two share their store entries."""
-    over = ["--set", "baselines=[]", "--set", "w_step.blocks=3"]
-    assert main(["run", "leml", *over, "--set", "w_step.runner=dask"]) == 0
+    over = ["--set", "baselines=[]", "--set", "compute.row_blocks=3"]
+    assert main(["run", "leml", *over, "--set", "compute.backend=dask"]) == 0
     dask = _last(project)
     W_dask, H_dask, _ = _final(project, dask, 3)
     runs = project / "data" / "runs"
@@ -614,7 +636,8 @@ def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project, monkeyp
 
     with monkeypatch.context() as patch:
         patch.setattr(PartitionedData, "block", recording)
-        assert main(["run", "leml", *over, "--set", "w_step.runner=blocks", "--refresh"]) == 0
+        assert main(["run", "leml", *over, "--set", "compute.backend=local-blocks",
+                     "--refresh"]) == 0
     # each training block read from its files once for the whole run, kept between the
     # half-steps as Dask workers keep theirs (6 times each when the blocks were not kept)
     assert sorted(Counter(built).values()) == [1, 1, 1]
@@ -631,12 +654,12 @@ def test_the_blocks_runner_is_the_dask_code_path_in_one_process(project, monkeyp
 
 
 def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch):
-    """A validation split with ``w_step.runner: dask``: the split runs on a worker, the
+    """A validation split with ``compute.backend: dask``: the split runs on a worker, the
     validation rows are cut into row blocks, and each iteration's P@1 is scored on the
     workers; it equals P@1 computed here from that iteration's stored W and H and the stored
     validation rows (numpy top-1), and the flow's process reads no validation row."""
     over = ["--set", "dataset.validation_fraction=0.25", "--set", "baselines=[]",
-            "--set", "w_step.runner=dask", "--set", "w_step.blocks=3"]
+            "--set", "compute.backend=dask", "--set", "compute.row_blocks=3"]
     with _store_reads(monkeypatch) as reads:  # every step computed (--refresh)
         assert main(["run", "leml", *over, "--refresh"]) == 0
     m = _last(project)
@@ -665,7 +688,7 @@ def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeyp
     here either, and its factors are the estimator's whole-data start to the conjugate
     gradient's tolerance.  Neither run warns."""
     over = ["--set", "model.loss=logistic", "--set", "baselines=[]",
-            "--set", "w_step.runner=blocks", "--set", "w_step.blocks=3"]
+            "--set", "compute.backend=local-blocks", "--set", "compute.row_blocks=3"]
     import logging
 
     import scarce.tasks.leml as tl

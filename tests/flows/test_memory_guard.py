@@ -48,13 +48,13 @@ def test_dask_workers_too_small_for_the_row_blocks_exit_2_naming_the_option(tmp_
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None, memory_limit=64) as cluster:
-        code, text = _run(tmp_path, monkeypatch, 64, "w_step.runner=dask",
-                          f"w_step.address={cluster.scheduler_address}")
+        code, text = _run(tmp_path, monkeypatch, 64, "compute.backend=dask",
+                          f"compute.address={cluster.scheduler_address}")
         sent = dict(cluster.scheduler.task_prefixes)
     lines = [line for line in text.splitlines() if line.startswith("error:")]
     assert code == 2, text[-2000:]
     assert len(lines) == 1, text[-2000:]
-    assert "LEML on Dask" in lines[0] and "w_step.workers" in lines[0], lines[0]
+    assert "LEML on Dask" in lines[0] and "compute.workers" in lines[0], lines[0]
     assert "--memory-limit" in lines[0] and "Traceback" not in text
     assert not sent  # no task reached the cluster: no data step, no row block
     assert not list((tmp_path / "data" / "runs").glob("*/manifest.json"))

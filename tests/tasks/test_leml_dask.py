@@ -795,7 +795,7 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
     try:
         results = []
         for iteration in range(2):  # two outer iterations' W-steps
-            with CLIENTS.backend(source, {"blocks": 4}, cluster) as backend:
+            with CLIENTS.backend(source, 4, cluster) as backend:
                 assert backend.recoverable and backend.client is not client
                 results.append(_w_step(data, W0, H, backend=backend, cg_max_iter=4)[0])
             if iteration == 0:
@@ -830,7 +830,7 @@ def test_the_evaluation_releases_the_training_blocks_the_w_steps_kept(client, tm
     files = [{"X": b["X"], "Y": b["Y"]} for b in source.blocks]
     params = {"rank": K, "fit_intercept": False, "dtype": "float64"}
     try:
-        with CLIENTS.backend(source, {"blocks": 4}, cluster) as backend:
+        with CLIENTS.backend(source, 4, cluster) as backend:
             W, _ = _w_step(data, W0, H, backend=backend, cg_max_iter=2)
         assert sum(map(len, client.run(_training_blocks, token).values())) == 4  # kept
         out = tl.evaluate.fn(None, W, H, traces=[pd.DataFrame({"iteration": [1]})],
@@ -1075,8 +1075,8 @@ def test_workers_too_small_for_their_blocks_are_refused_before_anything_is_sent(
         with pytest.raises(MemoryBudgetError) as exc:
             RowBlockBackend(client, source, 3)
         message = str(exc.value)
-        assert "2 row block(s)" in message and "w_step.workers" in message
-        assert "w_step.blocks (3 over 2 workers now)" in message
+        assert "2 row block(s)" in message and "compute.workers" in message
+        assert "compute.row_blocks (3 over 2 workers now)" in message
         assert client.run_on_scheduler(
             lambda dask_scheduler: len(dask_scheduler.tasks)) == 0  # nothing was sent
         # The same data as 4 blocks puts 2 smaller blocks on each worker: it fits.
@@ -1250,7 +1250,7 @@ def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(cli
 
 @slow
 def test_the_worker_that_drives_a_step_counts_the_solvers_arrays(client):
-    """Run on a worker (as ``w_step.driver: worker`` runs the solvers' steps), the guard adds
+    """Run on a worker (as ``compute.solvers: worker`` runs the solvers' steps), the guard adds
     the solver's arrays to that worker's blocks and names the option; driven from here, the
     same step fits.  Nothing of the size is allocated: the guard refuses first."""
     from scarce.algorithms.memory import MemoryBudgetError
@@ -1278,7 +1278,7 @@ def test_the_worker_that_drives_a_step_counts_the_solvers_arrays(client):
 
     with RowBlockBackend(client, data, 2, rank=rank) as backend:  # driven from here: it fits
         assert len(backend.block_futures) == 2
-    with pytest.raises(MemoryBudgetError, match="w_step.driver flow") as exc:
+    with pytest.raises(MemoryBudgetError, match="compute.solvers flow") as exc:
         client.submit(build, rank, pure=False).result()
     assert "of the solver's arrays (it drives the step" in str(exc.value)
     n, where = client.submit(build, 2, pure=False).result()  # a small rank fits there too
