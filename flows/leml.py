@@ -475,12 +475,12 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
         test = _stacked(ctx, test_parts)
     here = None if test_blocks else test  # the test set scored in this process
     result = ctx.run(evaluate, test=here, **factors, traces=traces,
-                     timings=timings, dataset=d.name, method=f"leml-{m.loss}-k{m.rank}",
+                     timings=timings, dataset=d.name, method=f"leml-{model.loss}-k{model.rank}",
                      params=task_params(model, evaluate), batch_size=batch,
                      partition=test_blocks, cluster=cluster)
     tables = [result["metrics"]] + [
         ctx.run(baseline, **data, test=test, method=name, dataset=d.name, batch_size=batch,
-                params=baseline_params(name, alpha=config.baseline_alpha, rank=m.rank))
+                params=baseline_params(name, alpha=config.baseline_alpha, rank=model.rank))
         for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
     predictions = ctx.run(predict, test=here, **factors, labels=train_file["labels"],
@@ -572,7 +572,7 @@ def _partition(ctx: RunContext, data: dict, blocks: int, cluster: dict | None) -
     """The training data as row blocks (``leml-partition``, one task and one set of store
     entries per block, run on ``cluster`` when given): per block the refs of its rows of X,
     Y and the mask."""
-    n_rows = json.loads(ctx.store.meta(data["train"]["X"])["shape"])[0]
+    n_rows = ctx.store.shape(data["train"]["X"])[0]
     count = len(row_block_bounds(n_rows, blocks))
     train = unmapped(data["train"])
     if data["mask"] is None:
@@ -599,7 +599,7 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
     how the input is read (format, dtype, row normalisation).
     """
     m, d = config.model, config.dataset
-    shapes = {part: json.loads(ctx.store.meta(factors[part])["shape"]) for part in ("W", "H")}
+    shapes = {part: list(ctx.store.shape(factors[part])) for part in ("W", "H")}
     refs = {"W": factors["W"], "H": factors["H"], "features": train_file["features"],
             "labels": train_file["labels"]}
     for part, ref in refs.items():

@@ -19,7 +19,6 @@ Every run names its results in ``outputs/`` (:func:`name_outputs`): ``assignment
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -272,7 +271,7 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
                      include_other=cfg.include_other, directed=cfg.directed,
                      source=ctx.path(p).name, enough_for=enough_for) for p in cfg.data]
     data = ctx.run(rel.combine, parts=parts, max_pairs=cfg.max_pairs, seed=cfg.seed)
-    n_pairs = json.loads(ctx.store.meta(data["mentions"])["shape"])[0]
+    n_pairs = ctx.store.shape(data["mentions"])[0]
     try:
         model.check_n_pairs(n_pairs)
     except TooFewPairsError as exc:

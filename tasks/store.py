@@ -212,6 +212,10 @@ class Store:
             if k.startswith(META_PREFIX)
         }
 
+    def shape(self, ref: str) -> tuple[int, ...]:
+        """The shape of an entry's value, from its footer only (:func:`entry_shape`)."""
+        return entry_shape(self.path(ref))
+
     def verify(self, ref: str) -> bool:
         """True when the entry exists and passes its checksum."""
         try:
