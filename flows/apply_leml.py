@@ -82,7 +82,7 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
                    source=path.name)
         for path, data in zip(files, loaded, strict=True)])
     for name, result in zip(names, scored, strict=True):
-        ctx.name_output(name, result["predictions"])
+        ctx.record.name_output(name, result["predictions"])
     if output is not None:
         export(ctx.store, [r["predictions"] for r in scored], names, output)
     return ctx.finish(ctx.run(collect, tables=[r["metrics"] for r in scored]))

@@ -65,7 +65,7 @@ def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | Non
                                       contexts=meta["contexts"], params=meta["assign"])
                            for mentions in parsed])
     for name, ref in zip(names, assigned, strict=True):
-        ctx.name_output(name, ref)
+        ctx.record.name_output(name, ref)
     if output is not None:
         export(ctx.store, assigned, names, output)
     return ctx.finish(ctx.run(rel.apply_metrics, assignments=assigned,

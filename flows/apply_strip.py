@@ -77,7 +77,7 @@ def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None
                       dataset=Path(config.input).name)
     texts = [ctx.read(ref)["conllu"].iloc[0] for ref in written]
     for name, text in zip(names, texts, strict=True):
-        ctx.write_output(f"predicted/{name}", text)
+        ctx.record.write_output(f"predicted/{name}", text)
     for target, text in zip(targets, texts if targets else [], strict=True):  # --output
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, text.encode("utf-8"))

@@ -225,7 +225,7 @@ def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None)
     points = grid(config)
     child = {"store": str(ctx.store.root), "runs": str(ctx.run_dir.parent),
              "refresh": ctx.options.refresh}
-    progress = ctx.progress("points", len(points), f"{len(points)} child runs")
+    progress = ctx.artifacts.progress("points", len(points), f"{len(points)} child runs")
     results = []
     spec = FLOWS[config.flow]
     for future in [POINT.submit(spec=spec, config=config, point=p, options=child)
@@ -233,7 +233,7 @@ def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None)
         results.append(future.result())
         progress.advance()
     for r in results:  # the experiment's record holds every child's outputs
-        ctx.adopt(r["outputs"], child=r["run_id"])
+        ctx.record.adopt(r["outputs"], child=r["run_id"])
     table = ctx.run(exp.gather, metrics=[r["metrics"] for r in results if r["error"] is None],
                     name=config.name, axes=list(config.axes), points=points,
                     errors=[r["error"] for r in results])
@@ -252,18 +252,18 @@ def publish(ctx: RunContext, config: ExperimentConfig, table: str, summary: str,
     t = config.table
     frame = ctx.read(summary)
     text = table_markdown(config, frame, results)
-    ctx.name_output("table.parquet", table)
-    ctx.name_output("summary.parquet", summary)
-    ctx.write_output("table.md", text)
-    ctx.write_output("children.json", json.dumps(
+    ctx.record.name_output("table.parquet", table)
+    ctx.record.name_output("summary.parquet", summary)
+    ctx.record.write_output("table.md", text)
+    ctx.record.write_output("children.json", json.dumps(
         [{"point": r["point"], "run_id": r["run_id"], "error": r["error"]} for r in results],
         indent=1, sort_keys=True) + "\n", volatile=True)
-    ctx.publish_markdown("table", text, f"{t.metric} of {config.flow} over the grid")
+    ctx.artifacts.markdown("table", text, f"{t.metric} of {config.flow} over the grid")
     if not frame.empty:
-        ctx.publish_image("plot", ctx.plot(summary_plot, frame, rows=t.rows,
-                                           columns=t.columns, metric=t.metric,
-                                           title=f"{config.name}: {t.metric}"),
-                          f"{t.metric}: mean and standard deviation over the other axes")
+        png = ctx.artifacts.plot(summary_plot, frame, rows=t.rows, columns=t.columns,
+                                 metric=t.metric, title=f"{config.name}: {t.metric}")
+        ctx.artifacts.image("plot", png,
+                            f"{t.metric}: mean and standard deviation over the other axes")
 
 
 def table_markdown(config: ExperimentConfig, summary: pd.DataFrame, results: list[dict]) -> str:

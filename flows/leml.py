@@ -450,8 +450,8 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
                       row_blocks=row_blocks if model.squared_start() else None,
                       cluster=cluster)
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
-    progress = ctx.progress("iterations", m.outer_iterations,
-                            f"Outer iterations (of {m.outer_iterations})")
+    progress = ctx.artifacts.progress("iterations", m.outer_iterations,
+                                      f"Outer iterations (of {m.outer_iterations})")
     traces, timings = [], []
     for t in range(1, m.outer_iterations + 1):
         w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
@@ -465,7 +465,8 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
         progress.advance()
     if blocked:  # where the last W-step ran, for the manifest
         where = ctx.read(timings[-2]).iloc[0]
-        ctx.note("w_step", {"scheduler": where["scheduler"], "workers": int(where["workers"])})
+        ctx.record.note("w_step", {"scheduler": where["scheduler"],
+                                   "workers": int(where["workers"])})
     test_blocks = test = None
     if blocked:  # the test set's row blocks: the parts of a folder, else row_blocks of them
         test_blocks = ([_xy(p) for p in test_parts] if len(test_parts) > 1 else
@@ -603,11 +604,11 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
     refs = {"W": factors["W"], "H": factors["H"], "features": train_file["features"],
             "labels": train_file["labels"]}
     for part, ref in refs.items():
-        ctx.name_output(f"{MODEL_DIR}/{MODEL_FILES[part]}", ref)
-    ctx.name_output("predictions.parquet", predictions)
-    ctx.write_output(f"{MODEL_DIR}/{MODEL_FILES['config']}",
+        ctx.record.name_output(f"{MODEL_DIR}/{MODEL_FILES[part]}", ref)
+    ctx.record.name_output("predictions.parquet", predictions)
+    ctx.record.write_output(f"{MODEL_DIR}/{MODEL_FILES['config']}",
                      json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
-    ctx.write_output(f"{MODEL_DIR}/model.json", model_document(
+    ctx.record.write_output(f"{MODEL_DIR}/model.json", model_document(
         "leml", MODEL_VERSION, rank=shapes["W"][1], loss=m.loss, dtype=m.dtype,
         n_features=shapes["W"][0] - int(m.fit_intercept), n_labels=shapes["H"][0],
         fit_intercept=m.fit_intercept, normalize=d.normalize, input_format=d.format,
@@ -646,16 +647,17 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
     m = config.model
     convergence = shown_convergence(convergence)
     validated = VALIDATION_COLUMN in convergence.columns
-    ctx.publish_table("convergence", convergence,
-                      "Objective, seconds and validation P@1 per outer iteration" if validated
-                      else "Objective and seconds per outer iteration")
+    ctx.artifacts.table("convergence", convergence,
+                         "Objective, seconds and validation P@1 per outer iteration" if validated
+                         else "Objective and seconds per outer iteration")
     title = f"LEML on {config.dataset.name}: k={m.rank}, lambda={m.lam:g}, {m.loss} loss"
-    ctx.publish_image("objective", ctx.plot(plots.leml_convergence, convergence, title=title),
-                      "Objective and validation P@1 over outer iterations" if validated
-                      else "Objective over outer iterations")
-    ctx.publish_markdown("summary", summary_markdown(metrics, convergence, config),
-                         "The run beside the published LEML row (Extreme Classification "
-                         "Repository)")
+    png = ctx.artifacts.plot(plots.leml_convergence, convergence, title=title)
+    ctx.artifacts.image("objective", png,
+                        "Objective and validation P@1 over outer iterations" if validated
+                        else "Objective over outer iterations")
+    ctx.artifacts.markdown("summary", summary_markdown(metrics, convergence, config),
+                           "The run beside the published LEML row (Extreme Classification "
+                           "Repository)")
 
 
 #: The convergence table's column of validation P@1 (NaN without a validation split).

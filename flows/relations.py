@@ -212,7 +212,7 @@ class Search:
 def stability_search(ctx: RunContext, model: RelationDiscovery, X, ranking, n_words: int):
     """The subset search over (k, prefix), F_k per k, then the stability step on F_k."""
     grid = model.candidate_units(n_words)
-    progress = ctx.progress(
+    progress = ctx.artifacts.progress(
         "stability-search", len(grid) + len(model.reference_units() + model.stability_units()),
         f"Stability search, {model.ranking} ranking: {len(grid)} (k, prefix) candidates, "
         "then the reference clusterings and the (k, subsample) units",
@@ -231,7 +231,8 @@ def stability_search(ctx: RunContext, model: RelationDiscovery, X, ranking, n_wo
 def rl_baseline_search(ctx: RunContext, model: RelationDiscovery, X, n_words: int):
     """RLBaseline: the stability step with every word for every k."""
     n = len(model.reference_units() + model.stability_units())
-    progress = ctx.progress("rl-baseline-search", n, "Stability search, RLBaseline (all words)")
+    progress = ctx.artifacts.progress("rl-baseline-search", n,
+                                      "Stability search, RLBaseline (all words)")
     return select_k(ctx, model, X, None, dict.fromkeys(model.k_values(), n_words), progress)
 
 
@@ -328,12 +329,12 @@ def name_outputs(ctx: RunContext, vocabulary: str, built: dict, assigned: str,
     """The run's named outputs: ``assignments.parquet`` (each pair's cluster), ``clusters``
     and ``features.parquet``, and ``model/`` (the vocabulary, the selected features, the
     centroids, the clusters and ``model.json``); all but ``model.json`` are store entries."""
-    ctx.name_output("assignments.parquet", assigned)
-    ctx.name_output("clusters.parquet", built["clusters"])
-    ctx.name_output("features.parquet", built["features"])
+    ctx.record.name_output("assignments.parquet", assigned)
+    ctx.record.name_output("clusters.parquet", built["clusters"])
+    ctx.record.name_output("features.parquet", built["features"])
     for part, ref in {"vocabulary": vocabulary, **built}.items():
-        ctx.name_output(f"{MODEL_DIR}/{part}.parquet", ref)
-    ctx.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_json)
+        ctx.record.name_output(f"{MODEL_DIR}/{part}.parquet", ref)
+    ctx.record.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_json)
 
 
 def publish(ctx: RunContext, cfg: RelationsConfig, search: Search, rl: Search | None,
@@ -342,20 +343,20 @@ def publish(ctx: RunContext, cfg: RelationsConfig, search: Search, rl: Search | 
     k, n = search.k, search.n_features
     curve = ctx.read(search.choice["curve"])
     rl_curve = None if rl is None else ctx.read(rl.choice["curve"])
-    ctx.publish_markdown("stability", rel.stability_markdown(curve, k, rl_curve),
-                         f"M_norm over k; chosen k={k}, |F|={n}")
-    ctx.publish_table("labels", pd.DataFrame(rel.label_rows(ctx.read(labelled["words"]))),
-                      f"DCM labels of the {k} clusters")
+    ctx.artifacts.markdown("stability", rel.stability_markdown(curve, k, rl_curve),
+                           f"M_norm over k; chosen k={k}, |F|={n}")
+    ctx.artifacts.table("labels", pd.DataFrame(rel.label_rows(ctx.read(labelled["words"]))),
+                         f"DCM labels of the {k} clusters")
     title = (f"Stability over k: {cfg.dataset}, window {cfg.window}, {cfg.ranking} ranking, "
              f"seed {cfg.seed}")
-    png = ctx.plot(plots.relations_stability, curve, chosen_k=k,
-                   subsets=ctx.read(search.subsets["subsets"]), baseline_curve=rl_curve,
-                   title=title)
-    ctx.publish_image("stability-plot", png,
+    png = ctx.artifacts.plot(plots.relations_stability, curve, chosen_k=k,
+                             subsets=ctx.read(search.subsets["subsets"]),
+                             baseline_curve=rl_curve, title=title)
+    ctx.artifacts.image("stability-plot", png,
                       f"M_norm over k (chosen k={k}, |F|={n}) and the criterion of F_k")
-    ctx.publish_markdown("summary", summary_markdown(ctx.read(metrics), cfg, k, n),
-                         "The run beside Chen et al. (2005); not like-for-like (ACE against "
-                         "this data)")
+    ctx.artifacts.markdown("summary", summary_markdown(ctx.read(metrics), cfg, k, n),
+                           "The run beside Chen et al. (2005); not like-for-like (ACE against "
+                           "this data)")
 
 
 def _pct(values: tuple[float, ...]) -> str:

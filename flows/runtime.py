@@ -1,32 +1,29 @@
-"""The run a flow belongs to: its store, its record of outputs, its manifest.
-
-Kept as one module: a run's context, its record of outputs and its artifacts share the run's
-folder and its lease.
+"""The run a flow belongs to: it calls the flow's steps, and finishes the run.
 
 A flow opens a :class:`RunContext` first and calls its steps through it::
 
     ctx = RunContext.open("leml", config, options)
     train = ctx.run(load_xmc, path=cfg.train, dtype=cfg.dtype)
+    ctx.artifacts.table("summary", summary)
+    ctx.record.name_output("model/W.parquet", factors["W"])
     ...
     return ctx.finish(metrics)
 
-``run`` and ``map`` submit the step's Prefect task, log which steps were cache
-hits, and remember every ref (and every input file) for the manifest.
+``run``, ``submit``/``gather`` and ``map`` take a step from the store when it is a clean
+cache hit (:meth:`tasks.steps.Step.clean_hit`, the one cache-hit decision), else submit its
+Prefect task.  What the run read and wrote goes to its record (``ctx.record``,
+:mod:`flows.run_record`), what the UI shows to its artifacts (``ctx.artifacts``,
+:mod:`flows.artifacts`); :meth:`RunContext.finish` writes the run folder from both.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Iterable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,25 +32,22 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from scarce.flows import manifest as mf
+from scarce.flows.artifacts import PLOTS, Artifacts, Progress, markdown_table
 from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
+from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
 from scarce.flows.tags import tag_flow_run
 from scarce.tasks.errors import InputError
-from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
-from scarce.tasks.store import (
-    SUFFIX,
-    CorruptEntry,
-    Lease,
-    Store,
-    atomic_write_bytes,
-    atomic_write_parquet,
-    encode,
-    file_sha256,
-)
+from scarce.tasks.steps import Step
+from scarce.tasks.store import Lease, Store
+
+__all__ = ["METRIC_COLUMNS", "OUTPUTS", "PLOTS", "Progress", "RunContext", "RunOptions",
+           "check_writable_folder", "default_runs_root", "default_store_root",
+           "headline_metrics", "link_or_copy", "markdown_table", "new_run_id",
+           "release_leases"]
 
 log = logging.getLogger("scarce.run")
 
 METRIC_COLUMNS = ["dataset", "method", "metric", "value"]
-PLOTS = "plots"  # the run folder's subfolder of PNG figures (not compared by rerun)
 PARTIAL = mf.PARTIAL  # a run folder being written: .<run-id>.partial-<hex>, renamed when complete
 
 
@@ -157,26 +151,21 @@ class _Hit:
 
 @dataclass
 class RunContext:
+    """One run of ``flow``: its store, the steps it calls, its record and its artifacts."""
+
     flow: str
     config: FlowConfig
     store: Store
     run_dir: Path
     run_id: str
     options: RunOptions
-    started: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    inputs: dict[str, str] = field(default_factory=dict)
-    cache_hits: list[str] = field(default_factory=list)
-    store_hits: dict[str, int] = field(default_factory=dict)  # steps resolved without a task run
-    fast_cache: bool = True
-    plots: dict[str, bytes] = field(default_factory=dict)
     lease: Lease | None = None  # keeps what this run uses safe from `scarce cache gc`
-    plot_refs: dict[str, str] = field(default_factory=dict)  # plot name -> its store memo
-    named: dict[str, str] = field(default_factory=dict)  # outputs/<name> -> store ref
-    files: dict[str, bytes] = field(default_factory=dict)  # outputs/<name> -> bytes
-    volatile_files: set[str] = field(default_factory=set)  # not compared by rerun
-    notes: dict[str, Any] = field(default_factory=dict)  # facts for the manifest's `notes`
-    _plot_memos: dict[str, str] = field(default_factory=dict)  # sha256 of a PNG -> its memo
+    record: RunRecord = field(init=False)
+    artifacts: Artifacts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.record = RunRecord(self.run_id, self.flow, self.store, self.lease)
+        self.artifacts = Artifacts(self.flow, self.run_id, self.store, self.lease)
 
     @classmethod
     def open(cls, flow: str, config: FlowConfig, options: RunOptions | None = None) -> RunContext:
@@ -188,66 +177,17 @@ class RunContext:
         run_id = options.run_id or new_run_id(flow, config.name)
         run_dir = Path(options.runs or default_runs_root()) / run_id
         tag_flow_run(flow, config, options)
-        ctx = cls(flow, config, store, run_dir, run_id, options)
-        ctx.lease = store.lease(run_id)
-        _open_leases.append(ctx.lease)
-        return ctx
+        lease = store.lease(run_id)
+        _open_leases.append(lease)
+        return cls(flow, config, store, run_dir, run_id, options, lease)
 
     # -- calling steps ------------------------------------------------------
     def _task(self, st: Step):
         task = st.bind(self.store)
         return task.with_options(refresh_cache=True) if self.options.refresh else task
 
-    def _note_files(self, st: Step, kwargs: dict[str, Any]) -> None:
-        for name in st.files:
-            values = kwargs.get(name)
-            for p in values if isinstance(values, list | tuple) else [values]:
-                if p is None:
-                    continue
-                if not Path(p).is_file():
-                    raise InputError("input file not found", path=p, key=f"{st.name}.{name}")
-                self.inputs[self._rel(p)] = cached_file_sha256(p)
-
-    def _rel(self, p: str | os.PathLike[str]) -> str:
-        path = Path(p).resolve()
-        try:
-            return str(path.relative_to(project_root()))
-        except ValueError:
-            return str(path)
-
-    def _note_outputs(self, st: Step, refs: Any, cached: bool) -> Any:
-        if self.lease is not None:
-            self.lease.note(_iter_refs(refs))
-        for ref in _iter_refs(refs):
-            self.outputs[ref] = {
-                "step": st.name,
-                "ref": ref,
-                "cached": cached,
-                "volatile": st.is_volatile(ref),
-                "code": st.code_hash,  # the step's code digest (part of its key)
-            }
-        if cached:
-            self.cache_hits.append(st.name)
-            log_both(logging.INFO, "cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
-        return refs
-
-    def note(self, name: str, value: Any) -> None:
-        """A fact about how the run ran (JSON-like), recorded under the manifest's ``notes``:
-        for example the Dask cluster a step used."""
-        self.notes[name] = json.loads(json.dumps(value, default=str))
-
-    def adopt(self, outputs: list[dict[str, Any]], child: str | None) -> None:
-        """Record another run's outputs as this run's (an experiment's children): they are
-        listed in this manifest, kept by gc, and compared by ``scarce rerun``."""
-        if self.lease is not None:
-            self.lease.note(o["ref"] for o in outputs)
-        for o in outputs:
-            self.outputs[o["ref"]] = {"step": o["step"], "ref": o["ref"], "cached": o["cached"],
-                                      "volatile": o["volatile"], "code": o.get("code"),
-                                      "child": child}
-
     def _record(self, st: Step, state: Any) -> Any:
-        return self._note_outputs(st, state.result(), state.name == "Cached")
+        return self.record.note_outputs(st, state.result(), state.name == "Cached")
 
     def _store_hit(self, st: Step, kwargs: dict[str, Any]) -> Any:
         """The refs of a clean cache hit, read from the store before any task run starts.
@@ -260,29 +200,28 @@ class RunContext:
         Anything else -- no record, a damaged entry, ``--refresh`` -- goes through Prefect,
         whose cache policy logs and repairs the damage.
         """
-        if self.options.refresh or not self.fast_cache:
+        if self.options.refresh:
             return None
         # Noted in the lease before the check, under gc's lock: a gc running now either
         # finished before the check or will see the note and keep the entries.
         refs = st.clean_hit(self.store, kwargs,
                             hold=self.lease.hold if self.lease is not None else None)
-        if refs is None:
-            return None
-        self.store_hits[st.name] = self.store_hits.get(st.name, 0) + 1
+        if refs is not None:
+            self.record.note_store_hit(st)
         return refs
 
     def run(self, st: Step, **kwargs: Any) -> Any:
         """Run one step (or take it from the cache) and return its refs."""
-        self._note_files(st, kwargs)
+        self.record.note_inputs(st, kwargs)
         refs = self._store_hit(st, kwargs)
         if refs is not None:
-            return self._note_outputs(st, refs, cached=True)
+            return self.record.note_outputs(st, refs, cached=True)
         state = self._task(st)(**kwargs, return_state=True)
         return self._record(st, state)
 
     def submit(self, st: Step, **kwargs: Any) -> Any:
         """Submit one step to the task runner; pass the result to :meth:`gather`."""
-        self._note_files(st, kwargs)
+        self.record.note_inputs(st, kwargs)
         refs = self._store_hit(st, kwargs)
         if refs is not None:
             return st, _Hit(refs)
@@ -292,7 +231,7 @@ class RunContext:
         """Map a step over the lists in ``kwargs`` (Prefect's ``.map``; other values and
         ``prefect.unmapped(...)`` are passed to every call).
 
-        ``progress`` (from :meth:`progress`) advances by one as each mapped task finishes.
+        ``progress`` (from ``ctx.artifacts.progress``) advances by one as each mapped task finishes.
         """
         from prefect.utilities.annotations import unmapped
 
@@ -310,7 +249,7 @@ class RunContext:
             for i in range(n)
         ]
         for unit in units:
-            self._note_files(st, unit)
+            self.record.note_inputs(st, unit)
         hits = [self._store_hit(st, u) for u in units]
         todo = [i for i, h in enumerate(hits) if h is None]
         futures = {}
@@ -322,7 +261,7 @@ class RunContext:
         out = []
         for i in range(n):
             if hits[i] is not None:
-                out.append(self._note_outputs(st, hits[i], cached=True))
+                out.append(self.record.note_outputs(st, hits[i], cached=True))
             else:
                 f = futures[i]
                 out.append(self._record(st, f.wait() or f.state))
@@ -334,7 +273,7 @@ class RunContext:
         out = []
         for st, fut in submitted:
             if isinstance(fut, _Hit):
-                out.append(self._note_outputs(st, fut.refs, cached=True))
+                out.append(self.record.note_outputs(st, fut.refs, cached=True))
                 continue
             fut.wait()
             out.append(self._record(st, fut.state))
@@ -381,155 +320,6 @@ class RunContext:
     def path(self, p: str | os.PathLike[str]) -> Path:
         return resolve_path(p)
 
-    # -- named outputs: what the user came for, as files in the run folder ----------
-    def name_output(self, name: str, ref: str) -> None:
-        """Publish the store entry ``ref`` as ``outputs/<name>`` of the run folder.
-
-        ``name`` is a relative path ending in ``.parquet`` (``assignments.parquet``,
-        ``model/W.parquet``).  :meth:`finish` hard-links the entry there (a copy across file
-        systems), so the store stays the one truth; the manifest lists it with its sha256, and
-        ``scarce rerun`` compares it.
-        """
-        _check_output_name(name)
-        if not name.endswith(SUFFIX):
-            raise ValueError(f"output {name!r}: a store entry is published as a .parquet file")
-        if name in self.named or name in self.files:
-            raise ValueError(f"output {name!r} named twice")
-        self.named[name] = ref
-
-    def write_output(self, name: str, data: bytes | str, volatile: bool = False) -> None:
-        """A file of the run's outputs that is not a store entry (readable rules, a model's
-        JSON, CoNLL-U); written by :meth:`finish`, listed and compared like the others, unless
-        ``volatile`` (it names things that differ between equal runs, such as run ids)."""
-        _check_output_name(name)
-        if name in self.named or name in self.files:
-            raise ValueError(f"output {name!r} named twice")
-        self.files[name] = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        if volatile:
-            self.volatile_files.add(name)
-
-    def _write_named_outputs(self, root: Path) -> list[dict[str, Any]]:
-        out = []
-        for name, ref in sorted(self.named.items()):
-            path = root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(self.store.path(ref), path)
-            out.append({"name": name, "ref": ref, "sha256": file_sha256(path)})
-        for name, data in sorted(self.files.items()):
-            path = root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(path, data)
-            out.append({"name": name, "ref": None, "sha256": hashlib.sha256(data).hexdigest(),
-                        **({"volatile": True} if name in self.volatile_files else {})})
-        return sorted(out, key=lambda o: o["name"])
-
-    # -- what the Prefect UI shows -------------------------------------------
-    def _artifact_key(self, name: str) -> str:
-        return re.sub(r"[^a-z0-9-]+", "-", f"{self.flow}-{name}".lower()).strip("-")
-
-    def publish_table(self, name: str, value: Any, description: str = "") -> None:
-        """A table artifact from a stored table (a ref) or a DataFrame."""
-        from prefect.artifacts import create_table_artifact
-
-        frame = self.read(value) if isinstance(value, str) else value
-        records = json.loads(frame.to_json(orient="records"))  # NaN -> null
-        create_table_artifact(table=records, key=self._artifact_key(name), description=description)
-
-    def publish_markdown(self, name: str, text: str, description: str = "") -> None:
-        from prefect.artifacts import create_markdown_artifact
-
-        create_markdown_artifact(
-            markdown=text, key=self._artifact_key(name), description=description
-        )
-
-    def publish_image(self, name: str, png: bytes, description: str = "") -> None:
-        """A markdown artifact showing ``png``; the file goes to ``plots/<name>.png``.
-
-        Parameters
-        ----------
-        name : str
-            The figure's name: the artifact's key is ``<flow>-<name>``.
-        png : bytes
-            The figure, a PNG image.
-        description : str
-            One short line: the artifact's description, the image's alt text and its caption.
-
-        Raises
-        ------
-        ValueError
-            When ``png`` is not a PNG image.
-
-        Notes
-        -----
-        The image travels inside the artifact as a ``data:image/png;base64`` URL, so the UI
-        shows it without a file server.  It is a markdown artifact, ``![description](data:...)``
-        and a one-line caption, not an image artifact: the UI prints an image artifact's data,
-        here the whole URL (tens of thousands of characters), as the link text under the
-        picture, while it renders a markdown image as an ``<img>`` with the alt text alone.
-        The file is written by :meth:`finish` (a failed run writes no run folder) and listed
-        under ``plots`` in the manifest, outside the outputs that ``rerun`` compares.
-        """
-        from prefect.artifacts import create_markdown_artifact
-
-        if not png.startswith(b"\x89PNG\r\n\x1a\n"):
-            raise ValueError(f"plot {name!r} is not a PNG image")
-        key = self._artifact_key(name)
-        self.plots[key] = png
-        memo = self._plot_memos.get(hashlib.sha256(png).hexdigest())
-        if memo is not None:
-            self.plot_refs[key] = memo
-        alt = " ".join(re.sub(r"[\[\]\\]", "", description or key).split())
-        url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        where = f"`{PLOTS}/{key}.png` in the folder of run `{self.run_id}`"
-        caption = f"{description} ({where})" if description else f"The figure: {where}."
-        text = f"![{alt}]({url})\n\n{caption}"
-        create_markdown_artifact(markdown=text, key=key, description=description)
-
-    def plot(self, fn: Any, *args: Any, **kwargs: Any) -> bytes:
-        """``fn(*args, **kwargs)`` (a figure as PNG bytes), memoised in the store.
-
-        Drawing a figure costs seconds (importing matplotlib alone is about one), which was
-        most of a cached rerun of a small flow.  The PNG is kept as a store entry
-        ``plots/<digest>`` (a one-row table with a binary ``png`` column, checksummed like any
-        entry), the digest covering the function's source and the plots module's, and the
-        arguments (tables by their content).  The manifest lists the memo of each published
-        plot, so ``scarce cache gc`` keeps the memos of existing runs and drops the others.
-        """
-        import inspect
-
-        from scarce.flows import plots as plots_module
-
-        h = hashlib.sha256()
-        h.update(inspect.getsource(fn).encode())
-        h.update(inspect.getsource(plots_module).encode())
-        for value in (*args, *sorted(kwargs.items())):
-            if isinstance(value, tuple):  # a keyword: (name, value)
-                h.update(value[0].encode())
-                value = value[1]
-            if isinstance(value, pd.DataFrame):
-                h.update(repr((list(value.columns), [str(t) for t in value.dtypes])).encode())
-                h.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
-            else:
-                h.update(repr(value).encode())
-        ref = f"plots/{h.hexdigest()[:32]}"
-        with self.lease.hold([ref]) if self.lease else nullcontext():
-            if self.store.exists(ref):
-                try:
-                    png = self.store.read(ref)["png"].iloc[0]
-                    if isinstance(png, bytes) and png.startswith(b"\x89PNG\r\n\x1a\n"):
-                        self._plot_memos[hashlib.sha256(png).hexdigest()] = ref
-                        return png
-                except (CorruptEntry, OSError, ValueError, KeyError, IndexError):
-                    pass  # a damaged memo is drawn again and rewritten
-        png = fn(*args, **kwargs)
-        self.store.write(ref, pd.DataFrame({"png": [png]}), {"task": "plots"})
-        self._plot_memos[hashlib.sha256(png).hexdigest()] = ref
-        return png
-
-    def progress(self, name: str, total: int, description: str = "") -> Progress:
-        """A progress artifact (at 0%) for a loop of ``total`` units; ``advance()`` per unit."""
-        return Progress(total, key=self._artifact_key(name), description=description)
-
     # -- finishing ----------------------------------------------------------
     def finish(self, metrics_ref: str, headline: dict[str, float] | None = None) -> dict[str, Any]:
         """Write the run folder (``metrics.parquet``, plots, outputs, ``manifest.json``) and
@@ -544,13 +334,14 @@ class RunContext:
         if missing:
             raise ValueError(f"metrics table lacks columns {missing}")
         metrics = metrics[METRIC_COLUMNS].reset_index(drop=True)
-        outputs = [
-            {**o, "sha256": self.store.sha256(o["ref"])}
-            for o in sorted(self.outputs.values(), key=lambda o: o["ref"])
-        ]
         partial = self.run_dir.with_name(f".{self.run_id}{PARTIAL}{secrets.token_hex(3)}")
         try:
-            manifest = self._write_folder(partial, metrics, outputs, headline)
+            manifest = self.record.write_folder(
+                partial, config=self.config, options=self.options, metrics=metrics,
+                plots=self.artifacts.plots, plot_refs=self.artifacts.plot_refs,
+                headline=headline or headline_metrics(metrics),
+                run={"prefect_flow_run_id": _flow_run_id(), "deployment": _deployment_name(),
+                     "task_runner": _task_runner()})
             if self.run_dir.exists():
                 raise FileExistsError(f"run folder {self.run_dir} exists")
             os.rename(partial, self.run_dir)
@@ -561,11 +352,12 @@ class RunContext:
         finally:
             if partial.exists():
                 shutil.rmtree(partial, ignore_errors=True)
-        self.publish_table("metrics", metrics, f"Metrics of run {self.run_id}")
-        if self.store_hits:
-            self.publish_table(
+        self.artifacts.table("metrics", metrics, f"Metrics of run {self.run_id}")
+        if self.record.store_hits:
+            self.artifacts.table(
                 "cache-hits",
-                pd.DataFrame(sorted(self.store_hits.items()), columns=["step", "entries reused"]),
+                pd.DataFrame(sorted(self.record.store_hits.items()),
+                             columns=["step", "entries reused"]),
                 "Steps taken from the store without a task run (their entries passed their "
                 "checksums and file hashes)",
             )
@@ -582,70 +374,6 @@ class RunContext:
             "manifest": manifest,
         }
 
-    def _write_folder(self, folder: Path, metrics: pd.DataFrame, outputs: list[dict[str, Any]],
-                      headline: dict[str, float] | None) -> dict[str, Any]:
-        """Everything of the run folder, written into ``folder``; returns the manifest."""
-        folder.mkdir(parents=True)
-        metrics_path = folder / mf.METRICS
-        atomic_write_parquet(metrics_path, encode(metrics))
-        plots = []
-        for key, png in sorted(self.plots.items()):
-            rel = f"{PLOTS}/{key}.png"
-            (folder / PLOTS).mkdir(exist_ok=True)
-            atomic_write_bytes(folder / rel, png)
-            plots.append({"name": key, "path": rel, "sha256": file_sha256(folder / rel),
-                          "ref": self.plot_refs.get(key)})
-        named = self._write_named_outputs(folder / OUTPUTS)
-        manifest = {
-            "schema": mf.SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "flow": self.flow,
-            "started": self.started,
-            "finished": dt.datetime.now(dt.UTC).isoformat(),
-            "config": self.config.model_dump(mode="json"),
-            "seed": self.config.seed,
-            "code": mf.code_version(),
-            "environment": mf.environment(),
-            "options": self.options.model_dump(mode="json", exclude={"run_id", "refresh"}),
-            "store": str(self.store.root),
-            "inputs": [{"path": p, "sha256": h} for p, h in sorted(self.inputs.items())],
-            "outputs": outputs,
-            "metrics_sha256": file_sha256(metrics_path),
-            "cache_hits": sorted(set(self.cache_hits)),
-            "plots": plots,
-            "named_outputs": named,
-            "prefect_flow_run_id": _flow_run_id(),
-            "deployment": _deployment_name(),
-            "task_runner": _task_runner(),
-            "notes": self.notes,
-            "headline": headline or headline_metrics(metrics),
-        }
-        mf.write_manifest(folder, manifest)
-        return manifest
-
-
-class Progress:
-    """A Prefect progress artifact over ``total`` units of a loop.
-
-    Created at 0%; :meth:`advance` updates it when the percentage has moved by a whole point
-    or reached 100 (at most about 100 API calls however long the loop).
-    """
-
-    def __init__(self, total: int, key: str | None = None, description: str = "") -> None:
-        from prefect.artifacts import create_progress_artifact
-
-        self.total, self.done, self.shown = max(int(total), 1), 0, 0.0
-        self.artifact_id = create_progress_artifact(0.0, key=key, description=description)
-
-    def advance(self, n: int = 1) -> None:
-        from prefect.artifacts import update_progress_artifact
-
-        self.done = min(self.done + n, self.total)
-        percent = 100.0 * self.done / self.total
-        if percent - self.shown >= 1.0 or (self.done == self.total and percent > self.shown):
-            update_progress_artifact(self.artifact_id, percent)
-            self.shown = percent
-
 
 class _Local:
     """A value that stays in this process: pickled, it becomes an empty holder."""
@@ -655,43 +383,6 @@ class _Local:
 
     def __reduce__(self) -> tuple:
         return (_Local, (None,))
-
-
-OUTPUTS = "outputs"  # the run folder's subfolder of named outputs
-
-
-def _check_output_name(name: str) -> None:
-    parts = Path(name).parts
-    if (not parts or Path(name).is_absolute() or any(p in ("", ".", "..") for p in parts)
-            or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p) for p in parts)):
-        raise ValueError(f"not an output name: {name!r} (a relative path of plain names)")
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    """``target`` as a hard link to ``source`` (the same bytes, no copy), or a copy where the
-    two are on different file systems; atomic either way (a temporary name, then a rename)."""
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        try:
-            os.link(source, tmp)
-        except OSError:  # another file system, or links not allowed: copy the bytes
-            with open(source, "rb") as fh:
-                atomic_write_bytes(tmp, fh.read())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:
-    """A GitHub-style markdown table (pandas' to_markdown needs the tabulate package)."""
-
-    def cell(v: Any) -> str:
-        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
-
-    head = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
 
 
 def headline_metrics(metrics: pd.DataFrame, limit: int = 4) -> dict[str, float]:

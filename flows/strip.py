@@ -193,9 +193,9 @@ def train_variants(ctx: RunContext, config: StripConfig, train: list[str]) -> di
     """grow -> prune -> optimize for every variant at every loss ratio: ``{(variant, ratio):
     {"rules": ref, "timings": [refs]}}``."""
     ratios = config.ratios()
-    progress = ctx.progress("training", 3 * len(config.variants) * len(ratios),
-                            f"grow, prune, optimize for {len(config.variants)} variants x "
-                            f"{len(ratios)} loss ratios")
+    progress = ctx.artifacts.progress(
+        "training", 3 * len(config.variants) * len(ratios),
+        f"grow, prune, optimize for {len(config.variants)} variants x {len(ratios)} loss ratios")
     trained = {}
     for v in config.variants:
         for ratio in ratios:
@@ -232,9 +232,9 @@ def select_loss_ratios(ctx: RunContext, config: StripConfig, dev: list[dict],
                         ratios={name: [v, r] for name, (v, r) in names.items()},
                         select_by=config.select_by)
     table = ctx.read(selection)
-    ctx.publish_table("loss-ratio-selection", selection,
-                      f"Dev F1 of every variant at every loss ratio "
-                      f"({'+'.join(config.dev_splits)} documents); chosen by {config.select_by}")
+    ctx.artifacts.table("loss-ratio-selection", selection,
+                         f"Dev F1 of every variant at every loss ratio "
+                         f"({'+'.join(config.dev_splits)} documents); chosen by {config.select_by}")
     best = table[table["chosen"]]
     return {v: float(best.loc[best["variant"] == v, "loss_ratio"].iloc[0])
             for v in config.variants}
@@ -310,7 +310,7 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
             chosen: dict[str, float]) -> None:
     """The run's artifacts: rules, scores, timings, comparison and rule-coverage plots, summary."""
     scores = ctx.read(result["scores"])
-    ctx.publish_markdown(
+    ctx.artifacts.markdown(
         "rules",
         rules_markdown(
             {v: ctx.read(r) for v, r in rules.items()},
@@ -319,30 +319,31 @@ def publish(ctx: RunContext, config: StripConfig, rules: dict[str, str], result:
         ),
         "The rules each method learned, one antecedent per line",
     )
-    ctx.publish_table("scores", result["scores"], "F1 over the source mentions per method")
-    ctx.publish_table("training-time", result["timings"], "Seconds per method and phase")
-    ctx.publish_image(
+    ctx.artifacts.table("scores", result["scores"], "F1 over the source mentions per method")
+    ctx.artifacts.table("training-time", result["timings"], "Seconds per method and phase")
+    ctx.artifacts.image(
         "comparison",
         # only the rule counts of the (volatile) timings table are drawn: the seconds, which
         # vary between runs, stay out of the plot's memo key
-        ctx.plot(strip_plot, scores, ctx.read(result["timings"])[["method", "phase", "n_rules"]],
-                 config, chosen),
+        ctx.artifacts.plot(strip_plot, scores,
+                           ctx.read(result["timings"])[["method", "phase", "n_rules"]],
+                           config, chosen),
         "F1 over the source mentions per method, and rules after each phase",
     )
     coverage = ctx.read(result["coverage"])
-    ctx.publish_table("rule-coverage", coverage,
-                      "Per rule: labelled test pairs it fires on, and those it brings into a "
-                      "chain after the closure")
-    ctx.publish_image(
+    ctx.artifacts.table("rule-coverage", coverage,
+                         "Per rule: labelled test pairs it fires on, and those it brings into a "
+                         "chain after the closure")
+    ctx.artifacts.image(
         "rule-coverage-plot",
-        ctx.plot(coverage_plot, coverage[["method", "rule_id", "rule", "new_pos", "new_neg"]],
-                 config),
+        ctx.artifacts.plot(coverage_plot,
+                           coverage[["method", "rule_id", "rule", "new_pos", "new_neg"]], config),
         "Labelled test pairs each rule newly covers after single-link clustering",
     )
     claims = claims_line(scores)
     if claims:  # the verdict in the terminal too
         get_run_logger().info(claims)
-    ctx.publish_markdown(
+    ctx.artifacts.markdown(
         "summary",
         summary_markdown(scores, config, chosen),
         "RIPPER against StRip in this run; the paper's MPQA figures are not comparable",
@@ -402,18 +403,18 @@ def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], re
     what ``preprocess`` needs to build the pairs of new documents as in training;
     ``predicted/<variant>/<file>.conllu`` holds each test file with a variant's chains.
     """
-    ctx.name_output("rules.parquet", result["coverage"])
-    ctx.write_output("rules.txt", strip.rules_text(
+    ctx.record.name_output("rules.parquet", result["coverage"])
+    ctx.record.write_output("rules.txt", strip.rules_text(
         ctx.read(result["coverage"]), config.variants,
         f"# StRip rules ({config.dataset}, window {config.window}, "
         f"{ratio_text(chosen, config)}, seed {config.seed}); coverage: the labelled pairs of the "
         f"{'+'.join(config.test_splits)} documents"))
     variants = []
     for v in config.variants:
-        ctx.name_output(f"{MODEL_DIR}/rules-{v}.parquet", rules[v])
+        ctx.record.name_output(f"{MODEL_DIR}/rules-{v}.parquet", rules[v])
         variants.append({"name": v, "rules": f"rules-{v}.parquet",
                          "n_rules": rule_count(ctx.read(rules[v])), "loss_ratio": chosen[v]})
-    ctx.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_document(
+    ctx.record.write_output(f"{MODEL_DIR}/{MODEL_JSON}", model_document(
         "strip", strip.MODEL_VERSION,
         variants=variants,
         preprocess=preprocess_options(config),
@@ -428,7 +429,7 @@ def name_outputs(ctx: RunContext, config: StripConfig, rules: dict[str, str], re
     for path, ref in predicted.items():
         table = ctx.read(ref)
         for method, text in zip(table["method"], table["conllu"], strict=True):
-            ctx.write_output(f"predicted/{method}/{strip.output_name(path)}", text)
+            ctx.record.write_output(f"predicted/{method}/{strip.output_name(path)}", text)
 
 
 def strip_plot(scores: pd.DataFrame, phases: pd.DataFrame, config: StripConfig,

@@ -83,9 +83,10 @@ def digits_flow(config: DigitsConfig, options: RunOptions | None = None) -> dict
     data = ctx.run(load, path=ctx.path(config.data), n_samples=config.n_samples, seed=config.seed)
     labels = ctx.run(cluster, data=data, k=config.k, n_init=config.n_init, seed=config.seed)
     metrics = ctx.run(evaluate, data=data, labels=labels)
-    ctx.publish_image("sizes", ctx.plot(cluster_sizes, ctx.read(labels)), "cluster sizes")
-    ctx.name_output("labels.parquet", labels)
-    ctx.write_output("model/k.txt", f"{config.k}\n")
+    png = ctx.artifacts.plot(cluster_sizes, ctx.read(labels))
+    ctx.artifacts.image("sizes", png, "cluster sizes")
+    ctx.record.name_output("labels.parquet", labels)
+    ctx.record.write_output("model/k.txt", f"{config.k}\n")
     return ctx.finish(metrics)
 
 

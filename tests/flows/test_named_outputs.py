@@ -10,7 +10,7 @@ import pytest
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows import manifest as mf
 from scarce.flows.cli import main
-from scarce.flows.runtime import _check_output_name
+from scarce.flows.run_record import check_output_name
 from scarce.tasks.store import Store, file_sha256
 from tests.flows.helpers import digits_project, manifest, runs
 
@@ -55,4 +55,4 @@ def test_named_outputs_are_the_store_entries_and_a_rerun_compares_them(project, 
                                   "a b.txt"])
 def test_output_names_are_plain_relative_paths(name):
     with pytest.raises(ValueError, match="not an output name"):
-        _check_output_name(name)
+        check_output_name(name)

@@ -152,7 +152,7 @@ def _artifacts(flow_run_id):
 
 
 @pytest.mark.usefixtures("prefect_server")
-def test_publish_image_writes_the_png_and_a_markdown_artifact_whose_text_is_short(tmp_path):
+def test_an_image_artifact_writes_the_png_and_a_markdown_artifact_whose_text_is_short(tmp_path):
     png = plots.leml_convergence(CONVERGENCE)
 
     @flow(name="plots-demo")
@@ -162,12 +162,12 @@ def test_publish_image_writes_the_png_and_a_markdown_artifact_whose_text_is_shor
             FlowConfig(seed=0),
             RunOptions(store=str(tmp_path / "cache"), runs=str(tmp_path / "runs"), run_id="r1"),
         )
-        ctx.publish_image("Objective", png, "objective over iterations")
-        progress = ctx.progress("loop", 3, "three units")
+        ctx.artifacts.image("Objective", png, "objective over iterations")
+        progress = ctx.artifacts.progress("loop", 3, "three units")
         for _ in range(3):
             progress.advance()
         with pytest.raises(ValueError, match="not a PNG"):
-            ctx.publish_image("bad", b"GIF89a", "")
+            ctx.artifacts.image("bad", b"GIF89a", "")
         metrics = pd.DataFrame({"dataset": ["d"], "method": ["m"], "metric": ["x"], "value": [1.0]})
         return ctx.finish(ctx.store.write("plots-demo/metrics", metrics))
 

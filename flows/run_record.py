@@ -1,0 +1,232 @@
+"""The record of a run: what it read and wrote, its named outputs, and its folder.
+
+A run's :class:`RunRecord` (``ctx.record``) collects, while the flow runs, every input file
+with its sha256, every store entry a step returned (and whether it was a cache hit), the
+facts a flow notes (:meth:`RunRecord.note`), and the files the user came for
+(:meth:`RunRecord.name_output`, :meth:`RunRecord.write_output`).  When the run finishes it
+writes them as the run folder: ``metrics.parquet``, ``plots/``, ``outputs/`` and
+``manifest.json`` (:meth:`RunRecord.write_folder`), from which ``scarce rerun`` repeats it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+from scarce.flows import manifest as mf
+from scarce.flows.config import FlowConfig, project_root
+from scarce.tasks.errors import InputError
+from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
+from scarce.tasks.store import (
+    SUFFIX,
+    Lease,
+    Store,
+    atomic_write_bytes,
+    atomic_write_parquet,
+    encode,
+    file_sha256,
+)
+
+OUTPUTS = "outputs"  # the run folder's subfolder of named outputs
+
+
+class RunRecord:
+    """What one run used and produced, written as its folder when it finishes."""
+
+    def __init__(self, run_id: str, flow: str, store: Store, lease: Lease | None = None) -> None:
+        self.run_id, self.flow, self.store, self.lease = run_id, flow, store, lease
+        self.started = dt.datetime.now(dt.UTC).isoformat()
+        self.inputs: dict[str, str] = {}  # input file (relative to the project) -> sha256
+        self.outputs: dict[str, dict[str, Any]] = {}  # store ref -> its step, cached, code
+        self.cache_hits: list[str] = []  # steps whose outputs came from the cache
+        self.store_hits: dict[str, int] = {}  # steps resolved without a task run -> count
+        self.notes: dict[str, Any] = {}  # facts for the manifest's `notes`
+        self.named: dict[str, str] = {}  # outputs/<name> -> store ref
+        self.files: dict[str, bytes] = {}  # outputs/<name> -> bytes
+        self.volatile_files: set[str] = set()  # not compared by rerun
+
+    # -- while the run runs ---------------------------------------------------
+    def note_inputs(self, st: Step, kwargs: dict[str, Any]) -> None:
+        """Record the sha256 of every input file among a step's arguments (its ``files``);
+        a missing one is refused, naming the step's argument."""
+        for name in st.files:
+            values = kwargs.get(name)
+            for p in values if isinstance(values, list | tuple) else [values]:
+                if p is None:
+                    continue
+                if not Path(p).is_file():
+                    raise InputError("input file not found", path=p, key=f"{st.name}.{name}")
+                self.inputs[_relative(p)] = cached_file_sha256(p)
+
+    def note_outputs(self, st: Step, refs: Any, cached: bool) -> Any:
+        """Record the store entries a step returned (kept by the run's lease) and return them."""
+        if self.lease is not None:
+            self.lease.note(_iter_refs(refs))
+        for ref in _iter_refs(refs):
+            self.outputs[ref] = {
+                "step": st.name,
+                "ref": ref,
+                "cached": cached,
+                "volatile": st.is_volatile(ref),
+                "code": st.code_hash,  # the step's code digest (part of its key)
+            }
+        if cached:
+            self.cache_hits.append(st.name)
+            log_both(logging.INFO, "cache hit: %s -> %s", st.name, ", ".join(_iter_refs(refs)))
+        return refs
+
+    def note_store_hit(self, st: Step) -> None:
+        """Count a step resolved from the store without a task run."""
+        self.store_hits[st.name] = self.store_hits.get(st.name, 0) + 1
+
+    def note(self, name: str, value: Any) -> None:
+        """A fact about how the run ran (JSON-like), recorded under the manifest's ``notes``:
+        for example the Dask cluster a step used."""
+        self.notes[name] = json.loads(json.dumps(value, default=str))
+
+    def adopt(self, outputs: list[dict[str, Any]], child: str | None) -> None:
+        """Record another run's outputs as this run's (an experiment's children): they are
+        listed in this manifest, kept by gc, and compared by ``scarce rerun``."""
+        if self.lease is not None:
+            self.lease.note(o["ref"] for o in outputs)
+        for o in outputs:
+            self.outputs[o["ref"]] = {"step": o["step"], "ref": o["ref"], "cached": o["cached"],
+                                      "volatile": o["volatile"], "code": o.get("code"),
+                                      "child": child}
+
+    # -- named outputs: what the user came for, as files in the run folder ----------
+    def name_output(self, name: str, ref: str) -> None:
+        """Publish the store entry ``ref`` as ``outputs/<name>`` of the run folder.
+
+        ``name`` is a relative path ending in ``.parquet`` (``assignments.parquet``,
+        ``model/W.parquet``).  :meth:`write_folder` hard-links the entry there (a copy across
+        file systems), so the store stays the one truth; the manifest lists it with its
+        sha256, and ``scarce rerun`` compares it.
+        """
+        check_output_name(name)
+        if not name.endswith(SUFFIX):
+            raise ValueError(f"output {name!r}: a store entry is published as a .parquet file")
+        if name in self.named or name in self.files:
+            raise ValueError(f"output {name!r} named twice")
+        self.named[name] = ref
+
+    def write_output(self, name: str, data: bytes | str, volatile: bool = False) -> None:
+        """A file of the run's outputs that is not a store entry (readable rules, a model's
+        JSON, CoNLL-U); written with the run folder, listed and compared like the others,
+        unless ``volatile`` (it names things that differ between equal runs, such as run
+        ids)."""
+        check_output_name(name)
+        if name in self.named or name in self.files:
+            raise ValueError(f"output {name!r} named twice")
+        self.files[name] = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        if volatile:
+            self.volatile_files.add(name)
+
+    # -- when it finishes ---------------------------------------------------------
+    def write_folder(self, folder: Path, *, config: FlowConfig, options: BaseModel,
+                     metrics: pd.DataFrame, plots: dict[str, bytes],
+                     plot_refs: dict[str, str], headline: dict[str, float],
+                     run: dict[str, Any]) -> dict[str, Any]:
+        """Everything of the run folder, written into ``folder``; returns the manifest.
+
+        ``plots`` and ``plot_refs`` are the run's figures and their store memos
+        (:class:`flows.artifacts.Artifacts`); ``run`` the facts of the Prefect run it was
+        (flow run id, deployment, task runner)."""
+        from scarce.flows.artifacts import PLOTS
+
+        folder.mkdir(parents=True)
+        metrics_path = folder / mf.METRICS
+        atomic_write_parquet(metrics_path, encode(metrics))
+        figures = []
+        for key, png in sorted(plots.items()):
+            rel = f"{PLOTS}/{key}.png"
+            (folder / PLOTS).mkdir(exist_ok=True)
+            atomic_write_bytes(folder / rel, png)
+            figures.append({"name": key, "path": rel, "sha256": file_sha256(folder / rel),
+                            "ref": plot_refs.get(key)})
+        named = self._write_named_outputs(folder / OUTPUTS)
+        outputs = [{**o, "sha256": self.store.sha256(o["ref"])}
+                   for o in sorted(self.outputs.values(), key=lambda o: o["ref"])]
+        manifest = {
+            "schema": mf.SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "flow": self.flow,
+            "started": self.started,
+            "finished": dt.datetime.now(dt.UTC).isoformat(),
+            "config": config.model_dump(mode="json"),
+            "seed": config.seed,
+            "code": mf.code_version(),
+            "environment": mf.environment(),
+            "options": options.model_dump(mode="json", exclude={"run_id", "refresh"}),
+            "store": str(self.store.root),
+            "inputs": [{"path": p, "sha256": h} for p, h in sorted(self.inputs.items())],
+            "outputs": outputs,
+            "metrics_sha256": file_sha256(metrics_path),
+            "cache_hits": sorted(set(self.cache_hits)),
+            "plots": figures,
+            "named_outputs": named,
+            "prefect_flow_run_id": run.get("prefect_flow_run_id"),
+            "deployment": run.get("deployment"),
+            "task_runner": run.get("task_runner"),
+            "notes": self.notes,
+            "headline": headline,
+        }
+        mf.write_manifest(folder, manifest)
+        return manifest
+
+    def _write_named_outputs(self, root: Path) -> list[dict[str, Any]]:
+        out = []
+        for name, ref in sorted(self.named.items()):
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            link_or_copy(self.store.path(ref), path)
+            out.append({"name": name, "ref": ref, "sha256": file_sha256(path)})
+        for name, data in sorted(self.files.items()):
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data)
+            out.append({"name": name, "ref": None, "sha256": hashlib.sha256(data).hexdigest(),
+                        **({"volatile": True} if name in self.volatile_files else {})})
+        return sorted(out, key=lambda o: o["name"])
+
+
+def _relative(p: str | os.PathLike[str]) -> str:
+    """``p`` relative to the project root where it lies under it, else absolute."""
+    path = Path(p).resolve()
+    try:
+        return str(path.relative_to(project_root()))
+    except ValueError:
+        return str(path)
+
+
+def check_output_name(name: str) -> None:
+    """Refuse an output name that is not a relative path of plain names."""
+    parts = Path(name).parts
+    if (not parts or Path(name).is_absolute() or any(p in ("", ".", "..") for p in parts)
+            or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p) for p in parts)):
+        raise ValueError(f"not an output name: {name!r} (a relative path of plain names)")
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (the same bytes, no copy), or a copy where the
+    two are on different file systems; atomic either way (a temporary name, then a rename)."""
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or links not allowed: copy the bytes
+            with open(source, "rb") as fh:
+                atomic_write_bytes(tmp, fh.read())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
