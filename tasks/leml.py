@@ -1,8 +1,8 @@
 """LEML's Prefect steps: load, split, mask, partition (row blocks for Dask), initial factors,
+alternate-W, alternate-H, evaluate, predict, baselines; and score, the step of ``apply-leml``.
 
 Kept as one module: LEML's steps and the helpers that say where each runs and which row
 blocks it reads change together.
-alternate-W, alternate-H, evaluate, predict, baselines; and score, the step of ``apply-leml``.
 
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
