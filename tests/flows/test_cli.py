@@ -19,15 +19,15 @@ from sklearn.metrics import adjusted_rand_score
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.tasks.store import Store, file_sha256
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    (root / "configs").mkdir()
+def digits_project(root):
+    """A project folder for the ``digits`` flow: every scikit-learn digit in ``digits.csv``
+    and ``configs/digits.yaml`` (300 samples, k=10); returns ``root``."""
+    (root / "configs").mkdir(parents=True)
     digits = load_digits()
     frame = pd.DataFrame(digits.data, columns=[f"p{i}" for i in range(64)])
     frame["label"] = digits.target
@@ -36,13 +36,43 @@ def project(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return digits_project(tmp_path_factory.mktemp("project"))
+
+
+def make_run(project, *args: str) -> str:
+    """``scarce run digits ARGS`` on the module's project; the id of the run it made."""
+    before = set(runs(project))
+    run_in(project, "run", "digits", *args)
+    (new,) = set(runs(project)) - before
+    return new
+
+
+@pytest.fixture(scope="module")
+def first(project, prefect_server):
+    """The module's first run of its config on the local runner, made by the first test that
+    reads it (whichever runs first, or alone)."""
+    return make_run(project)
+
+
+@pytest.fixture(scope="module")
+def dask_run(project, prefect_server):
+    """A run of the module's config on the dask runner, every step recomputed (--refresh)."""
+    return make_run(project, "--runner", "dask", "--refresh")
+
+
 def run_cli(capsys, *args):
     code = main(list(args))
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
-def test_run_writes_manifest_metrics_and_store_entries(project, capsys):
+def test_run_writes_manifest_metrics_and_store_entries(tmp_path, monkeypatch, capsys):
+    # A project of its own: this run is its first, every step computed and written.
+    project = digits_project(tmp_path / "own")
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    monkeypatch.chdir(project)
     code, out, _ = run_cli(capsys, "run", "digits")
     assert code == 0
     (run_id,) = runs(project)
@@ -70,17 +100,7 @@ def test_run_writes_manifest_metrics_and_store_entries(project, capsys):
     assert 0.3 < ari < 1.0
 
 
-def first_run(project, capsys):
-    """The module's first run of the bundled config, made here when no test made it yet (a
-    test run alone)."""
-    if not runs(project):
-        code, _, _ = run_cli(capsys, "run", "digits")
-        assert code == 0
-    return runs(project)[0]
-
-
-def test_rerun_with_same_config_hits_cache(project, capsys):
-    first = first_run(project, capsys)
+def test_rerun_with_same_config_hits_cache(project, first, capsys):
     before = set(runs(project))
     code, out, _ = run_cli(capsys, "run", "digits")
     assert code == 0
@@ -102,9 +122,8 @@ def test_changed_parameter_reruns_only_what_depends_on_it(project, capsys):
     assert m["cache_hits"] == ["digits-load"]
 
 
-def test_corrupted_entry_is_detected_and_recomputed(project, capsys, caplog):
-    first = manifest(project, runs(project)[0])
-    cluster = next(o for o in first["outputs"] if o["step"] == "digits-cluster")
+def test_corrupted_entry_is_detected_and_recomputed(project, first, capsys, caplog):
+    cluster = next(o for o in manifest(project, first)["outputs"] if o["step"] == "digits-cluster")
     store = Store(project / "data" / "cache")
     path = store.path(cluster["ref"])
     data = bytearray(path.read_bytes())
@@ -122,16 +141,14 @@ def test_corrupted_entry_is_detected_and_recomputed(project, capsys, caplog):
     assert store.sha256(cluster["ref"]) == cluster["sha256"]
 
 
-def test_rerun_reports_identical(project, capsys):
-    run_id = runs(project)[0]
-    code, out, _ = run_cli(capsys, "rerun", run_id)
+def test_rerun_reports_identical(project, first, capsys):
+    code, out, _ = run_cli(capsys, "rerun", first)
     assert code == 0
     assert "identical" in out.splitlines()
 
 
-def test_rerun_reports_what_differs(project, capsys):
-    run_id = runs(project)[0]
-    path = project / "data" / "runs" / run_id / "manifest.json"
+def test_rerun_reports_what_differs(project, first, capsys):
+    path = project / "data" / "runs" / first / "manifest.json"
     m = json.loads(path.read_text())
     m["outputs"][0]["sha256"] = "0" * 64
     forged = project / "data" / "runs" / "forged"
@@ -142,7 +159,7 @@ def test_rerun_reports_what_differs(project, capsys):
     assert f"differs: {m['outputs'][0]['ref']}" in out
 
 
-def test_runs_lists_one_line_per_run_and_shows_one_in_detail(project, capsys):
+def test_runs_lists_one_line_per_run_and_shows_one_in_detail(project, first, capsys):
     code, out, _ = run_cli(capsys, "runs")
     assert code == 0
     lines = out.splitlines()
@@ -150,16 +167,16 @@ def test_runs_lists_one_line_per_run_and_shows_one_in_detail(project, capsys):
                                 "status", "headline"]
     ids = runs(project)
     assert len(lines) == 1 + len(ids) and all(len(line) < 200 for line in lines)
-    first = next(line for line in lines if line.startswith(ids[0]))
-    assert " digits " in first and " local " in first and "kmeans/ari=" in first
+    line = next(line for line in lines if line.startswith(first))
+    assert " digits " in line and " local " in line and "kmeans/ari=" in line
     code, out, _ = run_cli(capsys, "runs", "--flow", "leml")
     assert code == 0 and out.strip() == "no leml runs yet"
-    code, out, _ = run_cli(capsys, "runs", ids[0])
-    assert code == 0 and f"run        {ids[0]}" in out and "ari" in out
+    code, out, _ = run_cli(capsys, "runs", first)
+    assert code == 0 and f"run        {first}" in out and "ari" in out
 
 
-def test_runs_leaves_out_a_malformed_headline_with_a_warning(project, capsys):
-    run_id = runs(project)[0]
+def test_runs_leaves_out_a_malformed_headline_with_a_warning(project, first, capsys):
+    run_id = first
     path = project / "data" / "runs" / run_id / "manifest.json"
     good = path.read_text()
     m = json.loads(good)
@@ -194,7 +211,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(project, capsys, arg
     assert runs(project) == runs_before
 
 
-def test_cache_ls_and_gc_keep_what_runs_refer_to(project, capsys):
+def test_cache_ls_and_gc_keep_what_runs_refer_to(project, first, capsys):
     store = Store(project / "data" / "cache")
     store.write("orphan/0123456789abcdef", np.zeros(3))
     code, out, _ = run_cli(capsys, "cache", "ls")
@@ -203,16 +220,13 @@ def test_cache_ls_and_gc_keep_what_runs_refer_to(project, capsys):
     assert code == 0 and "removed 1 entries" in out
     assert "orphan/0123456789abcdef" not in store.refs()
     referenced = {o["ref"] for r in runs(project) for o in manifest(project, r)["outputs"]}
+    assert {o["ref"] for o in manifest(project, first)["outputs"]} <= referenced
     assert referenced <= set(store.refs())
 
 
-def test_dask_runner_gives_the_same_outputs_as_the_local_runner(project, capsys):
-    local = manifest(project, runs(project)[0])
-    before = set(runs(project))
-    code, _, _ = run_cli(capsys, "run", "digits", "--runner", "dask", "--refresh")
-    assert code == 0
-    (new,) = set(runs(project)) - before
-    dask = manifest(project, new)
+def test_dask_runner_gives_the_same_outputs_as_the_local_runner(project, first, dask_run):
+    local = manifest(project, first)
+    dask = manifest(project, dask_run)
     assert dask["options"]["runner"] == "dask"
     assert not dask["cache_hits"]
     assert {o["ref"]: o["sha256"] for o in dask["outputs"]} == {
@@ -220,11 +234,10 @@ def test_dask_runner_gives_the_same_outputs_as_the_local_runner(project, capsys)
     }
 
 
-def test_rerun_of_a_dask_run_uses_dask_and_is_tagged_as_a_rerun(project, capsys):
+def test_rerun_of_a_dask_run_uses_dask_and_is_tagged_as_a_rerun(project, dask_run, capsys):
     from prefect.client.orchestration import get_client
 
-    dask_run = next(r for r in runs(project) if manifest(project, r)["task_runner"]
-                    == "DaskTaskRunner")
+    assert manifest(project, dask_run)["task_runner"] == "DaskTaskRunner"
     code, out, err = run_cli(capsys, "rerun", dask_run)
     assert code == 0 and "identical" in out.splitlines()
     assert f"rerun of {dask_run} on the dask runner" in err
@@ -275,8 +288,8 @@ def test_each_cache_hit_is_printed_once_in_a_real_process(project):
         assert sum(f"cache hit: {step} ->" in line for line in lines) == 1, step
 
 
-def test_rerun_of_a_manifest_without_its_config_is_an_input_error(project, capsys):
-    m = manifest(project, runs(project)[0])
+def test_rerun_of_a_manifest_without_its_config_is_an_input_error(project, first, capsys):
+    m = manifest(project, first)
     del m["config"]
     forged = project / "data" / "runs" / "no-config"
     forged.mkdir()
