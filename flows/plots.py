@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,14 @@ def _figure(width: float, height: float, ncols: int = 1, nrows: int = 1, **kwarg
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, **kwargs)
     return fig, axes.ravel().tolist()
+
+
+def _wrap(title: str, width_inches: float, points: float = 12.0) -> str:
+    """``title`` broken into lines that fit ``width_inches`` at ``points`` (a run's title
+    names its data and settings, often wider than one panel; matplotlib clips a long title
+    rather than wrapping it)."""
+    chars = max(20, int(width_inches * 72 / (0.6 * points)))
+    return "\n".join(textwrap.wrap(title, chars)) or title
 
 
 def _png(fig) -> bytes:
@@ -82,7 +91,7 @@ def leml_convergence(convergence: pd.DataFrame, title: str = "LEML convergence")
         right.tick_params(axis="y", colors=COLOURS[1])
     fig.legend(handles=handles, labels=[h.get_label() for h in handles],
                loc="outside lower center", ncols=len(handles), frameon=False)
-    ax.set_title(title)
+    ax.set_title(_wrap(title, 6.4))
     return _png(fig)
 
 
@@ -123,7 +132,7 @@ def relations_stability(
     ax.set_ylabel("M_norm (Eq. 3)")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
-    ax.set_title(title)
+    ax.set_title(_wrap(title, 6.4))
     ax.xaxis.get_major_locator().set_params(integer=True)
     if panels == 2:
         _require(subsets, ["k", "criterion"], "subsets table")
@@ -193,7 +202,11 @@ def strip_comparison(
     # one legend for both panels: the same methods in the same colours
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center",
                ncols=len(methods), frameon=False)
-    ax.set_title(title)
+    if with_phases:  # the run's title over both panels, each panel its own short one
+        fig.suptitle(_wrap(title, 10.0))
+        ax.set_title("Scores per measure")
+    else:
+        ax.set_title(_wrap(title, 6.4))
     ax.grid(True, axis="y", alpha=0.3)
     if with_phases:
         _require(phases, ["method", "phase", "n_rules"], "phase table")
@@ -269,5 +282,5 @@ def strip_rule_coverage(
     handles = [h for ax in axes for h in [ax.get_legend_handles_labels()] if h[0]]
     if handles:
         fig.legend(*handles[0], loc="outside lower center", ncols=2, frameon=False)
-    fig.suptitle(title)
+    fig.suptitle(_wrap(title, fig.get_figwidth()))
     return _png(fig)

@@ -360,3 +360,38 @@ def test_summaries_put_the_run_beside_the_published_figures_and_say_they_differ(
     assert "| entropy | 0.420 | 41.3 / 50.6 / 42.4 | 0.120 | 0.360 | 8 |" in text
     assert "| hasegawa-true-k | 0.180 | 32.4 / 43.7 / 26.5 | 0.004 | 0.090 | 9 |" in text
     assert "true number of types is 9" in text and "Not a like-for-like" in text
+
+
+LONG = ("gum test: window 20, loss ratios chosen on dev: ripper 1, strip-labeled 1, "
+        "strip-partial 0.5, sources: person, organization, seed 0")
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.leml_convergence(CONVERGENCE, title=LONG),
+        lambda: plots.relations_stability(CURVE, 4, SUBSETS, title=LONG),
+        lambda: plots.strip_comparison(SCORES, title=LONG),
+        lambda: plots.strip_comparison(SCORES, PHASES, title=LONG),
+        lambda: plots.strip_rule_coverage(COVERAGE, title=LONG),
+    ],
+    ids=["leml", "relations", "strip", "strip-with-phases", "strip-rule-coverage"],
+)
+def test_a_long_title_is_neither_clipped_nor_drawn_over_another(draw, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"")
+    draw()
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)  # lays the figure out as savefig does
+    titles = [t for t in [fig._suptitle, *(a.title for a in fig.axes)]
+              if t is not None and t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in titles]
+    page = fig.bbox
+    for t, b in zip(titles, boxes, strict=True):
+        assert b.x0 >= page.x0 - 1 and b.x1 <= page.x1 + 1, f"clipped: {t.get_text()!r}"
+        assert b.y0 >= page.y0 - 1 and b.y1 <= page.y1 + 1, f"clipped: {t.get_text()!r}"
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not boxes[i].overlaps(boxes[j]), (titles[i].get_text(), titles[j].get_text())
+    assert any(LONG.split()[0] in t.get_text() for t in titles)  # the title is drawn
