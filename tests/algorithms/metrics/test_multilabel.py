@@ -8,15 +8,18 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import hamming_loss as sk_hamming_loss
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import ndcg_score, roc_auc_score
 
 from scarce.algorithms.metrics.multilabel import (
     average_instance_auc,
     hamming_loss,
     instance_auc,
+    inverse_propensity,
     multilabel_scores,
     multilabel_sums,
+    ndcg_at_k,
     precision_at_k,
+    psprecision_at_k,
     scores_from_sums,
 )
 
@@ -185,3 +188,77 @@ def test_batches_over_many_labels_hold_at_most_the_scores_per_batch(monkeypatch)
                                   np.argsort(-(X @ model.W_ @ model.H_.T), axis=1)[:, :3])
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
         memory.rows_per_batch(0, 7)
+
+
+def ranked(scores, K):
+    return np.argsort(-scores, axis=1, kind="stable")[:, :K]
+
+
+@pytest.mark.parametrize(("seed", "n", "n_labels"), [(0, 40, 12), (1, 7, 30), (2, 25, 5)])
+def test_ndcg_at_k_equals_sklearn(seed, n, n_labels):
+    Y, scores = random_case(seed, n, n_labels)
+    Y[0] = 0  # a row without labels: 0 in both
+    got = ndcg_at_k(sp.csr_matrix(Y), ranked(scores, 5), ks=(1, 3, 5))
+    for k in (1, 3, 5):
+        assert got[k] == pytest.approx(ndcg_score(Y, scores, k=k), abs=1e-12)
+
+
+def test_ndcg_at_k_by_hand():
+    # row 0: true {1, 3}, ranked 3, 0, 1: DCG@3 = 1 + 1/log2(4) = 1.5,
+    # ideal with 2 true labels = 1 + 1/log2(3); row 1: no true label, 0
+    Y = np.array([[0, 1, 0, 1], [0, 0, 0, 0]])
+    top = np.array([[3, 0, 1], [0, 1, 2]])
+    got = ndcg_at_k(Y, top, ks=(1, 3), average=False)
+    np.testing.assert_allclose(got[1], [1.0, 0.0])
+    np.testing.assert_allclose(got[3], [1.5 / (1 + 1 / np.log2(3)), 0.0])
+
+
+def test_inverse_propensity_by_hand():
+    # N = 4 rows; label 0 in 3 rows, label 1 in 1, label 2 in none
+    Y = np.array([[1, 0, 0], [1, 1, 0], [1, 0, 0], [0, 0, 0]])
+    A, B = 0.55, 1.5
+    C = (np.log(4) - 1) * (B + 1) ** A
+    expected = [1 + C * (3 + B) ** -A, 1 + C * (1 + B) ** -A, 1 + C * B ** -A]
+    np.testing.assert_allclose(inverse_propensity(sp.csr_matrix(Y)), expected, rtol=1e-15)
+    assert inverse_propensity(Y)[0] < inverse_propensity(Y)[1] < inverse_propensity(Y)[2]
+
+
+def naive_psprecision(Y, top, w, k):
+    gain = sum(w[j] for i in range(Y.shape[0]) for j in top[i, :k] if Y[i, j])
+    best = sum(sum(sorted((w[j] for j in np.flatnonzero(Y[i])), reverse=True)[:k])
+               for i in range(Y.shape[0]))
+    return gain / best
+
+
+@pytest.mark.parametrize(("seed", "n", "n_labels"), [(0, 40, 12), (1, 7, 30), (2, 25, 5)])
+def test_psprecision_at_k_equals_naive_loop(seed, n, n_labels):
+    Y, scores = random_case(seed, n, n_labels)
+    w = inverse_propensity(random_case(seed + 10, 60, n_labels)[0])
+    top = ranked(scores, 5)
+    got = psprecision_at_k(sp.csr_matrix(Y), top, w, ks=(1, 3, 5))
+    for k in (1, 3, 5):
+        assert got[k] == pytest.approx(naive_psprecision(Y, top, w, k), rel=1e-12)
+
+
+def test_psprecision_is_one_at_best_and_with_equal_weights_is_precision_over_its_best():
+    Y, scores = random_case(3, 30, 10)
+    w = inverse_propensity(random_case(4, 50, 10)[0])
+    # the best ranking: true labels first, the largest weight first
+    best = np.argsort(-(Y * (w + 10.0)), axis=1, kind="stable")[:, :5]
+    assert psprecision_at_k(Y, best, w, ks=(1, 3, 5)) == pytest.approx({1: 1, 3: 1, 5: 1})
+    top = ranked(scores, 5)
+    ones = np.ones(10)
+    for k in (1, 3, 5):
+        ceiling = np.minimum(Y.sum(axis=1), k).mean() / k  # the best precision@k possible
+        assert psprecision_at_k(Y, top, ones, ks=(k,))[k] == pytest.approx(
+            precision_at_k(Y, top, ks=(k,))[k] / ceiling, rel=1e-12)
+
+
+def test_ranking_metrics_refuse_bad_shapes():
+    Y = np.eye(3, dtype=int)
+    with pytest.raises(ValueError, match="each k must be in"):
+        ndcg_at_k(Y, np.zeros((3, 2), dtype=int), ks=(3,))
+    with pytest.raises(ValueError, match=r"inv_propensity must have shape \(3,\)"):
+        psprecision_at_k(Y, np.zeros((3, 1), dtype=int), np.ones(4), ks=(1,))
+    with pytest.raises(ValueError, match="at least 2 training rows"):
+        inverse_propensity(np.ones((1, 3)))
