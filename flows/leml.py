@@ -647,6 +647,16 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
     m = config.model
     convergence = shown_convergence(convergence)
     validated = VALIDATION_COLUMN in convergence.columns
+    objective = convergence.sort_values("iteration")["objective"].to_numpy(dtype=float)
+    if objective.size:
+        change = (abs(objective[-1] - objective[-2]) / abs(objective[-2])
+                  if objective.size > 1 and objective[-2] else float("nan"))
+        seen = (f"; validation P@1 {100 * convergence[VALIDATION_COLUMN].iloc[-1]:.2f}"
+                if validated else "")
+        ctx.record.decide("outer iterations", int(objective.size),
+                          f"model.outer_iterations (no early stopping): objective "
+                          f"{objective[0]:.6g} -> {objective[-1]:.6g}, last relative change "
+                          f"{change:.2e}{seen}")
     ctx.artifacts.table("convergence", convergence,
                          "Objective, seconds and validation P@1 per outer iteration" if validated
                          else "Objective and seconds per outer iteration")

@@ -254,6 +254,11 @@ def select_k(ctx, model, X, ranking, sizes: dict, progress, subsets=None) -> Sea
     chosen = ctx.run(rel.choose_k, samples=samples, all_features=ranking is None,
                      params=model.step_params("choose_k"))
     choice = ctx.read(chosen["choice"]).iloc[0]
+    words = "all words" if ranking is None else f"the first {int(choice['n_features'])} words"
+    ctx.record.decide("k" if ranking is not None else "k (RLBaseline, all words)",
+                      int(choice["k"]),
+                      f"the largest M_norm, {float(choice['m_norm']):.4f}, of k in "
+                      f"{min(sizes)}..{max(sizes)}; clustered on {words}")
     return Search(chosen, references, int(choice["k"]), int(choice["n_features"]), subsets)
 
 

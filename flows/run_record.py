@@ -94,6 +94,17 @@ class RunRecord:
         for example the Dask cluster a step used."""
         self.notes[name] = json.loads(json.dumps(value, default=str))
 
+    def decide(self, what: str, value: Any, why: str) -> None:
+        """A choice the run made from the data (the number of clusters, a loss ratio chosen on
+        dev, where training stopped): logged with its reason, so the console and the Prefect
+        UI say it as it happens, and kept under the manifest's ``notes["decisions"]``."""
+        if hasattr(value, "item"):  # a numpy scalar: its Python value
+            value = value.item()
+        value = json.loads(json.dumps(value, default=str))
+        log_both(logging.INFO, "decision: %s = %s (%s)", what, value, why)
+        self.notes.setdefault("decisions", []).append({"what": what, "value": value,
+                                                       "why": why})
+
     def adopt(self, outputs: list[dict[str, Any]], child: str | None) -> None:
         """Record another run's outputs as this run's (an experiment's children): they are
         listed in this manifest, kept by gc, and compared by ``scarce rerun``."""

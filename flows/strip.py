@@ -236,8 +236,16 @@ def select_loss_ratios(ctx: RunContext, config: StripConfig, dev: list[dict],
                          f"Dev F1 of every variant at every loss ratio "
                          f"({'+'.join(config.dev_splits)} documents); chosen by {config.select_by}")
     best = table[table["chosen"]]
-    return {v: float(best.loc[best["variant"] == v, "loss_ratio"].iloc[0])
-            for v in config.variants}
+    measure = {"b3": "B³ F1", "conll": "CoNLL F1"}[config.select_by]
+    chosen = {}
+    for v in config.variants:
+        row = best.loc[best["variant"] == v].iloc[0]
+        chosen[v] = float(row["loss_ratio"])
+        ctx.record.decide(f"loss ratio of {v}", chosen[v],
+                          f"the best {measure} on {'+'.join(config.dev_splits)} of ratios "
+                          f"{', '.join(f'{r:g}' for r in config.loss_ratios)}: dev B³ F1 "
+                          f"{row['b3_f']:.4f}, pairwise F1 {row['pairwise_f']:.4f}")
+    return chosen
 
 
 def preprocess_options(config: StripConfig) -> dict:
