@@ -176,7 +176,7 @@ class RunContext:
             raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
         run_id = options.run_id or new_run_id(flow, config.name)
         run_dir = Path(options.runs or default_runs_root()) / run_id
-        tag_flow_run(flow, config, options)
+        tag_flow_run(flow, config, options, run_id)
         lease = store.lease(run_id)
         _open_leases.append(lease)
         return cls(flow, config, store, run_dir, run_id, options, lease)

@@ -4,7 +4,7 @@
 ``model-run:<id or latest:NAME>`` for an apply flow, ``runner:<local|dask>``, and
 ``rerun-of:<run id>`` for a ``scarce rerun``.  Deployments carry
 the same tags (:mod:`flows.deploy`), and :func:`tag_flow_run` adds them to the flow run in
-progress however it was started.
+progress however it was started, and gives it a name no other run has (:func:`run_title`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,26 @@ def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def tag_flow_run(flow: str, config: Any, options: Any = None) -> None:
-    """Add :func:`run_tags` to the flow run in progress (no-op outside a flow run)."""
+def run_title(name: str, run_id: str | None, tags: list[str], options: Any = None,
+              deployment: str | None = None) -> str:
+    """The flow run's name in the UI: its flow's name (data set and settings) and, in
+    brackets, what sets it apart from runs with the same settings: the run it reruns, the
+    experiment it is a point of, the deployment that started it, and its run id (its folder
+    under ``data/runs``), so that no two runs carry one name."""
+    what = []
+    if options is not None and getattr(options, "rerun_of", None):
+        what.append(f"rerun of {options.rerun_of}")
+    what += [f"experiment {t.split(':', 1)[1]}" for t in tags if t.startswith("experiment:")]
+    if deployment:
+        what.append(f"deployment {deployment}")
+    if run_id:
+        what.append(run_id)
+    return f"{name} ({', '.join(what)})" if what else name
+
+
+def tag_flow_run(flow: str, config: Any, options: Any = None, run_id: str | None = None) -> None:
+    """Add :func:`run_tags` to the flow run in progress and name it :func:`run_title`
+    (no-op outside a flow run)."""
     from prefect.client.orchestration import get_client
     from prefect.context import FlowRunContext
 
@@ -57,11 +75,26 @@ def tag_flow_run(flow: str, config: Any, options: Any = None) -> None:
     if run is None:
         return
     tags = unique([*run.tags, *run_tags(flow, config, options)])
-    if tags == list(run.tags):
+    name = run.name
+    if run_id and run_id not in run.name:
+        name = run_title(run.name, run_id, tags, options, _deployment_name(run))
+    if tags == list(run.tags) and name == run.name:
         return
     try:
         with get_client(sync_client=True) as client:
-            client.update_flow_run(run.id, tags=tags)
-        run.tags = tags
-    except Exception as exc:  # tags are for the UI; never fail a computation over them
+            client.update_flow_run(run.id, tags=tags, name=name)
+        run.tags, run.name = tags, name
+    except Exception as exc:  # tags and names are for the UI; never fail a computation
         log.warning("could not tag flow run %s: %s", run.id, exc)
+
+
+def _deployment_name(run: Any) -> str | None:
+    """``<flow>/<deployment>`` of the deployment that started ``run``, if one did."""
+    if getattr(run, "deployment_id", None) is None:
+        return None
+    from prefect.runtime import deployment, flow_run
+
+    try:
+        return f"{flow_run.flow_name}/{deployment.name}"
+    except Exception:  # no API to ask: the deployment's id is all there is
+        return str(run.deployment_id)

@@ -445,7 +445,7 @@ def test_partial_override_changes_one_value_and_keeps_the_deployments_others(
 
         fr = run_to_the_end({"config": {"model": {"rank": 50}}})
         assert fr.state_type == StateType.COMPLETED, log.read_text()[-3000:]
-        assert fr.name == "leml-bibtex-tiny-k50-seed0"
+        assert fr.name.startswith("leml-bibtex-tiny-k50-seed0 (deployment leml/tiny, leml-")
         assert fr.parameters["config"] == {"model": {"rank": 50}}  # what was sent
 
         # The form still shows every option with its default; only `required` is gone from the
@@ -520,7 +520,7 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
                 return fr
 
             fr = run_to_completion("leml/tiny", params, 240)
-            assert fr.name == "leml-bibtex-mini-k3-seed0"
+            assert fr.name.startswith("leml-bibtex-mini-k3-seed0 (deployment leml/tiny, leml-")
             # Deployment tags plus the run's own (from its parameters, added by RunContext).
             assert {"flow:leml", "dataset:bibtex-tiny", "method:leml-squared", "test"} <= set(
                 fr.tags
@@ -545,7 +545,8 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
             dask_params = {"config": params["config"],
                            "options": {**dask_dep.parameters["options"], "refresh": True}}
             dask_fr = run_to_completion("leml/tiny-dask", dask_params, 300)
-            assert dask_fr.name == "leml-bibtex-mini-k3-seed0"
+            assert dask_fr.name.startswith("leml-bibtex-mini-k3-seed0 (deployment leml/tiny-dask")
+            assert dask_fr.name != fr.name  # one name per run
     finally:
         _stop(proc)  # also checks that Ctrl-C stops `scarce serve`
     assert proc.returncode == 0, log.read_text()[-3000:]
@@ -599,9 +600,10 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
     with _client() as client:
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
+        # named by its settings and, in brackets, its run folder's id
         (fr,) = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                name=FlowRunFilterName(any_=["leml-bibtex-tiny-k3-seed0"])
+                name=FlowRunFilterName(any_=[f"leml-bibtex-tiny-k3-seed0 ({cli_run})"])
             )
         )
     assert {"flow:leml", "dataset:bibtex-tiny", "method:leml-squared"} <= set(fr.tags)
