@@ -29,7 +29,7 @@ from scarce.tasks import strip as tasks_strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu, read_conllu_files
 from scarce.tasks.store import Store, file_sha256
-from tests.flows.helpers import manifest, rerun_first, runs
+from tests.flows.helpers import manifest, rerun, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -53,6 +53,16 @@ def project(tmp_path_factory):
         f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\n"
         f"window: {WINDOW}\nk_optimize: {K_OPT}\ndev_splits: []\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def first(project, prefect_server):
+    """The id of the module's first run of its config, made by the first test that reads it
+    (whichever runs first, or alone)."""
+    before = set(runs(project))
+    run_in(project, "run", "strip", "--config", str(project / "configs" / "strip.yaml"))
+    (new,) = set(runs(project)) - before
+    return new
 
 
 def run(project, capsys, *extra, config="configs/strip.yaml"):
@@ -87,9 +97,8 @@ def same_rules(stored: pd.DataFrame, expected: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
-    code, err, m = run(project, capsys)
-    assert code == 0, err
+def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, first):
+    m = manifest(project, first)
     store = Store(project / "data" / "cache")
     assert {o["step"] for o in m["outputs"]} == {
         "strip-documents", "strip-preprocess", "strip-grow", "strip-prune", "strip-optimize",
@@ -166,8 +175,8 @@ def test_flow_equals_strip_fit_and_scores_equal_recomputed(project, capsys):
             cov["covered_pos"].iloc[-1], cov["covered_neg"].iloc[-1])
 
 
-def test_named_outputs_open_and_equal_the_store_entries_and_chains_they_came_from(project):
-    first = manifest(project, runs(project)[0])
+def test_named_outputs_open_and_equal_the_store_entries_and_chains_they_came_from(project, first):
+    first = manifest(project, first)
     store = Store(project / "data" / "cache")
     out = project / "data" / "runs" / first["run_id"] / "outputs"
     named = {o["name"]: o for o in first["named_outputs"]}
@@ -229,12 +238,12 @@ def test_named_outputs_open_and_equal_the_store_entries_and_chains_they_came_fro
 
 @pytest.mark.skipif(not (bench_strip.SCORER / "corefud-scorer.py").is_file(),
                     reason="the CRAC scorer is not at ../shared/tools/corefud-scorer")
-def test_official_scorer_accepts_the_predicted_conllu_and_agrees_with_the_metrics(project):
+def test_official_scorer_accepts_the_predicted_conllu_and_agrees_with_the_metrics(project, first):
     """Issue 15 section 3: the CRAC scorer, exact match, singletons kept, equals our MUC, B³ and
     CEAF-e to 1e-9 over all mentions (key: the gold file) and over the source mentions (key and
     response restricted to them, as our scores are); without singletons (the scorer's default)
     MUC is unchanged and B³ and CEAF-e differ, since ours count singletons."""
-    first = manifest(project, runs(project)[0])
+    first = manifest(project, first)
     run_dir = project / "data" / "runs" / first["run_id"]
     metrics = pd.read_parquet(run_dir / "metrics.parquet")
     mentions, sources, *_ = pairs_of(TEST)
@@ -262,11 +271,11 @@ def test_official_scorer_accepts_the_predicted_conllu_and_agrees_with_the_metric
                                     abs=0.006)
 
 
-def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project):
+def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project, first):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    first = manifest(project, runs(project)[0])
+    first = manifest(project, first)
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[first["prefect_flow_run_id"]])))
@@ -282,11 +291,11 @@ def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_every_task_run_is_named_by_its_piece_of_work(project):
+def test_every_task_run_is_named_by_its_piece_of_work(project, first):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    first = manifest(project, runs(project)[0])
+    first = manifest(project, first)
     with get_client(sync_client=True) as client:
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(
             id=FlowRunFilterId(any_=[first["prefect_flow_run_id"]])))
@@ -298,8 +307,8 @@ def test_every_task_run_is_named_by_its_piece_of_work(project):
         *(f"{phase} {v} L=1" for phase in ("grow", "prune", "optimize") for v in VARIANTS)])
 
 
-def test_second_run_is_all_cache_hits(project, capsys):
-    first = manifest(project, runs(project)[0])
+def test_second_run_is_all_cache_hits(project, first, capsys):
+    first = manifest(project, first)
     code, err, m = run(project, capsys)
     assert code == 0, err
     assert m["cache_hits"] == ["strip-conllu", "strip-documents", "strip-evaluate", "strip-grow",
@@ -308,7 +317,7 @@ def test_second_run_is_all_cache_hits(project, capsys):
     assert m["metrics_sha256"] == first["metrics_sha256"]
 
 
-def test_changing_loss_ratio_reruns_training_but_not_preprocess(project, capsys):
+def test_changing_loss_ratio_reruns_training_but_not_preprocess(project, first, capsys):
     code, err, m = run(project, capsys, "--set", "loss_ratio=3")
     assert code == 0, err
     assert m["config"]["loss_ratio"] == 3
@@ -381,7 +390,7 @@ def test_learner_options_must_be_finite(key):
 
 
 @pytest.mark.parametrize("runner", ["local", "dask"])
-def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
+def test_rerun_reproduces_every_output_byte_for_byte(first, capsys, runner):
     """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
-    code, out = rerun_first(project, capsys, runner)
+    code, out = rerun(first, capsys, runner)
     assert code == 0 and out.strip().endswith("identical"), out
