@@ -8,7 +8,7 @@ import pytest
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.bench.overhead import busy_seconds
 from scarce.flows.cli import main
-from tests.flows.helpers import digits_project, manifest, runs
+from tests.flows.helpers import digits_project, manifest, run_in, runs
 
 
 def test_busy_seconds_is_the_length_of_the_union():
@@ -27,6 +27,15 @@ def project(tmp_path_factory):
     return digits_project(tmp_path_factory.mktemp("project"))
 
 
+@pytest.fixture(scope="module")
+def first(project, prefect_server):
+    """The id of the module's first run of ``digits``, made by the first test that reads it."""
+    before = set(runs(project))
+    run_in(project, "run", "digits")
+    (new,) = set(runs(project)) - before
+    return new
+
+
 def _task_runs_of_last_flow_run():
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -38,8 +47,15 @@ def _task_runs_of_last_flow_run():
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id])))
 
 
-@pytest.mark.usefixtures("prefect_server", "in_project")
-def test_second_run_takes_every_step_from_the_store_without_task_runs(project, caplog):
+@pytest.mark.usefixtures("prefect_server")
+def test_second_run_takes_every_step_from_the_store_without_task_runs(tmp_path, monkeypatch,
+                                                                      caplog):
+    # A project of its own: its first run computes every step as a task run.
+    project = digits_project(tmp_path / "own")
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("SCARCE_STORE", raising=False)
+    monkeypatch.delenv("SCARCE_RUNS", raising=False)
     assert main(["run", "digits"]) == 0
     assert len(_task_runs_of_last_flow_run()) == 3
     caplog.clear()
@@ -48,7 +64,8 @@ def test_second_run_takes_every_step_from_the_store_without_task_runs(project, c
     # inside a run the message goes to Prefect's run logger (the console and the UI), once
     hits = [r for r in caplog.records if r.getMessage().startswith("cache hit: digits-")]
     assert _task_runs_of_last_flow_run() == []
-    first, second = (manifest(project, r) for r in runs(project))
+    (first, second) = sorted((manifest(project, r) for r in runs(project)),
+                             key=lambda m: m["started"])
     assert all(o["cached"] for o in second["outputs"])
     assert second["cache_hits"] == ["digits-cluster", "digits-evaluate", "digits-load"]
     assert [(o["ref"], o["sha256"]) for o in second["outputs"]] == [
@@ -57,18 +74,19 @@ def test_second_run_takes_every_step_from_the_store_without_task_runs(project, c
 
 
 @pytest.mark.usefixtures("prefect_server", "in_project")
-def test_a_damaged_entry_goes_back_through_prefect_and_is_rewritten(project, caplog):
-    first = manifest(project, runs(project)[0])
+def test_a_damaged_entry_goes_back_through_prefect_and_is_rewritten(project, first, caplog):
+    first = manifest(project, first)
     ref = next(o["ref"] for o in first["outputs"] if o["step"] == "digits-cluster")
     path = project / "data" / "cache" / f"{ref}.parquet"
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     path.write_bytes(bytes(raw))
+    before = set(runs(project))
     with caplog.at_level("WARNING", logger="scarce.store"):
         assert main(["run", "digits"]) == 0
     assert f"store entry {ref} is damaged" in caplog.text
     names = sorted(tr.name.split(" ")[0] for tr in _task_runs_of_last_flow_run())
     assert len(names) >= 1  # the damaged step ran as a task again
-    last = manifest(project, runs(project)[-1])
+    (last,) = (manifest(project, r) for r in set(runs(project)) - before)
     assert {o["ref"]: o["sha256"] for o in last["outputs"]} == {
         o["ref"]: o["sha256"] for o in first["outputs"]}
