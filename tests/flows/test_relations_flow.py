@@ -24,7 +24,7 @@ from scarce.algorithms.relations.model import RelationDiscovery
 from scarce.flows.cli import main
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.store import Store, file_sha256
-from tests.flows.helpers import manifest, rerun_first, runs
+from tests.flows.helpers import manifest, rerun, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -48,6 +48,28 @@ def project(tmp_path_factory):
     (root / "configs").mkdir()
     (root / "configs" / "relations.yaml").write_text(yaml.safe_dump(CONFIG))
     return root
+
+
+def made_run(project, *args: str) -> str:
+    """``scarce run relations ARGS`` on the module's project; the id of the run it made."""
+    before = set(runs(project))
+    run_in(project, "run", "relations", *args)
+    (new,) = set(runs(project)) - before
+    return new
+
+
+@pytest.fixture(scope="module")
+def first(project, prefect_server):
+    """The id of the module's first run of its config, made by the first test that reads it
+    (whichever runs first, or alone)."""
+    return made_run(project)
+
+
+@pytest.fixture(scope="module")
+def second(project, first):
+    """The id of a second run of the module's config, after ``first`` (its steps from the
+    store)."""
+    return made_run(project)
 
 
 def run(project, capsys, *args):
@@ -75,9 +97,8 @@ def sample():
     return frame.iloc[rows].reset_index(drop=True)
 
 
-def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, capsys, sample):
-    code, m, err = run(project, capsys)
-    assert code == 0, err
+def test_flow_equals_the_estimator_and_metrics_equal_recomputed_scores(project, first, sample):
+    m = manifest(project, first)
     store = Store(project / "data" / "cache")
     metrics = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
     value = metrics.set_index(["method", "metric"])["value"]
@@ -138,12 +159,12 @@ NAMED = {"assignments.parquet": ("relations-assign", None),
          "model/clusters.parquet": ("relations-model", "clusters")}
 
 
-def test_named_outputs_are_the_runs_entries_and_agree_with_the_estimator(project, sample,
+def test_named_outputs_are_the_runs_entries_and_agree_with_the_estimator(project, first, sample,
                                                                         fitted):
     """outputs/ of the first run: each file opened with pandas is its store entry, and equals
     what the sample, ``RelationDiscovery.fit`` and the DCM function give without the flow."""
     X, vocab, model = fitted
-    m = manifest(project, runs(project)[0])
+    m = manifest(project, first)
     out = project / "data" / "runs" / m["run_id"] / "outputs"
     store = Store(project / "data" / "cache")
     named = {o["name"]: o for o in m["named_outputs"]}
@@ -219,15 +240,15 @@ def method_choice(store, m, part):
     return ref.removesuffix("-choice") + f"-{part}"
 
 
-def test_stability_search_is_one_task_run_holding_its_units_and_names_are_unique(project):
+def test_stability_search_is_one_task_run_holding_its_units_and_names_are_unique(project,
+                                                                                 first):
     """The Prefect UI shows the design's DAG: the (k, prefix) candidates, F_k, references,
     subsample units and choice of k run inside the ``stability-search`` task run (RLBaseline's
     inside ``rl-baseline-search``), and no two different tasks share a run name."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    first = json.loads((project / "data" / "runs" / runs(project)[0] / "manifest.json")
-                       .read_text())
+    first = manifest(project, first)
     with get_client(sync_client=True) as client:
         task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
             id=FlowRunFilterId(any_=[first["prefect_flow_run_id"]])))
@@ -249,14 +270,13 @@ def test_stability_search_is_one_task_run_holding_its_units_and_names_are_unique
             "rl-baseline-search", "hasegawa", "evaluate"} <= inside[None]
 
 
-def test_second_run_is_all_cache_hits(project, capsys):
-    code, m, err = run(project, capsys)
-    assert code == 0, err
+def test_second_run_is_all_cache_hits(project, second):
+    m = manifest(project, second)
     assert m["outputs"] and all(o["cached"] for o in m["outputs"])
     assert set(SEARCH_STEPS) <= set(m["cache_hits"])
 
 
-def test_stability_curve_and_labels_are_prefect_artifacts(project):
+def test_stability_curve_and_labels_are_prefect_artifacts(project, second):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -265,8 +285,7 @@ def test_stability_curve_and_labels_are_prefect_artifacts(project):
     )
 
     keys = ["relations-stability", "relations-labels"]
-    last = json.loads((project / "data" / "runs" / runs(project)[-1] / "manifest.json")
-                      .read_text())
+    last = manifest(project, second)
     # this run's artifacts only: other test modules run relations flows on the same server
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(
@@ -282,7 +301,7 @@ def test_stability_curve_and_labels_are_prefect_artifacts(project):
         by_key["relations-stability"].data
 
 
-def test_more_subsamples_rerun_only_the_stability_part(project, capsys):
+def test_more_subsamples_rerun_only_the_stability_part(project, first, capsys):
     code, m, err = run(project, capsys, "--set", "n_subsamples=3")
     assert code == 0, err
     for step in SEARCH_STEPS:
@@ -309,15 +328,15 @@ def test_missing_closing_tag_exits_2_with_file_and_line(project, capsys, tmp_pat
 
 
 @pytest.mark.parametrize("runner", ["local", "dask"])
-def test_rerun_reproduces_every_output_byte_for_byte(project, capsys, runner):
+def test_rerun_reproduces_every_output_byte_for_byte(project, first, capsys, runner):
     """``scarce rerun`` of the first run, recomputing every step (no cache), on each runner."""
-    code, out = rerun_first(project, capsys, runner)
+    code, out = rerun(first, capsys, runner)
     assert code == 0 and out.strip().endswith("identical"), out
-    first = manifest(project, runs(project)[0])
+    first = manifest(project, first)
     reruns = [m for m in (manifest(project, r) for r in runs(project))
               if m["options"].get("rerun_of") == first["run_id"]]
-    rerun = max(reruns, key=lambda m: m["finished"])  # compared with its named outputs
-    assert [o["name"] for o in rerun["named_outputs"]] == [o["name"] for o in
+    latest = max(reruns, key=lambda m: m["finished"])  # compared with its named outputs
+    assert [o["name"] for o in latest["named_outputs"]] == [o["name"] for o in
                                                            first["named_outputs"]]
 
 
