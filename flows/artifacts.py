@@ -1,8 +1,9 @@
 """What the Prefect UI shows of a run: its table, markdown, image and progress artifacts.
 
-A run's :class:`Artifacts` (``ctx.artifacts``) publishes them under keys of the flow's name
-(``<flow>-<name>``), keeps the PNG of every published figure for the run folder's
-``plots/``, and memoises drawing a figure in the store (:meth:`Artifacts.plot`).
+A run's :class:`Artifacts` (``ctx.artifacts``) publishes them under keys of the flow's and
+the data set's names (``<flow>-<dataset>-<name>``: the UI's latest ``leml-bibtex-metrics`` is
+Bibtex's, whatever ran since on Delicious), keeps the PNG of every published figure for the
+run folder's ``plots/``, and memoises drawing a figure in the store (:meth:`Artifacts.plot`).
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ class Artifacts:
     run_id: str
     store: Store
     lease: Lease | None = None
+    dataset: str | None = None  # the data set's name, in every key
     plots: dict[str, bytes] = field(default_factory=dict)
     plot_refs: dict[str, str] = field(default_factory=dict)
     _memos: dict[str, str] = field(default_factory=dict)  # sha256 of a PNG -> its memo
 
     def key(self, name: str) -> str:
-        """The artifact key of ``name``: ``<flow>-<name>``, lower case, dashes."""
-        return re.sub(r"[^a-z0-9-]+", "-", f"{self.flow}-{name}".lower()).strip("-")
+        """The artifact key of ``name``: ``<flow>-<dataset>-<name>`` (``<flow>-<name>`` without
+        a data set), lower case, dashes."""
+        parts = [self.flow, self.dataset, name] if self.dataset else [self.flow, name]
+        return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
 
     def table(self, name: str, value: Any, description: str = "") -> None:
         """A table artifact from a stored table (a ref) or a DataFrame."""
@@ -65,7 +69,7 @@ class Artifacts:
         Parameters
         ----------
         name : str
-            The figure's name: the artifact's key is ``<flow>-<name>``.
+            The figure's name, in the artifact's key (:meth:`key`).
         png : bytes
             The figure, a PNG image.
         description : str

@@ -35,7 +35,7 @@ from scarce.flows import manifest as mf
 from scarce.flows.artifacts import PLOTS, Artifacts, Progress, markdown_table
 from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
-from scarce.flows.tags import tag_flow_run
+from scarce.flows.tags import dataset_name, tag_flow_run
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import Step
 from scarce.tasks.store import Lease, Store
@@ -165,7 +165,8 @@ class RunContext:
 
     def __post_init__(self) -> None:
         self.record = RunRecord(self.run_id, self.flow, self.store, self.lease)
-        self.artifacts = Artifacts(self.flow, self.run_id, self.store, self.lease)
+        self.artifacts = Artifacts(self.flow, self.run_id, self.store, self.lease,
+                                   dataset_name(self.config))
 
     @classmethod
     def open(cls, flow: str, config: FlowConfig, options: RunOptions | None = None) -> RunContext:

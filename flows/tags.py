@@ -23,12 +23,18 @@ METHODS: dict[str, Callable[[Any], list[str]]] = {
 }
 
 
+def dataset_name(config: Any) -> str | None:
+    """The name of the data set a config runs on (``dataset`` or ``dataset.name``), if any."""
+    dataset = getattr(config, "dataset", None)
+    dataset = getattr(dataset, "name", dataset)
+    return dataset if isinstance(dataset, str) and dataset else None
+
+
 def run_tags(flow: str, config: Any, options: Any = None) -> list[str]:
     """The tags of a run of ``flow`` with ``config`` (and its :class:`RunOptions`, if any)."""
     tags = [f"flow:{flow}"]
-    dataset = getattr(config, "dataset", None)
-    dataset = getattr(dataset, "name", dataset)
-    if isinstance(dataset, str) and dataset:
+    dataset = dataset_name(config)
+    if dataset:
         tags.append(f"dataset:{dataset}")
     methods = METHODS.get(flow)
     if methods is not None:

@@ -31,12 +31,6 @@ def digits_project(root, n_samples=200, k=10):
     return root
 
 
-def rerun_first(project, capsys, runner):
-    """``scarce rerun`` of the project's first run (every step recomputed) on ``runner``;
-    returns the exit code and what it printed."""
-    return rerun(runs(project)[0], capsys, runner)
-
-
 def rerun(run_id, capsys, runner):
     """``scarce rerun RUN_ID`` (every step recomputed) on ``runner``; returns the exit code and
     what it printed."""

@@ -248,7 +248,9 @@ def test_leml_artifacts_name_validation_only_with_a_split_and_published_only_on_
     convergence = CONVERGENCE if fraction else CONVERGENCE.assign(validation_p_at_1=np.nan)
     arts = _publish_in_a_flow(tmp_path, "leml", publish, config, _leml_metrics(), convergence)
 
-    table, image, summary = arts["leml-convergence"], arts["leml-objective"], arts["leml-summary"]
+    # keys name the flow, the data set and the artifact
+    table, image, summary = (arts["leml-bibtex-convergence"], arts["leml-bibtex-objective"],
+                             arts["leml-bibtex-summary"])
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     mentions = [table.description, image.description, summary.data]
     if fraction:
@@ -302,7 +304,7 @@ def test_strip_rules_artifact_wraps_long_rules_one_antecedent_per_line(tmp_path)
                 dict.fromkeys(config.variants, 1.0))
 
     arts = _publish_in_a_flow(tmp_path, "strip", run, config)
-    text = arts["strip-rules"].data
+    text = arts["strip-gum-rules"].data
     assert "```" not in text  # a fenced block keeps its long lines: the UI cuts them
     assert max(len(line) for line in text.splitlines() if not line.startswith("|")) <= 80
     partial = text[text.index("## strip-partial"):]
@@ -317,7 +319,7 @@ def test_strip_rules_artifact_wraps_long_rules_one_antecedent_per_line(tmp_path)
     assert "entity_type_agree" not in text  # pruned
     assert "- **R0**: coreferent if `head_match == True`" in lines
     assert lines[-1] == "- otherwise: not coreferent"
-    assert arts["strip-rule-coverage-plot"].type == "markdown"
+    assert arts["strip-gum-rule-coverage-plot"].type == "markdown"
 
 
 def test_rules_markdown_puts_any_value_in_one_code_span():

@@ -284,7 +284,8 @@ def test_stability_curve_and_labels_are_prefect_artifacts(project, second):
         ArtifactFilterKey,
     )
 
-    keys = ["relations-stability", "relations-labels"]
+    stability, labels = "relations-semeval-sample-stability", "relations-semeval-sample-labels"
+    keys = [stability, labels]  # the flow, the data set, the artifact
     last = manifest(project, second)
     # this run's artifacts only: other test modules run relations flows on the same server
     with get_client(sync_client=True) as client:
@@ -293,12 +294,11 @@ def test_stability_curve_and_labels_are_prefect_artifacts(project, second):
             flow_run_id=ArtifactFilterFlowRunId(any_=[last["prefect_flow_run_id"]])))
     by_key = {a.key: a for a in arts}
     assert set(by_key) == set(keys)
-    table = by_key["relations-labels"].data
+    table = by_key[labels].data
     rows = json.loads(table) if isinstance(table, str) else table
-    k = int(by_key["relations-stability"].description.split("k=")[1].split(",")[0])
+    k = int(by_key[stability].description.split("k=")[1].split(",")[0])
     assert 3 <= k <= 5 and len(rows) == k and all(r["words"] for r in rows)
-    assert "| k |" in by_key["relations-stability"].data and "**chosen**" in \
-        by_key["relations-stability"].data
+    assert "| k |" in by_key[stability].data and "**chosen**" in by_key[stability].data
 
 
 def test_more_subsamples_rerun_only_the_stability_part(project, first, capsys):

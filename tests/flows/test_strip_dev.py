@@ -123,7 +123,7 @@ def test_the_selection_is_an_artifact_and_the_model_records_each_ratio(project, 
     assert {"evaluate gum-small-dev", "evaluate gum-small-test", "select loss ratio (b3)",
             "select-loss-ratio"} <= names
     assert len([n for n in names if n.startswith("grow ")]) == len(VARIANTS) * len(RATIOS)
-    assert "strip-loss-ratio-selection" in artifacts
+    assert "strip-gum-small-loss-ratio-selection" in artifacts
 
 
 def test_without_dev_every_variant_uses_loss_ratio(project, first, capsys):

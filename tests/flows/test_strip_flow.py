@@ -280,14 +280,16 @@ def test_rules_scores_and_rule_coverage_are_prefect_artifacts(project, first):
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[first["prefect_flow_run_id"]])))
     by_key = {a.key: a for a in arts}
-    assert {"strip-rules", "strip-scores", "strip-rule-coverage", "strip-rule-coverage-plot",
-            "strip-comparison", "strip-summary"} <= set(by_key)
-    table = by_key["strip-rule-coverage"].data
+    key = "strip-gum-small-{}".format  # the flow, the data set, the artifact
+    assert {key("rules"), key("scores"), key("rule-coverage"), key("rule-coverage-plot"),
+            key("comparison"), key("summary")} <= set(by_key)
+    table = by_key[key("rule-coverage")].data
     rows = json.loads(table) if isinstance(table, str) else table
     assert {r["method"] for r in rows} == set(VARIANTS)
     assert all(r["new_pos"] + r["new_neg"] <= r["covered_pos"] + r["covered_neg"] for r in rows)
-    assert by_key["strip-rule-coverage-plot"].type == "markdown"  # the PNG embedded
-    png = project / "data" / "runs" / first["run_id"] / "plots" / "strip-rule-coverage-plot.png"
+    assert by_key[key("rule-coverage-plot")].type == "markdown"  # the PNG embedded
+    png = (project / "data" / "runs" / first["run_id"] / "plots"
+           / "strip-gum-small-rule-coverage-plot.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
