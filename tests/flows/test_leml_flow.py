@@ -403,7 +403,7 @@ def test_missing_labels_flow_uses_the_stored_mask(project):
     # the outer iterations' progress artifact advanced with every iteration, to 100%
     from tests.flows.test_plots import _artifacts
 
-    progress = _artifacts(m["prefect_flow_run_id"])["leml-iterations"]
+    progress = _artifacts(m["prefect_flow_run_id"])["leml-bibtex-tiny-iterations"]
     assert progress.type == "progress" and float(progress.data) == 100.0
     store = Store(project / "data" / "cache")
     mask = store.read(next(o["ref"] for o in m["outputs"] if o["step"] == "leml-mask"))

@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 
 import scarce.flows.manifest as flow_manifest
-import scarce.flows.runtime as flow_runtime
+import scarce.flows.run_record as run_record
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.apply import check_targets
 from scarce.flows.cli import main
@@ -278,14 +278,14 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[0]) if args else None)
 
 
-_REAL = {"atomic_write_parquet": flow_runtime.atomic_write_parquet,
-         "atomic_write_bytes": flow_runtime.atomic_write_bytes,
-         "link_or_copy": flow_runtime.link_or_copy}
+_REAL = {"atomic_write_parquet": run_record.atomic_write_parquet,
+         "atomic_write_bytes": run_record.atomic_write_bytes,
+         "link_or_copy": run_record.link_or_copy}
 
-FAIL_AT = {  # where a full disk hits while the run folder is written
-    "metrics": (flow_runtime, "atomic_write_parquet"),
-    "plots-and-text-outputs": (flow_runtime, "atomic_write_bytes"),
-    "named-outputs": (flow_runtime, "link_or_copy"),
+FAIL_AT = {  # where a full disk hits while the run folder is written (flows/run_record.py)
+    "metrics": (run_record, "atomic_write_parquet"),
+    "plots-and-text-outputs": (run_record, "atomic_write_bytes"),
+    "named-outputs": (run_record, "link_or_copy"),
     "manifest": (flow_manifest, "atomic_write_bytes"),
 }
 
