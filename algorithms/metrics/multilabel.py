@@ -124,11 +124,7 @@ def _check_ranking(Y: sp.csr_matrix, top_k: np.ndarray, ks: list[int]) -> None:
 
 def _relevance(Y: sp.csr_matrix, top_k: np.ndarray) -> np.ndarray:
     """``rel[i, r]`` = 1 where the label ranked ``r``-th for row ``i`` is true (float64)."""
-    K = top_k.shape[1]
-    hits = _hit_counts(Y, top_k, list(range(1, K + 1))) if K else {}
-    cum = np.stack([hits[k] for k in range(1, K + 1)], axis=1) if K else \
-        np.zeros((Y.shape[0], 0), dtype=np.int64)
-    return np.diff(cum, axis=1, prepend=0).astype(np.float64)
+    return _hits(Y, top_k).astype(np.float64)
 
 
 def ndcg_at_k(Y_true, top_k, ks: Iterable[int] = (1, 3, 5), *, average: bool = True):
@@ -239,17 +235,21 @@ def psprecision_at_k(Y_true, top_k, inv_propensity, ks: Iterable[int] = (1, 3, 5
 
 def _hit_counts(Y: sp.csr_matrix, top_k: np.ndarray, ks) -> dict[int, np.ndarray]:
     """Per row, ``|top_k(i)[:k] ∩ Y_i|`` for each ``k`` in ``ks`` (int64)."""
+    cum = np.cumsum(_hits(Y, top_k[:, :max(ks)]), axis=1, dtype=np.int64)
+    return {k: cum[:, k - 1] for k in ks}
+
+
+def _hits(Y: sp.csr_matrix, top_k: np.ndarray) -> np.ndarray:
+    """``hit[i, r]``: whether the label ranked ``r``-th for row ``i`` is relevant (a sorted-key
+    lookup, no n x L matrix)."""
     n, n_labels = Y.shape
-    K = max(ks)
-    # hit[i, r] = 1 if the label ranked r-th for row i is relevant: sorted-key lookup.
     ykey = np.repeat(np.arange(n, dtype=np.int64), np.diff(Y.indptr)) * n_labels + Y.indices
     ykey.sort()
-    qkey = np.arange(n, dtype=np.int64)[:, None] * n_labels + top_k[:, :K].astype(np.int64)
+    qkey = np.arange(n, dtype=np.int64)[:, None] * n_labels + top_k.astype(np.int64)
     pos = np.searchsorted(ykey, qkey)
     hit = pos < ykey.size
     hit[hit] = ykey[pos[hit]] == qkey[hit]
-    cum = np.cumsum(hit, axis=1, dtype=np.int64)
-    return {k: cum[:, k - 1] for k in ks}
+    return hit
 
 
 def hamming_loss(Y_true, Y_pred, *, average: bool = True):
