@@ -2,8 +2,9 @@
 
 Without ``PREFECT_API_URL`` a ``scarce run`` starts one temporary server; SIGTERM used to leave
 it running (a uvicorn process adopted by init, about 220 MB, still listening), and so did an
-abort.  Each case freezes the command (SIGSTOP) once its server answers, so the signal lands
-mid-run, then checks that nothing listens on the server's port any more.
+abort.  Each case holds the run at its last step (the flow's ``finish`` waits) once the server
+answers, so the signal lands mid-run however slow the machine, then checks that nothing listens
+on the server's port any more.
 """
 
 from __future__ import annotations
@@ -51,8 +52,18 @@ def test_the_temporary_server_ends_with_the_command(tmp_path, how):
     env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "new" / "home"),
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
     log = tmp_path / "run.log"
-    code = ("import sys, tests.flows.sample_flow; from flows.cli import main; "
-            "sys.exit(main(['run', 'digits']))")
+    held = tmp_path / "held"
+    # the run holds before its end, once it has written `held`: the signal always lands mid-run
+    code = ("import sys, time, tests.flows.sample_flow\n"
+            "from scarce.flows.cli import main\n"
+            "from scarce.flows.runtime import RunContext\n"
+            "finish = RunContext.finish\n"
+            "def held_finish(self, *args, **kwargs):\n"
+            f"    open({str(held)!r}, 'w').close()\n"
+            "    time.sleep(600)\n"
+            "    return finish(self, *args, **kwargs)\n"
+            "RunContext.finish = held_finish\n"
+            "sys.exit(main(['run', 'digits']))\n")
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -65,15 +76,13 @@ def test_the_temporary_server_ends_with_the_command(tmp_path, how):
             port = int(m.group(1)) if m else None
             return port is not None and _listening(port)
 
-        _wait(started, 150, "the temporary server")
-        proc.send_signal(signal.SIGSTOP)  # mid-run: the signal cannot race the run's end
+        _wait(held.exists, 300, "the run to reach its last step")
+        _wait(started, 60, "the temporary server")
         if how == "SIGTERM":
             proc.send_signal(signal.SIGTERM)
-            proc.send_signal(signal.SIGCONT)
             assert proc.wait(120) == 143, log.read_text()[-2000:]
-            # "terminated" is the command's last line; Prefect's own "Stopping temporary
-            # server" may follow it when the signal came while the server was still starting
-            # (seen with three test processes on 2 cores): the wait below checks it stopped.
+            # "terminated" is the command's last line, but for Prefect's own "Stopping
+            # temporary server", which may come after it: the wait below checks it stopped.
             lines = [line for line in log.read_text().splitlines()
                      if line.strip() and "Stopping temporary server" not in line]
             assert lines[-1].strip() == "terminated", log.read_text()[-2000:]
