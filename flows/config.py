@@ -77,6 +77,13 @@ class FlowConfig(Strict):
         "defaults to the flow's own.",
     )
 
+    @classmethod
+    def renamed_key(cls, keys: list[str], value: Any) -> tuple[list[str], Any]:
+        """The key and value an override (``--set``, an experiment's settings) given under a
+        former name stands for now, with a :class:`FutureWarning`; a flow whose config
+        renamed a key maps it here, as its validator maps a config file's former section."""
+        return keys, value
+
 
 C = TypeVar("C", bound=FlowConfig)
 
@@ -214,6 +221,8 @@ def apply_values(
     out = copy.deepcopy(data)
     for dotted, value in values.items():
         keys = dotted.split(".")
+        if isinstance(model, type) and issubclass(model, FlowConfig):
+            keys, value = model.renamed_key(keys, value)
         try:
             _check_key(model, keys)
         except InputError as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 from prefect import flow
@@ -364,6 +364,31 @@ class LemlConfig(FlowConfig):
     @classmethod
     def _former_w_step(cls, data):
         return compute_from_w_step(data) if isinstance(data, dict) else data
+
+    @classmethod
+    def renamed_key(cls, keys: list[str], value: Any) -> tuple[list[str], Any]:
+        """``--set w_step.blocks=4`` (or the whole ``w_step``) is set as the ``compute`` key it
+        became, with a :class:`FutureWarning`."""
+        if keys[0] != "w_step":
+            return keys, value
+        dotted = ".".join(keys)
+        if len(keys) > 2:
+            raise InputError("--set: w_step (now compute) has no sub-keys here", key=dotted)
+        try:
+            with warnings.catch_warnings():  # the one warning is below, naming the override
+                warnings.simplefilter("ignore", FutureWarning)
+                compute = compute_from_w_step(
+                    {"w_step": {keys[1]: value} if len(keys) == 2 else value})["compute"]
+        except ValueError as exc:
+            raise InputError(f"--set: {exc}", key=dotted) from None
+        if len(keys) == 2:
+            ((name, value),) = compute.items()
+            new = ["compute", name]
+        else:
+            new, value = ["compute"], compute
+        warnings.warn(f"--set {dotted} is set as {'.'.join(new)} (w_step is now compute)",
+                      FutureWarning, stacklevel=2)
+        return new, value
 
     @model_validator(mode="after")
     def _model_can_run_on_row_blocks(self) -> LemlConfig:

@@ -41,13 +41,15 @@ def rerun(run_id, capsys, runner):
 
 
 def run_in(project, *args: str) -> None:
-    """``scarce ARGS`` on the project folder (``SCARCE_ROOT``; the store and the runs its
-    own), for a module fixture that trains the model its tests use; it must succeed."""
+    """``scarce ARGS`` in the project folder (``SCARCE_ROOT`` and the working folder; the
+    store and the runs its own), for a module fixture that makes the run its tests use; it
+    must succeed."""
     import pytest
 
     from scarce.flows.cli import main
 
     with pytest.MonkeyPatch.context() as env:
+        env.chdir(project)
         env.setenv("SCARCE_ROOT", str(project))
         env.delenv("SCARCE_STORE", raising=False)
         env.delenv("SCARCE_RUNS", raising=False)

@@ -22,6 +22,7 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.leml import data_line, in_feature_space, load
 from scarce.tasks.readers.arff import read_arff
 from scarce.tasks.readers.xmc import read_xmc
+from tests.flows.helpers import run_in, runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head, _task_run_names, check_top_k
 
 through_prefect = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -42,16 +43,31 @@ def project(tmp_path_factory):
     return root
 
 
+def _made_by(project, *args: str) -> Path:
+    """The folder of the one run ``scarce ARGS`` makes in the project."""
+    before = set(runs(project))
+    run_in(project, *args)
+    (run_id,) = set(runs(project)) - before
+    return project / "data" / "runs" / run_id
+
+
 @pytest.fixture(scope="module")
-def trained(project, prefect_server):
-    """The training run's folder."""
-    with pytest.MonkeyPatch.context() as env:  # as `in_project`, for the module
-        env.setenv("SCARCE_ROOT", str(project))
-        env.delenv("SCARCE_STORE", raising=False)
-        env.delenv("SCARCE_RUNS", raising=False)
-        assert main(["run", "leml"]) == 0
-    (run,) = (project / "data" / "runs").iterdir()
-    return run
+def made(project, prefect_server) -> tuple[Path, Path]:
+    """The module's training run, and its first apply run made right after it, before any test
+    applies the model: the model on its own test file (``scarce apply RUN --input test.txt``),
+    whose rows the training run loaded; their folders."""
+    trained = _made_by(project, "run", "leml")
+    return trained, _made_by(project, "apply", trained.name, "--input", "test.txt")
+
+
+@pytest.fixture(scope="module")
+def trained(made) -> Path:
+    return made[0]
+
+
+@pytest.fixture(scope="module")
+def applied(made) -> Path:
+    return made[1]
 
 
 def _runs(project) -> list[Path]:
@@ -87,9 +103,9 @@ def _model(run: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 @through_prefect
-def test_round_trip_gives_the_training_predictions_and_learns_nothing(project, trained):
-    assert main(["apply", trained.name, "--input", "test.txt"]) == 0
-    run, m = _last(project)
+def test_round_trip_gives_the_training_predictions_and_learns_nothing(project, trained, applied):
+    run = applied
+    m = json.loads((run / "manifest.json").read_text())
     assert m["flow"] == "apply-leml" and m["config"]["model_run"] == trained.name
     applied = pd.read_parquet(run / "outputs" / "predictions.parquet")
     pd.testing.assert_frame_equal(
@@ -110,10 +126,9 @@ def test_round_trip_gives_the_training_predictions_and_learns_nothing(project, t
 
 
 @through_prefect
-def test_rerun_of_an_apply_run_is_identical(project, trained, capsys):
-    apply_runs = [r for r in _runs(project) if r.name.startswith("apply-leml")]
+def test_rerun_of_an_apply_run_is_identical(applied, capsys):
     capsys.readouterr()
-    assert main(["rerun", apply_runs[0].name]) == 0
+    assert main(["rerun", applied.name]) == 0
     assert capsys.readouterr().out.strip().endswith("identical")
 
 

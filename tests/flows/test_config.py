@@ -347,3 +347,28 @@ def test_the_former_w_step_section_keeps_its_checks(tmp_path):
         with warnings.catch_warnings(), pytest.raises(InputError, match=words):
             warnings.simplefilter("ignore", FutureWarning)
             load_config(path, LemlConfig, inputs=False)
+
+
+def test_set_of_a_former_w_step_key_sets_the_compute_key_it_became(tmp_path):
+    """``--set w_step.blocks=3`` (each former key, the runner's former value mapped too) sets
+    ``compute.row_blocks`` with a warning naming both; a key w_step never had is refused."""
+    from scarce.flows.leml import LemlConfig
+
+    path = tmp_path / "leml.yaml"
+    path.write_text(LEML_DATA + "compute: {backend: local, workers: 4}\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = load_config(path, LemlConfig, ["w_step.blocks=3", "w_step.runner=blocks",
+                                                "w_step.driver=flow"], inputs=False)
+    assert [(w.category, str(w.message).split(" (")[0]) for w in caught] == [
+        (FutureWarning, f"--set w_step.{old} is set as compute.{new}")
+        for old, new in [("blocks", "row_blocks"), ("runner", "backend"), ("driver", "solvers")]]
+    assert config.compute.model_dump() == {"backend": "local-blocks", "row_blocks": 3,
+                                           "workers": 4, "address": None, "solvers": "flow"}
+    with pytest.warns(FutureWarning), pytest.raises(InputError, match="needs backend 'dask'"):
+        load_config(path, LemlConfig, ["w_step.driver=worker"], inputs=False)
+    for bad, words in [("w_step.rows=3", "w_step.rows: unknown key"),
+                       ("w_step.blocks.x=3", "no sub-keys")]:
+        with pytest.raises(InputError, match=words) as exc:
+            load_config(path, LemlConfig, [bad], inputs=False)
+        assert bad.split("=")[0] in str(exc.value)

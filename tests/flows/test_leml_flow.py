@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from scarce.flows.cli import main
 from scarce.tasks.leml_dask import PartitionedData
 from scarce.tasks.readers.xmc import read_xmc
 from scarce.tasks.store import Store
+from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -63,6 +63,16 @@ def project(tmp_path_factory):
     _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 200)
     (root / "configs" / "leml.yaml").write_text(CONFIG)
     return root
+
+
+@pytest.fixture(scope="module")
+def first(project, prefect_server):
+    """The id of the module's first run of ``scarce run leml``, every step computed: the run
+    the tests read, rerun and resume from, made here whichever of them runs first or alone."""
+    before = set(runs(project))
+    run_in(project, "run", "leml")
+    (run_id,) = set(runs(project)) - before
+    return run_id
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -159,14 +169,13 @@ def _task_run_names(manifest) -> list[str]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
             id=FlowRunFilterId(any_=[manifest["prefect_flow_run_id"]])))
-    return sorted(r.name for r in runs)
+    return sorted(r.name for r in task_runs)
 
 
-def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project):
-    assert main(["run", "leml"]) == 0
-    m = _last(project)
+def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project, first):
+    m = manifest(project, first)
     W, H, store = _final(project, m, 3)
     X, Y = read_xmc(project / "train.txt")
     Xt, Yt = read_xmc(project / "test.txt")
@@ -199,10 +208,10 @@ def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project
         "evaluate", "baseline br-ridge", "collect metrics", "predict top 5"])
 
 
-def test_named_outputs_are_the_model_and_the_test_predictions(project):
+def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
     """Each output opens with pandas and is the store entry it names; the predictions are the
     top 5 of X W H^T computed here from the saved W and H."""
-    run = _runs(project)[0]
+    run = project / "data" / "runs" / first
     m = json.loads((run / "manifest.json").read_text())
     out, store = run / "outputs", Store(project / "data" / "cache")
     named = {o["name"]: o for o in m["named_outputs"]}
@@ -211,7 +220,8 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project):
                           "model/config.json", "model/model.json"}
     for name, o in named.items():
         if o["ref"] is not None:
-            assert os.path.samefile(out / name, store.path(o["ref"]))
+            # the entry's bytes (a hard link until a rerun writes the entry anew)
+            assert (out / name).read_bytes() == store.path(o["ref"]).read_bytes()
             stored = store.read(o["ref"])
             frame = pd.read_parquet(out / name)
             if isinstance(stored, np.ndarray):
@@ -245,7 +255,7 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project):
     assert json.loads((out / "model/config.json").read_text()) == m["config"]
 
 
-def test_a_new_rank_refits_leml_but_reuses_the_br_ridge_baseline(project):
+def test_a_new_rank_refits_leml_but_reuses_the_br_ridge_baseline(project, first):
     """A step's key holds only what it uses: BR ridge takes no rank (issue 17, item 11)."""
     assert main(["run", "leml", "--set", "model.rank=9"]) == 0
     m = _last(project)
@@ -257,7 +267,7 @@ def test_a_new_rank_refits_leml_but_reuses_the_br_ridge_baseline(project):
     assert set(metrics["method"]) == {"leml-squared-k9", "br-ridge"}
 
 
-def test_second_run_is_all_cache_hits_and_more_iterations_resume(project):
+def test_second_run_is_all_cache_hits_and_more_iterations_resume(project, first):
     assert main(["run", "leml"]) == 0
     assert all(o["cached"] for o in _last(project)["outputs"])
     assert main(["run", "leml", "--set", "model.outer_iterations=4"]) == 0
@@ -270,18 +280,18 @@ def test_second_run_is_all_cache_hits_and_more_iterations_resume(project):
 
 
 @pytest.mark.parametrize("runner", ["local", "dask"])
-def test_rerun_is_identical(project, capsys, runner):
+def test_rerun_is_identical(project, first, capsys, runner):
     """Named outputs included: the model and the predictions are compared too."""
-    run_id = _runs(project)[0].name
-    assert len(json.loads((_runs(project)[0] / "manifest.json").read_text())["named_outputs"]) == 7
-    assert main(["rerun", run_id, "--runner", runner]) == 0
+    assert len(manifest(project, first)["named_outputs"]) == 7
+    assert main(["rerun", first, "--runner", runner]) == 0
     assert capsys.readouterr().out.strip().endswith("identical")
 
 
-def test_a_run_recorded_with_the_former_w_step_section_reruns_identical(project, capsys):
+def test_a_run_recorded_with_the_former_w_step_section_reruns_identical(project, first,
+                                                                         capsys):
     """A manifest written before ``compute`` was named so records ``w_step``: the rerun reads
     it as ``compute`` (with a warning naming the new keys) and reproduces the run."""
-    path = _runs(project)[0] / "manifest.json"
+    path = project / "data" / "runs" / first / "manifest.json"
     text = path.read_text()
     m = json.loads(text)
     compute = m["config"].pop("compute")
@@ -298,7 +308,7 @@ def test_a_run_recorded_with_the_former_w_step_section_reruns_identical(project,
     assert _last(project)["config"]["compute"] == compute
 
 
-def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
+def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project, first):
     # the local W-step's keys stay those of the first run: no recomputation
     assert main(["run", "leml", "--set", "baselines=[]"]) == 0
     local = _last(project)
@@ -308,7 +318,7 @@ def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project):
     # the W-step on a LocalCluster of 2 workers (the flow's tasks in this process) ...
     dask = ["--set", "baselines=[]", "--set", "compute.backend=dask",
             "--set", "compute.row_blocks=3"]
-    assert main(["run", "leml", *dask]) == 0
+    assert main(["run", "leml", *dask, "--refresh"]) == 0  # whichever test ran these blocks
     m = _last(project)
     assert m["config"]["compute"] == {"backend": "dask", "row_blocks": 3, "workers": 2,
                                       "address": None, "solvers": "flow"}
