@@ -7,7 +7,8 @@
                     [--dask-address ADDR] [--refresh] [--dry-run]
     scarce rerun RUN_ID [--use-cache]
     scarce apply RUN_ID --input PATH [--output PATH] [--force] [--flow FLOW]
-    scarce runs [RUN_ID] [--flow FLOW]
+    scarce runs [RUN_ID] [--flow FLOW] [--tag TAG] [--where KEY=VALUE] [--columns C,...]
+                [--all-columns] [--format table|csv|md|parquet] [--output PATH]
     scarce init [DIR] [--force]
     scarce cache ls | scarce cache gc [--dry-run]
     scarce bench NAME [options of the benchmark]
@@ -165,11 +166,30 @@ def _add_apply(add: Any) -> None:
 def _add_runs(add: Any) -> None:
     from scarce.flows.registry import FLOWS
 
-    ru = add("runs", runs.runs, "list past runs (one line each), or show one")
+    ru = add("runs", runs.runs, "the table of past runs (their settings and metrics), or one run",
+             epilog="The table has a row per run: its flow, data set, status, start and "
+             "seconds, the config values that differ between the listed runs (dotted keys, "
+             "model.rank), and the headline metrics of the flow's own method (method).  "
+             "From Python: scarce.runs(...), a DataFrame.")
     ru.add_argument("run_id", nargs="?", metavar="RUN_ID",
-                    help="show this run in detail (default: list them all)")
+                    help="show this run in detail (default: the table of them all)")
     ru.add_argument("--flow", metavar="FLOW",
                     help=f"only the runs of this flow: {', '.join(FLOWS)} (default: every flow)")
+    ru.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",
+                    help="only the runs with this tag, e.g. dataset:bibtex, experiment:NAME, "
+                    "rerun-of:RUN (repeatable: every one)")
+    ru.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                    help="only the runs whose column KEY (a config key, a metric, dataset, "
+                    "...) is VALUE, e.g. model.rank=8 (repeatable: every one)")
+    ru.add_argument("--columns", metavar="C1,C2,...",
+                    help="show these columns after run_id (default: the fixed ones, the "
+                    "config values that differ, the method and its metrics)")
+    ru.add_argument("--all-columns", action="store_true",
+                    help="every config value, whether it differs between the runs or not")
+    ru.add_argument("--format", choices=runs.FORMATS, default="table",
+                    help="aligned text, CSV, a markdown table, or Parquet (with --output)")
+    ru.add_argument("--output", metavar="PATH",
+                    help="write the table to this file (default: print it)")
 
 
 def _add_init(add: Any) -> None:

@@ -18,7 +18,6 @@ set's top labels) and ``outputs/model/`` (the factors, the index maps, the confi
 from __future__ import annotations
 
 import json
-import warnings
 from typing import Any, Literal
 
 import pandas as pd
@@ -33,6 +32,7 @@ from scarce.algorithms.leml.text import VECTORIZERS
 from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, model_document
 from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
+from scarce.flows.former_keys import compute_from_w_step, leml_renamed_key
 from scarce.flows.published import LEML_XC
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks.errors import InputError
@@ -224,11 +224,6 @@ class ModelConfig(Strict):
 
 #: The values of ``compute.backend``.
 BACKENDS = ("local", "local-blocks", "dask")
-#: The keys of the former ``w_step`` section, by the ``compute`` key each became.
-W_STEP_KEYS = {"runner": "backend", "blocks": "row_blocks", "workers": "workers",
-               "address": "address", "driver": "solvers"}
-#: The values of the former ``w_step.runner``, by the ``compute.backend`` each became.
-W_STEP_RUNNERS = {"local": "local", "blocks": "local-blocks", "dask": "dask"}
 
 
 class ComputeConfig(Strict):
@@ -305,37 +300,6 @@ class ComputeConfig(Strict):
         return self
 
 
-def compute_from_w_step(data: dict) -> dict:
-    """A config mapping with its former ``w_step`` section (if any) given as ``compute``
-    (:data:`W_STEP_KEYS`, :data:`W_STEP_RUNNERS`), with a :class:`FutureWarning` naming the
-    new keys, so that configs and recorded runs (``scarce rerun``) written with it still load.
-
-    Raises
-    ------
-    ValueError
-        When both sections are given, or ``w_step`` holds a key it never had.
-    """
-    if "w_step" not in data:
-        return data
-    if "compute" in data:
-        raise ValueError("w_step is the former name of compute: give compute only")
-    old = data["w_step"]
-    new = old
-    if isinstance(old, dict):
-        unknown = sorted(set(old) - set(W_STEP_KEYS))
-        if unknown:
-            raise ValueError(f"w_step.{unknown[0]}: unknown key (w_step, now compute, had "
-                             f"{', '.join(W_STEP_KEYS)})")
-        new = {W_STEP_KEYS[k]: W_STEP_RUNNERS.get(v, v) if k == "runner" else v
-               for k, v in old.items()}
-    renamed = ", ".join(f"{k} -> {W_STEP_KEYS[k]}" for k in W_STEP_KEYS)
-    warnings.warn(f"config section w_step is now compute ({renamed}; runner blocks -> "
-                  "backend local-blocks); read as compute", FutureWarning, stacklevel=2)
-    out = {k: v for k, v in data.items() if k != "w_step"}
-    out["compute"] = new
-    return out
-
-
 class LemlConfig(FlowConfig):
     dataset: DatasetConfig
     model: ModelConfig = ModelConfig()
@@ -369,26 +333,7 @@ class LemlConfig(FlowConfig):
     def renamed_key(cls, keys: list[str], value: Any) -> tuple[list[str], Any]:
         """``--set w_step.blocks=4`` (or the whole ``w_step``) is set as the ``compute`` key it
         became, with a :class:`FutureWarning`."""
-        if keys[0] != "w_step":
-            return keys, value
-        dotted = ".".join(keys)
-        if len(keys) > 2:
-            raise InputError("--set: w_step (now compute) has no sub-keys here", key=dotted)
-        try:
-            with warnings.catch_warnings():  # the one warning is below, naming the override
-                warnings.simplefilter("ignore", FutureWarning)
-                compute = compute_from_w_step(
-                    {"w_step": {keys[1]: value} if len(keys) == 2 else value})["compute"]
-        except ValueError as exc:
-            raise InputError(f"--set: {exc}", key=dotted) from None
-        if len(keys) == 2:
-            ((name, value),) = compute.items()
-            new = ["compute", name]
-        else:
-            new, value = ["compute"], compute
-        warnings.warn(f"--set {dotted} is set as {'.'.join(new)} (w_step is now compute)",
-                      FutureWarning, stacklevel=2)
-        return new, value
+        return leml_renamed_key(keys, value)
 
     @model_validator(mode="after")
     def _model_can_run_on_row_blocks(self) -> LemlConfig:

@@ -193,18 +193,16 @@ def damaged_outputs(run_dir: Path, m: dict[str, Any]) -> dict[str, str | None]:
     return out
 
 
-RUN_COLUMNS = ["run_id", "flow", "dataset", "runner", "started", "seconds", "status",
-               "headline"]
-
-
-def _dataset(config: Any) -> str:
+def run_dataset(config: Any) -> str:
+    """The name of the data set a recorded config names (``dataset`` or ``dataset.name``)."""
     dataset = (config or {}).get("dataset") if isinstance(config, dict) else None
     if isinstance(dataset, dict):
         dataset = dataset.get("name")
     return str(dataset) if dataset else ""
 
 
-def _seconds(m: dict[str, Any]) -> float | None:
+def run_seconds(m: dict[str, Any]) -> float | None:
+    """A recorded run's duration, start to finish, in seconds (None when not recorded)."""
     try:
         start = dt.datetime.fromisoformat(m["started"])
         end = dt.datetime.fromisoformat(m["finished"])
@@ -213,64 +211,17 @@ def _seconds(m: dict[str, Any]) -> float | None:
     return round((end - start).total_seconds(), 1)
 
 
-def _headline(m: dict[str, Any], run_id: str, warn: list[str], n: int = 2) -> str:
-    headline = m.get("headline")
-    if headline is None:
-        return ""
-    if not isinstance(headline, dict) or not all(
-            isinstance(v, int | float) for v in headline.values()):
-        warn.append(f"run {run_id}: malformed headline metrics in its manifest; left out")
-        return ""
-    return ", ".join(f"{k.rsplit('/', 2)[-2]}/{k.rsplit('/', 1)[-1]}={v:.4g}"
-                     for k, v in list(headline.items())[:n])
-
-
-def list_runs(runs_dir: Path, flow: str | None = None,
-              warn: list[str] | None = None) -> pd.DataFrame:
-    """One row per finished run, oldest first: id, flow, dataset, runner, start, duration,
-    status (``finished``, or ``rerun of <id>``) and its first two headline metrics.
-
-    A manifest that cannot be read, or whose headline is malformed, adds a line to ``warn``
-    and is left out (the headline alone, in the second case)."""
-    warn = [] if warn is None else warn
-    rows = []
-    if runs_dir.is_dir():
-        for d in run_folders(runs_dir):
-            try:
-                m = read_manifest(d)
-            except InputError as exc:
-                warn.append(f"run {d.name}: {exc}; left out")
-                continue
-            if flow is not None and m["flow"] != flow:
-                continue
-            options = m.get("options") or {}
-            runner = "dask" if m.get("task_runner") == "DaskTaskRunner" else (
-                options.get("runner") or "local")
-            rerun_of = options.get("rerun_of")
-            rows.append({
-                "run_id": d.name,
-                "flow": m["flow"],
-                "dataset": _dataset(m.get("config")),
-                "runner": runner,
-                "started": str(m.get("started", ""))[:19].replace("T", " "),
-                "seconds": _seconds(m),
-                "status": f"rerun of {rerun_of}" if rerun_of else "finished",
-                "headline": _headline(m, d.name, warn),
-            })
-    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
-    return frame.sort_values(["started", "run_id"], kind="stable").reset_index(drop=True)
-
-
 def describe_run(run_dir: Path) -> str:
     """What ``scarce runs RUN_ID`` prints: the run's record and its metrics."""
     m = read_manifest(run_dir)
     code = m.get("code") or {}
     lines = [
         f"run        {run_dir.name}",
-        f"flow       {m['flow']}  (dataset {_dataset(m.get('config')) or '-'})",
+        f"flow       {m['flow']}  (dataset {run_dataset(m.get('config')) or '-'})",
         f"started    {m.get('started', '')}",
-        f"finished   {m.get('finished', '')}  ({_seconds(m)} s)",
+        f"finished   {m.get('finished', '')}  ({run_seconds(m)} s)",
         f"runner     {m.get('task_runner') or '-'}",
+        f"tags       {', '.join(m.get('tags') or []) or '-'}",
         f"seed       {m.get('seed')}",
         f"code       scarce {code.get('scarce', '?')}, commit {code.get('commit', '-')}"
         + (" (with uncommitted changes)" if code.get("dirty") else ""),

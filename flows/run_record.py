@@ -189,6 +189,7 @@ class RunRecord:
             "prefect_flow_run_id": run.get("prefect_flow_run_id"),
             "deployment": run.get("deployment"),
             "task_runner": run.get("task_runner"),
+            "tags": run.get("tags") or [],
             "notes": self.notes,
             "headline": headline,
         }

@@ -35,7 +35,7 @@ from scarce.flows import manifest as mf
 from scarce.flows.artifacts import PLOTS, Artifacts, Progress, markdown_table
 from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
 from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
-from scarce.flows.tags import dataset_name, tag_flow_run
+from scarce.flows.tags import dataset_name, run_tags, tag_flow_run, unique
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import Step
 from scarce.tasks.store import Lease, Store
@@ -120,6 +120,14 @@ def _flow_run_id() -> str | None:
 
     run_id = flow_run.id
     return str(run_id) if run_id else None
+
+
+def _flow_run_tags(flow: str, config: FlowConfig, options: RunOptions) -> list[str]:
+    """The tags of this flow run (those it was started with, an experiment's among them) and
+    the run's own (:func:`flows.tags.run_tags`), for ``scarce runs --tag``."""
+    from prefect.runtime import flow_run
+
+    return unique([*flow_run.tags, *run_tags(flow, config, options)])
 
 
 def _deployment_name() -> str | None:
@@ -342,7 +350,8 @@ class RunContext:
                 plots=self.artifacts.plots, plot_refs=self.artifacts.plot_refs,
                 headline=headline or headline_metrics(metrics),
                 run={"prefect_flow_run_id": _flow_run_id(), "deployment": _deployment_name(),
-                     "task_runner": _task_runner()})
+                     "task_runner": _task_runner(),
+                     "tags": _flow_run_tags(self.flow, self.config, self.options)})
             if self.run_dir.exists():
                 raise FileExistsError(f"run folder {self.run_dir} exists")
             os.rename(partial, self.run_dir)

@@ -30,4 +30,26 @@ def load_model(run="latest", flow=None):
     return _load(run, flow)
 
 
-__all__ = ["__version__", "load_model"]
+def runs(flow=None, *, tags=(), where=(), columns=None, all_columns=False, root=None):
+    """The table of past runs as a DataFrame, as ``scarce runs`` prints it: a row per run
+    (id, flow, data set, status, start, seconds), the config values that differ between the
+    listed runs, and the headline metrics of the flow's own method::
+
+        import scarce
+        scarce.runs("leml", where=["dataset.name=bibtex"])   # LEML runs on Bibtex
+        scarce.runs(tags=["experiment:rank"], all_columns=True)
+
+    ``root`` is the runs folder (default: the project's ``data/runs``); the other arguments
+    are those of :func:`scarce.flows.runs_table.runs_table`.
+    """
+    from pathlib import Path
+
+    from scarce.flows.runs_table import runs_table
+    from scarce.flows.runtime import default_runs_root
+
+    folder = Path(root) if root is not None else default_runs_root()
+    return runs_table(folder, flow=flow, tags=list(tags), where=list(where), columns=columns,
+                      all_columns=all_columns)
+
+
+__all__ = ["__version__", "load_model", "runs"]

@@ -1,4 +1,5 @@
-"""``scarce runs``: the past runs one a line, or one run in detail."""
+"""``scarce runs``: the table of past runs (settings that differ, the method's metrics), or one
+run in detail."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import sys
 
 from scarce.flows.commands import EXIT_OK
 
+#: The formats ``scarce runs --format`` writes.
+FORMATS = ("table", "csv", "md", "parquet")
+
 
 def runs(args: argparse.Namespace) -> int:
-    """``scarce runs [RUN_ID] [--flow FLOW]``."""
-    import pandas as pd
-
+    """``scarce runs [RUN_ID] [--flow FLOW] [--tag TAG] [--where KEY=VALUE] [--columns C,...]
+    [--all-columns] [--format table|csv|md|parquet] [--output PATH]``."""
     from scarce.flows.config import SAFE_NAME
-    from scarce.flows.manifest import describe_run, list_runs
+    from scarce.flows.manifest import describe_run
+    from scarce.flows.runs_table import runs_table
     from scarce.flows.runtime import default_runs_root
     from scarce.tasks.errors import InputError
 
@@ -30,16 +34,68 @@ def runs(args: argparse.Namespace) -> int:
             raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
         print(describe_run(root / args.run_id))
         return EXIT_OK
+    if args.format == "parquet" and not args.output:
+        raise InputError("--format parquet writes a file: give --output PATH", key="--output")
+    columns = None
+    if args.columns:
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     warnings: list[str] = []
-    frame = list_runs(root, flow=args.flow, warn=warnings)
+    frame = runs_table(root, flow=args.flow, tags=args.tags, where=args.where, columns=columns,
+                       all_columns=args.all_columns, warn=warnings)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    if frame.empty:
-        print("no runs yet" if not args.flow else f"no {args.flow} runs yet")
+    if frame.empty and args.output is None and args.format == "table":
+        what = f"{args.flow} runs" if args.flow else "runs"
+        print(f"no {what} yet" if not (args.tags or args.where) else f"no {what} match")
         return EXIT_OK
-    frame["seconds"] = frame["seconds"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
-    cells = [list(frame.columns)] + frame.astype(str).to_numpy().tolist()
-    widths = [max(len(row[j]) for row in cells) for j in range(len(frame.columns))]
-    for row in cells:  # left-aligned: a run id starts its line
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if args.output:
+        write(frame, args.output, args.format)
+        print(f"{len(frame)} run(s) written to {args.output}")
+    else:
+        print(render(frame, args.format), end="")
     return EXIT_OK
+
+
+def render(frame, fmt: str) -> str:
+    """The table as text: aligned columns (``table``), CSV or a markdown table."""
+    import pandas as pd
+
+    from scarce.flows.artifacts import markdown_table
+
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "md":
+        return markdown_table(frame) + "\n"
+    shown = frame.astype(object).where(frame.notna(), "")
+    metrics = list(frame.columns)[list(frame.columns).index("method") + 1:] if (
+        "method" in frame.columns) else []
+    for column in ["seconds", *metrics]:
+        if column in frame.columns and pd.api.types.is_float_dtype(frame[column]):
+            digits = 1 if column == "seconds" else 4  # an integral metric (k) as an integer
+            shown[column] = frame[column].map(
+                lambda v, d=digits: "" if pd.isna(v) else
+                f"{v:.0f}" if d == 4 and float(v).is_integer() else f"{v:.{d}f}")
+    cells = [list(map(str, shown.columns))] + shown.astype(str).to_numpy().tolist()
+    widths = [max(len(row[j]) for row in cells) for j in range(len(shown.columns))]
+    # left-aligned: a run id starts its line
+    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                   + "\n" for row in cells)
+
+
+def write(frame, path: str, fmt: str) -> None:
+    """The table written atomically to ``path``: Parquet, or the text of ``fmt``."""
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from scarce.tasks.errors import InputError
+    from scarce.tasks.store import atomic_write_bytes, atomic_write_parquet
+
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise InputError("key 'output': the folder to write into does not exist",
+                         path=target, key="--output")
+    if fmt == "parquet":
+        atomic_write_parquet(target, pa.Table.from_pandas(frame, preserve_index=False))
+    else:
+        atomic_write_bytes(target, render(frame, fmt).encode("utf-8"))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scarce.flows.manifest import compare_outputs, list_runs, read_manifest
+from scarce.flows.manifest import compare_outputs, read_manifest
 from scarce.tasks.errors import InputError
 
 
@@ -48,17 +48,3 @@ def test_bad_manifests_are_input_errors(tmp_path):
     (tmp_path / "r" / "manifest.json").write_text(json.dumps({"x": 1}))
     with pytest.raises(InputError, match="not a scarce run manifest"):
         read_manifest(tmp_path / "r")
-
-
-def test_list_runs_skips_folders_without_a_valid_manifest(tmp_path):
-    (tmp_path / "good").mkdir()
-    (tmp_path / "good" / "manifest.json").write_text(
-        json.dumps({"flow": "f", "outputs": [], "started": "t", "headline": {"d/m/p@1": 0.5}})
-    )
-    (tmp_path / "junk").mkdir()
-    (tmp_path / "junk" / "manifest.json").write_text("{")
-    warnings: list[str] = []
-    frame = list_runs(tmp_path, warn=warnings)
-    assert frame["run_id"].tolist() == ["good"]
-    assert frame.loc[0, "headline"] == "m/p@1=0.5"
-    assert len(warnings) == 1 and warnings[0].startswith("run junk: ")
