@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+import scarce
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.flows.experiment import experiment_file, load_experiment, plan
@@ -74,6 +75,12 @@ def test_the_table_is_the_childrens_metrics(project, capsys):
     refs = {o["ref"] for o in manifest(project, exp_run)["outputs"]}
     for c in children:
         assert {o["ref"] for o in manifest(project, c["run_id"])["outputs"]} <= refs
+    # the children carry the experiment's tag: `scarce runs --tag experiment:grid` is their
+    # table, with the axes (the settings that differ) and each child's own metrics
+    listed = scarce.runs(tags=["experiment:grid"], root=project / "data" / "runs")
+    assert listed["run_id"].tolist() == [c["run_id"] for c in children]
+    assert listed["k"].tolist() == [4, 4, 6, 6] and listed["seed"].tolist() == [0, 1, 0, 1]
+    assert listed["ari"].tolist() == aris["value"].tolist()
 
 
 def test_one_more_seed_computes_only_the_new_children(project, capsys):
