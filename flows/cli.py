@@ -5,7 +5,8 @@
 
     scarce run FLOW [NAME] [--config PATH] [--set KEY=VALUE ...] [--runner local|dask]
                     [--dask-address ADDR] [--refresh] [--dry-run]
-    scarce rerun RUN_ID [--use-cache]
+    scarce rerun RUN_ID [--use-cache] [--verbose]
+    scarce diff RUN_A RUN_B [--verbose]
     scarce apply RUN_ID --input PATH [--output PATH] [--force] [--flow FLOW]
     scarce runs [RUN_ID] [--flow FLOW] [--tag TAG] [--where KEY=VALUE] [--columns C,...]
                 [--all-columns] [--format table|csv|md|parquet] [--output PATH]
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rerun(add)
     _add_apply(add)
     _add_runs(add)
+    _add_diff(add)
     _add_init(add)
     _add_claims(add)
     _add_bench(add, common)
@@ -135,6 +137,8 @@ def _add_rerun(add: Any) -> None:
                     help="the run to repeat (an id `scarce runs` lists)")
     rr.add_argument("--use-cache", action="store_true",
                     help="allow cached results (default: every step recomputed)")
+    rr.add_argument("--verbose", action="store_true",
+                    help="list every store entry that differs (default: their count)")
     _runner_args(rr, "the run's own")
 
 
@@ -190,6 +194,16 @@ def _add_runs(add: Any) -> None:
                     help="aligned text, CSV, a markdown table, or Parquet (with --output)")
     ru.add_argument("--output", metavar="PATH",
                     help="write the table to this file (default: print it)")
+
+
+def _add_diff(add: Any) -> None:
+    di = add("diff", rerun.diff, "why two runs differ (inputs, code, packages, config), then "
+             "what differs (metrics, files)",
+             epilog="Exit 0 when the outputs are identical, 1 when they differ.")
+    di.add_argument("run_a", metavar="RUN_A", help="the first run (an id `scarce runs` lists)")
+    di.add_argument("run_b", metavar="RUN_B", help="the second run")
+    di.add_argument("--verbose", action="store_true",
+                    help="list every store entry that differs (default: their count)")
 
 
 def _add_init(add: Any) -> None:

@@ -49,12 +49,26 @@ CODE_PACKAGES = ("algorithms", "tasks", "flows")
 
 def source_sha256(root: Path) -> str:
     """sha256 over the project's Python sources (path and bytes, sorted)."""
+    return _source_digests(root)[0]
+
+
+def source_files(root: Path) -> dict[str, str]:
+    """The sha256 of each of the project's Python sources, by path (``flows/leml.py``): what
+    ``scarce diff`` and ``scarce rerun`` name when the code of two runs differs."""
+    return _source_digests(root)[1]
+
+
+def _source_digests(root: Path) -> tuple[str, dict[str, str]]:
     h = hashlib.sha256()
+    files = {}
     for pkg in CODE_PACKAGES:
         for f in sorted((root / pkg).rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
+            data = f.read_bytes()
+            rel = str(f.relative_to(root))
+            h.update(rel.encode())
+            h.update(data)
+            files[rel] = hashlib.sha256(data).hexdigest()
+    return h.hexdigest(), files
 
 
 def git_state(root: Path) -> dict[str, Any]:
@@ -107,7 +121,9 @@ def code_version(root: Path | None = None) -> dict[str, Any]:
         version = importlib.metadata.version("scarce")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    return {"scarce": version, "source_sha256": source_sha256(root), **git_state(root)}
+    total, files = _source_digests(root)
+    return {"scarce": version, "source_sha256": total, "source_files": files,
+            **git_state(root)}
 
 
 def environment() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """``scarce rerun``: a run again from its manifest, its outputs compared with the new run's and
-its damaged files restored where the rerun reproduced them."""
+its damaged files restored where the rerun reproduced them; ``scarce diff``: two runs compared.
+Both say why first (inputs, code, packages, config), then what differs."""
 
 from __future__ import annotations
 
@@ -62,9 +63,10 @@ def rerun(args: argparse.Namespace) -> int:
     print(f"rerun of {args.run_id} on the {runner} runner", file=sys.stderr)
     with prefect_api():
         summary = execute(spec, config, options, runner, args.dask_address)
-    diffs = mf.compare_outputs(old, summary["manifest"])
+    new_dir = Path(summary["run_dir"])
+    diffs = explain(old, summary["manifest"], run_dir, new_dir, args.verbose)
     print(f"rerun {summary['run_id']} of {args.run_id}")
-    repairs = _repair(run_dir, old, Path(summary["run_dir"]), damaged)
+    repairs = _repair(run_dir, old, new_dir, damaged)
     for line in repairs:
         print(line)
     if any(line.startswith("damaged:") for line in repairs):
@@ -72,9 +74,46 @@ def rerun(args: argparse.Namespace) -> int:
               f"{args.run_id} keeps damaged files")
         return EXIT_FAIL
     if not diffs:
-        print("identical")
+        from scarce.flows.run_diff import causes
+
+        print("\n".join([*causes(old, summary["manifest"]), "identical"]))
         return EXIT_OK
     print("\n".join(diffs))
+    return EXIT_FAIL
+
+
+def explain(old: dict, new: dict, old_dir: Path, new_dir: Path, verbose: bool) -> list[str]:
+    """Why the outputs of two runs differ, then how (empty when they are identical)."""
+    from scarce.flows.run_diff import causes, outcome
+
+    differs = outcome(old, new, old_dir, new_dir, verbose)
+    if not differs:
+        return []
+    why = causes(old, new) or ["why: the two runs record the same inputs, code, packages and "
+                               "config: a step is not deterministic"]
+    return why + differs
+
+
+def diff(args: argparse.Namespace) -> int:
+    """``scarce diff RUN_A RUN_B``: ``identical`` (exit 0), or why and what differs (exit 1)."""
+    from scarce.flows import manifest as mf
+    from scarce.flows.config import SAFE_NAME
+    from scarce.flows.run_diff import causes
+    from scarce.flows.runtime import default_runs_root
+    from scarce.tasks.errors import InputError
+
+    runs = default_runs_root()
+    for key, run_id in (("run_a", args.run_a), ("run_b", args.run_b)):
+        if not re.fullmatch(SAFE_NAME, run_id):
+            raise InputError(f"not a run id: {run_id!r} (see `scarce runs`)", key=key)
+    dirs = runs / args.run_a, runs / args.run_b
+    a, b = (mf.read_manifest(d) for d in dirs)
+    lines = explain(a, b, *dirs, args.verbose)
+    if not lines:
+        why = causes(a, b)  # outputs identical: what differed made no difference
+        print("\n".join([*why, "identical"]) if why else "identical")
+        return EXIT_OK
+    print("\n".join(lines))
     return EXIT_FAIL
 
 

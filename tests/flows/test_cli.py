@@ -156,7 +156,36 @@ def test_rerun_reports_what_differs(project, first, capsys):
     (forged / "manifest.json").write_text(json.dumps(m))
     code, out, _ = run_cli(capsys, "rerun", "forged")
     assert code == 1
-    assert f"differs: {m['outputs'][0]['ref']}" in out
+    # nothing recorded differs: said first; the store entry counted, listed with --verbose
+    assert "why: the two runs record the same inputs, code, packages and config" in out
+    assert "store: 1 entries differ, 0 only in the second run, 0 only in the first" in out
+    code, out, _ = run_cli(capsys, "rerun", "forged", "--verbose")
+    assert code == 1 and f"differs: {m['outputs'][0]['ref']}" in out
+
+
+def test_rerun_after_an_input_changed_says_so_first(project, first, capsys):
+    """One value of the data file changed: the rerun's first line names the file and both
+    sha256, before the metrics that changed and the files that differ."""
+    from scarce.tasks.store import file_sha256
+
+    data = project / "digits.csv"
+    text = data.read_text()
+    lines = text.splitlines()
+    lines[1] = "16" + lines[1][lines[1].index(","):]  # the first pixel of the first image
+    before = file_sha256(data)
+    try:
+        data.write_text("\n".join(lines) + "\n")
+        after = file_sha256(data)
+        code, out, _ = run_cli(capsys, "rerun", first)
+    finally:
+        data.write_text(text)
+    assert code == 1
+    report = out.splitlines()[1:]  # after "rerun NEW of FIRST"
+    assert report[0] == f"why: input digits.csv changed (sha256 {before[:12]} -> {after[:12]})"
+    assert all(not line.startswith("why:") for line in report[1:])
+    assert not any(line.startswith(("differs: digits-", "new in rerun", "missing in rerun"))
+                   for line in report)  # the store's entries: counted, not listed
+    assert report[-1].startswith("store: ")
 
 
 def test_runs_lists_one_line_per_run_and_shows_one_in_detail(project, first, capsys):
