@@ -313,8 +313,10 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
     contexts = context_options(cfg)
     assigned = ctx.run(rel.assign_pairs, mentions=data["mentions"], vocabulary=vocab, **built,
                        contexts=contexts, params=model.step_params("assign"))
-    publish(ctx, cfg, search, rl, labelled, metrics)
-    name_outputs(ctx, vocab, built, assigned, model_document(
+    examples = ctx.run(rel.cluster_examples, clusters=built["clusters"], assigned=assigned,
+                       n_examples=rel.N_EXAMPLES)
+    publish(ctx, cfg, search, rl, labelled, metrics, examples)
+    name_outputs(ctx, vocab, built, assigned, examples, model_document(
         "relations", MODEL_VERSION, dataset=cfg.dataset, directed=cfg.directed,
         n_pairs=n_pairs, vocabulary_size=n_words, k=search.k, n_features=search.n_features,
         ranking=cfg.ranking, contexts=contexts, assign=model.step_params("assign"),
@@ -329,13 +331,14 @@ def context_options(cfg: RelationsConfig) -> dict:
             "min_df": cfg.min_df}
 
 
-def name_outputs(ctx: RunContext, vocabulary: str, built: dict, assigned: str,
+def name_outputs(ctx: RunContext, vocabulary: str, built: dict, assigned: str, examples: str,
                  model_json: str) -> None:
-    """The run's named outputs: ``assignments.parquet`` (each pair's cluster), ``clusters``
-    and ``features.parquet``, and ``model/`` (the vocabulary, the selected features, the
+    """The run's named outputs: ``assignments.parquet`` (each pair's cluster),
+    ``clusters.parquet`` (the model's clusters with the pairs nearest each centroid) and
+    ``features.parquet``, and ``model/`` (the vocabulary, the selected features, the
     centroids, the clusters and ``model.json``); all but ``model.json`` are store entries."""
     ctx.record.name_output("assignments.parquet", assigned)
-    ctx.record.name_output("clusters.parquet", built["clusters"])
+    ctx.record.name_output("clusters.parquet", examples)
     ctx.record.name_output("features.parquet", built["features"])
     for part, ref in {"vocabulary": vocabulary, **built}.items():
         ctx.record.name_output(f"{MODEL_DIR}/{part}.parquet", ref)
@@ -343,15 +346,16 @@ def name_outputs(ctx: RunContext, vocabulary: str, built: dict, assigned: str,
 
 
 def publish(ctx: RunContext, cfg: RelationsConfig, search: Search, rl: Search | None,
-            labelled: dict, metrics: str) -> None:
+            labelled: dict, metrics: str, examples: str) -> None:
     """The run's artifacts: the stability curve (table and plot), the DCM labels, the summary."""
     k, n = search.k, search.n_features
     curve = ctx.read(search.choice["curve"])
     rl_curve = None if rl is None else ctx.read(rl.choice["curve"])
     ctx.artifacts.markdown("stability", rel.stability_markdown(curve, k, rl_curve),
                            f"M_norm over k; chosen k={k}, |F|={n}")
-    ctx.artifacts.table("labels", pd.DataFrame(rel.label_rows(ctx.read(labelled["words"]))),
-                         f"DCM labels of the {k} clusters")
+    ctx.artifacts.table("labels", pd.DataFrame(rel.label_rows(ctx.read(labelled["words"]),
+                                                              ctx.read(examples))),
+                         f"DCM labels of the {k} clusters, and the pairs nearest each centroid")
     title = (f"Stability over k: {cfg.dataset}, window {cfg.window}, {cfg.ranking} ranking, "
              f"seed {cfg.seed}")
     png = ctx.artifacts.plot(plots.relations_stability, curve, chosen_k=k,

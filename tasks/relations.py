@@ -356,6 +356,31 @@ def cluster_table(words: pd.DataFrame, labels: np.ndarray, k: int) -> pd.DataFra
     return pd.DataFrame(rows, columns=CLUSTER_COLUMNS)
 
 
+#: Example pairs per cluster in the run's ``clusters.parquet`` and its labels table.
+N_EXAMPLES = 3
+
+
+def example_text(head: str, tail: str, sentence: str) -> str:
+    """A pair as a reader meets it: its two entities, then the sentence."""
+    return f"{head} … {tail}: {sentence}"
+
+
+@step("relations-examples", inputs=("clusters", "assigned"), run_name="examples per cluster")
+def cluster_examples(clusters: pd.DataFrame, assigned: pd.DataFrame,
+                     n_examples: int) -> pd.DataFrame:
+    """``clusters`` (:func:`cluster_table`) with ``examples``: for each cluster, the
+    ``n_examples`` pairs of ``assigned`` (:func:`assign_pairs`) nearest its centroid, nearest
+    first (ties by file and id), each as :func:`example_text`: what a reader wants beside a
+    cluster's label words.  A cluster no pair is nearest to has none."""
+    ordered = assigned.sort_values(["cluster", "distance", "source", "id"], kind="stable")
+    nearest = ordered.groupby("cluster", sort=False).head(int(n_examples))
+    by_cluster = {int(c): [example_text(r.head, r.tail, r.sentence) for r in g.itertuples()]
+                  for c, g in nearest.groupby("cluster", sort=False)}
+    out = clusters.copy()
+    out["examples"] = [by_cluster.get(int(c), []) for c in out["cluster"]]
+    return out
+
+
 @step("relations-model", inputs=("X", "ranking", "labels", "words"),
       outputs=("features", "centroids", "clusters"), run_name="model k={k} F={n_features}")
 def build_model(X: sp.csr_matrix, ranking: pd.DataFrame, labels: np.ndarray,
@@ -585,12 +610,18 @@ def stability_markdown(curve: pd.DataFrame, k: int, rl_curve: pd.DataFrame | Non
     return "\n".join(lines)
 
 
-def label_rows(words: pd.DataFrame) -> list[dict]:
-    """One row per cluster: size and its DCM words (for the table artifact)."""
+def label_rows(words: pd.DataFrame, examples: pd.DataFrame | None = None) -> list[dict]:
+    """One row per cluster: size and its DCM words (for the table artifact), and the pairs
+    nearest its centroid (``examples``: :func:`cluster_examples`), if given."""
+    shown = {} if examples is None else {
+        int(r.cluster): "  ·  ".join(r.examples) for r in examples.itertuples()}
     out = []
     for c, g in words.groupby("cluster", sort=True):
         g = g.sort_values("rank")
-        out.append({"cluster": int(c), "size": int(g["size"].iloc[0]),
-                    "words": ", ".join(g["word"]),
-                    "weights": ", ".join(f"{w:.3f}" for w in g["weight"])})
+        row = {"cluster": int(c), "size": int(g["size"].iloc[0]),
+               "words": ", ".join(g["word"]),
+               "weights": ", ".join(f"{w:.3f}" for w in g["weight"])}
+        if examples is not None:
+            row["examples"] = shown.get(int(c), "")
+        out.append(row)
     return out

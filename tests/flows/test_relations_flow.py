@@ -151,7 +151,7 @@ def fitted(sample):
 
 
 NAMED = {"assignments.parquet": ("relations-assign", None),
-         "clusters.parquet": ("relations-model", "clusters"),
+         "clusters.parquet": ("relations-examples", None),
          "features.parquet": ("relations-model", "features"),
          "model/vocabulary.parquet": ("relations-features", "vocabulary"),
          "model/features.parquet": ("relations-model", "features"),
@@ -208,6 +208,13 @@ def test_named_outputs_are_the_runs_entries_and_agree_with_the_estimator(project
         np.testing.assert_allclose(row.weights, [wt for _, wt in dcm[row.cluster]], rtol=1e-12)
         assert row.label == ", ".join(row.words)
     assert assigned["label"].tolist() == clusters["label"].to_numpy()[assigned["cluster"]].tolist()
+    # the model's clusters, with the three pairs nearest each centroid, found here by a loop
+    model_clusters = tables["model/clusters.parquet"]
+    pd.testing.assert_frame_equal(clusters.drop(columns="examples"), model_clusters)
+    for c in range(k):
+        mine = sorted((r.distance, r.source, r.id, f"{r.head} … {r.tail}: {r.sentence}")
+                      for r in assigned.itertuples() if r.cluster == c)
+        assert list(clusters.loc[c, "examples"]) == [text for *_, text in mine[:3]]
 
     features = tables["features.parquet"]
     (ranking,) = outputs(m, "relations-rank")
