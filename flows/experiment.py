@@ -236,7 +236,7 @@ def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None)
         ctx.record.adopt(r["outputs"], child=r["run_id"])
     table = ctx.run(exp.gather, metrics=[r["metrics"] for r in results if r["error"] is None],
                     name=config.name, axes=list(config.axes), points=points,
-                    errors=[r["error"] for r in results])
+                    errors=[r["error"] for r in results], family=spec.method_family)
     t = config.table
     summary = ctx.run(exp.summarise, table=table, rows=t.rows, columns=t.columns,
                       metric=t.metric, methods=t.methods)

@@ -21,6 +21,9 @@ class FlowSpec:
     description: str = ""
     applies: str | None = None  # for an apply flow: the training flow whose model it applies
     kind: str = "train"  # train | apply | experiment
+    # A pattern whose first group is the method's name in an experiment's table, for a flow
+    # whose method names hold settings an experiment varies (see tasks.experiment.gather).
+    method_family: str | None = None
 
     def load_flow(self) -> Any:
         return _load(self.target)
@@ -49,6 +52,7 @@ register(
         config_model="scarce.flows.leml:LemlConfig",
         config_file="configs/leml.yaml",
         description="LEML: low-rank multi-label learning with missing labels (Yu et al., 2014)",
+        method_family=r"^(leml)-[a-z_]+-k\d+$",  # leml-LOSS-kRANK
     )
 )
 register(

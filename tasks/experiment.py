@@ -9,6 +9,7 @@ metric's mean and spread over the remaining axes (the seeds).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -27,13 +28,17 @@ def cell(value) -> str:
 
 @step("experiment-table", inputs=("metrics",), run_name="gather {name}")
 def gather(metrics: list[pd.DataFrame], name: str, axes: list[str], points: list[dict],
-           errors: list[str | None]) -> pd.DataFrame:
+           errors: list[str | None], family: str | None = None) -> pd.DataFrame:
     """The long table: for each grid point (in grid order) its axis values and each metric of
     its run (``dataset``, ``method``, ``metric``, ``value``); a failed point is one row with its
     ``error`` and no metric.  (The child run ids, which differ between equal runs, are in the
     experiment's ``children.json``.)
 
     ``metrics`` holds the metrics tables of the points that finished, in grid order.
+    ``family``, a flow whose method names hold settings (LEML's ``leml-squared-k100``): a
+    pattern whose first group is the method (``leml``), so that the table's ``method`` is one
+    column across the grid's losses and ranks, not one per point; the full name is kept in
+    ``method_name``.
     """
     tables = iter(metrics)
     rows = []
@@ -52,6 +57,15 @@ def gather(metrics: list[pd.DataFrame], name: str, axes: list[str], points: list
     out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
     out = out[columns]
     out["value"] = out["value"].astype(float)
+    if family is not None:
+        pattern = re.compile(family)
+
+        def method(name):
+            match = pattern.match(name) if isinstance(name, str) else None
+            return match.group(1) if match else name
+
+        out["method_name"] = out["method"]
+        out["method"] = out["method"].map(method)
     return out.reset_index(drop=True)
 
 

@@ -50,3 +50,29 @@ def test_a_combination_no_run_made_is_an_emptycell():
                             "mean": [0.5, 0.6, 0.7], "std": [0.0, 0.0, 0.0], "n": [1, 1, 1]})
     assert wide(summary, ["w"], ["method"]).to_dict("records")[1] == {
         "w": "b", "m": "0.700", "n": ""}
+
+
+def test_a_method_family_makes_one_column_across_the_settings_its_names_hold():
+    """LEML's names hold the loss and the rank (``leml-squared-k100``): over a loss axis the
+    table's ``method`` is one column, ``leml``, beside the baseline, not one per loss with
+    the other loss's cells empty."""
+    from scarce.flows.registry import FLOWS
+
+    points = [{"model.loss": "squared"}, {"model.loss": "logistic"}]
+    tables = [_metrics({"leml-squared-k100": 0.5, "br-ridge": 0.6}),
+              _metrics({"leml-logistic-k100": 0.4, "br-ridge": 0.6})]
+    family = FLOWS["leml"].method_family
+    table = gather(tables, name="g", axes=["model.loss"], points=points, errors=[None, None],
+                   family=family)
+    assert table["method"].tolist() == ["leml", "br-ridge", "leml", "br-ridge"]
+    assert table["method_name"].tolist() == ["leml-squared-k100", "br-ridge",
+                                             "leml-logistic-k100", "br-ridge"]
+    shown = wide(summarise(table, rows=["model.loss"], columns=["method"], metric="acc"),
+                 ["model.loss"], ["method"])
+    assert shown.to_dict("records") == [
+        {"model.loss": "squared", "leml": "0.500", "br-ridge": "0.600"},
+        {"model.loss": "logistic", "leml": "0.400", "br-ridge": "0.600"}]
+    # without it, the diagonal table the names give
+    plain = gather(tables, name="g", axes=["model.loss"], points=points, errors=[None, None])
+    assert wide(summarise(plain, rows=["model.loss"], columns=["method"], metric="acc"),
+                ["model.loss"], ["method"]).loc[0, "leml-logistic-k100"] == ""
