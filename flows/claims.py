@@ -1,4 +1,5 @@
-"""The paper's claims checked on a relation-discovery experiment: ``scarce claims RUN_ID``.
+"""Chen et al.'s claims checked on a relation-discovery experiment: ``scarce claims RUN_ID``
+(LEML's and StRip's: :mod:`flows.paper_claims`).
 
 Chen, Ji, Tan and Niu (2005) make four claims a reader can check on any labelled corpus
 without giving the method the answer:
@@ -35,7 +36,7 @@ import pandas as pd
 
 from scarce.tasks.errors import InputError
 
-__all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment",
+__all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment", "verdict",
            "read_experiments"]
 
 #: Share of the repetitions on which (c) and (d) must hold: the paper's "4 of 5 seeds".
@@ -190,7 +191,9 @@ def _axis_label(value) -> str:
     return str(value)
 
 
-def _verdict(diff: float, spread: float) -> str:
+def verdict(diff: float, spread: float) -> str:
+    """``holds`` when ``diff`` is ahead by more than ``spread``, ``fails`` when behind by more,
+    ``level`` otherwise."""
     if diff > spread:
         return "holds"
     if diff < -spread:
@@ -228,7 +231,7 @@ def claims(table: pd.DataFrame, words: pd.DataFrame, group: str, method: str | N
                 continue
             diff, spread = mean[name] - mean[other], max(std[name], std[other])
             verdicts.append({group: g, "method": name, "claim": claim,
-                             "verdict": _verdict(diff, spread),
+                             "verdict": verdict(diff, spread),
                              "figure": f"{mean[name]:.3f} vs {mean[other]:.3f} "
                                        f"(difference {diff:+.3f}, spread {spread:.3f})"})
         near = sum(abs(x - k_true) <= K_TOLERANCE for x in k)

@@ -214,10 +214,14 @@ def _add_init(add: Any) -> None:
 
 
 def _add_claims(add: Any) -> None:
-    cl = add("claims", claims.claims, "check the paper's claims on a relations experiment")
+    cl = add("claims", claims.claims, "check the papers' claims on experiments and LEML runs",
+             epilog="Chen et al.'s (a)-(d) on relations experiments; Yu et al.'s (p) on a LEML "
+             "run of Bibtex or Delicious and (m) on a LEML experiment over observed_fraction; "
+             "Stoyanov and Cardie's (s) on a StRip experiment.  A comparison holds when ahead "
+             "by more than the seeds' spread, fails when behind by more, is level otherwise.")
     cl.add_argument("run_ids", nargs="+", metavar="RUN_ID",
-                    help="the id of an experiment over the relations flow; several are read as "
-                         "one table (their row axes joined)")
+                    help="an experiment over relations, leml or strip, or a LEML run; several "
+                         "relations experiments are read as one table (their row axes joined)")
 
 
 def _add_bench(add: Any, common: argparse.ArgumentParser) -> None:

@@ -137,10 +137,11 @@ def test_the_command_prints_the_claims_and_refuses_other_flows(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "(b) entropy selection beats RLBaseline: **fails**, 0.300 vs 0.400" in out
     other = tmp_path / "other"
-    _experiment_folder(other, flow="leml")
+    _experiment_folder(other, flow="digits")
     monkeypatch.setenv("SCARCE_RUNS", str(other))
     assert main(["claims", "experiment-toy-1"]) == 2
-    assert "experiment over the relations flow" in capsys.readouterr().err
+    assert "an experiment over relations, leml or strip, or on a LEML run; this run is an " \
+           "experiment over 'digits'" in capsys.readouterr().err
 
 
 def test_two_experiments_join_on_their_row_axes_with_the_base_configs_ranking(
