@@ -35,6 +35,27 @@ def project(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def grid(project, prefect_server) -> tuple[str, str]:
+    """The module's first run of the experiment ``grid``, made here whichever test asks first
+    (the tests read it, rerun it and count on its children), and what ``--dry-run`` printed
+    before it, when none of its points had run: (run id, output)."""
+    import contextlib
+    import io
+
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(io.StringIO()) as out:
+        env.chdir(project)
+        env.setenv("SCARCE_ROOT", str(project))
+        env.delenv("SCARCE_STORE", raising=False)
+        env.delenv("SCARCE_RUNS", raising=False)
+        assert main(["run", "experiment", "grid", "--dry-run"]) == 0
+        dry = out.getvalue()
+        before = set(_experiment_runs(project))
+        assert main(["run", "experiment", "grid"]) == 0
+    (exp_run,) = set(_experiment_runs(project)) - before
+    return exp_run, dry
+
+
 def _experiment_runs(project) -> list[str]:
     return [r for r in runs(project) if manifest(project, r)["flow"] == "experiment"]
 
@@ -43,11 +64,9 @@ def _outputs(project, run_id: str) -> dict[str, str]:
     return {o["name"]: o["sha256"] for o in manifest(project, run_id)["named_outputs"]}
 
 
-def test_the_table_is_the_childrens_metrics(project, capsys):
-    assert main(["run", "experiment", "grid", "--dry-run"]) == 0  # nothing ran before
-    assert "4 to run (every step), 0 invalid" in capsys.readouterr().out
-    assert main(["run", "experiment", "grid"]) == 0
-    (exp_run,) = _experiment_runs(project)
+def test_the_table_is_the_childrens_metrics(project, grid):
+    exp_run, dry = grid
+    assert "4 to run (every step), 0 invalid" in dry  # nothing ran before
     out = project / "data" / "runs" / exp_run / "outputs"
     table = pd.read_parquet(out / "table.parquet")
     children = json.loads((out / "children.json").read_text())
@@ -77,13 +96,17 @@ def test_the_table_is_the_childrens_metrics(project, capsys):
         assert {o["ref"] for o in manifest(project, c["run_id"])["outputs"]} <= refs
     # the children carry the experiment's tag: `scarce runs --tag experiment:grid` is their
     # table, with the axes (the settings that differ) and each child's own metrics
+    # (other tests here run the grid again: their children are listed too)
     listed = scarce.runs(tags=["experiment:grid"], root=project / "data" / "runs")
-    assert listed["run_id"].tolist() == [c["run_id"] for c in children]
-    assert listed["k"].tolist() == [4, 4, 6, 6] and listed["seed"].tolist() == [0, 1, 0, 1]
-    assert listed["ari"].tolist() == aris["value"].tolist()
+    assert (listed["flow"] == "digits").all()
+    mine = listed.set_index("run_id").loc[[c["run_id"] for c in children]]
+    assert mine["k"].tolist() == [4, 4, 6, 6] and mine["seed"].tolist() == [0, 1, 0, 1]
+    assert mine["ari"].tolist() == aris["value"].tolist()
+    assert not scarce.runs(tags=["experiment:named"], root=project / "data" / "runs")[
+        "run_id"].isin(mine.index).any()
 
 
-def test_one_more_seed_computes_only_the_new_children(project, capsys):
+def test_one_more_seed_computes_only_the_new_children(project, grid, capsys):
     assert main(["run", "experiment", "grid", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert ("4 child runs of digits: 4 cached (0 uncached steps), 0 partly cached (0 uncached "
@@ -106,8 +129,8 @@ def test_one_more_seed_computes_only_the_new_children(project, capsys):
     assert all("digits-cluster" not in manifest(project, r)["cache_hits"] for r in computed)
 
 
-def test_rerun_of_the_experiment_is_identical_and_dask_gives_the_same_table(project, capsys):
-    first = sorted(_experiment_runs(project), key=lambda r: manifest(project, r)["started"])[0]
+def test_rerun_of_the_experiment_is_identical_and_dask_gives_the_same_table(project, grid, capsys):
+    first = grid[0]
     capsys.readouterr()
     assert main(["rerun", first]) == 0
     assert "identical" in capsys.readouterr().out.splitlines()
@@ -120,7 +143,7 @@ def test_rerun_of_the_experiment_is_identical_and_dask_gives_the_same_table(proj
         assert ours[name] == theirs[name], name
 
 
-def test_a_bad_grid_value_fails_its_point_and_the_others_finish(project, capsys):
+def test_a_bad_grid_value_fails_its_point_and_the_others_finish(project, grid, capsys):
     before = set(_experiment_runs(project))
     assert main(["run", "experiment", "grid", "--set", "axes.k=[1, 4]"]) == 0
     (exp_run,) = set(_experiment_runs(project)) - before
@@ -135,9 +158,9 @@ def test_a_bad_grid_value_fails_its_point_and_the_others_finish(project, capsys)
     assert "2 point(s) failed:" in text and "k=1, seed=0" in text
 
 
-def test_a_named_axis_sets_its_keys_together(project, capsys):
+def test_a_named_axis_sets_its_keys_together(project, grid, capsys):
     """``size: {four: {k: 4}, six: {k: 6, n_init: 1}}``: the same children as the k axis."""
-    (first, *_) = sorted(_experiment_runs(project), key=lambda r: manifest(project, r)["started"])
+    first = grid[0]
     (project / "configs" / "experiments" / "named.yaml").write_text(GRID.replace(
         "  k: [4, 6]\n", "  size: {four: {k: 4}, six: {k: 6, n_init: 1}}\n").replace(
         "rows: [k]", "rows: [size]"))
@@ -171,7 +194,7 @@ def test_bad_experiments_exit_2_with_one_line(project, capsys, args, words):
     assert len(lines) == 1 and words in lines[0], err[-2000:]
 
 
-def test_dry_run_says_to_run_when_a_steps_code_changed(project, capsys, monkeypatch):
+def test_dry_run_says_to_run_when_a_steps_code_changed(project, grid, capsys, monkeypatch):
     from tests.flows import sample_flow
 
     assert main(["run", "experiment", "grid", "--dry-run"]) == 0
@@ -183,19 +206,23 @@ def test_dry_run_says_to_run_when_a_steps_code_changed(project, capsys, monkeypa
         "step)" in capsys.readouterr().out
 
 
-def test_dry_run_counts_the_steps_whose_entries_are_gone(project, capsys):
-    (exp_run, *_) = sorted(_experiment_runs(project),
-                           key=lambda r: manifest(project, r)["started"])
-    out = project / "data" / "runs" / exp_run / "outputs"
+def test_dry_run_counts_the_steps_whose_entries_are_gone(project, grid, capsys):
+    out = project / "data" / "runs" / grid[0] / "outputs"
     child = json.loads((out / "children.json").read_text())[0]  # k=4, seed=0
     outputs = manifest(project, child["run_id"])["outputs"]
     (cluster,) = [o["ref"] for o in outputs if o["step"] == "digits-cluster"]
-    Store(project / "data" / "cache").path(cluster).unlink()  # as `scarce cache gc` would
-    assert main(["run", "experiment", "grid", "--set", "axes.k=[1, 4]", "--dry-run"]) == 0
-    assert ("1 cached (0 uncached steps), 1 partly cached (1 uncached steps), 0 to run, "
-            "2 invalid") in capsys.readouterr().out
-    config = load_experiment(experiment_file("grid"), ["axes.k=[1, 4]"])
-    rows = plan(config, project / "data" / "runs", project / "data" / "cache").set_index("point")
+    entry = Store(project / "data" / "cache").path(cluster)
+    kept = entry.read_bytes()
+    entry.unlink()  # as `scarce cache gc` would
+    try:
+        assert main(["run", "experiment", "grid", "--set", "axes.k=[1, 4]", "--dry-run"]) == 0
+        assert ("1 cached (0 uncached steps), 1 partly cached (1 uncached steps), 0 to run, "
+                "2 invalid") in capsys.readouterr().out
+        config = load_experiment(experiment_file("grid"), ["axes.k=[1, 4]"])
+        rows = plan(config, project / "data" / "runs",
+                    project / "data" / "cache").set_index("point")
+    finally:  # the entry back, for the tests that count on the grid being cached
+        entry.write_bytes(kept)
     assert rows.loc["k=4, seed=0", ["state", "uncached steps"]].tolist() == ["partly cached", "1"]
     assert rows.loc["k=4, seed=1", ["state", "uncached steps"]].tolist() == ["cached", "0"]
     assert rows.loc["k=1, seed=0", "state"] == "invalid"
