@@ -58,8 +58,39 @@ def cli(project, capsys, *argv):
     return code, err, [manifest(project, r) for r in sorted(set(runs(project)) - before)]
 
 
-def model_run(project) -> str:
-    return next(r for r in runs(project) if r.startswith("strip-"))
+@pytest.fixture(scope="module")
+def made(project, prefect_server, tmp_path_factory) -> dict:
+    """The module's training run and its first apply, made together before any test applies
+    the model: the test split's documents, copied to a folder beside a file that is not a
+    document, applied to an output folder.  Their manifests, and the two folders."""
+    base = tmp_path_factory.mktemp("apply-strip-first")
+    docs = base / "docs"
+    docs.mkdir()
+    for d in TEST:
+        shutil.copy(GUM / f"{d}.conllu.gz", docs)
+    (docs / "notes.txt").write_text("not a document\n")  # not a .conllu file: left out
+    made = {"docs": docs, "out": base / "out"}
+    with pytest.MonkeyPatch.context() as env:  # as `in_project`, for the module
+        env.chdir(project)
+        env.setenv("SCARCE_ROOT", str(project))
+        env.delenv("SCARCE_STORE", raising=False)
+        env.delenv("SCARCE_RUNS", raising=False)
+        for key, argv in (("train", ["run", "strip", "--config",
+                                     str(project / "configs" / "strip.yaml")]),
+                          ("applied", ["apply", "{train}", "--input", str(docs),
+                                       "--output", str(made["out"])])):
+            before = set(runs(project))
+            argv = [a.format(train=made.get("train", {}).get("run_id")) for a in argv]
+            assert main(argv) == 0
+            (run_id,) = set(runs(project)) - before
+            made[key] = manifest(project, run_id)
+    return made
+
+
+@pytest.fixture(scope="module")
+def trained(made) -> str:
+    """The id of the module's training run."""
+    return made["train"]["run_id"]
 
 
 def steps(m) -> set[str]:
@@ -68,18 +99,8 @@ def steps(m) -> set[str]:
 
 @flow_test
 def test_applied_to_the_test_split_it_writes_the_training_runs_bytes_and_learns_nothing(
-        project, capsys, tmp_path):
-    code, err, (train,) = cli(project, capsys, "run", "strip", "--config",
-                              str(project / "configs" / "strip.yaml"))
-    assert code == 0, err
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for d in TEST:
-        shutil.copy(GUM / f"{d}.conllu.gz", docs)
-    (docs / "notes.txt").write_text("not a document\n")  # not a .conllu file: left out
-    code, err, (applied,) = cli(project, capsys, "apply", train["run_id"], "--input", str(docs),
-                                "--output", str(tmp_path / "out"))
-    assert code == 0, err
+        project, made):
+    train, applied, out_folder = made["train"], made["applied"], made["out"]
     assert applied["flow"] == "apply-strip" and applied["config"]["variant"] is None
     # no training step ran: none in the manifest, no task run of Prefect's
     assert steps(applied) == {"strip-model-rules", "strip-preprocess", "strip-apply",
@@ -104,8 +125,8 @@ def test_applied_to_the_test_split_it_writes_the_training_runs_bytes_and_learns_
     for d in TEST:
         want = (trained / "predicted" / "strip-partial" / f"{d}.conllu").read_bytes()
         assert (out / "predicted" / f"{d}.conllu").read_bytes() == want
-        assert (tmp_path / "out" / f"{d}.conllu").read_bytes() == want
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{d}.conllu" for d in TEST]
+        assert (out_folder / f"{d}.conllu").read_bytes() == want
+    assert sorted(p.name for p in out_folder.iterdir()) == [f"{d}.conllu" for d in TEST]
     # the metrics count what the file holds (its gold chains add the scores:
     # test_apply_strip_scores.py)
     metrics = pd.read_parquet(project / "data" / "runs" / applied["run_id"] / "metrics.parquet")
@@ -120,8 +141,8 @@ def test_applied_to_the_test_split_it_writes_the_training_runs_bytes_and_learns_
 @flow_test
 @pytest.mark.parametrize("variant", ["ripper", None])
 def test_documents_the_model_never_saw_get_the_chains_of_strip_cluster(
-        project, capsys, tmp_path, variant):
-    train = model_run(project)
+        project, trained, capsys, tmp_path, variant):
+    train = trained
     model = project / "data" / "runs" / train / "outputs" / "model"
     chosen = variant or "strip-partial"  # the paper's method when the run trained it
     docs = tmp_path / "docs"
@@ -151,8 +172,8 @@ def test_documents_the_model_never_saw_get_the_chains_of_strip_cluster(
 
 
 @flow_test
-def test_one_file_to_an_output_file_and_the_bundled_config_with_latest(project, capsys,
-                                                                       tmp_path):
+def test_one_file_to_an_output_file_and_the_bundled_config_with_latest(project, trained,
+                                                                       capsys, tmp_path):
     target = tmp_path / "deep" / "crane.conllu"
     code, err, (applied,) = cli(
         project, capsys, "run", "apply-strip", "--config", str(ROOT / "configs" /
@@ -160,15 +181,14 @@ def test_one_file_to_an_output_file_and_the_bundled_config_with_latest(project, 
         "--set", f"input={GUM / 'GUM_news_crane.conllu.gz'}", "--set", f"output={target}")
     assert code == 0, err
     assert applied["config"]["model_run"] == "latest"
-    trained = project / "data" / "runs" / model_run(project) / "outputs" / "predicted"
-    assert target.read_bytes() == (trained / "strip-partial" / "GUM_news_crane.conllu"
+    predicted = project / "data" / "runs" / trained / "outputs" / "predicted"
+    assert target.read_bytes() == (predicted / "strip-partial" / "GUM_news_crane.conllu"
                                    ).read_bytes()
 
 
 @flow_test
-def test_rerun_of_an_apply_run_is_identical(project, capsys):
-    applied = next(r for r in runs(project) if r.startswith("apply-strip-"))
-    assert main(["rerun", applied]) == 0
+def test_rerun_of_an_apply_run_is_identical(made, capsys):
+    assert main(["rerun", made["applied"]["run_id"]]) == 0
     assert capsys.readouterr().out.strip().endswith("identical")
 
 
@@ -202,9 +222,10 @@ BAD = {
 
 @flow_test
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_input_exits_2_with_one_line_and_adds_nothing(project, capsys, tmp_path, case):
+def test_bad_input_exits_2_with_one_line_and_adds_nothing(project, trained, capsys, tmp_path,
+                                                          case):
     runs_dir = project / "data" / "runs"
-    train = model_run(project)
+    train = trained
     before = runs(project)
     model = runs_dir / train / "outputs" / "model"
     meta = json.loads((model / "model.json").read_text())

@@ -180,7 +180,10 @@ def test_rerun_after_an_input_changed_says_so_first(project, first, capsys):
     finally:
         data.write_text(text)
     assert code == 1
-    report = out.splitlines()[1:]  # after "rerun NEW of FIRST"
+    # after "rerun NEW of FIRST" and what it found of the run's own files (another test here
+    # damages one, which the changed input cannot reproduce)
+    report = [line for line in out.splitlines()[1:]
+              if not line.startswith(("repaired:", "damaged:"))]
     assert report[0] == f"why: input digits.csv changed (sha256 {before[:12]} -> {after[:12]})"
     assert all(not line.startswith("why:") for line in report[1:])
     assert not any(line.startswith(("differs: digits-", "new in rerun", "missing in rerun"))
