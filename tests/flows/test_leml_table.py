@@ -22,7 +22,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 import scarce
 from scarce.flows.cli import main
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -104,8 +104,12 @@ def project(tmp_path_factory):
     return root
 
 
-def _newest(project, flow: str) -> Path:
-    run = [r for r in runs(project) if manifest(project, r)["flow"] == flow][-1]
+def _made_by(project, *argv: str) -> Path:
+    """The folder of the one run ``scarce ARGV`` makes (run ids sort by their name, so the
+    newest is not the last when names differ)."""
+    before = set(runs(project))
+    assert main(list(argv)) == 0
+    (run,) = set(runs(project)) - before
     return project / "data" / "runs" / run
 
 
@@ -113,8 +117,7 @@ def _newest(project, flow: str) -> Path:
 def test_a_table_of_the_xc_rows_gives_the_xc_metrics_to_the_last_digit(project, name):
     out = {}
     for route in ("xc", "table"):
-        assert main(["run", "leml", "--config", f"configs/{name}-{route}.yaml"]) == 0
-        out[route] = _newest(project, "leml")
+        out[route] = _made_by(project, "run", "leml", "--config", f"configs/{name}-{route}.yaml")
     metrics = {r: pd.read_parquet(d / "metrics.parquet") for r, d in out.items()}
     pd.testing.assert_frame_equal(metrics["xc"], metrics["table"], check_exact=True)
     pred = {r: pd.read_parquet(d / "outputs" / "predictions.parquet") for r, d in out.items()}
@@ -126,8 +129,7 @@ def test_a_table_of_the_xc_rows_gives_the_xc_metrics_to_the_last_digit(project, 
 
 
 def test_a_csv_of_text_and_tags_trains_applies_and_loads(project):
-    assert main(["run", "leml", "--config", "configs/text.yaml"]) == 0
-    run = _newest(project, "leml")
+    run = _made_by(project, "run", "leml", "--config", "configs/text.yaml")
     train = pd.read_csv(project / "text.train.csv")
     model = run / "outputs" / "model"
     # the vocabulary and idf: scikit-learn's vectoriser fitted on the training table only
@@ -142,8 +144,8 @@ def test_a_csv_of_text_and_tags_trains_applies_and_loads(project):
 
     new = project / "text.new.csv"
     assert "tags" not in pd.read_csv(new).columns  # rows to label: text only
-    assert main(["apply", run.name, "--input", "text.new.csv", "--output", "labelled.csv"]) == 0
-    applied = _newest(project, "apply-leml")
+    applied = _made_by(project, "apply", run.name, "--input", "text.new.csv",
+                       "--output", "labelled.csv")
     want = pd.read_parquet(applied / "outputs" / "predictions.parquet")
     assert len(want) == 5 * len(pd.read_csv(new))
     assert set(pd.read_parquet(applied / "metrics.parquet")["metric"]) == {"rows"}
