@@ -47,18 +47,9 @@ def partial_folders(runs_dir: Path) -> list[Path]:
 CODE_PACKAGES = ("algorithms", "tasks", "flows")
 
 
-def source_sha256(root: Path) -> str:
-    """sha256 over the project's Python sources (path and bytes, sorted)."""
-    return _source_digests(root)[0]
-
-
-def source_files(root: Path) -> dict[str, str]:
-    """The sha256 of each of the project's Python sources, by path (``flows/leml.py``): what
-    ``scarce diff`` and ``scarce rerun`` name when the code of two runs differs."""
-    return _source_digests(root)[1]
-
-
 def _source_digests(root: Path) -> tuple[str, dict[str, str]]:
+    """sha256 over the project's Python sources (path and bytes, sorted), and each file's own
+    sha256 by path (``flows/leml.py``): what ``scarce diff`` names when the code differs."""
     h = hashlib.sha256()
     files = {}
     for pkg in CODE_PACKAGES:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from scarce.flows.claims import verdict
 from scarce.flows.published import LEML_XC
+from scarce.flows.registry import FLOWS
 from scarce.tasks.errors import InputError
 
 #: The metrics each comparison of an experiment is made on.
@@ -97,7 +98,7 @@ def experiment_claims(run_dir: Path, flow: str) -> pd.DataFrame:
     if flow == "leml":
         if "method_name" not in table.columns:  # recorded before the table named families
             table = table.assign(method=table["method"].str.replace(
-                r"^(leml)-[a-z_]+-k\d+$", r"\1", regex=True))
+                FLOWS["leml"].method_family, r"\1", regex=True))
         if "observed_fraction" not in config.get("axes", {}):
             raise InputError("LEML's claim (m) is on missing labels: give an experiment with "
                              "an observed_fraction axis (configs/experiments/leml-missing.yaml)",

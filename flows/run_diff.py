@@ -16,8 +16,7 @@ from typing import Any
 import pandas as pd
 
 from scarce.flows import manifest as mf
-from scarce.flows.former_keys import current_key
-from scarce.flows.runs_table import flat_config
+from scarce.flows.runs_table import recorded_config
 
 
 def _short(sha: Any) -> str:
@@ -32,14 +31,6 @@ def _changed(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]
         va, vb = a.get(name, missing), b.get(name, missing)
         if va != vb:
             out.append((name, None if va is missing else va, None if vb is missing else vb))
-    return out
-
-
-def _config(m: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in flat_config(m.get("config")).items():
-        keys, value = current_key(str(m.get("flow")), key.split("."), value)
-        out[".".join(keys)] = value
     return out
 
 
@@ -74,7 +65,7 @@ def causes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         lines.append(f"why: Python {env_a.get('python')} -> {env_b.get('python')}")
     for name, a, b in _changed(env_a.get("packages") or {}, env_b.get("packages") or {}):
         lines.append(f"why: package {name} {a or 'absent'} -> {b or 'absent'}")
-    for key, a, b in _changed(_config(old), _config(new)):
+    for key, a, b in _changed(recorded_config(old), recorded_config(new)):
         lines.append(f"why: config {key} {a!r} -> {b!r}")
     return lines
 

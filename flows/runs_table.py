@@ -67,6 +67,16 @@ def flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def recorded_config(m: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's config as dotted keys (:func:`flat_config`) under their current names (a
+    run recorded before a section was renamed reads as the renamed section)."""
+    out = {}
+    for key, value in flat_config(m.get("config")).items():
+        keys, value = current_key(str(m.get("flow")), key.split("."), value)
+        out[".".join(keys)] = value
+    return out
+
+
 def manifest_tags(m: dict[str, Any]) -> list[str]:
     """The run's tags as recorded, or, for a run recorded before its tags were, those its
     manifest gives (flow, data set, runner, the run it reruns)."""
@@ -104,6 +114,7 @@ def _row(run_dir: Path, m: dict[str, Any], warn: list[str]) -> dict[str, Any]:
     rerun_of = options.get("rerun_of")
     runner = "dask" if m.get("task_runner") == "DaskTaskRunner" else (
         options.get("runner") or "local")
+    tags = manifest_tags(m)
     return {
         "run_id": run_dir.name,
         "flow": m["flow"],
@@ -112,9 +123,9 @@ def _row(run_dir: Path, m: dict[str, Any], warn: list[str]) -> dict[str, Any]:
         "started": str(m.get("started", ""))[:19].replace("T", " "),
         "seconds": run_seconds(m),
         "runner": runner,
-        "tags": ",".join(t for t in manifest_tags(m) if not t.startswith(SHOWN_TAGS)),
-        "_tags": manifest_tags(m),
-        "_config": _current_keys(str(m["flow"]), flat_config(m.get("config"))),
+        "tags": ",".join(t for t in tags if not t.startswith(SHOWN_TAGS)),
+        "_tags": tags,
+        "_config": recorded_config(m),
         "_headline": _headline(m, run_dir.name, warn),
     }
 
@@ -172,16 +183,6 @@ def _unknown(what: str, name: str, columns: Sequence[str]) -> InputError:
     near = difflib.get_close_matches(name, columns, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(near)}?" if near else " (see --all-columns)"
     return InputError(f"no run has a column {name!r}{hint}", key=what)
-
-
-def _current_keys(flow: str, config: dict[str, Any]) -> dict[str, Any]:
-    """A recorded config's dotted keys under their current names (a run recorded before a
-    section was renamed shows in the renamed section's columns)."""
-    out = {}
-    for key, value in config.items():
-        keys, value = current_key(flow, key.split("."), value)
-        out[".".join(keys)] = value
-    return out
 
 
 def runs_table(runs_dir: Path, *, flow: str | None = None, tags: Sequence[str] = (),
