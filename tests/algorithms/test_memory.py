@@ -193,6 +193,7 @@ except MemoryError:
 """
 
 
+@pytest.mark.slow  # starts a Python process
 def test_the_guard_refuses_what_a_real_address_space_limit_would_not_allow(tmp_path):
     """``ulimit -v`` in a real process: the guard refuses an array that the limit forbids (numpy
     itself then fails to allocate it) though the machine has the memory."""

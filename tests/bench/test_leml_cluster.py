@@ -91,6 +91,7 @@ def test_the_flow_with_its_solvers_on_a_worker_gives_the_same_factors(tmp_path):
     assert 0.05 < tasks["client peak RSS GiB"] < 4
 
 
+@pytest.mark.slow  # starts a Python process
 def test_the_peak_of_a_child_is_its_own_not_this_processs():
     """``_PeakWatch`` reads the child's own high-water mark: a child touching 64 MiB peaks
     near that while this process holds 256 MiB more (``ru_maxrss`` from ``wait4`` reported

@@ -192,6 +192,7 @@ def test_leml_model_fields_are_declared_from_lemls_parameters():
         assert info.description, name
 
 
+@pytest.mark.slow  # starts a Python process
 def test_a_changed_leml_default_reaches_the_flow_config():
     """LEML's rank default changed before the flow's config is defined: the config's
     default, its JSON schema and the estimator it builds follow."""

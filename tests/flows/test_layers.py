@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from scarce.tasks.steps import PROJECT_ROOT, imported_modules
 
 PACKAGES = ("algorithms", "tasks", "flows", "bench")
@@ -96,6 +98,7 @@ def test_algorithms_never_import_prefect_or_do_io_through_the_store():
                            for d in imported_modules(m)), m
 
 
+@pytest.mark.slow  # starts a Python process
 def test_importing_the_modules_sets_no_environment_variable():
     code = (
         "import json, os, importlib, sys\n"

@@ -372,6 +372,7 @@ def test_gc_spares_what_a_live_lease_noted_or_wrote_until_it_is_released(tmp_pat
     assert not tmp.exists() and not list(store.lease_dir.glob("*.lease"))
 
 
+@pytest.mark.slow  # starts a Python process
 def test_the_lease_of_a_killed_process_is_stale(tmp_path):
     """A run killed with SIGKILL cannot release its lease; its lock goes with the process."""
     code = (
