@@ -76,6 +76,8 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     scored = ctx.gather([
         ctx.submit(score, X=data["X"], Y=data["Y"], path=path, W=folder / MODEL_FILES["W"],
                    H=folder / MODEL_FILES["H"], labels=folder / MODEL_FILES["labels"],
+                   propensity=(folder / MODEL_FILES["propensity"]
+                               if "propensity" in meta.get("files", {}) else None),
                    format=fmt, shapes=meta["shapes"],
                    params=task_params(model, score), top_k=config.top_k,
                    batch_size=config.batch_size, method=f"leml-{meta['loss']}-k{meta['rank']}",

@@ -20,11 +20,12 @@ submitted to the task runner so that ``--runner dask`` / ``--dask-address`` spre
 child's steps cached in the store as always (a grid extended by one seed computes only the new
 seed); then the table: ``outputs/table.parquet`` (long form: the axes, the child run, each
 metric), ``outputs/summary.parquet`` and ``outputs/table.md`` (the metric's mean and spread over
-the axes not in the table's rows and columns).  A grid point whose config is invalid or whose
-run fails is one row with its error; the other points finish.  The experiment's manifest lists
-every child's outputs, so ``scarce rerun`` of the experiment reruns every child and compares
-every output, the table included.  ``--dry-run`` counts the child runs and what each would
-compute, and runs nothing.
+the axes not in the table's rows and columns; ``table.also`` adds further metrics, each its own
+table in ``table.md`` and ``outputs/summary-<metric>.parquet``).  A grid point whose config is
+invalid or whose run fails is one row with its error; the other points finish.  The experiment's
+manifest lists every child's outputs, so ``scarce rerun`` of the experiment reruns every child
+and compares every output, the table included.  ``--dry-run`` counts the child runs and what
+each would compute, and runs nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 from prefect import Task, flow
@@ -65,11 +66,36 @@ class TableSpec(Strict):
     """The table an experiment builds from its children's metrics."""
 
     metric: str = Field(description="The metric shown (a `metric` of the flow's metrics).")
+    also: list[str] = Field(
+        default_factory=list, description="Further metrics, each summarised over the same "
+        "rows and columns: its own table in table.md and summary-<metric>.parquet, its mean "
+        "and spread in the experiment's metrics.")
     rows: list[str] = Field(min_length=1, description="Axes (or `method`, `dataset`) of the "
                             "table's rows.")
     columns: list[str] = Field(default_factory=list, description="Axes (or `method`, "
                                "`dataset`) of its columns.")
     methods: list[str] | None = Field(None, description="Only these methods; null: all.")
+
+
+class SelectSpec(Strict):
+    """Hyperparameters chosen inside the experiment: every grid point is run as ``set`` says
+    (on a validation split: for LEML ``dataset.evaluate_on: validation``), the best point by
+    ``metric`` is chosen, and the flow is run once more with the chosen values and ``refit``
+    (on the whole training set, evaluated on test)."""
+
+    metric: str = Field(description="The metric the points are compared by (a `metric` of "
+                        "the flow's metrics, computed on the validation split).")
+    direction: Literal["max", "min"] = Field("max", description="Whether the largest or the "
+                                             "smallest mean is best.")
+    over: list[str] | None = Field(
+        None, description="The axes chosen; the metric is averaged over the others (null: "
+        "every axis but seed).")
+    method: str | None = Field(
+        None, description="The method whose metric counts (null: the flow's own, e.g. leml "
+        "and not its baselines).")
+    refit: dict[str, Any] = Field(
+        min_length=1, description="Overrides of the final run, by dotted key (as --set): "
+        "back to the whole training set and the test file.")
 
 
 class ExperimentConfig(FlowConfig):
@@ -89,6 +115,9 @@ class ExperimentConfig(FlowConfig):
         "named settings (an axis name, each value a name for a mapping of dotted keys to "
         "values set together, e.g. a corpus: its data files and dataset name).")
     table: TableSpec
+    select: SelectSpec | None = Field(
+        None, description="Choose hyperparameters on validation and refit (null: a table "
+        "only).")
 
     @field_validator("flow")
     @classmethod
@@ -125,7 +154,19 @@ class ExperimentConfig(FlowConfig):
                 raise ValueError(f"table: {name!r} is neither an axis nor method / dataset")
         if set(self.table.rows) & set(self.table.columns):
             raise ValueError("table: rows and columns share a name")
+        if self.select is not None:
+            unknown = [a for a in self.select.over or [] if a not in self.axes]
+            if unknown:
+                raise ValueError(f"select.over: {', '.join(unknown)} is not an axis")
+            if not self.selected_axes():
+                raise ValueError("select: no axis to choose (select.over)")
         return self
+
+    def selected_axes(self) -> list[str]:
+        """The axes a selection chooses: ``select.over``, else every axis but ``seed``."""
+        if self.select is None:
+            return []
+        return list(self.select.over or [a for a in self.axes if a != "seed"])
 
 
 def experiment_file(name: str) -> Path:
@@ -155,6 +196,9 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
         for settings in (values.values() if isinstance(values, dict) else [{key: values[0]}]):
             apply_values(base, settings, model, path)
     validate_config(base, model, base_path)  # the base itself must be valid
+    if config.select is not None:  # the refit's keys are the flow's, its config valid
+        validate_config(apply_values(base, config.select.refit, model, path), model,
+                        f"{path} (select.refit)")
     return config.model_copy(update={"base_config": base})
 
 
@@ -174,25 +218,32 @@ def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = None) -> Any:
-    """The validated config of one grid point (an :class:`InputError` naming the point)."""
+def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = None,
+                 refit: bool = False) -> Any:
+    """The validated config of one grid point (an :class:`InputError` naming the point); with
+    ``refit``, of the selection's final run (``select.refit`` over the point's values)."""
     from scarce.flows.registry import FLOWS
 
     model = (spec or FLOWS[config.flow]).load_model()
     data = apply_values(config.base_config, settings(config, point), model)
+    if refit:
+        data = apply_values(data, config.select.refit, model)
     where = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
-    return validate_config(data, model, f"{config.name} [{where}]")
+    return validate_config(data, model, f"{config.name} [{where}{', refit' if refit else ''}]")
 
 
-def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], options: dict) -> dict:
+def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], options: dict,
+              refit: bool = False) -> dict:
     """Run the child flow (``spec``, a :class:`~flows.registry.FlowSpec`, which travels to a
-    Dask worker by its import paths) of one grid point; its run id, metrics ref and outputs, or
-    the error that stopped it (the other points go on)."""
+    Dask worker by its import paths) of one grid point (with ``refit``, the selection's final
+    run); its run id, metrics ref and outputs, or the error that stopped it (the other points
+    go on)."""
     from prefect import tags
 
     try:
-        child = point_config(config, point, spec)
-        with tags(f"experiment:{config.name}"):
+        child = point_config(config, point, spec, refit)
+        marks = [f"experiment:{config.name}", *(["refit"] if refit else [])]
+        with tags(*marks):
             summary = spec.load_flow()(config=child, options=RunOptions(**options))
     except Exception as exc:  # the point fails, not the experiment
         text = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
@@ -205,7 +256,8 @@ def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], option
 
 def _point_name(parameters: dict) -> str:
     point = parameters.get("point") or {}
-    return "point " + ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
+    return (("refit " if parameters.get("refit") else "point ")
+            + ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items()))
 
 
 POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
@@ -238,20 +290,72 @@ def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None)
                     name=config.name, axes=list(config.axes), points=points,
                     errors=[r["error"] for r in results], family=spec.method_family)
     t = config.table
-    summary = ctx.run(exp.summarise, table=table, rows=t.rows, columns=t.columns,
-                      metric=t.metric, methods=t.methods)
-    metrics = ctx.run(exp.as_metrics, summary=summary, name=config.name, rows=t.rows,
-                      columns=t.columns, metric=t.metric)
-    publish(ctx, config, table, summary, results)
+    summaries, tables = {}, []
+    for metric in [t.metric, *t.also]:
+        summaries[metric] = ctx.run(exp.summarise, table=table, rows=t.rows,
+                                    columns=t.columns, metric=metric, methods=t.methods)
+        tables.append(ctx.run(exp.as_metrics, summary=summaries[metric], name=config.name,
+                              rows=t.rows, columns=t.columns, metric=metric))
+    selection = None
+    if config.select is not None:
+        selection = _select_and_refit(ctx, config, spec, table, child)
+        tables.append(selection["metrics"])
+    metrics = tables[0] if len(tables) == 1 else ctx.run(exp.stack_metrics, tables=tables)
+    publish(ctx, config, table, summaries, results, selection)
     return ctx.finish(metrics, headline={})
 
 
-def publish(ctx: RunContext, config: ExperimentConfig, table: str, summary: str,
-            results: list[dict]) -> None:
-    """The table as named outputs and Prefect artifacts, and a plot of it."""
+def _select_and_refit(ctx: RunContext, config: ExperimentConfig, spec: Any, table: str,
+                      child: dict) -> dict:
+    """The selection (``experiment-select``: the validation table, the chosen values) and the
+    refit run with them (an error when it fails: the selection then has no result): its
+    validation table ref, chosen point, run id and metrics ref (``experiment-refit-metrics``)."""
+    s = config.select
+    over = config.selected_axes()
+    method = s.method or (config.flow if spec.method_family else None)
+    ref = ctx.run(exp.select_point, table=table, metric=s.metric, direction=s.direction,
+                  over=over, method=method)
+    frame = ctx.read(ref)
+    best = frame[frame["chosen"]].iloc[0]
+    point = {axis: _axis_value(config, axis, best[axis]) for axis in over}
+    shown = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
+    ctx.record.decide("selected " + ", ".join(over), {k: point[k] for k in over},
+                      f"the {'largest' if s.direction == 'max' else 'smallest'} mean "
+                      f"{s.metric} on validation, {best['mean']:.6g} over {best['n']} run(s)")
+    result = POINT.submit(spec=spec, config=config, point=point, options=child,
+                          refit=True).result()
+    if result["error"] is not None:
+        raise InputError(f"the refit with {shown} failed: {result['error']}", key="select")
+    ctx.record.adopt(result["outputs"], child=result["run_id"])
+    metrics = ctx.run(exp.refit_metrics, metrics=result["metrics"], name=config.name,
+                      chosen=shown)
+    return {"table": ref, "point": point, "run_id": result["run_id"], "metrics": metrics}
+
+
+def _axis_value(config: ExperimentConfig, axis: str, shown: str) -> Any:
+    """The value of ``axis`` that the tables show as ``shown`` (:func:`tasks.experiment.cell`;
+    a named axis by its name)."""
+    values = config.axes[axis]
+    return next(v for v in values if exp.cell(v) == shown)
+
+
+def publish(ctx: RunContext, config: ExperimentConfig, table: str, summaries: dict[str, str],
+            results: list[dict], selection: dict | None = None) -> None:
+    """The tables as named outputs and Prefect artifacts, and a plot of the first; with a
+    selection, its validation table (``selection.parquet``) and the refit's test metrics."""
     t = config.table
+    summary = summaries[t.metric]
     frame = ctx.read(summary)
     text = table_markdown(config, frame, results)
+    if selection is not None:
+        text += selection_markdown(config, ctx.read(selection["table"]), selection,
+                                   ctx.read(selection["metrics"]))
+        ctx.record.name_output("selection.parquet", selection["table"])
+    for metric in t.also:
+        text += (f"\n## {metric}\n\n"
+                 + _markdown_or_none(exp.wide(ctx.read(summaries[metric]), t.rows, t.columns))
+                 + "\n")
+        ctx.record.name_output(f"summary-{metric}.parquet", summaries[metric])
     ctx.record.name_output("table.parquet", table)
     ctx.record.name_output("summary.parquet", summary)
     ctx.record.write_output("table.md", text)
@@ -274,14 +378,32 @@ def table_markdown(config: ExperimentConfig, summary: pd.DataFrame, results: lis
              f"{config.flow} over {' x '.join(f'{k} ({len(v)})' for k, v in config.axes.items())}"
              f" = {len(results)} runs" + (f"; mean ± std over {', '.join(over)}" if over else ""),
              ""]
-    table = exp.wide(summary, t.rows, t.columns)
-    lines.append(markdown_table(table) if not table.empty else "(no finished point)")
+    lines.append(_markdown_or_none(exp.wide(summary, t.rows, t.columns)))
     failed = [r for r in results if r["error"] is not None]
     if failed:
         lines += ["", f"{len(failed)} point(s) failed:", ""]
         lines += [f"- {', '.join(f'{k}={exp.cell(v)}' for k, v in r['point'].items())}: "
                   f"{r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def selection_markdown(config: ExperimentConfig, validation: pd.DataFrame, selection: dict,
+                       refit: pd.DataFrame) -> str:
+    """The selection as markdown: the validation table, the chosen values, the refit's run
+    and its metrics (on test)."""
+    s = config.select
+    chosen = ", ".join(f"{k}={exp.cell(v)}" for k, v in selection["point"].items())
+    shown = validation.assign(chosen=validation["chosen"].map({True: "←", False: ""}))
+    refit_with = ", ".join(f"{k}={exp.cell(v)}" for k, v in s.refit.items())
+    lines = ["", f"## Selection: {s.metric} on validation ({s.direction})", "",
+             markdown_table(shown), "",
+             f"Chosen: {chosen}. Refit ({refit_with}): run {selection['run_id']}", "",
+             markdown_table(refit[["method", "metric", "value"]]), ""]
+    return "\n".join(lines)
+
+
+def _markdown_or_none(table: pd.DataFrame) -> str:
+    return markdown_table(table) if not table.empty else "(no finished point)"
 
 
 def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.DataFrame:

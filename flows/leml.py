@@ -54,6 +54,7 @@ from scarce.tasks.leml import (
     partition,
     partition_masked,
     predict,
+    propensity,
     split,
     stack,
     task_params,
@@ -66,7 +67,8 @@ PUBLISHED = LEML_XC
 MODEL_VERSION = 1
 #: The model's files in ``outputs/model/``, by part.
 MODEL_FILES = {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
-               "labels": "labels.parquet", "config": "config.json"}
+               "labels": "labels.parquet", "propensity": "propensity.parquet",
+               "config": "config.json"}
 
 
 class VectorizerConfig(Strict):
@@ -166,6 +168,26 @@ class DatasetConfig(Strict):
         description="Share of the training set held out (seeded) for validation P@1; "
         "hyperparameters are chosen on it, never on test.",
     )
+    evaluate_on: Literal["test", "validation"] = Field(
+        "test", description="The set the metrics and predictions are of: the test file, or "
+        "the validation rows held out of train (validation_fraction > 0; the test file is "
+        "then not read), for choosing hyperparameters without looking at test (an "
+        "experiment's `select`).")
+    propensity_a: float = Field(
+        0.55, gt=0, description="A of the label propensity model of Jain, Prabhu and Varma "
+        "(2016) that weighs PSP@k: their value for most data sets (0.5 for Wikipedia-LSHTC, "
+        "0.6 for Amazon).")
+    propensity_b: float = Field(
+        1.5, ge=0, description="B of the label propensity model (PSP@k): 1.5 for most data "
+        "sets (0.4 for Wikipedia-LSHTC, 2.6 for Amazon).")
+
+
+    @model_validator(mode="after")
+    def _validation_to_evaluate_on(self) -> DatasetConfig:
+        if self.evaluate_on == "validation" and self.validation_fraction == 0:
+            raise ValueError("evaluate_on validation needs validation rows: set "
+                             "validation_fraction above 0")
+        return self
 
 
 class ModelConfig(Strict):
@@ -355,7 +377,9 @@ def _run_name() -> str:
     cfg = cfg if isinstance(cfg, dict) else cfg.model_dump()
     frac = cfg.get("observed_fraction", 1.0)
     miss = "" if frac >= 1 else f"-obs{int(round(frac * 100))}"
-    return f"leml-{cfg['dataset']['name']}-k{cfg['model']['rank']}{miss}-seed{cfg['seed']}"
+    on = "-on-validation" if cfg["dataset"].get("evaluate_on") == "validation" else ""
+    return (f"leml-{cfg['dataset']['name']}-k{cfg['model']['rank']}{miss}-seed{cfg['seed']}"
+            f"{on}")
 
 
 @flow(name="leml", flow_run_name=_run_name)
@@ -391,7 +415,8 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
                      validation_fraction=d.validation_fraction)
     train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
                               labelled=len(files["train"]) == 1)
-    test_parts = _load_parts(ctx, d, m, files["test"], data_cluster)
+    on_test = d.evaluate_on == "test"
+    test_parts = _load_parts(ctx, d, m, files["test"], data_cluster) if on_test else None
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     blocked = compute.blocked
@@ -400,6 +425,8 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     # the data (the workers do).
     whole = not blocked or bool(config.baselines)
     data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
+    if not on_test:  # the metrics and predictions of the held-out rows; test is not read
+        test_parts = [validation]
     # Over row blocks the steps take the blocks' files in place of the data and read none
     # of it themselves (the workers read their own blocks): the parts of a folder, else the
     # training data cut into compute.row_blocks row blocks.
@@ -437,6 +464,9 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
         where = ctx.read(timings[-2]).iloc[0]
         ctx.record.note("w_step", {"scheduler": where["scheduler"],
                                    "workers": int(where["workers"])})
+    # PSP@k's weights, from the training labels the model sees (the observed ones)
+    weights = ctx.run(propensity, **w_data, a=d.propensity_a,
+                      b=d.propensity_b, cluster=data_cluster)
     test_blocks = test = None
     if blocked:  # the test set's row blocks: the parts of a folder, else row_blocks of them
         test_blocks = ([_xy(p) for p in test_parts] if len(test_parts) > 1 else
@@ -445,19 +475,21 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     if not blocked or config.baselines:
         test = _stacked(ctx, test_parts)
     here = None if test_blocks else test  # the test set scored in this process
-    result = ctx.run(evaluate, test=here, **factors, traces=traces,
-                     timings=timings, dataset=d.name, method=f"leml-{model.loss}-k{model.rank}",
+    result = ctx.run(evaluate, test=here, **factors, traces=traces, timings=timings,
+                     propensity=weights, dataset=d.name,
+                     method=f"leml-{model.loss}-k{model.rank}",
                      params=task_params(model, evaluate), batch_size=batch,
                      partition=test_blocks, cluster=cluster)
     tables = [result["metrics"]] + [
-        ctx.run(baseline, **data, test=test, method=name, dataset=d.name, batch_size=batch,
+        ctx.run(baseline, **data, test=test, propensity=weights, method=name,
+                dataset=d.name, batch_size=batch,
                 params=baseline_params(name, alpha=config.baseline_alpha, rank=model.rank))
         for name in config.baselines]
     metrics = ctx.run(collect, tables=tables)
     predictions = ctx.run(predict, test=here, **factors, labels=train_file["labels"],
                           params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
                           partition=test_blocks, cluster=cluster)
-    name_outputs(ctx, config, factors, train_file, predictions)
+    name_outputs(ctx, config, factors, train_file, predictions, weights)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
 
@@ -559,12 +591,13 @@ def _xy(loaded: dict) -> dict:
 
 
 def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file: dict,
-                 predictions: str) -> None:
+                 predictions: str, weights: str) -> None:
     """The run's named outputs: ``predictions.parquet`` and the model, ``model/`` (see
     ``docs/leml.md``, "Outputs and model format").
 
     The Parquet files are the store entries of the final ``W`` and ``H``, of the training
-    file's index maps and of the predictions; ``model/config.json`` is the run's config and
+    file's index maps, of the labels' inverse propensities (apply's PSP@k) and of the
+    predictions; ``model/config.json`` is the run's config and
     ``model/model.json`` (:func:`flows.apply.model_document`, version :data:`MODEL_VERSION`)
     what ``apply-leml`` needs to use them: the factors' shapes, the prediction parameters and
     how the input is read (format, dtype, row normalisation).
@@ -572,7 +605,7 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
     m, d = config.model, config.dataset
     shapes = {part: list(ctx.store.shape(factors[part])) for part in ("W", "H")}
     refs = {"W": factors["W"], "H": factors["H"], "features": train_file["features"],
-            "labels": train_file["labels"]}
+            "labels": train_file["labels"], "propensity": weights}
     for part, ref in refs.items():
         ctx.record.name_output(f"{MODEL_DIR}/{MODEL_FILES[part]}", ref)
     ctx.record.name_output("predictions.parquet", predictions)

@@ -124,3 +124,46 @@ def as_metrics(summary: pd.DataFrame, name: str, rows: list[str], columns: list[
                 (name, cell, f"{metric}_std", float(r["std"])),
                 (name, cell, "n", float(r["n"]))]
     return pd.DataFrame(out, columns=METRIC_COLUMNS)
+
+
+@step("experiment-metrics-stack", inputs=("tables",), run_name="stack the metrics")
+def stack_metrics(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """The metrics of several summaries (:func:`as_metrics`), one after the other."""
+    return pd.concat(tables, ignore_index=True)
+
+
+@step("experiment-select", inputs=("table",), run_name="select by {metric}")
+def select_point(table: pd.DataFrame, metric: str, direction: str, over: list[str],
+                 method: str | None = None) -> pd.DataFrame:
+    """The validation table of a selection: for each combination of the ``over`` axes (in grid
+    order) the ``metric``'s mean over the other axes (the seeds) and its count, for the rows of
+    ``method`` (all when None, which must then be one method); ``chosen`` marks the best mean
+    (the largest with ``direction`` ``max``, the smallest with ``min``; the first in grid order
+    among equals).  Failed points and points without the metric are left out."""
+    keep = table[(table["metric"] == metric) & table["error"].isna()]
+    if method is not None:
+        keep = keep[keep["method"] == method]
+    methods = sorted(keep["method"].dropna().unique())
+    if method is None and len(methods) > 1:
+        raise ValueError(f"select: the points have {metric} for several methods "
+                         f"({', '.join(methods)}); name one in select.method")
+    keep = keep[keep["value"].notna()]
+    if keep.empty:
+        raise ValueError(f"select: no finished point has {metric}"
+                         + (f" for method {method}" if method else ""))
+    grouped = keep.groupby(over, sort=False)["value"]
+    out = grouped.agg(mean="mean", n="count").reset_index()
+    out["n"] = out["n"].astype(np.int64)
+    best = out["mean"].idxmax() if direction == "max" else out["mean"].idxmin()
+    out["chosen"] = out.index == best
+    return out
+
+
+@step("experiment-refit-metrics", inputs=("metrics",), run_name="metrics of the refit")
+def refit_metrics(metrics: pd.DataFrame, name: str, chosen: str) -> pd.DataFrame:
+    """The refit run's metrics in the experiment's metrics: ``dataset`` the experiment,
+    ``method`` ``refit <chosen values> / <the run's method>``."""
+    out = metrics[METRIC_COLUMNS].copy()
+    out["method"] = [f"refit {chosen} / {m}" for m in out["method"]]
+    out["dataset"] = name
+    return out.reset_index(drop=True)

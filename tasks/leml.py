@@ -37,7 +37,13 @@ from sklearn.preprocessing import normalize as sk_normalize
 from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.memory import check_allocation
-from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from scarce.algorithms.metrics.multilabel import (
+    inverse_propensity_from_counts,
+    multilabel_scores,
+    ndcg_at_k,
+    precision_at_k,
+    psprecision_at_k,
+)
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml_dask.clients import CLIENTS, in_dask_worker
 from scarce.tasks.readers.arff import read_arff, read_arff_header
@@ -454,6 +460,30 @@ partition_masked = step("leml-partition-masked", paths=("train", "mask"),
                         where=("cluster", _data_client))(partition_files)
 
 
+@step("leml-propensity", paths=("train", "mask", "partition"), runtime=("cluster",),
+      where=("cluster", _data_client), run_name="label propensities A={a} B={b}")
+def propensity(a: float, b: float, train: dict | None = None, mask=None,
+               partition: list | None = None, cluster: dict | None = None) -> np.ndarray:
+    """The labels' inverse propensities for PSP@k
+    (:func:`~algorithms.metrics.multilabel.inverse_propensity_from_counts`, ``A = a``,
+    ``B = b``) from the training labels the model sees: the entries of ``Y`` that ``mask``
+    observes (all of ``Y`` without one).  Read from the store files of ``train`` (``{"X",
+    "Y"}``) and ``mask``, or of the row blocks ``partition`` (their counts added), only their
+    label matrices; on the data's cluster when ``cluster`` names one (:func:`_data_client`).
+    """
+    blocks = partition if partition is not None else [{"Y": train["Y"], "mask": mask}]
+    counts, rows = None, 0
+    for files in blocks:
+        Y = sp.csr_matrix(read_parquet_entry(files["Y"]))
+        if files.get("mask") is not None:
+            Y = Y.multiply(sp.csr_matrix(read_parquet_entry(files["mask"]))).tocsr()
+        Y.eliminate_zeros()
+        here = np.bincount(Y.indices, minlength=Y.shape[1])
+        counts = here if counts is None else counts + here
+        rows += Y.shape[0]
+    return inverse_propensity_from_counts(counts, rows, a, b)
+
+
 def _estimator(params: dict, train: dict | None, mask, partition: list | None = None):
     """``LEML(**params)`` and its training data: prepared from ``train`` and ``mask``, or,
     when ``partition`` names the files of the data's row blocks (``{"X", "Y", "mask"}`` per
@@ -604,19 +634,22 @@ def _metrics_table(scores: dict, dataset: str, method: str) -> pd.DataFrame:
                          "value": list(scores.values())})
 
 
-def _test_scores(model, test: dict, batch_size: int) -> dict:
-    """P@1/3/5, Hamming loss and per-instance AUC of a fitted model on the test set."""
+def _test_scores(model, test: dict, batch_size: int, inv_propensity: np.ndarray) -> dict:
+    """P@1/3/5, Hamming loss, per-instance AUC, nDCG@1/3/5 and PSP@1/3/5 (by the training
+    labels' ``inv_propensity``) of a fitted model on the test set."""
     return multilabel_scores(
         test["Y"],
         lambda s, e: model.decision_function(test["X"][s:e]),
         threshold=model.threshold_,
         batch_size=batch_size,
+        inv_propensity=inv_propensity,
     )
 
 
 @step(
     "leml-evaluate",
-    inputs=("test", "W", "H", "traces", "timings"),
+    version="2",
+    inputs=("test", "W", "H", "traces", "timings", "propensity"),
     paths=("partition",),
     outputs=("metrics", "convergence"),
     volatile=("convergence",),
@@ -626,11 +659,12 @@ def _test_scores(model, test: dict, batch_size: int) -> dict:
 )
 def evaluate(
     test: dict | None, W: np.ndarray, H: np.ndarray, traces: list, timings: list,
-    dataset: str, method: str, params: dict, batch_size: int,
+    propensity: np.ndarray, dataset: str, method: str, params: dict, batch_size: int,
     partition: list | None = None, cluster: dict | None = None,
 ) -> dict:
-    """Test metrics (P@1/3/5, Hamming loss, per-instance AUC) of the factors, predicted by
-    :meth:`algorithms.leml.LEML.set_factors`, and the convergence table.
+    """Test metrics (P@1/3/5, Hamming loss, per-instance AUC, nDCG@1/3/5 and PSP@1/3/5 by
+    the training labels' inverse propensities ``propensity``, :func:`propensity`) of the
+    factors, predicted by :meth:`algorithms.leml.LEML.set_factors`, and the convergence table.
 
     ``test`` (the whole test set, scored here batch by batch) or ``partition`` (the Dask
     runner of the W-step): the files of the test set's row blocks, each read and scored on
@@ -639,13 +673,14 @@ def evaluate(
     the last bit, the AUC to rounding).
     """
     if partition is None:
-        scores = _test_scores(LEML(**params).set_factors(W, H), test, batch_size)
+        scores = _test_scores(LEML(**params).set_factors(W, H), test, batch_size, propensity)
     else:
         from scarce.tasks.leml_dask import evaluate_on_blocks
 
         CLIENTS.release_kept()  # the fit is over: the workers score without its blocks
         with CLIENTS.client(cluster) as client:
-            scores = evaluate_on_blocks(client, partition, W, H, params, batch_size)
+            scores = evaluate_on_blocks(client, partition, W, H, params, batch_size,
+                                        inv_propensity=propensity)
     metrics = _metrics_table(scores, dataset, method)
     conv = pd.concat(traces, ignore_index=True)
     secs = pd.concat(timings, ignore_index=True).pivot_table(
@@ -738,7 +773,8 @@ def in_feature_space(X: sp.csr_matrix, n_features: int, path: Path, format: str)
 
 
 def _read_factor(path: Path, shape: tuple[int, int]) -> np.ndarray:
-    """A factor of a stored model (store-format Parquet): an :class:`InputError` naming the
+    """An array of a stored model (a factor, the propensities; store-format Parquet): an
+    :class:`InputError` naming the
     file when it is damaged or its shape is not the one ``model.json`` gives."""
     value = read_parquet_entry(path)
     if not isinstance(value, np.ndarray) or value.shape != tuple(shape):
@@ -759,11 +795,12 @@ def read_label_map(path: Path, n_labels: int) -> pd.DataFrame:
     return value
 
 
-@step("leml-score", version="2", inputs=("X", "Y"), files=("path", "W", "H", "labels"),
+@step("leml-score", version="3", inputs=("X", "Y"),
+      files=("path", "W", "H", "labels", "propensity"),
       outputs=("predictions", "metrics"), run_name="score {source}")
 def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labels: Path,
           format: str, shapes: dict, params: dict, top_k: int, batch_size: int, method: str,
-          source: str) -> dict:
+          source: str, propensity: Path | None = None) -> dict:
     """The ``top_k`` labels of every row of a new file by a stored model (``apply-leml``).
 
     ``X`` and ``Y`` are the file ``path`` as :func:`load` read it; ``W`` and ``H`` the
@@ -771,8 +808,10 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
     map (the predictions name their labels, :func:`named_predictions`); ``params`` the
     estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the model's
     feature space (:func:`in_feature_space`).  ``metrics``: the rows scored and, when the file
-    has labels in the model's label space, P@1/3/5 (those ``k <= top_k``), named ``method``
-    on the dataset ``source`` (the file's name: the key holds the file's hash, not its path).
+    has labels in the model's label space, P@k and nDCG@k for k = 1, 3, 5 (those ``k <=
+    top_k``), and PSP@k by the training labels' inverse propensities when the model has them
+    (``propensity``: a model written before them has none), named ``method`` on the dataset
+    ``source`` (the file's name: the key holds the file's hash, not its path).
     """
     model = LEML(**params).set_factors(_read_factor(W, shapes["W"]), _read_factor(H, shapes["H"]))
     X = in_feature_space(X, model.n_features_in_, path, format)
@@ -783,6 +822,11 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
     if ks and Y.shape[1] == model.n_labels_ and Y.nnz:  # (so X has rows)
         top = predictions["label"].to_numpy().reshape(X.shape[0], -1)
         scores.update({f"precision@{k}": v for k, v in precision_at_k(Y, top, ks=ks).items()})
+        scores.update({f"ndcg@{k}": v for k, v in ndcg_at_k(Y, top, ks=ks).items()})
+        if propensity is not None:
+            weights = _read_factor(propensity, (model.n_labels_,))
+            scores.update({f"psp@{k}": v
+                           for k, v in psprecision_at_k(Y, top, weights, ks=ks).items()})
     return {"predictions": predictions, "metrics": _metrics_table(scores, source, method)}
 
 
@@ -823,15 +867,18 @@ def baseline_params(method: str, **offered) -> dict:
     return {name: value for name, value in offered.items() if name in names}
 
 
-@step("leml-baseline", inputs=("train", "mask", "test"), run_name="baseline {method}")
+@step("leml-baseline", version="2", inputs=("train", "mask", "test", "propensity"),
+      run_name="baseline {method}")
 def baseline(
-    train: dict, mask, test: dict, method: str, params: dict, dataset: str, batch_size: int
+    train: dict, mask, test: dict, propensity: np.ndarray, method: str, params: dict,
+    dataset: str, batch_size: int
 ) -> pd.DataFrame:
     """Fit a baseline (``BASELINES[method]`` with ``params``) on the same observed entries
-    and score it on the test set."""
+    and score it on the test set as :func:`evaluate` scores LEML (PSP@k by the same
+    ``propensity``)."""
     estimator, fixed = BASELINES[method]
     model = estimator(**fixed, **params).fit(train["X"], train["Y"], mask)
-    return _metrics_table(_test_scores(model, test, batch_size), dataset, method)
+    return _metrics_table(_test_scores(model, test, batch_size, propensity), dataset, method)
 
 
 @step("leml-collect", inputs=("tables",), run_name="collect metrics")

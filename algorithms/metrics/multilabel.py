@@ -55,6 +55,7 @@ __all__ = [
     "precision_at_k",
     "ndcg_at_k",
     "inverse_propensity",
+    "inverse_propensity_from_counts",
     "psprecision_at_k",
     "hamming_loss",
     "instance_auc",
@@ -180,10 +181,19 @@ def inverse_propensity(Y_train, A: float = 0.55, B: float = 1.5) -> np.ndarray:
     ndarray of shape (L,), float64
     """
     Y = _as_csr(Y_train, "Y_train")
-    N = Y.shape[0]
+    return inverse_propensity_from_counts(np.bincount(Y.indices, minlength=Y.shape[1]),
+                                          Y.shape[0], A, B)
+
+
+def inverse_propensity_from_counts(counts, n_rows: int, A: float = 0.55, B: float = 1.5
+                                   ) -> np.ndarray:
+    """:func:`inverse_propensity` from the labels' row counts ``N_l`` (``counts``, shape
+    (L,)) over ``n_rows`` training rows: for training labels held in row blocks, whose
+    counts add."""
+    N = int(n_rows)
     if N < 2:
         raise ValueError(f"inverse propensities need at least 2 training rows, got {N}")
-    counts = np.diff(Y.tocsc().indptr).astype(np.float64)
+    counts = np.asarray(counts, dtype=np.float64).ravel()
     C = (np.log(N) - 1.0) * (B + 1.0) ** A
     return 1.0 + C * np.power(counts + B, -A)
 
@@ -212,6 +222,14 @@ def psprecision_at_k(Y_true, top_k, inv_propensity, ks: Iterable[int] = (1, 3, 5
     top_k = np.asarray(top_k)
     ks = [int(k) for k in ks]
     _check_ranking(Y, top_k, ks)
+    gain, best = _psp_parts(Y, top_k, inv_propensity, ks)
+    return {k: gain[k] / best[k] if best[k] > 0 else 0.0 for k in ks}
+
+
+def _psp_parts(Y: sp.csr_matrix, top_k: np.ndarray, inv_propensity, ks: list[int]
+               ) -> tuple[dict[int, float], dict[int, float]]:
+    """PSP@k's numerator (the ranking's weighted hits over all rows) and denominator (the
+    best ranking's) for each ``k`` in ``ks``, ``top_k`` checked by the caller."""
     w = np.asarray(inv_propensity, dtype=np.float64).ravel()
     if w.shape != (Y.shape[1],):
         raise ValueError(f"inv_propensity must have shape ({Y.shape[1]},), got {w.shape}")
@@ -226,11 +244,8 @@ def psprecision_at_k(Y_true, top_k, inv_propensity, ks: Iterable[int] = (1, 3, 5
     best = np.zeros((Y.shape[0], K))
     best[rows[order][keep], rank[keep]] = weights[order][keep]
     best = np.cumsum(best, axis=1)
-    out = {}
-    for k in ks:
-        ideal = float(best[:, k - 1].sum())
-        out[k] = float(gain[:, k - 1].sum()) / ideal if ideal > 0 else 0.0
-    return out
+    return ({k: float(gain[:, k - 1].sum()) for k in ks},
+            {k: float(best[:, k - 1].sum()) for k in ks})
 
 
 def _hit_counts(Y: sp.csr_matrix, top_k: np.ndarray, ks) -> dict[int, np.ndarray]:
@@ -329,8 +344,8 @@ def average_instance_auc(Y_true, scores) -> float:
     return float(auc[valid].mean()) if valid.any() else float("nan")
 
 
-def multilabel_sums(Y_true, scores, *, threshold: float, ks: Iterable[int] = (1, 3, 5)
-                    ) -> dict[str, float]:
+def multilabel_sums(Y_true, scores, *, threshold: float, ks: Iterable[int] = (1, 3, 5),
+                    inv_propensity=None) -> dict[str, float]:
     """The additive parts of :func:`multilabel_scores` over one batch of rows.
 
     Counts are integers, so that the sums of any split of the rows into batches (or row
@@ -345,13 +360,17 @@ def multilabel_sums(Y_true, scores, *, threshold: float, ks: Iterable[int] = (1,
     threshold : float
         Decision values above it are predicted labels (Hamming loss).
     ks : iterable of int, default=(1, 3, 5)
+    inv_propensity : array-like of shape (L,), optional
+        :func:`inverse_propensity` of the training labels; given, the sums of PSP@k too.
 
     Returns
     -------
     dict
         ``rows`` and ``labels`` (n and L), ``hits@k`` (``sum_i |top_k(i) ∩ Y_i|``, with
         ``top_k`` cut to L labels when ``k > L``), ``wrong`` (label entries predicted
-        wrongly), ``auc_sum`` and ``auc_rows`` (the rows where the AUC is defined).
+        wrongly), ``auc_sum`` and ``auc_rows`` (the rows where the AUC is defined),
+        ``ndcg_sum@k`` (the rows' nDCG@k added) and, with ``inv_propensity``,
+        ``psp_gain@k`` and ``psp_best@k`` (the numerator and denominator of PSP@k).
     """
     Y = _as_csr(Y_true)
     scores = np.asarray(scores)
@@ -369,6 +388,18 @@ def multilabel_sums(Y_true, scores, *, threshold: float, ks: Iterable[int] = (1,
         hits = _hit_counts(Y, top, sorted({min(k, K) for k in ks}))
     for k in ks:  # with k > L only L labels can be ranked; the divisor stays k
         out[f"hits@{k}"] = int(hits[min(k, K)].sum()) if n else 0
+    # nDCG@k and PSP@k of a ranking cut to K labels: the same as ndcg_at_k's and
+    # psprecision_at_k's on top (their k capped at K, as the hits are)
+    cut = {k: min(k, K) for k in ks}
+    ndcg = ndcg_at_k(Y, top, sorted(set(cut.values())), average=False) if n else {}
+    for k in ks:
+        out[f"ndcg_sum@{k}"] = float(ndcg[cut[k]].sum()) if n else 0.0
+    if inv_propensity is not None:
+        gain, best = _psp_parts(Y, top, inv_propensity, sorted(set(cut.values()))) if n \
+            else ({}, {})
+        for k in ks:
+            out[f"psp_gain@{k}"] = float(gain[cut[k]]) if n else 0.0
+            out[f"psp_best@{k}"] = float(best[cut[k]]) if n else 0.0
     out["wrong"] = int(_wrong_counts(Y, _as_csr(scores > threshold, "Y_pred")).sum()) \
         if n else 0
     auc = instance_auc(Y, scores)
@@ -387,19 +418,32 @@ def scores_from_sums(parts: Iterable[dict], ks: Iterable[int] = (1, 3, 5)) -> di
     n_labels = int(parts[0]["labels"]) if parts else 0
     hits = {k: sum(int(p[f"hits@{k}"]) for p in parts) for k in ks}
     wrong = sum(int(p["wrong"]) for p in parts)
-    auc_sum = 0.0
-    for p in parts:
-        auc_sum += float(p["auc_sum"])
+    auc_sum = _added(parts, "auc_sum")
     auc_rows = sum(int(p["auc_rows"]) for p in parts)
     out = {f"precision@{k}": (hits[k] / (k * n) if n else 0.0) for k in ks}
     out["hamming_loss"] = wrong / (n * n_labels) if n * n_labels else 0.0
     out["instance_auc"] = auc_sum / auc_rows if auc_rows else float("nan")
+    for k in ks:
+        out[f"ndcg@{k}"] = _added(parts, f"ndcg_sum@{k}") / n if n else 0.0
+    if parts and ks and f"psp_gain@{ks[0]}" in parts[0]:
+        for k in ks:
+            best = _added(parts, f"psp_best@{k}")
+            out[f"psp@{k}"] = _added(parts, f"psp_gain@{k}") / best if best > 0 else 0.0
     return out
+
+
+def _added(parts: list[dict], key: str) -> float:
+    """``key``'s values of the ``parts`` added in the order given."""
+    total = 0.0
+    for p in parts:
+        total += float(p[key])
+    return total
 
 
 def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
                       threshold: float, batch_size: int = 2048,
-                      ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
+                      ks: Iterable[int] = (1, 3, 5), inv_propensity=None
+                      ) -> dict[str, float]:
     """All metrics of the paper in one pass over row batches of decision values.
 
     Parameters
@@ -413,15 +457,19 @@ def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
         Decision values above it are predicted labels (Hamming loss).
     batch_size : int, default=2048
     ks : iterable of int, default=(1, 3, 5)
+    inv_propensity : array-like of shape (L,), optional
+        :func:`inverse_propensity` of the training labels; given, PSP@k too.
 
     Returns
     -------
     dict
         ``{"precision@1": ..., "precision@3": ..., "precision@5": ...,
-        "hamming_loss": ..., "instance_auc": ...}`` (fractions in [0, 1]);
+        "hamming_loss": ..., "instance_auc": ..., "ndcg@1": ..., ...}`` and, with
+        ``inv_propensity``, ``"psp@1"``, ... (fractions in [0, 1]);
         ``instance_auc`` averages the rows where it is defined (NaN if none).
         Precision@k and the Hamming loss are exact ratios of integer counts
-        (:func:`multilabel_sums`), the same for any batching.
+        (:func:`multilabel_sums`), the same for any batching; the others are sums of
+        floats, the same to rounding.
     """
     Y = _as_csr(Y_true)
     n, n_labels = Y.shape
@@ -434,7 +482,9 @@ def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
         if scores.shape != (e - s, n_labels):
             raise ValueError(f"score_rows({s}, {e}) returned shape {scores.shape}, "
                              f"expected {(e - s, n_labels)}")
-        parts.append(multilabel_sums(Y[s:e], scores, threshold=threshold, ks=ks))
+        parts.append(multilabel_sums(Y[s:e], scores, threshold=threshold, ks=ks,
+                                     inv_propensity=inv_propensity))
     if not parts:
-        parts = [multilabel_sums(Y, np.zeros((0, n_labels)), threshold=threshold, ks=ks)]
+        parts = [multilabel_sums(Y, np.zeros((0, n_labels)), threshold=threshold, ks=ks,
+                                 inv_propensity=inv_propensity)]
     return scores_from_sums(parts, ks)

@@ -18,11 +18,12 @@ from scarce.tasks.leml_dask.transport import _call, _send_array
 
 
 def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
-                      ks=(1, 3, 5)) -> list[dict]:
+                      ks=(1, 3, 5), inv_propensity=None) -> list[dict]:
     """The :func:`~algorithms.metrics.multilabel.multilabel_sums` of one row block of the
     test set, batch by batch: the block read from its own files (``{"X", "Y"}``, written by
     the flow's ``leml-partition`` step) and scored by the factors ``W``, ``H`` as
-    ``LEML(**params).set_factors(W, H)`` predicts."""
+    ``LEML(**params).set_factors(W, H)`` predicts (PSP@k's sums too, given the training
+    labels' ``inv_propensity``)."""
     from scarce.algorithms.leml import LEML
     from scarce.tasks.store import read_parquet_entry
 
@@ -33,7 +34,7 @@ def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
     model = LEML(**params).set_factors(W, H)
     batch_size = rows_per_batch(batch_size, Y.shape[1])
     return [multilabel_sums(Y[s:s + batch_size], model.decision_function(X[s:s + batch_size]),
-                            threshold=model.threshold_, ks=ks)
+                            threshold=model.threshold_, ks=ks, inv_propensity=inv_propensity)
             for s in range(0, X.shape[0], batch_size)]
 
 
@@ -62,15 +63,16 @@ def _on_blocks(client, fn, files: list[dict], W, H, *args, name: str, workers=No
 
 
 def evaluate_on_blocks(client, files: list[dict], W, H, params: dict, batch_size: int,
-                       ks=(1, 3, 5), workers=None) -> dict[str, float]:
+                       ks=(1, 3, 5), workers=None, inv_propensity=None) -> dict[str, float]:
     """Test metrics from the row blocks ``files`` of the test set, each scored where it is
     read (:func:`_on_blocks`: on the workers of ``client``, or in this process when
     ``client`` is None).  Only the factors go out and only per-batch counts come
     back; they are added in block and batch order, so the metrics are the same bits on any
     number of workers, and precision@k and the Hamming loss equal the one-process metrics
-    to the last bit (integer counts; the AUC to rounding)."""
+    to the last bit (integer counts; the AUC, nDCG@k and, given the training labels'
+    ``inv_propensity``, PSP@k to rounding)."""
     blocks = _on_blocks(client, block_metric_sums, files, W, H, params, batch_size, tuple(ks),
-                        name="block_metric_sums", workers=workers)
+                        inv_propensity, name="block_metric_sums", workers=workers)
     return scores_from_sums([p for block in blocks for p in block], ks)
 
 

@@ -120,9 +120,11 @@ def test_round_trip_gives_the_training_predictions_and_learns_nothing(project, t
     # the precision of the applied labels is the training run's test precision
     trained_metrics, applied_metrics = _metrics(trained), _metrics(run)
     assert applied_metrics["test.txt/leml-squared-k8/rows"] == 200
+    # and so are its nDCG and its PSP, by the model's propensities (the training labels')
     for k in (1, 3, 5):
-        assert applied_metrics[f"test.txt/leml-squared-k8/precision@{k}"] == pytest.approx(
-            trained_metrics[f"bibtex-tiny/leml-squared-k8/precision@{k}"], abs=1e-12)
+        for metric in ("precision", "ndcg", "psp"):
+            assert applied_metrics[f"test.txt/leml-squared-k8/{metric}@{k}"] == pytest.approx(
+                trained_metrics[f"bibtex-tiny/leml-squared-k8/{metric}@{k}"], abs=1e-12)
 
 
 @through_prefect

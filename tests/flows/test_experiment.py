@@ -178,6 +178,45 @@ def test_a_named_axis_sets_its_keys_together(project, grid, capsys):
     assert [manifest(project, c["run_id"])["config"]["k"] for c in children] == [4, 4, 6, 6]
 
 
+def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, capsys):
+    """``select``: the k of the best mean ARI over the seeds (computed here from the children's
+    own metrics files), one more run with it and ``refit`` (n_init 2, the base seed), its
+    metrics in the experiment's, the validation table and the decision recorded."""
+    (project / "configs" / "experiments" / "tune.yaml").write_text(
+        GRID + "select: {metric: ari, refit: {n_init: 2}}\n")
+    before = set(_experiment_runs(project))
+    assert main(["run", "experiment", "tune"]) == 0
+    (tune,) = set(_experiment_runs(project)) - before
+    out = project / "data" / "runs" / tune / "outputs"
+    means = {}
+    for c in json.loads((out / "children.json").read_text()):
+        m = pd.read_parquet(project / "data" / "runs" / c["run_id"] / "metrics.parquet")
+        means.setdefault(c["point"]["k"], []).append(
+            float(m.loc[m["metric"] == "ari", "value"].iloc[0]))
+    best = max(means, key=lambda k: sum(means[k]) / len(means[k]))
+    selection = pd.read_parquet(out / "selection.parquet")
+    assert selection["k"].tolist() == ["4", "6"] and selection["n"].tolist() == [2, 2]
+    assert selection["mean"].tolist() == pytest.approx(
+        [sum(means[k]) / 2 for k in (4, 6)], abs=1e-12)
+    assert selection.loc[selection["chosen"], "k"].tolist() == [str(best)]
+    m = manifest(project, tune)
+    (decision,) = m["notes"]["decisions"]
+    assert decision["value"] == {"k": best} and "largest mean ari" in decision["why"]
+    refits = [r for r in runs(project) if "refit" in (manifest(project, r).get("tags") or [])
+              and r not in before]
+    (refit,) = refits
+    rm = manifest(project, refit)
+    assert (rm["config"]["k"], rm["config"]["n_init"], rm["seed"]) == (best, 2, 0)
+    metrics = pd.read_parquet(project / "data" / "runs" / tune / "metrics.parquet")
+    own = pd.read_parquet(project / "data" / "runs" / refit / "metrics.parquet")
+    rows = metrics[metrics["method"].str.startswith("refit ")]
+    assert rows["value"].tolist() == own["value"].tolist()
+    assert rows["method"].tolist() == [f"refit k={best} / {x}" for x in own["method"]]
+    text = (out / "table.md").read_text()
+    assert "## Selection: ari on validation (max)" in text and f"run {refit}" in text
+    assert refit in {o.get("child") for o in m["outputs"]}  # rerun compares the refit too
+
+
 @pytest.mark.parametrize("args, words", [
     (["run", "experiment"], "needs the experiment's name"),
     (["run", "experiment", "nope"], "nope.yaml: config file not found"),
@@ -186,6 +225,10 @@ def test_a_named_axis_sets_its_keys_together(project, grid, capsys):
     (["run", "experiment", "grid", "--set", "axes.k={four: 4}"], "'four' must map config keys"),
     (["run", "experiment", "grid", "--set", "axes.k={four: {rank: 4}}"], "key 'rank'"),
     (["run", "digits", "grid"], "go with `scarce run experiment`"),
+    (["run", "experiment", "grid", "--set", "select={metric: ari, refit: {rank: 2}}"],
+     "key 'rank'"),
+    (["run", "experiment", "grid", "--set", "select={metric: ari, over: [size], "
+      "refit: {k: 3}}"], "select.over: size is not an axis"),
 ])
 def test_bad_experiments_exit_2_with_one_line(project, capsys, args, words):
     assert main(args) == 2

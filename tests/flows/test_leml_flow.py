@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from sklearn.metrics import ndcg_score
 
 from scarce.algorithms.leml import LEML, row_block_bounds
 from scarce.algorithms.metrics.multilabel import (
@@ -193,7 +194,21 @@ def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project
     assert leml["precision@5"] == pytest.approx(hits.mean(), abs=1e-9)
     assert leml["precision@3"] == pytest.approx(precision_at_k(Yt, top, ks=(3,))[3], abs=1e-9)
     assert leml["instance_auc"] == pytest.approx(average_instance_auc(Yt, scores), abs=1e-9)
+    dense = np.asarray(Yt.todense())
+    for k in (1, 3, 5):
+        assert leml[f"ndcg@{k}"] == pytest.approx(ndcg_score(dense, scores, k=k), abs=1e-9)
+    # PSP@k: pyxclib's inverse propensities of the training labels (A = 0.55, B = 1.5), the
+    # weighted hits of the top k over those of the best ranking, by a loop
+    counts, N = np.asarray(Y.sum(axis=0)).ravel(), Y.shape[0]
+    w = 1 + (np.log(N) - 1) * 2.5 ** 0.55 * (counts + 1.5) ** -0.55
+    for k in (1, 3, 5):
+        gain = sum(w[j] for i in range(len(top)) for j in top[i, :k] if dense[i, j])
+        best = sum(sum(sorted(w[np.flatnonzero(dense[i])], reverse=True)[:k])
+                   for i in range(len(top)))
+        assert leml[f"psp@{k}"] == pytest.approx(gain / best, rel=1e-9)
     assert set(metrics["method"]) == {"leml-squared-k8", "br-ridge"}
+    ridge = metrics[metrics["method"] == "br-ridge"].set_index("metric")["value"]
+    assert {"ndcg@5", "psp@5"} <= set(ridge.index)
 
     conv = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-convergence")))
     assert conv["iteration"].tolist() == [1, 2, 3]
@@ -205,7 +220,8 @@ def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project
     assert _task_run_names(m) == sorted([
         "load train.txt", "load test.txt", "initial factors",
         *(f"alternate-{half} iter={t}" for t in (1, 2, 3) for half in "WH"),
-        "evaluate", "baseline br-ridge", "collect metrics", "predict top 5"])
+        "label propensities A=0.55 B=1.5", "evaluate", "baseline br-ridge",
+        "collect metrics", "predict top 5"])
 
 
 def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
@@ -217,7 +233,7 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
     named = {o["name"]: o for o in m["named_outputs"]}
     assert set(named) == {"predictions.parquet", "model/W.parquet", "model/H.parquet",
                           "model/features.parquet", "model/labels.parquet",
-                          "model/config.json", "model/model.json"}
+                          "model/propensity.parquet", "model/config.json", "model/model.json"}
     for name, o in named.items():
         if o["ref"] is not None:
             # the entry's bytes (a hard link until a rerun writes the entry anew)
@@ -225,7 +241,7 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
             stored = store.read(o["ref"])
             frame = pd.read_parquet(out / name)
             if isinstance(stored, np.ndarray):
-                np.testing.assert_array_equal(frame.to_numpy(), stored)
+                np.testing.assert_array_equal(frame.to_numpy().reshape(stored.shape), stored)
             else:
                 pd.testing.assert_frame_equal(frame, stored)
     steps = {o["ref"]: o["step"] for o in m["outputs"]}
@@ -243,6 +259,12 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
     assert features["feature"].tolist() == list(range(Xt.shape[1]))
     assert labels["label"].tolist() == list(range(Yt.shape[1]))
     assert features["name"].isna().all() and labels["name"].isna().all()  # XC names none
+    # the labels' inverse propensities (A = 0.55, B = 1.5) from the training labels' counts
+    _, Y = read_xmc(project / "train.txt")
+    counts, N = np.asarray(Y.sum(axis=0)).ravel(), Y.shape[0]
+    np.testing.assert_allclose(
+        pd.read_parquet(out / "model/propensity.parquet").to_numpy().ravel(),
+        1 + (np.log(N) - 1) * 2.5 ** 0.55 * (counts + 1.5) ** -0.55, rtol=1e-12)
 
     meta = json.loads((out / "model/model.json").read_text())
     assert meta == {
@@ -251,7 +273,8 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
         "fit_intercept": True, "normalize": "none", "input_format": "xmc",
         "shapes": {"W": [Xt.shape[1] + 1, 8], "H": [Yt.shape[1], 8]},
         "files": {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
-                  "labels": "labels.parquet", "config": "config.json"}}
+                  "labels": "labels.parquet", "propensity": "propensity.parquet",
+                  "config": "config.json"}}
     assert json.loads((out / "model/config.json").read_text()) == m["config"]
 
 
@@ -282,7 +305,7 @@ def test_second_run_is_all_cache_hits_and_more_iterations_resume(project, first)
 @pytest.mark.parametrize("runner", ["local", "dask"])
 def test_rerun_is_identical(project, first, capsys, runner):
     """Named outputs included: the model and the predictions are compared too."""
-    assert len(manifest(project, first)["named_outputs"]) == 7
+    assert len(manifest(project, first)["named_outputs"]) == 8
     assert main(["rerun", first, "--runner", runner]) == 0
     assert capsys.readouterr().out.strip().endswith("identical")
 
@@ -687,6 +710,34 @@ def test_validation_p_at_1_on_dask_is_scored_on_the_workers(project, monkeypatch
         expected = float(np.mean(Y_val.toarray()[np.arange(len(top)), top] > 0))
         got = traces.loc[traces["iteration"] == t, "validation_p_at_1"].item()
         assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_evaluate_on_validation_scores_the_held_out_rows_and_reads_no_test_file(project):
+    """``dataset.evaluate_on: validation`` (an experiment's ``select``): the metrics and the
+    predictions are those of the validation rows held out of train, computed here from the
+    stored final W and H and the stored validation rows; the test file is never loaded."""
+    over = ["--set", "dataset.validation_fraction=0.25", "--set", "baselines=[]",
+            "--set", "dataset.evaluate_on=validation"]
+    assert main(["run", "leml", *over]) == 0
+    m = _last(project)
+    loads = {o["ref"].rsplit("-", 1)[0] for o in m["outputs"] if o["step"] == "leml-load"}
+    assert len(loads) == 1  # the training file's load only (the first run loaded two)
+    assert "load test.txt" not in _task_run_names(m)
+    store = Store(project / "data" / "cache")
+    X_val = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-X_val")))
+    Y_val = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-Y_val")))
+    W, H, _ = _final(project, m, 3)
+    scores = np.hstack([X_val.toarray(), np.ones((X_val.shape[0], 1))]) @ W @ H.T
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+    metrics = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "metrics.parquet")
+    got = metrics.set_index("metric")["value"]
+    for k in (1, 3, 5):
+        assert got[f"precision@{k}"] == pytest.approx(
+            precision_at_k(Y_val, top, ks=(k,))[k], abs=1e-9)
+    predictions = pd.read_parquet(project / "data" / "runs" / m["run_id"] / "outputs"
+                                  / "predictions.parquet")
+    check_top_k(predictions, X_val, W, H, 5)
+    assert main(["run", "leml", "--set", "dataset.evaluate_on=validation"]) == 2
 
 
 def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeypatch):

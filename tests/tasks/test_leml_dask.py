@@ -833,18 +833,20 @@ def test_the_evaluation_releases_the_training_blocks_the_w_steps_kept(client, tm
         with CLIENTS.backend(source, 4, cluster) as backend:
             W, _ = _w_step(data, W0, H, backend=backend, cg_max_iter=2)
         assert sum(map(len, client.run(_training_blocks, token).values())) == 4  # kept
+        weights = np.linspace(1.0, 3.0, H.shape[0])  # PSP@k's, as the flow's propensity
         out = tl.evaluate.fn(None, W, H, traces=[pd.DataFrame({"iteration": [1]})],
                              timings=[pd.DataFrame({"iteration": [1], "half": ["W"],
                                                     "seconds": [1.0]})],
-                             dataset="t", method="m", params=params, batch_size=4,
-                             partition=files, cluster=cluster)
+                             propensity=weights, dataset="t", method="m", params=params,
+                             batch_size=4, partition=files, cluster=cluster)
         for _ in range(300):  # Dask frees released keys asynchronously: a generous 30 s
             if not any(client.run(_training_blocks, token).values()):
                 break
             time.sleep(0.1)
         assert not any(client.run(_training_blocks, token).values())
-        expected = tl._metrics_table(evaluate_on_blocks(None, files, W, H, params, 4), "t",
-                                     "m")
+        expected = tl._metrics_table(evaluate_on_blocks(None, files, W, H, params, 4,
+                                                        inv_propensity=weights), "t", "m")
+        assert {"psp@1", "ndcg@5"} <= set(expected["metric"])
         pd.testing.assert_frame_equal(out["metrics"], expected)
     finally:
         CLIENTS.close()

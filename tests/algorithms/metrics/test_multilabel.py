@@ -254,6 +254,44 @@ def test_psprecision_is_one_at_best_and_with_equal_weights_is_precision_over_its
             precision_at_k(Y, top, ks=(k,))[k] / ceiling, rel=1e-12)
 
 
+def test_psprecision_by_hand_as_pyxclib_defines_it():
+    """pyxclib's psprecision: the mean over rows of the weighted hits of the top k, over the
+    same of the best ranking (the true labels by weight); here 2 rows, weights 1, 2, 4."""
+    Y = np.array([[1, 0, 1], [0, 1, 0]])
+    top = np.array([[0, 2, 1], [0, 1, 2]])
+    w = np.array([1.0, 2.0, 4.0])
+    # k = 1: hits 1 (row 0's label 0) + 0 over the best 4 + 2; k = 2: 1 + 4 + 2 over 4 + 1 + 2
+    assert psprecision_at_k(Y, top, w, ks=(1, 2)) == pytest.approx({1: 1 / 6, 2: 1.0})
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), n_labels=st.integers(2, 9),
+       batch_size=st.integers(1, 6), cuts=st.lists(st.integers(0, 30), max_size=4))
+def test_ndcg_and_psp_in_batches_and_row_blocks_equal_the_ranking_metrics(
+        seed, n, n_labels, batch_size, cuts):
+    """multilabel_scores's nDCG@k and PSP@k (a stable full ranking, cut to L labels when k > L)
+    equal ndcg_at_k and the naive PSP loop, in any batches or row blocks to rounding."""
+    Y, scores = random_case(seed, n, n_labels)
+    w = inverse_propensity(random_case(seed + 1, 20, n_labels)[0])
+    out = multilabel_scores(sp.csr_matrix(Y), lambda s, e: scores[s:e], threshold=0.2,
+                            batch_size=batch_size, inv_propensity=w)
+    full = np.argsort(-scores, axis=1, kind="stable")
+    for k in (1, 3, 5):
+        cut = min(k, n_labels)
+        assert out[f"ndcg@{k}"] == pytest.approx(ndcg_at_k(Y, full, ks=(cut,))[cut], abs=1e-12)
+        expected = (naive_psprecision(Y, full, w, cut) if Y.any() else 0.0)
+        assert out[f"psp@{k}"] == pytest.approx(expected, abs=1e-12)
+    bounds = sorted({0, n, *(c for c in cuts if c < n)})
+    parts = [multilabel_sums(sp.csr_matrix(Y[a:b]), scores[a:b], threshold=0.2,
+                             inv_propensity=w)
+             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    blocks = scores_from_sums(parts)
+    for key in (f"{m}@{k}" for m in ("ndcg", "psp") for k in (1, 3, 5)):
+        assert blocks[key] == pytest.approx(out[key], abs=1e-12)
+    assert not any(key.startswith("psp") for key in multilabel_scores(
+        sp.csr_matrix(Y), lambda s, e: scores[s:e], threshold=0.2))
+
+
 def test_ranking_metrics_refuse_bad_shapes():
     Y = np.eye(3, dtype=int)
     with pytest.raises(ValueError, match="each k must be in"):
