@@ -250,12 +250,15 @@ def rank_features(X: sp.csr_matrix, vocabulary: pd.DataFrame, params: dict) -> p
 
 
 def _features(X, ranking: pd.DataFrame | None, n_features: int, all_features: bool):
-    """The columns of a unit: the first ``n_features`` ranked words, or every column."""
+    """The columns of a unit: the first ``n_features`` ranked words, or every column; in
+    column order either way, as the estimator clusters them (a subset is a set: k-means
+    follows the floating-point sums over the columns, so the same words in another order
+    could end in another partition)."""
     if all_features:
         return np.arange(X.shape[1])
     if ranking is None:
         raise ValueError("a ranking is needed unless all_features is set")
-    return ranking["feature"].to_numpy(np.intp)[: int(n_features)]
+    return np.sort(ranking["feature"].to_numpy(np.intp)[: int(n_features)])
 
 
 # -- stability search ------------------------------------------------------------------
@@ -389,12 +392,13 @@ def build_model(X: sp.csr_matrix, ranking: pd.DataFrame, labels: np.ndarray,
     of the final clustering and its clusters (:meth:`RelationDiscovery.centroids`).
 
     ``features``: the first ``n_features`` rows of the ranking (``rank``, ``feature``,
-    ``word``, ``score``, ``df``), the columns k-means clustered, in that order.
+    ``word``, ``score``, ``df``) in column order, the order k-means clustered them in
+    (:func:`_features`).
     ``centroids``: one row per (cluster, selected word): ``cluster``, ``rank`` (the word's
     position in ``features``), ``feature``, ``word`` and ``value``, the centroid's coordinate
     (NaN for a cluster k-means left empty).  ``clusters``: :func:`cluster_table`.
     """
-    features = ranking.iloc[: int(n_features)].reset_index(drop=True)
+    features = ranking.iloc[: int(n_features)].sort_values("feature").reset_index(drop=True)
     feats = features["feature"].to_numpy(np.intp)
     centers = RelationDiscovery(**params).centroids(X, feats, labels, k)
     k, size = centers.shape

@@ -433,19 +433,22 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
 
         with _timed(timings, "ranking"):
             self.ranking_, self.ranking_scores_ = steps.rank(X)
+        # F is a set of words: clustered in column order, so that k-means (whose restarts
+        # follow the floating-point sums over the columns) gives the same partition for the
+        # same words however they were ranked -- F_k of every word is RLBaseline's space.
         with _timed(timings, "search"):
-            rows = [steps.score_candidate(X, self.ranking_[:s], k)
+            rows = [steps.score_candidate(X, np.sort(self.ranking_[:s]), k)
                     for k, s in steps.candidate_units(self.ranking_.size)]
             self.search_, chosen = steps.choose_subsets(rows)
             self.subsets_ = dict(zip(chosen["k"].astype(int), chosen["n_features"].astype(int),
                                      strict=True))
         with _timed(timings, "stability"):
-            subsets = {k: self.ranking_[:s] for k, s in self.subsets_.items()}
+            subsets = {k: np.sort(self.ranking_[:s]) for k, s in self.subsets_.items()}
             self.stability_samples_, self.stability_, self.n_clusters_, references = \
                 steps.select_k(X, subsets)
         with _timed(timings, "final"):
             self.labels_ = references[self.n_clusters_][0]
-            self.selected_features_ = np.sort(subsets[self.n_clusters_])
+            self.selected_features_ = subsets[self.n_clusters_]
             self.cluster_centers_ = steps.centroids(X, self.selected_features_, self.labels_,
                                                     self.n_clusters_)
             self.cluster_labels_ = {c: [w for w, _ in ws] for c, ws in
