@@ -21,11 +21,11 @@ child's steps cached in the store as always (a grid extended by one seed compute
 seed); then the table: ``outputs/table.parquet`` (long form: the axes, the child run, each
 metric), ``outputs/summary.parquet`` and ``outputs/table.md`` (the metric's mean and spread over
 the axes not in the table's rows and columns; ``table.also`` adds further metrics, each its own
-table in ``table.md`` and ``outputs/summary-<metric>.parquet``).  A grid point whose config is
-invalid or whose run fails is one row with its error; the other points finish.  The experiment's
-manifest lists every child's outputs, so ``scarce rerun`` of the experiment reruns every child
-and compares every output, the table included.  ``--dry-run`` counts the child runs and what
-each would compute, and runs nothing.
+table in ``table.md`` and ``outputs/summary-<metric>.parquet``, :func:`summary_file`).  A grid
+point whose config is invalid or whose run fails is one row with its error; the other points
+finish.  The experiment's manifest lists every child's outputs, so ``scarce rerun`` of the
+experiment reruns every child and compares every output, the table included.  ``--dry-run``
+counts the child runs and what each would compute, and runs nothing.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class TableSpec(Strict):
     metric: str = Field(description="The metric shown (a `metric` of the flow's metrics).")
     also: list[str] = Field(
         default_factory=list, description="Further metrics, each summarised over the same "
-        "rows and columns: its own table in table.md and summary-<metric>.parquet, its mean "
-        "and spread in the experiment's metrics.")
+        "rows and columns: its own table in table.md and summary-<metric>.parquet (@ written "
+        "-at-: summary-psp-at-5.parquet), its mean and spread in the experiment's metrics.")
     rows: list[str] = Field(min_length=1, description="Axes (or `method`, `dataset`) of the "
                             "table's rows.")
     columns: list[str] = Field(default_factory=list, description="Axes (or `method`, "
@@ -355,7 +355,7 @@ def publish(ctx: RunContext, config: ExperimentConfig, table: str, summaries: di
         text += (f"\n## {metric}\n\n"
                  + _markdown_or_none(exp.wide(ctx.read(summaries[metric]), t.rows, t.columns))
                  + "\n")
-        ctx.record.name_output(f"summary-{metric}.parquet", summaries[metric])
+        ctx.record.name_output(summary_file(metric), summaries[metric])
     ctx.record.name_output("table.parquet", table)
     ctx.record.name_output("summary.parquet", summary)
     ctx.record.write_output("table.md", text)
@@ -400,6 +400,13 @@ def selection_markdown(config: ExperimentConfig, validation: pd.DataFrame, selec
              f"Chosen: {chosen}. Refit ({refit_with}): run {selection['run_id']}", "",
              markdown_table(refit[["method", "metric", "value"]]), ""]
     return "\n".join(lines)
+
+
+def summary_file(metric: str) -> str:
+    """The output name of a ``table.also`` metric's summary: ``summary-<metric>.parquet``
+    with ``@`` as ``-at-`` and any other character outside letters, digits, ``.``, ``_``
+    and ``-`` as ``_`` (``psp@5``: ``summary-psp-at-5.parquet``)."""
+    return "summary-" + re.sub(r"[^A-Za-z0-9._-]", "_", metric.replace("@", "-at-")) + ".parquet"
 
 
 def _markdown_or_none(table: pd.DataFrame) -> str:

@@ -183,7 +183,8 @@ def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, caps
     own metrics files), one more run with it and ``refit`` (n_init 2, the base seed), its
     metrics in the experiment's, the validation table and the decision recorded."""
     (project / "configs" / "experiments" / "tune.yaml").write_text(
-        GRID + "select: {metric: ari, refit: {n_init: 2}}\n")
+        GRID.replace("metric: ari}", "metric: ari, also: [v_measure]}")
+        + "select: {metric: ari, refit: {n_init: 2}}\n")
     before = set(_experiment_runs(project))
     assert main(["run", "experiment", "tune"]) == 0
     (tune,) = set(_experiment_runs(project)) - before
@@ -214,6 +215,11 @@ def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, caps
     assert rows["method"].tolist() == [f"refit k={best} / {x}" for x in own["method"]]
     text = (out / "table.md").read_text()
     assert "## Selection: ari on validation (max)" in text and f"run {refit}" in text
+    # table.also: v_measure's own summary, its table in table.md and its rows in the metrics
+    also = pd.read_parquet(out / "summary-v_measure.parquet")
+    assert also["k"].tolist() == ["4", "6"] and also["n"].tolist() == [2, 2]
+    assert "## v_measure" in text
+    assert {"v_measure_mean", "ari_mean"} <= set(metrics["metric"])
     assert refit in {o.get("child") for o in m["outputs"]}  # rerun compares the refit too
 
 
@@ -270,3 +276,14 @@ def test_dry_run_counts_the_steps_whose_entries_are_gone(project, grid, capsys):
     assert rows.loc["k=4, seed=1", ["state", "uncached steps"]].tolist() == ["cached", "0"]
     assert rows.loc["k=1, seed=0", "state"] == "invalid"
     assert "greater than or equal to 2" in rows.loc["k=1, seed=0", "error"]
+
+
+def test_the_summary_of_a_metric_with_an_at_sign_is_a_plain_output_name():
+    from scarce.flows.experiment import summary_file
+    from scarce.flows.run_record import check_output_name
+
+    for metric, name in (("psp@5", "summary-psp-at-5.parquet"),
+                         ("v_measure", "summary-v_measure.parquet"),
+                         ("a b/c", "summary-a_b_c.parquet")):
+        assert summary_file(metric) == name
+        check_output_name(name)
