@@ -14,13 +14,27 @@ overrides) three times in a fresh temporary store, through Prefect exactly as
    is the computation; the rest of the flow's wall time is orchestration: task submission,
    cache-key computation, state changes, artifacts and the API calls around them.
 
+For LEML the same training is also timed bare, side by side: ``LEML.fit`` with the run's
+parameters on the run's training file (read and normalised by the flow's own ``load``, the
+read not timed) in a fresh Python process with one BLAS thread, before the first run.  Its
+ratio to the first run's training task runs (the start and every half-step: the union of
+their Running intervals) is what the flow adds to the training itself (checkpoints of W and
+H, keys, task states); the first run's wall time less the time inside all its task runs is
+the run's fixed cost.  The bare fit needs what ``LEML.fit`` takes: one training file, every
+label observed, no validation split, the local backend; other configs are measured without
+it.
+
 Times are wall-clock on a shared machine: the ratios are the result, the seconds indicative.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +62,64 @@ QUICK = {
     "relations": ["max_pairs=400", "k_low=2", "k_high=6", "n_subsamples=3"],
     "strip": ["window=5", "variants=[ripper,strip-partial]"],
 }
+
+
+#: The LEML flow's task runs that train: the start and the half-steps.
+TRAINING_TASK = re.compile(r"^(initial factors|alternate-[WH] iter=\d+)$")
+
+#: A fresh process's bare fit: the training file read by the flow's own load step (not
+#: timed), then ``LEML.fit`` with the config's parameters, timed; prints the seconds.
+BARE_FIT = """
+import json, sys, time
+from scarce.flows.config import resolve_path
+from scarce.flows.leml import LemlConfig
+from scarce.tasks.leml import load
+config = LemlConfig.model_validate(json.loads(sys.argv[1]))
+d, m = config.dataset, config.model
+data = load.fn(path=resolve_path(d.train), format=d.format, dtype=m.dtype,
+               n_labels=d.n_labels, normalize=d.normalize, labelled=True)
+model = m.estimator(random_state=config.seed)
+t0 = time.perf_counter()
+model.fit(data["X"], data["Y"])
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+
+def bare_fit_possible(config) -> str | None:
+    """Why the bare ``LEML.fit`` cannot train what the run trains (None when it can)."""
+    from scarce.flows.config import resolve_path
+
+    d = config.dataset
+    if d.format == "table":
+        return "a table is read by the table steps"
+    if resolve_path(d.train).is_dir():
+        return "a folder of parts"
+    if config.observed_fraction < 1:
+        return "labels missing (observed_fraction < 1)"
+    if d.validation_fraction > 0:
+        return "a validation split"
+    if config.compute.backend != "local":
+        return f"the {config.compute.backend} backend"
+    return None
+
+
+def bare_fit_seconds(config) -> float:
+    """Seconds of ``LEML.fit`` on ``config``'s training data in a fresh Python process with one
+    BLAS thread (:data:`BARE_FIT`)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", BARE_FIT, config.model_dump_json()],
+                         capture_output=True, text=True, env=env, timeout=24 * 3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"the bare fit failed: {out.stderr.strip()[-2000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+
+
+def training_seconds(intervals: list[tuple[float, float]], names: list[str]) -> float:
+    """The union of the Running intervals of the training task runs (:data:`TRAINING_TASK`)
+    among ``intervals`` (one per task run, named ``names``)."""
+    return busy_seconds([iv for iv, name in zip(intervals, names, strict=True)
+                         if TRAINING_TASK.match(name)])
 
 
 def _say(*parts) -> None:
@@ -127,6 +199,12 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     for name in names:
         spec = FLOWS[name]
         config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides[name])
+        bare, why_not = None, bare_fit_possible(config) if name == "leml" else "not LEML"
+        if why_not is None:
+            _say(f"{name}: the same training bare (LEML.fit in a fresh process)")
+            bare = bare_fit_seconds(config)
+        elif name == "leml":
+            _say(f"{name}: no bare fit: {why_not}")
         tmp = Path(tempfile.mkdtemp(prefix=f"scarce-overhead-{name}-"))
         try:
             opts = {"store": str(tmp / "cache"), "runs": str(tmp / "runs")}
@@ -150,7 +228,16 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             (name, "cached", again, "outputs recomputed", len(outputs) - reused),
             (name, "cached", again, "task runs (cached, recomputed)", prefect_cached + recomputed),
             (name, "cached", again, "time / first run", again / first),
+            (name, "first", first, "fixed cost seconds (wall less inside task runs)",
+             first - busy),
         ]
+        if bare is not None:
+            train = training_seconds(intervals, ran)
+            rows += [(name, "bare", bare, "LEML.fit seconds, fresh process", bare),
+                     (name, "first", first, "training task runs seconds (union)", train),
+                     (name, "first", first, "in-flow training / bare fit", train / bare)]
+            _say(f"RESULT {name}: training {train:.1f}s in the flow, {bare:.1f}s bare "
+                 f"({train / bare:.2f}x); fixed cost {first - busy:.1f}s")
         _say(f"RESULT {name}: first {first:.1f}s ({completed} tasks, {busy:.1f}s inside them, "
              f"orchestration {1 - busy / first:.0%}); cached {again:.1f}s = "
              f"{again / first:.1%} of the first ({reused} of {len(outputs)} outputs reused; "
