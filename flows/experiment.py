@@ -1,5 +1,8 @@
 """Experiments as flows: a paper's table is a grid of cached flow runs.
 
+Kept as one module: the experiment file's schema, its grid and the flow that reads them
+change together.
+
 ``configs/experiments/<name>.yaml`` names a flow, its base config, fixed overrides, the axes of
 the grid (dotted config keys and their values) and the table to build::
 
@@ -26,6 +29,10 @@ point whose config is invalid or whose run fails is one row with its error; the 
 finish.  The experiment's manifest lists every child's outputs, so ``scarce rerun`` of the
 experiment reruns every child and compares every output, the table included.  ``--dry-run``
 counts the child runs and what each would compute, and runs nothing.
+
+``select`` chooses settings inside the run: every point evaluated on a validation split, the
+best by a metric (``experiment-select``, a logged decision), then one refit run with the chosen
+values (tagged ``refit``); ``outputs/selection.parquet`` is the validation table.
 """
 
 from __future__ import annotations

@@ -99,7 +99,9 @@ def _dry_run(config: Any) -> int:
           f"{to_run} to run"
           + (f" (at most ~{sum(guessed)} steps, counted on the nearest earlier runs)"
              if guessed else " (every step)" if to_run else "")
-          + f", {counts.get('invalid', 0)} invalid")
+          + f", {counts.get('invalid', 0)} invalid"
+          + ("; then one refit run with the values the selection chooses"
+             if config.select is not None else ""))
     return EXIT_OK
 
 

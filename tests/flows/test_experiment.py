@@ -185,6 +185,9 @@ def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, caps
     (project / "configs" / "experiments" / "tune.yaml").write_text(
         GRID.replace("metric: ari}", "metric: ari, also: [v_measure]}")
         + "select: {metric: ari, refit: {n_init: 2}}\n")
+    assert main(["run", "experiment", "tune", "--dry-run"]) == 0
+    assert "then one refit run with the values the selection chooses" in \
+        capsys.readouterr().out
     before = set(_experiment_runs(project))
     assert main(["run", "experiment", "tune"]) == 0
     (tune,) = set(_experiment_runs(project)) - before
