@@ -774,8 +774,8 @@ def in_feature_space(X: sp.csr_matrix, n_features: int, path: Path, format: str)
 
 def _read_factor(path: Path, shape: tuple[int, int]) -> np.ndarray:
     """An array of a stored model (a factor, the propensities; store-format Parquet): an
-    :class:`InputError` naming the
-    file when it is damaged or its shape is not the one ``model.json`` gives."""
+    :class:`InputError` naming the file when it is damaged or its shape is not the one
+    ``model.json`` gives."""
     value = read_parquet_entry(path)
     if not isinstance(value, np.ndarray) or value.shape != tuple(shape):
         got = getattr(value, "shape", type(value).__name__)
