@@ -225,6 +225,12 @@ def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def shown_point(values: dict[str, Any]) -> str:
+    """Settings as the logs and tables show them: ``key=value, ...`` (values by
+    :func:`tasks.experiment.cell`)."""
+    return ", ".join(f"{k}={exp.cell(v)}" for k, v in values.items())
+
+
 def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = None,
                  refit: bool = False) -> Any:
     """The validated config of one grid point (an :class:`InputError` naming the point); with
@@ -235,7 +241,7 @@ def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = No
     data = apply_values(config.base_config, settings(config, point), model)
     if refit:
         data = apply_values(data, config.select.refit, model)
-    where = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
+    where = shown_point(point)
     return validate_config(data, model, f"{config.name} [{where}{', refit' if refit else ''}]")
 
 
@@ -264,7 +270,7 @@ def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], option
 def _point_name(parameters: dict) -> str:
     point = parameters.get("point") or {}
     return (("refit " if parameters.get("refit") else "point ")
-            + ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items()))
+            + shown_point(point))
 
 
 POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
@@ -325,8 +331,8 @@ def _select_and_refit(ctx: RunContext, config: ExperimentConfig, spec: Any, tabl
     frame = ctx.read(ref)
     best = frame[frame["chosen"]].iloc[0]
     point = {axis: _axis_value(config, axis, best[axis]) for axis in over}
-    shown = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
-    ctx.record.decide("selected " + ", ".join(over), {k: point[k] for k in over},
+    shown = shown_point(point)
+    ctx.record.decide("selected " + ", ".join(over), point,
                       f"the {'largest' if s.direction == 'max' else 'smallest'} mean "
                       f"{s.metric} on validation, {best['mean']:.6g} over {best['n']} run(s)")
     result = POINT.submit(spec=spec, config=config, point=point, options=child,
@@ -399,9 +405,9 @@ def selection_markdown(config: ExperimentConfig, validation: pd.DataFrame, selec
     """The selection as markdown: the validation table, the chosen values, the refit's run
     and its metrics (on test)."""
     s = config.select
-    chosen = ", ".join(f"{k}={exp.cell(v)}" for k, v in selection["point"].items())
+    chosen = shown_point(selection["point"])
     shown = validation.assign(chosen=validation["chosen"].map({True: "←", False: ""}))
-    refit_with = ", ".join(f"{k}={exp.cell(v)}" for k, v in s.refit.items())
+    refit_with = shown_point(s.refit)
     lines = ["", f"## Selection: {s.metric} on validation ({s.direction})", "",
              markdown_table(shown), "",
              f"Chosen: {chosen}. Refit ({refit_with}): run {selection['run_id']}", "",
@@ -468,7 +474,7 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
 
     rows = []
     for point in grid(config):
-        where = ", ".join(f"{k}={exp.cell(v)}" for k, v in point.items())
+        where = shown_point(point)
         try:
             child = point_config(config, point).model_dump(mode="json")
         except InputError as exc:
