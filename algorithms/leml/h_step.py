@@ -45,7 +45,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.data import BLOCK, LEMLData, check_factor
-from scarce.algorithms.leml.losses import derivative_into, get_loss
+from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.terms import loss_terms
 
 __all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
            "update_H_by_blocks"]
@@ -112,7 +113,7 @@ def _per_label_cg(product, lam, g, cg_max_iter, cg_tol):
     return S, n_iter
 
 
-def _bound_update_H(data: LEMLData, ent, A, H, lam: float, loss, n_steps: int, iu, ju):
+def _bound_update_H(data: LEMLData, A, H, lam: float, loss, n_steps: int, iu, ju):
     """``n_steps`` majorise-minimise steps of the H-step (``h_solver="bound"``).
 
     Label ``j``'s loss is majorised by its expansion with curvature
@@ -120,7 +121,8 @@ def _bound_update_H(data: LEMLData, ent, A, H, lam: float, loss, n_steps: int, i
     ``h_j - (c sum_{i in Omega_j} a_i a_i^T + lam I)^{-1} g_j``: the matrices are
     those of the squared loss's H-step, formed once (fully observed: one shared
     ``c A^T A + lam I``) and kept over the steps, so a step costs one gradient
-    ``O(|Omega| k)``; no label's objective increases.
+    ``O(|Omega| k)`` (a batch of rows at a time, :func:`~algorithms.leml.terms.loss_terms`);
+    no label's objective increases.
     """
     c = float(loss.curvature_bound)
     k = A.shape[1]
@@ -132,14 +134,12 @@ def _bound_update_H(data: LEMLData, ent, A, H, lam: float, loss, n_steps: int, i
         def solve(g):
             return np.linalg.solve(M, g.T.astype(np.float64)).T.astype(A.dtype)
     else:
-        G = c * ent.weighted_grams(None, A, iu, ju)
+        G = c * data.observed_entries().weighted_grams(None, A, iu, ju)
 
         def solve(g):
             return _solve_grams(G, lam, g, iu, ju)
     for _ in range(n_steps):
-        D = derivative_into(loss, ent.y, ent.dots(A, H))
-        g = ent.t_times(ent.masked(D), A)
-        del D
+        g = loss_terms(data, A, H, loss, labels=True).labels
         g += lam * H
         H = H - solve(g)
     return H
@@ -220,14 +220,14 @@ def update_H(data: LEMLData, W, lam: float, loss, *, H0=None, newton_max_iter: i
         R = ent.t_times(ent.masked(2 * ent.y), A)
         H = _solve_grams(G, lam, R, iu, ju)
     else:
-        ent = data.observed_entries()
         H = (np.zeros((data.n_labels, k), dtype=dtype) if H0 is None
              else check_factor(H0, (data.n_labels, k), dtype, "H0"))
 
         if h_solver == "bound":
-            H = _bound_update_H(data, ent, A, H, lam, loss, int(newton_max_iter), iu, ju)
+            H = _bound_update_H(data, A, H, lam, loss, int(newton_max_iter), iu, ju)
             info["newton_iter"] = int(newton_max_iter)
             return H, info
+        ent = data.observed_entries()
         state: dict = {}  # the decision values of the last H valued, and its curvature
 
         def values(Hc):
@@ -326,9 +326,7 @@ def block_label_grams(block: LEMLData, A, l0: int, l1: int) -> np.ndarray:
 def block_loss_gradient(block: LEMLData, A, H, loss: str) -> np.ndarray:
     """``sum_{(i, j) in Omega, i in b} loss'(y_ij, a_i^T h_j) a_i`` per label (L x k): the
     block's term of the H-step gradient of a margin loss (without ``lam H``)."""
-    ent = block.observed_entries()
-    D = derivative_into(get_loss(loss), ent.y, ent.dots(A, H))
-    return ent.t_times(ent.masked(D), A)
+    return loss_terms(block, A, H, loss, labels=True).labels
 
 
 def block_label_losses(block: LEMLData, A, H, loss: str) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 
 from scarce.algorithms.leml.data import LEMLData, check_factor
 from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.terms import loss_terms
 
 __all__ = ["loss_term", "objective", "objective_by_blocks"]
 
@@ -34,7 +35,8 @@ def loss_term(data: LEMLData, W, H, loss) -> float:
     ``X W`` is taken :data:`LOSS_ROWS` rows at a time: whole, its float64 copy and
     ``Y H`` were three ``n x k`` arrays held at once (for a full-scale row block the
     highest a worker's memory rose outside a block's read).
-    ``W`` and ``H`` are in ``data``'s dtype.
+    Otherwise it is summed a batch of rows at a time
+    (:func:`~algorithms.leml.terms.loss_terms`).  ``W`` and ``H`` are in ``data``'s dtype.
     """
     loss = get_loss(loss)
     if data.fully_observed and loss.name == "squared":
@@ -49,10 +51,7 @@ def loss_term(data: LEMLData, W, H, loss) -> float:
             gram += A64.T @ A64
         quad = float(np.vdot(gram, H64.T @ H64))
         return yy - 2 * cross + quad
-    A = data.X @ W
-    ent = data.observed_entries()
-    z = ent.dots(A, H)
-    return float(ent.masked(loss.value(ent.y, z)).sum(dtype=np.float64))
+    return loss_terms(data, data.X @ W, H, loss, value=True).value
 
 
 def _regulariser(W, H, lam: float) -> float:

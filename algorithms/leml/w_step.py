@@ -33,9 +33,10 @@ import copy
 import numpy as np
 
 from scarce.algorithms.leml.data import LEMLData, check_factor
-from scarce.algorithms.leml.losses import derivative_into, get_loss
+from scarce.algorithms.leml.losses import get_loss
 from scarce.algorithms.leml.objective import sqnorm
 from scarce.algorithms.leml.solvers import conjugate_gradient, trust_region_newton
+from scarce.algorithms.leml.terms import loss_terms
 
 __all__ = ["W_SOLVERS", "LocalWOperators", "WStepProducts", "check_w_solver", "solve_w_step",
            "update_W", "w_gradient", "w_loss_value"]
@@ -323,19 +324,17 @@ def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
     With ``c = loss.curvature_bound`` every entry's loss is at most its second-order
     expansion with curvature ``c``, so, adding the unobserved entries' squares too,
     ``J(W + S, H) <= J(W, H) + <G, S> + (c/2) ||X S H^T||_F^2 + lam <W, S> + lam ||S||^2 / 2``
-    with ``G = X^T (D H)`` the loss gradient.  Its minimiser solves
+    with ``G = X^T (D H)`` the loss gradient (``D H`` a batch of rows at a time,
+    :func:`~algorithms.leml.terms.loss_terms`).  Its minimiser solves
     ``c X^T X S H^T H + lam S = -(G + lam W)`` (:func:`_w_bound_solver`), a system of
     the fully observed squared loss's structure, so a step costs one gradient
     (``O(|Omega| k)``) and no Hessian-vector product over ``Omega``; the objective
     never increases (Bohning and Lindsay's bound for the logistic loss).
     """
-    ent = data.observed_entries()
     solve = _w_bound_solver(data, H.T @ H, lam, float(loss.curvature_bound), cg_max_iter,
                             cg_tol)
     for _ in range(n_steps):
-        D = derivative_into(loss, ent.y, ent.dots(data.X @ W, H))
-        R = data.xt_matmul(ent.times(ent.masked(D), H))
-        del D
+        R = data.xt_matmul(loss_terms(data, data.X @ W, H, loss, rows=True).rows)
         R += lam * W
         W = W - solve(R)
     return W

@@ -1,0 +1,116 @@
+"""The loss terms taken a batch of rows at a time (algorithms.leml.terms): equal to the
+whole-array products of a naive float64 reference, batch sizes from the memory guard, and no
+``n x L`` array held while they are taken."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import scarce.algorithms.leml.terms as terms
+from scarce.algorithms.leml import LEML
+from scarce.algorithms.leml.data import prepare_data
+from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.memory import ENV_LIMIT
+
+
+def problem(seed, n=23, d=6, n_labels=5, k=3, observed=None):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.5, format="csr", random_state=seed)
+    Y = (rng.random((n, n_labels)) < 0.3).astype(float)
+    mask = None if observed is None else rng.random((n, n_labels)) < observed
+    A = rng.standard_normal((n, k))
+    H = rng.standard_normal((n_labels, k))
+    return X, Y, mask, A, H
+
+
+def reference(Y, mask, A, H, loss):
+    """The three terms from whole n x L arrays in float64, unobserved entries dropped."""
+    loss = get_loss(loss)
+    omega = np.ones(Y.shape) if mask is None else mask.astype(float)
+    Z = A @ H.T
+    D = loss.derivative(Y, Z) * omega
+    return D @ H, D.T @ A, float((loss.value(Y, Z) * omega).sum())
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge", "squared"])
+@pytest.mark.parametrize("layout", ["full", "dense", "sparse"])
+@pytest.mark.parametrize("entries_per_batch", [1, 12, terms.ENTRIES_PER_BATCH])
+def test_terms_equal_the_whole_array_reference(loss, layout, entries_per_batch, monkeypatch):
+    monkeypatch.setattr(terms, "ENTRIES_PER_BATCH", entries_per_batch)
+    X, Y, mask, A, H = problem(3, observed=None if layout == "full" else 0.6)
+    data = prepare_data(X, Y, mask, fit_intercept=False, dtype=np.float64,
+                        entries="auto" if layout == "full" else layout)
+    got = terms.loss_terms(data, A, H, loss, rows=True, labels=True, value=True)
+    want = reference(Y, mask, A, H, loss)
+    np.testing.assert_allclose(got.rows, want[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.labels, want[1], rtol=1e-12, atol=1e-12)
+    assert got.value == pytest.approx(want[2], rel=1e-12)
+    # only what is asked for is computed
+    assert terms.loss_terms(data, A, H, loss, labels=True).rows is None
+    assert terms.loss_terms(data, A, H, loss, rows=True).value is None
+
+
+def test_batch_rows_follow_the_memory_guard(monkeypatch):
+    monkeypatch.delenv(ENV_LIMIT, raising=False)
+    n_labels = 1000
+    assert terms.batch_rows(n_labels, 4) == terms.ENTRIES_PER_BATCH // n_labels
+    # 1 MiB allowed: 0.8 MiB of room for four float32 arrays of 1,000 labels a row
+    monkeypatch.setenv(ENV_LIMIT, str(1 / 1024))
+    assert terms.batch_rows(n_labels, 4) == int(0.8 * 2**20 / 16 // n_labels)
+    monkeypatch.setenv(ENV_LIMIT, str(1e-9))
+    assert terms.batch_rows(n_labels, 4) == 1
+
+
+def _peak_of_terms(n, n_labels=400, k=8):
+    """tracemalloc's peak while the three terms of n fully observed rows are taken, the
+    data, and the terms."""
+    rng = np.random.default_rng(0)
+    X = sp.random(n, 30, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    Y = sp.random(n, n_labels, density=0.02, format="csr", random_state=1)
+    Y.data[:] = 1
+    data = prepare_data(X, Y, fit_intercept=False, dtype=np.float32)
+    A = rng.standard_normal((n, k)).astype(np.float32)
+    H = rng.standard_normal((n_labels, k)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        got = terms.loss_terms(data, A, H, "logistic", rows=True, labels=True, value=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, data, A, H, Y, got
+
+
+def test_fully_observed_terms_hold_no_n_by_l_array():
+    small, *_ = _peak_of_terms(20_000)
+    peak, data, A, H, Y, got = _peak_of_terms(80_000)
+    assert data.entries is None  # the labels were never made dense whole
+    # four times the rows: only the n x k result grows (4 x 60,000 x 8 bytes more), not
+    # the batches; one n x L float32 array would be 128 MB
+    assert peak < small + 60_000 * 8 * 4 + (1 << 20)
+    assert peak < 80_000 * 400 * 4 / 4
+    Yd = Y.toarray()
+    want = reference(Yd, None, A.astype(np.float64), H.astype(np.float64), "logistic")
+    np.testing.assert_allclose(got.rows, want[0], rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(got.labels, want[1], rtol=2e-4, atol=2e-2)
+    assert got.value == pytest.approx(want[2], rel=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_bound_solvers_train_under_a_limit_the_whole_array_would_break(loss, monkeypatch):
+    """The fully observed margin losses' bound steps take their n x L terms a few rows at a
+    time, so a memory limit below one n x L array still trains them, to the same factors."""
+    rng = np.random.default_rng(5)
+    X = sp.random(60, 12, density=0.4, format="csr", random_state=5)
+    Y = sp.csr_matrix((rng.random((60, 9)) < 0.3).astype(float))
+    params = dict(rank=1, loss=loss, outer_iterations=2, w_solver="bound", h_solver="bound",
+                  random_state=0)
+    free = LEML(**params).fit(X, Y)
+    # 1,500 bytes: the factors fit, the 60 x 9 float32 decision values (2,160 bytes) do not
+    monkeypatch.setenv(ENV_LIMIT, str(1500 / 2**30))
+    limited = LEML(**params).fit(X, Y)
+    np.testing.assert_allclose(limited.W_, free.W_, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(limited.H_, free.H_, rtol=1e-5, atol=1e-6)
