@@ -39,6 +39,11 @@ __all__ = ["LEMLData", "labels_layout", "layout_of_counts", "prepare_data", "pre
 BLOCK = 1 << 22
 # Largest n x L stored dense for partially observed labels (1 GiB per float32 array).
 _DENSE_MAX = 1 << 28
+#: ``X^T X V`` is taken through the dense Gram matrix ``X^T X`` when it has at most this many
+#: entries per stored entry of ``X``: a dense ``d' x d'`` times ``d' x k`` product (BLAS) runs
+#: several times faster per entry than the sparse ``X V`` and ``X^T U`` it replaces, which
+#: pass over ``X``'s entries twice; the Gram matrix then also takes no more memory than ``X``.
+GRAM_ENTRIES_PER_NNZ = 2
 
 # --------------------------------------------------------------------------- entries
 class _SparseEntries:
@@ -252,17 +257,32 @@ class LEMLData:
         self.entries = entries
         self.fit_intercept = bool(fit_intercept)
         self._gram_eigh = None
+        self._gram = None
+
+    def _gram64(self) -> np.ndarray:
+        """``X^T X`` (d' x d'), dense, summed in float64."""
+        X = self.X.astype(np.float64)
+        G = X.T @ X
+        return G.toarray() if sp.issparse(G) else np.asarray(G)
 
     def gram_eigh(self):
         """Eigendecomposition ``X^T X = U diag(s) U^T`` (computed in float64 once, then
         kept): ``(s, U)`` with ``s >= 0`` (float64) and ``U`` in the working dtype."""
         if self._gram_eigh is None:
-            X = self.X.astype(np.float64)
-            G = X.T @ X
-            G = G.toarray() if sp.issparse(G) else np.asarray(G)
-            s, U = np.linalg.eigh(G)
+            s, U = np.linalg.eigh(self._gram64())
             self._gram_eigh = (np.maximum(s, 0.0), np.ascontiguousarray(U, dtype=self.dtype))
         return self._gram_eigh
+
+    def gram(self) -> np.ndarray | None:
+        """``X^T X`` (d' x d', dense, in the working dtype, summed in float64; built once, then
+        kept) when ``d'^2 <= GRAM_ENTRIES_PER_NNZ nnz(X)`` (see there), else None: then
+        ``X^T (X V)`` is the cheaper way to ``X^T X V``."""
+        if self._gram is None:
+            stored = self.X.nnz if sp.issparse(self.X) else self.X.size
+            d = self.n_features
+            self._gram = (np.ascontiguousarray(self._gram64(), dtype=self.dtype)
+                          if d * d <= GRAM_ENTRIES_PER_NNZ * stored else False)
+        return None if self._gram is False else self._gram
 
     @property
     def fully_observed(self) -> bool:

@@ -75,7 +75,9 @@ class WStepProducts:
     derivatives on ``Omega``, the loss gradient is ``X^T (D H)`` and the
     Hessian-vector product ``V -> X^T (D''_Omega(X V H^T) H)``, where only the
     entries of ``X V H^T`` in ``Omega`` are computed.  For the squared loss on
-    fully observed labels: ``2 X^T (X W H^T H - Y H)`` and ``V -> 2 X^T X V (H^T H)``.
+    fully observed labels: ``2 X^T (X W H^T H - Y H)`` and ``V -> 2 X^T X V (H^T H)``, the
+    latter through the dense ``X^T X`` when it is small beside ``X``
+    (:meth:`~algorithms.leml.data.LEMLData.gram`).
 
     Parameters
     ----------
@@ -100,6 +102,7 @@ class WStepProducts:
             self.G2 = 2 * (H.T @ H)
             self.gram_left = (data.n_features <= data.n_samples if gram_left is None
                               else bool(gram_left))
+            self.XtX = data.gram()
             return
         self.entries = ent = data.observed_entries()
         self.z = ent.dots(data.X @ W, H) if z is None else z
@@ -141,6 +144,9 @@ class WStepProducts:
     def hess_vec(self, V) -> np.ndarray:
         """The loss term of the Hessian at ``W`` times ``V`` (d' x k, a new array)."""
         X, xt = self.data.X, self.data.xt_matmul
+        if self.fast and self.XtX is not None:
+            return _times_in_place(self.XtX @ V, self.G2) if self.gram_left else \
+                self.XtX @ (V @ self.G2)
         if self.fast:
             return _times_in_place(xt(X @ V), self.G2) if self.gram_left else \
                 xt((X @ V) @ self.G2)

@@ -185,6 +185,30 @@ def test_the_squared_losss_hessian_product_multiplied_by_the_gram_in_row_chunks(
                                atol=1e-10)
 
 
+@pytest.mark.parametrize("gram_left", [True, False])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_the_squared_losss_hessian_product_through_the_dense_gram_or_x_twice(
+        gram_left, sparse, monkeypatch):
+    """``X^T X V`` is taken through the dense Gram matrix when it has at most
+    ``GRAM_ENTRIES_PER_NNZ`` entries per stored entry of ``X``, else as ``X^T (X V)``: both
+    routes give the Kronecker reference, and the rule picks by the counts."""
+    import scarce.algorithms.leml.data as leml_data
+
+    X, Xd, Y, _, H, W = make_problem(4, sparse=sparse)
+    d, stored = Xd.shape[1], (X.nnz if sparse else Xd.size)
+    V = np.random.default_rng(2).standard_normal(W.shape)
+    _, hess_ref, _ = kronecker_reference(Xd, Y, None, H, W, 0.0, "squared")
+    want = (hess_ref @ V.ravel()).reshape(W.shape)
+    for per_nnz, uses_gram in ((d * d / stored, True), (0.99 * d * d / stored, False)):
+        monkeypatch.setattr(leml_data, "GRAM_ENTRIES_PER_NNZ", per_nnz)
+        data = prepare_data(X, Y, dtype=np.float64)
+        products = WStepProducts(data, H, W, "squared", gram_left=gram_left)
+        assert (products.XtX is not None) == uses_gram
+        if uses_gram:
+            np.testing.assert_allclose(products.XtX, Xd.T @ Xd, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(products.hess_vec(V), want, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 @pytest.mark.parametrize("masked", [STRATEGIES[0], None])
 def test_products_for_the_hessian_only_drop_the_point_and_give_the_kronecker_product(
