@@ -1,4 +1,4 @@
-"""LEML against the published row, ridge, binary relevance and omikuji.
+"""LEML against the published row, ridge, binary relevance and extreme-classification libraries.
 
 Kept as one module: its sections share one data set, one grid and one table.
 
@@ -21,6 +21,12 @@ Sections (``--sections``, comma-separated):
   and logistic
   regression, full-rank ridge and omikuji, one BLAS thread each, in the same run; as
   ratios to LEML, with the test P@1 each reaches.
+* ``peers``: LEML at the ``speed`` section's setting against PECOS XR-Linear, napkinXC PLT
+  and omikuji, each run in a fresh single-threaded process: training seconds, prediction
+  milliseconds per 1,000 test rows, the peak memory training adds, P@1/3/5, ratios to LEML;
+  medians over ``--repeats`` with the order rotated.  The peers run with the interpreter
+  ``--peer-python`` (an environment with ``pip install libpecos napkinxc omikuji``;
+  libpecos pulls in torch, so it is not in the ``bench`` extra) (:mod:`bench.leml_peers`).
 * ``scaling``: one W-step on 1x, 2x, 4x stacked copies of the training data, fully
   observed squared loss and 20% observed; its time ratio against the growth of
   ``nnz(X) + nnz(Y)`` (fully observed) or ``nnz(X) + |Omega|``, and against the bare
@@ -80,13 +86,16 @@ from scarce.algorithms.leml import (
     prepare_data,
 )
 from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from scarce.bench.leml_peer_child import omikuji_top_k, write_xc
+from scarce.bench.leml_peers import as_ranking
+from scarce.bench.leml_peers import run_section as peers_section
 from scarce.bench.synthetic import WIKI, synthetic_wikipedia
 from scarce.flows.published import LEML_XC
 from scarce.tasks.leml import observe, validation_rows
 from scarce.tasks.readers.xmc import read_xmc
 
-SECTIONS = ("accuracy", "missing", "speed", "scaling", "synthetic", "w-step", "distributed",
-            "partition")
+SECTIONS = ("accuracy", "missing", "speed", "peers", "scaling", "synthetic", "w-step",
+            "distributed", "partition")
 # Extreme Classification Repository, LEML row (P@1, P@3, P@5, in %).
 PUBLISHED = {name: tuple(row.values()) for name, row in LEML_XC.items()}
 COLUMNS = ["section", "dataset", "method", "setting", "metric", "value"]
@@ -153,7 +162,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
     parser.add_argument("--newton-iter", type=int, default=None,
                         help="LEML Newton (TRON) steps per half-step, non-squared losses")
-    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best kept)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timing repeats (best kept; the median in the peers section)")
+    parser.add_argument("--peer-python", type=Path, default=None,
+                        help="peers section: the Python interpreter that runs PECOS, napkinXC "
+                        "and omikuji, from an environment with pip install libpecos napkinxc "
+                        "omikuji (default: this one; a peer missing there is skipped)")
     parser.add_argument("--synthetic-scale", type=float, default=None,
                         help="size of the synthetic Wikipedia-shaped problem as a fraction "
                         "of the real one (points, features and labels); default 1 in the "
@@ -254,12 +268,38 @@ SOLVER_OPTIONS = {"newton_max_iter": "newton_iter", "h_solver": "h_solver",
                   "w_solver": "w_solver", "squared_init_iter": "squared_init"}
 
 
+def _solver_options(args) -> dict:
+    """The command-line solver options that were given, as LEML parameters."""
+    return {name: getattr(args, dest) for name, dest in SOLVER_OPTIONS.items()
+            if getattr(args, dest, None) is not None}
+
+
 def _leml(args, **params) -> LEML:
     """LEML with the command-line solver options that were given (``params`` on top); the
     others keep the estimator's defaults."""
-    given = {name: getattr(args, dest) for name, dest in SOLVER_OPTIONS.items()
-             if getattr(args, dest, None) is not None}
-    return LEML(random_state=args.seed, **{**given, **params})
+    return LEML(random_state=args.seed, **{**_solver_options(args), **params})
+
+
+def leml_setting(name: str, args, grid: dict, chosen: dict) -> tuple[dict, str]:
+    """LEML's parameters in the speed and peers sections, and their description.
+
+    The rank, ``lam`` and outer iterations chosen in ``accuracy`` when it ran on ``name``,
+    else ``--speed-rank`` / ``--speed-lam`` (by default LEML's) and ``--outer-iterations``;
+    the loss ``--speed-loss``; the solver options given.  Plain values (JSON), so that a
+    child process can build the same estimator.
+    """
+    default = LEML()
+    rank, lam, T = chosen.get(name, (args.speed_rank or default.rank,
+                                     grid["scale"] * (args.speed_lam or default.lam),
+                                     grid["outer_iterations"]))
+    params = {**_solver_options(args), "rank": int(rank), "lam": float(lam),
+              "outer_iterations": int(T), "loss": args.speed_loss, "random_state": args.seed}
+    setting = f"k={rank} lam={lam:.3g} T={T}"
+    if args.speed_loss != "squared":
+        leml = LEML(**params)
+        setting += (f" newton={leml.newton_max_iter} h_solver={leml.h_solver} "
+                    f"w_solver={leml.w_solver} squared_init={leml.squared_init_iter}")
+    return params, setting
 
 
 class _Search:
@@ -381,17 +421,6 @@ def _missing(ds, args, grid, rows):
              f"AUC={m['AUC']:.2f}")
 
 
-def _write_xc(path: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
-    with open(path, "w") as fh:
-        fh.write(f"{X.shape[0]} {X.shape[1]} {Y.shape[1]}\n")
-        for i in range(X.shape[0]):
-            labels = ",".join(map(str, Y.indices[Y.indptr[i]:Y.indptr[i + 1]]))
-            lo, hi = X.indptr[i], X.indptr[i + 1]
-            feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(X.indices[lo:hi], X.data[lo:hi],
-                                                            strict=True))
-            fh.write(f"{labels} {feats}\n")
-
-
 @contextlib.contextmanager
 def _quiet_stderr():
     """Silence file descriptors 1 and 2 (omikuji's Rust logger and progress bars)."""
@@ -416,15 +445,10 @@ def _omikuji(Xtr, Ytr, Xte, Yte):
     tmp = Path(tempfile.mkdtemp(prefix="bench-omikuji-"))
     try:
         path = tmp / "train.txt"
-        _write_xc(path, Xtr, Ytr)
+        write_xc(path, Xtr, Ytr)
         with _quiet_stderr():  # omikuji logs and draws progress bars
             model, sec = _timed(lambda: omikuji.Model.train_on_data(str(path), n_threads=1))
-        top = np.zeros((Xte.shape[0], 1), dtype=np.int64)
-        for i in range(Xte.shape[0]):
-            lo, hi = Xte.indptr[i], Xte.indptr[i + 1]
-            pred = model.predict(list(zip(Xte.indices[lo:hi].tolist(),
-                                          Xte.data[lo:hi].tolist(), strict=True)), top_k=1)
-            top[i, 0] = pred[0][0] if pred else 0
+        top = as_ranking(omikuji_top_k(model, Xte, 1), Yte)  # none predicted: a miss
         p1 = 100 * float(precision_at_k(Yte, top, ks=(1,))[1])
         return sec, p1
     finally:
@@ -433,19 +457,11 @@ def _omikuji(Xtr, Ytr, Xte, Yte):
 
 def _speed(ds, args, grid, rows, chosen):
     name, Xtr, Ytr, Xte, Yte = ds
-    s = grid["scale"]
-    default = LEML()
-    rank, lam, T = chosen.get(name, (args.speed_rank or default.rank,
-                                     s * (args.speed_lam or default.lam),
-                                     grid["outer_iterations"]))
-    alpha = chosen.get(("alpha", name), s)
-    leml = _leml(args, rank=rank, lam=lam, outer_iterations=T, loss=args.speed_loss)
+    alpha = chosen.get(("alpha", name), grid["scale"])
+    params, setting = leml_setting(name, args, grid, chosen)
+    leml = LEML(**params)
     peers = [
-        (f"LEML {args.speed_loss}", f"k={rank} lam={lam:.3g} T={T}" + (
-            "" if args.speed_loss == "squared" else
-            f" newton={leml.newton_max_iter} h_solver={leml.h_solver} "
-            f"w_solver={leml.w_solver} squared_init={leml.squared_init_iter}"),
-         lambda: leml),
+        (f"LEML {args.speed_loss}", setting, lambda: leml),
         ("full-rank ridge (closed form)", f"alpha={alpha:.3g}",
          lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True)),
         ("BR ridge (scikit-learn Ridge)", f"alpha={alpha:.3g}",
@@ -708,6 +724,8 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                 _missing(ds, args, grid, rows)
             if "speed" in args.sections:
                 _speed(ds, args, grid, rows, chosen)
+            if "peers" in args.sections:
+                peers_section(ds, args, rows, leml_setting(name, args, grid, chosen))
             if "scaling" in args.sections:
                 _scaling(ds, args, grid, rows)
         if "synthetic" in args.sections:
