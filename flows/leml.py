@@ -55,6 +55,7 @@ from scarce.tasks.leml import (
     partition_masked,
     predict,
     propensity,
+    release_training_data,
     split,
     stack,
     task_params,
@@ -450,16 +451,19 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     progress = ctx.artifacts.progress("iterations", m.outer_iterations,
                                       f"Outer iterations (of {m.outer_iterations})")
     traces, timings = [], []
-    for t in range(1, m.outer_iterations + 1):
-        w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
-                    row_blocks=row_blocks, cluster=cluster)
-        h = ctx.run(alternate_H, **w_data, W=w["W"], H=factors["H"], validation=validation,
-                    validation_partition=validation_blocks, iteration=t, params=h_params,
-                    row_blocks=row_blocks, cluster=cluster)
-        factors = {"W": w["W"], "H": h["H"]}
-        traces.append(h["trace"])
-        timings += [w["timings"], h["timings"]]
-        progress.advance()
+    try:
+        for t in range(1, m.outer_iterations + 1):
+            w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
+                        row_blocks=row_blocks, cluster=cluster)
+            h = ctx.run(alternate_H, **w_data, W=w["W"], H=factors["H"], validation=validation,
+                        validation_partition=validation_blocks, iteration=t, params=h_params,
+                        row_blocks=row_blocks, cluster=cluster)
+            factors = {"W": w["W"], "H": h["H"]}
+            traces.append(h["trace"])
+            timings += [w["timings"], h["timings"]]
+            progress.advance()
+    finally:  # the training data the steps kept between them (see tasks.leml._prepared)
+        release_training_data()
     if blocked:  # where the last W-step ran, for the manifest
         where = ctx.read(timings[-2]).iloc[0]
         ctx.record.note("w_step", {"scheduler": where["scheduler"],

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -484,8 +485,50 @@ def propensity(a: float, b: float, train: dict | None = None, mask=None,
     return inverse_propensity_from_counts(counts, rows, a, b)
 
 
+# The training data as the last step prepared it, kept for the next: every W- and H-step of a
+# run takes the same store entries, and reading them afresh (with their checksums) and
+# preparing them again (with the Gram matrix or its eigendecomposition that the solvers build
+# once per data) cost each step about as much as its mathematics.  Store entries are
+# content-addressed and never rewritten, so their paths name their content.  One data set at a
+# time, its arrays read-only (a step that wrote into them would change the next step's input);
+# :func:`release_training_data` drops it when a run's iterations are over.
+_PREPARED: dict = {}
+_PREPARED_LOCK = threading.Lock()
+
+
+def _read_only(M) -> None:
+    for a in ((M.data, M.indices, M.indptr) if sp.issparse(M) else (M,)):
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+
+
+def _prepared(model: LEML, train: dict, mask):
+    """``model.prepare`` of the store files ``train["X"]``, ``train["Y"]`` and ``mask`` (a
+    file or None), kept until files or preparation differ (see :data:`_PREPARED`)."""
+    key = (str(train["X"]), str(train["Y"]), None if mask is None else str(mask),
+           np.dtype(model.dtype).str, bool(model.fit_intercept))
+    with _PREPARED_LOCK:
+        if _PREPARED.get("key") != key:
+            _PREPARED.clear()
+            X, Y = read_parquet_entry(train["X"]), read_parquet_entry(train["Y"])
+            observed = None if mask is None else read_parquet_entry(mask)
+            data = model.prepare(X, Y, observed)
+            for M in (data.X, data.Xt, data.Y, data.Yt):
+                if M is not None:
+                    _read_only(M)
+            _PREPARED.update(key=key, data=data)
+        return _PREPARED["data"]
+
+
+def release_training_data() -> None:
+    """Drop the training data the steps keep between them (:data:`_PREPARED`)."""
+    with _PREPARED_LOCK:
+        _PREPARED.clear()
+
+
 def _estimator(params: dict, train: dict | None, mask, partition: list | None = None):
-    """``LEML(**params)`` and its training data: prepared from ``train`` and ``mask``, or,
+    """``LEML(**params)`` and its training data: prepared from the store files of ``train``
+    (``{"X", "Y", ...}``) and ``mask`` (kept for the next step, :func:`_prepared`), or,
     when ``partition`` names the files of the data's row blocks (``{"X", "Y", "mask"}`` per
     block, written by :data:`partition`), described by
     :class:`tasks.leml_dask.PartitionedData` from their footers only: this process reads
@@ -496,7 +539,7 @@ def _estimator(params: dict, train: dict | None, mask, partition: list | None = 
 
         return model, PartitionedData.from_files(partition, fit_intercept=model.fit_intercept,
                                                  dtype=model.dtype)
-    return model, model.prepare(train["X"], train["Y"], mask)
+    return model, _prepared(model, train, mask)
 
 
 def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFrame:
@@ -504,7 +547,7 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
                          "cg_iter": [int(info.get("cg_iter", 0))]})
 
 
-@step("leml-init", inputs=("train", "mask"), paths=("partition",), outputs=("W", "H"),
+@step("leml-init", paths=("train", "mask", "partition"), outputs=("W", "H"),
       runtime=("cluster",), where=("cluster", _driver_client), run_name="initial factors")
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
                row_blocks: int | None = None, cluster: dict | None = None) -> dict:
@@ -542,8 +585,8 @@ def _where(backend) -> dict:
 
 @step(
     "leml-alternate-W",
-    inputs=("train", "mask", "W", "H"),
-    paths=("partition",),
+    inputs=("W", "H"),
+    paths=("train", "mask", "partition"),
     outputs=("W", "timings"),
     volatile=("timings",),
     runtime=("cluster",),
@@ -576,8 +619,8 @@ def alternate_W(
 
 @step(
     "leml-alternate-H",
-    inputs=("train", "mask", "W", "H", "validation"),
-    paths=("partition", "validation_partition"),
+    inputs=("W", "H", "validation"),
+    paths=("train", "mask", "partition", "validation_partition"),
     outputs=("H", "trace", "timings"),
     volatile=("timings",),
     runtime=("cluster",),

@@ -432,7 +432,7 @@ def _map_refs(value: Any, fn: Callable[[str], Any], what: str) -> Any:
 
 
 def _load(store: Store, value: Any) -> Any:
-    return _map_refs(value, store.read, "an input")
+    return _map_refs(value, store.read_input, "an input")
 
 
 def _paths(store: Store, value: Any) -> Any:

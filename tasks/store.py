@@ -135,6 +135,40 @@ def local_root(root: str | os.PathLike[str]) -> Path:
     return Path(path)
 
 
+# The last dense arrays written in this process, kept as read-only copies for the next step
+# that takes the entry as an input (Store.read_input): one iteration's factors are the next
+# step's inputs, and reading them back (Parquet, then the checksum over the whole table) cost a
+# step more than its own work on a small data set.  An entry is never rewritten with other
+# content (its key names what it holds), so the copy is the file's value; it is used only while
+# the file exists.  Store.read, the seals and the cache check read the files themselves, so
+# damage is still found there.
+RECENT_ENTRIES = 8
+RECENT_BYTES = 1 << 24
+_recent: dict[tuple[str, str], np.ndarray] = {}
+_recent_lock = threading.Lock()
+
+
+def _remember(root: Path, ref: str, value: Any) -> None:
+    """Keep a read-only copy of ``value`` as the entry ``ref`` of ``root`` (see
+    :data:`RECENT_ENTRIES`) when it is a dense numeric array of at most
+    :data:`RECENT_BYTES`."""
+    if not (isinstance(value, np.ndarray) and value.ndim >= 1 and value.dtype.kind in "biuf"
+            and value.nbytes <= RECENT_BYTES):
+        return
+    copy = np.array(value, order="C", copy=True)
+    copy.flags.writeable = False
+    with _recent_lock:
+        _recent.pop((str(root), ref), None)
+        _recent[(str(root), ref)] = copy
+        while len(_recent) > RECENT_ENTRIES:
+            del _recent[next(iter(_recent))]
+
+
+def _recalled(root: Path, ref: str) -> np.ndarray | None:
+    with _recent_lock:
+        return _recent.get((str(root), ref))
+
+
 @dataclass(frozen=True)
 class Store:
     """A folder of Parquet entries.
@@ -184,6 +218,7 @@ class Store:
         with writing(self.root, f"entry {ref}"):
             clear_way(path)
             atomic_write_parquet(path, table)
+        _remember(self.root, ref, value)
         return ref
 
     def write_file(self, path: Path, data: bytes) -> None:
@@ -196,6 +231,14 @@ class Store:
     def read_table(self, ref: str) -> pa.Table:
         """The entry's Arrow table after checking its checksum."""
         return read_checked_table(self.path(ref))
+
+    def read_input(self, ref: str) -> Any:
+        """:meth:`read` for a step's input: the read-only copy this process kept when it wrote
+        the entry (:data:`RECENT_ENTRIES`), while the file is there, else the file's value."""
+        recent = _recalled(self.root, ref)
+        if recent is not None and self.path(ref).is_file():
+            return recent
+        return self.read(ref)
 
     def read(self, ref: str) -> Any:
         """The value stored under ``ref``: DataFrame, sparse matrix or ndarray."""
@@ -711,9 +754,20 @@ def _as_parquet_reads_it(table: pa.Table) -> pa.Table:
     and the name of a list's child field (``item`` becomes ``element``).  The
     checksum is taken over the read-back form so that reading reproduces it.
     """
+    if all(_parquet_keeps(column) for column in table.columns):
+        return table
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="none")
     return pq.read_table(pa.BufferReader(sink.getvalue()))
+
+
+def _parquet_keeps(column: pa.ChunkedArray) -> bool:
+    """True when Parquet reads ``column`` back as it is: a boolean, integer or floating column
+    without nulls (nothing under a null slot to lose, no child field to rename).  Such tables
+    (every array and sparse entry, the factors of each iteration) skip the round trip."""
+    t = column.type
+    return ((pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t))
+            and column.null_count == 0)
 
 
 def _scarce_meta(metadata) -> dict[str, str]:

@@ -630,3 +630,60 @@ def test_a_sparse_entry_with_changed_values_or_a_missing_file_is_corrupt(tmp_pat
         store.read("t/k")
     with pytest.raises(CorruptEntry, match="missing"):
         read_checked_value(tmp_path / "none.parquet")
+
+
+# ----------------------------------------------------------------------------- steps' inputs
+def test_tables_parquet_keeps_skip_the_round_trip_and_write_the_same_bytes(tmp_path,
+                                                                           monkeypatch):
+    """A numeric column without nulls reads back from Parquet as it is, so its entry skips
+    the in-memory round trip; the files are the bytes the round trip wrote."""
+    import scarce.tasks.store as store_module
+
+    rng = np.random.default_rng(0)
+    values = {
+        "f32": rng.standard_normal((40, 7)).astype(np.float32),
+        "f64": rng.standard_normal(30),
+        "nan": np.array([1.0, np.nan]),
+        "u8": rng.integers(0, 9, (5, 3)).astype(np.uint8),
+        "bool": rng.random((6, 2)) < 0.5,
+        "csr": sp.random(30, 20, density=0.2, format="csr", dtype=np.float32, random_state=0),
+        "numbers": pd.DataFrame({"iteration": [1, 2], "seconds": [0.5, 0.25]}),
+        "text": pd.DataFrame({"half": ["W", "H"], "seconds": [0.5, 0.25]}),
+        "null": pd.DataFrame({"x": [1.0, np.nan]}),
+    }
+    skipped = Store(tmp_path / "skipped")
+    for name, value in values.items():
+        skipped.write(f"t/{name}", value)
+    monkeypatch.setattr(store_module, "_parquet_keeps", lambda column: False)
+    both = Store(tmp_path / "round-trip")
+    for name, value in values.items():
+        both.write(f"t/{name}", value)
+        assert skipped.path(f"t/{name}").read_bytes() == both.path(f"t/{name}").read_bytes()
+    monkeypatch.undo()
+    assert store_module._parquet_keeps(pq.read_table(skipped.path("t/f32")).column(0))
+    assert not store_module._parquet_keeps(pq.read_table(skipped.path("t/null")).column(0))
+
+
+def test_a_steps_input_is_the_copy_kept_at_the_write_while_its_file_is_there(tmp_path):
+    """``read_input`` returns the read-only copy of a dense array this process wrote (the next
+    step's factors); ``read`` always reads the file, so damage is found there; a deleted file
+    is not served from the copy."""
+    store = Store(tmp_path)
+    W = np.arange(12, dtype=np.float32).reshape(4, 3)
+    store.write("t/W", W)
+    W[0, 0] = 99  # the writer's array changing later does not change the entry's value
+    kept = store.read_input("t/W")
+    assert kept is store.read_input("t/W") and not kept.flags.writeable
+    np.testing.assert_array_equal(kept, np.arange(12, dtype=np.float32).reshape(4, 3))
+    np.testing.assert_array_equal(store.read("t/W"), kept)
+    assert store.read("t/W").flags.writeable  # read from the file, the caller's own
+    raw = store.path("t/W").read_bytes()
+    store.path("t/W").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(CorruptEntry):
+        store.read("t/W")
+    store.path("t/W").unlink()
+    with pytest.raises(CorruptEntry, match="missing"):
+        store.read_input("t/W")
+    frame = pd.DataFrame({"x": [1, 2]})  # only dense arrays are kept
+    store.write("t/frame", frame)
+    assert store.read_input("t/frame") is not store.read_input("t/frame")

@@ -1,0 +1,69 @@
+"""The training data LEML's W- and H-steps keep between them (tasks.leml._prepared): read and
+prepared once for a run's steps, read-only, the same steps' results as data prepared afresh,
+and dropped when the files, the preparation or the run change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import scarce.tasks.leml as tasks_leml
+from scarce.algorithms.leml import LEML
+from scarce.tasks.leml import alternate_H, alternate_W, release_training_data, task_params
+from scarce.tasks.store import Store
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    X = sp.random(40, 12, density=0.3, format="csr", dtype=np.float32, random_state=0)
+    Y = sp.csr_matrix((rng.random((40, 6)) < 0.3).astype(np.float32))
+    mask = sp.csr_matrix((rng.random((40, 6)) < 0.7).astype(np.float32))
+    store = Store(tmp_path)
+    for name, value in (("X", X), ("Y", Y), ("mask", mask)):
+        store.write(f"data/{name}", value)
+    paths = {name: str(store.path(f"data/{name}")) for name in ("X", "Y", "mask")}
+    yield X, Y, mask, paths
+    release_training_data()
+
+
+def test_the_steps_share_one_prepared_data_set_until_it_is_released(files):
+    X, Y, mask, paths = files
+    train = {"X": paths["X"], "Y": paths["Y"]}
+    model = LEML(rank=3, random_state=0)
+    params = task_params(model, alternate_W)
+    _, first = tasks_leml._estimator(params, train, None)
+    _, again = tasks_leml._estimator(task_params(model, alternate_H), train, None)
+    assert again is first
+    assert not first.X.data.flags.writeable and not first.Y.indices.flags.writeable
+    _, masked = tasks_leml._estimator(params, train, paths["mask"])  # other files: anew
+    assert masked is not first and not masked.fully_observed
+    _, float64 = tasks_leml._estimator({**params, "dtype": "float64"}, train, paths["mask"])
+    assert float64 is not masked and float64.dtype == np.float64
+    release_training_data()
+    _, after = tasks_leml._estimator(params, train, None)
+    assert after is not first
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_steps_on_the_kept_data_give_the_estimators_half_steps(files, loss):
+    """Two iterations of the steps (the second on the kept data) against the estimator's own
+    half-steps on data it prepared itself: the same factors bit for bit."""
+    X, Y, mask, paths = files
+    model = LEML(rank=3, loss=loss, w_solver="bound", h_solver="bound", random_state=0)
+    train = {"X": paths["X"], "Y": paths["Y"]}
+    data = model.prepare(X, Y, mask)
+    W, H = model.start(data)
+    W_ref, H_ref = W, H
+    for t in (1, 2):
+        w = alternate_W.fn(train=train, mask=paths["mask"], W=W, H=H, iteration=t,
+                           params=task_params(model, alternate_W), row_blocks=None)
+        h = alternate_H.fn(train=train, mask=paths["mask"], W=w["W"], H=H, validation=None,
+                           iteration=t, params=task_params(model, alternate_H))
+        W, H = w["W"], h["H"]
+        W_ref, _ = model.w_step(data, W_ref, H_ref)
+        H_ref, _ = model.h_step(data, W_ref, H_ref)
+        np.testing.assert_array_equal(W, W_ref)
+        np.testing.assert_array_equal(H, H_ref)
+        assert h["trace"]["objective"].iloc[0] == model.objective(data, W_ref, H_ref)
