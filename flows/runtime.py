@@ -338,6 +338,7 @@ class RunContext:
         when complete, so a run that fails while writing it (a full disk, a read-only runs
         folder) leaves no run folder at all, as a run that fails earlier does.
         """
+        self.store.flush()  # the checkpoints written behind (a write's error fails the run)
         metrics = self.store.read(metrics_ref)
         missing = [c for c in METRIC_COLUMNS if c not in metrics.columns]
         if missing:

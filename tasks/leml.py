@@ -585,6 +585,7 @@ def _where(backend) -> dict:
 
 @step(
     "leml-alternate-W",
+    write_behind=True,
     inputs=("W", "H"),
     paths=("train", "mask", "partition"),
     outputs=("W", "timings"),
@@ -619,6 +620,7 @@ def alternate_W(
 
 @step(
     "leml-alternate-H",
+    write_behind=True,
     inputs=("W", "H", "validation"),
     paths=("train", "mask", "partition", "validation_partition"),
     outputs=("H", "trace", "timings"),

@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -239,6 +240,7 @@ class Step:
     runtime: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     where: tuple[str, Callable[[Any], Any]] | None = None
+    write_behind: bool = False
     _bound: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -354,6 +356,7 @@ def step(
     runtime: Sequence[str] = (),
     paths: Sequence[str] = (),
     where: tuple[str, Callable[[Any], Any]] | None = None,
+    write_behind: bool = False,
 ) -> Callable[[Callable[..., Any]], Step]:
     """Declare a store-backed step.
 
@@ -388,6 +391,11 @@ def step(
         its inputs, the function, writing its entries and seal) is one task on that
         cluster, which must see the same store path (a shared filesystem), and only the
         refs come back: a step over data that the flow's process must never hold.
+    write_behind : when the step runs in the flow's own process, its entries and seal are
+        written in the background (:meth:`tasks.store.Store.write_later`) while the next step
+        computes; every read of them waits for the write.  For the steps of an iterative
+        loop, whose per-iteration checkpoints would otherwise add their write to every
+        iteration.  A step run in a Dask worker writes before it returns, as every step does.
     """
 
     def decorate(fn: Callable[..., Any]) -> Step:
@@ -403,6 +411,7 @@ def step(
             runtime=tuple(runtime),
             paths=tuple(paths),
             where=where,
+            write_behind=write_behind,
         )
 
     return decorate
@@ -463,23 +472,44 @@ def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
     return run
 
 
-def execute(st: Step, store: Store, call: dict[str, Any]) -> str | dict[str, str]:
+def _in_dask_worker() -> bool:
+    if "distributed" not in sys.modules:  # a worker has imported it; importing it costs
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def execute(st: Step, store: Store, call: dict[str, Any], *,
+            write_behind: bool | None = None) -> str | dict[str, str]:
     """Run the step on bound arguments ``call``: its inputs read from ``store``, the
-    function called, its outputs and seal written; returns the refs."""
+    function called, its outputs and seal written (in the background for a
+    ``write_behind`` step in the flow's own process, see :func:`step`); returns the refs."""
     key = st.key(call)
     data = {k: (_load(store, v) if k in st.inputs
                 else _paths(store, v) if k in st.paths else v) for k, v in call.items()}
     result = st.fn(**data)
     refs = st.refs(key)
     if isinstance(refs, str):
-        store.write(refs, result, {"task": st.name, "key": key})
-        write_seal(st, store, key)
+        entries = [(refs, result, {"task": st.name, "key": key})]
+    else:
+        if not isinstance(result, dict) or set(result) != set(refs):
+            got = sorted(result) if isinstance(result, dict) else type(result).__name__
+            raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
+        entries = [(ref, result[part], {"task": st.name, "key": key, "part": part})
+                   for part, ref in refs.items()]
+    if write_behind is None:
+        write_behind = st.write_behind and not _in_dask_worker()
+    if write_behind:
+        store.write_later(entries, seal_path(store, key),
+                          lambda digests: seal_bytes(st, digests))
         return refs
-    if not isinstance(result, dict) or set(result) != set(refs):
-        got = sorted(result) if isinstance(result, dict) else type(result).__name__
-        raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
-    for part, ref in refs.items():
-        store.write(ref, result[part], {"task": st.name, "key": key, "part": part})
+    for ref, value, meta in entries:
+        store.write(ref, value, meta)
     write_seal(st, store, key)
     return refs
 
@@ -499,7 +529,7 @@ def execute_by_name(module: str, name: str, store_root: str, call: dict[str, Any
         raise RuntimeError(f"step {st.name}: this worker runs other code than the flow that "
                            "sent it (its key of the call differs); start the workers from the "
                            "same version of the project")
-    return execute(st, Store(store_root), call)
+    return execute(st, Store(store_root), call, write_behind=False)
 
 
 
@@ -518,16 +548,20 @@ def write_seal(st: Step, store: Store, key: str) -> None:
     cache hit always returns the bytes a run manifest recorded.  Volatile parts
     (wall-clock tables) differ between two concurrent writers and are left out.
     """
-    digests = {
-        ref: store.sha256(ref) for ref in _iter_refs(st.refs(key)) if not st.is_volatile(ref)
-    }
-    store.write_file(seal_path(store, key), json.dumps(digests, sort_keys=True).encode())
+    digests = {ref: store.sha256(ref) for ref in _iter_refs(st.refs(key))}
+    store.write_file(seal_path(store, key), seal_bytes(st, digests))
+
+
+def seal_bytes(st: Step, digests: dict[str, str]) -> bytes:
+    """The seal's content: ref -> sha256 of its file, the volatile parts left out."""
+    return json.dumps({ref: d for ref, d in digests.items() if not st.is_volatile(ref)},
+                      sort_keys=True).encode()
 
 
 def _seal_mismatches(store: Store, key: str) -> tuple[set[str], dict[str, str]]:
     """The sealed refs, and ref -> reason for every sealed file whose bytes changed
     (no refs and no reasons without a seal)."""
-    path = seal_path(store, key)
+    path = store.side_path(seal_path(store, key))
     if path.is_dir():
         return set(), {str(path): "a folder in place of the seal"}
     if not path.is_file():  # entries written before seals existed

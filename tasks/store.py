@@ -47,7 +47,8 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +170,38 @@ def _recalled(root: Path, ref: str) -> np.ndarray | None:
         return _recent.get((str(root), ref))
 
 
+# Writes in flight (Store.write_later): one background thread per process writes a step's
+# entries and then its side file (the seal) while the next step computes.  Every way to an
+# entry's or side file's path (Store.path, Store.side_path) waits for its write first, and
+# re-raises its error there; listing and gc wait for all of a store's.
+_inflight: dict[tuple[str, str], Future] = {}
+_inflight_lock = threading.Lock()
+_writer: ThreadPoolExecutor | None = None
+
+
+def _wait_for(root: Path, name: str) -> None:
+    """Wait until the write of ``name`` (a ref, or a side file's path) under ``root`` is done;
+    raise its error.  Nothing to wait for: return at once."""
+    with _inflight_lock:
+        future = _inflight.get((str(root), name))
+    if future is not None:
+        future.result()
+
+
+def _in_flight(root: Path, name: str) -> bool:
+    with _inflight_lock:
+        return (str(root), name) in _inflight
+
+
+def wait_for_writes(root: Path | None = None) -> None:
+    """Wait for every write in flight (of the store at ``root``, or of all); raise the first
+    error."""
+    with _inflight_lock:
+        futures = [f for (r, _), f in _inflight.items() if root is None or r == str(root)]
+    for future in futures:
+        future.result()
+
+
 @dataclass(frozen=True)
 class Store:
     """A folder of Parquet entries.
@@ -190,7 +223,19 @@ class Store:
 
     # -- paths -----------------------------------------------------------
     def path(self, ref: str) -> Path:
-        """File of the entry ``ref`` (``task/key`` or ``task/key-part``)."""
+        """File of the entry ``ref`` (``task/key`` or ``task/key-part``), once a write of it in
+        flight (:meth:`write_later`) is done."""
+        path = self._path(ref)
+        _wait_for(self.root, ref)
+        return path
+
+    def side_path(self, path: Path) -> Path:
+        """``path``, a side file of the store (a seal), once a write of it in flight is
+        done."""
+        _wait_for(self.root, str(path))
+        return path
+
+    def _path(self, ref: str) -> Path:
         task, _, name = ref.partition("/")
         if not task or not name or "/" in name or ".." in ref or ref.startswith("/"):
             raise ValueError(f"not a store ref: {ref!r}")
@@ -214,18 +259,73 @@ class Store:
             When the system refuses the write; nothing of it is left behind.
         """
         table = encode(value, meta)
-        path = self.path(ref)
+        path = self._path(ref)
         with writing(self.root, f"entry {ref}"):
             clear_way(path)
             atomic_write_parquet(path, table)
         _remember(self.root, ref, value)
+        with _inflight_lock:  # a failed write of it in flight is replaced by this one
+            _inflight.pop((str(self.root), ref), None)
         return ref
+
+    def write_later(self, entries: list[tuple[str, Any, dict[str, str] | None]],
+                    side: Path, side_bytes: Callable[[dict[str, str]], bytes]) -> None:
+        """Write ``entries`` (``(ref, value, meta)``), then the side file ``side`` with
+        ``side_bytes(sha256 of each entry's file)``, in the background, as :meth:`write` and
+        :meth:`write_file` would; returns at once.
+
+        Until they are written, :meth:`path` of those refs and :meth:`side_path` of ``side``
+        wait for them (and raise a write's :class:`StoreWriteError` there); the dense arrays
+        among the values are kept for :meth:`read_input` at once.  For a step's outputs when
+        the next step runs in this process: its checkpoint is written while it computes.
+        """
+        global _writer
+        for ref, value, _ in entries:
+            _remember(self.root, ref, value)
+
+        def job() -> None:
+            digests = {}
+            for ref, value, meta in entries:
+                table = encode(value, meta)
+                path = self._path(ref)
+                with writing(self.root, f"entry {ref}"):
+                    clear_way(path)
+                    atomic_write_parquet(path, table)
+                digests[ref] = file_sha256(path)
+            with writing(self.root, str(side.relative_to(self.root))):
+                clear_way(side)
+                atomic_write_bytes(side, side_bytes(digests))
+
+        names = [ref for ref, _, _ in entries] + [str(side)]
+        with _inflight_lock:
+            if _writer is None:
+                _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scarce-store")
+            future = _writer.submit(job)
+            for name in names:
+                _inflight[(str(self.root), name)] = future
+
+        def done(f: Future) -> None:
+            if f.exception() is not None:
+                return  # kept: the waiters raise it
+            with _inflight_lock:
+                for name in names:
+                    if _inflight.get((str(self.root), name)) is f:
+                        del _inflight[(str(self.root), name)]
+
+        future.add_done_callback(done)
+
+    def flush(self) -> None:
+        """Wait for this store's writes in flight (:meth:`write_later`); raise the first
+        error."""
+        wait_for_writes(self.root)
 
     def write_file(self, path: Path, data: bytes) -> None:
         """Write a side file of the store (a step's seal) atomically, as :meth:`write` does."""
         with writing(self.root, str(path.relative_to(self.root))):
             clear_way(path)
             atomic_write_bytes(path, data)
+        with _inflight_lock:  # a failed write of it in flight is replaced by this one
+            _inflight.pop((str(self.root), str(path)), None)
 
     # -- read ------------------------------------------------------------
     def read_table(self, ref: str) -> pa.Table:
@@ -234,9 +334,10 @@ class Store:
 
     def read_input(self, ref: str) -> Any:
         """:meth:`read` for a step's input: the read-only copy this process kept when it wrote
-        the entry (:data:`RECENT_ENTRIES`), while the file is there, else the file's value."""
+        the entry (:data:`RECENT_ENTRIES`), while the file is there or being written, else the
+        file's value."""
         recent = _recalled(self.root, ref)
-        if recent is not None and self.path(ref).is_file():
+        if recent is not None and (_in_flight(self.root, ref) or self._path(ref).is_file()):
             return recent
         return self.read(ref)
 
@@ -280,7 +381,8 @@ class Store:
 
     # -- listing and garbage collection -----------------------------------
     def refs(self) -> list[str]:
-        """Every entry's ref, sorted."""
+        """Every entry's ref, sorted (after the writes in flight)."""
+        self.flush()
         if not self.root.is_dir():
             return []
         out = []

@@ -5,7 +5,7 @@ the entries of the third alternating iteration (LEML) or the first stability uni
 (relations) but not the final ones, the whole process group gets SIGKILL. The same
 command again must exit 0, report every step it took from the store as a cache hit
 (the log's ``cache hit: <step> -> <refs>`` lines and the manifest's ``cached`` flags),
-reuse every step whose entries and Prefect record were complete at the kill, and give
+reuse every step whose entries, seal and Prefect record were complete at the kill, and give
 the outputs (refs and sha256, wall-clock tables aside) of an uninterrupted run.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scarce.tasks.store import Store
+from scarce.tasks.store import SEAL_SUFFIX, Store
 from tests.flows import procs
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -35,12 +35,16 @@ def readable_record(record: Path) -> bool:
 
 
 def committed(store_root: Path) -> set[str]:
-    """Refs of the entries whose step finished: entry complete and Prefect record readable."""
+    """Refs of the entries whose step finished: entry complete, Prefect record readable and
+    the step's seal written.  The seal comes after all of a step's entries; a step that writes
+    its checkpoint behind (LEML's iterations) gets its Prefect record before it, so a kill in
+    between leaves a step that the resume computes again."""
     store = Store(store_root)
     return {
         ref
         for ref in store.refs()
-        if readable_record(store.prefect_dir / KEY.match(ref.split("/", 1)[1]).group(0))
+        if readable_record(store.prefect_dir / (key := KEY.match(ref.split("/", 1)[1]).group(0)))
+        and (store.prefect_dir / f"{key}{SEAL_SUFFIX}").is_file()
         and store.verify(ref)
     }
 

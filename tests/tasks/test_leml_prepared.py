@@ -67,3 +67,41 @@ def test_steps_on_the_kept_data_give_the_estimators_half_steps(files, loss):
         np.testing.assert_array_equal(W, W_ref)
         np.testing.assert_array_equal(H, H_ref)
         assert h["trace"]["objective"].iloc[0] == model.objective(data, W_ref, H_ref)
+
+
+def test_a_step_written_behind_leaves_the_bytes_of_one_written_in_place(tmp_path):
+    """The W- and H-steps write their checkpoints behind (``write_behind``): run through
+    :func:`tasks.steps.execute` both ways, every entry and seal has the same bytes, the
+    volatile timings aside (their seconds differ from run to run)."""
+    from scarce.tasks.steps import execute
+
+    rng = np.random.default_rng(3)
+    X = sp.random(30, 8, density=0.4, format="csr", dtype=np.float32, random_state=3)
+    Y = sp.csr_matrix((rng.random((30, 5)) < 0.3).astype(np.float32))
+    model = LEML(rank=2, random_state=0)
+    W0, H0 = model.start(model.prepare(X, Y))
+    stores = {}
+    for how in ("behind", "in-place"):
+        store = Store(tmp_path / how)
+        for ref, value in (("d/t-X", X), ("d/t-Y", Y), ("f/t-W", W0), ("f/t-H", H0)):
+            store.write(ref, value)
+        train = {"X": "d/t-X", "Y": "d/t-Y"}
+        w = execute(alternate_W, store, dict(
+            train=train, mask=None, W="f/t-W", H="f/t-H", iteration=1,
+            params=task_params(model, alternate_W), row_blocks=None, cluster=None,
+            partition=None), write_behind=how == "behind")
+        execute(alternate_H, store, dict(
+            train=train, mask=None, W=w["W"], H="f/t-H", validation=None, iteration=1,
+            params=task_params(model, alternate_H), row_blocks=None, cluster=None,
+            partition=None, validation_partition=None), write_behind=how == "behind")
+        store.flush()
+        release_training_data()
+        stores[how] = store
+    files = sorted(p.relative_to(tmp_path / "behind") for p in (tmp_path / "behind").rglob("*")
+                   if p.is_file() and "timings" not in p.name)
+    assert any(p.name.endswith(".sha256.json") for p in files)
+    assert len(files) == len([p for p in (tmp_path / "in-place").rglob("*")
+                              if p.is_file() and "timings" not in p.name])
+    for path in files:
+        assert (tmp_path / "behind" / path).read_bytes() == \
+            (tmp_path / "in-place" / path).read_bytes(), path

@@ -687,3 +687,56 @@ def test_a_steps_input_is_the_copy_kept_at_the_write_while_its_file_is_there(tmp
     frame = pd.DataFrame({"x": [1, 2]})  # only dense arrays are kept
     store.write("t/frame", frame)
     assert store.read_input("t/frame") is not store.read_input("t/frame")
+
+
+def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_them(tmp_path):
+    """``write_later`` writes the entries and then the side file (from the files' sha256) in
+    the background: the same bytes as ``write`` and ``write_file``; ``path`` waits for them;
+    the dense values are a step's inputs at once."""
+    import hashlib
+    import json
+    import threading
+
+    rng = np.random.default_rng(1)
+    entries = [("t/k-W", rng.standard_normal((30, 4)).astype(np.float32), {"part": "W"}),
+               ("t/k-timings", pd.DataFrame({"half": ["W"], "seconds": [0.5]}), None)]
+    release = threading.Event()
+
+    def seal(digests):
+        release.wait(timeout=60)  # held until the test has looked at the store mid-write
+        return json.dumps(digests, sort_keys=True).encode()
+
+    behind = Store(tmp_path / "behind")
+    side = behind.prefect_dir / "k.sha256.json"
+    behind.write_later(entries, side, seal)
+    np.testing.assert_array_equal(behind.read_input("t/k-W"), entries[0][1])  # not waited
+    assert not side.exists()  # the side file comes last, after the release
+    release.set()
+    assert behind.side_path(side) == side and side.is_file()
+    in_place = Store(tmp_path / "in-place")
+    for ref, value, meta in entries:
+        in_place.write(ref, value, meta)
+    digests = {ref: hashlib.sha256(in_place.path(ref).read_bytes()).hexdigest()
+               for ref, _, _ in entries}
+    in_place.write_file(in_place.prefect_dir / "k.sha256.json",
+                        json.dumps(digests, sort_keys=True).encode())
+    for ref, _, _ in entries:
+        assert behind.path(ref).read_bytes() == in_place.path(ref).read_bytes()
+    assert side.read_bytes() == (in_place.prefect_dir / "k.sha256.json").read_bytes()
+    assert behind.refs() == ["t/k-W", "t/k-timings"]
+
+
+def test_a_write_behind_that_fails_fails_the_next_read_and_the_flush(tmp_path):
+    store = Store(tmp_path)
+    bad = np.array([object()], dtype=object)  # no entry holds objects
+    store.write_later([("t/bad", bad, None)], store.prefect_dir / "bad.sha256.json",
+                      lambda digests: b"{}")
+    with pytest.raises(TypeError, match="cannot store arrays of dtype object"):
+        store.path("t/bad")
+    with pytest.raises(TypeError):
+        store.flush()
+    # the step run again, its entry and side file written in place: the failure is over
+    store.write("t/bad", np.zeros(2))
+    store.write_file(store.prefect_dir / "bad.sha256.json", b"{}")
+    store.flush()
+    np.testing.assert_array_equal(store.read("t/bad"), np.zeros(2))
