@@ -473,7 +473,10 @@ def _make_runner(st: Step, store: Store) -> Callable[..., Any]:
 
 
 def _in_dask_worker() -> bool:
-    if "distributed" not in sys.modules:  # a worker has imported it; importing it costs
+    """Whether this code runs in a Dask worker.  Written here rather than taken from
+    ``tasks.leml_dask`` so that every step's code digest stays free of that package; and
+    ``distributed`` not imported yet means no worker (importing it only to ask is slow)."""
+    if "distributed" not in sys.modules:
         return False
     from distributed import get_worker
 
