@@ -551,7 +551,8 @@ def write_seal(st: Step, store: Store, key: str) -> None:
     cache hit always returns the bytes a run manifest recorded.  Volatile parts
     (wall-clock tables) differ between two concurrent writers and are left out.
     """
-    digests = {ref: store.sha256(ref) for ref in _iter_refs(st.refs(key))}
+    digests = {ref: store.sha256(ref) for ref in _iter_refs(st.refs(key))
+               if not st.is_volatile(ref)}
     store.write_file(seal_path(store, key), seal_bytes(st, digests))
 
 

@@ -258,15 +258,24 @@ class Store:
         StoreWriteError
             When the system refuses the write; nothing of it is left behind.
         """
+        self._write_entry(ref, value, meta)
+        _remember(self.root, ref, value)
+        with _inflight_lock:  # a failed write of it in flight is replaced by this one
+            _inflight.pop((str(self.root), ref), None)
+        return ref
+
+    def _write_entry(self, ref: str, value: Any, meta: dict[str, str] | None) -> Path:
         table = encode(value, meta)
         path = self._path(ref)
         with writing(self.root, f"entry {ref}"):
             clear_way(path)
             atomic_write_parquet(path, table)
-        _remember(self.root, ref, value)
-        with _inflight_lock:  # a failed write of it in flight is replaced by this one
-            _inflight.pop((str(self.root), ref), None)
-        return ref
+        return path
+
+    def _write_side(self, path: Path, data: bytes) -> None:
+        with writing(self.root, str(path.relative_to(self.root))):
+            clear_way(path)
+            atomic_write_bytes(path, data)
 
     def write_later(self, entries: list[tuple[str, Any, dict[str, str] | None]],
                     side: Path, side_bytes: Callable[[dict[str, str]], bytes]) -> None:
@@ -284,17 +293,9 @@ class Store:
             _remember(self.root, ref, value)
 
         def job() -> None:
-            digests = {}
-            for ref, value, meta in entries:
-                table = encode(value, meta)
-                path = self._path(ref)
-                with writing(self.root, f"entry {ref}"):
-                    clear_way(path)
-                    atomic_write_parquet(path, table)
-                digests[ref] = file_sha256(path)
-            with writing(self.root, str(side.relative_to(self.root))):
-                clear_way(side)
-                atomic_write_bytes(side, side_bytes(digests))
+            digests = {ref: file_sha256(self._write_entry(ref, value, meta))
+                       for ref, value, meta in entries}
+            self._write_side(side, side_bytes(digests))
 
         names = [ref for ref, _, _ in entries] + [str(side)]
         with _inflight_lock:
@@ -321,9 +322,7 @@ class Store:
 
     def write_file(self, path: Path, data: bytes) -> None:
         """Write a side file of the store (a step's seal) atomically, as :meth:`write` does."""
-        with writing(self.root, str(path.relative_to(self.root))):
-            clear_way(path)
-            atomic_write_bytes(path, data)
+        self._write_side(path, data)
         with _inflight_lock:  # a failed write of it in flight is replaced by this one
             _inflight.pop((str(self.root), str(path)), None)
 
