@@ -25,7 +25,14 @@ from prefect import flow
 from prefect.utilities.annotations import unmapped
 from pydantic import Field, model_validator
 
-from scarce.algorithms.leml import H_SOLVERS, LEML, W_SOLVERS, BinaryRelevance, row_block_bounds
+from scarce.algorithms.leml import (
+    H_SOLVERS,
+    LEML,
+    PRECONDITIONERS,
+    W_SOLVERS,
+    BinaryRelevance,
+    row_block_bounds,
+)
 from scarce.algorithms.leml.losses import LOSSES
 from scarce.algorithms.leml.predict import BATCH_SIZE
 from scarce.algorithms.leml.text import VECTORIZERS
@@ -208,6 +215,11 @@ class ModelConfig(Strict):
     )
     cg_tol: float = from_estimator(
         LEML, "cg_tol", gt=0, lt=1, description="CG relative residual tolerance."
+    )
+    cg_preconditioner: Literal[PRECONDITIONERS] = from_estimator(
+        LEML, "cg_preconditioner",
+        description="Squared loss, labels fully observed: plain CG in the W-step (the "
+        "paper's), or CG preconditioned by the Hessian with X^T X kept to its diagonal.",
     )
     newton_max_iter: int = from_estimator(
         LEML, "newton_max_iter", ge=1, description="Newton steps (logistic, sq. hinge)."

@@ -21,6 +21,7 @@ from scarce.algorithms.leml.h_step import (
 from scarce.algorithms.leml.model import LEML
 from scarce.algorithms.leml.objective import objective, objective_by_blocks
 from scarce.algorithms.leml.w_step import (
+    PRECONDITIONERS,
     W_SOLVERS,
     LocalWOperators,
     WStepProducts,
@@ -36,6 +37,7 @@ __all__ = [
     "BinaryRelevance",
     "ClosedFormLowRank",
     "H_SOLVERS",
+    "PRECONDITIONERS",
     "W_SOLVERS",
     "LocalBlocks",
     "LocalWOperators",

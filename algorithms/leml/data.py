@@ -258,6 +258,7 @@ class LEMLData:
         self.fit_intercept = bool(fit_intercept)
         self._gram_eigh = None
         self._gram = None
+        self._gram_diagonal = None
 
     def _gram64(self) -> np.ndarray:
         """``X^T X`` (d' x d'), dense, summed in float64."""
@@ -283,6 +284,15 @@ class LEMLData:
             self._gram = (np.ascontiguousarray(self._gram64(), dtype=self.dtype)
                           if d * d <= GRAM_ENTRIES_PER_NNZ * stored else False)
         return None if self._gram is False else self._gram
+
+    def gram_diagonal(self) -> np.ndarray:
+        """The diagonal of ``X^T X`` (d', float64: each column's sum of squares; built once,
+        then kept)."""
+        if self._gram_diagonal is None:
+            X = self.X.astype(np.float64)
+            squares = X.multiply(X) if sp.issparse(X) else X * X
+            self._gram_diagonal = np.asarray(squares.sum(axis=0), dtype=np.float64).ravel()
+        return self._gram_diagonal
 
     @property
     def fully_observed(self) -> bool:

@@ -69,6 +69,10 @@ def _hess_vec(products: WStepProducts, V):
     return products.hess_vec(V)
 
 
+def _gram_diagonal(block: LEMLData):
+    return block.gram_diagonal()
+
+
 _sum_in_order = sum_in_order  # parts[0] + parts[1] + ... left to right
 
 
@@ -132,8 +136,12 @@ class _BlockWOperators:
         # workers only for the gradient: it is sent with each products() and not kept, so
         # the workers free it once the gradient is taken.  TRON's losses send it once.
         self.fast = WStepProducts.squared_fully_observed(loss, owner.fully_observed)
+        self.fully_observed = owner.fully_observed
         self._H = H
         self.H = None if self.fast else owner._put(H)
+
+    def gram_diagonal(self):
+        return self.owner.gram_diagonal()
 
     def value(self, W):
         o = self.owner
@@ -250,6 +258,7 @@ class RowBlockBackend:
                             working=working, driver=driver, driver_bytes=solver)
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
+        self._gram_diagonal = None
         n = len(self.bounds)
         if self.recoverable:
             token = data.token()
@@ -333,6 +342,13 @@ class RowBlockBackend:
             handle.release()
 
     # -- the backend of LEML.w_step
+    def gram_diagonal(self) -> np.ndarray:
+        """The diagonal of ``X^T X`` (float64), the blocks' terms added in block order:
+        computed at the first call, then kept (the W-step's preconditioner)."""
+        if self._gram_diagonal is None:
+            self._gram_diagonal = self._reduce(_gram_diagonal, self.block_futures)
+        return self._gram_diagonal
+
     def operators(self, H, loss):
         """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes out once);
         the operators of :func:`~algorithms.leml.w_step.solve_w_step`."""

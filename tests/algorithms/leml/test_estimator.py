@@ -51,7 +51,7 @@ def test_fit_is_the_loop_over_the_step_methods(params, masked):
 
 # Another value for every parameter a step might read.
 OTHER = dict(rank=4, lam=0.3, outer_iterations=2, cg_max_iter=2, cg_tol=0.5,
-             newton_max_iter=1, fit_intercept=False, h_solver="cg", w_solver="bound",
+             cg_preconditioner="diagonal", newton_max_iter=1, fit_intercept=False, h_solver="cg", w_solver="bound",
              squared_init_iter=1, dtype="float64", random_state=9, verbose=True,
              callback=print)
 
@@ -105,7 +105,7 @@ def test_a_step_reads_no_parameter_outside_its_step_params(step, base):
 def test_step_params_follow_the_loss_and_solvers():
     squared = LEML(loss="squared")
     assert set(squared.step_params("w_step")) == {"fit_intercept", "dtype", "loss", "lam",
-                                                  "cg_max_iter", "cg_tol"}
+                                                  "cg_max_iter", "cg_tol", "cg_preconditioner"}
     assert set(squared.step_params("h_step")) == {"fit_intercept", "dtype", "loss", "lam"}
     assert set(squared.step_params("start")) == {"fit_intercept", "dtype", "rank",
                                                  "random_state", "loss"}
@@ -131,6 +131,7 @@ def test_check_params_holds_every_rule_and_names_the_parameter():
         (dict(dtype="bogus"), "dtype"),
         (dict(h_solver="exact"), "h_solver"),
         (dict(w_solver="lbfgs"), "w_solver"),
+        (dict(cg_preconditioner="jacobi"), "cg_preconditioner must be one of"),
         (dict(loss="logistic", squared_init_iter=1, fit_intercept=False), "fit_intercept"),
         (dict(loss="logistic", squared_init_iter=1, rank=1), "rank >= 2"),
     ]
