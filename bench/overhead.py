@@ -12,17 +12,43 @@ overrides) three times in a fresh temporary store, through Prefect exactly as
 3. nothing more: the first run's task runs are read back from the Prefect API, and the
    time inside them (the union of their Running intervals, so concurrent tasks count once)
    is the computation; the rest of the flow's wall time is orchestration: task submission,
-   cache-key computation, state changes, artifacts and the API calls around them.
+   cache-key computation, state changes, artifacts and the API calls around them.  The
+   first run's wall time less the time inside all its task runs is the run's fixed cost.
 
-For LEML the same training is also timed bare, side by side: ``LEML.fit`` with the run's
-parameters on the run's training file (read and normalised by the flow's own ``load``, the
-read not timed) in a fresh Python process with one BLAS thread, before the first run.  Its
-ratio to the first run's training task runs (the start and every half-step: the union of
-their Running intervals) is what the flow adds to the training itself (checkpoints of W and
-H, keys, task states); the first run's wall time less the time inside all its task runs is
-the run's fixed cost.  The bare fit needs what ``LEML.fit`` takes: one training file, every
-label observed, no validation split, the local backend; other configs are measured without
-it.
+Each flow's work is also done bare, side by side (:data:`BARE`): the estimator call that the
+flow's computing steps split into tasks, with the run's parameters and seed, in a fresh
+Python process with one BLAS thread, before the first run; its inputs are prepared by the
+flow's own task functions (their ``.fn``, not timed).  The union of the Running intervals
+of the first run's task runs that do the same work, over the bare seconds, is what the flow
+adds to that work (the store's reads and writes, keys, task states):
+
+* LEML: ``LEML.fit`` on the run's training file (read and normalised by the flow's
+  ``load``), against the start and every half-step (``initial factors``,
+  ``alternate-W/H iter=i``).  The bare fit needs what ``LEML.fit`` takes: one training file,
+  every label observed, no validation split, the local backend; other configs are measured
+  without it.  The baselines, the evaluation and the model's outputs are in neither.
+* relations: ``RelationDiscovery.fit`` on the pairs' context matrix (parsed, sampled and
+  featurised by the flow's ``parse``, ``combine`` and ``extract_features``): the ranking,
+  the subset search, the stability search and the choice of k, the DCM labels and the
+  centroids; against ``rank``, the ``stability-search`` stage (its wall time, so the
+  submission of its units counts, and each of its candidate, reference, subsample and
+  choice units), ``label clusters`` and ``model`` (the centroids, with the selected words'
+  and the clusters' tables).  Not timed on either side: the baselines (Hasegawa et al.,
+  k-means at the true k, RLBaseline's search on all words), the evaluation and the
+  assignment of the pairs.  The flow runs the search's units in Prefect's thread pool, so
+  on several cores the units overlap and the flow can take less wall time than the one bare
+  process; with ``baselines`` on, Hasegawa's clustering runs beside the ranking and the search
+  and shares the cores (``--set relations:baselines=false`` leaves the search alone).
+* strip: ``StRipClassifier.fit`` (``StRip.fit`` on the pair table: prepare, grow, prune,
+  optimize) of every variant at every loss ratio the run trains (each of ``loss_ratios``
+  with dev splits, else ``loss_ratio``), on the training documents' pairs (built by the
+  flow's ``preprocess``, concatenated untimed); against the ``grow``, ``prune`` and
+  ``optimize`` task runs, each of which concatenates and prepares the pairs again.  Not
+  timed on either side: the scores on dev that choose each variant's loss ratio, the
+  evaluation on test and the chains written.
+
+Every relations and StRip config can be done bare: their estimators take every option the
+flows pass, and the inputs are prepared by the same task functions whatever the config.
 
 Times are wall-clock on a shared machine: the ratios are the result, the seconds indicative.
 """
@@ -38,7 +64,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -64,14 +93,15 @@ QUICK = {
 }
 
 
-#: The LEML flow's task runs that train: the start and the half-steps.
-TRAINING_TASK = re.compile(r"^(initial factors|alternate-[WH] iter=\d+)$")
-
-#: A fresh process's bare fit: the training file read by the flow's own load step (not
-#: timed), then ``LEML.fit`` with the config's parameters, timed; prints the seconds.
-BARE_FIT = """
+#: A bare script's lines before its work: the config from its first argument.
+_PROLOGUE = """
 import json, sys, time
 from scarce.flows.config import resolve_path
+"""
+
+#: LEML: the training file read by the flow's own load step (not timed), then ``LEML.fit``
+#: with the config's parameters, timed.
+LEML_FIT = _PROLOGUE + """
 from scarce.flows.leml import LemlConfig
 from scarce.tasks.leml import load
 config = LemlConfig.model_validate(json.loads(sys.argv[1]))
@@ -84,8 +114,70 @@ model.fit(data["X"], data["Y"])
 print(json.dumps({"seconds": time.perf_counter() - t0}))
 """
 
+#: Relations: the pairs parsed, sampled and featurised by the flow's own steps (not timed),
+#: then ``RelationDiscovery.fit`` with the config's estimator, timed; the result is the chosen
+#: k, the size of its F_k and the sha256 of the final clustering's labels (int64; its first 16
+#: digits).
+RELATIONS_FIT = _PROLOGUE + """
+import hashlib
+import numpy as np
+from scarce.flows.relations import RelationsConfig
+from scarce.tasks import relations as rel
+config = RelationsConfig.model_validate(json.loads(sys.argv[1]))
+parts = [rel.parse.fn(path=resolve_path(p), fmt=config.format,
+                      relation_types=config.relation_types, include_other=config.include_other,
+                      directed=config.directed, source=resolve_path(p).name)
+         for p in config.data]
+data = rel.combine.fn(parts=parts, max_pairs=config.max_pairs, seed=config.seed)
+feats = rel.extract_features.fn(mentions=data["mentions"], window=config.window,
+                                weighting=config.weighting, position_tags=config.position_tags,
+                                lowercase=config.lowercase, min_df=config.min_df)
+words = feats["vocabulary"]["word"].to_numpy(dtype=object)
+model = config.estimator()
+t0 = time.perf_counter()
+model.fit(feats["X"], feature_names=words)
+seconds = time.perf_counter() - t0
+labels = np.asarray(model.labels_, np.int64).tobytes()
+print(json.dumps({"seconds": seconds, "result": {
+    "k": int(model.n_clusters_), "n_features": int(len(model.selected_features_)),
+    "labels_sha256": hashlib.sha256(labels).hexdigest()[:16]}}))
+"""
 
-def bare_fit_possible(config) -> str | None:
+#: StRip: the training documents' pairs built by the flow's own preprocess step and
+#: concatenated (not timed), then ``StRipClassifier.fit`` of every variant at every loss ratio
+#: the run trains, timed; the result is each model's rule count and the sha256 of its rules'
+#: text (its first 16 digits), by ``variant@ratio``.
+STRIP_FIT = _PROLOGUE + """
+import hashlib
+import pandas as pd
+from scarce.algorithms.strip.pipeline import StRipClassifier
+from scarce.algorithms.strip.ripper import rule_count, rules_to_text
+from scarce.flows.strip import StripConfig, preprocess_options
+from scarce.tasks import strip
+config = StripConfig.model_validate(json.loads(sys.argv[1]))
+documents = strip.select_documents(resolve_path(config.splits_file),
+                                   resolve_path(config.data_dir), {"train": config.train_splits})
+prep = preprocess_options(config)
+pairs = pd.concat([strip.preprocess.fn(path=p, **prep)["pairs"] for p in documents["file"]],
+                  ignore_index=True)
+seconds, result = 0.0, {}
+for variant in config.variants:
+    for ratio in config.ratios():
+        model = StRipClassifier.from_variant(
+            variant, loss_ratio=ratio, k_optimize=config.k_optimize,
+            dl_surplus=config.dl_surplus, max_thresholds=config.max_thresholds,
+            random_state=config.seed)
+        t0 = time.perf_counter()
+        model.fit(pairs)
+        seconds += time.perf_counter() - t0
+        text = rules_to_text(model.rules_)
+        result[f"{variant}@{ratio:g}"] = {"rules": rule_count(model.rules_),
+                                          "sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
+print(json.dumps({"seconds": seconds, "result": result}))
+"""
+
+
+def leml_why_not(config) -> str | None:
     """Why the bare ``LEML.fit`` cannot train what the run trains (None when it can)."""
     from scarce.flows.config import resolve_path
 
@@ -103,23 +195,60 @@ def bare_fit_possible(config) -> str | None:
     return None
 
 
-def bare_fit_seconds(config) -> float:
-    """Seconds of ``LEML.fit`` on ``config``'s training data in a fresh Python process with one
-    BLAS thread (:data:`BARE_FIT`)."""
+def always_possible(config) -> None:
+    """None: the bare side can do the work of any config of the flow."""
+    return None
+
+
+@dataclass(frozen=True)
+class Bare:
+    """A flow's work done bare, and where the flow does the same work.
+
+    ``call`` names what the bare side runs (in the table), ``script`` runs it in a fresh
+    process given the config's JSON and prints ``{"seconds": ..., "result": {...}}`` (the
+    result, optional, says what it computed), ``training`` matches the names of the flow's task
+    runs that do that work, and ``why_not`` says why a config cannot be done bare (None when it
+    can).
+    """
+
+    call: str
+    script: str
+    training: re.Pattern
+    why_not: Callable[[Any], str | None] = always_possible
+
+
+#: Each flow's bare side (see the module's docstring for what each covers).
+BARE = {
+    "leml": Bare("LEML.fit", LEML_FIT,
+                 re.compile(r"^(initial factors|alternate-[WH] iter=\d+)$"), leml_why_not),
+    "relations": Bare("RelationDiscovery.fit", RELATIONS_FIT, re.compile(
+        r"^(rank \w+|stability-search|candidate k=\d+ F=\d+|choose F_k"
+        r"|reference k=\d+ r=\d+ F=\d+|stability k=\d+ sample=\d+ F=\d+|choose k \(F_k\)"
+        r"|label clusters|model k=\d+ F=\d+)$")),
+    "strip": Bare("StRipClassifier.fit (every variant, loss ratio)", STRIP_FIT,
+                  re.compile(r"^(grow|prune|optimize) [a-z-]+ L=\S+$")),
+}
+
+
+def bare_seconds(flow: str, config) -> tuple[float, dict]:
+    """Seconds of ``flow``'s work on ``config``'s data in a fresh Python process with one
+    BLAS thread (:data:`BARE`), and what the work computed (its script's result)."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", BARE_FIT, config.model_dump_json()],
+    out = subprocess.run([sys.executable, "-c", BARE[flow].script, config.model_dump_json()],
                          capture_output=True, text=True, env=env, timeout=24 * 3600)
     if out.returncode != 0:
-        raise RuntimeError(f"the bare fit failed: {out.stderr.strip()[-2000:]}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+        raise RuntimeError(f"the bare {flow} run failed: {out.stderr.strip()[-2000:]}")
+    done = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(done["seconds"]), done.get("result", {})
 
 
-def training_seconds(intervals: list[tuple[float, float]], names: list[str]) -> float:
-    """The union of the Running intervals of the training task runs (:data:`TRAINING_TASK`)
-    among ``intervals`` (one per task run, named ``names``)."""
+def training_seconds(intervals: list[tuple[float, float]], names: list[str],
+                     training: re.Pattern) -> float:
+    """The union of the Running intervals of the task runs ``training`` matches among
+    ``intervals`` (one per task run, named ``names``)."""
     return busy_seconds([iv for iv, name in zip(intervals, names, strict=True)
-                         if TRAINING_TASK.match(name)])
+                         if training.match(name)])
 
 
 def _say(*parts) -> None:
@@ -199,12 +328,15 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     for name in names:
         spec = FLOWS[name]
         config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides[name])
-        bare, why_not = None, bare_fit_possible(config) if name == "leml" else "not LEML"
+        bare, work = None, BARE[name]
+        why_not = work.why_not(config)
         if why_not is None:
-            _say(f"{name}: the same training bare (LEML.fit in a fresh process)")
-            bare = bare_fit_seconds(config)
-        elif name == "leml":
-            _say(f"{name}: no bare fit: {why_not}")
+            _say(f"{name}: the same work bare ({work.call} in a fresh process)")
+            bare, result = bare_seconds(name, config)
+            if result:
+                _say(f"{name}: bare {bare:.1f}s: {json.dumps(result)}")
+        else:
+            _say(f"{name}: no bare run: {why_not}")
         tmp = Path(tempfile.mkdtemp(prefix=f"scarce-overhead-{name}-"))
         try:
             opts = {"store": str(tmp / "cache"), "runs": str(tmp / "runs")}
@@ -232,12 +364,13 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
              first - busy),
         ]
         if bare is not None:
-            train = training_seconds(intervals, ran)
-            rows += [(name, "bare", bare, "LEML.fit seconds, fresh process", bare),
+            train = training_seconds(intervals, ran, work.training)
+            n_training = sum(bool(work.training.match(n)) for n in ran)
+            rows += [(name, "bare", bare, f"{work.call} seconds, fresh process", bare),
                      (name, "first", first, "training task runs seconds (union)", train),
                      (name, "first", first, "in-flow training / bare fit", train / bare)]
-            _say(f"RESULT {name}: training {train:.1f}s in the flow, {bare:.1f}s bare "
-                 f"({train / bare:.2f}x); fixed cost {first - busy:.1f}s")
+            _say(f"RESULT {name}: training {train:.1f}s in the flow ({n_training} task runs), "
+                 f"{bare:.1f}s bare ({train / bare:.2f}x); fixed cost {first - busy:.1f}s")
         _say(f"RESULT {name}: first {first:.1f}s ({completed} tasks, {busy:.1f}s inside them, "
              f"orchestration {1 - busy / first:.0%}); cached {again:.1f}s = "
              f"{again / first:.1%} of the first ({reused} of {len(outputs)} outputs reused; "
