@@ -52,8 +52,9 @@ Sections (``--sections``, comma-separated):
 
 LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
 ``--h-solver``, ``--w-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`)
-apply to every section; the squared loss ignores them.  An option not given keeps the
-estimator's default (``LEML``'s signature is the one source of defaults).
+apply to every section; the squared loss ignores them.  So do the CG options of every loss
+(``--cg-max-iter``, ``--cg-preconditioner``).  An option not given keeps the estimator's
+default (``LEML``'s signature is the one source of defaults).
 
 Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
 norm, ``tfidf``: scikit-learn's TfidfTransformer fitted on train), identically for
@@ -80,6 +81,7 @@ from threadpoolctl import threadpool_limits
 from scarce.algorithms.leml import (
     H_SOLVERS,
     LEML,
+    PRECONDITIONERS,
     W_SOLVERS,
     BinaryRelevance,
     ClosedFormLowRank,
@@ -160,6 +162,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--squared-init", type=int, default=None,
                         help="LEML logistic / squared hinge: start from this many squared-loss "
                         "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
+    parser.add_argument("--cg-max-iter", type=int, default=None,
+                        help="LEML CG iterations per W-step or Newton step (LEML cg_max_iter; "
+                        "default LEML's)")
+    parser.add_argument("--cg-preconditioner", choices=PRECONDITIONERS, default=None,
+                        help="LEML squared loss: plain or preconditioned CG in the W-step "
+                        "(LEML cg_preconditioner; default LEML's)")
     parser.add_argument("--newton-iter", type=int, default=None,
                         help="LEML Newton (TRON) steps per half-step, non-squared losses")
     parser.add_argument("--repeats", type=int, default=3,
@@ -265,7 +273,8 @@ def _mean_sq_norm(X) -> float:
 
 # LEML's solver options on the command line: parameter -> argparse dest (None: not given).
 SOLVER_OPTIONS = {"newton_max_iter": "newton_iter", "h_solver": "h_solver",
-                  "w_solver": "w_solver", "squared_init_iter": "squared_init"}
+                  "w_solver": "w_solver", "squared_init_iter": "squared_init",
+                  "cg_max_iter": "cg_max_iter", "cg_preconditioner": "cg_preconditioner"}
 
 
 def _solver_options(args) -> dict:
@@ -295,6 +304,9 @@ def leml_setting(name: str, args, grid: dict, chosen: dict) -> tuple[dict, str]:
     params = {**_solver_options(args), "rank": int(rank), "lam": float(lam),
               "outer_iterations": int(T), "loss": args.speed_loss, "random_state": args.seed}
     setting = f"k={rank} lam={lam:.3g} T={T}"
+    for name in ("cg_max_iter", "cg_preconditioner"):
+        if name in params:
+            setting += f" {name}={params[name]}"
     if args.speed_loss != "squared":
         leml = LEML(**params)
         setting += (f" newton={leml.newton_max_iter} h_solver={leml.h_solver} "

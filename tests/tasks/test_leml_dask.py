@@ -1238,8 +1238,11 @@ def test_large_terms_are_fetched_one_at_a_time_and_add_to_the_same_bits(monkeypa
 
 # -- the memory of the process that drives the solvers -----------------------------------------
 @slow
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(client, loss):
+@pytest.mark.parametrize(("loss", "preconditioner"), [("squared", "none"),
+                                                     ("squared", "diagonal"),
+                                                     ("logistic", "none")])
+def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(client, loss,
+                                                                              preconditioner):
     """The traced peak of a start, a W-step, an H-step and the objective driven from this
     process, the blocks on the workers, is under :func:`driver_nbytes` (what the guard counts
     on a worker that drives them) and not far under it (within 2x)."""
@@ -1253,7 +1256,8 @@ def test_the_solvers_arrays_in_the_driving_process_are_within_their_estimate(cli
     data = prepare_data(X, Y, fit_intercept=True, dtype=np.float32)
     k = 16
     model = LEML(rank=k, lam=1.0, loss=loss, cg_max_iter=8, dtype="float32", random_state=0,
-                 squared_init_iter=1 if loss != "squared" else 0)
+                 squared_init_iter=1 if loss != "squared" else 0,
+                 cg_preconditioner=preconditioner)
     with RowBlockBackend(client, data, 3, rank=k) as backend:
         tracemalloc.start()
         try:
