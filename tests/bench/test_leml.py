@@ -52,3 +52,18 @@ def test_quick_bench_gives_sane_long_table(tmp_path):
     assert len(one_x) == 2 and all(scaling[(s, "time ratio vs 1x")] == 1 for s in one_x)
     two_x = [s for s, m in scaling.index if "2x" in s and m == "size ratio vs 1x"]
     assert len(two_x) == 2 and np.allclose([scaling[(s, "size ratio vs 1x")] for s in two_x], 2)
+
+
+def test_the_cg_options_reach_leml_and_its_setting_only_when_given():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    grid = {"scale": 1.0, "outer_iterations": 4}
+    plain, described = bench.leml_setting("bibtex", parser.parse_args([]), grid, {})
+    assert "cg_max_iter" not in plain and "cg_preconditioner" not in plain
+    assert described == "k=50 lam=1 T=4"
+    args = parser.parse_args(["--cg-max-iter", "3", "--cg-preconditioner", "diagonal"])
+    params, described = bench.leml_setting("bibtex", args, grid, {})
+    assert params["cg_max_iter"] == 3 and params["cg_preconditioner"] == "diagonal"
+    assert described == "k=50 lam=1 T=4 cg_max_iter=3 cg_preconditioner=diagonal"
+    model = bench.LEML(**params)  # what a child process builds from the plain values
+    assert (model.cg_max_iter, model.cg_preconditioner) == (3, "diagonal")
