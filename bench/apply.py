@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scarce.bench.overhead import QUICK, warm_up
+from scarce.bench.overhead import QUICK, task_runs, warm_up
 
 # What a notebook calls on the apply run's input, with the model of the training run folder.
 PYTHON_CALLS = {
@@ -66,13 +66,7 @@ def _say(*parts) -> None:
 def _task_seconds(flow_run_id, prefix: str) -> float:
     """Seconds inside the task runs of a flow run whose name starts with ``prefix`` (summed;
     none ran concurrently with another of them here)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    spans = [(tr.end_time - tr.start_time).total_seconds() for tr in runs
+    spans = [(tr.end_time - tr.start_time).total_seconds() for tr in task_runs(flow_run_id)
              if tr.name.startswith(prefix) and tr.start_time and tr.end_time]
     if not spans:
         raise RuntimeError(f"no task run named {prefix!r}… in flow run {flow_run_id}")

@@ -268,15 +268,45 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def task_runs(flow_run_id, page: int = 200, settle: float = 1.0) -> list:
+    """Every task run of a flow run, read from the Prefect API.
+
+    One read returns at most ``PREFECT_API_DEFAULT_LIMIT`` runs (200 by default), so they are
+    read ``page`` at a time in a fixed order until a page comes back empty.  The server records
+    task runs from the events the flow's process sends, a little after they happen: the whole
+    read is repeated ``settle`` seconds apart until two give the same runs in the same states
+    (at most a minute).
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import TaskRunSort
+
+    def read_all(client) -> list:
+        runs, offset = {}, 0
+        while True:
+            got = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+                sort=TaskRunSort.ID_DESC, limit=page, offset=offset)
+            if not got:
+                return list(runs.values())
+            runs.update((tr.id, tr) for tr in got)
+            offset += len(got)
+
+    seen, deadline = None, time.monotonic() + 60
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = read_all(client)
+            now = sorted((str(tr.id), tr.state_name or "") for tr in runs)
+            if now == seen or time.monotonic() > deadline:
+                return runs
+            seen = now
+            time.sleep(settle)
+
+
 def _task_intervals(flow_run_id) -> tuple[list[tuple[float, float]], list[str], int]:
     """Running intervals of a flow run's task runs, the names of those that ran, and the
     number of cache hits."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    runs = task_runs(flow_run_id)
     intervals, ran, cached = [], [], 0
     for tr in runs:
         name = tr.state.name if tr.state else ""

@@ -154,14 +154,10 @@ def _best(points: list[dict]) -> dict:
 # --------------------------------------------------------------------------- Prefect API
 def _task_runs(flow_run_id) -> list[tuple[str, float, float]]:
     """(name, start, end) of the task runs of a flow run that ran."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from scarce.bench.overhead import task_runs
 
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
     return [(tr.name, tr.start_time.timestamp(), tr.end_time.timestamp())
-            for tr in runs if tr.start_time and tr.end_time]
+            for tr in task_runs(flow_run_id) if tr.start_time and tr.end_time]
 
 
 def _search_seconds(flow_run_id) -> tuple[float, int]:

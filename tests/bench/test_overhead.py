@@ -101,6 +101,22 @@ def test_the_training_task_runs_are_those_of_the_estimators_work(flow, names, on
     assert [n for n in work + rest if pattern.match(n)] == work
 
 
+def test_every_task_run_is_read_past_the_apis_page_limit(prefect_server):
+    from prefect import flow, task
+
+    @task(task_run_name="unit {i}")
+    def unit(i: int) -> int:
+        return i
+
+    @flow(name="many-task-runs")
+    def many() -> list[int]:
+        return [f.result() for f in unit.map(range(205))]
+
+    state = many(return_state=True)
+    runs = overhead.task_runs(state.state_details.flow_run_id, page=60)
+    assert sorted(r.name for r in runs) == sorted(f"unit {i}" for i in range(205))
+
+
 def _config(tmp_path, **changes) -> LemlConfig:
     train = tmp_path / "train.txt"
     with gzip.open(BIBTEX / "bibtex_xmlrepo_train.txt.gz", "rt") as fh:
