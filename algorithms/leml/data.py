@@ -44,6 +44,8 @@ _DENSE_MAX = 1 << 28
 #: several times faster per entry than the sparse ``X V`` and ``X^T U`` it replaces, which
 #: pass over ``X``'s entries twice; the Gram matrix then also takes no more memory than ``X``.
 GRAM_ENTRIES_PER_NNZ = 2
+#: Stored values of ``X`` squared in float64 at a time for the diagonal of ``X^T X`` (32 MiB).
+DIAGONAL_CHUNK = 1 << 22
 
 # --------------------------------------------------------------------------- entries
 class _SparseEntries:
@@ -287,11 +289,21 @@ class LEMLData:
 
     def gram_diagonal(self) -> np.ndarray:
         """The diagonal of ``X^T X`` (d', float64: each column's sum of squares; built once,
-        then kept)."""
+        then kept), summed :data:`DIAGONAL_CHUNK` stored values at a time so that no float64
+        copy of ``X`` is made."""
         if self._gram_diagonal is None:
-            X = self.X.astype(np.float64)
-            squares = X.multiply(X) if sp.issparse(X) else X * X
-            self._gram_diagonal = np.asarray(squares.sum(axis=0), dtype=np.float64).ravel()
+            X, g = self.X, np.zeros(self.n_features)
+            if sp.issparse(X):
+                for s in range(0, X.nnz, DIAGONAL_CHUNK):
+                    v = X.data[s:s + DIAGONAL_CHUNK].astype(np.float64)
+                    g += np.bincount(X.indices[s:s + DIAGONAL_CHUNK], weights=v * v,
+                                     minlength=g.size)
+            else:
+                rows = max(1, DIAGONAL_CHUNK // max(1, g.size))
+                for s in range(0, X.shape[0], rows):
+                    part = X[s:s + rows].astype(np.float64)
+                    g += np.einsum("ij,ij->j", part, part)
+            self._gram_diagonal = g
         return self._gram_diagonal
 
     @property

@@ -51,9 +51,9 @@ def test_fit_is_the_loop_over_the_step_methods(params, masked):
 
 # Another value for every parameter a step might read.
 OTHER = dict(rank=4, lam=0.3, outer_iterations=2, cg_max_iter=2, cg_tol=0.5,
-             cg_preconditioner="diagonal", newton_max_iter=1, fit_intercept=False, h_solver="cg", w_solver="bound",
-             squared_init_iter=1, dtype="float64", random_state=9, verbose=True,
-             callback=print)
+             cg_preconditioner="diagonal", newton_max_iter=1, fit_intercept=False,
+             h_solver="cg", w_solver="bound", squared_init_iter=1, dtype="float64",
+             random_state=9, verbose=True, callback=print)
 
 
 def _run(model: LEML, step: str, X, Y, mask, W, H):

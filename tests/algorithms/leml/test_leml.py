@@ -772,3 +772,15 @@ def test_set_factors_predicts_as_the_fitted_estimator_and_start_is_zero_and_norm
         LEML(fit_intercept=False).set_factors(est.W_, est.H_).predict_top_k(X, 2)
     with pytest.raises(ValueError, match="same k"):
         LEML().set_factors(est.W_, est.H_[:, :2])
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_the_grams_diagonal_is_the_columns_sums_of_squares_in_chunks(sparse, monkeypatch):
+    import scarce.algorithms.leml.data as leml_data
+
+    X, Xd, Y, _, _, _ = make_problem(9, n=30, d=7, sparse=sparse, mask_density=None)
+    data = prepare_data(X, Y, dtype=np.float32, fit_intercept=True)
+    want = (np.hstack([Xd, np.ones((30, 1))]).astype(np.float32).astype(np.float64) ** 2).sum(0)
+    monkeypatch.setattr(leml_data, "DIAGONAL_CHUNK", 5)  # several chunks of values or rows
+    np.testing.assert_allclose(data.gram_diagonal(), want, rtol=1e-12)
+    assert data.gram_diagonal().dtype == np.float64
