@@ -191,26 +191,31 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
 
 def train_variants(ctx: RunContext, config: StripConfig, train: list[str]) -> dict:
     """grow -> prune -> optimize for every variant at every loss ratio: ``{(variant, ratio):
-    {"rules": ref, "timings": [refs]}}``."""
+    {"rules": ref, "timings": [refs]}}``.  The steps read the training files and prepare a
+    model's problem once between them (``tasks.strip._prepare``), dropped at the end."""
     ratios = config.ratios()
     progress = ctx.artifacts.progress(
         "training", 3 * len(config.variants) * len(ratios),
         f"grow, prune, optimize for {len(config.variants)} variants x {len(ratios)} loss ratios")
     trained = {}
-    for v in config.variants:
-        for ratio in ratios:
-            learn = dict(train=train, variant=v, loss_ratio=ratio,
-                         max_thresholds=config.max_thresholds)
-            grown = ctx.run(strip.grow, dl_surplus=config.dl_surplus, seed=config.seed, **learn)
-            progress.advance()
-            pruned = ctx.run(strip.prune, rules=grown["rules"], **learn)
-            progress.advance()
-            optimized = ctx.run(strip.optimize, rules=pruned["rules"], rng=grown["rng"],
-                                dl_surplus=config.dl_surplus, k_optimize=config.k_optimize,
+    try:
+        for v in config.variants:
+            for ratio in ratios:
+                learn = dict(train=train, variant=v, loss_ratio=ratio,
+                             max_thresholds=config.max_thresholds)
+                grown = ctx.run(strip.grow, dl_surplus=config.dl_surplus, seed=config.seed,
                                 **learn)
-            progress.advance()
-            trained[v, ratio] = {"rules": optimized["rules"], "timings": [
-                grown["timings"], pruned["timings"], optimized["timings"]]}
+                progress.advance()
+                pruned = ctx.run(strip.prune, rules=grown["rules"], **learn)
+                progress.advance()
+                optimized = ctx.run(strip.optimize, rules=pruned["rules"], rng=grown["rng"],
+                                    dl_surplus=config.dl_surplus, k_optimize=config.k_optimize,
+                                    **learn)
+                progress.advance()
+                trained[v, ratio] = {"rules": optimized["rules"], "timings": [
+                    grown["timings"], pruned["timings"], optimized["timings"]]}
+    finally:  # the training pairs and problem the steps kept between them
+        strip.release_training_pairs()
     return trained
 
 

@@ -27,6 +27,7 @@ them and, for the files that carry gold chains, scores them as ``evaluate`` does
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -191,15 +192,44 @@ def _learner(variant: str, **params) -> ripper.StRip:
         raise InputError(str(exc), key="variants") from None
 
 
-def _prepare(model: ripper.StRip, train: list[pd.DataFrame], variant: str) -> ripper.RuleProblem:
-    """The estimator's problem over the training pairs of every file."""
-    table = pd.concat(train, ignore_index=True)
-    problem = model.prepare(features(table), table["label"].to_numpy(), *pair_ends(table))
+#: What the training steps keep between them in this process: the training pairs of the files
+#: last asked for, concatenated, and the problem last prepared from them.  grow, prune and
+#: optimize of one model prepare the same problem from the same files (``StRip.fit`` prepares
+#: it once for its three phases too), and every model reads the same files: read and prepared
+#: once, not once per step.  Keyed by the files' paths (a store entry's path names its
+#: content) and the parameters ``StRip.prepare`` reads.
+_KEPT: dict = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def _prepare(model: ripper.StRip, train: list[str], variant: str) -> ripper.RuleProblem:
+    """The estimator's problem over the training pairs of the store files ``train``, kept for
+    the next step that asks for the same (see :data:`_KEPT`)."""
+    files = tuple(str(p) for p in train)
+    key = (files, variant, float(model.loss_ratio), int(model.max_thresholds),
+           bool(model.use_unlabeled), bool(model.closure))
+    with _KEPT_LOCK:
+        if _KEPT.get("files") != files:
+            _KEPT.clear()
+            _KEPT.update(files=files, table=pd.concat([read_parquet_entry(p) for p in files],
+                                                      ignore_index=True))
+        if _KEPT.get("key") != key:
+            table = _KEPT["table"]
+            problem = model.prepare(features(table), table["label"].to_numpy(),
+                                    *pair_ends(table))
+            _KEPT.update(key=key, problem=problem)
+        problem = _KEPT["problem"]
     if problem.n_positive == 0:
         raise InputError(f"variant {variant}: no coreferent labelled pair among the "
                          f"{problem.n_pairs} training pairs (more documents or sources needed)",
                          key="train_splits")
     return problem
+
+
+def release_training_pairs() -> None:
+    """Drop the training pairs and problem the steps keep between them (:data:`_KEPT`)."""
+    with _KEPT_LOCK:
+        _KEPT.clear()
 
 
 def _timing(variant: str, phase: str, seconds: tuple[float, float, float],
@@ -228,7 +258,7 @@ def _rng_from_state(state: np.ndarray) -> np.random.RandomState:
 
 @step(
     "strip-grow",
-    inputs=("train",),
+    paths=("train",),
     outputs=("rules", "rng", "timings"),
     volatile=("timings",),
     run_name="grow {variant} L={loss_ratio:g}",
@@ -253,7 +283,8 @@ def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_s
 
 @step(
     "strip-prune",
-    inputs=("train", "rules"),
+    inputs=("rules",),
+    paths=("train",),
     outputs=("rules", "timings"),
     volatile=("timings",),
     run_name="prune {variant} L={loss_ratio:g}",
@@ -273,7 +304,8 @@ def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
 
 @step(
     "strip-optimize",
-    inputs=("train", "rules", "rng"),
+    inputs=("rules", "rng"),
+    paths=("train",),
     outputs=("rules", "timings"),
     volatile=("timings",),
     run_name="optimize {variant} L={loss_ratio:g}",

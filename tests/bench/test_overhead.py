@@ -22,6 +22,7 @@ from scarce.flows.relations import RelationsConfig
 from scarce.flows.strip import StripConfig
 from scarce.tasks import relations as rel
 from scarce.tasks import strip
+from scarce.tasks.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 BIBTEX = ROOT / "data" / "xmc" / "bibtex"
@@ -231,9 +232,12 @@ def test_the_bare_strip_fits_learn_the_rules_of_the_flows_training_steps(tmp_pat
     config = _strip_config(tmp_path)
     seconds, result = overhead.bare_seconds("strip", config)
     assert seconds > 0
-    train = [strip.preprocess.fn(path=GUM / f"{doc}.conllu.gz",
-                                 **strip_flow.preprocess_options(config))["pairs"]
-             for doc in ("GUM_news_stampede", "GUM_news_worship")]  # the splits' order
+    store = Store(tmp_path / "store")
+    train = []  # the training steps read the pairs from their store files
+    for doc in ("GUM_news_stampede", "GUM_news_worship"):  # the splits' order
+        store.write(f"pairs/{doc}", strip.preprocess.fn(
+            path=GUM / f"{doc}.conllu.gz", **strip_flow.preprocess_options(config))["pairs"])
+        train.append(str(store.path(f"pairs/{doc}")))
     trained = strip_flow.train_variants(InProcess(), config, train)
     assert sorted(result) == ["ripper@1", "ripper@2", "strip-partial@1", "strip-partial@2"]
     for (variant, ratio), parts in trained.items():

@@ -375,14 +375,57 @@ def test_select_documents_reads_the_splits_once_and_skips_absent_documents(tmp_p
     assert err.value.line == 3
 
 
-def test_training_without_a_coreferent_labelled_pair_names_the_config_key():
+def test_training_without_a_coreferent_labelled_pair_names_the_config_key(tmp_path):
     _, _, pairs, X, y = pairs_of(TRAIN)
     table = pd.concat([pairs.reset_index(drop=True).assign(label=np.where(y == 1, 0, y)),
                        X.reset_index(drop=True)], axis=1)
+    store = Store(tmp_path / "store")
+    store.write("t/pairs", table)
     with pytest.raises(InputError, match="variant ripper: no coreferent labelled pair") as err:
-        tasks_strip.grow(train=[table], variant="ripper", loss_ratio=1.0, max_thresholds=16,
-                         dl_surplus=64.0, seed=0)
+        tasks_strip.grow(train=[str(store.path("t/pairs"))], variant="ripper", loss_ratio=1.0,
+                         max_thresholds=16, dl_surplus=64.0, seed=0)
     assert err.value.key == "train_splits"
+
+
+def test_the_training_steps_read_and_prepare_once_per_model_and_learn_the_same_rules(
+        tmp_path, monkeypatch):
+    """grow, prune and optimize of one model share the files read and the problem prepared
+    (as ``StRip.fit`` shares its problem); the rules equal those of steps that each read and
+    prepare afresh, and the next model prepares its own problem from the same table."""
+    _, _, pairs, X, y = pairs_of(TRAIN)
+    table = pd.concat([pairs.reset_index(drop=True).assign(label=y),
+                       X.reset_index(drop=True)], axis=1)
+    store = Store(tmp_path / "store")
+    store.write("t/a", table.iloc[: len(table) // 2])
+    store.write("t/b", table.iloc[len(table) // 2:].reset_index(drop=True))
+    train = [str(store.path("t/a")), str(store.path("t/b"))]
+    reads, prepares = [], []
+    real_read, real_prepare = tasks_strip.read_parquet_entry, StRip.prepare
+    monkeypatch.setattr(tasks_strip, "read_parquet_entry", lambda p: reads.append(p) or
+                        real_read(p))
+    monkeypatch.setattr(StRip, "prepare", lambda self, *a: prepares.append(1) or
+                        real_prepare(self, *a))
+
+    def model(variant, ratio, fresh):
+        learn = dict(train=train, variant=variant, loss_ratio=ratio, max_thresholds=16)
+        grown = tasks_strip.grow.fn(dl_surplus=64.0, seed=0, **learn)
+        if fresh:
+            tasks_strip.release_training_pairs()
+        pruned = tasks_strip.prune.fn(rules=grown["rules"], **learn)
+        if fresh:
+            tasks_strip.release_training_pairs()
+        return tasks_strip.optimize.fn(rules=pruned["rules"], rng=grown["rng"], dl_surplus=64.0,
+                                       k_optimize=2, **learn)["rules"]
+
+    tasks_strip.release_training_pairs()
+    kept = model("strip-partial", 1.0, fresh=False)
+    assert (len(reads), len(prepares)) == (2, 1)  # two files, one problem for three steps
+    model("ripper", 2.0, fresh=False)
+    assert (len(reads), len(prepares)) == (2, 2)  # the same files; another problem
+    tasks_strip.release_training_pairs()
+    pd.testing.assert_frame_equal(model("strip-partial", 1.0, fresh=True), kept)
+    assert len(prepares) == 5
+    tasks_strip.release_training_pairs()
 
 
 @pytest.mark.parametrize("key", ["loss_ratio", "dl_surplus"])
