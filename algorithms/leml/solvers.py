@@ -88,12 +88,7 @@ def conjugate_gradient(
         raise ValueError(f"tol and max_iter must be non-negative, got {tol} and {max_iter}")
     if precondition is not None:
         return _preconditioned_cg(hess_vec, b, x0, tol, max_iter, precondition)
-    if x0 is None:
-        x = np.zeros_like(b)
-        r = b.copy()
-    else:
-        x = np.array(x0, dtype=b.dtype, copy=True)
-        r = b - hess_vec(x)
+    x, r = _start(hess_vec, b, x0)
     stop = tol * math.sqrt(_dot(b, b))
     rr = _dot(r, r)
     d = r.copy()
@@ -114,15 +109,19 @@ def conjugate_gradient(
     return x, n_iter
 
 
-def _preconditioned_cg(hess_vec, b, x0, tol, max_iter, precondition):
-    """:func:`conjugate_gradient` with ``M^-1 = precondition``: the search directions are
-    ``M``-conjugate combinations of the preconditioned residuals ``z = M^-1 r``."""
+def _start(hess_vec, b, x0):
+    """CG's first iterate and residual: zero and ``b`` (no product), or ``x0`` and
+    ``b - A x0``."""
     if x0 is None:
-        x = np.zeros_like(b)
-        r = b.copy()
-    else:
-        x = np.array(x0, dtype=b.dtype, copy=True)
-        r = b - hess_vec(x)
+        return np.zeros_like(b), b.copy()
+    x = np.array(x0, dtype=b.dtype, copy=True)
+    return x, b - hess_vec(x)
+
+
+def _preconditioned_cg(hess_vec, b, x0, tol, max_iter, precondition):
+    """:func:`conjugate_gradient` with ``M^-1 = precondition``: ``A``-conjugate search
+    directions built from the preconditioned residuals ``z = M^-1 r``."""
+    x, r = _start(hess_vec, b, x0)
     stop = tol * math.sqrt(_dot(b, b))
     z = precondition(r)
     rz = _dot(r, z)
