@@ -33,8 +33,11 @@ HEADROOM = 0.8
 #: Most decision values (rows x labels) a batch of the batched predictions and metrics
 #: scores at once.  A fixed number of rows per batch grows with the label count: over a
 #: Wikipedia-sized label set a batch of thousands of rows, with its sorts and comparisons,
-#: was many times the data's memory; 2^22 values are 32 MiB of float64 ranks at most.
-SCORES_PER_BATCH = 1 << 22
+#: was many times the data's memory.  The metrics of a batch hold about six arrays of its
+#: size at once (the scores, their top-k partition and order, the AUC's ranks, the
+#: predictions), so 2^19 values keep each at 4 MiB of float64 or int64; batches this size
+#: score as fast as larger ones, the per-batch work being vectorised over the rows.
+SCORES_PER_BATCH = 1 << 19
 
 
 def rows_per_batch(batch_size: int, n_labels: int) -> int:
