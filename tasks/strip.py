@@ -206,7 +206,7 @@ def _prepare(model: ripper.StRip, train: list[str], variant: str) -> ripper.Rule
     """The estimator's problem over the training pairs of the store files ``train``, kept for
     the next step that asks for the same (see :data:`_KEPT`)."""
     files = tuple(str(p) for p in train)
-    key = (files, variant, float(model.loss_ratio), int(model.max_thresholds),
+    key = (files, float(model.loss_ratio), int(model.max_thresholds),
            bool(model.use_unlabeled), bool(model.closure))
     with _KEPT_LOCK:
         if _KEPT.get("files") != files:

@@ -86,48 +86,20 @@ def conjugate_gradient(
     """
     if tol < 0 or max_iter < 0:
         raise ValueError(f"tol and max_iter must be non-negative, got {tol} and {max_iter}")
-    if precondition is not None:
-        return _preconditioned_cg(hess_vec, b, x0, tol, max_iter, precondition)
-    x, r = _start(hess_vec, b, x0)
+    if x0 is None:
+        x, r = np.zeros_like(b), b.copy()
+    else:
+        x = np.array(x0, dtype=b.dtype, copy=True)
+        r = b - hess_vec(x)
     stop = tol * math.sqrt(_dot(b, b))
-    rr = _dot(r, r)
-    d = r.copy()
+    # Plain CG is the preconditioned one with z = r: then r'z is r'r and is not taken twice,
+    # so its arithmetic is exactly the textbook CG's.
+    z = r if precondition is None else precondition(r)
+    rz = _dot(r, z)
+    rr = rz if precondition is None else _dot(r, r)
+    d = z.copy()
     n_iter = 0
     while n_iter < max_iter and math.sqrt(rr) > stop:
-        ad = hess_vec(d)
-        dad = _dot(d, ad)
-        if dad <= 0:  # not positive definite in this direction (or d == 0 in rounding)
-            break
-        alpha = rr / dad
-        x += alpha * d
-        r -= alpha * ad
-        rr_new = _dot(r, r)
-        d *= rr_new / rr
-        d += r
-        rr = rr_new
-        n_iter += 1
-    return x, n_iter
-
-
-def _start(hess_vec, b, x0):
-    """CG's first iterate and residual: zero and ``b`` (no product), or ``x0`` and
-    ``b - A x0``."""
-    if x0 is None:
-        return np.zeros_like(b), b.copy()
-    x = np.array(x0, dtype=b.dtype, copy=True)
-    return x, b - hess_vec(x)
-
-
-def _preconditioned_cg(hess_vec, b, x0, tol, max_iter, precondition):
-    """:func:`conjugate_gradient` with ``M^-1 = precondition``: ``A``-conjugate search
-    directions built from the preconditioned residuals ``z = M^-1 r``."""
-    x, r = _start(hess_vec, b, x0)
-    stop = tol * math.sqrt(_dot(b, b))
-    z = precondition(r)
-    rz = _dot(r, z)
-    d = z
-    n_iter = 0
-    while n_iter < max_iter and math.sqrt(_dot(r, r)) > stop:
         ad = hess_vec(d)
         dad = _dot(d, ad)
         if dad <= 0 or rz <= 0:  # not positive definite in this direction (or rounding)
@@ -135,8 +107,9 @@ def _preconditioned_cg(hess_vec, b, x0, tol, max_iter, precondition):
         alpha = rz / dad
         x += alpha * d
         r -= alpha * ad
-        z = precondition(r)
+        z = r if precondition is None else precondition(r)
         rz_new = _dot(r, z)
+        rr = rz_new if precondition is None else _dot(r, r)
         d *= rz_new / rz
         d += z
         rz = rz_new
