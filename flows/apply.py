@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from pydantic import Field
 
 from scarce.flows import manifest as mf
 from scarce.flows.config import FlowConfig
+from scarce.flows.outputs import Output, Protected, check_output, check_targets, write_failed
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import log_both
 from scarce.tasks.store import atomic_write_bytes
@@ -175,90 +175,44 @@ def output_names(source: Path, files: list[Path], suffixes: tuple[str, ...],
 
 def output_target(target: Path, names: list[str], *, inputs: list[Path], source: Path,
                   store_root: Path, runs_root: Path, force: bool) -> Path:
-    """``output``, checked before anything runs: a ``.parquet`` or ``.csv`` file in an existing
-    folder for one input file, a folder (created with its parents when absent) for a folder of
-    inputs; every file it would write passes :func:`check_targets`."""
+    """``output``, checked before anything runs: a ``.parquet`` or ``.csv`` file for one input
+    file, a folder for a folder of inputs (either created with its parent folders when
+    absent); every file it would write passes the output guard
+    (:func:`flows.outputs.check_targets`)."""
+    protected = Protected.of(store_root, runs_root)
     if len(names) == 1 and "/" not in names[0]:
-        if target.is_dir() or not target.parent.is_dir():
-            raise InputError("expected a file name (.parquet or .csv) in an existing folder",
+        if target.is_dir():
+            raise InputError("expected a file name (.parquet or .csv), not a folder",
                              path=target, key="output")
+        check_output(target, Output("file", (".parquet", ".csv")), force=force,
+                     protected=protected, source=source)
         files = [target]
     else:
         if target.exists() and not target.is_dir():
             raise InputError("a folder of input files needs an output folder", path=target,
                              key="output")
+        check_output(target, Output("folder"), force=force, protected=protected)
         files = [target / Path(name).name for name in names]
-    check_targets(files, inputs=inputs, source=source, store_root=store_root,
-                  runs_root=runs_root, force=force)
-    if len(files) == 1 and not files[0].name.lower().endswith((".parquet", ".csv")):
-        raise InputError("the output is written as Parquet or CSV: its name must end in "
-                         ".parquet or .csv", path=target, key="output")
+    check_targets(files, inputs=inputs, source=source, force=force, protected=protected)
     return target
 
 
-def _real(path: Path) -> Path:
-    """``path`` with every symbolic link resolved (also when it does not exist yet)."""
-    return Path(os.path.realpath(path))
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """One file under two names: the same path once links are resolved, or a hard link."""
-    if _real(a) == _real(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist
-        return False
-
-
-def check_targets(targets: list[Path], *, inputs: list[Path], source: Path, store_root: Path,
-                  runs_root: Path, force: bool) -> None:
-    """Refuse, before anything runs, to write a user-named file where nothing may be written.
-
-    A command that writes a path the user names (``scarce apply --output``, an apply config's
-    ``output``) writes none of these: one of its own input files (under any name, hard links
-    included) or a file among them in the input folder; anything inside the result store or
-    the runs folder, which scarce writes itself and whose files the manifests and the store's
-    checksums vouch for; an existing file, unless ``force`` (``--force``) says to replace it.
-
-    Raises
-    ------
-    InputError
-        Naming the file and the key ``output``; nothing has been written.
-    """
-    protected = [(_real(store_root), "the result store"), (_real(runs_root), "the runs folder")]
-    folder = _real(source) if source.is_dir() else None
-    for target in targets:
-        real = _real(target)
-        if any(_same_file(target, p) for p in inputs) or real == _real(source):
-            raise InputError("the output would overwrite an input file; choose another "
-                             "--output", path=target, key="output")
-        if folder is not None and real.parent == folder:
-            raise InputError("the output would be written among the input files; choose "
-                             "another folder", path=target, key="output")
-        for root, what in protected:
-            if real == root or real.is_relative_to(root):
-                raise InputError(f"the output is inside {what} ({root}), where only scarce "
-                                 "writes; choose a path outside it", path=target, key="output")
-        if (target.exists() or target.is_symlink()) and not force:
-            raise InputError("the output file exists; give --force (or force: true) to "
-                             "replace it", path=target, key="output")
-        if target.is_dir():
-            raise InputError("the output is a folder where a file is written", path=target,
-                             key="output")
-
-
-def export(store: Any, refs: list[str], names: list[str], target: Path) -> None:
+def export(store: Any, refs: list[str], names: list[str], target: Path, run_dir: Path) -> None:
     """Write the results to ``target`` atomically: for one input file, the store entry's
     Parquet bytes, or CSV when the name ends in ``.csv``; for a folder of inputs, a folder of
-    Parquet files named as the outputs."""
-    if len(names) == 1 and "/" not in names[0]:
-        if target.name.lower().endswith(".csv"):
-            data = store.read(refs[0]).to_csv(index=False).encode("utf-8")
-        else:
-            data = store.path(refs[0]).read_bytes()
-        atomic_write_bytes(target, data)
-        return
-    target.mkdir(parents=True, exist_ok=True)
-    for ref, name in zip(refs, names, strict=True):
-        atomic_write_bytes(target / Path(name).name, store.path(ref).read_bytes())
+    Parquet files named as the outputs.  Called once the run is recorded: a write the system
+    refuses (a full disk) is one line naming ``target`` and the run folder keeping the
+    results."""
+    try:
+        if len(names) == 1 and "/" not in names[0]:
+            if target.name.lower().endswith(".csv"):
+                data = store.read(refs[0]).to_csv(index=False).encode("utf-8")
+            else:
+                data = store.path(refs[0]).read_bytes()
+            atomic_write_bytes(target, data)  # (with its missing parent folders)
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        for ref, name in zip(refs, names, strict=True):
+            atomic_write_bytes(target / Path(name).name, store.path(ref).read_bytes())
+    except OSError as exc:
+        raise write_failed(exc, target, "output", f"{run_dir / 'outputs'}") from None

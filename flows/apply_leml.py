@@ -85,9 +85,10 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
         for path, data in zip(files, loaded, strict=True)])
     for name, result in zip(names, scored, strict=True):
         ctx.record.name_output(name, result["predictions"])
+    summary = ctx.finish(ctx.run(collect, tables=[r["metrics"] for r in scored]))
     if output is not None:
-        export(ctx.store, [r["predictions"] for r in scored], names, output)
-    return ctx.finish(ctx.run(collect, tables=[r["metrics"] for r in scored]))
+        export(ctx.store, [r["predictions"] for r in scored], names, output, ctx.run_dir)
+    return summary
 
 
 def load_inputs(ctx: RunContext, files: list, fmt: str, meta: dict, folder) -> list:

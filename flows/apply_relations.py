@@ -66,7 +66,8 @@ def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | Non
                            for mentions in parsed])
     for name, ref in zip(names, assigned, strict=True):
         ctx.record.name_output(name, ref)
+    summary = ctx.finish(ctx.run(rel.apply_metrics, assignments=assigned,
+                                 dataset=config.name or source.name))
     if output is not None:
-        export(ctx.store, assigned, names, output)
-    return ctx.finish(ctx.run(rel.apply_metrics, assignments=assigned,
-                              dataset=config.name or source.name))
+        export(ctx.store, assigned, names, output, ctx.run_dir)
+    return summary

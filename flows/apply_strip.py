@@ -34,12 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from scarce.flows.apply import (
     MODEL_JSON,
     ApplyConfig,
-    check_targets,
     input_files,
     open_model,
     resolve_model_run,
 )
 from scarce.flows.config import validate_config
+from scarce.flows.outputs import Output, Protected, check_output, check_targets, write_failed
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.flows.strip import Variant
 from scarce.tasks import strip
@@ -78,10 +78,15 @@ def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None
     texts = [ctx.read(ref)["conllu"].iloc[0] for ref in written]
     for name, text in zip(names, texts, strict=True):
         ctx.record.write_output(f"predicted/{name}", text)
-    for target, text in zip(targets, texts if targets else [], strict=True):  # --output
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, text.encode("utf-8"))
-    return ctx.finish(metrics)
+    summary = ctx.finish(metrics)
+    try:
+        for target, text in zip(targets, texts if targets else [], strict=True):  # --output
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, text.encode("utf-8"))
+    except OSError as exc:
+        raise write_failed(exc, Path(config.output), "output",
+                           f"{ctx.run_dir / 'outputs'}") from None
+    return summary
 
 
 # ----------------------------------------------------------------------------- the model
@@ -163,16 +168,17 @@ def plan_outputs(ctx: RunContext, config: ApplyStripConfig,
     if config.output is None:
         return names, []
     out = ctx.path(config.output)
-    if ctx.path(config.input).is_dir():
+    protected = Protected.of(ctx.store.root, ctx.run_dir.parent)
+    if ctx.path(config.input).is_dir() or out.is_dir():
         if out.exists() and not out.is_dir():
             raise InputError("a folder of inputs is written to a folder, and this is a file",
                              path=out, key="output")
-        targets = [out / n for n in names]
+        check_output(out, Output("folder"), force=config.force, protected=protected)
+        targets = [out / n for n in names] if ctx.path(config.input).is_dir() else [
+            out / names[0]]
     else:
-        targets = [out / names[0] if out.is_dir() else out]
-    check_targets(targets, inputs=files, source=ctx.path(config.input),
-                  store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
-    if len(targets) == 1 and not targets[0].name.endswith(".conllu"):
-        raise InputError("the output is written as CoNLL-U: its name must end in .conllu",
-                         path=targets[0], key="output")
+        check_output(out, Output("file", (".conllu",)), force=config.force, protected=protected)
+        targets = [out]
+    check_targets(targets, inputs=files, source=ctx.path(config.input), force=config.force,
+                  protected=protected)
     return names, targets

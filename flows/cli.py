@@ -48,12 +48,14 @@ from scarce.flows.commands import (
     runs,
     ui,
 )
+from scarce.flows.commands.apply import OUTPUT_SUFFIXES as APPLY_SUFFIXES
 from scarce.flows.commands.cache import referenced_refs
 from scarce.flows.commands.console import (
     log_to_stderr,
     quiet_input_errors,
     stdout_to_devnull,
 )
+from scarce.flows.outputs import Output, add_output, check_command
 
 __all__ = ["Terminated", "build_parser", "entrypoint", "main", "referenced_refs"]
 
@@ -151,10 +153,11 @@ def _add_apply(add: Any) -> None:
                     help="a training run id, or 'latest' / 'latest:NAME' with --flow")
     ap.add_argument("--input", required=True, metavar="PATH",
                     help="input file, or a folder of input files")
-    ap.add_argument("--output", metavar="PATH",
-                    help="output file (.parquet or .csv; StRip: .conllu) or folder; never one of "
-                         "the inputs, nor inside the store or the runs folder (default: only the "
-                         "apply run's outputs/)")
+    add_output(ap, "--output", metavar="PATH",
+               output=Output("file or folder", APPLY_SUFFIXES, input="input"),
+               help="output file (.parquet or .csv; StRip: .conllu) or, for a folder of inputs, "
+                    "folder; never an input of this or any recorded run, nor inside the store "
+                    "or the runs folder (default: only the apply run's outputs/)")
     ap.add_argument("--force", action="store_true",
                     help="replace files that already exist at --output (without it an existing "
                          "file is an error and nothing is written)")
@@ -190,10 +193,16 @@ def _add_runs(add: Any) -> None:
                     "config values that differ, the method and its metrics)")
     ru.add_argument("--all-columns", action="store_true",
                     help="every config value, whether it differs between the runs or not")
-    ru.add_argument("--format", choices=runs.FORMATS, default="table",
-                    help="aligned text, CSV, a markdown table, or Parquet (with --output)")
-    ru.add_argument("--output", metavar="PATH",
-                    help="write the table to this file (default: print it)")
+    ru.add_argument("--format", choices=runs.FORMATS,
+                    help="aligned text, CSV, a markdown table, or Parquet (with --output) "
+                         "(default: by the --output name's suffix, else table)")
+    add_output(ru, "--output", metavar="PATH", output=Output("file", runs.OUTPUT_SUFFIXES),
+               help="write the table to this file (.txt, .csv, .md or .parquet; never an "
+                    "input of a recorded run, nor inside the store or the runs folder) "
+                    "(default: print it)")
+    ru.add_argument("--force", action="store_true",
+                    help="replace the --output file if it exists (without it an existing file "
+                         "is an error and nothing is written)")
 
 
 def _add_diff(add: Any) -> None:
@@ -208,8 +217,8 @@ def _add_diff(add: Any) -> None:
 
 def _add_init(add: Any) -> None:
     ini = add("init", init.init, "start a project: configs to edit, data/ and a README")
-    ini.add_argument("dir", nargs="?", default=".", metavar="DIR",
-                     help="the project folder (default: here)")
+    add_output(ini, "dir", nargs="?", default=".", metavar="DIR", output=Output("folder"),
+               help="the project folder (default: here); never inside a store or runs folder")
     ini.add_argument("--force", action="store_true", help="replace files that exist")
 
 
@@ -317,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         _terminated.clear()
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        check_command(parser, args)  # every path the command would write, before any work
         if not args.debug and args.command in FLOW_COMMANDS:
             quiet_input_errors()
         return args.func(args)

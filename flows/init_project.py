@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from scarce.flows.config import packaged_configs
+from scarce.flows.outputs import check_targets
 from scarce.tasks.errors import InputError
 from scarce.tasks.store import atomic_write_bytes
 
@@ -93,6 +94,7 @@ def init_project(folder: Path, force: bool = False) -> list[Path]:
     if existing and not force:
         raise InputError(f"{len(existing)} file(s) exist, first {existing[0].name}; give "
                          "--force to replace them", path=existing[0], key="DIR")
+    check_targets(files, force=force, key="DIR")  # never an input of a run, a store or runs
     (folder / "data").mkdir(parents=True, exist_ok=True)
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

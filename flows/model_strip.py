@@ -21,6 +21,7 @@ from scarce.algorithms.strip.features import pair_table
 from scarce.algorithms.strip.ripper import rule_count
 from scarce.flows.apply import input_files
 from scarce.flows.apply_strip import ModelVariant, open_strip_model
+from scarce.flows.outputs import Output, Protected, check_output, check_targets
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu
@@ -116,8 +117,8 @@ class StripModel:
         return men, clusters
 
     # ------------------------------------------------------------------ public
-    def predict(self, documents: Any, output: str | os.PathLike[str] | None = None
-                ) -> pd.DataFrame:
+    def predict(self, documents: Any, output: str | os.PathLike[str] | None = None,
+                force: bool = False) -> pd.DataFrame:
         """The chains of the documents' mentions, as ``scarce apply`` writes them.
 
         Parameters
@@ -128,8 +129,12 @@ class StripModel:
             Also write each file with its chains as CorefUD CoNLL-U, the bytes of ``scarce
             apply``'s output: to ``output`` itself for one file (its name must end in
             ``.conllu``) unless it is an existing folder, else to ``output/<name>`` (the
-            input's name without ``.gz``).  Needs paths (the writer copies the input's lines);
-            an input file is never overwritten, another existing file is.
+            input's name without ``.gz``).  Needs paths (the writer copies the input's lines).
+            Checked before anything is computed by the output guard of the command line
+            (:mod:`flows.outputs`): never an input, nor inside the store or the runs folder.
+        force : bool, default False
+            Replace files that exist at ``output`` (without it an existing file is an error
+            and nothing is written).
 
         Returns
         -------
@@ -144,7 +149,7 @@ class StripModel:
             the chains.
         """
         files = self._files(documents)
-        targets = self._targets(files, output) if output is not None else []
+        targets = self._targets(files, output, force) if output is not None else []
         tables = []
         for k, (name, path, (tokens, mentions)) in enumerate(files):
             _, clusters = self._apply(name, path, (tokens, mentions))
@@ -172,7 +177,7 @@ class StripModel:
         return strip.count_chains.fn(clusters=[c for _, c in done],
                                      mentions=[m for m, _ in done], dataset="python")
 
-    def _targets(self, files: list, output: str | os.PathLike[str]) -> list[Path]:
+    def _targets(self, files: list, output: str | os.PathLike[str], force: bool) -> list[Path]:
         """Where each file is written (see :meth:`predict`), checked before anything runs."""
         if any(path is None for _, path, _ in files):
             raise ValueError("output needs CoNLL-U paths: the writer copies the lines of the "
@@ -182,19 +187,18 @@ class StripModel:
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})[0]
             raise ValueError(f"two input files would both be written as {twice}")
+        protected = Protected.here()
         if len(files) == 1 and not out.is_dir():
-            if not out.name.endswith(".conllu"):
-                raise ValueError(f"the output is written as CoNLL-U: its name must end in "
-                                 f".conllu ({out})")
+            check_output(out, Output("file", (".conllu",)), force=force, protected=protected,
+                         source=files[0][1])
             targets = [out]
-        elif out.exists() and not out.is_dir():
-            raise ValueError(f"several files are written to a folder, and {out} is a file")
         else:
+            if out.exists() and not out.is_dir():
+                raise ValueError(f"several files are written to a folder, and {out} is a file")
+            check_output(out, Output("folder"), force=force, protected=protected)
             targets = [out / n for n in names]
-        inputs = {path.resolve() for _, path, _ in files}
-        for t in targets:
-            if t.resolve() in inputs:
-                raise ValueError(f"the output would overwrite an input file ({t})")
+        check_targets(targets, inputs=[path for _, path, _ in files], force=force,
+                      protected=protected)
         return targets
 
 

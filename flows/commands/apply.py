@@ -16,6 +16,10 @@ from scarce.flows.commands.running import (
     print_summary,
 )
 
+#: What an apply run's ``--output`` file may be named (LEML and relations write Parquet or CSV,
+#: StRip CoNLL-U); each apply flow checks its own before it reads anything.
+OUTPUT_SUFFIXES = (".parquet", ".csv", ".conllu")
+
 
 def apply(args: argparse.Namespace) -> int:
     """``scarce apply RUN_ID --input PATH``: the run's apply flow on the input."""

@@ -27,11 +27,13 @@ def bench(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from scarce.flows.config import project_root
+    from scarce.flows.outputs import check_command
     from scarce.flows.runtime import markdown_table
     from scarce.tasks.store import atomic_write_parquet, encode
 
     module, parser = benchmark_parser(args.name)
     bench_args = parser.parse_args(args.bench_args)
+    check_command(parser, bench_args)  # a benchmark's own output options, before it runs
     with prefect_api():
         table = module.run(bench_args)
     print(markdown_table(table))

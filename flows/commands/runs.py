@@ -9,8 +9,10 @@ import sys
 
 from scarce.flows.commands import EXIT_OK
 
-#: The formats ``scarce runs --format`` writes.
+#: The formats ``scarce runs --format`` writes, and the file name ending of each.
 FORMATS = ("table", "csv", "md", "parquet")
+SUFFIX_OF = {"table": ".txt", "csv": ".csv", "md": ".md", "parquet": ".parquet"}
+OUTPUT_SUFFIXES = tuple(SUFFIX_OF.values())
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -32,9 +34,15 @@ def runs(args: argparse.Namespace) -> int:
     if args.run_id:
         if not re.fullmatch(SAFE_NAME, args.run_id):
             raise InputError(f"not a run id: {args.run_id!r} (see `scarce runs`)", key="run_id")
+        given = [o for o, v in (("--output", args.output), ("--format", args.format),
+                                ("--columns", args.columns)) if v]
+        if given:
+            raise InputError(f"{given[0]} is an option of the table of runs; `scarce runs "
+                             "RUN_ID` prints one run (redirect it to keep it)", key=given[0])
         print(describe_run(root / args.run_id))
         return EXIT_OK
-    if args.format == "parquet" and not args.output:
+    fmt = output_format(args.output, args.format)
+    if fmt == "parquet" and not args.output:
         raise InputError("--format parquet writes a file: give --output PATH", key="--output")
     columns = None
     if args.columns:
@@ -44,16 +52,29 @@ def runs(args: argparse.Namespace) -> int:
                        all_columns=args.all_columns, warn=warnings)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    if frame.empty and args.output is None and args.format == "table":
+    if frame.empty and args.output is None and fmt == "table":
         what = f"{args.flow} runs" if args.flow else "runs"
         print(f"no {what} yet" if not (args.tags or args.where) else f"no {what} match")
         return EXIT_OK
     if args.output:
-        write(frame, args.output, args.format)
+        write(frame, args.output, fmt)
         print(f"{len(frame)} run(s) written to {args.output}")
     else:
-        print(render(frame, args.format), end="")
+        print(render(frame, fmt), end="")
     return EXIT_OK
+
+
+def output_format(output: str | None, fmt: str | None) -> str:
+    """The format written: ``--format``, else the one the ``--output`` name's suffix says, else
+    ``table``; a ``--format`` that the name contradicts is refused."""
+    from scarce.tasks.errors import InputError
+
+    by_name = next((f for f, s in SUFFIX_OF.items() if output and output.lower().endswith(s)),
+                   None)
+    if fmt is not None and output is not None and by_name != fmt:
+        raise InputError(f"--format {fmt} is written to a {SUFFIX_OF[fmt]} file, not "
+                         f"{output!r}", key="--output")
+    return fmt or by_name or "table"
 
 
 def render(frame, fmt: str) -> str:
@@ -83,19 +104,20 @@ def render(frame, fmt: str) -> str:
 
 
 def write(frame, path: str, fmt: str) -> None:
-    """The table written atomically to ``path``: Parquet, or the text of ``fmt``."""
+    """The table written atomically to ``path`` (checked by the command line's output guard
+    before the table was made): Parquet, or the text of ``fmt``."""
     from pathlib import Path
 
     import pyarrow as pa
 
-    from scarce.tasks.errors import InputError
+    from scarce.flows.outputs import write_failed
     from scarce.tasks.store import atomic_write_bytes, atomic_write_parquet
 
     target = Path(path)
-    if not target.parent.is_dir():
-        raise InputError("key 'output': the folder to write into does not exist",
-                         path=target, key="--output")
-    if fmt == "parquet":
-        atomic_write_parquet(target, pa.Table.from_pandas(frame, preserve_index=False))
-    else:
-        atomic_write_bytes(target, render(frame, fmt).encode("utf-8"))
+    try:
+        if fmt == "parquet":
+            atomic_write_parquet(target, pa.Table.from_pandas(frame, preserve_index=False))
+        else:
+            atomic_write_bytes(target, render(frame, fmt).encode("utf-8"))
+    except OSError as exc:
+        raise write_failed(exc, target, "--output") from None

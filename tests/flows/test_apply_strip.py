@@ -216,7 +216,7 @@ BAD = {
     "variant": (["--set", "variant=strip-labeled"],
                 "key 'variant': run strip-fake-variant did not train strip-labeled"),
     "model-key": ([], "model.json: key 'preprocess.window': Input should be greater than"),
-    "overwrite": ([], "crane.conllu: key 'output': the output would overwrite an input file"),
+    "overwrite": ([], "in: key '--output': the output would be written among the input files"),
 }
 
 

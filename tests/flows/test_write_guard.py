@@ -30,8 +30,8 @@ import pytest
 import scarce.flows.manifest as flow_manifest
 import scarce.flows.run_record as run_record
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
-from scarce.flows.apply import check_targets
 from scarce.flows.cli import main
+from scarce.flows.outputs import Protected, check_targets
 from scarce.tasks.errors import InputError
 from tests.flows.helpers import digits_project, manifest, run_in, runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head
@@ -154,6 +154,29 @@ def test_apply_force_replaces_an_existing_output(leml, capsys, output):
     (root / output).unlink()
 
 
+def test_apply_output_the_disk_refuses_after_the_work_keeps_the_run(leml, capsys, monkeypatch):
+    """A disk that fills between the check and the write: one line naming the file and the
+    run folder that keeps the results; the run is recorded, its predictions there."""
+    import scarce.flows.apply as apply_module
+
+    root, run = leml
+    before = set(runs(root))
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(apply_module, "atomic_write_bytes", full)
+    code, _, err = _cli(capsys, "apply", run, "--input", "test.txt", "--output", "late.csv")
+    assert code == 2, err[-2000:]
+    line = _one_error(err)
+    assert "No space left on device" in line and "results are kept in" in line, line
+    (new,) = set(runs(root)) - before
+    assert new in line
+    assert len(pd.read_parquet(root / "data" / "runs" / new / "outputs"
+                               / "predictions.parquet")) > 0
+    assert not (root / "late.csv").exists()
+
+
 @pytest.mark.parametrize("case", ["same-file", "hard-link", "symlink", "in-store", "in-runs",
                                   "among-inputs", "exists"])
 def test_check_targets_refuses_each_instance(tmp_path, case):
@@ -175,17 +198,18 @@ def test_check_targets_refuses_each_instance(tmp_path, case):
     os.link(doc, targets["hard-link"])
     os.symlink(doc, targets["symlink"])
     targets["exists"].write_text("mine\n")
+    protected = Protected(store, runs_root, [])
     with pytest.raises(InputError, match="key 'output'"):
-        check_targets([targets[case]], inputs=[doc], source=inbox, store_root=store,
-                      runs_root=runs_root, force=False)
+        check_targets([targets[case]], inputs=[doc], source=inbox, protected=protected,
+                      force=False)
     # --force lifts only the rule against replacing an existing file
     if case == "exists":
-        check_targets([targets[case]], inputs=[doc], source=inbox, store_root=store,
-                      runs_root=runs_root, force=True)
+        check_targets([targets[case]], inputs=[doc], source=inbox, protected=protected,
+                      force=True)
     else:
         with pytest.raises(InputError):
-            check_targets([targets[case]], inputs=[doc], source=inbox, store_root=store,
-                          runs_root=runs_root, force=True)
+            check_targets([targets[case]], inputs=[doc], source=inbox, protected=protected,
+                          force=True)
 
 
 # -- scarce rerun --------------------------------------------------------------------------
