@@ -208,7 +208,14 @@ class ModelConfig(Strict):
     rank: int = from_estimator(LEML, "rank", ge=1, description="k, the rank of Z = W H^T.")
     lam: float = from_estimator(LEML, "lam", gt=0, description="Regularisation lambda.")
     outer_iterations: int = from_estimator(
-        LEML, "outer_iterations", ge=1, le=1000, description="Alternating iterations T."
+        LEML, "outer_iterations", ge=1, le=1000,
+        description="Alternating iterations T: the most that run when tol stops earlier."
+    )
+    tol: float = from_estimator(
+        LEML, "tol", ge=0, lt=1,
+        description="Stop once an outer iteration lowers the objective by less than this, "
+        "relative to the objective before it (the run's log says where and why); 0 runs "
+        "all outer_iterations."
     )
     cg_max_iter: int = from_estimator(
         LEML, "cg_max_iter", ge=1, description="CG iterations per W-step / Newton step."
@@ -462,7 +469,7 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
     progress = ctx.artifacts.progress("iterations", m.outer_iterations,
                                       f"Outer iterations (of {m.outer_iterations})")
-    traces, timings = [], []
+    traces, timings, objectives = [], [], []
     try:
         for t in range(1, m.outer_iterations + 1):
             w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
@@ -474,6 +481,10 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
             traces.append(h["trace"])
             timings += [w["timings"], h["timings"]]
             progress.advance()
+            if model.tol:  # the estimator's own rule (LEML.converged), as its fit applies it
+                objectives.append(float(ctx.read(h["trace"])["objective"].iloc[0]))
+                if model.converged(objectives) is not None:
+                    break
     finally:  # the training data the steps kept between them (see tasks.leml._prepared)
         release_training_data()
     if blocked:  # where the last W-step ran, for the manifest
@@ -668,14 +679,17 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
     validated = VALIDATION_COLUMN in convergence.columns
     objective = convergence.sort_values("iteration")["objective"].to_numpy(dtype=float)
     if objective.size:
-        change = (abs(objective[-1] - objective[-2]) / abs(objective[-2])
+        change = ((objective[-2] - objective[-1]) / abs(objective[-2])
                   if objective.size > 1 and objective[-2] else float("nan"))
         seen = (f"; validation P@1 {100 * convergence[VALIDATION_COLUMN].iloc[-1]:.2f}"
                 if validated else "")
+        stopped = m.estimator().converged(objective)
+        why = (f"model.tol: {stopped}" if stopped else
+               f"model.outer_iterations = {m.outer_iterations} reached, last relative change "
+               f"{change:.2e}" + (f" (tol {m.tol:g} not met)" if m.tol else " (tol 0: no "
+                                  "early stopping)"))
         ctx.record.decide("outer iterations", int(objective.size),
-                          f"model.outer_iterations (no early stopping): objective "
-                          f"{objective[0]:.6g} -> {objective[-1]:.6g}, last relative change "
-                          f"{change:.2e}{seen}")
+                          f"{why}: objective {objective[0]:.6g} -> {objective[-1]:.6g}{seen}")
     ctx.artifacts.table("convergence", convergence,
                          "Objective, seconds and validation P@1 per outer iteration" if validated
                          else "Objective and seconds per outer iteration")

@@ -149,7 +149,12 @@ class LEML(BaseEstimator):
         (threshold 0.5); logistic and squared hinge use ``{-1, +1}`` margins
         (threshold 0).
     outer_iterations : int, default=10
-        Outer (alternating) iterations ``T``, counted from 0 also after a warm start.
+        Outer (alternating) iterations ``T``, counted from 0 also after a warm start: the
+        most that run when ``tol`` stops the alternation earlier.
+    tol : float, default=0.0
+        Stop once an outer iteration lowers the objective by less than ``tol`` relative to
+        the objective before it, ``(J_{t-1} - J_t) / |J_{t-1}| < tol`` (a rise counts as
+        no progress); see :meth:`converged`.  0 runs all ``outer_iterations``.
     cg_max_iter : int, default=10
         CG iterations per W-step (squared loss), or inner CG iterations per Newton
         step (other losses).  The W-step starts from the previous ``W``, so a few
@@ -242,14 +247,15 @@ class LEML(BaseEstimator):
         model.set_factors(W, H).predict_top_k(X_test, 5)
     """
 
-    def __init__(self, rank=50, lam=1.0, loss="squared", outer_iterations=10, cg_max_iter=10,
-                 cg_tol=1e-3, cg_preconditioner="none", newton_max_iter=3, fit_intercept=True,
-                 h_solver="direct", w_solver="tron", squared_init_iter=0, dtype="float32",
-                 random_state=None, verbose=False, callback=None):
+    def __init__(self, rank=50, lam=1.0, loss="squared", outer_iterations=10, tol=0.0,
+                 cg_max_iter=10, cg_tol=1e-3, cg_preconditioner="none", newton_max_iter=3,
+                 fit_intercept=True, h_solver="direct", w_solver="tron", squared_init_iter=0,
+                 dtype="float32", random_state=None, verbose=False, callback=None):
         self.rank = rank
         self.lam = lam
         self.loss = loss
         self.outer_iterations = outer_iterations
+        self.tol = tol
         self.cg_max_iter = cg_max_iter
         self.cg_tol = cg_tol
         self.cg_preconditioner = cg_preconditioner
@@ -286,8 +292,10 @@ class LEML(BaseEstimator):
             raise ValueError(f"rank must be a positive integer, got {self.rank!r}")
         if not (isinstance(self.lam, numbers.Real) and 0 < self.lam < math.inf):
             raise ValueError(f"lam must be a positive finite number, got {self.lam!r}")
-        if not (isinstance(self.cg_tol, numbers.Real) and 0 <= self.cg_tol < math.inf):
-            raise ValueError(f"cg_tol must be a non-negative finite number, got {self.cg_tol!r}")
+        for name in ("cg_tol", "tol"):
+            value = getattr(self, name)
+            if not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
+                raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
         for name in ("outer_iterations", "cg_max_iter", "newton_max_iter", "squared_init_iter"):
             if not _is_count(getattr(self, name), 0):
                 raise ValueError(f"{name} must be a non-negative integer, "
@@ -321,6 +329,25 @@ class LEML(BaseEstimator):
         check_factor_memory(n_samples, int(n_features) + int(bool(self.fit_intercept)),
                             n_labels, int(self.rank), self.dtype, fully_observed, what)
         return self
+
+    def converged(self, objectives) -> str | None:
+        """Why the alternation stops by ``tol`` after these objectives (one per completed
+        outer iteration of this fit, oldest first), or None to go on.
+
+        The rule: the last iteration lowered the objective by less than ``tol`` relative to
+        the one before, ``(J_{t-1} - J_t) / |J_{t-1}| < tol``.  ``outer_iterations`` bounds
+        the loop apart from it.  A driver that runs the steps itself (the flow) asks here
+        after each iteration, as :meth:`fit` does, so that both stop at the same ``t``.
+        """
+        objectives = [float(v) for v in objectives]
+        if not self.tol or len(objectives) < 2:
+            return None
+        before, now = objectives[-2], objectives[-1]
+        change = (before - now) / abs(before) if before else 0.0
+        if change < self.tol:
+            return (f"relative objective change {change:.3g} < tol {self.tol:g} after "
+                    f"{len(objectives)} outer iterations")
+        return None
 
     def squared_start(self) -> bool:
         """Whether :meth:`start` begins with squared-loss iterations (a margin loss with
@@ -548,7 +575,8 @@ class LEML(BaseEstimator):
 
     def fit(self, X, Y, mask=None, *, W_init=None, H_init=None, start_iter: int = 0):
         """Fit ``W_`` and ``H_`` by alternating minimisation: :meth:`start`, then
-        ``outer_iterations`` times :meth:`w_step` and :meth:`h_step`.
+        ``outer_iterations`` times :meth:`w_step` and :meth:`h_step`, or fewer when ``tol``
+        says the objective has stopped falling (:meth:`converged`).
 
         Parameters
         ----------
@@ -603,6 +631,10 @@ class LEML(BaseEstimator):
             bar.set_postfix(objective=f"{obj:.6g}")
             if self.callback is not None:
                 self.callback(t + 1, seconds, obj)
+            reason = self.converged(self.objective_)
+            if reason is not None:
+                log.info("LEML stops: %s", reason)
+                return self
         self.n_iter_ = max(start_iter, int(self.outer_iterations))
         return self
 

@@ -541,6 +541,25 @@ def test_bound_solvers_in_the_flow_equal_the_estimator(project):
     assert (np.diff(conv["objective"]) <= 1e-5 * conv["objective"].abs().max()).all()
 
 
+def test_tol_stops_the_flow_where_it_stops_the_estimator(project):
+    X, Y = read_xmc(project / "train.txt")
+    kw = dict(rank=8, lam=4.0, cg_max_iter=10, random_state=3)
+    objective = LEML(outer_iterations=12, **kw).fit(X, Y).objective_
+    change = -np.diff(objective) / np.abs(np.array(objective[:-1]))
+    tol = float(change[3]) * 1.001  # the rule holds first after iteration 5 (or earlier)
+    est = LEML(outer_iterations=12, tol=tol, **kw).fit(X, Y)
+    assert 2 <= est.n_iter_ < 12
+    assert main(["run", "leml", "--set", "model.outer_iterations=12", "--set",
+                 f"model.tol={tol!r}", "--set", "baselines=[]"]) == 0
+    m = _last(project)
+    W, H, store = _final(project, m, est.n_iter_)
+    np.testing.assert_allclose(W, est.W_, rtol=1e-5, atol=1e-6)
+    conv = store.read(next(o["ref"] for o in m["outputs"] if o["ref"].endswith("-convergence")))
+    assert conv["iteration"].tolist() == list(range(1, est.n_iter_ + 1))
+    (decision,) = [d for d in m["notes"]["decisions"] if d["what"] == "outer iterations"]
+    assert decision["value"] == est.n_iter_ and "model.tol" in decision["why"], decision
+
+
 def test_squared_start_in_the_flow_equals_the_estimator(project):
     start = ["--set", "model.loss=sqhinge", "--set", "model.squared_init_iter=2",
              "--set", "baselines=[]"]

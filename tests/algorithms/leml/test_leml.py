@@ -540,6 +540,37 @@ def test_objective_decreases_every_outer_iteration(loss, masked):
                       rtol=1e-12)
 
 
+def test_the_tol_rule_by_hand():
+    model = LEML(tol=0.01)
+    assert model.converged([]) is None and model.converged([10.0]) is None
+    assert model.converged([10.0, 9.0]) is None          # 10% lower
+    assert model.converged([10.0, 9.95]) is not None     # 0.5% lower
+    assert model.converged([10.0, 9.89]) is None         # 1.1% lower
+    assert model.converged([10.0, 10.5]) is not None     # a rise is no progress
+    assert "0.005" in model.converged([10.0, 9.95])
+    assert LEML(tol=0.0).converged([10.0, 10.0]) is None  # 0: never
+    with pytest.raises(ValueError, match="tol"):
+        LEML(tol=-1.0).check_params()
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_tol_stops_where_the_objective_stops_falling_with_the_same_factors(masked):
+    """The first t whose relative decrease is below tol, found here from a run of every
+    iteration; the stopped fit ends with that run's factors after t iterations."""
+    X, _, Y, mask, _, _ = make_problem(21, n=60, d=9, n_labels=7, k=3,
+                                       mask_density=0.5 if masked else None)
+    kw = dict(rank=3, lam=0.3, cg_max_iter=3, dtype=np.float64, random_state=2)
+    every = LEML(outer_iterations=25, **kw).fit(X, Y, mask).objective_
+    change = -np.diff(every) / np.abs(every[:-1])
+    tol = float(np.quantile(change, 0.5))  # stops somewhere inside the run
+    t = next(i + 2 for i, c in enumerate(change) if c < tol)
+    stopped = LEML(outer_iterations=25, tol=tol, **kw).fit(X, Y, mask)
+    assert stopped.n_iter_ == len(stopped.objective_) == t < 25
+    plain = LEML(outer_iterations=t, **kw).fit(X, Y, mask)
+    np.testing.assert_array_equal(stopped.W_, plain.W_)
+    np.testing.assert_array_equal(stopped.H_, plain.H_)
+
+
 def test_fully_observed_squared_objective_equals_explicit_residual():
     X, Xd, Y, _, H, W = make_problem(12, n=15, d=6, n_labels=5, k=3, mask_density=None)
     data = prepare_data(X, sp.csr_matrix(Y), dtype=np.float64)
