@@ -33,7 +33,8 @@ damaged entry, or a folder in its place, raises :class:`CorruptEntry` on read,
 and the write that replaces it removes what stood there.  A write the system
 refuses (a full disk, a read-only or foreign folder) raises
 :class:`StoreWriteError`, naming the store and the system's reason, and leaves
-no temporary file.  Nothing is ever pickled.
+no temporary file.  Every file has the mode the umask gives.  Nothing is ever
+pickled.
 
 The root may be any folder, one that holds the user's files too: listing and gc
 (:meth:`Store.scan`) take as the store's only what shows scarce wrote it (an
@@ -43,14 +44,15 @@ anything else.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -87,7 +89,7 @@ ENTRY_NAME = re.compile(rf"(?P<key>[0-9a-f]{{{KEY_HEX}}})(?:-[A-Za-z0-9_][A-Za-z
 RECORD_NAME = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}")
 SEAL_NAME = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}{re.escape(SEAL_SUFFIX)}")
 #: A temporary file of :func:`atomic_open` for the file ``<name>``: ``.<name>.<8 characters>.tmp``
-#: (the 8 letters, digits or ``_`` of ``tempfile.mkstemp``).
+#: (8 hex digits; the 8 letters, digits or ``_`` of ``tempfile.mkstemp``, which it once used).
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 #: The footer keys every entry has (see :func:`encode`): what shows that scarce wrote a file.
 ENTRY_KEYS = (b"scarce.format_version", b"scarce.kind", CHECKSUM_KEY)
@@ -550,7 +552,8 @@ class Store:
         deleting.  Either the hit is noted before gc reads the leases, or gc is done."""
         with writing(self.root, f"{LEASE_DIR}/{GC_LOCK}"):
             self.lease_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            # the mode the umask gives, as every file scarce writes
+            fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
@@ -771,7 +774,7 @@ class Lease:
                 "started": time.time() - MTIME_MARGIN}
         with writing(store.root, f"the lease of run {run_id}"):
             store.lease_dir.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # umask's mode
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_SH)
                 os.ftruncate(self._fd, 0)
@@ -1222,10 +1225,11 @@ def release_arrow_memory() -> None:
 def atomic_open(path: Path) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path``; on success fsync and rename it to ``path``.
 
-    Readers never see a half-written file: they see the old entry or the new one.
+    Readers never see a half-written file: they see the old entry or the new one.  The file
+    has the mode the umask gives (``0o666 & ~umask``, see :func:`_new_temp`).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -1237,6 +1241,27 @@ def atomic_open(path: Path) -> Iterator[BinaryIO]:
             Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _new_temp(path: Path) -> tuple[int, Path]:
+    """A new, empty temporary file beside ``path`` (:data:`TEMP_NAME`), opened for writing.
+
+    Created as ``open(path, "w")`` creates a file: mode ``0o666``, from which the kernel takes
+    the process's umask (and a folder's default ACL) at the moment of the call, so the file
+    renamed to ``path`` has the mode every other program's files get there.
+    ``tempfile.mkstemp`` creates mode ``0o600`` whatever the umask, and setting the mode
+    afterwards would need the umask, which ``os.umask`` can only read by changing it for the
+    whole process (every thread creating a file meanwhile would get the wrong one).
+    ``O_EXCL`` makes the name this call's own, as ``mkstemp`` does.
+    """
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
 
 
 def atomic_write_parquet(path: Path, table: pa.Table) -> None:

@@ -193,7 +193,7 @@ def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
 
 
 def _refuse(code: int, under: Path, real):
-    """``real`` (os.fsync, os.replace, tempfile.mkstemp, os.open ...) failing with ``code``
+    """``real`` (os.fsync, os.replace, os.open ...) failing with ``code``
     for the files under ``under`` only: the system refusing the store's writes."""
 
     def call(*args, **kwargs):
@@ -211,16 +211,13 @@ REFUSALS = {  # where the system refuses a write, with which error
     "full-disk-at-fsync": (errno.ENOSPC, "fsync"),
     "quota-at-fsync": (errno.EDQUOT, "fsync"),
     "read-only-at-rename": (errno.EROFS, "replace"),
-    "read-only-at-create": (errno.EROFS, "mkstemp"),
-    "not-ours-at-create": (errno.EACCES, "mkstemp"),
+    "read-only-at-create": (errno.EROFS, "open"),
+    "not-ours-at-create": (errno.EACCES, "open"),
 }
 
 
 def _patch(monkeypatch, name: str, code: int, under: Path) -> None:
-    import tempfile
-
-    module = tempfile if name == "mkstemp" else os
-    monkeypatch.setattr(module, name, _refuse(code, under, getattr(module, name)))
+    monkeypatch.setattr(os, name, _refuse(code, under, getattr(os, name)))
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
