@@ -89,7 +89,8 @@ ENTRY_NAME = re.compile(rf"(?P<key>[0-9a-f]{{{KEY_HEX}}})(?:-[A-Za-z0-9_][A-Za-z
 RECORD_NAME = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}")
 SEAL_NAME = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}{re.escape(SEAL_SUFFIX)}")
 #: A temporary file of :func:`atomic_open` for the file ``<name>``: ``.<name>.<8 characters>.tmp``
-#: (8 hex digits; the 8 letters, digits or ``_`` of ``tempfile.mkstemp``, which it once used).
+#: (8 hex digits, or the 8 letters, digits or ``_`` of ``tempfile.mkstemp``'s names: the
+#: temporaries an interrupted write of an earlier version left are scarce's too).
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 #: The footer keys every entry has (see :func:`encode`): what shows that scarce wrote a file.
 ENTRY_KEYS = (b"scarce.format_version", b"scarce.kind", CHECKSUM_KEY)
