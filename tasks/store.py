@@ -33,24 +33,32 @@ damaged entry, or a folder in its place, raises :class:`CorruptEntry` on read,
 and the write that replaces it removes what stood there.  A write the system
 refuses (a full disk, a read-only or foreign folder) raises
 :class:`StoreWriteError`, naming the store and the system's reason, and leaves
-no temporary file.  Nothing is ever pickled.
+no temporary file.  Every file has the mode the umask gives.  Nothing is ever
+pickled.
+
+The root may be any folder, one that holds the user's files too: listing and gc
+(:meth:`Store.scan`) take as the store's only what shows scarce wrote it (an
+entry's name and the ``scarce.*`` keys in its Parquet footer) and never touch
+anything else.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -74,6 +82,18 @@ GC_LOCK = "gc.lock"
 SEAL_SUFFIX = ".sha256.json"  # <key>.sha256.json beside Prefect's record <key>
 MTIME_MARGIN = 1.0  # seconds; see Lease
 KEY_HEX = 32  # a key is the first 32 hex digits of a sha256 (tasks.steps.KEY_LENGTH)
+#: The file name of an entry: ``<key>.parquet`` or ``<key>-<part>.parquet``.
+ENTRY_NAME = re.compile(rf"(?P<key>[0-9a-f]{{{KEY_HEX}}})(?:-[A-Za-z0-9_][A-Za-z0-9_.-]*)?"
+                        rf"{re.escape(SUFFIX)}")
+#: Prefect's record of a step (``<key>``) and the step's seal (``<key>.sha256.json``).
+RECORD_NAME = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}")
+SEAL_NAME = re.compile(rf"[0-9a-f]{{{KEY_HEX}}}{re.escape(SEAL_SUFFIX)}")
+#: A temporary file of :func:`atomic_open` for the file ``<name>``: ``.<name>.<8 characters>.tmp``
+#: (8 hex digits, or the 8 letters, digits or ``_`` of ``tempfile.mkstemp``'s names: the
+#: temporaries an interrupted write of an earlier version left are scarce's too).
+TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+#: The footer keys every entry has (see :func:`encode`): what shows that scarce wrote a file.
+ENTRY_KEYS = (b"scarce.format_version", b"scarce.kind", CHECKSUM_KEY)
 #: How an error names the store: the option that chose it.
 STORE_KEY = "store (or $SCARCE_STORE)"
 
@@ -379,30 +399,93 @@ class Store:
             path.unlink(missing_ok=True)
 
     # -- listing and garbage collection -----------------------------------
-    def refs(self) -> list[str]:
-        """Every entry's ref, sorted (after the writes in flight)."""
-        self.flush()
-        if not self.root.is_dir():
-            return []
-        out = []
-        for task_dir in sorted(self.root.iterdir()):
-            if not task_dir.is_dir() or task_dir.name.startswith(("_", ".")):
-                continue
-            for f in sorted(task_dir.glob(f"*{SUFFIX}")):
-                if not f.name.startswith("."):
-                    out.append(f"{task_dir.name}/{f.name[: -len(SUFFIX)]}")
-        return out
+    def scan(self) -> Listing:
+        """What the store's folder holds (after the writes in flight): its entries, the
+        temporary files of interrupted writes, and everything else (:class:`Foreign`).
 
-    def ls(self) -> pd.DataFrame:
-        """A table of the entries: ref, task, kind, shape, dtype, bytes, modified."""
+        An entry is a regular file with an entry's name (:data:`ENTRY_NAME`) in a task folder
+        whose Parquet footer holds the keys :func:`encode` writes (:data:`ENTRY_KEYS`); a
+        Prefect record or seal is a regular file of ``_prefect`` with its name whose JSON reads
+        as one of the step call its name gives (:func:`_is_record`, :func:`_is_seal`); a
+        temporary is a regular file named as :func:`atomic_open` names those of an entry or a
+        seal.  Only footers and those small JSON files are read.
+
+        Only the levels of the store's layout are looked at: the root's children, the files of
+        each task folder, of ``_prefect`` and of ``_leases``.  Anything else at those levels
+        (a file or folder of the user's, a symbolic link, a folder below a task folder) is
+        foreign and named as one item, never descended into: a store root set to a data folder
+        or a project costs a listing of its top two levels, not a walk of it.
+        """
+        self.flush()
+        entries: dict[str, dict[str, str]] = {}
+        side_files: dict[str, list[Path]] = {}
+        temporaries: list[Path] = []
+        foreign: list[Foreign] = []
+        if not self.root.is_dir():
+            return Listing(entries, side_files, temporaries, foreign)
+        for top in _children(self.root):
+            if _kind(top) != "folder":
+                foreign.append(_foreign("", top, "not a task folder"))
+            elif top.name == PREFECT_DIR:
+                for f in _children(top.path):
+                    path, key = Path(f.path), f.name[:KEY_HEX]
+                    if _kind(f) != "file":
+                        foreign.append(_foreign(top.name, f, ""))
+                    elif RECORD_NAME.fullmatch(f.name) and _is_record(path, key) or (
+                            SEAL_NAME.fullmatch(f.name) and _is_seal(path, key)):
+                        side_files.setdefault(key, []).append(path)
+                    elif _is_temporary(f.name, SEAL_NAME):
+                        temporaries.append(path)
+                    elif f.name.endswith(".tmp"):
+                        foreign.append(Foreign(f"{top.name}/{f.name}", "not a temporary of "
+                                               "scarce's"))
+                    else:
+                        foreign.append(Foreign(f"{top.name}/{f.name}", "not a record or "
+                                               "seal of scarce's"))
+            elif top.name == LEASE_DIR:
+                for f in _children(top.path):
+                    name = f.name
+                    if _kind(f) == "file" and (name == GC_LOCK or (
+                            name.endswith(LEASE_SUFFIX)
+                            and _is_lease(Path(f.path), name[: -len(LEASE_SUFFIX)])) or (
+                            name.endswith(LEASE_REFS) and os.path.isfile(
+                                top.path + "/" + name[: -len(LEASE_REFS)] + LEASE_SUFFIX))):
+                        continue
+                    foreign.append(_foreign(top.name, f, "not a lease"))
+            elif top.name.startswith(("_", ".")):
+                foreign.append(Foreign(f"{top.name}/", "a folder scarce does not use"))
+            else:
+                for f in _children(top.path):
+                    ref = f"{top.name}/{f.name[: -len(SUFFIX)]}"
+                    if _kind(f) == "file" and ENTRY_NAME.fullmatch(f.name):
+                        meta = _entry_meta(Path(f.path))
+                        if isinstance(meta, dict):
+                            entries[ref] = meta
+                        elif meta is not None:  # (None: removed meanwhile)
+                            foreign.append(Foreign(f"{top.name}/{f.name}", meta))
+                    elif _kind(f) == "file" and _is_temporary(f.name, ENTRY_NAME):
+                        temporaries.append(Path(f.path))
+                    elif f.name.endswith(".tmp"):
+                        foreign.append(_foreign(top.name, f, "not a temporary of scarce's"))
+                    else:
+                        foreign.append(_foreign(top.name, f, "not an entry's name"))
+        return Listing(dict(sorted(entries.items())), side_files, temporaries, foreign)
+
+    def refs(self) -> list[str]:
+        """Every entry's ref, sorted (after the writes in flight): the files scarce wrote
+        (:meth:`scan`)."""
+        return list(self.scan().entries)
+
+    def ls(self, listing: Listing | None = None) -> pd.DataFrame:
+        """A table of the entries (of ``listing``, else of a new :meth:`scan`): ref, task,
+        kind, shape, dtype, bytes, modified."""
+        listing = self.scan() if listing is None else listing
         rows = []
-        for ref in self.refs():
-            path = self.path(ref)
+        for ref, m in listing.entries.items():
             try:
-                m = self.meta(ref)
-            except Exception:
-                m = {"kind": "unreadable"}
-            st = path.stat()
+                st = self._path(ref).stat()
+            except FileNotFoundError:  # removed meanwhile
+                continue
             rows.append(
                 {
                     "ref": ref,
@@ -457,8 +540,9 @@ class Store:
                                 "host": info.get("host"), "pid": info.get("pid"),
                                 "refs": set(refs)})
                 else:  # nobody holds it: the run ended without releasing it (killed)
-                    (self.lease_dir / f"{run_id}{LEASE_REFS}").unlink(missing_ok=True)
-                    lock.unlink(missing_ok=True)
+                    if _is_lease(lock, run_id):  # else not scarce's: left alone
+                        (self.lease_dir / f"{run_id}{LEASE_REFS}").unlink(missing_ok=True)
+                        lock.unlink(missing_ok=True)
             finally:
                 os.close(fd)
         return out
@@ -469,7 +553,8 @@ class Store:
         deleting.  Either the hit is noted before gc reads the leases, or gc is done."""
         with writing(self.root, f"{LEASE_DIR}/{GC_LOCK}"):
             self.lease_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            # the mode the umask gives, as every file scarce writes
+            fd = os.open(self.lease_dir / GC_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
@@ -479,47 +564,190 @@ class Store:
     def gc(self, keep: Iterable[str], dry_run: bool = False) -> GcReport:
         """Delete every entry not in ``keep`` and not used by a running run.
 
+        Only what scarce wrote is ever deleted: entries as :meth:`scan` finds them (an entry's
+        name in a task folder, a regular file, and the ``scarce.*`` keys of :func:`encode` in
+        its Parquet footer), the Prefect records and seals of the removed steps that read as
+        such (:func:`_is_record`, :func:`_is_seal`), and the temporaries of scarce's atomic
+        writes.  Everything else is left alone and named in the report (``foreign``): a
+        user's file, a symbolic link, a folder, and a damaged file, which scarce cannot show
+        it wrote (a step whose entry is damaged writes it again when it runs).
+
         Kept besides ``keep``: every ref a live lease has noted, and every entry written
         since the oldest live lease began (a running step's new outputs, written on any worker
-        before the run notes them).  Stray temporary files are removed only when no run is
-        live.  Prefect's cache records (and seals) of the removed steps go with them, so a
-        removed step is recomputed, not reported as cached; the records of kept steps stay.
+        before the run notes them).  Temporary files are removed only when no run is live.
+        Prefect's cache records (and seals) of the removed steps go with them, so a removed
+        step is recomputed, not reported as cached; the records of kept steps stay.
         """
         keep = set(keep)
         with self._gc_lock(shared=False):
             leases = self.live_leases()
             protected = set().union(*(lease["refs"] for lease in leases)) if leases else set()
             since = min((lease["started"] for lease in leases), default=None)
+            listing = self.scan()
             removed, kept_live, freed = [], 0, 0
-            for ref in self.refs():
+            for ref in listing.entries:
                 if ref in keep:
                     continue
-                if ref in protected or (since is not None and _mtime(self.path(ref)) >= since):
+                if ref in protected or (since is not None and _mtime(self._path(ref)) >= since):
                     kept_live += 1
                     continue
                 removed.append(ref)
                 freed += self.size(ref)
+            side_files = [path for key in sorted({ref.split("/", 1)[1][:KEY_HEX]
+                                                  for ref in removed})
+                          for path in listing.side_files.get(key, [])]
+            temporaries = [] if leases else listing.temporaries
             if not dry_run:
                 for ref in removed:
-                    self.delete(ref)
-                for key in sorted({ref.split("/", 1)[1][:KEY_HEX] for ref in removed}):
-                    (self.prefect_dir / key).unlink(missing_ok=True)
-                    (self.prefect_dir / f"{key}{SEAL_SUFFIX}").unlink(missing_ok=True)
-                if not leases and self.root.is_dir():
-                    for tmp in self.root.glob("*/.*.tmp*"):
-                        tmp.unlink(missing_ok=True)
+                    self._path(ref).unlink(missing_ok=True)
+                for path in [*side_files, *temporaries]:
+                    path.unlink(missing_ok=True)
         return GcReport(removed=removed, bytes=freed, kept_for_live_runs=kept_live,
-                        live_runs=[lease["run_id"] for lease in leases])
+                        live_runs=[lease["run_id"] for lease in leases],
+                        temporaries=[str(p.relative_to(self.root)) for p in temporaries],
+                        foreign=listing.foreign)
 
 
 @dataclass(frozen=True)
 class GcReport:
-    """What :meth:`Store.gc` removed (or would remove, with ``dry_run``)."""
+    """What :meth:`Store.gc` removed (or would remove, with ``dry_run``), and what it left
+    alone as not scarce's (``foreign``)."""
 
     removed: list[str]
     bytes: int
     kept_for_live_runs: int
     live_runs: list[str]
+    temporaries: list[str] = field(default_factory=list)
+    foreign: list[Foreign] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A file or folder in a store that is not scarce's (:meth:`Store.scan`): its path
+    relative to the root (a folder's ends in ``/``) and why it is not."""
+
+    path: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What :meth:`Store.scan` found: each entry's ref with the ``scarce.*`` metadata of its
+    footer (keys without the prefix), each step call's Prefect record and seal by its key, the
+    temporaries of interrupted writes, and the rest."""
+
+    entries: dict[str, dict[str, str]]
+    side_files: dict[str, list[Path]]
+    temporaries: list[Path]
+    foreign: list[Foreign]
+
+
+def _children(folder: str | os.PathLike[str]) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):  # removed meanwhile
+        return []
+
+
+def _kind(entry: os.DirEntry) -> str:
+    """``"file"`` (a regular file), ``"folder"``, or what else ``entry`` is; a symbolic link
+    is never followed."""
+    try:
+        if entry.is_symlink():
+            return "a symbolic link"
+        if entry.is_dir(follow_symlinks=False):
+            return "folder"
+        if entry.is_file(follow_symlinks=False):
+            return "file"
+    except OSError:
+        pass
+    return "not a regular file"
+
+
+def _foreign(folder: str, entry: os.DirEntry, why: str) -> Foreign:
+    """``entry`` of the store's ``folder`` (``""``: the root) as foreign, ``why`` when it is a
+    regular file."""
+    kind = _kind(entry)
+    path = f"{folder}/{entry.name}" if folder else entry.name
+    if kind == "folder":
+        return Foreign(f"{path}/", "a folder")
+    return Foreign(path, why if kind == "file" else kind)
+
+
+def _is_temporary(name: str, of: re.Pattern[str]) -> bool:
+    """True when ``name`` is a temporary of :func:`atomic_open` for a file named as ``of``."""
+    match = TEMP_NAME.fullmatch(name)
+    return match is not None and of.fullmatch(match["name"]) is not None
+
+
+def _entry_meta(path: Path) -> dict[str, str] | str | None:
+    """The ``scarce.*`` metadata of the file ``path`` from its Parquet footer (keys without
+    the prefix) when it has the keys every entry has (:data:`ENTRY_KEYS`); else why it is not
+    an entry; None when it is gone.  Only the footer is read."""
+    try:
+        meta = pq.read_metadata(path).metadata or {}
+    except FileNotFoundError:
+        return None
+    except Exception:  # pyarrow raises several types for files that are not Parquet
+        return "not readable as Parquet: damaged, or not scarce's"
+    if not all(k in meta for k in ENTRY_KEYS):
+        return "no scarce metadata in its Parquet footer"
+    try:
+        return {k.decode()[len("scarce."):]: v.decode() for k, v in meta.items()
+                if k.startswith(META_PREFIX)}
+    except UnicodeDecodeError:
+        return "damaged scarce metadata in its Parquet footer"
+
+
+SIDE_FILE_MAX = 1 << 20  # bytes; a record or seal names a step's few refs
+
+
+def _side_json(path: Path) -> Any:
+    """The JSON in the regular file ``path`` of at most :data:`SIDE_FILE_MAX` bytes, else
+    None."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > SIDE_FILE_MAX:
+            return None
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _refs_of(key: str, refs: Any) -> bool:
+    """True when ``refs`` is a ref of the step call ``key``, or a non-empty mapping of part
+    names to such refs (what a step returns, :meth:`tasks.steps.Step.refs`)."""
+    def of_key(ref: Any) -> bool:
+        if not isinstance(ref, str) or ref.count("/") != 1:
+            return False
+        match = ENTRY_NAME.fullmatch(ref.split("/", 1)[1] + SUFFIX)
+        return match is not None and match["key"] == key
+
+    if isinstance(refs, dict):
+        return bool(refs) and all(isinstance(p, str) and of_key(r) for p, r in refs.items())
+    return of_key(refs)
+
+
+def _is_record(path: Path, key: str) -> bool:
+    """True when ``path`` is Prefect's cache record of the step call ``key``: a JSON result
+    record (``metadata`` and ``result``) whose result is that call's refs."""
+    record = _side_json(path)
+    if not (isinstance(record, dict) and isinstance(record.get("metadata"), dict)
+            and isinstance(record.get("result"), str)):
+        return False
+    try:
+        return _refs_of(key, json.loads(record["result"]))
+    except ValueError:
+        return False
+
+
+def _is_seal(path: Path, key: str) -> bool:
+    """True when ``path`` is the seal of the step call ``key``: a JSON object of that call's
+    refs to the sha256 of their files (empty when all its parts are volatile)."""
+    seal = _side_json(path)
+    return isinstance(seal, dict) and all(
+        _refs_of(key, ref) and isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)
+        for ref, digest in seal.items())
 
 
 class Lease:
@@ -547,7 +775,7 @@ class Lease:
                 "started": time.time() - MTIME_MARGIN}
         with writing(store.root, f"the lease of run {run_id}"):
             store.lease_dir.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # umask's mode
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_SH)
                 os.ftruncate(self._fd, 0)
@@ -604,6 +832,19 @@ def _read_lease(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _is_lease(path: Path, run_id: str) -> bool:
+    """True when ``path`` is the lease of run ``run_id`` as :class:`Lease` writes it: a regular
+    file holding its JSON, or empty (a run killed before it wrote it)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        if path.stat().st_size == 0:
+            return True
+    except OSError:
+        return False
+    return _read_lease(path).get("run_id") == run_id
 
 
 def _mtime(path: Path) -> float:
@@ -985,10 +1226,11 @@ def release_arrow_memory() -> None:
 def atomic_open(path: Path) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path``; on success fsync and rename it to ``path``.
 
-    Readers never see a half-written file: they see the old entry or the new one.
+    Readers never see a half-written file: they see the old entry or the new one.  The file
+    has the mode the umask gives (``0o666 & ~umask``, see :func:`_new_temp`).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -1000,6 +1242,27 @@ def atomic_open(path: Path) -> Iterator[BinaryIO]:
             Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _new_temp(path: Path) -> tuple[int, Path]:
+    """A new, empty temporary file beside ``path`` (:data:`TEMP_NAME`), opened for writing.
+
+    Created as ``open(path, "w")`` creates a file: mode ``0o666``, from which the kernel takes
+    the process's umask (and a folder's default ACL) at the moment of the call, so the file
+    renamed to ``path`` has the mode every other program's files get there.
+    ``tempfile.mkstemp`` creates mode ``0o600`` whatever the umask, and setting the mode
+    afterwards would need the umask, which ``os.umask`` can only read by changing it for the
+    whole process (every thread creating a file meanwhile would get the wrong one).
+    ``O_EXCL`` makes the name this call's own, as ``mkstemp`` does.
+    """
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
 
 
 def atomic_write_parquet(path: Path, table: pa.Table) -> None:

@@ -1,5 +1,6 @@
 """``scarce cache``: the result store's entries listed, and ``gc`` with its keep-policy: an
-entry stays while a run manifest names it or a running run uses it."""
+entry stays while a run manifest names it or a running run uses it; a file in the store that
+scarce did not write is never touched, and named."""
 
 from __future__ import annotations
 
@@ -39,16 +40,37 @@ def _store() -> Any:
         raise InputError(str(exc), key="$SCARCE_STORE") from None
 
 
+FOREIGN_SHOWN = 10  # foreign files named one per line; the rest counted
+
+
+def print_foreign(foreign: list[Any]) -> None:
+    """Say that the store holds files scarce did not write, and which: ``cache ls`` and
+    ``cache gc`` leave them alone (a store root set to a data folder or a project holds the
+    user's files)."""
+    if not foreign:
+        return
+    n = len(foreign)
+    print(f"{n} {'file' if n == 1 else 'files'} in the store that scarce did not write "
+          f"{'is' if n == 1 else 'are'} left alone:")
+    for item in foreign[:FOREIGN_SHOWN]:
+        print(f"  {item.path}  ({item.why})")
+    if n > FOREIGN_SHOWN:
+        print(f"  ... and {n - FOREIGN_SHOWN} more")
+
+
 def ls(args: argparse.Namespace) -> int:
-    """``scarce cache ls``: the store's entries, their sizes and total."""
+    """``scarce cache ls``: the store's entries, their sizes and total, and the files in the
+    store that are not its entries."""
     store = _store()
-    frame = store.ls()
+    listing = store.scan()
+    frame = store.ls(listing)
     if frame.empty:
-        print(f"store {store.root} is empty")
+        print(f"store {store.root} has no entries")
     else:
         frame["modified"] = frame["modified"].dt.strftime("%Y-%m-%d %H:%M")
         print_frame(frame)
         print(f"{len(frame)} entries, {frame['bytes'].sum() / 1e6:.1f} MB in {store.root}")
+    print_foreign(listing.foreign)
     return EXIT_OK
 
 
@@ -65,6 +87,8 @@ def gc(args: argparse.Namespace) -> int:
     print(f"{verb} {len(report.removed)} entries ({report.bytes / 1e6:.1f} MB) from {store.root}")
     for ref in report.removed:
         print(f"  {ref}")
+    if report.temporaries:
+        print(f"{verb} {len(report.temporaries)} temporary files of interrupted writes")
     for folder in mf.partial_folders(runs):  # left by a process killed while writing a run
         run_id = folder.name[1:].split(mf.PARTIAL, 1)[0]
         if run_id in report.live_runs:
@@ -75,4 +99,5 @@ def gc(args: argparse.Namespace) -> int:
     if report.live_runs:
         print(f"kept {report.kept_for_live_runs} entries in use by {len(report.live_runs)} "
               f"running run(s): {', '.join(report.live_runs)}")
+    print_foreign(report.foreign)
     return EXIT_OK

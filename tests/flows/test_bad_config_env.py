@@ -23,12 +23,12 @@ import contextlib
 import errno
 import io
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import scarce.tasks.store as store_module
 from scarce.flows.cli import main
 from tests.flows.helpers import runs
 from tests.flows.test_bad_inputs import Case, make_project
@@ -269,7 +269,7 @@ REFUSED = {  # the system call that fails, and how
     "full-disk": (os, "fsync", errno.ENOSPC),
     "quota": (os, "fsync", errno.EDQUOT),
     "read-only-rename": (os, "replace", errno.EROFS),
-    "foreign-folder": (tempfile, "mkstemp", errno.EACCES),
+    "foreign-folder": (store_module, "_new_temp", errno.EACCES),  # an entry's file
     "read-only-lease": (os, "open", errno.EROFS),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from scarce.tasks.errors import InputError
-from scarce.tasks.store import STORE_KEY, CorruptEntry, Store, StoreWriteError
+from scarce.tasks.store import STORE_KEY, CorruptEntry, Foreign, Store, StoreWriteError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -192,7 +193,7 @@ def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
 
 
 def _refuse(code: int, under: Path, real):
-    """``real`` (os.fsync, os.replace, tempfile.mkstemp, os.open ...) failing with ``code``
+    """``real`` (os.fsync, os.replace, os.open ...) failing with ``code``
     for the files under ``under`` only: the system refusing the store's writes."""
 
     def call(*args, **kwargs):
@@ -210,16 +211,13 @@ REFUSALS = {  # where the system refuses a write, with which error
     "full-disk-at-fsync": (errno.ENOSPC, "fsync"),
     "quota-at-fsync": (errno.EDQUOT, "fsync"),
     "read-only-at-rename": (errno.EROFS, "replace"),
-    "read-only-at-create": (errno.EROFS, "mkstemp"),
-    "not-ours-at-create": (errno.EACCES, "mkstemp"),
+    "read-only-at-create": (errno.EROFS, "open"),
+    "not-ours-at-create": (errno.EACCES, "open"),
 }
 
 
 def _patch(monkeypatch, name: str, code: int, under: Path) -> None:
-    import tempfile
-
-    module = tempfile if name == "mkstemp" else os
-    monkeypatch.setattr(module, name, _refuse(code, under, getattr(module, name)))
+    monkeypatch.setattr(os, name, _refuse(code, under, getattr(os, name)))
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
@@ -280,14 +278,15 @@ def test_a_folder_in_place_of_an_entry_is_corrupt_and_replaced_by_the_next_write
     for read in (store.read, store.read_table):
         with pytest.raises(CorruptEntry, match="a folder, not a file"):
             read(f"t/{K1}")
-    assert store.refs() == [f"t/{K1}"]  # listed, so that gc can remove it
-    assert store.ls()["kind"].tolist() == ["unreadable"]
+    # not an entry scarce wrote: neither listed nor removed by gc, but named
+    assert store.refs() == [] and store.ls().empty
+    assert store.scan().foreign == [Foreign(f"t/{K1}.parquet/", "a folder")]
+    report = store.gc(keep=set())
+    assert report.removed == [] and report.foreign == [Foreign(f"t/{K1}.parquet/", "a folder")]
+    assert path.is_dir()
     store.write(f"t/{K1}", np.ones(3))  # a step run again replaces it
     np.testing.assert_array_equal(store.read(f"t/{K1}"), np.ones(3))
-    path.unlink()
-    path.mkdir()
-    assert store.gc(keep=set()).removed == [f"t/{K1}"]
-    assert not path.exists()
+    assert store.refs() == [f"t/{K1}"]
 
 
 @pytest.mark.parametrize("damage", ["file", "dangling-link"])
@@ -345,11 +344,25 @@ def test_gc_removes_the_records_of_removed_steps_only(tmp_path):
     for ref in (f"a/{K1}", f"b/{K2}-X", f"b/{K2}-Y"):
         store.write(ref, np.zeros(2))
     store.prefect_dir.mkdir()
-    for key in (K1, K2):
-        (store.prefect_dir / key).write_text("{}")
-        (store.prefect_dir / f"{key}.sha256.json").write_text("{}")
-    store.gc(keep={f"a/{K1}"})
+    for key, refs in ((K1, f"a/{K1}"), (K2, {"X": f"b/{K2}-X", "Y": f"b/{K2}-Y"})):
+        _write_record(store, key, refs)
+        (store.prefect_dir / f"{key}.sha256.json").write_text(json.dumps(
+            {ref: store.sha256(ref) for ref in ([refs] if isinstance(refs, str)
+                                                else refs.values())}))
+    report = store.gc(keep={f"a/{K1}"})
+    assert report.foreign == []
     assert sorted(p.name for p in store.prefect_dir.iterdir()) == [K1, f"{K1}.sha256.json"]
+
+
+def _write_record(store: Store, key: str, refs) -> None:
+    """Prefect's cache record of a step call as a step's task writes it (its result store, the
+    JSON serializer)."""
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+    from prefect.serializers import JSONSerializer
+
+    ResultStore(result_storage=LocalFileSystem(basepath=str(store.prefect_dir)),
+                serializer=JSONSerializer()).write(refs, key=key)
 
 
 def test_gc_spares_what_a_live_lease_noted_or_wrote_until_it_is_released(tmp_path):
@@ -362,7 +375,7 @@ def test_gc_spares_what_a_live_lease_noted_or_wrote_until_it_is_released(tmp_pat
     lease = store.lease("run-1")
     lease.note([f"a/{K1}"])
     store.write(f"b/{K3}", np.zeros(2))  # written by the run
-    tmp = store.root / "b" / f".{K3}.parquet.abc.tmp"  # a write in progress
+    tmp = store.root / "b" / f".{K3}.parquet.abcd1234.tmp"  # a write in progress
     tmp.write_bytes(b"partial")
     report = store.gc(keep=set())
     assert report.removed == [f"a/{K2}"] and report.live_runs == ["run-1"]
@@ -698,8 +711,8 @@ def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_t
     import threading
 
     rng = np.random.default_rng(1)
-    entries = [("t/k-W", rng.standard_normal((30, 4)).astype(np.float32), {"part": "W"}),
-               ("t/k-timings", pd.DataFrame({"half": ["W"], "seconds": [0.5]}), None)]
+    entries = [(f"t/{K1}-W", rng.standard_normal((30, 4)).astype(np.float32), {"part": "W"}),
+               (f"t/{K1}-timings", pd.DataFrame({"half": ["W"], "seconds": [0.5]}), None)]
     release = threading.Event()
 
     def seal(digests):
@@ -709,7 +722,7 @@ def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_t
     behind = Store(tmp_path / "behind")
     side = behind.prefect_dir / "k.sha256.json"
     behind.write_later(entries, side, seal)
-    np.testing.assert_array_equal(behind.read_input("t/k-W"), entries[0][1])  # not waited
+    np.testing.assert_array_equal(behind.read_input(f"t/{K1}-W"), entries[0][1])  # not waited
     assert not side.exists()  # the side file comes last, after the release
     release.set()
     assert behind.side_path(side) == side and side.is_file()
@@ -723,7 +736,7 @@ def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_t
     for ref, _, _ in entries:
         assert behind.path(ref).read_bytes() == in_place.path(ref).read_bytes()
     assert side.read_bytes() == (in_place.prefect_dir / "k.sha256.json").read_bytes()
-    assert behind.refs() == ["t/k-W", "t/k-timings"]
+    assert behind.refs() == [f"t/{K1}-W", f"t/{K1}-timings"]
 
 
 def test_a_write_behind_that_fails_fails_the_next_read_and_the_flush(tmp_path):
