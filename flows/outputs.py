@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from scarce.tasks.errors import InputError
+from scarce.tasks.store import try_create_in
 
 __all__ = [
     "Output",
@@ -229,12 +229,10 @@ def _writable_folder(folder: Path, target: Path, key: str) -> None:
     if not existing.is_dir():
         raise InputError(f"{existing} is not a folder", path=target, key=key)
     try:
-        fd, probe = tempfile.mkstemp(prefix=".scarce-probe-", dir=existing)
+        try_create_in(existing)
     except OSError as exc:
         raise InputError(f"cannot write into {existing}: {exc.strerror or exc}", path=target,
                          key=key) from None
-    os.close(fd)
-    os.unlink(probe)
 
 
 def check_output(target: Path, output: Output, *, force: bool, key: str = "output",

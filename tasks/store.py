@@ -1265,6 +1265,15 @@ def _new_temp(path: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
 
 
+def try_create_in(folder: Path) -> None:
+    """Create and remove a temporary file in ``folder``, as an atomic write would: the system's
+    refusal (a read-only file system, a folder not ours, a full table of inodes) raises its
+    ``OSError`` here, before any work whose result would go there."""
+    fd, tmp = _new_temp(Path(folder) / ".scarce-probe")
+    os.close(fd)
+    tmp.unlink()
+
+
 def atomic_write_parquet(path: Path, table: pa.Table) -> None:
     """Write ``table`` to ``path`` atomically, with Parquet page checksums."""
     with atomic_open(path) as fh:

@@ -155,9 +155,9 @@ def apply_output(tmp, monkeypatch):
 
     store = Store(tmp / "store")
     ref = store.write(f"t/{KEY}", pd.DataFrame({"doc": ["d1"], "label": [3]}))
-    export(store, [ref], ["in.txt"], tmp / "out.parquet")
-    export(store, [ref], ["in.txt"], tmp / "out.csv")
-    export(store, [ref, ref], ["a/one.txt", "a/two.txt"], tmp / "folder")
+    export(store, [ref], ["in.txt"], tmp / "out.parquet", tmp / "run")
+    export(store, [ref], ["in.txt"], tmp / "out.csv", tmp / "run")
+    export(store, [ref, ref], ["a/one.txt", "a/two.txt"], tmp / "folder", tmp / "run")
     return [tmp / "out.parquet", tmp / "out.csv", *sorted((tmp / "folder").iterdir())]
 
 

@@ -214,19 +214,20 @@ def test_a_folder_the_system_refuses_is_refused_before_the_work(project, capsys,
     """A read-only file system, a folder not ours, a full disk (as root, permissions do not
     refuse: the system's refusal is simulated where the guard probes the folder)."""
     import errno
-    import tempfile
+
+    import scarce.tasks.store as store
 
     root, _, calls = project
     (root / "locked").mkdir()
-    real = tempfile.mkstemp
+    real = store._new_temp
 
-    def refusing(*args, dir=None, **kwargs):
-        if dir is not None and Path(dir).name == "locked":
+    def refusing(path):
+        if Path(path).parent.name == "locked":
             code = getattr(errno, errno_name)
-            raise OSError(code, os.strerror(code), str(dir))
-        return real(*args, dir=dir, **kwargs)
+            raise OSError(code, os.strerror(code), str(path.parent))
+        return real(path)
 
-    monkeypatch.setattr(tempfile, "mkstemp", refusing)
+    monkeypatch.setattr(store, "_new_temp", refusing)
     assert cli.main(["runs", "--output", "locked/runs.csv"]) == 2
     line = _one_error(capsys.readouterr().err)
     assert "cannot write into" in line and os.strerror(getattr(errno, errno_name)) in line
