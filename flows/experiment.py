@@ -41,7 +41,7 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from prefect import Task, flow
@@ -51,20 +51,23 @@ from pydantic import Field, field_validator, model_validator
 
 from scarce.flows import plots
 from scarce.flows.config import (
+    NAME_LENGTH,
     SAFE_NAME,
     FlowConfig,
     Strict,
     apply_values,
+    check_inputs,
     config_path,
     input_path,
     load_config,
     read_yaml,
     resolve_path,
+    shipped_default,
     validate_config,
 )
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import experiment as exp
-from scarce.tasks.errors import InputError, one_line
+from scarce.tasks.errors import InputError, excerpt, one_line
 
 EXPERIMENTS = "configs/experiments"
 
@@ -73,7 +76,8 @@ class TableSpec(Strict):
     """The table an experiment builds from its children's metrics."""
 
     metric: str = Field(description="The metric shown (a `metric` of the flow's metrics).")
-    also: list[str] = Field(
+    # each also names an output file (summary_file): bounded as names are
+    also: list[Annotated[str, Field(min_length=1, max_length=NAME_LENGTH)]] = Field(
         default_factory=list, description="Further metrics, each summarised over the same "
         "rows and columns: its own table in table.md and summary-<metric>.parquet (@ written "
         "-at-: summary-psp-at-5.parquet), its mean and spread in the experiment's metrics.")
@@ -191,7 +195,11 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
     from scarce.flows.registry import FLOWS
 
     config = load_config(path, ExperimentConfig, overrides)
-    if config.name is None:
+    if config.name is None:  # the file's name names the runs: it must be a name as `name:` is
+        if not re.fullmatch(SAFE_NAME, path.stem):
+            raise InputError(f"the file's name {excerpt(path.stem)} cannot name the runs: give "
+                             f"the experiment a name: (at most {NAME_LENGTH} letters, digits, "
+                             "'.', '_', '-')", path=path, key="name")
         config = config.model_copy(update={"name": path.stem})
     model = FLOWS[config.flow].load_model()
     base_path = config_path(config.base)
@@ -206,7 +214,15 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
     if config.select is not None:  # the refit's keys are the flow's, its config valid
         validate_config(apply_values(base, config.select.refit, model, path), model,
                         f"{path} (select.refit)")
-    return config.model_copy(update={"base_config": base})
+    config = config.model_copy(update={"base_config": base})
+    if shipped_default(base_path) is not None:  # no project here: are the shipped data?
+        for point in grid(config):
+            try:
+                child = point_config(config, point)
+            except InputError:  # an invalid point is a row of the table, as in a project
+                continue
+            check_inputs(child, base_path)
+    return config
 
 
 def grid(config: ExperimentConfig) -> list[dict[str, Any]]:
