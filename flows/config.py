@@ -5,9 +5,14 @@ Each flow's model derives from :class:`FlowConfig`: unknown keys, wrong types
 keys and documents nested deeper than :data:`MAX_DEPTH` are rejected, and the
 error names the file and the dotted key (or the line).  ``--set key.sub=value``
 overrides any key; the value is read as YAML (``3`` is an int, ``true`` a
-bool, ``[1, 2]`` a list).  A key declared with :func:`input_path` names an
-input file or folder, which must exist (:func:`check_input_paths`).  Every source
-of randomness derives from the one ``seed``.
+bool, ``[1, 2]`` a list).  Every YAML the project reads (configs, ``--set``,
+experiment and deployments files, ``scarce runs --where``) goes through
+:class:`ConfigLoader`, which reads numbers as YAML 1.2 does (``1e-4`` and ``.5`` are
+floats, ``010`` is ten).  A key declared with :func:`input_path` names an
+input file or folder, which must exist (:func:`check_input_paths`); a value that
+becomes part of file and run names is at most :data:`NAME_LENGTH` ASCII letters,
+digits, ``.``, ``_`` and ``-``.  Every source of randomness derives from the one
+``seed``.
 """
 
 from __future__ import annotations
@@ -220,10 +225,9 @@ def check_inputs(config: BaseModel, source: str | os.PathLike[str]) -> None:
         name = shipped_default(source)
         if name is None:
             raise
-        raise InputError(f"{exc.message}; the config is scarce's shipped default "
-                         f"({Path(source)}), as {project_root()} has no {name}: run `scarce "
-                         "init` there to start a project, then point its configs at your data",
-                         path=exc.path, key=exc.key) from None
+        raise InputError(f"{exc.message}; the project folder has no {name}, so scarce's "
+                         f"shipped {Path(source)} was read: run `scarce init` to start a "
+                         "project there", path=exc.path, key=exc.key) from None
 
 
 def shipped_default(path: str | os.PathLike[str]) -> str | None:
@@ -360,7 +364,8 @@ class ConfigLoader(yaml.SafeLoader):
     accepts: a key given twice in one mapping (the last would win, silently), and nesting
     deeper than :data:`MAX_DEPTH` (textual, or built through aliases), which would exhaust the
     recursion limit in the composer or after it.  A merge key (``<<: *base``) may still be
-    overridden by the mapping's own keys: that is what it is for."""
+    overridden by the mapping's own keys: that is what it is for.  Numbers are read as YAML
+    1.2 reads them (:data:`INT_SYNTAX`, :data:`FLOAT_SYNTAX`), not as PyYAML's YAML 1.1."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)

@@ -70,7 +70,14 @@ def _error(message: str, path: Path, name: str) -> InputError:
     """An error naming ``path`` (cut when long) and the variable ``name``."""
     if len(str(path)) <= SHOWN_PATH:
         return InputError(message, path=path, key=name)
-    return InputError(f"{excerpt(str(path), SHOWN_PATH)}: {message}", key=name)
+    return InputError(f"{_shown(path)}: {message}", key=name)
+
+
+def _shown(path: Path) -> str:
+    """``path``, cut in the middle when longer than :data:`SHOWN_PATH`."""
+    text = str(path)
+    half = SHOWN_PATH // 2
+    return text if len(text) <= SHOWN_PATH else f"{text[:half]}…{text[-half:]}"
 
 
 def _folder(name: str, text: str, must_exist: bool) -> Path:
@@ -83,13 +90,10 @@ def _folder(name: str, text: str, must_exist: bool) -> Path:
             existing = existing.parent
     except OSError as exc:  # a name too long for the system, a loop of links
         raise _error(f"cannot use the path: {exc.strerror or exc}", path, name) from None
-    if existing == path and not path.is_dir():
-        raise _error("a file where a folder is expected", path, name)
+    if not existing.is_dir():  # the path, or the part of it that exists, is a file
+        raise _error(f"{_shown(existing)} is not a folder", path, name)
     if existing != path and must_exist:
         raise _error("folder not found", path, name)
-    if not existing.is_dir():
-        raise _error(f"{excerpt(str(existing), SHOWN_PATH)} is a file, so no folder can be made "
-                     "under it", path, name)
     return path
 
 

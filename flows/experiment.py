@@ -41,7 +41,7 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import pandas as pd
 from prefect import Task, flow
@@ -76,8 +76,7 @@ class TableSpec(Strict):
     """The table an experiment builds from its children's metrics."""
 
     metric: str = Field(description="The metric shown (a `metric` of the flow's metrics).")
-    # each also names an output file (summary_file): bounded as names are
-    also: list[Annotated[str, Field(min_length=1, max_length=NAME_LENGTH)]] = Field(
+    also: list[str] = Field(
         default_factory=list, description="Further metrics, each summarised over the same "
         "rows and columns: its own table in table.md and summary-<metric>.parquet (@ written "
         "-at-: summary-psp-at-5.parquet), its mean and spread in the experiment's metrics.")
@@ -86,6 +85,15 @@ class TableSpec(Strict):
     columns: list[str] = Field(default_factory=list, description="Axes (or `method`, "
                                "`dataset`) of its columns.")
     methods: list[str] | None = Field(None, description="Only these methods; null: all.")
+
+    @field_validator("also")
+    @classmethod
+    def _also_names_files(cls, also: list[str]) -> list[str]:
+        for metric in also:  # each names an output file (summary_file), found at the end
+            if not 0 < len(metric) <= NAME_LENGTH:
+                raise ValueError(f"{excerpt(metric)} names a file, summary-<metric>.parquet: "
+                                 f"give 1 to {NAME_LENGTH} characters")
+        return also
 
 
 class SelectSpec(Strict):

@@ -272,7 +272,8 @@ def test_every_bundled_config_and_experiment_loads():
 
     root = Path(__file__).resolve().parents[2]
     loaded = [load_config(root / spec.config_file, spec.load_model())
-              for spec in FLOWS.values() if spec.kind != "experiment"]
+              for spec in FLOWS.values()  # the package's (a test registers its own flow)
+              if spec.kind != "experiment" and spec.target.startswith("scarce.")]
     assert len(loaded) == 6
     experiments = sorted((root / "configs" / "experiments").glob("*.yaml"))
     assert experiments
@@ -449,9 +450,11 @@ def _floats_of(annotation) -> str | None:
 
 
 def _models():
+    """The config model of every flow of the package (a test registers a flow of its own)."""
     from scarce.flows.registry import FLOWS
 
-    return {name: spec.load_model() for name, spec in FLOWS.items()}
+    return {name: spec.load_model() for name, spec in FLOWS.items()
+            if spec.target.startswith("scarce.")}
 
 
 def float_keys():
@@ -764,3 +767,78 @@ def test_an_experiment_named_by_its_file_needs_a_file_name_that_can_name_runs(tm
     assert err.value.key == "name"
     path.write_text(body + "name: mine\n")
     assert load_experiment(path).name == "mine"
+
+
+# -- scarce init: the configs it writes, and what is said outside a project ---------------------
+#: A path in a comment: folders and files of a project or of the repository.
+PATH_IN_TEXT = re.compile(r"(?<![\w./:-])((?:[\w.-]+/)+[\w.-]*|[\w-]+\.(?:py|md|yaml|yml|txt|tsv"
+                          r"|csv|jsonl|parquet|gz|conllu))(?![\w/])")
+
+
+def test_the_path_pattern_finds_paths_and_nothing_else():
+    text = ("see docs/relations.md and algorithms/strip/ripper.py, configs/, data/x.csv, "
+            "leml-tune.yaml; not pre:/mid:/post:, tcp://host:8786, 0-10-0, br-ridge | xmc")
+    assert PATH_IN_TEXT.findall(text) == ["docs/relations.md", "algorithms/strip/ripper.py",
+                                          "configs/", "data/x.csv", "leml-tune.yaml"]
+
+
+def test_every_comment_of_a_config_scarce_init_writes_makes_sense_in_the_new_project(tmp_path):
+    """Each file ``scarce init`` writes: no line speaks of bundled data, and each path a
+    config's comment names exists in the new project (no file of the repository, no shipped
+    data set's files)."""
+    from scarce.flows.init_project import init_project
+
+    project = tmp_path / "new"
+    written = init_project(project)
+    assert {p.name for p in written} == {"leml.yaml", "relations.yaml", "strip.yaml",
+                                         "README.md"}
+    for path in written:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            assert "bundled" not in line.lower(), f"{path.name}:{n}: {line}"
+            if path.suffix != ".yaml" or "#" not in line:
+                continue
+            for named in PATH_IN_TEXT.findall(line.split("#", 1)[1]):
+                assert (project / named).exists(), f"{path.name}:{n}: {named} ({line})"
+
+
+def test_scarce_init_writes_configs_that_load_once_their_data_is_there(tmp_path, monkeypatch):
+    from scarce.flows.init_project import init_project
+    from scarce.flows.registry import FLOWS
+
+    project = tmp_path / "new"
+    init_project(project)
+    monkeypatch.setenv("SCARCE_ROOT", str(project))
+    for name in ("leml", "relations", "strip"):
+        config = load_config(project / "configs" / f"{name}.yaml", FLOWS[name].load_model(),
+                             inputs=False)
+        assert config.name in (None, "mydata")
+        with pytest.raises(InputError) as err:  # its data are the user's to put there
+            load_config(project / "configs" / f"{name}.yaml", FLOWS[name].load_model())
+        assert "scarce init" not in str(err.value) and str(project / "data") in str(err.value)
+
+
+OUTSIDE = [("run", "leml"), ("run", "relations"), ("run", "strip"), ("run", "all"),
+           *[("run", "experiment", p.stem)
+             for p in sorted((REPO / "configs" / "experiments").glob("*.yaml"))],
+           ("deploy",), ("serve",)]
+
+
+@pytest.mark.parametrize("argv", OUTSIDE, ids=" ".join)
+def test_outside_a_project_a_missing_shipped_input_says_to_run_scarce_init(argv, tmp_path,
+                                                                            monkeypatch, capsys):
+    """In a folder that is no project (no configs/), the shipped configs are read; their data
+    are not there: the one error line says whose config it was and to run ``scarce init``."""
+    from scarce.flows.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SCARCE_ROOT", str(tmp_path))
+    for var in ("SCARCE_STORE", "SCARCE_RUNS"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert line.endswith("was read: run `scarce init` to start a project there"), line
+    assert f"error: {tmp_path}/" in line and "the project folder has no configs/" in line
+    assert f"so scarce's shipped {REPO / 'configs'}/" in line, line
+    assert len(line) < 500 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
