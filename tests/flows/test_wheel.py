@@ -171,3 +171,15 @@ def test_the_wheel_installed_imports_its_subpackages_from_the_repository_root(fr
     """The root's ``scarce/`` shadows the installed package there: its subpackages are then
     the checkout's folders, one copy, not a mix and not a failure."""
     _imported_from_the_root(_run(fresh, REPO, str(fresh / "python"), "-c", FROM_THE_ROOT))
+
+
+def test_the_checkout_finder_knows_the_folders_setup_py_maps():
+    import ast
+
+    import scarce
+
+    tree = ast.parse((REPO / "setup.py").read_text())
+    (folders,) = [ast.literal_eval(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") ==
+                  "FOLDERS"]
+    assert set(scarce.SUBPACKAGES) == {*folders, "configs"}
