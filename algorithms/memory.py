@@ -108,16 +108,17 @@ def _rlimit_room() -> float:
 
 
 def memory_cap() -> float:
-    """``SCARCE_MEMORY_LIMIT_GB`` in bytes (infinite when unset or empty).
+    """``SCARCE_MEMORY_LIMIT_GB`` in bytes (infinite when unset).
 
     Raises
     ------
     ValueError
         Naming the variable, when its value is not a positive, finite number of GiB (a cap of
-        0, a negative, NaN or infinite one would be taken and fail later, far from its cause).
+        0, a negative, NaN or infinite one would be taken and fail later, far from its cause;
+        an empty one is no number either: unset it for no cap).
     """
     cap = os.environ.get(ENV_LIMIT)
-    if not cap:
+    if cap is None:
         return math.inf
     try:
         gib = float(cap)

@@ -103,20 +103,18 @@ PUBLISHED = {name: tuple(row.values()) for name, row in LEML_XC.items()}
 COLUMNS = ["section", "dataset", "method", "setting", "metric", "value"]
 
 
-def _floats(text: str) -> list[float]:
-    return [float(t) for t in text.split(",") if t.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(t) for t in text.split(",") if t.strip()]
-
-
 def _names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, config_number, integer
+    from scarce.flows.commands.types import number as finite
     from scarce.flows.config import project_root
+    from scarce.flows.leml import LemlConfig
+
+    def key(name: str):  # an option setting a config key takes the key's bounds
+        return config_number(LemlConfig, name)
 
     parser.add_argument("--data", type=Path, default=project_root() / "data",
                         help="folder holding xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz")
@@ -124,31 +122,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sections", type=_names, default=list(SECTIONS),
                         help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="a reduced run (< 2 minutes)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--validation-fraction", type=float, default=0.2)
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--validation-fraction", type=key("dataset.validation_fraction"),
+                        default=0.2)
     parser.add_argument("--features", choices=["raw", "l2", "tfidf"], default="l2")
     parser.add_argument("--losses", type=_names, default=None,
                         help="LEML losses in the accuracy and missing sections "
                         "(default squared; e.g. squared,logistic,sqhinge)")
-    parser.add_argument("--ranks", type=_ints, default=None, help="LEML ranks to try")
-    parser.add_argument("--lams", type=_floats, default=None,
+    parser.add_argument("--ranks", type=NumberList(key("model.rank")), default=None,
+                        help="LEML ranks to try")
+    parser.add_argument("--lams", type=NumberList(key("model.lam")), default=None,
                         help="LEML lam values to try (times the mean squared row norm of X)")
-    parser.add_argument("--alphas", type=_floats, default=None,
+    parser.add_argument("--alphas", type=NumberList(key("baseline_alpha")), default=None,
                         help="ridge penalties to try (times the mean squared row norm of X)")
-    parser.add_argument("--outer-iterations", "--max-iter", dest="outer_iterations", type=int,
+    parser.add_argument("--outer-iterations", "--max-iter", dest="outer_iterations",
+                        type=key("model.outer_iterations"),
                         default=None, help="LEML outer iterations: the largest T of the "
                         "early-stopping search (default 15; 4 with --quick)")
-    parser.add_argument("--observed", type=_floats, default=[0.2, 0.4],
+    parser.add_argument("--observed", type=NumberList(key("observed_fraction")),
+                        default=[0.2, 0.4],
                         help="observed fractions in the missing-label section")
-    parser.add_argument("--scales", type=_ints, default=[1, 2, 4],
+    parser.add_argument("--scales", type=NumberList(POSITIVE), default=[1, 2, 4],
                         help="copies of the data in the scaling section")
     parser.add_argument("--br-accuracy", action=argparse.BooleanOptionalAction, default=True,
                         help="also fit scikit-learn BR ridge in the accuracy section")
     parser.add_argument("--br-logistic", action=argparse.BooleanOptionalAction, default=True,
                         help="time scikit-learn BR logistic in the speed section")
-    parser.add_argument("--speed-rank", type=int, default=None,
+    parser.add_argument("--speed-rank", type=key("model.rank"), default=None,
                         help="LEML rank in the speed section without accuracy (default LEML's)")
-    parser.add_argument("--speed-lam", type=float, default=None,
+    parser.add_argument("--speed-lam", type=key("model.lam"), default=None,
                         help="LEML lam in the speed section without accuracy (default LEML's)")
     parser.add_argument("--speed-loss", choices=["squared", "logistic", "sqhinge"],
                         default="squared", help="LEML loss timed in the speed section")
@@ -159,24 +161,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--w-solver", choices=W_SOLVERS, default=None,
                         help="LEML W-step solver for the logistic and squared-hinge losses: "
                         "TRON or steps on the quadratic curvature bound (LEML w_solver)")
-    parser.add_argument("--squared-init", type=int, default=None,
+    parser.add_argument("--squared-init", type=key("model.squared_init_iter"), default=None,
                         help="LEML logistic / squared hinge: start from this many squared-loss "
                         "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
-    parser.add_argument("--cg-max-iter", type=int, default=None,
+    parser.add_argument("--cg-max-iter", type=key("model.cg_max_iter"), default=None,
                         help="LEML CG iterations per W-step or Newton step (LEML cg_max_iter; "
                         "default LEML's)")
     parser.add_argument("--cg-preconditioner", choices=PRECONDITIONERS, default=None,
                         help="LEML squared loss: plain or preconditioned CG in the W-step "
                         "(LEML cg_preconditioner; default LEML's)")
-    parser.add_argument("--newton-iter", type=int, default=None,
+    parser.add_argument("--newton-iter", type=key("model.newton_max_iter"), default=None,
                         help="LEML Newton (TRON) steps per half-step, non-squared losses")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=POSITIVE, default=3,
                         help="timing repeats (best kept; the median in the peers section)")
     parser.add_argument("--peer-python", type=Path, default=None,
                         help="peers section: the Python interpreter that runs PECOS, napkinXC "
                         "and omikuji, from an environment with pip install libpecos napkinxc "
                         "omikuji (default: this one; a peer missing there is skipped)")
-    parser.add_argument("--synthetic-scale", type=float, default=None,
+    parser.add_argument("--synthetic-scale", type=finite(0, low_open=True), default=None,
                         help="size of the synthetic Wikipedia-shaped problem as a fraction "
                         "of the real one (points, features and labels); default 1 in the "
                         "synthetic section, 0.1 in the w-step and distributed ones")
@@ -187,27 +189,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="distributed section: the runs to compare, some of local, "
                         "blocks, dask-1, dask-2, dask-1-worker, dask-2-worker "
                         "(bench.leml_cluster)")
-    parser.add_argument("--parts", type=int, default=4,
+    parser.add_argument("--parts", type=POSITIVE, default=4,
                         help="distributed section: Parquet parts (row blocks) of the "
                         "training and test sets")
-    parser.add_argument("--flow-iterations", type=int, default=3,
+    parser.add_argument("--flow-iterations", type=key("model.outer_iterations"), default=3,
                         help="distributed section: the flow's alternating iterations")
-    parser.add_argument("--partition-shape", type=_shape, default=(400_000, 100_000),
+    parser.add_argument("--partition-shape", type=NumberList(POSITIVE, sep="x", length=2),
+                        default=(400_000, 100_000),
                         help="partition section: rows x features of the stored matrix")
-    parser.add_argument("--partition-row-nnz", type=int, default=50,
+    parser.add_argument("--partition-row-nnz", type=POSITIVE, default=50,
                         help="partition section: entries a row")
-    parser.add_argument("--partition-blocks", type=int, default=8,
+    parser.add_argument("--partition-blocks", type=POSITIVE, default=8,
                         help="partition section: row blocks the matrix is cut into")
-    parser.add_argument("--partition-block", type=int, default=3,
+    parser.add_argument("--partition-block", type=integer(0), default=3,
                         help="partition section: the block read (0-based)")
-
-
-def _shape(text: str) -> tuple[int, int]:
-    try:
-        rows, cols = (int(t) for t in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected ROWSxCOLUMNS, got {text!r}") from None
-    return rows, cols
 
 
 def _say(*parts) -> None:

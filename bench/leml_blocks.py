@@ -46,7 +46,10 @@ def _rel(H, H_whole) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=None,
                         help="folder of the Bibtex files (default: data/xmc/bibtex)")
-    parser.add_argument("--repeats", type=int, default=3, help="best of this many (default 3)")
+    from scarce.flows.commands.types import POSITIVE
+
+    parser.add_argument("--repeats", type=POSITIVE, default=3,
+                        help="best of this many (default 3)")
 
 
 def _row(observed, dtype, way, seconds, whole_seconds, diff, same=None) -> dict:

@@ -101,9 +101,9 @@ def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: i
 def flow_config(train: Path, test: Path, mode: str, iterations: int, address: str | None,
                 seed: int) -> dict:
     """The bundled LEML config with the benchmark's data, model and runner."""
-    from scarce.flows.config import project_root
+    from scarce.flows.config import project_root, read_yaml
 
-    config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
+    config = read_yaml(project_root() / "configs" / "leml.yaml", "config")
     config.update(seed=seed, name="synthetic-wikipedia", baselines=[], observed_fraction=1.0)
     config["dataset"].update(name="synthetic-wikipedia", format="parquet", train=str(train),
                              test=str(test), normalize="none", validation_fraction=0.0)
@@ -418,9 +418,9 @@ def _runner(config: dict, mode: str, address: str | None) -> dict:
 
 def dataset_config(name: str, train: Path, test: Path, mode: str, address: str | None) -> dict:
     """The bundled LEML config on another data set (its XC files), without baselines."""
-    from scarce.flows.config import project_root
+    from scarce.flows.config import project_root, read_yaml
 
-    config = yaml.safe_load((project_root() / "configs" / "leml.yaml").read_text())
+    config = read_yaml(project_root() / "configs" / "leml.yaml", "config")
     config.update(name=name, baselines=[])
     config["dataset"].update(name=name, train=str(train), test=str(test))
     return _runner(config, mode, address)

@@ -107,6 +107,9 @@ MIN_PREFIX = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from scarce.flows.commands.types import POSITIVE, SEED, config_number
+    from scarce.flows.relations import RelationsConfig
+
     defaults = RelationDiscovery().get_params()
     parser.add_argument("--data", type=Path, default=None,
                         help="folder holding relations/semeval2010_task8/ (default: data/)")
@@ -136,16 +139,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     }
     for name in METHOD_OPTIONS:
         default = MIN_PREFIX if name == "min_prefix" else defaults[name]
-        kind = float if name in ("theta", "reg", "rho") else int
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=default,
+        # the config key's type and bounds (an int or a float in its range)
+        parser.add_argument("--" + name.replace("_", "-"),
+                            type=config_number(RelationsConfig, name), default=default,
                             help=f"{helps[name]} (default {default})")
-    parser.add_argument("--min-df", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--seeds", type=int, default=5,
+    parser.add_argument("--min-df", type=config_number(RelationsConfig, "min_df"), default=2)
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--seeds", type=POSITIVE, default=5,
                         help="seeds (seed, seed+1, ...) of the entropy method on the main window")
-    parser.add_argument("--max-pairs", type=int, default=None,
+    parser.add_argument("--max-pairs", type=config_number(RelationsConfig, "max_pairs"),
+                        default=None,
                         help="a seeded sample of this many pairs (default: all)")
-    parser.add_argument("--speed-pairs", type=int, default=300,
+    parser.add_argument("--speed-pairs", type=POSITIVE, default=300,
                         help="pairs of the subsample on which the naive ranking is timed")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip Hasegawa, k-means at the true k and RLBaseline")

@@ -42,11 +42,14 @@ OPERATIONS = ("write", "read", "read, pool kept")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=200_000, help="rows of both entries")
-    parser.add_argument("--cols", type=int, default=50_000, help="columns of the sparse entry")
-    parser.add_argument("--density", type=float, default=0.001,
+    from scarce.flows.commands.types import POSITIVE, number
+
+    parser.add_argument("--rows", type=POSITIVE, default=200_000, help="rows of both entries")
+    parser.add_argument("--cols", type=POSITIVE, default=50_000,
+                        help="columns of the sparse entry")
+    parser.add_argument("--density", type=number(0, 1, low_open=True), default=0.001,
                         help="share of the sparse entry's elements stored")
-    parser.add_argument("--dense-cols", type=int, default=50,
+    parser.add_argument("--dense-cols", type=POSITIVE, default=50,
                         help="columns of the dense entry")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="comma-separated entries to measure: sparse, dense")

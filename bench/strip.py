@@ -77,18 +77,23 @@ REFEREE_METRICS = ("muc", "b3", "ceaf_e")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, config_number
+    from scarce.flows.strip import StripConfig
+
     parser.add_argument("--data", type=Path, default=None,
                         help="folder holding coref/gum/ (default: the project's data/)")
-    parser.add_argument("--window", type=int, default=20,
+    parser.add_argument("--window", type=config_number(StripConfig, "window"), default=20,
                         help="candidate pairs: mentions at most this many mentions apart")
-    parser.add_argument("--loss-ratios", default="0.25,0.5,1,2",
+    parser.add_argument("--loss-ratios", type=NumberList(config_number(StripConfig, "loss_ratio")),
+                        default="0.25,0.5,1,2",
                         help="comma-separated loss ratios swept on the dev split")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of {', '.join(VARIANTS)}")
-    parser.add_argument("--k-optimize", type=int, default=StRip().k_optimize,
+    parser.add_argument("--k-optimize", type=config_number(StripConfig, "k_optimize"),
+                        default=StRip().k_optimize,
                         help="RIPPER's k (both learners; default: StRip's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-docs", type=int, default=None,
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--max-docs", type=POSITIVE, default=None,
                         help="at most this many documents per split (first by id)")
     parser.add_argument("--no-peer", action="store_true", help="skip wittgenstein")
     parser.add_argument("--supervision", choices=["sources", "all"], default="sources",
@@ -369,7 +374,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     data_root = args.data if args.data is not None else project_root() / "data"
     gum = Path(data_root) / "coref" / "gum"
     window = 10 if args.quick else args.window
-    ratios = [0.5, 1.0] if args.quick else [float(x) for x in args.loss_ratios.split(",")]
+    ratios = [0.5, 1.0] if args.quick else list(args.loss_ratios)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
     supervision = args.supervision

@@ -68,7 +68,13 @@ def _floats(text: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", default="1,2",
+    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, config_number
+    from scarce.flows.leml import LemlConfig
+
+    def key(name: str):  # an option setting a config key takes the key's bounds
+        return config_number(LemlConfig, name)
+
+    parser.add_argument("--workers", type=NumberList(POSITIVE), default="1,2",
                         help="comma-separated worker counts; ratios are to the first (default 1,2)")
     parser.add_argument("--jobs", default=",".join(JOBS),
                         help=f"comma-separated jobs (default: {','.join(JOBS)})")
@@ -79,13 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="small sizes: relations " + " ".join(QUICK_RELATIONS)
                         + f"; LEML ranks {QUICK_LEML['ranks']}, lams {QUICK_LEML['lams']}, "
                         f"{QUICK_LEML['max_iter']} iterations")
-    parser.add_argument("--ranks", default=None, help="LEML ranks (default 25,50,100)")
-    parser.add_argument("--lams", default=None, help="LEML lambdas (default 0.1,0.3,1)")
-    parser.add_argument("--max-iter", type=int, default=None,
+    parser.add_argument("--ranks", type=NumberList(key("model.rank")), default=None,
+                        help="LEML ranks (default 25,50,100)")
+    parser.add_argument("--lams", type=NumberList(key("model.lam")), default=None,
+                        help="LEML lambdas (default 0.1,0.3,1)")
+    parser.add_argument("--max-iter", type=key("model.outer_iterations"), default=None,
                         help="LEML outer iterations (default 10)")
-    parser.add_argument("--cg-max-iter", type=int, default=10)
-    parser.add_argument("--validation-fraction", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the LEML split and fits")
+    parser.add_argument("--cg-max-iter", type=key("model.cg_max_iter"), default=10)
+    parser.add_argument("--validation-fraction", type=key("dataset.validation_fraction"),
+                        default=0.2)
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the LEML split and fits")
 
 
 def _say(*parts) -> None:
@@ -243,9 +252,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from scarce.flows.registry import FLOWS
     from scarce.flows.runners import worker_env
 
-    counts = _ints(args.workers)
-    if not counts or min(counts) < 1:
-        raise ValueError(f"--workers {args.workers!r}: expected positive counts, e.g. 1,2")
+    counts = args.workers  # positive counts (checked by the parser)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     unknown = set(jobs) - set(JOBS)
     if unknown or not jobs:
@@ -262,8 +269,8 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             raise FileNotFoundError(f"{train}: the bundled Bibtex training file is missing")
         quick = QUICK_LEML if args.quick else {}
         params = {
-            "ranks": _ints(args.ranks or quick.get("ranks", "25,50,100")),
-            "lams": _floats(args.lams or quick.get("lams", "0.1,0.3,1")),
+            "ranks": args.ranks or _ints(quick.get("ranks", "25,50,100")),
+            "lams": args.lams or _floats(quick.get("lams", "0.1,0.3,1")),
             "train": str(train),
             "validation_fraction": args.validation_fraction,
             "seed": args.seed,

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import Field
 
 from scarce.flows import manifest as mf
-from scarce.flows.config import FlowConfig
+from scarce.flows.config import SAFE_NAME, FlowConfig
 from scarce.flows.outputs import Output, Protected, check_output, check_targets, write_failed
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import log_both
@@ -40,7 +40,7 @@ class ApplyConfig(FlowConfig):
     model_run: str = Field(
         description="The training run whose model is applied: a run id, 'latest' (the newest "
         "finished run of the flow) or 'latest:<name>' (of that deployment or config name).",
-        min_length=1,
+        pattern="^(?:latest:)?" + SAFE_NAME.removeprefix("^"),  # in the run's name and tags
         max_length=200,
     )
     input: str = Field(

@@ -46,6 +46,7 @@ from scarce.flows.commands import (
     rerun,
     run,
     runs,
+    types,
     ui,
 )
 from scarce.flows.commands.apply import OUTPUT_SUFFIXES as APPLY_SUFFIXES
@@ -164,7 +165,8 @@ def _add_apply(add: Any) -> None:
     ap.add_argument("--flow", choices=trained,
                     help="the training flow, for 'latest' / 'latest:NAME' (default: the run's "
                          "own)")
-    ap.add_argument("--top-k", type=int, metavar="K", help="LEML: labels per row (default: 5)")
+    ap.add_argument("--top-k", type=types.POSITIVE, metavar="K",
+                    help="LEML: labels per row (default: 5)")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     metavar="KEY=VALUE", help="override a key of the apply config (repeatable)")
     _runner_args(ap, "local")
@@ -273,11 +275,11 @@ def _add_deploy(add: Any) -> None:
                        help="deployments YAML (default: configs/deployments.yaml)")
         q.add_argument("--only", action="append", metavar="NAME",
                        help="only this deployment (repeatable; default: every deployment)")
-    srv.add_argument("--limit", type=int, metavar="N",
+    srv.add_argument("--limit", type=types.POSITIVE, metavar="N",
                      help="at most this many runs at once (default: no limit)")
     u = add("ui", ui.ui, "start the Prefect server and UI on this machine")
     u.add_argument("--host", default="127.0.0.1", help="address to bind")
-    u.add_argument("--port", type=int, default=4200, help="port of the server and the UI")
+    u.add_argument("--port", type=types.PORT, default=4200, help="port of the server and the UI")
 
 
 def _runner_args(p: argparse.ArgumentParser, default: str) -> None:
@@ -326,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         _terminated.clear()
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        from scarce.flows.environment import check_environment
+
+        check_environment()  # before any config is read or any server starts
         check_command(parser, args)  # every path the command would write, before any work
         if not args.debug and args.command in FLOW_COMMANDS:
             quiet_input_errors()

@@ -5,9 +5,14 @@ Each flow's model derives from :class:`FlowConfig`: unknown keys, wrong types
 keys and documents nested deeper than :data:`MAX_DEPTH` are rejected, and the
 error names the file and the dotted key (or the line).  ``--set key.sub=value``
 overrides any key; the value is read as YAML (``3`` is an int, ``true`` a
-bool, ``[1, 2]`` a list).  A key declared with :func:`input_path` names an
-input file or folder, which must exist (:func:`check_input_paths`).  Every source
-of randomness derives from the one ``seed``.
+bool, ``[1, 2]`` a list).  Every YAML the project reads (configs, ``--set``,
+experiment and deployments files, ``scarce runs --where``) goes through
+:class:`ConfigLoader`, which reads numbers as YAML 1.2 does (``1e-4`` and ``.5`` are
+floats, ``010`` is ten).  A key declared with :func:`input_path` names an
+input file or folder, which must exist (:func:`check_input_paths`); a value that
+becomes part of file and run names is at most :data:`NAME_LENGTH` ASCII letters,
+digits, ``.``, ``_`` and ``-``.  Every source of randomness derives from the one
+``seed``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -22,11 +28,19 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from scarce.flows import environment
 from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.readers.text import decode_text
 
-# Names that become part of a path (run ids, experiment names): no separators, no "..".
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+#: The longest name a config may give that becomes part of file and run names: the run id
+#: (``<flow>-<name>-<time>-<hex>``), a figure's file (``plots/<flow>-<dataset>-<figure>.png``),
+#: the flow run's name and tags.  With their other parts, well under a file name's 255 bytes.
+NAME_LENGTH = 100
+# Names that become part of a path (run ids, experiment names): ASCII letters, digits and
+# '.', '_', '-' (no separator, no "..", nothing a file system or UTF-8 cannot hold).
+SAFE_NAME = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_LENGTH - 1}}}$"
+#: A data set's name (in run names, figure files, tags): lower case, as artifact keys are.
+DATASET_NAME = rf"^[a-z0-9][a-z0-9_-]{{0,{NAME_LENGTH - 1}}}$"
 #: Deepest nesting of mappings and lists a config may have.  A config is a few levels deep;
 #: a deeper document would reach Python's recursion limit in the YAML composer, in
 #: validation or in copying, and fail with no file named.
@@ -46,10 +60,11 @@ def _accepts_bool(annotation: Any) -> bool:
 
 
 class Strict(BaseModel):
-    """A config section: no unknown keys, no infinite or NaN numbers, and no value of another
-    type taken for the one expected (pydantic's strict mode: ``'5'`` is no int, ``5`` no
-    string, ``'true'`` no bool, ``2.0`` no int; an int is a float).  A section may still be
-    given as a mapping."""
+    """A config section: no unknown keys, no infinite or NaN numbers, no text that UTF-8
+    cannot encode (no record of the run could hold it), and no value of another type taken
+    for the one expected (pydantic's strict mode: ``'5'`` is no int, ``5`` no string,
+    ``'true'`` no bool, ``2.0`` no int; an int is a float).  A section may still be given as
+    a mapping."""
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=True, frozen=True,
                               allow_inf_nan=False)
@@ -63,6 +78,54 @@ class Strict(BaseModel):
                 raise ValueError(f"a boolean ({str(value).lower()}) where a number or a "
                                  "string is expected")
         return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _utf8_text(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or _section_of(field.annotation) is None:  # a section checks its own
+            _check_utf8(value)
+        return value
+
+
+#: What a text UTF-8 cannot encode is told.
+NOT_UTF8 = ("{text} is not valid UTF-8 text (a lone surrogate, as the escape \\udc80 writes): "
+            "no record or name of the run could hold it")
+
+
+def _check_utf8(value: Any) -> None:
+    found = _not_utf8(value)
+    if found is not None:
+        loc, text = found
+        where = f" (at {'.'.join(map(str, loc))})" if loc else ""
+        raise ValueError(NOT_UTF8.format(text=excerpt(text)) + where)
+
+
+def _not_utf8(value: Any) -> tuple[tuple, str] | None:
+    """The place (keys and list indexes) and the text of the first text in ``value`` (mapping
+    keys included) that UTF-8 cannot encode: a lone surrogate."""
+    stack: list[tuple[tuple, Any]] = [((), value)]
+    while stack:
+        loc, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return loc, item
+        elif isinstance(item, dict):
+            for key, sub in reversed(list(item.items())):
+                stack += [((*loc, key), sub), ((*loc, key), key)]
+        elif isinstance(item, list | tuple):
+            stack += [((*loc, i), sub) for i, sub in reversed(list(enumerate(item)))]
+    return None
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The config section (a model) a key of this type holds, if any."""
+    for a in (annotation, *typing.get_args(annotation)):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
 
 
 class FlowConfig(Strict):
@@ -146,14 +209,53 @@ def check_input_paths(config: BaseModel, prefix: str = "") -> None:
                 raise InputError(f"{kind} not found", path=path, key=where)
 
 
+def check_inputs(config: BaseModel, source: str | os.PathLike[str]) -> None:
+    """:func:`check_input_paths` of a config read from the file ``source``; when ``source`` is
+    a default shipped with the package, taken because the folder is no project of its own
+    (:func:`shipped_default`), a missing input says so, and that ``scarce init`` starts one.
+
+    Raises
+    ------
+    InputError
+        As :func:`check_input_paths`, naming where the config came from when it is shipped.
+    """
+    try:
+        check_input_paths(config)
+    except InputError as exc:
+        name = shipped_default(source)
+        if name is None:
+            raise
+        raise InputError(f"{exc.message}; the project folder has no {name}, so scarce's "
+                         f"shipped {Path(source)} was read: run `scarce init` to start a "
+                         "project there", path=exc.path, key=exc.key) from None
+
+
+def shipped_default(path: str | os.PathLike[str]) -> str | None:
+    """``configs/<name>`` when ``path`` is that default shipped with the package, read because
+    the project has no file of that name (:func:`config_path`); else ``None`` (in the
+    repository itself the shipped configs are the project's own)."""
+    path = Path(path).resolve()
+    try:
+        rel = path.relative_to(packaged_configs())
+    except ValueError:
+        return None
+    if (project_root() / "configs" / rel).exists():
+        return None
+    return f"configs/{rel.as_posix()}"
+
+
 def project_root() -> Path:
     """The folder a command works in: ``SCARCE_ROOT`` when set, else the current folder.
 
     Relative paths of configs and data are read from it, and the store and the runs go under
     its ``data/`` (unless ``SCARCE_STORE`` or ``SCARCE_RUNS`` say otherwise).
+
+    Raises
+    ------
+    InputError
+        When ``SCARCE_ROOT`` is set but names no folder (:func:`flows.environment.root`).
     """
-    env = os.environ.get("SCARCE_ROOT")
-    return Path(env).resolve() if env else Path.cwd()
+    return environment.root() or Path.cwd()
 
 
 def packaged_configs() -> Path:
@@ -246,8 +348,10 @@ def _check_key(model: type[BaseModel], path: list[str]) -> None:
             args = typing.get_args(current)
             current = args[1] if len(args) == 2 else Any
             continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        section = _section_of(current)  # an optional section (`select: ... | None`) too
+        if section is None:
             raise InputError(f"--set: {'.'.join(path[:i])} has no sub-keys", key=dotted)
+        current = section
         field = current.model_fields.get(part)
         if field is None:
             known = ", ".join(sorted(current.model_fields))
@@ -260,7 +364,8 @@ class ConfigLoader(yaml.SafeLoader):
     accepts: a key given twice in one mapping (the last would win, silently), and nesting
     deeper than :data:`MAX_DEPTH` (textual, or built through aliases), which would exhaust the
     recursion limit in the composer or after it.  A merge key (``<<: *base``) may still be
-    overridden by the mapping's own keys: that is what it is for."""
+    overridden by the mapping's own keys: that is what it is for.  Numbers are read as YAML
+    1.2 reads them (:data:`INT_SYNTAX`, :data:`FLOAT_SYNTAX`), not as PyYAML's YAML 1.1."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -332,6 +437,59 @@ class ConfigLoader(yaml.SafeLoader):
                                             first[key], key_node.start_mark)
                 first[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+# Numbers as YAML 1.2 reads them (its core schema), with Python's digit separators.  PyYAML
+# implements YAML 1.1 only, whose floats need a dot (``1e-4`` and ``1.0e4`` were strings), whose
+# ``010`` is eight and ``1:30`` ninety; ruamel.yaml reads YAML 1.2, but the checks above are
+# built on PyYAML's composer, so its resolvers are replaced here for the number tags alone.
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_DIGITS = r"[0-9](?:_?[0-9])*"
+INT_SYNTAX = re.compile(
+    rf"""^[-+]?(?:{_DIGITS}                       # 12, -3, 1_000, 010 (ten)
+    |0[xX][0-9a-fA-F](?:_?[0-9a-fA-F])*            # 0x1f
+    |0[oO][0-7](?:_?[0-7])*                        # 0o17
+    |0[bB][01](?:_?[01])*)$                        # 0b101
+    """, re.X)
+FLOAT_SYNTAX = re.compile(
+    rf"""^(?:[-+]?(?:{_DIGITS}\.(?:{_DIGITS})?|\.{_DIGITS})   # 1.5, .5, 1.
+    (?:[eE][-+]?{_DIGITS})?                        # 2.5e-3
+    |[-+]?{_DIGITS}[eE][-+]?{_DIGITS}              # 1e-4, 1E4, 1e+3
+    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$     # .inf -.inf .nan (refused as not finite)
+    """, re.X)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: Any) -> int:
+    text = loader.construct_scalar(node)
+    try:
+        prefixed = text.lstrip("+-")[:2].lower() in ("0x", "0o", "0b")
+        return int(text, 0) if prefixed else int(text, 10)
+    except ValueError:  # an explicit !!int tag on something else
+        raise yaml.constructor.ConstructorError(None, None, f"not an integer: {text!r}",
+                                                node.start_mark) from None
+
+
+def _construct_float(loader: yaml.SafeLoader, node: Any) -> float:
+    text = loader.construct_scalar(node)
+    low = text.lower()
+    try:
+        if low.lstrip("+-") in (".inf", ".nan"):
+            return float(low.replace(".", ""))
+        return float(text)
+    except ValueError:  # an explicit !!float tag on something else
+        raise yaml.constructor.ConstructorError(None, None, f"not a number: {text!r}",
+                                                node.start_mark) from None
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _first in "-+0123456789.":  # numbers first: a date (2024-01-31) is no number
+    ConfigLoader.yaml_implicit_resolvers.setdefault(_first, [])[:0] = [
+        (_INT_TAG, INT_SYNTAX), (_FLOAT_TAG, FLOAT_SYNTAX)]
+ConfigLoader.add_constructor(_INT_TAG, _construct_int)
+ConfigLoader.add_constructor(_FLOAT_TAG, _construct_float)
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -409,17 +567,45 @@ def load_config(
     data = apply_overrides(data, overrides or [], model, path) if overrides else data
     config = validate_config(data, model, path)
     if inputs:
-        check_input_paths(config)
+        check_inputs(config, path)
     return config
+
+
+def _input_loc(data: Any, loc: tuple) -> list:
+    """The parts of pydantic's error location that are keys of the input: the member of a
+    union it tried (``int`` of ``min_df: int | float``) is no config key."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and _is_member_tag(part):
+            continue
+        else:  # a key the input does not give (a missing key)
+            node = None
+        out.append(part)
+    return out
+
+
+def _is_member_tag(part: str) -> bool:
+    """A name pydantic gives a member of a union in an error location (``int``,
+    ``list[float]``, ``function-after[...]``), which no config key is."""
+    return part in ("int", "float", "str", "bool", "none") or "[" in part
 
 
 def validate_config(data: dict[str, Any], model: type[C], path: str | os.PathLike[str] | None) -> C:
     """Validate a config mapping, turning pydantic's error into one clear line."""
+    found = _not_utf8(data)
+    if found is not None:  # named by its whole key, as a section's own check cannot
+        loc, text = found
+        raise InputError(NOT_UTF8.format(text=excerpt(text)), path=path,
+                         key=".".join(map(str, loc)) or None)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or None
+        key = ".".join(str(p) for p in _input_loc(data, err["loc"])) or None
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"

@@ -51,17 +51,19 @@ from prefect import Flow
 from pydantic import Field, ValidationError, field_validator
 
 from scarce.flows.config import (
+    NAME_LENGTH,
+    SAFE_NAME,
     FlowConfig,
     Strict,
     apply_overrides,
-    check_input_paths,
+    check_inputs,
     config_path,
     load_config,
     read_yaml,
 )
 from scarce.flows.prefect_adapter import deployment_schema, with_schema
 from scarce.flows.tags import run_tags, unique
-from scarce.tasks.errors import InputError
+from scarce.tasks.errors import InputError, excerpt
 
 log = logging.getLogger("scarce.deploy")
 
@@ -133,8 +135,9 @@ class DeploymentsFile(Strict):
         import re
 
         for name in v:
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-                raise ValueError(f"deployment name {name!r}: use letters, digits, '-', '_', '.'")
+            if not re.fullmatch(SAFE_NAME, name):  # in run names, tags and `latest:NAME`
+                raise ValueError(f"deployment name {excerpt(name)}: use at most {NAME_LENGTH} "
+                                 "letters, digits, '-', '_', '.'")
         return v
 
 
@@ -210,7 +213,7 @@ def load_deployments(path: str | os.PathLike[str] | None = None) -> list[Deploym
                 ) from None
             except ValidationError as exc:
                 raise _input_error(exc, path, prefix=f"{where}.") from None
-        check_input_paths(config)
+        check_inputs(config, config_file)
         tags = unique([*run_tags(spec.flow, config), *spec.tags])
         description = spec.description or flow.description
         out.append(
@@ -471,8 +474,17 @@ def describe(deployments: list[Deployment]) -> list[dict[str, Any]]:
 
 def serving_runner(deployments: list[Deployment], limit: int | None = None) -> Any:
     """A Prefect ``Runner`` holding each deployment's flow, ready to ``start()``: at most
-    ``limit`` runs at once; stopping it pauses the schedules."""
+    ``limit`` runs at once (``None``: no limit); stopping it pauses the schedules.
+
+    Raises
+    ------
+    ValueError
+        When ``limit`` is below 1: Prefect takes 0 and then starts no run, for ever.
+    """
     from prefect.runner import Runner
+
+    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+        raise ValueError(f"limit must be a whole number of runs, at least 1, got {limit!r}")
 
     # `Runner.add_flow` (not `prefect.serve` of built deployments) keeps the flow object per
     # deployment, so served runs use its task runner; a deployment alone would be re-imported

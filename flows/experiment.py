@@ -51,20 +51,23 @@ from pydantic import Field, field_validator, model_validator
 
 from scarce.flows import plots
 from scarce.flows.config import (
+    NAME_LENGTH,
     SAFE_NAME,
     FlowConfig,
     Strict,
     apply_values,
+    check_inputs,
     config_path,
     input_path,
     load_config,
     read_yaml,
     resolve_path,
+    shipped_default,
     validate_config,
 )
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import experiment as exp
-from scarce.tasks.errors import InputError, one_line
+from scarce.tasks.errors import InputError, excerpt, one_line
 
 EXPERIMENTS = "configs/experiments"
 
@@ -82,6 +85,15 @@ class TableSpec(Strict):
     columns: list[str] = Field(default_factory=list, description="Axes (or `method`, "
                                "`dataset`) of its columns.")
     methods: list[str] | None = Field(None, description="Only these methods; null: all.")
+
+    @field_validator("also")
+    @classmethod
+    def _also_names_files(cls, also: list[str]) -> list[str]:
+        for metric in also:  # each names an output file (summary_file), found at the end
+            if not 0 < len(metric) <= NAME_LENGTH:
+                raise ValueError(f"{excerpt(metric)} names a file, summary-<metric>.parquet: "
+                                 f"give 1 to {NAME_LENGTH} characters")
+        return also
 
 
 class SelectSpec(Strict):
@@ -191,7 +203,11 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
     from scarce.flows.registry import FLOWS
 
     config = load_config(path, ExperimentConfig, overrides)
-    if config.name is None:
+    if config.name is None:  # the file's name names the runs: it must be a name as `name:` is
+        if not re.fullmatch(SAFE_NAME, path.stem):
+            raise InputError(f"the file's name {excerpt(path.stem)} cannot name the runs: give "
+                             f"the experiment a name: (at most {NAME_LENGTH} letters, digits, "
+                             "'.', '_', '-')", path=path, key="name")
         config = config.model_copy(update={"name": path.stem})
     model = FLOWS[config.flow].load_model()
     base_path = config_path(config.base)
@@ -206,7 +222,15 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
     if config.select is not None:  # the refit's keys are the flow's, its config valid
         validate_config(apply_values(base, config.select.refit, model, path), model,
                         f"{path} (select.refit)")
-    return config.model_copy(update={"base_config": base})
+    config = config.model_copy(update={"base_config": base})
+    if shipped_default(base_path) is not None:  # no project here: are the shipped data?
+        for point in grid(config):
+            try:
+                child = point_config(config, point)
+            except InputError:  # an invalid point is a row of the table, as in a project
+                continue
+            check_inputs(child, base_path)
+    return config
 
 
 def grid(config: ExperimentConfig) -> list[dict[str, Any]]:

@@ -45,9 +45,17 @@ EDITS: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
-HEADER = ("# Written by `scarce init` from the defaults shipped with scarce: point the data paths "
-          "below\n# at your own files (their formats: the input formats reference of the docs), "
-          "then\n#   scarce run {flow}\n")
+#: The header of a written config, in place of the shipped one (which describes the shipped
+#: run on its data set, and names files of the repository).
+HEADER = """\
+# Written by `scarce init` from the defaults shipped with scarce: point the data paths below
+# at your own files (their formats: the input formats reference of the docs), then
+#   scarce run {flow}
+# {description}.
+# Every key is checked when a run starts (the configs reference of the docs describes each);
+# `scarce run {flow} --set KEY=VALUE` overrides one for a run.  A value whose comment says
+# "default ..." is not the method's default, and the comment says why.
+"""
 
 README = """\
 # A scarce project
@@ -103,10 +111,16 @@ def init_project(folder: Path, force: bool = False) -> list[Path]:
 
 
 def _config(flow: str) -> str:
-    """The shipped config of ``flow`` with :data:`EDITS` applied (each must match once)."""
-    text = (packaged_configs() / f"{flow}.yaml").read_text(encoding="utf-8")
+    """The shipped config of ``flow``, its opening comments replaced by :data:`HEADER` and
+    :data:`EDITS` applied (each must match once)."""
+    from scarce.flows.registry import FLOWS
+
+    lines = (packaged_configs() / f"{flow}.yaml").read_text(encoding="utf-8").splitlines(True)
+    first_key = next(i for i, line in enumerate(lines)
+                     if line.strip() and not line.startswith("#"))
+    text = "".join(lines[first_key:])
     for pattern, line in EDITS[flow]:
         text, n = re.subn(pattern, line, text, count=1, flags=re.M)
         if n != 1:  # the shipped config changed: the edit no longer applies
             raise RuntimeError(f"configs/{flow}.yaml has no line matching {pattern!r}")
-    return HEADER.format(flow=flow) + text
+    return HEADER.format(flow=flow, description=FLOWS[flow].description) + text

@@ -38,7 +38,15 @@ from scarce.algorithms.leml.predict import BATCH_SIZE
 from scarce.algorithms.leml.text import VECTORIZERS
 from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, model_document
-from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
+from scarce.flows.config import (
+    DATASET_NAME,
+    NAME_LENGTH,
+    FlowConfig,
+    Strict,
+    check_input_paths,
+    from_estimator,
+    input_path,
+)
 from scarce.flows.former_keys import compute_from_w_step, leml_renamed_key
 from scarce.flows.published import LEML_XC
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
@@ -148,7 +156,8 @@ class TableConfig(Strict):
 class DatasetConfig(Strict):
     name: str = Field(
         "bibtex",
-        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        pattern=DATASET_NAME,
+        max_length=NAME_LENGTH,
         description="Dataset name used in run names and metrics.",
     )
     format: Literal["xmc", "arff", "parquet", "table"] = Field(

@@ -30,13 +30,21 @@ from scarce.algorithms.relations.contexts import build_contexts, parse_window
 from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
 from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from scarce.flows.config import FlowConfig, check_input_paths, from_estimator, input_path
+from scarce.flows.config import (
+    DATASET_NAME,
+    NAME_LENGTH,
+    FlowConfig,
+    check_input_paths,
+    from_estimator,
+    input_path,
+)
 from scarce.flows.published import CHEN_ACE
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import relations as rel
 from scarce.tasks.errors import InputError
 
-WINDOW_PATTERN = r"^\d+-\d+-\d+$"
+# ASCII digits: the window is part of the run name (flows.config.NAME_LENGTH bounds it)
+WINDOW_PATTERN = r"^[0-9]+-[0-9]+-[0-9]+$"
 
 PUBLISHED_ACE = CHEN_ACE  # ACE is LDC-licensed and not used here
 MODEL_VERSION = 1  # of outputs/model/ (docs/relations.md); apply-relations reads only this one
@@ -50,7 +58,8 @@ class RelationsConfig(FlowConfig):
     :func:`~algorithms.relations.contexts.build_contexts`.
     """
 
-    dataset: str = Field("semeval-9", description="Dataset name in the metrics table.")
+    dataset: str = Field("semeval-9", pattern=DATASET_NAME, max_length=NAME_LENGTH,
+                         description="Dataset name in run names and the metrics table.")
     data: list[str] = input_path(
         "file",
         ["data/relations/semeval2010_task8/TRAIN_FILE.TXT"],
@@ -75,7 +84,7 @@ class RelationsConfig(FlowConfig):
     )
 
     window: str = from_estimator(
-        build_contexts, "window", pattern=WINDOW_PATTERN,
+        build_contexts, "window", pattern=WINDOW_PATTERN, max_length=NAME_LENGTH,
         description="Context window pre-mid-post (the paper: 0-10-0 best).",
     )
     weighting: Literal["tfidf", "binary"] = from_estimator(

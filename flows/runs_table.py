@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from scarce.flows.config import safe_load
 from scarce.flows.former_keys import current_key
 from scarce.flows.manifest import read_manifest, run_dataset, run_folders, run_seconds
 from scarce.tasks.errors import InputError
@@ -138,7 +139,7 @@ def parse_where(texts: Iterable[str]) -> list[tuple[str, Any]]:
         if not sep or not key.strip():
             raise InputError(f"--where expects KEY=VALUE, got {text!r}", key="--where")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = safe_load(raw) if raw.strip() else ""  # read as a config's values are
         except yaml.YAMLError:
             value = raw
         out.append((key.strip(), value))

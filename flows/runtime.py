@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, Field
 
+from scarce.flows import environment
 from scarce.flows import manifest as mf
 from scarce.flows.artifacts import PLOTS, Artifacts, Progress, markdown_table
 from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
@@ -80,12 +81,15 @@ class RunOptions(BaseModel):
 
 
 def default_store_root() -> str | Path:
-    """``$SCARCE_STORE`` (a path or a ``file://`` URL) or the project's ``data/cache``."""
-    return os.environ.get("SCARCE_STORE") or project_root() / "data" / "cache"
+    """``$SCARCE_STORE`` (a path or a ``file://`` URL, checked by
+    :func:`flows.environment.store`) or the project's ``data/cache``."""
+    return environment.store() or project_root() / "data" / "cache"
 
 
 def default_runs_root() -> Path:
-    return Path(os.environ.get("SCARCE_RUNS") or project_root() / "data" / "runs")
+    """``$SCARCE_RUNS`` (checked by :func:`flows.environment.runs`) or the project's
+    ``data/runs``."""
+    return environment.runs() or project_root() / "data" / "runs"
 
 
 def check_writable_folder(path: Path, key: str) -> None:

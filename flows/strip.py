@@ -31,7 +31,15 @@ from pydantic import Field, model_validator
 from scarce.algorithms.strip.ripper import VARIANTS, StRip, rule_count
 from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
+from scarce.flows.config import (
+    DATASET_NAME,
+    NAME_LENGTH,
+    FlowConfig,
+    Strict,
+    check_input_paths,
+    from_estimator,
+    input_path,
+)
 from scarce.flows.published import STOYANOV_MPQA
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import strip
@@ -69,7 +77,8 @@ class StripConfig(FlowConfig):
 
     dataset: str = Field(
         "gum",
-        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        pattern=DATASET_NAME,
+        max_length=NAME_LENGTH,
         description="Dataset name in run names and the metrics table.",
     )
     data_dir: str = input_path(

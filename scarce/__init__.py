@@ -7,12 +7,60 @@ Prefect), the steps and all I/O in :mod:`scarce.tasks`, the flows and the comman
 :mod:`scarce.flows`, the benchmarks in :mod:`scarce.bench`.
 """
 
+import sys as _sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path as _Path
 
 try:
     __version__ = version("scarce")
 except PackageNotFoundError:  # imported from a checkout that is not installed
     __version__ = "unknown"
+
+#: The subpackages that live in the repository's top-level folders (setup.py maps them).
+SUBPACKAGES = ("algorithms", "tasks", "flows", "bench", "configs")
+
+
+class _CheckoutFinder:
+    """Finds ``scarce.<folder>`` in the checkout's top-level folder ``<folder>``.
+
+    In the repository, this file's folder ``scarce/`` sits beside ``flows/``, ``tasks/`` and
+    the others, which an install maps under ``scarce`` (setup.py).  Python run from the
+    repository's root finds ``./scarce`` first, whose own folder holds none of them, so
+    ``import scarce.flows`` failed there, installed or not (only an editable install, whose
+    finder maps the folders, escaped it).  This finder, placed after Python's own, gives the
+    folders of :data:`SUBPACKAGES` as the subpackages, and nothing else of the repository.
+    """
+
+    def __init__(self, root: _Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        parent, _, child = fullname.rpartition(".")
+        if parent != __name__ or child not in SUBPACKAGES:
+            return None
+        if getattr(_sys.modules.get(__name__), "_checkout_root", None) != self.root:
+            return None  # another copy of scarce was imported since
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(fullname, [str(self.root)])
+
+
+def _find_checkout() -> _Path | None:
+    """The repository this package was imported from, if it was (not an installed copy)."""
+    root = _Path(__file__).resolve().parent.parent
+    try:
+        project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if 'name = "scarce"' not in project or not (root / "flows" / "cli.py").is_file():
+        return None
+    return root
+
+
+_checkout_root = _find_checkout()
+if _checkout_root is not None and not any(
+        isinstance(f, _CheckoutFinder) and f.root == _checkout_root for f in _sys.meta_path):
+    _sys.meta_path.append(_CheckoutFinder(_checkout_root))
 
 
 def load_model(run="latest", flow=None):

@@ -13,8 +13,8 @@ def deploy(args: argparse.Namespace) -> int:
     """``scarce deploy``: register the deployments and show what the server holds."""
     from scarce.flows.deploy import describe, load_deployments, register, require_server, select
 
+    deployments = select(load_deployments(args.file), args.only)  # checked before any server
     url = require_server()
-    deployments = select(load_deployments(args.file), args.only)
     register(deployments)
     print(f"registered {len(deployments)} deployment(s) with {url}")
     _print_rows(describe(deployments))
@@ -39,8 +39,8 @@ def serve(args: argparse.Namespace) -> int:
         serving_runner,
     )
 
+    deployments = select(load_deployments(args.file), args.only)  # checked before any server
     url = require_server()
-    deployments = select(load_deployments(args.file), args.only)
     runner = serving_runner(deployments, args.limit)
     for d in deployments:
         when = "no schedule"

@@ -58,8 +58,9 @@ def test_relations_runs_differ_when_one_output_or_the_choice_differs():
     assert not bench._same_relations(a, {**a, "hashes": {"metrics.parquet": "m"}})
 
 
-def test_bad_arguments_are_refused_before_anything_runs():
-    with pytest.raises(ValueError, match="--workers"):
-        bench.run(_args("--workers", "0,2"))
+def test_bad_arguments_are_refused_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as exit_:  # the parser's (tests/flows/test_cli_numbers.py)
+        _args("--workers", "0,2")
+    assert exit_.value.code == 2 and "argument --workers" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown"):
         bench.run(_args("--jobs", "relations,nope"))

@@ -1,4 +1,5 @@
-"""The package as a user installs it: a wheel, a fresh environment, an empty folder.
+"""The package as a user installs it: a wheel, a fresh environment, an empty folder; and
+``import scarce.flows`` from the repository's root, installed or not.
 
 The wheel must hold the one import name ``scarce`` (no top-level ``algorithms``, ``tasks``,
 ``flows``, ``bench``) with the default configs as package data, and from it ``scarce init`` and
@@ -28,8 +29,6 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "data" / "examples" / "leml"
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -47,6 +46,7 @@ def wheel(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_one_import_name_with_its_configs(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
@@ -81,6 +81,7 @@ def _run(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
+@pytest.mark.slow
 def test_init_run_and_apply_from_the_wheel_beside_a_tasks_py(fresh, tmp_path):
     work = tmp_path / "my-project"
     work.mkdir()
@@ -120,3 +121,65 @@ def test_init_run_and_apply_from_the_wheel_beside_a_tasks_py(fresh, tmp_path):
     assert table == (work / "labels.csv").read_text()  # the Python model equals scarce apply
     # nothing of the project was written into the environment
     assert not list((fresh.parent).rglob("data/cache"))
+
+
+#: Run from the repository's root: every subpackage imports (from this checkout, where
+#: ``./scarce`` is found first), ``scarce.load_model`` works, nothing else is exposed.
+FROM_THE_ROOT = """
+import importlib, json, sys
+import scarce
+import scarce.algorithms.leml, scarce.tasks.store, scarce.flows.cli, scarce.bench, scarce.configs
+from scarce.flows.models import load_model
+exposed = []
+for name in ("tests", "setup", "data", "docs", "scarce"):
+    try:
+        importlib.import_module("scarce." + name)
+        exposed.append(name)
+    except ModuleNotFoundError:
+        pass
+print(json.dumps({"scarce": scarce.__file__, "flows": scarce.flows.__file__,
+                  "configs": list(scarce.configs.__path__), "exposed": exposed,
+                  "load_model": scarce.load_model.__module__}))
+"""
+
+
+def _imported_from_the_root(out: subprocess.CompletedProcess) -> dict:
+    import json
+
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.splitlines()[-1])
+    assert found["scarce"] == str(REPO / "scarce" / "__init__.py")
+    assert found["flows"] == str(REPO / "flows" / "__init__.py")
+    assert found["configs"] == [str(REPO / "configs")]
+    assert found["exposed"] == []
+    return found
+
+
+def test_a_checkout_imports_its_subpackages_from_its_root_without_an_install():
+    """No install at all: Python without its site machinery (so no editable finder), the
+    third-party packages on the path, the repository's root the working folder."""
+    purelib = sysconfig.get_paths()["purelib"]
+    code = f"import sys; sys.path.append({purelib!r})\n" + FROM_THE_ROOT
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "SCARCE_"))}
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    _imported_from_the_root(out)
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_imports_its_subpackages_from_the_repository_root(fresh):
+    """The root's ``scarce/`` shadows the installed package there: its subpackages are then
+    the checkout's folders, one copy, not a mix and not a failure."""
+    _imported_from_the_root(_run(fresh, REPO, str(fresh / "python"), "-c", FROM_THE_ROOT))
+
+
+def test_the_checkout_finder_knows_the_folders_setup_py_maps():
+    import ast
+
+    import scarce
+
+    tree = ast.parse((REPO / "setup.py").read_text())
+    (folders,) = [ast.literal_eval(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") ==
+                  "FOLDERS"]
+    assert set(scarce.SUBPACKAGES) == {*folders, "configs"}

@@ -1,0 +1,190 @@
+"""Types of the command line's numeric options: numbers that argparse checks against bounds.
+
+``type=int`` checks the syntax alone: ``scarce serve --limit 0`` was taken (and served for ever),
+``scarce ui --port 99999`` failed in the socket library with a traceback.  A :class:`Number`
+(or a comma-separated :class:`NumberList` of them) raises :class:`argparse.ArgumentTypeError`
+for a value out of its bounds, which argparse prints as its one-line usage error (exit 2).  A
+bound of an option that sets a config key is read from the config model
+(:func:`config_number`), so the two cannot differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import annotated_types
+
+
+@dataclass(frozen=True)
+class Number:
+    """An integer (``kind`` int) or a finite number (``kind`` float) in ``[low, high]``; an
+    ``open`` end excludes its bound (``low=0, low_open=True``: above 0)."""
+
+    kind: type = int
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    @property
+    def __name__(self) -> str:  # argparse names a type by it
+        return "integer" if self.kind is int else "number"
+
+    def __call__(self, text: str) -> int | float:
+        try:
+            value = int(text, 10) if self.kind is int else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}") from None
+        if not (math.isfinite(value) and self.contains(value)):
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}")
+        return value
+
+    def contains(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def describe(self) -> str:
+        """``an integer from 1 to 65535``, ``a number above 0``, ``a number in [0, 1)``."""
+        what = "an integer" if self.kind is int else "a number"
+        low, high = _shown(self.low), _shown(self.high)
+        if self.low is not None and self.high is not None:
+            if not (self.low_open or self.high_open):
+                return f"{what} from {low} to {high}"
+            return (f"{what} in {'(' if self.low_open else '['}{low}, {high}"
+                    f"{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{what} {'above' if self.low_open else 'of at least'} {low}"
+        if self.high is not None:
+            return f"{what} {'below' if self.high_open else 'of at most'} {high}"
+        return f"{what}" if self.kind is int else "a finite number"
+
+    def bad_values(self) -> list[str]:
+        """Texts this type refuses: each bound crossed, and (for a number) NaN and infinity."""
+        out = ["one"]
+        step = 1 if self.kind is int else 0.5
+        if self.low is not None:
+            out.append(_text(self.low if self.low_open else self.low - step, self.kind))
+        if self.high is not None:
+            out.append(_text(self.high if self.high_open else self.high + step, self.kind))
+        if self.kind is float:
+            out += ["nan", "inf", "-inf"]
+        return out
+
+
+@dataclass(frozen=True)
+class NumberList:
+    """At least one :class:`Number` ``item``, separated by ``sep`` (``1,2,4``; a letter in
+    either case); with ``length``, exactly that many (``400000x100000``).  Parses to a list (a
+    tuple with ``length``)."""
+
+    item: Number
+    sep: str = ","
+    length: int | None = None
+
+    @property
+    def __name__(self) -> str:
+        return f"list of {self.item.__name__}s"
+
+    def __call__(self, text: str) -> list | tuple:
+        parts = [p.strip() for p in re.split(re.escape(self.sep), text, flags=re.I)]
+        if self.length is None:
+            parts = [p for p in parts if p]
+        if not parts or (self.length is not None and len(parts) != self.length):
+            count = f"{self.length}" if self.length is not None else "one or more"
+            raise argparse.ArgumentTypeError(
+                f"expected {count} of {self.item.describe()} separated by {self.sep!r}, "
+                f"got {text!r}")
+        values = []
+        for p in parts:
+            try:
+                values.append(self.item(p))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{exc} in {text!r}") from None
+        return tuple(values) if self.length is not None else values
+
+    def bad_values(self) -> list[str]:
+        good = _text(_inside(self.item), self.item.kind)
+        n = self.length or 2
+        out = [self.sep.join([good] * (n - 1) + [bad]) for bad in self.item.bad_values()]
+        out.append(self.sep.join([good] * (n + 1)) if self.length else self.sep)
+        return out
+
+
+def integer(low: int | None = None, high: int | None = None) -> Number:
+    """An integer in ``[low, high]``."""
+    return Number(int, low, high)
+
+
+def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+           high_open: bool = False) -> Number:
+    """A finite number between ``low`` and ``high`` (each end closed unless said open)."""
+    return Number(float, low, high, low_open, high_open)
+
+
+def config_number(model: type, key: str) -> Number:
+    """The bounds of the config key ``key`` (dotted) of the pydantic ``model`` as a type: an
+    option that sets a config value refuses what the config would."""
+    field = None
+    for part in key.split("."):
+        field = model.model_fields[part]
+        model = _submodel(field.annotation)
+    kinds = {a for a in (field.annotation, *typing.get_args(field.annotation))
+             if a in (int, float)}
+    kind = float if float in kinds else int
+    if not kinds or field.annotation is bool:
+        raise TypeError(f"{key} is not a number")
+    low = high = None
+    low_open = high_open = False
+    for meta in field.metadata:
+        if isinstance(meta, annotated_types.Ge):
+            low = meta.ge
+        elif isinstance(meta, annotated_types.Gt):
+            low, low_open = meta.gt, True
+        elif isinstance(meta, annotated_types.Le):
+            high = meta.le
+        elif isinstance(meta, annotated_types.Lt):
+            high, high_open = meta.lt, True
+    return Number(kind, low, high, low_open, high_open)
+
+
+#: A seed: what the configs' ``seed`` takes.
+SEED = integer(0, 2**32 - 1)
+#: A TCP port to listen on.
+PORT = integer(1, 65535)
+#: A count of at least one.
+POSITIVE = integer(1)
+
+
+def _submodel(annotation: Any) -> Any:
+    for a in (annotation, *typing.get_args(annotation)):
+        if isinstance(a, type) and hasattr(a, "model_fields"):
+            return a
+    return None
+
+
+def _shown(bound: float | None) -> str:
+    if bound is None:
+        return ""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+def _text(value: float, kind: type) -> str:
+    return str(int(value)) if kind is int else repr(float(value))
+
+
+def _inside(item: Number) -> float:
+    """A value ``item`` accepts."""
+    if item.low is not None:
+        if item.high is not None:
+            return (item.low + item.high) / 2 if item.kind is float else item.low + (
+                0 if not item.low_open else 1)
+        return item.low + (1 if item.low_open else 0)
+    if item.high is not None:
+        return item.high - (1 if item.high_open else 0)
+    return 1
