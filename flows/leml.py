@@ -756,10 +756,16 @@ def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConf
     return "\n".join(lines)
 
 
+#: The metrics of a run's headline (``scarce runs``), in this order, for every method.
+HEADLINE = ("precision@1", "precision@3", "precision@5", "instance_auc")
+
+
 def headline(metrics) -> dict[str, float]:
-    """P@1, P@5 and AUC of every method."""
-    keep = metrics[metrics["metric"].isin(["precision@1", "precision@5", "instance_auc"])]
-    return {f"{r.dataset}/{r.method}/{r.metric}": float(r.value) for r in keep.itertuples()}
+    """P@1, P@3, P@5 and AUC of every method (in the table's order), in that order."""
+    methods = {m: i for i, m in enumerate(dict.fromkeys(metrics["method"]))}
+    rows = sorted(metrics[metrics["metric"].isin(HEADLINE)].itertuples(),
+                  key=lambda r: (methods[r.method], HEADLINE.index(r.metric)))
+    return {f"{r.dataset}/{r.method}/{r.metric}": float(r.value) for r in rows}
 
 
 def sparkline(values: list[float]) -> str:
