@@ -27,6 +27,7 @@ from scarce.flows.apply import (
     resolve_model_run,
 )
 from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import TOP_K, collect, load, new_rows_labels, score, task_params
@@ -50,15 +51,7 @@ class ApplyLemlConfig(ApplyConfig):
     batch_size: int = Field(BATCH_SIZE, ge=1, description="Rows scored at a time.")
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
-
-    cfg = flow_run.parameters["config"]
-    cfg = cfg if isinstance(cfg, dict) else cfg.model_dump()
-    return f"apply-leml-{cfg['model_run']}"
-
-
-@flow(name="apply-leml", flow_run_name=_run_name)
+@flow(name="apply-leml", flow_run_name=namer("apply-leml"))
 def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) -> dict:
     """Load every input file as the training run loaded its test file, score its rows with
     the stored factors and write the ``top_k`` labels of each row with their scores."""

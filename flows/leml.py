@@ -41,6 +41,7 @@ from scarce.flows.apply import MODEL_DIR, model_document
 from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
 from scarce.flows.former_keys import compute_from_w_step, leml_renamed_key
 from scarce.flows.published import LEML_XC
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
@@ -383,19 +384,7 @@ class LemlConfig(FlowConfig):
         return self
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
-
-    cfg = flow_run.parameters["config"]
-    cfg = cfg if isinstance(cfg, dict) else cfg.model_dump()
-    frac = cfg.get("observed_fraction", 1.0)
-    miss = "" if frac >= 1 else f"-obs{int(round(frac * 100))}"
-    on = "-on-validation" if cfg["dataset"].get("evaluate_on") == "validation" else ""
-    return (f"leml-{cfg['dataset']['name']}-k{cfg['model']['rank']}{miss}-seed{cfg['seed']}"
-            f"{on}")
-
-
-@flow(name="leml", flow_run_name=_run_name)
+@flow(name="leml", flow_run_name=namer("leml"))
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     """load -> (alternate-W -> alternate-H) x T -> evaluate -> predict: the steps of
     :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label

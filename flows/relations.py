@@ -32,6 +32,7 @@ from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
 from scarce.flows.config import FlowConfig, check_input_paths, from_estimator, input_path
 from scarce.flows.published import CHEN_ACE
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import relations as rel
 from scarce.tasks.errors import InputError
@@ -262,10 +263,7 @@ def select_k(ctx, model, X, ranking, sizes: dict, progress, subsets=None) -> Sea
     return Search(chosen, references, int(choice["k"]), int(choice["n_features"]), subsets)
 
 
-RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
-
-
-@flow(name="relations", flow_run_name=RUN_NAME)
+@flow(name="relations", flow_run_name=namer("relations"))
 def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -> dict:
     check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     cfg, model = config, config.estimator()

@@ -33,6 +33,7 @@ from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
 from scarce.flows.config import FlowConfig, Strict, check_input_paths, from_estimator, input_path
 from scarce.flows.published import STOYANOV_MPQA
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import strip
 
@@ -157,7 +158,7 @@ class StripConfig(FlowConfig):
         return list(self.loss_ratios) if self.dev_splits else [self.loss_ratio]
 
 
-@flow(name="strip", flow_run_name="strip-{config.dataset}-w{config.window}-seed{config.seed}")
+@flow(name="strip", flow_run_name=namer("strip"))
 def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
     """preprocess -> grow -> prune -> optimize (per variant and loss ratio) -> select the loss
     ratio on dev -> evaluate on test -> write chains, then the artifacts and named outputs."""
