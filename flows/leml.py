@@ -494,7 +494,7 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     predictions = ctx.run(predict, test=here, **factors, labels=train_file["labels"],
                           params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
                           partition=test_blocks, cluster=cluster)
-    name_outputs(ctx, config, factors, train_file, predictions, weights)
+    name_outputs(ctx, config, model, factors, train_file, predictions, weights)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
 
@@ -595,8 +595,8 @@ def _xy(loaded: dict) -> dict:
     return {"X": loaded["X"], "Y": loaded["Y"]}
 
 
-def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file: dict,
-                 predictions: str, weights: str) -> None:
+def name_outputs(ctx: RunContext, config: LemlConfig, model: LEML, factors: dict,
+                 train_file: dict, predictions: str, weights: str) -> None:
     """The run's named outputs: ``predictions.parquet`` and the model, ``model/`` (see
     ``docs/leml.md``, "Outputs and model format").
 
@@ -605,7 +605,9 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
     predictions; ``model/config.json`` is the run's config and
     ``model/model.json`` (:func:`flows.apply.model_document`, version :data:`MODEL_VERSION`)
     what ``apply-leml`` needs to use them: the factors' shapes, the prediction parameters and
-    how the input is read (format, dtype, row normalisation).
+    how the input is read (format, dtype, row normalisation), and every parameter of the
+    estimator ``model`` the run trained (``params``), so that a loaded model's estimator is
+    the run's (``sklearn.base.clone`` of it trains the same).
     """
     m, d = config.model, config.dataset
     shapes = {part: list(ctx.store.shape(factors[part])) for part in ("W", "H")}
@@ -620,8 +622,14 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
         "leml", MODEL_VERSION, rank=shapes["W"][1], loss=m.loss, dtype=m.dtype,
         n_features=shapes["W"][0] - int(m.fit_intercept), n_labels=shapes["H"][0],
         fit_intercept=m.fit_intercept, normalize=d.normalize, input_format=d.format,
-        shapes=shapes, files=MODEL_FILES,
+        shapes=shapes, files=MODEL_FILES, params=estimator_params(model),
         **({"table": d.table.options()} if d.format == "table" else {})))
+
+
+def estimator_params(model: LEML) -> dict:
+    """The estimator's parameters as ``model.json`` records them: every one but the
+    ``callback`` (code, not a setting)."""
+    return {k: v for k, v in model.get_params().items() if k != "callback"}
 
 
 def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int,

@@ -318,6 +318,7 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
         "relations", MODEL_VERSION, dataset=cfg.dataset, directed=cfg.directed,
         n_pairs=n_pairs, vocabulary_size=n_words, k=search.k, n_features=search.n_features,
         ranking=cfg.ranking, contexts=contexts, assign=model.step_params("assign"),
+        params=model.get_params(),
         files={part: f"{part}.parquet" for part in rel.MODEL_PARTS}))
     return ctx.finish(metrics)
 
