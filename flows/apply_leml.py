@@ -1,11 +1,12 @@
 """The ``apply-leml`` flow: a finished ``leml`` run's model on new data.
 
 open the model -> load (the training flow's own step) -> score, for every input file; then the
-predictions (the columns of the training run's ``predictions.parquet``) as named outputs, and
-in ``--output`` when given.  Nothing is learned: the model's ``W`` and ``H`` are read from the
-training run's ``outputs/model/`` (format in ``docs/leml.md``).  Each file's load and score are
-store steps keyed by the file's hash (and, for score, the model files' hashes), so a folder
-applied again computes only its new files.
+predictions (the columns of the training run's ``predictions.parquet``, after the input table's
+``keep_columns`` when asked for) as named outputs, and in ``--output`` when given.  Nothing is
+learned: the model's ``W`` and ``H`` are read from the training run's ``outputs/model/``
+(format in ``docs/leml.md``).  Each file's load and score are store steps keyed by the file's
+hash (and, for score, the model files' hashes), so a folder applied again computes only its
+new files.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 from typing import Literal
 
 from prefect import flow
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from scarce.algorithms.leml import LEML
-from scarce.algorithms.leml.predict import BATCH_SIZE
+from scarce.algorithms.leml.predict import BATCH_SIZE, PREDICTION_COLUMNS
 from scarce.flows.apply import (
     ApplyConfig,
     export,
@@ -27,15 +28,27 @@ from scarce.flows.apply import (
     resolve_model_run,
 )
 from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml import TOP_K, collect, load, new_rows_labels, score, task_params
+from scarce.tasks.kept_columns import check_kept_columns, keep_columns
+from scarce.tasks.leml import (
+    LABEL_NAME,
+    TOP_K,
+    collect,
+    load,
+    new_rows_labels,
+    score,
+    task_params,
+)
 from scarce.tasks.leml_table import load_table
 from scarce.tasks.readers.table import TABLE_SUFFIXES
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
 SUFFIXES = {"xmc": (".txt", ".txt.gz"), "arff": (".arff", ".arff.gz"),
             "parquet": (".x.parquet",), "table": TABLE_SUFFIXES}
+#: The columns of the predictions (a kept column takes none of these names).
+PREDICTIONS = (*PREDICTION_COLUMNS, LABEL_NAME)
 #: What ``apply-leml`` reads from ``model.json``.
 MODEL_KEYS = ("rank", "loss", "dtype", "n_labels", "fit_intercept", "normalize", "input_format",
               "shapes")
@@ -48,17 +61,24 @@ class ApplyLemlConfig(ApplyConfig):
         None, description="Input format; null: the format the model was trained on (a "
         "table model reads tables only: its vectoriser and label names are the model's).")
     batch_size: int = Field(BATCH_SIZE, ge=1, description="Rows scored at a time.")
+    keep_columns: list[str] = Field(
+        [], description="Columns of an input table copied into its predictions, first, on "
+        "every line of their row (an id, to join the predictions back to the table); each "
+        "table must have them.")
+
+    @field_validator("keep_columns")
+    @classmethod
+    def _kept_names(cls, names: list[str]) -> list[str]:
+        clash = [n for n in names if n in PREDICTIONS]
+        if clash:
+            raise ValueError(f"{clash[0]!r} is a column of the predictions; keep a column of "
+                             "another name")
+        if len(set(names)) != len(names) or not all(names):
+            raise ValueError("each column at most once, each a non-empty name")
+        return names
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
-
-    cfg = flow_run.parameters["config"]
-    cfg = cfg if isinstance(cfg, dict) else cfg.model_dump()
-    return f"apply-leml-{cfg['model_run']}"
-
-
-@flow(name="apply-leml", flow_run_name=_run_name)
+@flow(name="apply-leml", flow_run_name=namer("apply-leml"))
 def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) -> dict:
     """Load every input file as the training run loaded its test file, score its rows with
     the stored factors and write the ``top_k`` labels of each row with their scores."""
@@ -67,6 +87,11 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     meta, folder = open_model(run_dir, "leml", MODEL_VERSION, MODEL_KEYS)
     fmt, source = config.format or meta["input_format"], ctx.path(config.input)
     files = input_files(source, SUFFIXES[fmt], config.allow_empty)
+    if config.keep_columns:  # the columns to keep are in every table, before any is scored
+        if fmt != "table":
+            raise InputError(f"columns are kept from a table; this input is read as {fmt}",
+                             key="keep_columns")
+        check_kept_columns(files, config.keep_columns)
     names = output_names(source, files, SUFFIXES[fmt], "predictions.parquet")
     output = None if config.output is None else output_target(
         ctx.path(config.output), names, inputs=files, source=source,
@@ -83,11 +108,16 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
                    batch_size=config.batch_size, method=f"leml-{meta['loss']}-k{meta['rank']}",
                    source=path.name)
         for path, data in zip(files, loaded, strict=True)])
-    for name, result in zip(names, scored, strict=True):
-        ctx.record.name_output(name, result["predictions"])
+    predictions = [r["predictions"] for r in scored]
+    if config.keep_columns:
+        predictions = ctx.gather([
+            ctx.submit(keep_columns, path=path, predictions=ref, columns=config.keep_columns)
+            for path, ref in zip(files, predictions, strict=True)])
+    for name, ref in zip(names, predictions, strict=True):
+        ctx.record.name_output(name, ref)
     summary = ctx.finish(ctx.run(collect, tables=[r["metrics"] for r in scored]))
     if output is not None:
-        export(ctx.store, [r["predictions"] for r in scored], names, output, ctx.run_dir)
+        export(ctx.store, predictions, names, output, ctx.run_dir)
     return summary
 
 

@@ -26,6 +26,7 @@ from scarce.flows.apply import (
     resolve_model_run,
 )
 from scarce.flows.relations import MODEL_VERSION
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks import relations as rel
 
@@ -43,7 +44,7 @@ class ApplyRelationsConfig(ApplyConfig):
         "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json).")
 
 
-@flow(name="apply-relations", flow_run_name="apply-relations-{config.model_run}")
+@flow(name="apply-relations", flow_run_name=namer("apply-relations"))
 def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | None = None) -> dict:
     """Parse every input file as the training run parsed its data (every pair kept, gold
     labels when the file has them), give each pair the model's nearest cluster with its label

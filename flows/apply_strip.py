@@ -40,6 +40,7 @@ from scarce.flows.apply import (
 )
 from scarce.flows.config import validate_config
 from scarce.flows.outputs import Output, Protected, check_output, check_targets, write_failed
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.flows.strip import Variant
 from scarce.tasks import strip
@@ -59,7 +60,7 @@ class ApplyStripConfig(ApplyConfig):
     )
 
 
-@flow(name="apply-strip", flow_run_name="apply-strip-{config.model_run}")
+@flow(name="apply-strip", flow_run_name=namer("apply-strip"))
 def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None) -> dict:
     """load rules -> preprocess -> apply rules -> write chains (per file) -> count chains and,
     where the input has gold chains, score them."""

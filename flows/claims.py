@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scarce.flows.manifest import read_manifest
 from scarce.tasks.errors import InputError
 
 __all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment", "verdict",
@@ -54,10 +55,7 @@ def read_experiment(run_dir: Path, runs_root: Path) -> tuple[pd.DataFrame, pd.Da
     one row per child, read from the child's ``outputs/model/model.json``.
     """
     manifest_path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise InputError("no such run (see `scarce runs`)", path=run_dir) from None
+    manifest = read_manifest(run_dir)
     config = manifest.get("config") or {}
     if manifest.get("flow") != "experiment" or config.get("flow") != "relations":
         raise InputError("claims are Chen et al.'s: give the id of an experiment over the "
@@ -98,10 +96,9 @@ def _subset_search(child_dir: Path) -> dict:
     from scarce.flows.runtime import default_store_root
     from scarce.tasks.store import CorruptEntry, Store
 
-    try:
-        manifest = json.loads((child_dir / "manifest.json").read_text())
-    except FileNotFoundError:
+    if not (child_dir / "manifest.json").is_file():
         return {}
+    manifest = read_manifest(child_dir)
     refs = {o["ref"].rsplit("-", 1)[-1]: o["ref"] for o in manifest.get("outputs", ())
             if o.get("step") == "relations-subsets"}
     if not {"search", "subsets"} <= set(refs):

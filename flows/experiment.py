@@ -65,6 +65,7 @@ from scarce.flows.config import (
     shipped_default,
     validate_config,
 )
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import experiment as exp
 from scarce.tasks.errors import InputError, excerpt, one_line
@@ -304,7 +305,7 @@ POINT = Task(fn=run_point, name="experiment-point", task_run_name=_point_name,
 # Locally the grid points run one at a time: each child is a whole flow run (its own steps
 # are submitted to its own thread pool), and many StRip children at once in one process held
 # gigabytes on 2 cores for no gain.  `--runner dask` / `--dask-address` spread them over workers.
-@flow(name="experiment", flow_run_name="experiment-{config.name}",
+@flow(name="experiment", flow_run_name=namer("experiment"),
       task_runner=ThreadPoolTaskRunner(max_workers=1))
 def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None) -> dict:
     """One child run per grid point (through the task runner), then the table."""

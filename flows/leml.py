@@ -49,6 +49,7 @@ from scarce.flows.config import (
 )
 from scarce.flows.former_keys import compute_from_w_step, leml_renamed_key
 from scarce.flows.published import LEML_XC
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
@@ -399,19 +400,7 @@ class LemlConfig(FlowConfig):
         return self
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
-
-    cfg = flow_run.parameters["config"]
-    cfg = cfg if isinstance(cfg, dict) else cfg.model_dump()
-    frac = cfg.get("observed_fraction", 1.0)
-    miss = "" if frac >= 1 else f"-obs{int(round(frac * 100))}"
-    on = "-on-validation" if cfg["dataset"].get("evaluate_on") == "validation" else ""
-    return (f"leml-{cfg['dataset']['name']}-k{cfg['model']['rank']}{miss}-seed{cfg['seed']}"
-            f"{on}")
-
-
-@flow(name="leml", flow_run_name=_run_name)
+@flow(name="leml", flow_run_name=namer("leml"))
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     """load -> (alternate-W -> alternate-H) x T -> evaluate -> predict: the steps of
     :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
@@ -525,7 +514,7 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     predictions = ctx.run(predict, test=here, **factors, labels=train_file["labels"],
                           params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
                           partition=test_blocks, cluster=cluster)
-    name_outputs(ctx, config, factors, train_file, predictions, weights)
+    name_outputs(ctx, config, model, factors, train_file, predictions, weights)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
 
@@ -626,8 +615,8 @@ def _xy(loaded: dict) -> dict:
     return {"X": loaded["X"], "Y": loaded["Y"]}
 
 
-def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file: dict,
-                 predictions: str, weights: str) -> None:
+def name_outputs(ctx: RunContext, config: LemlConfig, model: LEML, factors: dict,
+                 train_file: dict, predictions: str, weights: str) -> None:
     """The run's named outputs: ``predictions.parquet`` and the model, ``model/`` (see
     ``docs/leml.md``, "Outputs and model format").
 
@@ -636,7 +625,9 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
     predictions; ``model/config.json`` is the run's config and
     ``model/model.json`` (:func:`flows.apply.model_document`, version :data:`MODEL_VERSION`)
     what ``apply-leml`` needs to use them: the factors' shapes, the prediction parameters and
-    how the input is read (format, dtype, row normalisation).
+    how the input is read (format, dtype, row normalisation), and every parameter of the
+    estimator ``model`` the run trained (``params``), so that a loaded model's estimator is
+    the run's (``sklearn.base.clone`` of it trains the same).
     """
     m, d = config.model, config.dataset
     shapes = {part: list(ctx.store.shape(factors[part])) for part in ("W", "H")}
@@ -651,8 +642,14 @@ def name_outputs(ctx: RunContext, config: LemlConfig, factors: dict, train_file:
         "leml", MODEL_VERSION, rank=shapes["W"][1], loss=m.loss, dtype=m.dtype,
         n_features=shapes["W"][0] - int(m.fit_intercept), n_labels=shapes["H"][0],
         fit_intercept=m.fit_intercept, normalize=d.normalize, input_format=d.format,
-        shapes=shapes, files=MODEL_FILES,
+        shapes=shapes, files=MODEL_FILES, params=estimator_params(model),
         **({"table": d.table.options()} if d.format == "table" else {})))
+
+
+def estimator_params(model: LEML) -> dict:
+    """The estimator's parameters as ``model.json`` records them: every one but the
+    ``callback`` (code, not a setting)."""
+    return {k: v for k, v in model.get_params().items() if k != "callback"}
 
 
 def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int,
@@ -779,10 +776,16 @@ def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConf
     return "\n".join(lines)
 
 
+#: The metrics of a run's headline (``scarce runs``), in this order, for every method.
+HEADLINE = ("precision@1", "precision@3", "precision@5", "instance_auc")
+
+
 def headline(metrics) -> dict[str, float]:
-    """P@1, P@5 and AUC of every method."""
-    keep = metrics[metrics["metric"].isin(["precision@1", "precision@5", "instance_auc"])]
-    return {f"{r.dataset}/{r.method}/{r.metric}": float(r.value) for r in keep.itertuples()}
+    """P@1, P@3, P@5 and AUC of every method (in the table's order), in that order."""
+    methods = {m: i for i, m in enumerate(dict.fromkeys(metrics["method"]))}
+    rows = sorted(metrics[metrics["metric"].isin(HEADLINE)].itertuples(),
+                  key=lambda r: (methods[r.method], HEADLINE.index(r.metric)))
+    return {f"{r.dataset}/{r.method}/{r.metric}": float(r.value) for r in rows}
 
 
 def sparkline(values: list[float]) -> str:

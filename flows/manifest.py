@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scarce.tasks.errors import InputError
+from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.store import atomic_write_bytes
 
 MANIFEST = "manifest.json"
@@ -132,18 +133,167 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
+class _Record(BaseModel):
+    """A part of a manifest: the types of the keys code reads, strictly (no ``"3"`` for 3);
+    other keys are kept as they are (a newer manifest may hold more)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Input(_Record):
+    path: str
+    sha256: str
+
+
+class _Output(_Record):
+    ref: str
+    sha256: str | None = None
+    step: str | None = None
+    cached: bool = False
+    volatile: bool = False
+    code: str | None = None
+    child: str | None = None
+
+
+class _NamedOutput(_Record):
+    name: str
+    ref: str | None = None
+    sha256: str | None = None
+    volatile: bool = False
+
+
+class _Plot(_Record):
+    name: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    ref: str | None = None
+
+
+class _Code(_Record):
+    scarce: str | None = None
+    source_sha256: str | None = None
+    source_files: dict[str, str] | None = None
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+class _Environment(_Record):
+    python: str | None = None
+    implementation: str | None = None
+    platform: str | None = None
+    packages: dict[str, str] | None = None
+
+
+class _Options(_Record):
+    runner: str | None = None
+    rerun_of: str | None = None
+    dask_address: str | None = None
+    store: str | None = None
+    runs: str | None = None
+
+
+class ManifestSchema(_Record):
+    """What ``manifest.json`` holds, as the commands read it (``scarce runs``, ``rerun``,
+    ``diff``, ``apply``, ``claims``, ``cache gc``, :func:`scarce.load_model`): checked once,
+    by :func:`read_manifest`, so that no reader meets a wrong type later (a ``named_outputs``
+    that is a string, an ``outputs`` entry without its ``ref``).  Only ``flow`` and
+    ``outputs`` are required: a manifest recorded before a key existed lacks it.  The config
+    is a mapping here; its values are the flow config's, which ``scarce rerun`` validates."""
+
+    schema_: int | None = Field(None, alias="schema")  # BaseModel has a `schema` method
+    run_id: str | None = None
+    flow: str
+    started: str | None = None
+    finished: str | None = None
+    config: dict[str, Any] | None = None
+    seed: int | None = None
+    code: _Code | None = None
+    environment: _Environment | None = None
+    options: _Options | None = None
+    store: str | None = None
+    inputs: list[_Input] | None = None
+    outputs: list[_Output]
+    metrics_sha256: str | None = None
+    cache_hits: list[str] | None = None
+    plots: list[_Plot] | None = None
+    named_outputs: list[_NamedOutput] | None = None
+    prefect_flow_run_id: str | None = None
+    deployment: str | None = None
+    task_runner: str | None = None
+    tags: list[str] | None = None
+    notes: dict[str, Any] | None = None
+    headline: dict[str, float] | None = None
+
+    @field_validator("headline")
+    @classmethod
+    def _headline_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        bad = next((k for k in value or {} if k.count("/") < 2), None)
+        if bad is not None:
+            raise ValueError(f"a headline metric is named dataset/method/metric, not {bad!r}")
+        return value
+
+
+def _where(loc: tuple) -> str:
+    """A pydantic error location as the key it names: ``outputs[3].ref``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def check_manifest(data: Any, path: Path, droppable: tuple[str, ...] = (),
+                   dropped: list[InputError] | None = None) -> dict[str, Any]:
+    """``data`` (a manifest's parsed JSON) after checking the type of every key code reads
+    (:class:`ManifestSchema`); an :class:`InputError` naming ``path`` and the key otherwise.
+
+    A key of ``droppable`` that is wrong is left out of the returned copy instead, its error
+    added to ``dropped`` (``scarce runs`` lists a run whose headline metrics are malformed,
+    without them).
+    """
+    if not isinstance(data, dict) or "outputs" not in data or "flow" not in data:
+        raise InputError("not a scarce run manifest", path=path)
+    while True:
+        try:
+            ManifestSchema.model_validate(data)
+            return data
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            got = "nothing" if err["type"] == "missing" else (
+                f"{type(err['input']).__name__} {excerpt(err['input'], 40)}")
+            msg = err["msg"].removeprefix("Value error, ")
+            error = InputError(f"not a valid run manifest: {msg[:1].lower()}{msg[1:]} "
+                               f"(got {got})", path=path, key=_where(err["loc"]))
+            if err["loc"][0] not in droppable or dropped is None:
+                raise error from None
+            dropped.append(error)
+            data = {k: v for k, v in data.items() if k != err["loc"][0]}
+
+
+def read_manifest(run_dir: Path, droppable: tuple[str, ...] = (),
+                  dropped: list[InputError] | None = None) -> dict[str, Any]:
+    """The manifest of the run folder ``run_dir``, its keys' types checked
+    (:func:`check_manifest`, which ``droppable`` and ``dropped`` are passed to).
+
+    Raises
+    ------
+    InputError
+        No manifest, not JSON, not a manifest, or a key of the wrong type: naming the file
+        (and the line, or the key).
+    """
     path = run_dir / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("no such run (manifest.json missing)", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"manifest is not UTF-8 text (byte {exc.start})", path=path) from None
     except json.JSONDecodeError as exc:
         msg = f"manifest is not valid JSON ({exc.msg})"
         raise InputError(msg, path=path, line=exc.lineno) from None
-    if not isinstance(data, dict) or "outputs" not in data or "flow" not in data:
-        raise InputError("not a scarce run manifest", path=path)
-    return data
+    return check_manifest(data, path, droppable, dropped)
 
 
 def _differences(a: dict[str, str], b: dict[str, str], prefix: str = "") -> list[str]:
@@ -155,7 +305,8 @@ def _differences(a: dict[str, str], b: dict[str, str], prefix: str = "") -> list
         elif name not in a:
             lines.append(f"new in rerun: {prefix}{name}")
         elif a[name] != b[name]:
-            lines.append(f"differs: {prefix}{name} ({a[name][:12]} != {b[name][:12]})")
+            lines.append(f"differs: {prefix}{name} ({str(a[name])[:12]} != "
+                         f"{str(b[name])[:12]})")
     return lines
 
 
@@ -166,13 +317,15 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     Outputs marked volatile (wall-clock timings) are not compared.
     """
     lines = _differences(
-        {o["ref"]: o["sha256"] for o in old["outputs"] if not o.get("volatile")},
-        {o["ref"]: o["sha256"] for o in new["outputs"] if not o.get("volatile")})
+        {o["ref"]: o.get("sha256") for o in old["outputs"] if not o.get("volatile")},
+        {o["ref"]: o.get("sha256") for o in new["outputs"] if not o.get("volatile")})
     if old.get("metrics_sha256") != new.get("metrics_sha256"):
         lines.append("differs: metrics.parquet")
     return lines + _differences(
-        {o["name"]: o["sha256"] for o in old.get("named_outputs") or [] if not o.get("volatile")},
-        {o["name"]: o["sha256"] for o in new.get("named_outputs") or [] if not o.get("volatile")},
+        {o["name"]: o.get("sha256") for o in old.get("named_outputs") or []
+         if not o.get("volatile")},
+        {o["name"]: o.get("sha256") for o in new.get("named_outputs") or []
+         if not o.get("volatile")},
         prefix="outputs/")
 
 
@@ -208,6 +361,22 @@ def run_dataset(config: Any) -> str:
     return str(dataset) if dataset else ""
 
 
+#: Hex digits of a run's inputs digest: enough to tell apart the inputs of the runs one
+#: project holds, short enough for a table.
+INPUTS_DIGITS = 8
+
+
+def inputs_digest(m: dict[str, Any]) -> str | None:
+    """The first :data:`INPUTS_DIGITS` hex digits of the sha256 over the manifest's
+    ``inputs`` (each file's path and sha256, in path order, as JSON); None when the run
+    recorded no input file."""
+    inputs = sorted((str(i["path"]), str(i["sha256"])) for i in m.get("inputs") or [])
+    if not inputs:
+        return None
+    text = json.dumps([{"path": p, "sha256": h} for p, h in inputs], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:INPUTS_DIGITS]
+
+
 def run_seconds(m: dict[str, Any]) -> float | None:
     """A recorded run's duration, start to finish, in seconds (None when not recorded)."""
     try:
@@ -233,7 +402,8 @@ def describe_run(run_dir: Path) -> str:
         f"code       scarce {code.get('scarce', '?')}, commit {code.get('commit', '-')}"
         + (" (with uncommitted changes)" if code.get("dirty") else ""),
         f"store      {m.get('store', '')}",
-        f"inputs     {len(m.get('inputs') or [])} file(s)",
+        f"inputs     {len(m.get('inputs') or [])} file(s)"
+        + (f", digest {inputs_digest(m)}" if m.get("inputs") else ""),
         f"outputs    {len(m['outputs'])} store entries, "
         f"{sum(1 for o in m['outputs'] if o.get('cached'))} taken from the cache",
     ]

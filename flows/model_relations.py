@@ -14,10 +14,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from scarce.flows.apply import open_model
+from scarce.algorithms.relations.model import RelationDiscovery
+from scarce.flows.apply import MODEL_JSON, open_model
+from scarce.flows.manifest import read_manifest
+from scarce.flows.model_checks import kind_of, run_params
 from scarce.tasks import relations as rel
+from scarce.tasks.errors import InputError
 from scarce.tasks.readers.jsonl import read_records
 
 
@@ -39,6 +44,12 @@ class RelationsModel:
         The model's tables (docs/relations.md); ``clusters_`` has one row per cluster:
         ``cluster``, ``size``, ``label`` (its DCM words joined by ", "), ``words``,
         ``weights``.
+    estimator_ : RelationDiscovery
+        The run's estimator, with every parameter the run used (``get_params``: so
+        ``sklearn.base.clone(estimator_)`` searches as the run searched) and the fitted
+        attributes its model keeps: ``n_features_in_`` (the vocabulary), ``n_clusters_``,
+        ``selected_features_``, ``cluster_centers_`` and ``cluster_labels_``, so that its
+        ``predict`` of context features in the run's vocabulary is :meth:`predict`'s.
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -53,6 +64,19 @@ class RelationsModel:
         self.features_ = tables["features"]
         self.centroids_ = tables["centroids"]
         self.clusters_ = tables["clusters"]
+        params = run_params(RelationDiscovery, meta,
+                            lambda: read_manifest(Path(run_dir)).get("config") or {},
+                            folder / MODEL_JSON)
+        est = RelationDiscovery(**params)
+        est.n_features_in_ = len(self.vocabulary_)
+        est.n_clusters_ = self.n_clusters
+        est.selected_features_ = self.features_["feature"].to_numpy(np.intp)
+        est.cluster_centers_ = rel.centers_matrix(self.centroids_, self.n_clusters,
+                                                  len(self.features_))
+        est.cluster_labels_ = {int(c): list(w) for c, w in
+                               zip(self.clusters_["cluster"], self.clusters_["words"],
+                                   strict=True)}
+        self.estimator_ = est
 
     def __repr__(self) -> str:
         return (f"RelationsModel(run={self.run_id!r}, clusters={self.n_clusters}, "
@@ -70,14 +94,15 @@ class RelationsModel:
         of dicts in the output (a file is named by its file name, as ``scarce apply`` does).
         """
         directed = bool(self.meta_["directed"])
+        if pairs is None:
+            raise InputError("pairs is None; expected a path or a list of dicts (one per pair)")
         if isinstance(pairs, str | os.PathLike):
+            if not str(pairs):
+                raise InputError("pairs is an empty path")
             path = Path(pairs)
             return rel.parse.fn(path=path, fmt=format, relation_types=None, include_other=True,
                                 directed=directed, source=path.name)
-        if isinstance(pairs, Mapping) or not isinstance(pairs, Iterable):
-            raise TypeError(f"pairs must be a path or a list of dicts, got "
-                            f"{type(pairs).__name__}")
-        return rel.mentions_table(read_records(pairs), source, relation_types=None,
+        return rel.mentions_table(_records(pairs), source, relation_types=None,
                                   include_other=True, directed=directed)
 
     def assign(self, pairs: Any, format: str = "auto", source: str = "pairs") -> pd.DataFrame:
@@ -100,3 +125,23 @@ class RelationsModel:
     def predict(self, pairs: Any, format: str = "auto") -> Any:
         """The cluster of each pair (the ``cluster`` column of :meth:`assign`)."""
         return self.assign(pairs, format)["cluster"].to_numpy()
+
+
+def _records(pairs: Any) -> pd.DataFrame:
+    """The pairs table of a list of dicts (:func:`tasks.readers.jsonl.read_records`); a
+    ``pairs`` that is no list of dicts, or a bad record, is one :class:`InputError` naming
+    ``pairs`` and the record (``pairs[2]: ...``)."""
+    if isinstance(pairs, Mapping | str | bytes) or not isinstance(pairs, Iterable):
+        raise InputError(f"pairs is {kind_of(pairs)}; expected a path or a list of dicts (one "
+                         "per pair)")
+    items = list(pairs)
+    if not items:
+        raise InputError("pairs is empty: no pair to assign")
+    bad = next((i for i, p in enumerate(items) if not isinstance(p, Mapping)), None)
+    if bad is not None:
+        raise InputError(f"pairs[{bad}] is {kind_of(items[bad])}; expected a dict with tokens, "
+                         "head and tail")
+    try:
+        return read_records(items)
+    except ValueError as exc:  # names the record: pairs[2]: ...
+        raise InputError(str(exc)) from None

@@ -11,16 +11,20 @@ chains, and the bytes, ``scarce apply`` writes for the same input.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict
 
 from scarce.algorithms.strip.features import pair_table
-from scarce.algorithms.strip.ripper import rule_count
-from scarce.flows.apply import input_files
+from scarce.algorithms.strip.ripper import StRip, rule_count
+from scarce.flows.apply import MODEL_JSON, input_files
 from scarce.flows.apply_strip import ModelVariant, open_strip_model
+from scarce.flows.config import validate_config
+from scarce.flows.model_checks import kind_of, read_json
 from scarce.flows.outputs import Output, Protected, check_output, check_targets
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
@@ -53,6 +57,11 @@ class StripModel:
         Its rule table (``rule_id, antecedent_index, feature, op, value, pruned``).
     preprocess_ : dict
         The pair settings the run used (``window``, ``max_sentence_distance``, the sources).
+    estimator_ : StRip
+        The variant's estimator with every parameter the run trained it with (``get_params``:
+        the variant's closure and unlabelled pairs, its loss ratio, the learner's settings and
+        the run's seed, from ``model.json``; so ``sklearn.base.clone(estimator_)`` fitted on
+        the run's training pairs learns its rules) and ``rules_`` set.
 
     Notes
     -----
@@ -70,6 +79,8 @@ class StripModel:
         self._model = model
         self.rules_ = strip.load_rules.fn(path=model.rules)
         self.preprocess_ = dict(model.preprocess)
+        self.estimator_ = _estimator(model.rules.parent / MODEL_JSON, model.variant)
+        self.estimator_.rules_ = self.rules_
 
     def __repr__(self) -> str:
         return (f"StripModel(run={self.run_id!r}, variant={self.variant!r}, "
@@ -78,29 +89,45 @@ class StripModel:
 
     # ------------------------------------------------------------------ the steps of apply
     def _files(self, documents: Any) -> list[tuple[str, Path | None, tuple]]:
-        """``(name, path or None, (tokens, mentions))`` of every input file."""
+        """``(name, path or None, (tokens, mentions))`` of every input file; a ``documents``
+        that is none of those, or holds a bad item, is one :class:`InputError` naming it
+        (``documents[1] is None``)."""
+        if documents is None:
+            raise InputError("documents is None; expected a CoNLL-U path, a (tokens, "
+                             "mentions) pair or a list of them")
         one = (isinstance(documents, str | os.PathLike)
                or (isinstance(documents, tuple) and len(documents) == 2
                    and all(isinstance(d, pd.DataFrame) for d in documents)))
-        items = [documents] if one else list(documents)
-        # a folder stands for its CoNLL-U files, in name order, as `scarce apply` reads it
-        items = [f for item in items for f in (
-            input_files(Path(item), strip.DOC_SUFFIXES, False)
-            if isinstance(item, str | os.PathLike) and Path(item).is_dir() else [item])]
-        if not items:
-            raise ValueError("no document given: a CoNLL-U path, a (tokens, mentions) pair "
-                             "or a list of them")
+        if not one and (isinstance(documents, Mapping | bytes | pd.DataFrame)
+                        or not isinstance(documents, Iterable)):
+            raise InputError(f"documents is {kind_of(documents)}; expected a CoNLL-U path, a "
+                             "(tokens, mentions) pair or a list of them")
+        given = [documents] if one else list(documents)
+        if not given:
+            raise InputError("documents is empty: no document given (a CoNLL-U path, a "
+                             "(tokens, mentions) pair or a list of them)")
+        where = "documents" if one else "documents[{}]"
+        items = []
+        for k, item in enumerate(given):
+            name = where.format(k)
+            if isinstance(item, str | os.PathLike):
+                if not str(item):
+                    raise InputError(f"{name} is an empty path")
+                if Path(item).is_dir():  # a folder: its CoNLL-U files in name order, as
+                    items += input_files(Path(item), strip.DOC_SUFFIXES, False)  # apply
+                    continue
+            elif not (isinstance(item, tuple | list) and len(item) == 2
+                      and all(isinstance(d, pd.DataFrame) for d in item)):
+                raise InputError(f"{name} is {kind_of(item)}; expected a CoNLL-U path or a "
+                                 "(tokens, mentions) pair as read_conllu returns")
+            items.append(item)
         out = []
         for k, item in enumerate(items):
             if isinstance(item, str | os.PathLike):
                 path = Path(item)
                 out.append((path.name, path, read_conllu(path)))
-            elif (isinstance(item, tuple | list) and len(item) == 2
-                  and all(isinstance(d, pd.DataFrame) for d in item)):
-                out.append((f"document-{k}", None, tuple(item)))
             else:
-                raise TypeError(f"document {k} is a {type(item).__name__}; expected a CoNLL-U "
-                                "path or a (tokens, mentions) pair as read_conllu returns")
+                out.append((f"document-{k}", None, tuple(item)))
         return out
 
     def _apply(self, name: str, path: Path | None, frames: tuple) -> tuple[pd.DataFrame, ...]:
@@ -200,6 +227,40 @@ class StripModel:
         check_targets(targets, inputs=[path for _, path, _ in files], force=force,
                       protected=protected)
         return targets
+
+
+class _Learner(BaseModel):
+    """What ``model.json`` records of the learner's settings (the parts read here)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    k_optimize: int
+    dl_surplus: float
+    max_thresholds: int
+    seed: int
+    loss_ratio: dict[str, Any] = {}
+
+
+def _estimator(path: Path, variant: str) -> StRip:
+    """The StRip estimator a run trained ``variant`` with, from its ``model.json``: the
+    variant's set-up, its loss ratio (chosen on dev, or the one the run used) and the
+    learner's settings with the run's seed as ``random_state``, as the training steps built
+    it (``StRip.fit`` with these parameters is the run's grow, prune and optimize)."""
+    meta = read_json(path)
+    learner = validate_config(meta.get("learner"), _Learner, path) if isinstance(
+        meta.get("learner"), dict) else None
+    if learner is None:
+        raise InputError("model.json records no learner settings", path=path, key="learner")
+    ratio = next(v.get("loss_ratio") for v in meta["variants"] if v.get("name") == variant)
+    if ratio is None:  # a model recorded before the variants' ratios: the one ratio it tried
+        tried = learner.loss_ratio.get("tried") or []
+        if len(tried) != 1:
+            raise InputError(f"model.json records no loss ratio of {variant}", path=path,
+                             key="variants")
+        ratio = tried[0]
+    return StRip.from_variant(variant, loss_ratio=float(ratio), k_optimize=learner.k_optimize,
+                              dl_surplus=learner.dl_surplus,
+                              max_thresholds=learner.max_thresholds,
+                              random_state=learner.seed)
 
 
 def _mention_text(tokens: pd.DataFrame, mentions: pd.DataFrame) -> list[str]:

@@ -21,10 +21,11 @@ from scarce.algorithms.leml import LEML
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.flows import manifest as mf
 from scarce.flows.apply import open_model, resolve_model_run
+from scarce.flows.model_checks import kind_of, read_json, run_params
 from scarce.flows.model_relations import RelationsModel
 from scarce.flows.model_strip import StripModel
 from scarce.flows.runtime import default_runs_root
-from scarce.tasks.errors import InputError
+from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.leml import (
     _read_factor,
     in_feature_space,
@@ -109,7 +110,9 @@ class LemlModel:
     ----------
     run_id : str
     estimator_ : LEML
-        The fitted estimator (``W_``, ``H_`` set).
+        The fitted estimator (``W_``, ``H_`` set) with every parameter the run trained with
+        (``get_params``), so that ``sklearn.base.clone(estimator_)`` trains what the run
+        trained.
     labels_ : DataFrame
         The model's labels: ``label`` (index) and ``name`` (null where the data names none).
     features_ : DataFrame
@@ -126,7 +129,8 @@ class LemlModel:
                                   ("rank", "loss", "dtype", "fit_intercept", "normalize",
                                    "input_format", "shapes", "files", "n_labels"))
         self.run_id, self.meta_, self._folder = run_dir.name, meta, folder
-        params = {k: meta[k] for k in ("rank", "loss", "dtype", "fit_intercept")}
+        params = run_params(LEML, meta, lambda: read_json(folder / MODEL_FILES["config"]),
+                            folder / "model.json")
         self.estimator_ = LEML(**params).set_factors(
             _read_factor(folder / meta["files"]["W"], meta["shapes"]["W"]),
             _read_factor(folder / meta["files"]["H"], meta["shapes"]["H"]))
@@ -157,9 +161,11 @@ class LemlModel:
         return self.meta_["table"]
 
     def _rows(self, X: Any) -> tuple[sp.csr_matrix, sp.csr_matrix | None]:
-        """X in the model's feature space, and the labels when X carries them."""
+        """X in the model's feature space, and the labels when X carries them; bad rows are
+        one :class:`InputError` naming ``X`` and the row (:func:`check_rows`)."""
         m, dtype = self.meta_, np.dtype(self.meta_["dtype"]).type
-        if isinstance(X, str | os.PathLike):
+        kind = check_rows(X, "X")
+        if kind == "path":
             path, fmt = Path(X), m["input_format"]
             if fmt == "table":
                 from scarce.tasks.leml_table import load_table
@@ -172,10 +178,9 @@ class LemlModel:
                            **new_rows_labels(path, fmt))
             return in_feature_space(read["X"], self.estimator_.n_features_in_, path, fmt), \
                 read["Y"]
-        if isinstance(X, pd.DataFrame) or (isinstance(X, list | tuple | pd.Series)
-                                           and all(isinstance(t, str) for t in X)):
+        if kind in ("frame", "texts"):
             table = self._table()
-            if not isinstance(X, pd.DataFrame):
+            if kind == "texts":
                 X = pd.DataFrame({table["features_column"] or table["text_column"]: list(X)})
             from scarce.tasks.leml_table import read_frame_xy
 
@@ -183,18 +188,29 @@ class LemlModel:
                                  self.labels_, m["dtype"], m["normalize"])
         X = sp.csr_matrix(X, dtype=dtype)
         if X.shape[1] != self.estimator_.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features but the model of run {self.run_id} "
-                             f"has {self.estimator_.n_features_in_}")
+            raise InputError(f"X has {X.shape[1]} features but the model of run "
+                             f"{self.run_id} has {self.estimator_.n_features_in_}")
         if m["normalize"] == "l2":
             X = sk_normalize(X, norm="l2").astype(dtype)
         return X, None
 
-    def _label_matrix(self, names: Any) -> sp.csr_matrix:
+    def _label_matrix(self, names: Any, n_rows: int) -> sp.csr_matrix:
         """Per row a list of label names as the model's 0/1 label matrix (a name the model
-        does not have is left out, as ``scarce apply`` leaves it out)."""
+        does not have is left out, as ``scarce apply`` leaves it out); ``Y[i]`` that is no
+        list of names is an :class:`InputError` naming it."""
+        rows = list(names)
+        if len(rows) != n_rows:
+            raise InputError(f"Y has {len(rows)} rows but X has {n_rows}")
         index = {name: i for i, name in enumerate(self.label_names) if name is not None}
         indptr, indices = [0], []
-        for row in names:
+        for i, row in enumerate(rows):
+            if isinstance(row, str) or not isinstance(row, list | tuple | set | np.ndarray):
+                raise InputError(f"Y[{i}] is {kind_of(row)}; expected a list of label names "
+                                 "(['name'] for one, [] for none)")
+            bad = next((j for j, n in enumerate(row) if not isinstance(n, str)), None)
+            if bad is not None:
+                raise InputError(f"Y[{i}][{bad}] is {kind_of(list(row)[bad])}; expected a label "
+                                 "name (str)")
             indices.extend(sorted({index[n] for n in row if n in index}))
             indptr.append(len(indices))
         return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
@@ -204,6 +220,8 @@ class LemlModel:
         """The ``k`` best labels of every row, with their scores: the columns of the run's
         ``predictions.parquet`` (row, rank, label, label_name, score), as ``scarce apply``
         writes them."""
+        _check_count(k, "k")
+        _check_count(batch_size, "batch_size")
         rows, _ = self._rows(X)
         return named_predictions(predictions_table(self.estimator_, rows, k, batch_size),
                                  self.labels_)
@@ -218,6 +236,7 @@ class LemlModel:
         """For the logistic loss, the modelled probability of every label for every row,
         ``sigmoid(x^T W h_j)`` (n x L); the squared and squared-hinge losses model no
         probability (use :meth:`decision_function`)."""
+        check_rows(X, "X")  # a bad X is named first, as by the other methods
         if self.meta_["loss"] != "logistic":
             raise ValueError(f"the {self.meta_['loss']} loss models no probability; "
                              "decision_function gives the scores")
@@ -231,10 +250,95 @@ class LemlModel:
         if Y is None:
             Y = read
         elif not sp.issparse(Y) and not isinstance(Y, np.ndarray):
-            Y = self._label_matrix(Y)
+            if isinstance(Y, str) or not isinstance(Y, list | tuple | pd.Series):
+                raise InputError(f"Y is {kind_of(Y)}; expected a 0/1 label matrix or, per row, "
+                                 "a list of label names")
+            Y = self._label_matrix(Y, rows.shape[0])
+        elif Y.shape != (rows.shape[0], self.n_labels):
+            raise InputError(f"Y has shape {Y.shape} but X has {rows.shape[0]} rows and the "
+                             f"model {self.n_labels} labels")
         if Y is None or not sp.csr_matrix(Y).nnz:
-            raise ValueError("score needs labels: Y, or a file or table of X with its labels")
+            raise InputError("score needs labels: Y, or a file or table of X with its labels")
         return self.estimator_.score(rows, Y)
+
+
+
+
+def _check_count(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {excerpt(value)}")
+
+
+def check_rows(X: Any, name: str) -> str:
+    """What kind of rows ``X`` is (``path``, ``frame``, ``texts`` or ``matrix``), after
+    checking it has rows and each is of its kind; else an :class:`InputError` naming ``name``
+    and the first bad row (``X[1] is None; expected a text``).
+
+    scikit-learn's own checks would stop later, inside the vectoriser or ``check_array``,
+    with a message that names neither the argument nor the row.
+    """
+    if X is None:
+        raise InputError(f"{name} is None; expected a path, texts, a DataFrame or a feature "
+                         "matrix")
+    if isinstance(X, str | os.PathLike):
+        if not str(X):
+            raise InputError(f"{name} is an empty path")
+        return "path"
+    if isinstance(X, pd.DataFrame):
+        if not len(X):
+            raise InputError(f"{name} has no rows")
+        return "frame"
+    if sp.issparse(X) or (isinstance(X, np.ndarray) and X.ndim != 1):
+        rows = X if sp.issparse(X) else np.asarray(X)
+        if rows.ndim != 2 or not rows.shape[0]:
+            raise InputError(f"{name} has shape {rows.shape}; expected a matrix with rows")
+        ok = _finite(rows.data if sp.issparse(rows) else rows)
+        if not ok.all():
+            if sp.issparse(rows):  # the row of the first bad stored value
+                bad = np.searchsorted(sp.csr_matrix(rows).indptr, np.argmin(ok), side="right")
+                bad -= 1
+            else:
+                bad = np.argmin(ok.all(axis=1))
+            raise InputError(f"{name}[{int(bad)}] holds a value that is not a finite number")
+        return "matrix"
+    if not isinstance(X, list | tuple | pd.Series | np.ndarray):
+        raise InputError(f"{name} is {kind_of(X)}; expected a path, texts (a list of str), a "
+                         "DataFrame or a feature matrix")
+    items = list(X)
+    if not items:
+        raise InputError(f"{name} is empty: no row to score")
+    if any(isinstance(t, str) for t in items):
+        bad = next((i for i, t in enumerate(items) if not isinstance(t, str)), None)
+        if bad is not None:
+            text = next(i for i, t in enumerate(items) if isinstance(t, str))
+            raise InputError(f"{name}[{bad}] is {kind_of(items[bad])}; expected a text (str), "
+                             f"as {name}[{text}] is")
+        return "texts"
+    width = None
+    for i, row in enumerate(items):  # rows of numbers: a dense matrix
+        if not isinstance(row, list | tuple | np.ndarray):
+            raise InputError(f"{name}[{i}] is {kind_of(row)}; expected a text (str) or a row of "
+                             "numbers")
+        try:
+            values = np.asarray(row, dtype=np.float64)
+        except (TypeError, ValueError):
+            values = None
+        if values is None or values.ndim != 1 or not np.isfinite(values).all():
+            raise InputError(f"{name}[{i}] is not a row of finite numbers")
+        if width is not None and values.size != width:
+            raise InputError(f"{name}[{i}] has {values.size} values but {name}[0] has {width}")
+        width = values.size
+    return "matrix"
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    """Per value of an array: is it a finite number (text or None is not)?"""
+    values = np.asarray(values)
+    if values.dtype.kind in "biuf":
+        return np.isfinite(values)
+    return np.vectorize(lambda v: isinstance(v, int | float | np.integer | np.floating)
+                        and not isinstance(v, bool) and bool(np.isfinite(v)),
+                        otypes=[bool])(values)
 
 
 LOADERS["leml"] = LemlModel

@@ -18,12 +18,12 @@ Against a published figure there is no spread: the run holds when above it, fail
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from scarce.flows.claims import verdict
+from scarce.flows.manifest import read_manifest
 from scarce.flows.published import LEML_XC
 from scarce.flows.registry import FLOWS
 from scarce.tasks.errors import InputError
@@ -43,10 +43,7 @@ CLAIMS_TEXT = {
 
 
 def _manifest(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "manifest.json").read_text())
-    except FileNotFoundError:
-        raise InputError("no such run (see `scarce runs`)", path=run_dir) from None
+    return read_manifest(run_dir)  # its keys' types checked
 
 
 def flow_of(run_dir: Path) -> str:

@@ -39,6 +39,7 @@ from scarce.flows.config import (
     input_path,
 )
 from scarce.flows.published import CHEN_ACE
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import relations as rel
 from scarce.tasks.errors import InputError
@@ -271,10 +272,7 @@ def select_k(ctx, model, X, ranking, sizes: dict, progress, subsets=None) -> Sea
     return Search(chosen, references, int(choice["k"]), int(choice["n_features"]), subsets)
 
 
-RUN_NAME = "relations-{config.dataset}-{config.window}-seed{config.seed}"
-
-
-@flow(name="relations", flow_run_name=RUN_NAME)
+@flow(name="relations", flow_run_name=namer("relations"))
 def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -> dict:
     check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     cfg, model = config, config.estimator()
@@ -329,6 +327,7 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
         "relations", MODEL_VERSION, dataset=cfg.dataset, directed=cfg.directed,
         n_pairs=n_pairs, vocabulary_size=n_words, k=search.k, n_features=search.n_features,
         ranking=cfg.ranking, contexts=contexts, assign=model.step_params("assign"),
+        params=model.get_params(),
         files={part: f"{part}.parquet" for part in rel.MODEL_PARTS}))
     return ctx.finish(metrics)
 

@@ -1,7 +1,8 @@
 """The table of past runs: one row per run with its settings and its method's headline metrics.
 
 ``scarce runs`` prints it and ``scarce.runs()`` returns it as a DataFrame, as ``mlflow
-.search_runs`` or ``dvc exp show`` do: the run's id, flow, data set, status, start and
+.search_runs`` or ``dvc exp show`` do: the run's id, flow, data set, a digest of its input
+files (two runs that read one path are told apart when its bytes differ), status, start and
 duration; every config value (a dotted key, ``model.rank``), of which only those that differ
 between the listed runs are kept unless asked for; and the headline metrics of the flow's own
 method (LEML's ``leml-*``, not the binary-relevance baseline beside it), with the method's name.
@@ -21,11 +22,17 @@ import yaml
 
 from scarce.flows.config import safe_load
 from scarce.flows.former_keys import current_key
-from scarce.flows.manifest import read_manifest, run_dataset, run_folders, run_seconds
+from scarce.flows.manifest import (
+    inputs_digest,
+    read_manifest,
+    run_dataset,
+    run_folders,
+    run_seconds,
+)
 from scarce.tasks.errors import InputError
 
 #: The columns every table has, before the config values and the metrics.
-RUN_COLUMNS = ["run_id", "flow", "dataset", "status", "started", "seconds"]
+RUN_COLUMNS = ["run_id", "flow", "dataset", "inputs", "status", "started", "seconds"]
 #: Columns kept only when they differ between the listed runs (unless chosen), after these.
 OPTIONAL_COLUMNS = ["runner", "tags"]
 #: Tags the table's ``tags`` column leaves out: other columns show them.
@@ -94,23 +101,18 @@ def manifest_tags(m: dict[str, Any]) -> list[str]:
     return tags
 
 
-def _headline(m: dict[str, Any], run_id: str, warn: list[str]) -> dict[str, Any]:
+def _headline(m: dict[str, Any]) -> dict[str, Any]:
     """``method`` and the own method's headline metrics of a manifest (``dataset/method/
-    metric`` keys); a malformed headline adds a line to ``warn`` and gives none."""
+    metric`` keys, checked by :func:`flows.manifest.read_manifest`)."""
     headline = m.get("headline")
     if not headline:
-        return {}
-    if not isinstance(headline, dict) or not all(
-            isinstance(k, str) and k.count("/") >= 2 and isinstance(v, int | float)
-            and not isinstance(v, bool) for k, v in headline.items()):
-        warn.append(f"run {run_id}: malformed headline metrics in its manifest; left out")
         return {}
     split = [(k.rsplit("/", 2)[1], k.rsplit("/", 1)[1], float(v)) for k, v in headline.items()]
     method = own_method(str(m.get("flow", "")), list(dict.fromkeys(s[0] for s in split)))
     return {"method": method, **{metric: v for name, metric, v in split if name == method}}
 
 
-def _row(run_dir: Path, m: dict[str, Any], warn: list[str]) -> dict[str, Any]:
+def _row(run_dir: Path, m: dict[str, Any]) -> dict[str, Any]:
     options = m.get("options") or {}
     rerun_of = options.get("rerun_of")
     runner = "dask" if m.get("task_runner") == "DaskTaskRunner" else (
@@ -120,6 +122,7 @@ def _row(run_dir: Path, m: dict[str, Any], warn: list[str]) -> dict[str, Any]:
         "run_id": run_dir.name,
         "flow": m["flow"],
         "dataset": run_dataset(m.get("config")),
+        "inputs": inputs_digest(m),
         "status": f"rerun of {rerun_of}" if rerun_of else "finished",
         "started": str(m.get("started", ""))[:19].replace("T", " "),
         "seconds": run_seconds(m),
@@ -127,7 +130,7 @@ def _row(run_dir: Path, m: dict[str, Any], warn: list[str]) -> dict[str, Any]:
         "tags": ",".join(t for t in tags if not t.startswith(SHOWN_TAGS)),
         "_tags": tags,
         "_config": recorded_config(m),
-        "_headline": _headline(m, run_dir.name, warn),
+        "_headline": _headline(m),
     }
 
 
@@ -220,14 +223,17 @@ def runs_table(runs_dir: Path, *, flow: str | None = None, tags: Sequence[str] =
     warn = [] if warn is None else warn
     rows = []
     for d in run_folders(runs_dir):
-        try:
-            m = read_manifest(d)
+        dropped: list[InputError] = []
+        try:  # a malformed headline leaves out the metrics, not the run
+            m = read_manifest(d, droppable=("headline",), dropped=dropped)
         except InputError as exc:
             warn.append(f"run {d.name}: {exc}; left out")
             continue
+        warn += [f"run {d.name}: malformed headline metrics in its manifest ({exc}); left out"
+                 for exc in dropped]
         if flow is not None and m["flow"] != flow:
             continue
-        row = _row(d, m, warn)
+        row = _row(d, m)
         if all(t in row["_tags"] for t in tags):
             rows.append(row)
     config_keys = list(dict.fromkeys(k for r in rows for k in r["_config"]))

@@ -35,6 +35,7 @@ from scarce.flows import environment
 from scarce.flows import manifest as mf
 from scarce.flows.artifacts import PLOTS, Artifacts, Progress, markdown_table
 from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
+from scarce.flows.run_names import run_id_label
 from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
 from scarce.flows.tags import dataset_name, run_tags, tag_flow_run, unique
 from scarce.tasks.errors import InputError
@@ -187,7 +188,7 @@ class RunContext:
             store = Store(options.store or default_store_root())
         except ValueError as exc:
             raise InputError(str(exc), key="store (or $SCARCE_STORE)") from None
-        run_id = options.run_id or new_run_id(flow, config.name)
+        run_id = options.run_id or new_run_id(flow, run_id_label(config))
         run_dir = Path(options.runs or default_runs_root()) / run_id
         tag_flow_run(flow, config, options, run_id)
         lease = store.lease(run_id)

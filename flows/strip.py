@@ -41,6 +41,7 @@ from scarce.flows.config import (
     input_path,
 )
 from scarce.flows.published import STOYANOV_MPQA
+from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import strip
 
@@ -166,7 +167,7 @@ class StripConfig(FlowConfig):
         return list(self.loss_ratios) if self.dev_splits else [self.loss_ratio]
 
 
-@flow(name="strip", flow_run_name="strip-{config.dataset}-w{config.window}-seed{config.seed}")
+@flow(name="strip", flow_run_name=namer("strip"))
 def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
     """preprocess -> grow -> prune -> optimize (per variant and loss ratio) -> select the loss
     ratio on dev -> evaluate on test -> write chains, then the artifacts and named outputs."""

@@ -39,6 +39,7 @@ import scarce.algorithms.metrics.coref as coref_metrics
 import scarce.algorithms.strip.features as strip_features
 import scarce.algorithms.strip.ripper as ripper
 import scarce.tasks.readers.conllu as conllu
+from scarce.algorithms.memory import HEADROOM, MemoryBudgetError, available_bytes, format_bytes
 from scarce.algorithms.strip.closure import PairGraph
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import step
@@ -202,15 +203,70 @@ _KEPT: dict = {}
 _KEPT_LOCK = threading.Lock()
 
 
+#: Bytes per training pair besides the pair table (docs/design/memory.md, "StRip's training
+#: pairs"): per feature its encoded column and a working copy (int64 codes or float64 values,
+#: 8 + 8), and per pair its label, document and mention codes and the closure's graph (14
+#: int64) and the masks of the rules evaluated (one byte each; tens of rules are).
+BYTES_PER_FEATURE = 16
+BYTES_PER_PAIR = 14 * 8 + 64
+#: The pair table's bytes per pair and column, by Arrow type (a string: its offset and a few
+#: characters; a bool: one byte); it is held twice while the files are read and joined.
+TABLE_BYTES = {"bool": 1, "string": 16, "large_string": 16}
+TABLE_BYTES_OTHER = 8
+TABLE_COPIES = 2
+
+
+def training_memory(train: Sequence[str | Path]) -> tuple[int, int, int]:
+    """``(pairs, features, bytes)`` of training on the pair tables ``train`` (store files),
+    from their Parquet footers, nothing read: the formula of docs/design/memory.md."""
+    import pyarrow.parquet as pq
+
+    n_pairs, columns = 0, None
+    for path in train:
+        meta = pq.read_metadata(path)
+        n_pairs += meta.num_rows
+        if columns is None:
+            schema = meta.schema.to_arrow_schema()
+            columns = [(f.name, str(f.type)) for f in schema if f.name != "__index_level_0__"]
+    columns = columns or []
+    n_features = sum(name not in PAIR_KEYS for name, _ in columns)
+    table = sum(TABLE_BYTES.get(kind, TABLE_BYTES_OTHER) for _, kind in columns)
+    per_pair = TABLE_COPIES * table + BYTES_PER_FEATURE * n_features + BYTES_PER_PAIR
+    return n_pairs, n_features, n_pairs * per_pair
+
+
+def check_training_memory(train: Sequence[str | Path]) -> int:
+    """Refuse, before the training pairs are read, training that would not fit in the memory
+    available (:func:`algorithms.memory.available_bytes`: ``SCARCE_MEMORY_LIMIT_GB`` among
+    others), as LEML and the relations flow refuse theirs; returns the bytes needed.
+
+    Raises
+    ------
+    algorithms.memory.MemoryBudgetError
+        One line: the pairs and features, the bytes needed and available, what to change.
+    """
+    n_pairs, n_features, need = training_memory(train)
+    room = available_bytes()
+    if need > HEADROOM * room:
+        raise MemoryBudgetError(
+            f"StRip's training pairs: {n_pairs:,} pairs x {n_features} features need about "
+            f"{format_bytes(need)}, but only {format_bytes(room)} is available; train on fewer "
+            "documents (train_splits), take fewer pairs (a smaller window or "
+            "max_sentence_distance) or allow more memory (SCARCE_MEMORY_LIMIT_GB)")
+    return need
+
+
 def _prepare(model: ripper.StRip, train: list[str], variant: str) -> ripper.RuleProblem:
     """The estimator's problem over the training pairs of the store files ``train``, kept for
-    the next step that asks for the same (see :data:`_KEPT`)."""
+    the next step that asks for the same (see :data:`_KEPT`); training that would not fit in
+    memory is refused before they are read (:func:`check_training_memory`)."""
     files = tuple(str(p) for p in train)
     key = (files, float(model.loss_ratio), int(model.max_thresholds),
            bool(model.use_unlabeled), bool(model.closure))
     with _KEPT_LOCK:
         if _KEPT.get("files") != files:
             _KEPT.clear()
+            check_training_memory(files)
             _KEPT.update(files=files, table=pd.concat([read_parquet_entry(p) for p in files],
                                                       ignore_index=True))
         if _KEPT.get("key") != key:

@@ -102,7 +102,8 @@ def _experiment_folder(runs, flow: str = "relations", name: str = "experiment-to
     (run / "outputs").mkdir(parents=True)
     config = {"flow": flow, "table": {"rows": rows, "columns": ["method"]},
               "base_config": {"ranking": "entropy", "prefix_step": None}}
-    (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "config": config}))
+    (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "outputs": [],
+                                                   "config": config}))
     table.to_parquet(run / "outputs" / "table.parquet")
     children = []
     for i, w in enumerate(words.itertuples()):
@@ -228,7 +229,7 @@ def test_how_the_subset_search_chose_f_k_is_read_from_the_childrens_store_entrie
                 for part, value in (("search", frame), ("subsets", subsets.sort_values("k")))}
         child = tmp_path / f"relations-experiment-toy-1-{seed}"  # corpus easy, seeds 0 and 1
         (child / "manifest.json").write_text(json.dumps({
-            "store": str(tmp_path / "elsewhere"),  # recorded: never read
+            "flow": "relations", "store": str(tmp_path / "elsewhere"),  # recorded: never read
             "outputs": [{"step": "relations-subsets", "ref": r} for r in refs.values()]}))
     _, words, _ = read_experiment(run, tmp_path)
     easy = words[(words["corpus"] == "easy") & (words["seed"].isin([0, 1]))].sort_values("seed")

@@ -196,7 +196,8 @@ def test_runs_lists_one_line_per_run_and_shows_one_in_detail(project, first, cap
     assert code == 0
     lines = out.splitlines()
     header = lines[0].split()
-    assert header[:6] == ["run_id", "flow", "dataset", "status", "started", "seconds"]
+    assert header[:7] == ["run_id", "flow", "dataset", "inputs", "status", "started",
+                          "seconds"]
     assert header[-3:] == ["method", "ari", "v_measure"]  # the method's own metrics
     ids = runs(project)
     assert len(lines) == 1 + len(ids)

@@ -274,7 +274,11 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
         "shapes": {"W": [Xt.shape[1] + 1, 8], "H": [Yt.shape[1], 8]},
         "files": {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
                   "labels": "labels.parquet", "propensity": "propensity.parquet",
-                  "config": "config.json"}}
+                  "config": "config.json"},
+        # every parameter the run trained with (a loaded model's estimator reports them)
+        "params": {k: v for k, v in LEML(rank=8, lam=4.0, outer_iterations=3, cg_max_iter=10,
+                                         random_state=3).get_params().items()
+                   if k != "callback"}}
     assert json.loads((out / "model/config.json").read_text()) == m["config"]
 
 

@@ -214,8 +214,8 @@ def test_a_model_of_an_unknown_format_version_is_refused_in_one_line(project, tr
      "pairs[0]: 'label' must be a string"),
     ([{"id": 1, "tokens": ["a", "b"], "head": [0, 1], "tail": [1, 2]}] * 2, ValueError,
      "pairs[1]: duplicated id 1 (first in pairs[0])"),
-    ([], ValueError, "no pairs given"),
-    ({"tokens": ["a"]}, TypeError, "pairs must be a path or a list of dicts"),
+    ([], InputError, "pairs is empty: no pair to assign"),
+    ({"tokens": ["a"]}, InputError, "pairs is a dict; expected a path or a list of dicts"),
 ])
 def test_bad_pairs_are_refused_naming_the_pair(project, trained, pairs, error, words):
     with pytest.raises(error) as info:

@@ -27,7 +27,8 @@ def _experiment(runs, name: str, flow: str, rows: list[str], axes: dict,
     run = runs / name
     (run / "outputs").mkdir(parents=True)
     config = {"flow": flow, "axes": axes, "table": {"rows": rows, "columns": ["method"]}}
-    (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "config": config}))
+    (run / "manifest.json").write_text(json.dumps({"flow": "experiment", "outputs": [],
+                                                   "config": config}))
     pd.DataFrame(table).to_parquet(run / "outputs" / "table.parquet")
     return name
 

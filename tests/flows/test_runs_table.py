@@ -3,6 +3,7 @@ whose settings and metrics are known, so every cell can be checked."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
@@ -10,6 +11,7 @@ import pytest
 
 import scarce
 from scarce.flows.cli import main
+from scarce.flows.leml import headline
 from scarce.flows.runs_table import flat_config, own_method, runs_table
 from scarce.tasks.errors import InputError
 
@@ -33,13 +35,27 @@ def _write(root, run_id: str, manifest: dict, started: str) -> None:
     (root / run_id / "manifest.json").write_text(json.dumps(m))
 
 
+INPUTS_A = [{"path": "t.txt", "sha256": "a" * 64}, {"path": "s.txt", "sha256": "c" * 64}]
+INPUTS_B = [{"path": "t.txt", "sha256": "b" * 64}, {"path": "s.txt", "sha256": "c" * 64}]
+
+
+def _digest(inputs: list[dict]) -> str:
+    """By hand: sha256 over the inputs in path order as compact JSON, 8 hex digits."""
+    ordered = sorted(inputs, key=lambda i: i["path"])
+    text = "[" + ",".join(f'{{"path":"{i["path"]}","sha256":"{i["sha256"]}"}}'
+                          for i in ordered) + "]"
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 @pytest.fixture
 def runs_dir(tmp_path):
     root = tmp_path / "runs"
-    _write(root, "leml-a", _leml(8), "10:00:00")
-    # recorded before compute was named so: its w_step section is read as compute
+    _write(root, "leml-a", _leml(8, inputs=INPUTS_A), "10:00:00")
+    # recorded before compute was named so: its w_step section is read as compute; its
+    # training file has the same path as leml-a's, other bytes
     _write(root, "leml-b", _leml(25, {"w_step": {"runner": "blocks", "blocks": 3}},
-                                 tags=["flow:leml", "experiment:rank"]), "10:01:00")
+                                 tags=["flow:leml", "experiment:rank"], inputs=INPUTS_B),
+           "10:01:00")
     _write(root, "strip-a", {"flow": "strip", "config": {"seed": 0, "window": 20},
                              "options": {"rerun_of": "strip-0"},
                              "headline": {"gum/ripper/b3_f": 0.69, "gum/strip-labeled/b3_f": 0.68,
@@ -57,10 +73,13 @@ def test_a_row_per_run_with_the_settings_that_differ_and_the_methods_own_metrics
     # the fixed columns, the tag only one run has, then the LEML config values that differ
     # (window is strip's alone and the same in its one run), then the own method's metrics
     assert list(frame.columns) == [
-        "run_id", "flow", "dataset", "status", "started", "seconds", "tags",
+        "run_id", "flow", "dataset", "inputs", "status", "started", "seconds", "tags",
         "model.rank", "compute.backend", "compute.row_blocks", "method", "precision@1",
         "precision@5", "b3_f"]
     assert frame["status"].tolist() == ["finished", "finished", "rerun of strip-0"]
+    # the same input path, other bytes: other digests; no input recorded: none
+    assert frame["inputs"].tolist()[:2] == [_digest(INPUTS_A), _digest(INPUTS_B)]
+    assert frame["inputs"][0] != frame["inputs"][1] and pd.isna(frame["inputs"][2])
     assert frame["seconds"].tolist() == [30.0, 30.0, 30.0]
     assert frame["tags"].tolist() == ["", "experiment:rank", ""]
     assert str(frame["model.rank"].dtype) == "Int64"  # integers, though strip has no rank
@@ -138,3 +157,32 @@ def test_flat_config_and_own_method_by_hand():
     assert own_method("strip", ["ripper", "strip-labeled"]) == "strip-labeled"
     assert own_method("relations", ["entropy", "RLBaseline"]) == "entropy"
     assert own_method("strip", []) is None
+
+
+def test_the_inputs_digest_depends_on_the_files_bytes_not_their_order(tmp_path):
+    root = tmp_path / "runs"
+    _write(root, "leml-a", _leml(8, inputs=INPUTS_A), "10:00:00")
+    _write(root, "leml-b", _leml(8, inputs=list(reversed(INPUTS_A))), "10:01:00")
+    _write(root, "leml-c", _leml(8, inputs=INPUTS_B), "10:02:00")
+    digests = runs_table(root)["inputs"].tolist()
+    assert digests == [_digest(INPUTS_A), _digest(INPUTS_A), _digest(INPUTS_B)]
+    assert len(digests[0]) == 8 and int(digests[0], 16) >= 0
+
+
+def test_a_leml_run_shows_p_at_3_between_p_at_1_and_p_at_5(tmp_path):
+    """The LEML flow's headline (from a metrics table written by hand, in another order)
+    puts P@1, P@3, P@5 and AUC of its method in the table, in that order."""
+    metrics = pd.DataFrame({
+        "dataset": "bibtex", "method": ["leml-squared-k8"] * 5 + ["br-ridge"] * 2,
+        "metric": ["instance_auc", "precision@5", "precision@3", "ndcg@3", "precision@1",
+                   "precision@1", "precision@3"],
+        "value": [0.9, 0.3, 0.4, 0.45, 0.6, 0.55, 0.35]})
+    root = tmp_path / "runs"
+    _write(root, "leml-a", {"flow": "leml", "config": {"dataset": {"name": "bibtex"}},
+                            "headline": headline(metrics)}, "10:00:00")
+    frame = runs_table(root)
+    assert list(frame.columns)[-5:] == ["method", "precision@1", "precision@3", "precision@5",
+                                        "instance_auc"]
+    row = frame.iloc[0]
+    assert (row["method"], row["precision@1"], row["precision@3"], row["precision@5"],
+            row["instance_auc"]) == ("leml-squared-k8", 0.6, 0.4, 0.3, 0.9)
