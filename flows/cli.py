@@ -167,6 +167,10 @@ def _add_apply(add: Any) -> None:
                          "own)")
     ap.add_argument("--top-k", type=types.POSITIVE, metavar="K",
                     help="LEML: labels per row (default: 5)")
+    ap.add_argument("--keep-column", dest="keep_columns", action="append", default=[],
+                    metavar="NAME",
+                    help="LEML on a table: copy this input column (an id) into the predictions "
+                         "(repeatable)")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     metavar="KEY=VALUE", help="override a key of the apply config (repeatable)")
     _runner_args(ap, "local")

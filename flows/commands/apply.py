@@ -57,6 +57,11 @@ def apply(args: argparse.Namespace) -> int:
         if "top_k" not in model.model_fields:
             raise InputError(f"--top-k is an option of LEML, not of {flow}", key="top_k")
         data["top_k"] = args.top_k
+    if args.keep_columns:
+        if "keep_columns" not in model.model_fields:
+            raise InputError(f"--keep-column is an option of LEML, not of {flow}",
+                             key="keep_columns")
+        data["keep_columns"] = list(args.keep_columns)
     data = apply_overrides(data, args.overrides, model) if args.overrides else data
     config = validate_config(data, model, None)
     preflight(args.dask_address)

@@ -66,8 +66,9 @@ def test_the_kept_columns_lead_every_line_of_their_row(project, kind):
     table = pd.read_csv(project / "new.csv", dtype=str)
     code, err, plain = _apply(project, "--input", f"new.{kind}")
     assert code == 0, err[-2000:]
-    code, err, kept = _apply(project, "--input", f"new.{kind}",
-                             "--set", "keep_columns=[title, id]")
+    keep = (["--set", "keep_columns=[title, id]"] if kind == "csv" else
+            ["--keep-column", "title", "--keep-column", "id"])  # the config key, the option
+    code, err, kept = _apply(project, "--input", f"new.{kind}", *keep)
     assert code == 0, err[-2000:]
     want = pd.read_parquet(plain / "outputs" / "predictions.parquet")
     got = pd.read_parquet(kept / "outputs" / "predictions.parquet")
