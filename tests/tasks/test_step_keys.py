@@ -11,6 +11,7 @@ different keys.  A step added with a ``files`` parameter but no case here fails
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import gzip
 import importlib
@@ -633,3 +634,55 @@ def test_store_format_parquet_is_read_by_its_bytes_alone(tmp_path):
     for name in ("x.parquet", "x.csv", "x.gz", "x"):
         (tmp_path / name).write_bytes(data)
         assert pq.read_table(tmp_path / name).to_pandas()["a"].tolist() == [1, 2]
+
+
+# -- the environment ---------------------------------------------------------------------------
+#: The variables the steps' code (algorithms/, tasks/) reads, each with the test showing that it
+#: changes no output: it may only refuse a call.
+ENVIRONMENT_READ = {
+    "SCARCE_MEMORY_LIMIT_GB": "tests/algorithms/leml/test_terms.py::"
+                              "test_bound_solvers_give_the_same_bits_under_any_memory_limit",
+}
+
+
+def test_the_steps_read_no_environment_variable_that_could_change_an_output():
+    """Every read of the environment under algorithms/ and tasks/ (``os.environ``,
+    ``os.getenv``) names a variable of :data:`ENVIRONMENT_READ`: a new one must be put in
+    the keys of the steps it changes, or shown to change no output."""
+    import ast
+
+    read = set()
+    for package in ("algorithms", "tasks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            constants = {t.id: n.value.value for n in ast.walk(tree)
+                         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                         for t in n.targets if isinstance(t, ast.Name)}
+            for node in ast.walk(tree):
+                arg = None
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                        node.func.attr == "getenv" or (node.func.attr in ("get", "setdefault")
+                                                       and _is_environ(node.func.value))):
+                    arg = node.args[0] if node.args else None
+                elif isinstance(node, ast.Subscript) and _is_environ(node.value):
+                    arg = node.slice
+                elif isinstance(node, ast.Attribute) and node.attr == "environ" \
+                        and not _used_by_key(tree, node):
+                    read.add(f"{path.relative_to(ROOT)}: os.environ as a whole")
+                    continue
+                else:
+                    continue
+                name = (arg.value if isinstance(arg, ast.Constant)
+                        else constants.get(getattr(arg, "id", None), ast.dump(arg)))
+                read.add(name)
+    assert read == set(ENVIRONMENT_READ)
+
+
+def _is_environ(node: Any) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def _used_by_key(tree: Any, node: Any) -> bool:
+    """Whether this ``os.environ`` is the object of a ``.get``/``[...]`` read counted above."""
+    return any(isinstance(parent, ast.Attribute | ast.Subscript) and parent.value is node
+               for parent in ast.walk(tree))
