@@ -272,8 +272,6 @@ def compare_runs(old: dict[str, Any], new: dict[str, Any], old_dir: Path,
       input) are paired by step and part with an entry of the other run holding the same
       table, read from the store each manifest names; those left unpaired are listed.
     """
-    from scarce.tasks.store import Store
-
     lines = compare_outputs(old, new)
     metadata: list[dict[str, Any]] = []
     files = {METRICS: (old.get("metrics_sha256"), new.get("metrics_sha256"))}
@@ -284,7 +282,7 @@ def compare_runs(old: dict[str, Any], new: dict[str, Any], old_dir: Path,
     old_copy = {o["ref"]: old_dir / "outputs" / name for name, o in named_old.items()
                 if o.get("ref")}
     old_sha = {o["ref"]: o["sha256"] for o in old["outputs"]}
-    new_store = Store(new.get("store") or new_dir)
+    new_store = _store_at(new.get("store"))
 
     def resolved(a: Path, sha_a, b: Path, sha_b, name: str) -> bool:
         if not (_intact(a, sha_a) and _intact(b, sha_b)):
@@ -301,18 +299,29 @@ def compare_runs(old: dict[str, Any], new: dict[str, Any], old_dir: Path,
         if kind == "differs" and name in files:
             if resolved(old_dir / name, files[name][0], new_dir / name, files[name][1], name):
                 same.add(line)
-        elif kind == "differs" and name in old_copy:  # a store entry, named by the first run
+        elif kind == "differs" and name in old_copy and new_store is not None:
+            # a store entry the first run also published: its copy keeps the first bytes
             new_sha = next(o["sha256"] for o in new["outputs"] if o["ref"] == name)
             if resolved(old_copy[name], old_sha[name], new_store.path(name), new_sha, name):
                 same.add(line)
         elif kind in ("missing in rerun", "new in rerun"):
             (gone if kind == "missing in rerun" else added).append(name)
     recorded = {**{o["ref"]: o["sha256"] for o in new["outputs"]}, **old_sha}
-    left = _pair_entries(gone, added, Store(old.get("store") or old_dir), new_store, recorded,
+    left = _pair_entries(gone, added, _store_at(old.get("store")), new_store, recorded,
                          metadata)
     same.update(f"missing in rerun: {r}" for r in set(gone) - set(left[0]))
     same.update(f"new in rerun: {r}" for r in set(added) - set(left[1]))
     return [line for line in lines if line not in same], metadata
+
+
+def _store_at(root: Any) -> Any:
+    """The store a manifest names, to read entries from (None when it names none usable)."""
+    from scarce.tasks.store import Store
+
+    try:
+        return Store(root) if root else None
+    except (ValueError, OSError):
+        return None
 
 
 def _pair_entries(gone: list[str], added: list[str], old_store: Any, new_store: Any,
@@ -323,6 +332,8 @@ def _pair_entries(gone: list[str], added: list[str], old_store: Any, new_store: 
     step and part with the entries paired.  An entry whose file no longer has the sha256 its
     run ``recorded`` (rewritten or damaged since) pairs with none."""
     def content(store: Any, ref: str) -> tuple[str, dict[str, str]] | None:
+        if store is None:
+            return None
         try:
             path = store.path(ref)
             return parquet_content(path) if _intact(path, recorded.get(ref)) else None

@@ -106,9 +106,8 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     include_other : keep the pairs labelled ``Other``.
     directed : gold classes are the directed labels (``Cause-Effect(e2,e1)``, 18 types
         plus Other) instead of the undirected relation types.
-    source : the name the pairs are listed under; None: the file's name.  The flows pass
-        the file's name: the store keys a file by its content, not its name, so two files
-        with the same content and different names would otherwise share one table.
+    source : the name the pairs are listed under; None: the file's name (then in the key,
+        :func:`_name_read`).  The flows pass the file's name.
     enough_for : the parameters of :meth:`RelationDiscovery.check_n_pairs` when this file
         is the whole data: its pairs must suffice for them, checked here so that a file too
         small for the method is refused before its table is stored.  A check, not part of

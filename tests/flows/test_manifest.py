@@ -98,6 +98,15 @@ def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | N
     return folder, m
 
 
+def test_the_values_cover_every_kind_the_store_writes():
+    """A named Parquet output is a store entry (``RunRecord.name_output`` takes a ref), and
+    the store writes three kinds (``tasks.store.encode``; ``decode`` refuses any other)."""
+    from scarce.tasks.store import encode
+
+    kinds = {encode(v).schema.metadata[b"scarce.kind"].decode() for v, _ in VALUES.values()}
+    assert kinds == {"table", "sparse", "dense"}
+
+
 @pytest.mark.parametrize("kind", VALUES)
 def test_an_output_whose_only_change_is_its_key_is_identical_with_a_metadata_note(kind,
                                                                                     tmp_path):
