@@ -17,6 +17,9 @@ the grid (dotted config keys and their values) and the table to build::
 An axis may also name groups of settings that vary together (``corpus: {semeval: {data: [...],
 dataset: semeval-9}, fewrel: {...}}``): its values in the table are the group names.
 
+The grid's axes are taken in name order (named settings by name too; :func:`axis_names`), not
+in the file's order, which no record of a mapping keeps.
+
 ``scarce run experiment NAME`` runs the ``experiment`` flow: one child flow run per grid point
 (the flow unchanged, each with its own run folder and manifest, tagged ``experiment:<name>``),
 submitted to the task runner so that ``--runner dask`` / ``--dask-address`` spread the grid, every
@@ -186,7 +189,7 @@ class ExperimentConfig(FlowConfig):
         """The axes a selection chooses: ``select.over``, else every axis but ``seed``."""
         if self.select is None:
             return []
-        return list(self.select.over or [a for a in self.axes if a != "seed"])
+        return list(self.select.over or [a for a in sorted(self.axes) if a != "seed"])
 
 
 def experiment_file(name: str) -> Path:
@@ -234,11 +237,29 @@ def load_experiment(path: Path, overrides: list[str] | None = None) -> Experimen
     return config
 
 
+def axis_names(config: ExperimentConfig) -> list[str]:
+    """The grid's axes in their canonical order: by name.
+
+    Not in the order the file lists them: a run's manifest records its config as JSON with
+    sorted keys (and a mapping's order is no part of YAML or JSON), so ``scarce rerun`` would
+    build the grid in another order, with other points in the table's step key, and a rerun of
+    an experiment whose axes are not in name order would never be identical."""
+    return sorted(config.axes)
+
+
+def axis_values(config: ExperimentConfig, axis: str) -> list[Any]:
+    """The values of ``axis`` in grid order: a list as written, a named axis by its names
+    (sorted, as :func:`axis_names`)."""
+    values = config.axes[axis]
+    return sorted(values) if isinstance(values, dict) else list(values)
+
+
 def grid(config: ExperimentConfig) -> list[dict[str, Any]]:
-    """Every point of the grid, the last axis varying fastest (a named axis by its names)."""
-    keys = list(config.axes)
+    """Every point of the grid, the axes by name (:func:`axis_names`), the last varying
+    fastest (a named axis by its names)."""
+    keys = axis_names(config)
     return [dict(zip(keys, values, strict=True))
-            for values in itertools.product(*(list(config.axes[k]) for k in keys))]
+            for values in itertools.product(*(axis_values(config, k) for k in keys))]
 
 
 def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +346,7 @@ def experiment_flow(config: ExperimentConfig, options: RunOptions | None = None)
     for r in results:  # the experiment's record holds every child's outputs
         ctx.record.adopt(r["outputs"], child=r["run_id"])
     table = ctx.run(exp.gather, metrics=[r["metrics"] for r in results if r["error"] is None],
-                    name=config.name, axes=list(config.axes), points=points,
+                    name=config.name, axes=axis_names(config), points=points,
                     errors=[r["error"] for r in results], family=spec.method_family)
     t = config.table
     summaries, tables = {}, []
@@ -411,9 +432,10 @@ def publish(ctx: RunContext, config: ExperimentConfig, table: str, summaries: di
 def table_markdown(config: ExperimentConfig, summary: pd.DataFrame, results: list[dict]) -> str:
     """The experiment's table as markdown, with its grid and the failed points."""
     t = config.table
-    over = [a for a in config.axes if a not in (*t.rows, *t.columns)]
+    over = [a for a in axis_names(config) if a not in (*t.rows, *t.columns)]
     lines = [f"# {config.name}: {t.metric}", "",
-             f"{config.flow} over {' x '.join(f'{k} ({len(v)})' for k, v in config.axes.items())}"
+             f"{config.flow} over "
+             f"{' x '.join(f'{k} ({len(config.axes[k])})' for k in axis_names(config))}"
              f" = {len(results)} runs" + (f"; mean ± std over {', '.join(over)}" if over else ""),
              ""]
     lines.append(_markdown_or_none(exp.wide(summary, t.rows, t.columns)))

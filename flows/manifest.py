@@ -329,6 +329,200 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         prefix="outputs/")
 
 
+# -- what a file holds ---------------------------------------------------------------------
+#: Footer metadata of a Parquet output that says where it came from or how it was written, not
+#: what it holds: a store entry's step, key and part (a changed step's code re-keys entries
+#: whose tables are unchanged), its checksum (taken over those too) and the store format's
+#: version; and, in pandas' metadata, the versions of the writing libraries.
+PROVENANCE = ("scarce.task", "scarce.key", "scarce.part", "scarce.checksum",
+              "scarce.format_version")
+_WRITER_FIELDS = ("creator", "pandas_version")
+
+
+def parquet_content(path: Path) -> tuple[str, dict[str, str]]:
+    """What a Parquet file holds, and apart from it its :data:`PROVENANCE` metadata.
+
+    Returns the sha256 of the file's table -- its schema, its values bit for bit (a NaN equals
+    itself, unlike ``pyarrow.Table.equals``) and the metadata that says how it decodes
+    (pandas' index and dtypes, the store's kind, shape and dtypes) -- and the provenance
+    metadata by name.  Raises what pyarrow raises for a file that is not Parquet.
+    """
+    import pyarrow.parquet as pq
+
+    from scarce.tasks.store import table_checksum
+
+    table = pq.read_table(path)
+    held, provenance = {}, {}
+    for k, v in (table.schema.metadata or {}).items():
+        name = k.decode("utf-8", "replace")
+        if name in PROVENANCE:
+            provenance[name] = v.decode("utf-8", "replace")
+        elif name == "pandas":
+            doc = json.loads(v)
+            for field in _WRITER_FIELDS:
+                provenance[f"pandas.{field}"] = json.dumps(doc.pop(field, None), sort_keys=True)
+            held[k] = json.dumps(doc, sort_keys=True).encode()
+        else:
+            held[k] = v
+    return table_checksum(table.replace_schema_metadata(held)), provenance
+
+
+def same_content(a: Path, b: Path) -> tuple[bool, list[str]]:
+    """Whether files ``a`` and ``b`` hold the same, and the metadata in which they differ.
+
+    A Parquet file (``.parquet``) holds its table (:func:`parquet_content`), so two files whose
+    tables are equal are the same whatever their provenance metadata says; any other file (JSON,
+    text, CoNLL-U, PNG) holds its bytes.
+    """
+    from scarce.tasks.store import file_sha256
+
+    if a.suffix == b.suffix == ".parquet":
+        try:
+            (held_a, meta_a), (held_b, meta_b) = parquet_content(a), parquet_content(b)
+        except Exception:  # not readable as Parquet: compared by its bytes
+            pass
+        else:
+            return held_a == held_b, [name for name, _, _ in _changed_values(meta_a, meta_b)]
+    return file_sha256(a) == file_sha256(b), []
+
+
+def _changed_values(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _intact(path: Path, recorded: str | None) -> bool:
+    """Whether ``path`` still holds the bytes its manifest records."""
+    from scarce.tasks.store import file_sha256
+
+    try:
+        return path.is_file() and file_sha256(path) == recorded
+    except OSError:
+        return False
+
+
+def _entry_part(ref: str) -> tuple[str, str]:
+    """(step, part) of a store ref ``<step>/<key>[-<part>]``: what a re-keyed entry keeps."""
+    from scarce.tasks.store import KEY_HEX
+
+    step, _, name = ref.partition("/")
+    return step, name[KEY_HEX + 1:]
+
+
+def compare_runs(old: dict[str, Any], new: dict[str, Any], old_dir: Path,
+                 new_dir: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """What differs between two runs' outputs, by what the files hold: ``(differs, metadata)``.
+
+    ``differs`` are :func:`compare_outputs`' lines, less those whose files hold the same
+    (:func:`same_content`); ``metadata`` one record per file (``name``, ``keys``: the metadata
+    that differs), or per step and part of the store (``name`` ``store: <step> <part>``,
+    ``entries``: how many), whose content is the same and whose metadata differs.
+
+    * ``metrics.parquet`` and the named outputs are read in both run folders (a file whose
+      bytes no longer match its manifest, damaged since, is compared by the recorded hash);
+    * a store entry written under the same ref by both runs was overwritten by the second: it
+      is compared through the first run's named output of it, when it has one, else by hash;
+    * entries under refs only one run has (a step's key changed: its code, or the key of an
+      input) are paired by step and part with an entry of the other run holding the same
+      table, read from the store each manifest names; those left unpaired are listed.
+    """
+    lines = compare_outputs(old, new)
+    metadata: list[dict[str, Any]] = []
+    files = {METRICS: (old.get("metrics_sha256"), new.get("metrics_sha256"))}
+    named_old = {o["name"]: o for o in old.get("named_outputs") or [] if not o.get("volatile")}
+    named_new = {o["name"]: o for o in new.get("named_outputs") or [] if not o.get("volatile")}
+    for name in set(named_old) & set(named_new):
+        files[f"outputs/{name}"] = (named_old[name]["sha256"], named_new[name]["sha256"])
+    old_copy = {o["ref"]: old_dir / "outputs" / name for name, o in named_old.items()
+                if o.get("ref")}
+    old_sha = {o["ref"]: o["sha256"] for o in old["outputs"]}
+    new_store = _store_at(new.get("store"))
+
+    def resolved(a: Path, sha_a, b: Path, sha_b, name: str) -> bool:
+        if not (_intact(a, sha_a) and _intact(b, sha_b)):
+            return False
+        same, keys = same_content(a, b)
+        if same and keys:
+            metadata.append({"name": name, "keys": keys, "entries": None})
+        return same
+
+    same, gone, added = set(), [], []
+    for line in lines:
+        kind, _, rest = line.partition(": ")
+        name = rest.split(" (", 1)[0]
+        if kind == "differs" and name in files:
+            if resolved(old_dir / name, files[name][0], new_dir / name, files[name][1], name):
+                same.add(line)
+        elif kind == "differs" and name in old_copy and new_store is not None:
+            # a store entry the first run also published: its copy keeps the first bytes
+            new_sha = next(o["sha256"] for o in new["outputs"] if o["ref"] == name)
+            if resolved(old_copy[name], old_sha[name], new_store.path(name), new_sha, name):
+                same.add(line)
+        elif kind in ("missing in rerun", "new in rerun"):
+            (gone if kind == "missing in rerun" else added).append(name)
+    recorded = {**{o["ref"]: o["sha256"] for o in new["outputs"]}, **old_sha}
+    left = _pair_entries(gone, added, _store_at(old.get("store")), new_store, recorded,
+                         metadata)
+    same.update(f"missing in rerun: {r}" for r in set(gone) - set(left[0]))
+    same.update(f"new in rerun: {r}" for r in set(added) - set(left[1]))
+    return [line for line in lines if line not in same], metadata
+
+
+def _store_at(root: Any) -> Any:
+    """The store a manifest names, to read entries from (None when it names none usable)."""
+    from scarce.tasks.store import Store
+
+    try:
+        return Store(root) if root else None
+    except (ValueError, OSError):
+        return None
+
+
+def _pair_entries(gone: list[str], added: list[str], old_store: Any, new_store: Any,
+                  recorded: dict[str, str], metadata: list[dict[str, Any]]
+                  ) -> tuple[list[str], list[str]]:
+    """The refs of ``gone`` (first run only) and ``added`` (second run only) that no entry of
+    the other holds the same table as, within one step and part; a record in ``metadata`` per
+    step and part with the entries paired.  An entry whose file no longer has the sha256 its
+    run ``recorded`` (rewritten or damaged since) pairs with none."""
+    def content(store: Any, ref: str) -> tuple[str, dict[str, str]] | None:
+        if store is None:
+            return None
+        try:
+            path = store.path(ref)
+            return parquet_content(path) if _intact(path, recorded.get(ref)) else None
+        except Exception:  # gone (gc), damaged, or no store there
+            return None
+
+    groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for ref in gone:
+        groups.setdefault(_entry_part(ref), ([], []))[0].append(ref)
+    for ref in added:
+        groups.setdefault(_entry_part(ref), ([], []))[1].append(ref)
+    left_old, left_new = [], []
+    for (step, part), (olds, news) in sorted(groups.items()):
+        if not olds or not news:
+            left_old += olds
+            left_new += news
+            continue
+        held_old = {ref: content(old_store, ref) for ref in olds}
+        keys: set[str] = set()
+        paired = 0
+        for ref in news:
+            mine = content(new_store, ref)
+            match = next((r for r, c in held_old.items()
+                          if mine is not None and c is not None and c[0] == mine[0]), None)
+            if match is None:
+                left_new.append(ref)
+                continue
+            keys.update(k for k, _, _ in _changed_values(held_old.pop(match)[1], mine[1]))
+            paired += 1
+        left_old += list(held_old)
+        if paired:
+            metadata.append({"name": f"store: {step} {part}".strip(), "keys": sorted(keys),
+                             "entries": paired})
+    return sorted(left_old), sorted(left_new)
+
+
 def recorded_files(m: dict[str, Any]) -> dict[str, str]:
     """The files of a run folder its manifest vouches for, by path in the folder: sha256."""
     files = {METRICS: m.get("metrics_sha256")}

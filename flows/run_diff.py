@@ -6,6 +6,10 @@ seed.  Then the outcome: the metrics that changed (with both values), the run's 
 differ (``metrics.parquet``, the named outputs), and a count of the store entries that differ,
 listed one by one only when asked (``--verbose``): a changed input renames every entry
 downstream of it, and those lines would hide the one that says why.
+
+Outputs are compared by what they hold (:func:`flows.manifest.compare_runs`): a Parquet file by
+its table, so that a file whose only change is a store key in its footer (its step's code
+changed, not its result) is identical, its metadata named apart (``metadata differs: ...``).
 """
 
 from __future__ import annotations
@@ -94,7 +98,15 @@ def outcome(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Pa
             verbose: bool = False) -> list[str]:
     """The outputs that differ (empty when identical): the metrics with both values, the run's
     files, and the store entries (counted; listed with ``verbose``)."""
-    lines = mf.compare_outputs(old, new)
+    return compare(old, new, old_dir, new_dir, verbose)[0]
+
+
+def compare(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Path,
+            verbose: bool = False) -> tuple[list[str], list[str]]:
+    """:func:`outcome`, and apart from it what holds the same with other metadata
+    (:func:`flows.manifest.compare_runs`): ``metadata differs: NAME (KEYS)`` per file, the
+    store's entries counted (listed by step and part with ``verbose``)."""
+    lines, metadata = mf.compare_runs(old, new, old_dir, new_dir)
     files = [line for line in lines if line.endswith("metrics.parquet")
              or line.split(": ", 1)[-1].startswith("outputs/")]
     entries = [line for line in lines if line not in files]
@@ -112,4 +124,15 @@ def outcome(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Pa
         out.append(f"store: {kinds['differs']} entries differ, {kinds['new in rerun']} only in "
                    f"the second run, {kinds['missing in rerun']} only in the first "
                    "(--verbose lists them)")
-    return out
+    notes = [f"metadata differs: {m['name']} ({', '.join(m['keys'])})" for m in metadata
+             if m["entries"] is None]
+    store = [m for m in metadata if m["entries"] is not None]
+    if store and verbose:
+        notes += [f"metadata differs: {m['name']}: {m['entries']} entries hold the same "
+                  f"under another key ({', '.join(m['keys'])})" for m in store]
+    elif store:
+        keys = sorted({k for m in store for k in m["keys"]})
+        notes.append(f"metadata differs: store: {sum(m['entries'] for m in store)} entries "
+                     f"hold the same under another key ({', '.join(keys)}; --verbose lists "
+                     "them)")
+    return out, notes

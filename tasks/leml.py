@@ -47,10 +47,11 @@ from scarce.algorithms.metrics.multilabel import (
 )
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml_dask.clients import CLIENTS, in_dask_worker
+from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.arff import read_arff, read_arff_header
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
-from scarce.tasks.steps import log_both, step
+from scarce.tasks.steps import cached_file_sha256, content_only, log_both, step
 from scarce.tasks.store import CorruptEntry, entry_shape, read_parquet_entry, read_rows
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
@@ -274,7 +275,29 @@ def _driver_client(cluster: dict | None):
         yield client
 
 
-@step("leml-load", files=("path", "labels_file"), outputs=("X", "Y", "features", "labels"),
+def _name_read(path: Path, call: dict):
+    """What :func:`load` takes from the name of ``path`` (its key's :data:`tasks.steps.NameRule`):
+    gzip for the text formats; for a Parquet pair, the files the name sends it to (X, and Y
+    unless ``with_labels`` is off: ``<name>.X.parquet`` and ``<name>.Y.parquet`` whichever
+    of the two ``path`` names), each by its bytes when it is not ``path`` itself.  The whole
+    name for any other format."""
+    fmt = call.get("format")
+    if fmt in ("xmc", "arff"):
+        return {"gzip": name_rules.gzip_by_name(path)}
+    if fmt != "parquet":
+        return Path(path).name
+
+    def read(sibling: Path) -> str | None:  # path itself is keyed by its bytes already
+        if sibling == Path(path):
+            return None
+        return cached_file_sha256(sibling) if sibling.is_file() else "missing"
+
+    x_path, y_path = parquet_pair(path)
+    return {"X": read(x_path), "Y": read(y_path) if call.get("with_labels", True) else None}
+
+
+@step("leml-load", files={"path": _name_read, "labels_file": content_only},
+      outputs=("X", "Y", "features", "labels"),
       run_name="load {path.name}", runtime=("cluster", "labelled"),
       where=("cluster", _data_client))
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
@@ -841,7 +864,9 @@ def read_label_map(path: Path, n_labels: int) -> pd.DataFrame:
 
 
 @step("leml-score", version="3", inputs=("X", "Y"),
-      files=("path", "W", "H", "labels", "propensity"),
+      # X and Y are the file as load read it (its refs); the file itself is named in errors
+      # only, and the model's files are store-format Parquet: their bytes are all they hold.
+      files=dict.fromkeys(("path", "W", "H", "labels", "propensity"), content_only),
       outputs=("predictions", "metrics"), run_name="score {source}")
 def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labels: Path,
           format: str, shapes: dict, params: dict, top_k: int, batch_size: int, method: str,

@@ -23,9 +23,10 @@ import scipy.sparse as sp
 
 from scarce.algorithms.leml.text import fit_vocabulary, vectorize
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.table import feature_rows, label_names, read_table
 from scarce.tasks.readers.text import decode_text, read_bytes
-from scarce.tasks.steps import log_both, step
+from scarce.tasks.steps import content_only, log_both, step
 from scarce.tasks.store import read_parquet_entry
 
 
@@ -66,7 +67,19 @@ def _texts(cells: pd.Series, path: Path, column: str) -> list[str]:
     return texts
 
 
-@step("leml-table-space", files=("path", "label_list"), outputs=("features", "labels"),
+def _table_name(path: Path, call: dict):
+    """What :func:`tasks.readers.table.read_table` takes from the table's name (its key's
+    :data:`tasks.steps.NameRule`)."""
+    return name_rules.table(path)
+
+
+def _label_list_name(path: Path, call: dict):
+    """What :func:`read_label_list` takes from the list's name: gzip."""
+    return {"gzip": name_rules.gzip_by_name(path)}
+
+
+@step("leml-table-space", files={"path": _table_name, "label_list": _label_list_name},
+      outputs=("features", "labels"),
       run_name="space of {path.name}")
 def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict:
     """The label and feature space of the training table ``path``.
@@ -199,7 +212,8 @@ def read_frame_xy(frame: pd.DataFrame, table: dict, features: pd.DataFrame,
     return X, Y
 
 
-@step("leml-load-table", files=("path", "features", "labels"), outputs=("X", "Y"),
+@step("leml-load-table", files={"path": _table_name, "features": content_only,
+                                "labels": content_only}, outputs=("X", "Y"),
       run_name="load {path.name}", runtime=("labelled",))
 def load_table(path: Path, table: dict, features: Path, labels: Path, dtype: str,
                normalize: str, labelled: bool = False) -> dict:

@@ -52,9 +52,10 @@ from scarce.algorithms.relations.contexts import (
 )
 from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.jsonl import read_jsonl
 from scarce.tasks.readers.semeval import read_semeval
-from scarce.tasks.steps import step
+from scarce.tasks.steps import content_only, step
 from scarce.tasks.store import read_parquet_entry
 
 MENTION_COLUMNS = ["source", "id", "tokens", "e1_start", "e1_end", "e2_start", "e2_end",
@@ -81,7 +82,17 @@ def _parse_name(parameters: dict) -> str:
     return f"parse {Path(parameters['path']).name}"
 
 
-@step("relations-parse", files=("path",), runtime=("enough_for",), run_name=_parse_name)
+def _name_read(path: Path, call: dict) -> dict:
+    """What :func:`parse` takes from the file's name (its key's :data:`tasks.steps.NameRule`):
+    the format (``fmt: auto`` guesses it from the name), gzip, and the ``source`` the pairs
+    are listed under when none is given (the name itself)."""
+    return {"format": detect_format(path, call.get("fmt", "auto")),
+            "gzip": name_rules.gzip_by_name(path),
+            "source": Path(path).name if call.get("source") is None else None}
+
+
+@step("relations-parse", files={"path": _name_read}, runtime=("enough_for",),
+      run_name=_parse_name)
 def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: bool,
           directed: bool, source: str | None = None,
           enough_for: dict | None = None) -> pd.DataFrame:
@@ -95,9 +106,8 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     include_other : keep the pairs labelled ``Other``.
     directed : gold classes are the directed labels (``Cause-Effect(e2,e1)``, 18 types
         plus Other) instead of the undirected relation types.
-    source : the name the pairs are listed under; None: the file's name.  The flows pass
-        the file's name: the store keys a file by its content, not its name, so two files
-        with the same content and different names would otherwise share one table.
+    source : the name the pairs are listed under; None: the file's name (then in the key,
+        :func:`_name_read`).  The flows pass the file's name.
     enough_for : the parameters of :meth:`RelationDiscovery.check_n_pairs` when this file
         is the whole data: its pairs must suffice for them, checked here so that a file too
         small for the method is refused before its table is stored.  A check, not part of
@@ -492,7 +502,8 @@ _MODEL_COLUMNS = {
 }
 
 
-@step("relations-read-model", files=MODEL_PARTS, outputs=MODEL_PARTS, run_name="read model")
+@step("relations-read-model", files=dict.fromkeys(MODEL_PARTS, content_only), outputs=MODEL_PARTS,
+      run_name="read model")
 def read_model(vocabulary: str, features: str, centroids: str, clusters: str) -> dict:
     """The tables of a model folder (``outputs/model/`` of a relations run), checked.
 

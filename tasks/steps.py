@@ -13,8 +13,9 @@ that
   the source of every project module its code can reach (:func:`code_digest`:
   the module that defines it and, transitively, every module of ``algorithms``
   and ``tasks`` imported from there, found by reading the imports, never listed
-  by hand), its parameters, the refs of its inputs and the content hash of its
-  input files.  *Runtime* parameters (where a step runs: a Dask scheduler's
+  by hand), its parameters, the refs of its inputs and, for each input file, its
+  content hash and what its reader decides from its name (:data:`NameRule`).
+  *Runtime* parameters (where a step runs: a Dask scheduler's
   address, a worker count) are left out of the key: they must not change what
   the step computes, so a step run elsewhere finds the same entries.  The
   cache check never touches the data: Prefect's ``INPUTS`` policy pickles and
@@ -117,6 +118,33 @@ def cached_file_sha256(path: str | os.PathLike[str]) -> str:
     with _file_lock:
         _file_hashes[k] = h
     return h
+
+
+#: What a step's reader decides from an input file's *name* (not its bytes), given the call's
+#: arguments (defaults applied): a JSON-like value that enters the step's key beside the file's
+#: sha256.  Two byte-identical files read differently by name (``train.tsv`` and
+#: ``train_tabs.csv``; ``x.txt.gz`` and ``x.txt``; a CoNLL-U document named after its file)
+#: must not share an entry.
+NameRule = Callable[[Path, dict[str, Any]], Any]
+
+
+def whole_name(path: Path, call: dict[str, Any]) -> str:
+    """The default :data:`NameRule`: the file's whole name (not its folder).
+
+    Whatever a reader infers from a name alone -- a table's kind from its suffix, gzip from
+    ``.gz`` (case-sensitively in :mod:`tasks.readers.text`, case-blind in pandas), a
+    document's id from the name without ``.gz`` and ``.conllu`` -- is a function of it, so a
+    ``files`` parameter declared without a rule can never share an entry with a file its
+    reader reads otherwise.  A step narrows it with its reader's own rule (``files={"path":
+    rule}``) so that renaming a file to a name read the same way keeps its entries.
+    """
+    return Path(path).name
+
+
+def content_only(path: Path, call: dict[str, Any]) -> None:
+    """A :data:`NameRule` for a file read by its bytes alone (a store-format Parquet file,
+    whose reader takes nothing from its name) or not read at all (named in errors only)."""
+    return None
 
 
 # Packages whose modules enter a step's code digest: the mathematics and the steps.  Third-party
@@ -235,6 +263,7 @@ class Step:
     inputs: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     outputs: tuple[str, ...] | None = None
+    names: dict[str, NameRule] = field(default_factory=dict)
     run_name: str | None = None
     volatile: tuple[str, ...] = ()
     runtime: tuple[str, ...] = ()
@@ -249,6 +278,7 @@ class Step:
         self.code_hash = code_digest(self.fn.__module__)
         self.signature = inspect.signature(self.fn)
         params = self.signature.parameters
+        self.names = {f: self.names.get(f, whole_name) for f in self.files}
         for n in (*self.inputs, *self.files, *self.runtime, *self.paths):
             if n not in params:
                 raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
@@ -269,7 +299,7 @@ class Step:
         """The store key of a call with these arguments (runtime parameters left out)."""
         left_out = {*self.inputs, *self.files, *self.runtime, *self.paths}
         params = {k: v for k, v in kwargs.items() if k not in left_out}
-        files = {k: cached_file_sha256(kwargs[k]) for k in self.files if kwargs.get(k) is not None}
+        files = {k: self.file_key(k, kwargs) for k in self.files if kwargs.get(k) is not None}
         inputs = {k: kwargs.get(k) for k in (*self.inputs, *self.paths)}
         return digest(
             {
@@ -281,6 +311,16 @@ class Step:
                 "files": files,
             }
         )[:KEY_LENGTH]
+
+    def file_key(self, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """What input file ``name`` of a call contributes to its key: the sha256 of its bytes
+        and what its reader decides from its name (:data:`NameRule`; the whole name unless
+        the step declares its reader's rule)."""
+        call = {n: p.default for n, p in self.signature.parameters.items()
+                if p.default is not inspect.Parameter.empty}
+        call.update(kwargs)
+        path = Path(kwargs[name])
+        return {"sha256": cached_file_sha256(path), "name": self.names[name](path, call)}
 
     def is_volatile(self, ref: str) -> bool:
         """True for parts that hold wall-clock measurements (not compared by rerun)."""
@@ -349,7 +389,7 @@ def step(
     *,
     version: str = "1",
     inputs: Sequence[str] = (),
-    files: Sequence[str] = (),
+    files: Sequence[str] | dict[str, NameRule] = (),
     outputs: Sequence[str] | None = None,
     run_name: str | None = None,
     volatile: Sequence[str] = (),
@@ -368,8 +408,14 @@ def step(
         Bump it when the output of the same code and parameters must change.
     inputs : names of parameters that receive upstream outputs.  The flow passes
         refs (a string, or a dict of part -> ref); the function gets the data.
-    files : names of parameters that are input file paths; their content hash
-        (not their path) enters the key.
+    files : names of parameters that are input file paths, or a mapping of those names
+        to the :data:`NameRule` of their reader.  The key holds each file's content hash
+        (not its folder: the same data moved keeps its entries) and what its reader
+        decides from its name: the rule given, else the whole name (:func:`whole_name`).
+        Declared per reader rather than taken as a suffix chain: readers take more than
+        a suffix from a name (CoNLL-U document ids, a relations file's source name) and
+        disagree on case (``.GZ``), so only the reader can say what its name changes; a
+        parameter without a rule is keyed by its whole name, which cannot miss.
     outputs : part names when the function returns a dict of several outputs;
         None when it returns one value.
     run_name : Prefect task run name template (``"alternate-W iter={iteration}"``).
@@ -405,6 +451,7 @@ def step(
             version=version,
             inputs=tuple(inputs),
             files=tuple(files),
+            names=dict(files) if isinstance(files, dict) else {},
             outputs=None if outputs is None else tuple(outputs),
             run_name=run_name,
             volatile=tuple(volatile),

@@ -42,7 +42,8 @@ import scarce.tasks.readers.conllu as conllu
 from scarce.algorithms.memory import HEADROOM, MemoryBudgetError, available_bytes, format_bytes
 from scarce.algorithms.strip.closure import PairGraph
 from scarce.tasks.errors import InputError
-from scarce.tasks.steps import step
+from scarce.tasks.readers import names as name_rules
+from scarce.tasks.steps import content_only, step
 from scarce.tasks.store import read_parquet_entry
 
 PAIR_KEYS = strip_features.PAIR_KEYS
@@ -111,7 +112,14 @@ def select_documents(splits_file: Path, data_dir: Path,
     return pd.DataFrame(out, columns=DOCUMENT_COLUMNS)
 
 
-@step("strip-documents", files=("splits_file",), run_name="record documents")
+def _conllu_name(path: Path, call: dict) -> dict:
+    """What :func:`tasks.readers.conllu.read_conllu` takes from the file's name (the key's
+    :data:`tasks.steps.NameRule` of the steps that read a CoNLL-U file)."""
+    return name_rules.conllu(path)
+
+
+# The splits file is not read here (the flow read it; ``documents`` is its table).
+@step("strip-documents", files={"splits_file": content_only}, run_name="record documents")
 def record_documents(splits_file: Path, documents: list[dict]) -> pd.DataFrame:
     """The run's document table (:func:`select_documents`, ``file`` as a name) for the store.
 
@@ -125,7 +133,7 @@ def record_documents(splits_file: Path, documents: list[dict]) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- preprocess
 @step(
     "strip-preprocess",
-    files=("path",),
+    files={"path": _conllu_name},
     outputs=("mentions", "pairs"),
     run_name="preprocess {path.name}",
 )
@@ -607,7 +615,8 @@ def chain_etypes(chain: np.ndarray, etypes: pd.Series) -> np.ndarray:
     return agreed.reindex(frame["chain"]).to_numpy()
 
 
-@step("strip-conllu", files=("path",), inputs=("clusters",), run_name="write chains {path.name}")
+@step("strip-conllu", files={"path": _conllu_name}, inputs=("clusters",),
+      run_name="write chains {path.name}")
 def write_predicted(path: Path, clusters: pd.DataFrame) -> pd.DataFrame:
     """The CoNLL-U file ``path`` with each method's predicted chains as its coreference.
 
@@ -642,7 +651,7 @@ def write_predicted(path: Path, clusters: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- apply
-@step("strip-model-rules", files=("path",), run_name="load rules {path.name}")
+@step("strip-model-rules", files={"path": content_only}, run_name="load rules {path.name}")
 def load_rules(path: Path) -> pd.DataFrame:
     """A rule table of a run's ``outputs/model/`` (a store-format Parquet file), checked.
 
@@ -660,7 +669,7 @@ def load_rules(path: Path) -> pd.DataFrame:
     return table
 
 
-@step("strip-apply", files=("path",), inputs=("pairs", "mentions", "rules"),
+@step("strip-apply", files={"path": content_only}, inputs=("pairs", "mentions", "rules"),
       run_name="apply rules {path.name}")
 def apply_rules(path: Path, pairs: pd.DataFrame, mentions: pd.DataFrame, rules: pd.DataFrame,
                 method: str, kinds: dict) -> pd.DataFrame:

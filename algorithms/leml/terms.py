@@ -12,12 +12,13 @@ the sparse ``Y`` (fully observed) or sliced from the dense entries, its decision
 derivatives, then added into the ``n x k``, ``L x k`` or scalar results, so the memory added
 is a few batches, whatever ``n``.
 
-The batch is :data:`ENTRIES_PER_BATCH` entries, fewer when the memory guard
-(:func:`algorithms.memory.available_bytes`) leaves less room.  Batching changes only the
-order of additions: ``D H`` is computed row by row (its rows are independent) and ``D^T A``
-and the loss sum are accumulated batch after batch, so results equal the whole-array
-products up to rounding.  Sparse entries (few observed) are already ``O(|Omega|)`` and are
-not batched.
+The batch is :data:`ENTRIES_PER_BATCH` entries, whatever the memory available: the batches
+fix the order of additions (``D^T A`` and the loss sum are accumulated batch after batch), so
+a batch shrunk to the memory free would give factors whose last bits depend on the machine's
+load or on ``SCARCE_MEMORY_LIMIT_GB``, under one store key.  When one batch's arrays do
+not fit, the memory guard stops with one line (:func:`algorithms.memory.check_allocation`).
+Results equal the whole-array products up to rounding.  Sparse entries (few observed) are
+already ``O(|Omega|)`` and are not batched.
 
 Used by the bound solvers of both half-steps (``w_solver="bound"``, ``h_solver="bound"``),
 by the objective of the margin losses and of the squared loss with missing labels, and by
@@ -34,7 +35,7 @@ import numpy as np
 
 from scarce.algorithms.leml.data import LEMLData
 from scarce.algorithms.leml.losses import derivative_into, get_loss
-from scarce.algorithms.memory import HEADROOM, available_bytes
+from scarce.algorithms.memory import check_allocation
 
 __all__ = ["ENTRIES_PER_BATCH", "LossTerms", "batch_rows", "loss_terms"]
 
@@ -55,13 +56,11 @@ class LossTerms(NamedTuple):
     value: float | None  # sum of the loss over Omega, float64
 
 
-def batch_rows(n_labels: int, itemsize: int) -> int:
-    """Rows per batch: :data:`ENTRIES_PER_BATCH` entries of ``n_labels`` per row, fewer when
-    the memory available (:func:`algorithms.memory.available_bytes`, times its headroom)
-    holds fewer than the batch's arrays; at least one."""
-    room = HEADROOM * available_bytes() / (_BATCH_COPIES * itemsize)
-    entries = min(ENTRIES_PER_BATCH, room)
-    return max(1, int(entries // max(int(n_labels), 1)))
+def batch_rows(n_labels: int) -> int:
+    """Rows per batch: :data:`ENTRIES_PER_BATCH` entries of ``n_labels`` per row, at least one;
+    set by the label count alone, so that the sums (and the factors) are the same bits on any
+    machine."""
+    return max(1, ENTRIES_PER_BATCH // max(int(n_labels), 1))
 
 
 def _dense_rows(data: LEMLData):
@@ -114,7 +113,11 @@ def loss_terms(data: LEMLData, A, H, loss, *, rows: bool = False, labels: bool =
     out_rows = np.empty((n, H.shape[1]), dtype=dtype) if rows else None
     out_labels = np.zeros((n_labels, A.shape[1]), dtype=dtype) if labels else None
     total = 0.0
-    step = batch_rows(n_labels, dtype.itemsize)
+    step = batch_rows(n_labels)
+    check_allocation((min(step, n), n_labels), dtype, copies=_BATCH_COPIES,
+                     what="a batch of the loss terms' decision values (rows x labels)",
+                     advice="give the process more memory (the batch size is fixed so that "
+                     "the factors do not depend on the memory available)")
     Ht = H.T
     for r0 in range(0, n, step):
         r1 = min(r0 + step, n)

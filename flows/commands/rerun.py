@@ -1,6 +1,8 @@
 """``scarce rerun``: a run again from its manifest, its outputs compared with the new run's and
 its damaged files restored where the rerun reproduced them; ``scarce diff``: two runs compared.
-Both say why first (inputs, code, packages, config), then what differs."""
+Both say why first (inputs, code, packages, config), then what differs, by what the files hold
+(a Parquet file by its table), and apart from it the metadata that differs where they hold the
+same (a store key in a footer)."""
 
 from __future__ import annotations
 
@@ -64,34 +66,43 @@ def rerun(args: argparse.Namespace) -> int:
     with prefect_api():
         summary = execute(spec, config, options, runner, args.dask_address)
     new_dir = Path(summary["run_dir"])
-    diffs = explain(old, summary["manifest"], run_dir, new_dir, args.verbose)
+    diffs, notes = explain(old, summary["manifest"], run_dir, new_dir, args.verbose)
     print(f"rerun {summary['run_id']} of {args.run_id}")
     repairs = _repair(run_dir, old, new_dir, damaged)
     for line in repairs:
         print(line)
     if any(line.startswith("damaged:") for line in repairs):
-        print("\n".join(diffs) if diffs else "outputs identical; run "
-              f"{args.run_id} keeps damaged files")
+        print("\n".join([*diffs, *notes]) if diffs else "\n".join(
+            [f"outputs identical; run {args.run_id} keeps damaged files", *notes]))
         return EXIT_FAIL
     if not diffs:
         from scarce.flows.run_diff import causes
 
-        print("\n".join([*causes(old, summary["manifest"]), "identical"]))
+        print("\n".join([*causes(old, summary["manifest"]), identical(notes), *notes]))
         return EXIT_OK
-    print("\n".join(diffs))
+    print("\n".join([*diffs, *notes]))
     return EXIT_FAIL
 
 
-def explain(old: dict, new: dict, old_dir: Path, new_dir: Path, verbose: bool) -> list[str]:
-    """Why the outputs of two runs differ, then how (empty when they are identical)."""
-    from scarce.flows.run_diff import causes, outcome
+def identical(notes: list[str]) -> str:
+    """The verdict of two runs whose outputs hold the same: ``identical``, with a word that
+    the ``notes`` below it (``metadata differs: ...``) name metadata that is not."""
+    return "identical (metadata differs)" if notes else "identical"
 
-    differs = outcome(old, new, old_dir, new_dir, verbose)
+
+def explain(old: dict, new: dict, old_dir: Path, new_dir: Path,
+            verbose: bool) -> tuple[list[str], list[str]]:
+    """Why the outputs of two runs differ, then how (empty when they hold the same); and apart,
+    the files and entries that hold the same with other metadata
+    (:func:`flows.run_diff.compare`)."""
+    from scarce.flows.run_diff import causes, compare
+
+    differs, notes = compare(old, new, old_dir, new_dir, verbose)
     if not differs:
-        return []
+        return [], notes
     why = causes(old, new) or ["why: the two runs record the same inputs, code, packages and "
                                "config: a step is not deterministic"]
-    return why + differs
+    return why + differs, notes
 
 
 def diff(args: argparse.Namespace) -> int:
@@ -108,12 +119,12 @@ def diff(args: argparse.Namespace) -> int:
             raise InputError(f"not a run id: {run_id!r} (see `scarce runs`)", key=key)
     dirs = runs / args.run_a, runs / args.run_b
     a, b = (mf.read_manifest(d) for d in dirs)
-    lines = explain(a, b, *dirs, args.verbose)
+    lines, notes = explain(a, b, *dirs, args.verbose)
     if not lines:
         why = causes(a, b)  # outputs identical: what differed made no difference
-        print("\n".join([*why, "identical"]) if why else "identical")
+        print("\n".join([*why, identical(notes), *notes]))
         return EXIT_OK
-    print("\n".join(lines))
+    print("\n".join([*lines, *notes]))
     return EXIT_FAIL
 
 

@@ -143,6 +143,29 @@ def test_rerun_of_the_experiment_is_identical_and_dask_gives_the_same_table(proj
         assert ours[name] == theirs[name], name
 
 
+def test_the_grid_order_is_canonical_so_a_rerun_of_unsorted_axes_is_identical(project, grid,
+                                                                              capsys):
+    """Axes, and the names of a named axis, listed out of name order (``size`` before
+    ``seed``, ``six`` before ``four``): the grid is taken in name order, the order a run's
+    record keeps, so ``scarce rerun`` builds the same grid and is identical."""
+    (project / "configs" / "experiments" / "unsorted.yaml").write_text(
+        "flow: digits\nbase: configs/digits.yaml\nset: {n_init: 1}\naxes:\n"
+        "  size: {six: {k: 6}, four: {k: 4}}\n  seed: [0, 1]\n"
+        "table: {rows: [size], metric: ari}\n")
+    before = set(_experiment_runs(project))
+    assert main(["run", "experiment", "unsorted"]) == 0
+    (run_id,) = set(_experiment_runs(project)) - before
+    out = project / "data" / "runs" / run_id / "outputs"
+    children = json.loads((out / "children.json").read_text())
+    assert [c["point"] for c in children] == [
+        {"seed": 0, "size": "four"}, {"seed": 0, "size": "six"},
+        {"seed": 1, "size": "four"}, {"seed": 1, "size": "six"}]
+    assert list(pd.read_parquet(out / "table.parquet").columns[:2]) == ["seed", "size"]
+    capsys.readouterr()
+    assert main(["rerun", run_id]) == 0
+    assert "identical" in capsys.readouterr().out.splitlines()
+
+
 def test_a_bad_grid_value_fails_its_point_and_the_others_finish(project, grid, capsys):
     before = set(_experiment_runs(project))
     assert main(["run", "experiment", "grid", "--set", "axes.k=[1, 4]"]) == 0
@@ -172,10 +195,12 @@ def test_a_named_axis_sets_its_keys_together(project, grid, capsys):
     ours = pd.read_parquet(project / "data" / "runs" / first / "outputs" / "table.parquet")
     theirs = pd.read_parquet(project / "data" / "runs" / named / "outputs" / "table.parquet")
     assert list(theirs["size"].unique()) == ["four", "six"]
+    # the axes in name order: seed, then size (the grid's k, then seed)
+    theirs = theirs.sort_values(["size", "seed"], kind="stable").reset_index(drop=True)
     assert theirs.drop(columns="size").equals(ours.drop(columns="k"))
     children = json.loads((project / "data" / "runs" / named / "outputs" / "children.json"
                            ).read_text())
-    assert [manifest(project, c["run_id"])["config"]["k"] for c in children] == [4, 4, 6, 6]
+    assert [manifest(project, c["run_id"])["config"]["k"] for c in children] == [4, 6, 4, 6]
 
 
 def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, capsys):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pandas as pd
 import pytest
+import scipy.sparse as sp
 
-from scarce.flows.manifest import compare_outputs, read_manifest
+from scarce.flows.manifest import compare_outputs, compare_runs, read_manifest
 from scarce.tasks.errors import InputError
 
 
@@ -48,3 +51,133 @@ def test_bad_manifests_are_input_errors(tmp_path):
     (tmp_path / "r" / "manifest.json").write_text(json.dumps({"x": 1}))
     with pytest.raises(InputError, match="not a scarce run manifest"):
         read_manifest(tmp_path / "r")
+
+
+# -- comparing what the files hold --------------------------------------------------------------
+#: Every kind of value a run's Parquet outputs hold (what the store encodes: a table, a sparse
+#: matrix, a dense array of one or two dimensions), with one cell changed.
+VALUES = {
+    "table": (pd.DataFrame({"row": [0, 0, 1], "label": [3, 1, 2], "label_name": ["c", "a", None],
+                            "score": [0.5, np.nan, -1.0]}),
+              lambda v: v.assign(score=[0.5, np.nan, -2.0])),
+    "sparse": (sp.csr_matrix(np.array([[0, 1.5], [2.0, 0]], dtype=np.float32)),
+               lambda v: v * 2),
+    "dense-2d": (np.array([[1.0, 2.0], [np.nan, 4.0]]), lambda v: v + 1),
+    "dense-1d": (np.array([1, 2, 3], dtype=np.int64), lambda v: v[::-1].copy()),
+}
+#: The files of a run that are not store entries (write_output): compared by their bytes.
+FILES = {"model/model.json": b'{"rank": 2}\n', "rules.txt": b"R1: IF a THEN coreferent\n",
+         "table.md": b"| k | value |\n", "predicted/a.conllu": b"# newdoc id = a\n"}
+
+
+def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | None = None):
+    """A run folder whose ``outputs/value.parquet`` is the store entry of ``value`` written
+    under ``key`` (its footer names the step and the key, as every entry's does), and whose
+    other named outputs are ``extra``; returns (folder, manifest)."""
+    from scarce.flows.run_record import link_or_copy
+    from scarce.tasks.store import Store, encode, file_sha256
+
+    store = Store(tmp_path / "store")
+    ref = store.write(f"step/{key}-part", value, {"task": "step", "key": key, "part": "part"})
+    folder = tmp_path / name
+    (folder / "outputs").mkdir(parents=True)
+    link_or_copy(store.path(ref), folder / "outputs" / "value.parquet")
+    named = [{"name": "value.parquet", "ref": ref,
+              "sha256": file_sha256(folder / "outputs" / "value.parquet")}]
+    for rel, data in (extra or {}).items():
+        (folder / "outputs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "outputs" / rel).write_bytes(data)
+        named.append({"name": rel, "ref": None, "sha256": file_sha256(folder / "outputs" / rel)})
+    metrics = pd.DataFrame({"dataset": ["d"], "method": ["m"], "metric": ["x"], "value": [1.0]})
+    import pyarrow.parquet as pq
+
+    pq.write_table(encode(metrics), folder / "metrics.parquet")
+    m = {"flow": "f", "store": str(store.root), "named_outputs": named,
+         "outputs": [{"ref": ref, "step": "step", "sha256": store.sha256(ref)}],
+         "metrics_sha256": file_sha256(folder / "metrics.parquet")}
+    return folder, m
+
+
+def test_the_values_cover_every_kind_the_store_writes():
+    """A named Parquet output is a store entry (``RunRecord.name_output`` takes a ref), and
+    the store writes three kinds (``tasks.store.encode``; ``decode`` refuses any other)."""
+    from scarce.tasks.store import encode
+
+    kinds = {encode(v).schema.metadata[b"scarce.kind"].decode() for v, _ in VALUES.values()}
+    assert kinds == {"table", "sparse", "dense"}
+
+
+@pytest.mark.parametrize("kind", VALUES)
+def test_an_output_whose_only_change_is_its_key_is_identical_with_a_metadata_note(kind,
+                                                                                    tmp_path):
+    value, _ = VALUES[kind]
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32)
+    b, new = _entry_run(tmp_path, "b", value, "1" * 32)
+    assert old["named_outputs"][0]["sha256"] != new["named_outputs"][0]["sha256"]
+    differs, metadata = compare_runs(old, new, a, b)
+    assert differs == []
+    assert {"name": "outputs/value.parquet", "keys": ["scarce.checksum", "scarce.key"],
+            "entries": None} in metadata
+    assert {"name": "store: step part", "keys": ["scarce.checksum", "scarce.key"],
+            "entries": 1} in metadata
+
+
+@pytest.mark.parametrize("kind", VALUES)
+def test_an_output_with_a_changed_cell_differs(kind, tmp_path):
+    value, change = VALUES[kind]
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32)
+    b, new = _entry_run(tmp_path, "b", change(value), "0" * 32)  # the same key: overwritten
+    differs, metadata = compare_runs(old, new, a, b)
+    assert [line.split(" (")[0] for line in differs] == [
+        f"differs: {old['outputs'][0]['ref']}", "differs: outputs/value.parquet"]
+    assert metadata == []
+    b2, new2 = _entry_run(tmp_path, "b2", change(value), "1" * 32)  # another key
+    differs, metadata = compare_runs(old, new2, a, b2)
+    assert [line.split(" (")[0] for line in differs] == [
+        f"missing in rerun: {old['outputs'][0]['ref']}",
+        f"new in rerun: {new2['outputs'][0]['ref']}", "differs: outputs/value.parquet"]
+
+
+@pytest.mark.parametrize("rel", FILES)
+def test_other_outputs_compare_by_their_bytes(rel, tmp_path):
+    value = VALUES["table"][0]
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32, {rel: FILES[rel]})
+    b, new = _entry_run(tmp_path, "b", value, "0" * 32, {rel: FILES[rel]})
+    assert compare_runs(old, new, a, b) == ([], [])
+    c, changed = _entry_run(tmp_path, "c", value, "0" * 32, {rel: FILES[rel] + b" "})
+    differs, _ = compare_runs(old, changed, a, c)
+    assert [line.split(" (")[0] for line in differs] == [f"differs: outputs/{rel}"]
+
+
+def test_a_file_damaged_since_its_run_is_compared_by_its_recorded_hash(tmp_path):
+    value = VALUES["table"][0]
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32)
+    b, new = _entry_run(tmp_path, "b", value, "1" * 32)
+    (a / "outputs" / "value.parquet").unlink()
+    (a / "outputs" / "value.parquet").write_bytes(b"damaged")
+    differs, _ = compare_runs(old, new, a, b)
+    assert "differs: outputs/value.parquet" in [line.split(" (")[0] for line in differs]
+
+
+def test_the_metrics_table_is_compared_by_what_it_holds(tmp_path):
+    """``metrics.parquet`` written by another pandas (its footer's versions differ): the same."""
+    import json as json_module
+
+    import pyarrow.parquet as pq
+
+    from scarce.tasks.store import file_sha256
+
+    value = VALUES["table"][0]
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32)
+    b, new = _entry_run(tmp_path, "b", value, "0" * 32)
+    table = pq.read_table(b / "metrics.parquet")
+    meta = dict(table.schema.metadata)
+    doc = json_module.loads(meta[b"pandas"])
+    doc["pandas_version"] = "0.0.1"
+    meta[b"pandas"] = json_module.dumps(doc).encode()
+    pq.write_table(table.replace_schema_metadata(meta), b / "metrics.parquet")
+    new["metrics_sha256"] = file_sha256(b / "metrics.parquet")
+    differs, metadata = compare_runs(old, new, a, b)
+    assert differs == []
+    assert {"name": "metrics.parquet", "keys": ["pandas.pandas_version"],
+            "entries": None} in metadata

@@ -56,3 +56,35 @@ def test_named_outputs_are_the_store_entries_and_a_rerun_compares_them(project, 
 def test_output_names_are_plain_relative_paths(name):
     with pytest.raises(ValueError, match="not an output name"):
         check_output_name(name)
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_rerun_whose_outputs_changed_only_their_keys_is_identical(project, capsys,
+                                                                     monkeypatch):
+    """A step's version changed (as its code would): its entries and those downstream are
+    written under other keys, holding the same tables.  ``scarce rerun`` says identical and
+    names the metadata that differs; a changed cell is a difference."""
+    from tests.flows import sample_flow
+
+    assert main(["run", "digits"]) == 0
+    (run_id,) = runs(project)
+    monkeypatch.setattr(sample_flow.cluster, "version", "2")
+    capsys.readouterr()
+    assert main(["rerun", run_id]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "identical (metadata differs)" in out
+    assert "metadata differs: outputs/labels.parquet (scarce.checksum, scarce.key)" in out
+    assert any(line.startswith("metadata differs: store: 2 entries hold the same under another "
+                               "key") for line in out), out
+    assert not any(line.startswith("differs") for line in out)
+    real = sample_flow.cluster.fn
+
+    def one_label_moved(**kwargs):
+        labels = real(**kwargs)
+        labels[0] = (labels[0] + 1) % kwargs["k"]
+        return labels
+
+    monkeypatch.setattr(sample_flow.cluster, "fn", one_label_moved)
+    assert main(["rerun", run_id]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("differs: outputs/labels.parquet") for line in out), out

@@ -14,7 +14,7 @@ import scarce.algorithms.leml.terms as terms
 from scarce.algorithms.leml import LEML
 from scarce.algorithms.leml.data import prepare_data
 from scarce.algorithms.leml.losses import get_loss
-from scarce.algorithms.memory import ENV_LIMIT
+from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 
 
 def problem(seed, n=23, d=6, n_labels=5, k=3, observed=None):
@@ -54,15 +54,15 @@ def test_terms_equal_the_whole_array_reference(loss, layout, entries_per_batch, 
     assert terms.loss_terms(data, A, H, loss, rows=True).value is None
 
 
-def test_batch_rows_follow_the_memory_guard(monkeypatch):
-    monkeypatch.delenv(ENV_LIMIT, raising=False)
+def test_batch_rows_do_not_follow_the_memory_available(monkeypatch):
+    """The batches fix the order of the sums: their size is set by the label count alone,
+    never by the memory a machine has free (or ``SCARCE_MEMORY_LIMIT_GB``)."""
     n_labels = 1000
-    assert terms.batch_rows(n_labels, 4) == terms.ENTRIES_PER_BATCH // n_labels
-    # 1 MiB allowed: 0.8 MiB of room for four float32 arrays of 1,000 labels a row
+    monkeypatch.delenv(ENV_LIMIT, raising=False)
+    assert terms.batch_rows(n_labels) == terms.ENTRIES_PER_BATCH // n_labels
     monkeypatch.setenv(ENV_LIMIT, str(1 / 1024))
-    assert terms.batch_rows(n_labels, 4) == int(0.8 * 2**20 / 16 // n_labels)
-    monkeypatch.setenv(ENV_LIMIT, str(1e-9))
-    assert terms.batch_rows(n_labels, 4) == 1
+    assert terms.batch_rows(n_labels) == terms.ENTRIES_PER_BATCH // n_labels
+    assert terms.batch_rows(terms.ENTRIES_PER_BATCH * 2) == 1
 
 
 def _peak_of_terms(n, n_labels=400, k=8):
@@ -100,17 +100,25 @@ def test_fully_observed_terms_hold_no_n_by_l_array():
 
 
 @pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
-def test_bound_solvers_train_under_a_limit_the_whole_array_would_break(loss, monkeypatch):
-    """The fully observed margin losses' bound steps take their n x L terms a few rows at a
-    time, so a memory limit below one n x L array still trains them, to the same factors."""
+def test_bound_solvers_give_the_same_bits_under_any_memory_limit(loss, monkeypatch):
+    """The fully observed margin losses' bound steps take their n x L terms a batch of rows at
+    a time; a memory limit below one n x L array but above a batch trains them to the same
+    factors bit for bit, and a limit below one batch is refused in one line: batches shrunk
+    to the memory free would add in another order and give other bits under the same key."""
+    monkeypatch.setattr(terms, "ENTRIES_PER_BATCH", 9 * 7)  # 7 rows of 9 labels a batch
     rng = np.random.default_rng(5)
     X = sp.random(60, 12, density=0.4, format="csr", random_state=5)
     Y = sp.csr_matrix((rng.random((60, 9)) < 0.3).astype(float))
     params = dict(rank=1, loss=loss, outer_iterations=2, w_solver="bound", h_solver="bound",
                   random_state=0)
+    monkeypatch.delenv(ENV_LIMIT, raising=False)
     free = LEML(**params).fit(X, Y)
-    # 1,500 bytes: the factors fit, the 60 x 9 float32 decision values (2,160 bytes) do not
+    # 1,500 bytes: the 60 x 9 float32 decision values (2,160 bytes) do not fit, the four
+    # 7 x 9 arrays of a batch (1,008 bytes) do
     monkeypatch.setenv(ENV_LIMIT, str(1500 / 2**30))
     limited = LEML(**params).fit(X, Y)
-    np.testing.assert_allclose(limited.W_, free.W_, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(limited.H_, free.H_, rtol=1e-5, atol=1e-6)
+    assert limited.W_.tobytes() == free.W_.tobytes()
+    assert limited.H_.tobytes() == free.H_.tobytes()
+    monkeypatch.setenv(ENV_LIMIT, str(1200 / 2**30))  # the factors fit, a batch does not
+    with pytest.raises(MemoryBudgetError, match="a batch of the loss terms"):
+        LEML(**params).fit(X, Y)
