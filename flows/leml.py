@@ -61,6 +61,8 @@ from scarce.tasks.leml import (
     baseline_params,
     check_inputs,
     collect,
+    early_split,
+    early_split_mask,
     evaluate,
     initialise,
     input_parts,
@@ -226,6 +228,23 @@ class ModelConfig(Strict):
         description="Stop once an outer iteration lowers the objective by less than this, "
         "relative to the objective before it (the run's log says where and why); 0 runs "
         "all outer_iterations."
+    )
+    early_stopping: bool = from_estimator(
+        LEML, "early_stopping",
+        description="Choose the number of outer iterations on training rows held out "
+        "(validation_fraction): iterate on the others while the held-out rows' P@1 rises "
+        "(n_iter_no_change), then train on every row for the best number; the log says "
+        "where it stopped and why."
+    )
+    validation_fraction: float = from_estimator(
+        LEML, "validation_fraction", gt=0, lt=1,
+        description="early_stopping: the share of the training rows held out (seeded by "
+        "the run's seed)."
+    )
+    n_iter_no_change: int = from_estimator(
+        LEML, "n_iter_no_change", ge=1,
+        description="early_stopping: iterations without a higher held-out P@1 before the "
+        "held-out pass ends."
     )
     cg_max_iter: int = from_estimator(
         LEML, "cg_max_iter", ge=1, description="CG iterations per W-step / Newton step."
@@ -445,46 +464,12 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
     if not on_test:  # the metrics and predictions of the held-out rows; test is not read
         test_parts = [validation]
-    # Over row blocks the steps take the blocks' files in place of the data and read none
-    # of it themselves (the workers read their own blocks): the parts of a folder, else the
-    # training data cut into compute.row_blocks row blocks.
-    w_data = data
-    row_blocks = validation_blocks = None
-    if blocked:
-        if not folder:
-            blocks = _partition(ctx, data, compute.row_blocks, data_cluster)
-        row_blocks = len(blocks)
-        w_data = {"train": None, "mask": None, "partition": blocks}
-        if validation is not None:  # its P@1 on the workers too, from its row blocks
-            validation_blocks = _partition(ctx, {"train": validation, "mask": None},
-                                           compute.row_blocks, data_cluster)
-            validation = None
-    # The squared-loss start of a margin loss (model.squared_init_iter) runs on the W-step's
-    # row blocks, as the iterations do.
-    factors = ctx.run(initialise, **w_data, params=task_params(model, initialise),
-                      row_blocks=row_blocks if model.squared_start() else None,
-                      cluster=cluster)
-    w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
-    progress = ctx.artifacts.progress("iterations", m.outer_iterations,
-                                      f"Outer iterations (of {m.outer_iterations})")
-    traces, timings, objectives = [], [], []
-    try:
-        for t in range(1, m.outer_iterations + 1):
-            w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
-                        row_blocks=row_blocks, cluster=cluster)
-            h = ctx.run(alternate_H, **w_data, W=w["W"], H=factors["H"], validation=validation,
-                        validation_partition=validation_blocks, iteration=t, params=h_params,
-                        row_blocks=row_blocks, cluster=cluster)
-            factors = {"W": w["W"], "H": h["H"]}
-            traces.append(h["trace"])
-            timings += [w["timings"], h["timings"]]
-            progress.advance()
-            if model.tol:  # the estimator's own rule (LEML.converged), as its fit applies it
-                objectives.append(float(ctx.read(h["trace"])["objective"].iloc[0]))
-                if model.converged(objectives) is not None:
-                    break
-    finally:  # the training data the steps kept between them (see tasks.leml._prepared)
-        release_training_data()
+    iterations = m.outer_iterations
+    if m.early_stopping:  # the number of iterations chosen on rows held out of train
+        iterations = _early_stopping(ctx, config, model, data, folder, data_cluster, cluster)
+    place = _place(ctx, config, data, validation, blocks if folder else None, data_cluster)
+    factors, traces, timings = _alternate(ctx, model, place, iterations, cluster)
+    w_data = place["w_data"]
     if blocked:  # where the last W-step ran, for the manifest
         where = ctx.read(timings[-2]).iloc[0]
         ctx.record.note("w_step", {"scheduler": where["scheduler"],
@@ -517,6 +502,109 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     name_outputs(ctx, config, model, factors, train_file, predictions, weights)
     publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
+
+
+def _place(ctx: RunContext, config: LemlConfig, data: dict, validation: dict | None,
+           blocks: list[dict] | None, cluster: dict | None) -> dict:
+    """Where the iterations find their data: ``w_data`` (the training refs, or over row
+    blocks the blocks' files in their place: ``blocks``, the parts of a folder, else the data
+    cut into ``compute.row_blocks`` blocks on ``cluster``), ``row_blocks`` (their number, or
+    None), and the validation refs scored in this process or, on Dask, their row blocks."""
+    compute = config.compute
+    if not compute.blocked:
+        return {"w_data": data, "row_blocks": None, "validation": validation,
+                "validation_blocks": None}
+    if blocks is None:
+        blocks = _partition(ctx, data, compute.row_blocks, cluster)
+    validation_blocks = None
+    if validation is not None:  # its P@1 on the workers too, from its row blocks
+        validation_blocks = _partition(ctx, {"train": validation, "mask": None},
+                                       compute.row_blocks, cluster)
+    return {"w_data": {"train": None, "mask": None, "partition": blocks},
+            "row_blocks": len(blocks), "validation": None, "validation_blocks": validation_blocks}
+
+
+def _alternate(ctx: RunContext, model: LEML, place: dict, iterations: int,
+               cluster: dict | None, stop=None, what: str = "Outer iterations",
+               key: str = "iterations") -> tuple[dict, list, list]:
+    """The start, then (alternate-W, alternate-H) up to ``iterations`` times: the last factors'
+    refs, the iterations' trace refs and timing refs.
+
+    After each iteration the loop ends when ``stop(traces)`` (the trace tables read so far)
+    gives a reason, and when the estimator's ``tol`` rule says so (:meth:`LEML.converged`),
+    as :meth:`LEML.fit` ends."""
+    w_data, row_blocks = place["w_data"], place["row_blocks"]
+    # The squared-loss start of a margin loss (model.squared_init_iter) runs on the W-step's
+    # row blocks, as the iterations do.
+    factors = ctx.run(initialise, **w_data, params=task_params(model, initialise),
+                      row_blocks=row_blocks if model.squared_start() else None,
+                      cluster=cluster)
+    w_params, h_params = task_params(model, alternate_W), task_params(model, alternate_H)
+    progress = ctx.artifacts.progress(key, iterations, f"{what} (of {iterations})")
+    traces, timings, read = [], [], []
+    try:
+        for t in range(1, iterations + 1):
+            w = ctx.run(alternate_W, **w_data, **factors, iteration=t, params=w_params,
+                        row_blocks=row_blocks, cluster=cluster)
+            h = ctx.run(alternate_H, **w_data, W=w["W"], H=factors["H"],
+                        validation=place["validation"],
+                        validation_partition=place["validation_blocks"], iteration=t,
+                        params=h_params, row_blocks=row_blocks, cluster=cluster)
+            factors = {"W": w["W"], "H": h["H"]}
+            traces.append(h["trace"])
+            timings += [w["timings"], h["timings"]]
+            progress.advance()
+            if model.tol or stop is not None:  # the estimator's own rules, as its fit asks
+                read.append(ctx.read(h["trace"]).iloc[0])
+                if model.converged([r["objective"] for r in read]) is not None or (
+                        stop is not None and stop(read) is not None):
+                    break
+    finally:  # the training data the steps kept between them (see tasks.leml._prepared)
+        release_training_data()
+    return factors, traces, timings
+
+
+def _early_stopping(ctx: RunContext, config: LemlConfig, model: LEML, data: dict,
+                    folder: bool, data_cluster: dict | None, cluster: dict | None) -> int:
+    """The held-out pass of ``model.early_stopping`` (:meth:`LEML.fit` with it): the rows
+    the estimator holds out (``leml-early-split``, its own split), the alternation on the
+    others while the held-out P@1 rises (:meth:`LEML.no_gain`), and the best number of
+    iterations, a logged decision."""
+    m = config.model
+    if folder:
+        raise InputError("early stopping holds out rows of one training file; a folder of "
+                         "parts is read part by part: turn it off (false) or give a file",
+                         path=ctx.path(config.dataset.train), key="model.early_stopping")
+    params = task_params(model, early_split)
+    parts = ctx.run(early_split, train=data["train"], mask=data["mask"], params=params,
+                    cluster=data_cluster)
+    mask = None if data["mask"] is None else ctx.run(
+        early_split_mask, mask=data["mask"], params=params, cluster=data_cluster)
+    fit = {"train": {"X": parts["X_fit"], "Y": parts["Y_fit"]}, "mask": mask}
+    held = {"X": parts["X_val"], "Y": parts["Y_val"]}
+    place = _place(ctx, config, fit, held, None, data_cluster)
+    ended: list[str] = []
+
+    def stop(read: list) -> str | None:
+        reason = model.no_gain([r["validation_p_at_1"] for r in read])
+        ended[:] = [reason] if reason else []
+        return reason
+
+    _, traces, _ = _alternate(ctx, model, place, m.outer_iterations, cluster, stop,
+                              "Early stopping: iterations on the rows not held out",
+                              key="early-stopping")
+    scores = [float(ctx.read(t)["validation_p_at_1"].iloc[0]) for t in traces]
+    best = model.best_iteration(scores)
+    why = ended[0] if ended else (
+        model.converged([float(ctx.read(t)["objective"].iloc[0]) for t in traces])
+        or f"model.outer_iterations = {m.outer_iterations} reached")
+    held_rows = ctx.store.shape(parts["X_val"])[0]
+    ctx.record.decide("outer iterations", best,
+                      f"model.early_stopping on {held_rows:,} held-out training rows "
+                      f"(model.validation_fraction {m.validation_fraction:g}): {why}; then "
+                      f"every training row for {best} iterations")
+    ctx.record.note("early_stopping", {"validation_p_at_1": scores, "best_iteration": best})
+    return best
 
 
 def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bool,
@@ -694,8 +782,10 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
                f"model.outer_iterations = {m.outer_iterations} reached, last relative change "
                f"{change:.2e}" + (f" (tol {m.tol:g} not met)" if m.tol else " (tol 0: no "
                                   "early stopping)"))
-        ctx.record.decide("outer iterations", int(objective.size),
-                          f"{why}: objective {objective[0]:.6g} -> {objective[-1]:.6g}{seen}")
+        if not m.early_stopping or stopped:  # else its held-out pass decided the count
+            ctx.record.decide("outer iterations", int(objective.size),
+                              f"{why}: objective {objective[0]:.6g} -> {objective[-1]:.6g}"
+                              f"{seen}")
     ctx.artifacts.table("convergence", convergence,
                          "Objective, seconds and validation P@1 per outer iteration" if validated
                          else "Objective and seconds per outer iteration")

@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.table import read_table
 from scarce.tasks.steps import step
 
@@ -33,7 +34,13 @@ def check_kept_columns(files: Sequence[Path], columns: Sequence[str]) -> None:
                              "column", path=path, key=KEY)
 
 
-@step("leml-keep-columns", files=("path",), inputs=("predictions",),
+def _table_name(path: Path, call: dict):
+    """What :func:`tasks.readers.table.read_table` takes from the table's name (the key's
+    :data:`tasks.steps.NameRule`)."""
+    return name_rules.table(path)
+
+
+@step("leml-keep-columns", files={"path": _table_name}, inputs=("predictions",),
       run_name="keep columns of {path.name}")
 def keep_columns(path: Path, predictions: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """``predictions`` of the table ``path`` (one line per row and rank, ``row`` its 0-based

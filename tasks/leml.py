@@ -387,6 +387,31 @@ def split(train: dict, validation_fraction: float, seed: int,
     return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
 
 
+@step("leml-early-split", inputs=("train", "mask"),
+      outputs=("X_fit", "Y_fit", "X_val", "Y_val"), run_name="hold out for early stopping",
+      runtime=("cluster",), where=("cluster", _data_client))
+def early_split(train: dict, mask, params: dict, cluster: dict | None = None) -> dict:
+    """The rows :class:`~algorithms.leml.LEML`'s ``early_stopping`` fits on and those it holds
+    out, as its own :meth:`~algorithms.leml.LEML.early_stopping_split` draws them (``Y_val``:
+    the held-out rows' observed labels).  ``cluster``: where the step runs."""
+    try:
+        X_fit, Y_fit, _, X_val, Y_val = LEML(**params).early_stopping_split(
+            train["X"], train["Y"], mask)
+    except ValueError as exc:
+        raise InputError(str(exc), key="model.validation_fraction") from None
+    return {"X_fit": X_fit, "Y_fit": Y_fit, "X_val": X_val,
+            "Y_val": sp.csr_matrix(Y_val, dtype=np.float32)}
+
+
+@step("leml-early-split-mask", inputs=("mask",), run_name="hold out the mask's rows",
+      runtime=("cluster",), where=("cluster", _data_client))
+def early_split_mask(mask: sp.csr_matrix, params: dict,
+                     cluster: dict | None = None) -> sp.csr_matrix:
+    """The mask's rows that :func:`early_split` keeps for fitting."""
+    fit_rows, _ = LEML(**params).early_stopping_rows(mask.shape[0])
+    return sp.csr_matrix(mask)[fit_rows]
+
+
 @step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}",
       runtime=("cluster",), where=("cluster", _data_client))
 def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
@@ -903,6 +928,8 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
 # The estimator's step methods each LEML task calls (LEML.step_params names them), by task
 # name (a served flow may hold copies of the step objects).
 CALLS = {
+    early_split.name: ("early_stopping_split",),
+    early_split_mask.name: ("early_stopping_split",),
     initialise.name: ("start",),
     alternate_W.name: ("w_step",),
     alternate_H.name: ("h_step", "objective", "predict"),

@@ -356,6 +356,28 @@ class LEMLData:
         return self.entries
 
 
+#: The random streams of the two row splits, each drawn from ``(seed, stream)``: the data
+#: set's validation rows (chosen by a run's ``dataset.validation_fraction``) and the rows
+#: :class:`~algorithms.leml.LEML` holds out for early stopping, so that the two are not
+#: the same rows when both are asked for.
+VALIDATION_STREAM, EARLY_STOPPING_STREAM = 101, 303
+
+
+def held_out_rows(n: int, fraction: float) -> int:
+    """How many of ``n`` rows a split of ``fraction`` holds out."""
+    return int(round(fraction * n))
+
+
+def validation_rows(n: int, fraction: float, seed: int,
+                    stream: int = VALIDATION_STREAM) -> tuple[np.ndarray, np.ndarray]:
+    """The rows kept for fitting and the ``round(fraction n)`` rows held out, drawn from
+    ``(seed, stream)`` (both sorted)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, stream]))
+    val = np.zeros(n, dtype=bool)
+    val[rng.choice(n, size=held_out_rows(n, fraction), replace=False)] = True
+    return np.flatnonzero(~val), np.flatnonzero(val)
+
+
 def check_X(X, dtype) -> sp.csr_matrix | np.ndarray:
     """``X`` as CSR (or a C-ordered array) of ``dtype``, validated by scikit-learn."""
     X = check_array(X, accept_sparse="csr", dtype=dtype, order="C")

@@ -44,7 +44,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from scarce.algorithms.leml.data import LEMLData, check_factor, prepare_data
+from scarce.algorithms.leml.data import (
+    EARLY_STOPPING_STREAM,
+    LEMLData,
+    check_factor,
+    prepare_data,
+    validation_rows,
+)
 from scarce.algorithms.leml.h_step import (
     H_SOLVERS,
     update_H,
@@ -108,7 +114,7 @@ def check_factors(data: LEMLData, rank: int) -> None:
 
 #: The step methods whose parameters :meth:`LEML.step_params` lists ("predict": the
 #: prediction methods after :meth:`LEML.set_factors`).
-STEPS = ("start", "w_step", "h_step", "objective", "predict")
+STEPS = ("start", "w_step", "h_step", "objective", "predict", "early_stopping_split")
 
 
 def _is_count(value, minimum: int) -> bool:
@@ -155,6 +161,19 @@ class LEML(BaseEstimator):
         Stop once an outer iteration lowers the objective by less than ``tol`` relative to
         the objective before it, ``(J_{t-1} - J_t) / |J_{t-1}| < tol`` (a rise counts as
         no progress); see :meth:`converged`.  0 runs all ``outer_iterations``.
+    early_stopping : bool, default=False
+        Choose the number of outer iterations on held-out rows: hold out
+        ``validation_fraction`` of the rows (:meth:`early_stopping_split`), run the
+        alternation on the others while the held-out rows' P@1 (against their observed
+        labels) keeps rising (:meth:`no_gain`), then fit all the rows for the best number of
+        iterations, ``best_iteration_``.  Training on all rows again recovers what holding
+        the rows out costs; the held-out pass costs at most ``best_iteration_ +
+        n_iter_no_change`` iterations more.
+    validation_fraction : float, default=0.2
+        The share of the rows held out by ``early_stopping``.
+    n_iter_no_change : int, default=2
+        ``early_stopping`` ends the held-out pass after this many iterations without a
+        higher held-out P@1 than the best so far.
     cg_max_iter : int, default=10
         CG iterations per W-step (squared loss), or inner CG iterations per Newton
         step (other losses).  The W-step starts from the previous ``W``, so a few
@@ -224,6 +243,12 @@ class LEML(BaseEstimator):
         Objective after each outer iteration of the last ``fit`` call.
     n_iter_ : int
         Outer iterations completed in total (including those before a warm start).
+    best_iteration_ : int
+        With ``early_stopping``: the number of outer iterations chosen on the held-out rows
+        (and run on all rows).
+    validation_scores_ : list of float
+        With ``early_stopping``: the held-out rows' P@1 after each iteration of the
+        held-out pass.
     threshold_ : float
         Decision threshold used by :meth:`predict`.
     n_features_in_ : int
@@ -248,6 +273,7 @@ class LEML(BaseEstimator):
     """
 
     def __init__(self, rank=50, lam=1.0, loss="squared", outer_iterations=10, tol=0.0,
+                 early_stopping=False, validation_fraction=0.2, n_iter_no_change=2,
                  cg_max_iter=10, cg_tol=1e-3, cg_preconditioner="none", newton_max_iter=3,
                  fit_intercept=True, h_solver="direct", w_solver="tron", squared_init_iter=0,
                  dtype="float32", random_state=None, verbose=False, callback=None):
@@ -256,6 +282,9 @@ class LEML(BaseEstimator):
         self.loss = loss
         self.outer_iterations = outer_iterations
         self.tol = tol
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.cg_max_iter = cg_max_iter
         self.cg_tol = cg_tol
         self.cg_preconditioner = cg_preconditioner
@@ -296,6 +325,16 @@ class LEML(BaseEstimator):
             value = getattr(self, name)
             if not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
                 raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
+        if not isinstance(self.early_stopping, bool | np.bool_):
+            raise ValueError(f"early_stopping must be True or False, got "
+                             f"{self.early_stopping!r}")
+        if not (isinstance(self.validation_fraction, numbers.Real)
+                and 0 < self.validation_fraction < 1):
+            raise ValueError(f"validation_fraction must be in (0, 1), got "
+                             f"{self.validation_fraction!r}")
+        if not _is_count(self.n_iter_no_change, 1):
+            raise ValueError(f"n_iter_no_change must be a positive integer, got "
+                             f"{self.n_iter_no_change!r}")
         for name in ("outer_iterations", "cg_max_iter", "newton_max_iter", "squared_init_iter"):
             if not _is_count(getattr(self, name), 0):
                 raise ValueError(f"{name} must be a non-negative integer, "
@@ -349,6 +388,69 @@ class LEML(BaseEstimator):
                     f"{len(objectives)} outer iterations")
         return None
 
+    def no_gain(self, scores) -> str | None:
+        """Why the held-out pass of ``early_stopping`` ends after these held-out P@1 scores
+        (one per completed iteration, oldest first), or None to go on: ``n_iter_no_change``
+        iterations have passed since the best (the first of equal best scores), none of them
+        higher.  A driver that runs the steps itself (the flow) asks here, as :meth:`fit`
+        does."""
+        scores = [float(v) for v in scores]
+        if not scores:
+            return None
+        best = int(np.argmax(scores))
+        if len(scores) - 1 - best >= int(self.n_iter_no_change):
+            return (f"held-out P@1 {scores[best]:.4f} after iteration {best + 1}, not passed "
+                    f"in the {len(scores) - 1 - best} iterations after it")
+        return None
+
+    @staticmethod
+    def best_iteration(scores) -> int:
+        """The number of iterations with the highest held-out P@1 (the first of equal best
+        scores: fewer iterations for the same score)."""
+        return int(np.argmax([float(v) for v in scores])) + 1
+
+    def early_stopping_rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``n`` that ``early_stopping`` fits on and those it holds out (both
+        sorted), see :meth:`early_stopping_split`."""
+        self.check_params()
+        seed = self.random_state
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
+        fit_rows, val_rows = validation_rows(int(n), float(self.validation_fraction), int(seed),
+                                             EARLY_STOPPING_STREAM)
+        if fit_rows.size == 0 or val_rows.size == 0:
+            raise ValueError(f"early_stopping holds out {val_rows.size} of {n} rows "
+                             f"(validation_fraction={self.validation_fraction}): it needs rows "
+                             "on both sides")
+        return fit_rows, val_rows
+
+    def early_stopping_split(self, X, Y, mask=None):
+        """The rows ``early_stopping`` fits on and those it holds out.
+
+        ``round(validation_fraction n)`` rows, drawn from ``random_state`` (an int; another
+        value draws one from it) by :func:`~algorithms.leml.data.validation_rows` on the
+        early-stopping stream, so a driver holding the same seed holds out the same rows.
+
+        Returns
+        -------
+        X_fit, Y_fit, mask_fit, X_val, Y_val
+            ``Y_val``: the held-out rows' observed positive labels (sparse 0/1; an entry the
+            mask leaves unobserved, or a NaN, is not a label there), what their P@1 is
+            scored against.  ``mask_fit`` is None without a mask.
+        """
+        n = X.shape[0] if hasattr(X, "shape") else len(X)
+        fit_rows, val_rows = self.early_stopping_rows(n)
+        def rows(M, r):
+            return None if M is None else M.tocsr()[r] if sp.issparse(M) else np.asarray(M)[r]
+
+        Y_val = rows(Y, val_rows)
+        Y_val = sp.csr_matrix(np.nan_to_num(Y_val, nan=0.0) if not sp.issparse(Y_val)
+                              else Y_val)
+        if mask is not None:
+            Y_val = Y_val.multiply(sp.csr_matrix(rows(mask, val_rows), dtype=bool)).tocsr()
+        return (rows(X, fit_rows), rows(Y, fit_rows), rows(mask, fit_rows), rows(X, val_rows),
+                Y_val)
+
     def squared_start(self) -> bool:
         """Whether :meth:`start` begins with squared-loss iterations (a margin loss with
         ``squared_init_iter > 0``) rather than a random start alone."""
@@ -370,7 +472,7 @@ class LEML(BaseEstimator):
 
         Parameters
         ----------
-        step : {"start", "w_step", "h_step", "objective", "predict"}
+        step : {"start", "w_step", "h_step", "objective", "predict", "early_stopping_split"}
 
         Returns
         -------
@@ -391,6 +493,7 @@ class LEML(BaseEstimator):
                 ["cg_max_iter", "cg_tol"] if not squared and self.h_solver == "cg" else []),
             "objective": prepare + ["loss", "lam"],
             "predict": ["fit_intercept", "loss"],
+            "early_stopping_split": ["validation_fraction", "random_state"],
         }
         if step not in names:
             raise ValueError(f"step must be one of {STEPS}, got {step!r}")
@@ -595,6 +698,8 @@ class LEML(BaseEstimator):
         -------
         self
         """
+        if self.early_stopping:
+            return self._fit_early_stopping(X, Y, mask, W_init, H_init, start_iter)
         data = self.prepare(X, Y, mask)
         start_iter = int(start_iter)
         if start_iter < 0:
@@ -636,6 +741,39 @@ class LEML(BaseEstimator):
                 log.info("LEML stops: %s", reason)
                 return self
         self.n_iter_ = max(start_iter, int(self.outer_iterations))
+        return self
+
+    def _fit_early_stopping(self, X, Y, mask, W_init, H_init, start_iter) -> LEML:
+        """``fit`` with ``early_stopping``: the held-out pass, then all rows for
+        ``best_iteration_`` iterations (see the parameter)."""
+        self.check_params()
+        if W_init is not None or H_init is not None or start_iter:
+            raise ValueError("early_stopping chooses the iterations from a start of its own; "
+                             "a warm start (W_init, H_init, start_iter) needs "
+                             "early_stopping=False")
+        X_fit, Y_fit, mask_fit, X_val, Y_val = self.early_stopping_split(X, Y, mask)
+        probe = clone(self).set_params(early_stopping=False, callback=None, verbose=False)
+        data = probe.prepare(X_fit, Y_fit, mask_fit)
+        W, H = probe.start(data)
+        scores, objectives = [], []
+        for _ in range(int(self.outer_iterations)):
+            W, _ = probe.w_step(data, W, H)
+            H, _ = probe.h_step(data, W, H)
+            objectives.append(probe.objective(data, W, H))
+            scores.append(probe.set_factors(W, H).score(X_val, Y_val))
+            reason = probe.no_gain(scores) or probe.converged(objectives)
+            if reason is not None:
+                break
+        else:
+            reason = f"outer_iterations = {self.outer_iterations} reached"
+        best = self.best_iteration(scores)
+        log.info("LEML early stopping: %d outer iterations (%s)", best, reason)
+        del data, probe
+        final = clone(self).set_params(early_stopping=False, outer_iterations=best)
+        final.fit(X, Y, mask)
+        self.__dict__.update({k: v for k, v in vars(final).items()
+                              if k.endswith("_") and not k.startswith("_")})
+        self.best_iteration_, self.validation_scores_ = best, scores
         return self
 
     # -- prediction

@@ -649,8 +649,8 @@ def built_names(flow: str, config, monkeypatch) -> tuple[list[str], list[str]]:
         files += [summary_file(m) for m in config.table.also]
     title = FLOWS[flow].load_flow().flow_run_name
     if callable(title):
-        monkeypatch.setattr(prefect.runtime.flow_run, "parameters",
-                            {"config": config.model_dump(mode="json")}, raising=False)
+        monkeypatch.setattr(prefect.runtime.flow_run, "parameters", {"config": config},
+                            raising=False)  # the config itself, as a flow run holds it
         title = title()
     elif title:
         title = title.format(config=config)

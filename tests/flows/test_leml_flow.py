@@ -21,9 +21,10 @@ from scarce.algorithms.metrics.multilabel import (
     precision_at_k,
 )
 from scarce.flows.cli import main
+from scarce.tasks.leml import observe
 from scarce.tasks.leml_dask import PartitionedData
 from scarce.tasks.readers.xmc import read_xmc
-from scarce.tasks.store import Store
+from scarce.tasks.store import Store, read_checked_value
 from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -562,6 +563,35 @@ def test_tol_stops_the_flow_where_it_stops_the_estimator(project):
     assert conv["iteration"].tolist() == list(range(1, est.n_iter_ + 1))
     (decision,) = [d for d in m["notes"]["decisions"] if d["what"] == "outer iterations"]
     assert decision["value"] == est.n_iter_ and "model.tol" in decision["why"], decision
+
+
+@pytest.mark.parametrize(("backend", "observed"), [("local", 1.0), ("local", 0.5),
+                                                  ("local-blocks", 1.0)])
+def test_early_stopping_in_the_flow_equals_the_estimator(project, backend, observed):
+    """The held-out pass on the estimator's own split, the same best count, then every row
+    for that many iterations: the estimator's factors, whole data or row blocks, labels all
+    observed or half."""
+    X, Y = read_xmc(project / "train.txt")
+    mask = observe.fn(Y, observed, 3) if observed < 1 else None
+    kw = dict(rank=8, lam=0.05, cg_max_iter=2, random_state=3, outer_iterations=20,
+              early_stopping=True, validation_fraction=0.25, n_iter_no_change=2)
+    est = LEML(**kw).fit(X, Y, mask)
+    assert len(est.validation_scores_) < 20  # the held-out pass ended by the rule
+    assert main(["run", "leml", "--set", "model.outer_iterations=20",
+                 "--set", "model.lam=0.05", "--set", "model.cg_max_iter=2",
+                 "--set", "model.early_stopping=true", "--set", "model.validation_fraction=0.25",
+                 "--set", f"observed_fraction={observed}", "--set", "baselines=[]",
+                 "--set", f"compute.backend={backend}"]) == 0
+    m = _last(project)
+    (decision,) = [d for d in m["notes"]["decisions"] if d["what"] == "outer iterations"]
+    assert decision["value"] == est.best_iteration_, decision
+    assert "held-out" in decision["why"] and "model.early_stopping" in decision["why"]
+    np.testing.assert_allclose(m["notes"]["early_stopping"]["validation_p_at_1"],
+                               est.validation_scores_, rtol=0, atol=1e-9)
+    model = project / "data" / "runs" / m["run_id"] / "outputs" / "model"
+    W, H = (read_checked_value(model / f"{name}.parquet") for name in ("W", "H"))
+    np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(H, est.H_, rtol=1e-4, atol=1e-5)
 
 
 def test_squared_start_in_the_flow_equals_the_estimator(project):

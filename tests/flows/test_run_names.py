@@ -115,7 +115,11 @@ def test_the_bundled_leml_config_with_another_data_set_names_the_run_by_it(tmp_p
     assert name.startswith("leml-delicious-k") and "bibtex" not in name
 
 
-def test_a_run_id_part_is_made_safe_for_a_folder_name():
-    config = _config("relations", ["dataset=SemEval 2010 / task 8", "name=x.y"])
-    assert run_id_label(config) == "x.y-SemEval-2010-task-8"
+def test_a_run_id_part_is_a_folder_name_and_an_unsafe_one_is_refused_first():
+    config = _config("relations", ["dataset=semeval-2010-task-8", "name=x.y"])
+    assert run_id_label(config) == "x.y-semeval-2010-task-8"
     assert run_id_label(_config("apply-leml", [])) is None
+    from scarce.tasks.errors import InputError
+
+    with pytest.raises(InputError, match="key 'dataset'"):
+        _config("relations", ["dataset=SemEval 2010 / task 8"])

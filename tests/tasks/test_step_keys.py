@@ -222,6 +222,14 @@ def _load_table_call(table: dict, sample: bytes, suffix: str):
     return call
 
 
+def _keep_columns_call(path: Path, tmp: Path):
+    """leml-keep-columns of a table's ``tags`` column beside predictions of its rows."""
+    predictions = pd.DataFrame({"row": [0, 1], "rank": [1, 1], "label": [0, 1],
+                                "score": [0.5, 0.25]})
+    kwargs = dict(path=path, predictions=predictions, columns=["tags"])
+    return kwargs, {**kwargs, "predictions": PLACEHOLDER}
+
+
 def _maps_call(part: str):
     """leml-load-table with its ``part`` map file under each name (the table fixed)."""
     def call(path: Path, tmp: Path):
@@ -414,6 +422,8 @@ CASES = [
     Case("leml-load-table", "path", {"jsonl": TABLE_JSONL, "parquet": TABLE_PARQUET},
          _load_table_call(FEATURE_TABLE, TABLE_JSONL, ".jsonl")),
     Case("leml-load-table", "features", {"features": b""}, _maps_call("features")),
+    Case("leml-keep-columns", "path", {"csv": TABLE_CSV, "tsv": TABLE_TSV},
+         _keep_columns_call),
     Case("leml-load-table", "labels", {"labels": b""}, _maps_call("labels")),
     Case("leml-score", "path", _score_contents("path"), _score_call("path")),
     *[Case("leml-score", part, _score_contents(part), _score_call(part))

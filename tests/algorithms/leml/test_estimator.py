@@ -53,7 +53,8 @@ def test_fit_is_the_loop_over_the_step_methods(params, masked):
 OTHER = dict(rank=4, lam=0.3, outer_iterations=2, cg_max_iter=2, cg_tol=0.5,
              cg_preconditioner="diagonal", newton_max_iter=1, fit_intercept=False,
              h_solver="cg", w_solver="bound", squared_init_iter=1, dtype="float64",
-             random_state=9, verbose=True, callback=print)
+             random_state=9, verbose=True, callback=print, tol=0.5, early_stopping=True,
+             validation_fraction=0.5, n_iter_no_change=5)
 
 
 def _run(model: LEML, step: str, X, Y, mask, W, H):
@@ -67,11 +68,15 @@ def _run(model: LEML, step: str, X, Y, mask, W, H):
         return model.h_step(data, W, H)[0]
     if step == "objective":
         return model.objective(data, W, H)
+    if step == "early_stopping_split":
+        return model.early_stopping_split(X, Y, mask)
     model.set_factors(W, H)
     return model.predict(X), model.predict_top_k(X, 2)
 
 
 def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
     if isinstance(a, tuple):
         return all(_same(x, y) for x, y in zip(a, b, strict=True))
     if sp.issparse(a):

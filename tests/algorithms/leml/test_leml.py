@@ -571,6 +571,82 @@ def test_tol_stops_where_the_objective_stops_falling_with_the_same_factors(maske
     np.testing.assert_array_equal(stopped.H_, plain.H_)
 
 
+def test_the_no_gain_rule_by_hand():
+    model = LEML(n_iter_no_change=2)
+    assert model.no_gain([]) is None and model.no_gain([0.5]) is None
+    assert model.no_gain([0.5, 0.6, 0.6]) is None            # one iteration without a gain
+    assert model.no_gain([0.5, 0.6, 0.6, 0.55]) is not None  # two: a tie is no gain
+    assert model.no_gain([0.5, 0.6, 0.59, 0.61]) is None     # a new best restarts the count
+    assert "after iteration 2" in model.no_gain([0.5, 0.6, 0.6, 0.55])
+    assert LEML.best_iteration([0.5, 0.6, 0.6, 0.55]) == 2   # the first of equal best
+    assert LEML(n_iter_no_change=1).no_gain([0.5, 0.4]) is not None
+    for bad in (dict(validation_fraction=0.0), dict(validation_fraction=1.0),
+                dict(n_iter_no_change=0), dict(early_stopping="yes")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            LEML(**bad).check_params()
+
+
+def _naive_early_stopping(X, Y, mask, kw, fraction, patience, T):
+    """Early stopping written out: the rows drawn as the documented stream draws them, a fit
+    of the rest per number of iterations, P@1 of the held-out rows' observed labels by
+    argmax, the patience rule, then all rows for the best count."""
+    n = X.shape[0]
+    rng = np.random.default_rng(np.random.SeedSequence([kw["random_state"], 303]))
+    held = np.zeros(n, dtype=bool)
+    held[rng.choice(n, size=int(round(fraction * n)), replace=False)] = True
+    fit, val = np.flatnonzero(~held), np.flatnonzero(held)
+    Xc = sp.csr_matrix(X)
+    observed = np.asarray(Y)[val] * (1 if mask is None else np.asarray(mask)[val])
+    scores = []
+    for t in range(1, T + 1):
+        m = LEML(outer_iterations=t, **kw).fit(Xc[fit], np.asarray(Y)[fit],
+                                               None if mask is None else np.asarray(mask)[fit])
+        top = np.argmax(m.decision_function(Xc[val]), axis=1)
+        scores.append(float(np.mean(observed[np.arange(val.size), top] > 0)))
+        best = int(np.argmax(scores))
+        if t - 1 - best >= patience:
+            break
+    best = int(np.argmax(scores)) + 1
+    return best, scores, LEML(outer_iterations=best, **kw).fit(Xc, Y, mask)
+
+
+def _low_rank_problem(seed, masked, n=200, d=20, n_labels=8):
+    """Labels from a rank-2 linear model with noise, so held-out P@1 rises for a few
+    iterations (one CG step each) and then levels."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    X[rng.random((n, d)) < 0.5] = 0
+    Z = (X @ rng.standard_normal((d, 2)) @ rng.standard_normal((2, n_labels))
+         + 1.5 * rng.standard_normal((n, n_labels)))
+    Y = (Z > np.quantile(Z, 0.7)).astype(float)
+    return X, Y, (rng.random((n, n_labels)) < 0.6) if masked else None
+
+
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("lam", [0.01, 1.0])
+def test_early_stopping_equals_the_rule_written_out(masked, lam):
+    X, Y, mask = _low_rank_problem(5, masked)
+    kw = dict(rank=3, lam=lam, cg_max_iter=1, dtype=np.float64, random_state=4)
+    best, scores, want = _naive_early_stopping(X, Y, mask, kw, 0.25, 2, 15)
+    assert 2 <= best < len(scores) < 15  # the rule chose, and ended the pass early
+    got = LEML(outer_iterations=15, early_stopping=True, validation_fraction=0.25,
+               n_iter_no_change=2, **kw).fit(sp.csr_matrix(X), Y, mask)
+    assert got.best_iteration_ == best == got.n_iter_
+    np.testing.assert_allclose(got.validation_scores_, scores, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(got.W_, want.W_)
+    np.testing.assert_array_equal(got.H_, want.H_)
+    assert got.get_params()["outer_iterations"] == 15  # the parameters as given
+
+
+def test_early_stopping_refuses_a_warm_start_and_a_split_with_an_empty_side():
+    X, _, Y, _, _, _ = make_problem(32, n=10, mask_density=None)
+    model = LEML(rank=2, early_stopping=True, random_state=0)
+    with pytest.raises(ValueError, match="warm start"):
+        model.fit(X, Y, H_init=np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="rows on both sides"):
+        LEML(rank=2, early_stopping=True, validation_fraction=0.01, random_state=0).fit(X, Y)
+
+
 def test_fully_observed_squared_objective_equals_explicit_residual():
     X, Xd, Y, _, H, W = make_problem(12, n=15, d=6, n_labels=5, k=3, mask_density=None)
     data = prepare_data(X, sp.csr_matrix(Y), dtype=np.float64)
