@@ -51,6 +51,7 @@ from scarce.tasks.leml import (
     baseline,
     baseline_params,
     check_inputs,
+    check_training_rows,
     collect,
     evaluate,
     initialise,
@@ -428,8 +429,16 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
                      validation_fraction=d.validation_fraction)
     train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
                               labelled=len(files["train"]) == 1)
+    # The rows to fit, counted from the heads above where they tell (XC, Parquet); an ARFF
+    # file or a table tells only once read: checked here, before anything is learned.
+    check_training_rows(sum(ctx.store.shape(p["X"])[0] for p in train_parts),
+                        d.validation_fraction if len(train_parts) == 1 else 0.0,
+                        ctx.path(d.train))
     on_test = d.evaluate_on == "test"
-    test_parts = _load_parts(ctx, d, m, files["test"], data_cluster) if on_test else None
+    # The test set's metrics need its labels: a test file without any is refused as it is
+    # read (a part of a folder of parts may have none).
+    test_parts = (_load_parts(ctx, d, m, files["test"], data_cluster,
+                              labelled=len(files["test"]) == 1) if on_test else None)
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     blocked = compute.blocked
