@@ -365,9 +365,10 @@ def check_rows(X: sp.csr_matrix, Y, path: Path, labelled: bool, place,
     with a feature, else an :class:`InputError` naming ``path``: a model learned from no
     label or no feature learns nothing, and metrics of no label or of rows scored from the
     bias alone measure nothing.  Rows without a feature among others are said, with their
-    count and the first's place (``place(row)``: ``line 17``, ``row 3``) and ``why`` (what
-    made them so, from the caller), as a warning of the run: they are kept (a new row to
-    label may have no known word), but are scored, and learned from, by the bias alone."""
+    count, the first's place (``place(row)``: ``line 17``, ``row 3``) and ``why`` (what made
+    them so, from the caller: ``2 with an empty 'text' cell``), as a warning of the run: they
+    are kept (a new row to label may have no known word), but are scored, and learned from,
+    by the bias alone."""
     n = X.shape[0]
     if labelled and not sp.csr_matrix(Y).count_nonzero():
         raise InputError(f"none of the {n:,} points has a label: a training or test set "
@@ -377,9 +378,9 @@ def check_rows(X: sp.csr_matrix, Y, path: Path, labelled: bool, place,
         raise InputError(f"none of the {n:,} points has a feature (every feature value is "
                          "missing or 0): a training or test set needs features", path=path)
     if empty.size:
-        log_both(logging.WARNING, "%s: %s of the %s rows have no feature (the first at %s)%s: "
+        log_both(logging.WARNING, "%s: %s of the %s rows have no feature (%sthe first at %s): "
                  "their feature rows are all zero", path.name, f"{empty.size:,}", f"{n:,}",
-                 place(int(empty[0])), why)
+                 f"{why}; " if why else "", place(int(empty[0])))
 
 
 def _row_place(path: Path, format: str, row: int) -> str:

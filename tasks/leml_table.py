@@ -177,9 +177,9 @@ def _why_featureless(frame: pd.DataFrame, table: dict, X: sp.csr_matrix) -> str:
     cells = frame[column].iloc[empty_rows]
     blank = int(sum(_missing_cell(c) for c in cells))
     if source == "features":
-        return f" ({blank:,} with an empty {column!r} cell)"
-    return (f" ({blank:,} with an empty {column!r} cell, {empty_rows.size - blank:,} with no "
-            "term of the vocabulary)")
+        return f"{blank:,} with an empty {column!r} cell"
+    return (f"{blank:,} with an empty {column!r} cell, {empty_rows.size - blank:,} with no "
+            "term of the vocabulary")
 
 
 def _missing_cell(cell) -> bool:

@@ -166,7 +166,8 @@ def read_delimited(path: Path, sep: str, wanted: list[str]) -> tuple[pd.DataFram
                          "(a quote opened in the record starting here and never closed, or a "
                          "stray quote inside a field)", path=path, line=line) from None
     if header is None:
-        raise InputError("empty file: no header line", path=path, line=1)
+        raise InputError(f"the {'tsv' if sep == chr(9) else 'csv'} table has no row, nor a "
+                         "header line (an empty file)", path=path)
     columns = [header[i] for i in take]
     return pd.DataFrame(rows, columns=columns, dtype=object), header
 
@@ -197,8 +198,8 @@ def _read_jsonl(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]
                              "that is not half of a pair), which is not text", path=path,
                              line=lineno)
         rows.append([row.get(c) for c in wanted])
-    if not have and not rows:
-        raise InputError("empty file: no JSON object", path=path, line=1)
+    if not rows:
+        raise InputError("the jsonl table has no row (no JSON object)", path=path)
     present = [c for c in wanted if c in have]
     frame = pd.DataFrame([[r[wanted.index(c)] for c in present] for r in rows],
                          columns=present, dtype=object)
@@ -373,7 +374,10 @@ def _pairs(cell, path: Path, column: str, row: int) -> tuple[list[int], list[flo
     if isinstance(cell, str):
         text = cell.strip()
         if text.startswith("{") or text.startswith("["):
-            parsed = _literal_list(text)
+            try:
+                parsed = _literal_list(text)
+            except JSONRefused as exc:
+                raise _row_error(path, column, row, str(exc)) from None
             if parsed is None:
                 raise _row_error(path, column, row, f"{excerpt(text)} is neither JSON nor a "
                                  "Python literal")
@@ -463,6 +467,8 @@ def _pair_strings(cells: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
     try:
         numbers = np.array(joined.replace(":", " ").split(), dtype=np.float64)
     except ValueError:
+        return None
+    if numbers.size != 2 * counts.sum():  # a pair without its index or value (":", "3:")
         return None
     index, values = numbers[0::2], numbers[1::2]
     # (an index beyond 2^53 is not exact in float64: read by _pairs)
