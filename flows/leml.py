@@ -69,7 +69,7 @@ from scarce.tasks.leml import (
     task_params,
 )
 from scarce.tasks.leml_dask import CLIENTS, RowBlockBackend
-from scarce.tasks.leml_table import load_table, table_space
+from scarce.tasks.leml_table import check_table_columns, load_table, table_space
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
@@ -422,11 +422,15 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     data_cluster = cluster if compute.backend == "dask" else None
     files = {which: _input_files(ctx, d, which) for which in ("train", "test")}
     # What the files' heads tell (their shapes agree, the factors fit) before any is read;
-    # a table has no head: its space is learned from the training table.
+    # of a table only its columns: its space is learned from the training table.
+    on_test = d.evaluate_on == "test"
     if d.format != "table":
         check_inputs(model, files, d.format, d.n_labels,
                      fully_observed=config.observed_fraction == 1,
                      validation_fraction=d.validation_fraction)
+    else:  # its columns, from the tables' heads
+        check_table_columns(files if on_test else {"train": files["train"]},
+                            d.table.options())
     train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
                               labelled=len(files["train"]) == 1)
     # The rows to fit, counted from the heads above where they tell (XC, Parquet); an ARFF
@@ -434,7 +438,6 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     check_training_rows(sum(ctx.store.shape(p["X"])[0] for p in train_parts),
                         d.validation_fraction if len(train_parts) == 1 else 0.0,
                         ctx.path(d.train))
-    on_test = d.evaluate_on == "test"
     # The test set's metrics need its labels: a test file without any is refused as it is
     # read (a part of a folder of parts may have none).
     test_parts = (_load_parts(ctx, d, m, files["test"], data_cluster,

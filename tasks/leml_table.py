@@ -22,9 +22,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.text import fit_vocabulary, vectorize
-from scarce.tasks.errors import InputError
-from scarce.tasks.leml import check_index_maps
-from scarce.tasks.readers.table import feature_rows, label_names, read_table
+from scarce.tasks.errors import InputError, excerpt
+from scarce.tasks.leml import check_index_maps, check_training_rows
+from scarce.tasks.readers.table import feature_rows, label_names, read_table, table_columns
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.steps import log_both, step
 from scarce.tasks.store import read_parquet_entry
@@ -67,6 +67,30 @@ def _texts(cells: pd.Series, path: Path, column: str) -> list[str]:
     return texts
 
 
+def check_table_columns(files: dict[str, list[Path]], table: dict) -> None:
+    """The columns of every table of ``files`` (``{"train": [...], "test": [...]}``), checked
+    from their heads before anything is read in full: each has the feature (or text) column
+    and the label column, which the metrics of a test table need as much as training does
+    (:func:`tasks.readers.table.table_columns`; a JSON Lines table is checked as it is read).
+
+    Raises
+    ------
+    InputError
+        Naming the file, the column and the columns it has.
+    """
+    _, column = _feature_source(table)
+    for role, paths in files.items():
+        for path in paths:
+            have = table_columns(path)
+            if have is None:
+                continue
+            for wanted in (column, table["labels_column"]):
+                if wanted not in have:
+                    raise InputError(f"no column {wanted!r} (the file's columns: "
+                                     f"{excerpt(have, 120)})", path=path,
+                                     key=f"dataset.{role}")
+
+
 @step("leml-table-space", files=("path", "label_list"), outputs=("features", "labels"),
       run_name="space of {path.name}")
 def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict:
@@ -81,6 +105,7 @@ def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict
     source, column = _feature_source(table)
     labels_column = table["labels_column"]
     frame = read_table(path, [column, labels_column])
+    check_training_rows(len(frame), 0.0, path)  # (a split is checked once loaded)
     if label_list is not None:
         names = read_label_list(label_list)
     else:
@@ -104,6 +129,9 @@ def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict
                  len(terms), len(names))
     else:
         X = feature_rows(frame[column], path, column, table.get("n_features"))
+        if not X.nnz:
+            raise InputError(f"none of the {X.shape[0]:,} rows has a feature in column "
+                             f"{column!r}: a training set needs features", path=path)
         width = X.shape[1]
         if table.get("n_features") is None and X.nnz:  # the width the largest index implies
             at = int(np.argmax(X.indices))

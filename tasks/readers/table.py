@@ -37,7 +37,7 @@ import scipy.sparse as sp
 from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.readers.jsonl import JSONRefused, load_json, lone_surrogate
 from scarce.tasks.readers.numbers import MAX_INDEX, index_parts_plain, parse_index, parse_value
-from scarce.tasks.readers.text import read_text
+from scarce.tasks.readers.text import iter_lines, read_text
 
 #: The file endings (lower case) read as a table.
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".jsonl", ".jsonl.gz")
@@ -92,6 +92,35 @@ def read_table(path: str | Path, required: Sequence[str],
     if frame.empty:
         raise InputError(f"the {kind} table has no row (a header or schema only)", path=path)
     return frame[[c for c in wanted if c in frame.columns]].reset_index(drop=True)
+
+
+def table_columns(path: str | Path) -> list[str] | None:
+    """The column names of a table from its head alone: a CSV's or TSV's header line, a
+    Parquet file's schema; None for JSON Lines (whose columns are the keys of every line).
+    Errors are :func:`read_table`'s for that head."""
+    path = Path(path)
+    kind = table_kind(path)
+    if kind == "jsonl":
+        return None
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(path).names)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the parquet table: {exc}", path=path) from None
+    lines = iter_lines(path)
+    try:
+        header = next((line for line in lines if line.strip()), None)
+    finally:
+        lines.close()
+    if header is None:
+        return []
+    try:  # (a header whose quoted name spans lines is left to read_table)
+        return next(csv.reader([header], delimiter="\t" if kind == "tsv" else ",",
+                               strict=True))
+    except csv.Error:
+        return None
 
 
 def _read_parquet(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:

@@ -10,7 +10,7 @@ import pytest
 from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.flows.leml import TableConfig
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml_table import load_table, table_space
+from scarce.tasks.leml_table import check_table_columns, load_table, table_space
 from scarce.tasks.readers.table import SEPARATOR_KEY
 from scarce.tasks.store import atomic_write_parquet, encode
 
@@ -51,6 +51,25 @@ def test_a_test_table_without_its_label_column_is_refused_and_new_rows_are_not(t
     assert _load(tmp_path, rows, maps, labelled=False)["Y"].nnz == 0  # rows to label
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".parquet", ".csv.gz"])
+def test_a_table_without_its_columns_is_refused_from_its_head(tmp_path, suffix):
+    """Before anything is read in full: the training and the test table's header or schema
+    (a JSON Lines table is checked as it is read)."""
+    frame = TRAIN[["text"]]
+    path = tmp_path / f"test{suffix}"
+    if suffix == ".parquet":
+        frame.to_parquet(path)
+    else:
+        frame.to_csv(path, index=False, sep="\t" if suffix == ".tsv" else ",")
+    good = tmp_path / "train.csv"
+    TRAIN.to_csv(good, index=False)
+    check_table_columns({"train": [good], "test": [good]}, _options())
+    with pytest.raises(InputError, match=r"no column 'tags' \(the file's columns: \['text'\]\)") \
+            as err:
+        check_table_columns({"train": [good], "test": [path]}, _options())
+    assert (err.value.path, err.value.key) == (str(path), "dataset.test")
+
+
 def test_a_test_table_whose_labels_are_all_unknown_is_refused(tmp_path):
     _, maps = _space(tmp_path)
     other = TRAIN.assign(tags=["a", "b", "c", "d"])
@@ -86,9 +105,18 @@ def test_a_feature_space_too_wide_to_hold_is_refused_before_it_is_allocated(
 def test_a_table_without_a_feature_is_refused_for_training_and_test(tmp_path, n_features):
     frame = TRAIN.assign(features=["", "", "", ""])
     table = {"features_column": "features", "n_features": n_features}
-    _, maps = _space(tmp_path, frame, **table)
+    with pytest.raises(InputError, match="none of the 4 rows has a feature in column"):
+        _space(tmp_path, frame, **table)  # the training table: before its space is stored
+    _, maps = _space(tmp_path, TRAIN.assign(features=["0:1", "", "", ""]), **table)
     with pytest.raises(InputError, match="none of the 4 points has a feature"):
-        _load(tmp_path, frame, maps, labelled=True, **table)
+        _load(tmp_path, frame, maps, labelled=True, **table)  # a test table
+    assert _load(tmp_path, frame, maps, labelled=False, **table)["X"].nnz == 0  # new rows
+
+
+def test_a_one_row_training_table_is_refused_before_its_space_is_stored(tmp_path):
+    with pytest.raises(InputError, match="the training set has 1 row") as err:
+        _space(tmp_path, TRAIN.head(1))
+    assert err.value.key == "dataset.train"
 
 
 def test_rows_without_text_or_a_known_word_are_said(tmp_path, caplog):
