@@ -60,6 +60,10 @@ def _read_splits(splits_file: Path) -> pd.DataFrame:
     """The ``doc_id`` and ``split`` columns of a tab-separated splits file, read as the table
     reader reads a TSV (:func:`tasks.readers.table.read_delimited`: UTF-8 and gzip errors
     named by their line, a row whose fields do not match the header's refused)."""
+    if not Path(splits_file).is_file():  # gone since the config was checked, or a folder
+        what = "a folder" if Path(splits_file).is_dir() else "not found"
+        raise InputError(f"cannot read the splits file ({what})", path=splits_file,
+                         key="splits_file")
     table, _ = read_delimited(splits_file, "\t", ["doc_id", "split"])
     missing = {"doc_id", "split"} - set(table.columns)
     if missing:

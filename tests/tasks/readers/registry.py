@@ -18,7 +18,7 @@ from scarce.tasks.readers.arff import read_arff, read_arff_header, read_mulan_la
 from scarce.tasks.readers.conllu import read_conllu, read_conllu_files
 from scarce.tasks.readers.jsonl import read_jsonl
 from scarce.tasks.readers.semeval import read_semeval
-from scarce.tasks.readers.table import read_delimited, read_table
+from scarce.tasks.readers.table import read_delimited, read_table, table_columns
 from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
 from scarce.tasks.strip import _read_splits
 
@@ -96,6 +96,7 @@ TEXT_READERS = [
                lambda p: _frame(read_table(p, ["text", "tags"]))),
     TextReader("table-jsonl", read_table, ".jsonl", TABLE_JSONL,
                lambda p: _frame(read_table(p, ["text", "tags"]))),
+    TextReader("table-columns", table_columns, ".csv", CSV, table_columns, whole=False),
     TextReader("delimited", read_delimited, ".tsv", TSV,
                lambda p: _frame(read_delimited(p, "\t", ["text", "tags"])[0])),
     TextReader("strip-splits", _read_splits, ".tsv", SPLITS, lambda p: _frame(_read_splits(p))),

@@ -135,7 +135,7 @@ def _strip_documents(folder):
 def _twins(suffixes):
     """The endings ``s`` of ``suffixes`` whose ``s.gz`` the listing takes too."""
     lower = {s.lower() for s in suffixes}
-    return [s for s in lower if f"{s}.gz" in lower]
+    return sorted(s for s in lower if f"{s}.gz" in lower)
 
 
 LISTINGS = _listings()
