@@ -51,6 +51,7 @@ from scarce.tasks.leml import (
     baseline,
     baseline_params,
     check_inputs,
+    check_parts,
     check_training_rows,
     collect,
     evaluate,
@@ -439,9 +440,14 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
                         d.validation_fraction if len(train_parts) == 1 else 0.0,
                         ctx.path(d.train))
     # The test set's metrics need its labels: a test file without any is refused as it is
-    # read (a part of a folder of parts may have none).
+    # read; the parts of a folder once all are (a part alone may have none).
     test_parts = (_load_parts(ctx, d, m, files["test"], data_cluster,
                               labelled=len(files["test"]) == 1) if on_test else None)
+    for which, parts in (("train", train_parts), ("test", test_parts)):
+        if parts is not None and len(parts) > 1:
+            check_parts([ctx.store.path(p["X"]) for p in parts],
+                        [ctx.store.path(p["Y"]) for p in parts], ctx.path(getattr(d, which)),
+                        key=f"dataset.{which}")
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     blocked = compute.blocked

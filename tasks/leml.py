@@ -383,6 +383,21 @@ def check_rows(X: sp.csr_matrix, Y, path: Path, labelled: bool, place,
                  f"{why}; " if why else "", place(int(empty[0])))
 
 
+def stored_nonzeros(path: Path) -> int:
+    """The entries a sparse store entry holds, from its footer (one Parquet row each)."""
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str) -> None:
+    """The parts of a folder (their store entries ``x_files`` and ``y_files``: the X and Y of
+    each part, as loaded), checked as :func:`check_rows` checks one file: at least one label
+    and one feature among them all (a part alone may have none), from the footers only."""
+    for files, what in ((y_files, "label"), (x_files, "feature")):
+        if not sum(stored_nonzeros(f) for f in files):
+            raise InputError(f"none of the {len(files)} parts has a {what}: a training or "
+                             f"test set needs {what}s", path=folder, key=key)
+
+
 def _row_place(path: Path, format: str, row: int) -> str:
     """Where data row ``row`` (0-based) of a file read by :func:`load` is: its line (XC,
     ARFF), else its row (1-based)."""

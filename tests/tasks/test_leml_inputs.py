@@ -12,6 +12,7 @@ from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     check_inputs,
+    check_parts,
     check_training_rows,
     declared_shape,
     label_file,
@@ -334,3 +335,22 @@ def test_rows_without_a_feature_are_said_with_their_count_and_place(tmp_path, ca
     rows = 3 if fmt == "xmc" else 2
     assert said == [f"t.{fmt}: 1 of the {rows} rows have no feature (the first at {where}): "
                     "their feature rows are all zero"]
+
+
+def test_the_parts_of_a_folder_need_a_label_and_a_feature_among_them(tmp_path):
+    """As one file does (check_rows); a part alone may have none. Read from the footers."""
+    def part(i, x, y):
+        x_path = tmp_path / f"X{i}.parquet"
+        y_path = tmp_path / f"Y{i}.parquet"
+        atomic_write_parquet(x_path, encode(sp.csr_matrix(np.asarray(x, np.float32))))
+        atomic_write_parquet(y_path, encode(sp.csr_matrix(np.asarray(y, np.float32))))
+        return x_path, y_path
+
+    unlabelled = [part(i, [[1, 0], [0, 2]], [[0, 0], [0, 0]]) for i in range(3)]
+    with pytest.raises(InputError, match="none of the 3 parts has a label") as err:
+        check_parts(*zip(*unlabelled, strict=True), tmp_path, key="dataset.test")
+    assert (err.value.path, err.value.key) == (str(tmp_path), "dataset.test")
+    featureless = [part(i, [[0, 0]], [[1, 0]]) for i in range(3, 5)]
+    with pytest.raises(InputError, match="none of the 2 parts has a feature"):
+        check_parts(*zip(*featureless, strict=True), tmp_path, key="dataset.train")
+    check_parts(*zip(*unlabelled[:2], featureless[0], strict=True), tmp_path, key="dataset.test")
