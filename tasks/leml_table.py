@@ -10,6 +10,11 @@ labels to the space's columns.  The space is two Parquet files, the model's
 ``features.parquet`` and ``labels.parquet``: the training flow passes its store entries,
 ``apply-leml`` and :func:`scarce.load_model` the model's copies, so every route reads a text
 into the same row.  The cells' forms are :mod:`tasks.readers.table`'s.
+
+What a table must hold is checked where it is first known: the columns from the tables'
+heads before anything runs (:func:`check_table_columns`); at least two rows and a feature in
+the training table before its space is stored; a label and a feature in a training or test
+table as it is loaded (:func:`tasks.leml.check_rows`, which says rows without a feature).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import scipy.sparse as sp
 
 from scarce.algorithms.leml.text import fit_vocabulary, vectorize
 from scarce.tasks.errors import InputError, excerpt
-from scarce.tasks.leml import check_index_maps, check_training_rows
+from scarce.tasks.leml import check_index_maps, check_rows, check_training_rows, normalize_rows
 from scarce.tasks.readers.table import feature_rows, label_names, read_table, table_columns
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.steps import log_both, step
@@ -133,7 +138,7 @@ def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict
             raise InputError(f"none of the {X.shape[0]:,} rows has a feature in column "
                              f"{column!r}: a training set needs features", path=path)
         width = X.shape[1]
-        if table.get("n_features") is None and X.nnz:  # the width the largest index implies
+        if table.get("n_features") is None:  # the width the largest index implies
             at = int(np.argmax(X.indices))
             row = int(np.searchsorted(X.indptr, at, side="right"))
             where = (f"{path}: the largest feature index, {int(X.indices[at]):,} (row {row}, "
@@ -235,8 +240,6 @@ def read_frame_xy(frame: pd.DataFrame, table: dict, features: pd.DataFrame,
                   labelled: bool = False) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """:func:`read_table_xy` of a table already in memory (``path``: where it was read, for
     errors; none for a caller's DataFrame)."""
-    from scarce.tasks.leml import check_rows, normalize_rows
-
     path = Path("<DataFrame>") if path is None else path
     _, column = _feature_source(table)
     if column not in frame.columns:

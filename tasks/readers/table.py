@@ -14,10 +14,14 @@ object per line).  Its columns are named by the caller:
   value}`` (JSON Lines, a Parquet map), a list of ``[index, value]`` pairs, or a list of
   numbers (a dense row, every row the same length).
 
-The file is read by pandas (pyarrow for Parquet), which is made for these formats; what is
-added here is reading the cells of the label and feature columns in the forms researchers
-write them, and errors that name the file, the column and the row.  Rows are numbered from 1
-after a CSV's header (a CSV row is not a line when a quoted text spans lines).
+Parquet is read by pandas (pyarrow); a CSV or TSV by the ``csv`` module and JSON Lines by the
+``json`` module, after :mod:`tasks.readers.text` has read the bytes, because pandas' readers
+take silently what is refused here (see :func:`read_table`).  What is added is reading the
+cells of the label and feature columns in the forms researchers write them (indices and
+values in the syntax of :mod:`tasks.readers.numbers`), refusing a label column joined by
+another separator than the configured one (:func:`check_separator`), and errors that name
+the file and the line, or the column and the row.  Rows are numbered from 1 after a CSV's
+header (a CSV row is not a line when a quoted text spans lines).
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def read_table(path: str | Path, required: Sequence[str],
     if missing:
         raise InputError(f"no column {missing[0]!r} (the file's columns: "
                          f"{excerpt(have, 120)})", path=path)
-    if frame.empty:
+    if len(frame) == 0:
         raise InputError(f"the {kind} table has no row (a header or schema only)", path=path)
     return frame[[c for c in wanted if c in frame.columns]].reset_index(drop=True)
 
