@@ -27,6 +27,7 @@ from scarce.flows import manifest as mf
 from scarce.flows.config import SAFE_NAME, FlowConfig
 from scarce.flows.outputs import Output, Protected, check_output, check_targets, write_failed
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.steps import log_both
 from scarce.tasks.store import atomic_write_bytes
 
@@ -139,12 +140,14 @@ def open_model(run_dir: Path, flow: str, version: int,
 
 def input_files(path: Path, suffixes: tuple[str, ...], allow_empty: bool = False) -> list[Path]:
     """The input file, or every file of a folder whose name ends in one of ``suffixes`` (none
-    is an error unless ``allow_empty``)."""
+    is an error unless ``allow_empty``; a file there both plain and gzipped, ``x`` and
+    ``x.gz``, is an error naming both: :func:`tasks.readers.text.check_no_gzip_twin`)."""
     if path.is_file():
         return [path]
     if path.is_dir():
         files = sorted(p for p in path.iterdir()
                        if p.is_file() and p.name.lower().endswith(suffixes))
+        check_no_gzip_twin(files, key="input")
         if not files and not allow_empty:
             raise InputError(f"no input file ({', '.join(suffixes)}) in the folder", path=path)
         return files

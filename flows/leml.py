@@ -60,6 +60,8 @@ from scarce.tasks.leml import (
     baseline,
     baseline_params,
     check_inputs,
+    check_parts,
+    check_training_rows,
     collect,
     early_split,
     early_split_mask,
@@ -79,7 +81,7 @@ from scarce.tasks.leml import (
     task_params,
 )
 from scarce.tasks.leml_dask import CLIENTS, RowBlockBackend
-from scarce.tasks.leml_table import load_table, table_space
+from scarce.tasks.leml_table import check_table_columns, load_table, table_space
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
@@ -445,15 +447,31 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     data_cluster = cluster if compute.backend == "dask" else None
     files = {which: _input_files(ctx, d, which) for which in ("train", "test")}
     # What the files' heads tell (their shapes agree, the factors fit) before any is read;
-    # a table has no head: its space is learned from the training table.
+    # of a table only its columns: its space is learned from the training table.
+    on_test = d.evaluate_on == "test"
     if d.format != "table":
         check_inputs(model, files, d.format, d.n_labels,
                      fully_observed=config.observed_fraction == 1,
                      validation_fraction=d.validation_fraction)
+    else:  # its columns, from the tables' heads
+        check_table_columns(files if on_test else {"train": files["train"]},
+                            d.table.options())
     train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
                               labelled=len(files["train"]) == 1)
-    on_test = d.evaluate_on == "test"
-    test_parts = _load_parts(ctx, d, m, files["test"], data_cluster) if on_test else None
+    # The rows to fit, counted from the heads above where they tell (XC, Parquet); an ARFF
+    # file or a table tells only once read: checked here, before anything is learned.
+    check_training_rows(sum(ctx.store.shape(p["X"])[0] for p in train_parts),
+                        d.validation_fraction if len(train_parts) == 1 else 0.0,
+                        ctx.path(d.train))
+    # The test set's metrics need its labels: a test file without any is refused as it is
+    # read; the parts of a folder once all are (a part alone may have none).
+    test_parts = (_load_parts(ctx, d, m, files["test"], data_cluster,
+                              labelled=len(files["test"]) == 1) if on_test else None)
+    for which, parts in (("train", train_parts), ("test", test_parts)):
+        if parts is not None and len(parts) > 1:
+            check_parts([ctx.store.path(p["X"]) for p in parts],
+                        [ctx.store.path(p["Y"]) for p in parts], ctx.path(getattr(d, which)),
+                        key=f"dataset.{which}")
     train_file = train_parts[0]  # its index maps name the model's columns
     folder = len(train_parts) > 1 or ctx.path(d.train).is_dir()
     blocked = compute.blocked

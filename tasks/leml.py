@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
@@ -49,7 +50,7 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.leml_dask.clients import CLIENTS, in_dask_worker
 from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.arff import read_arff, read_arff_header
-from scarce.tasks.readers.text import decode_text, read_bytes
+from scarce.tasks.readers.text import check_no_gzip_twin, decode_text, read_bytes
 from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
 from scarce.tasks.steps import cached_file_sha256, content_only, log_both, step
 from scarce.tasks.store import CorruptEntry, entry_shape, read_parquet_entry, read_rows
@@ -105,7 +106,30 @@ def _parquet_shapes(path: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
                                (y_shape[1], "labels", y_path)):
         if count == 0:
             raise InputError(f"0 {what}; a dataset needs at least one", path=where)
+    _check_labels(_value_range(y_path), y_path)
     return tuple(x_shape), tuple(y_shape)
+
+
+def _value_range(path: Path) -> tuple[float, float] | None:
+    """The smallest and largest stored value of a sparse store entry, from the statistics
+    in its footer (None when it has none: a dense entry, or a writer that kept none)."""
+    try:
+        meta = pq.ParquetFile(path).metadata
+        column = meta.schema.names.index("value")
+        stats = [meta.row_group(g).column(column).statistics for g in range(meta.num_row_groups)]
+    except (ValueError, OSError):
+        return None
+    if not stats or any(s is None or not s.has_min_max for s in stats):
+        return None
+    return float(min(s.min for s in stats)), float(max(s.max for s in stats))
+
+
+def _check_labels(extent: tuple[float, float] | None, y_path: Path) -> None:
+    """A label matrix holds 0 and 1 only: values beyond (``extent``, the smallest and
+    largest) are the features of a pair whose X and Y were swapped, or no labels at all."""
+    if extent is not None and (extent[0] < 0 or extent[1] > 1):
+        raise InputError(f"holds values from {extent[0]:g} to {extent[1]:g}, but a label "
+                         "matrix holds 0 and 1 only (are X and Y swapped?)", path=y_path)
 
 
 def _read_parquet_xy(path: Path, dtype,
@@ -122,13 +146,22 @@ def _read_parquet_xy(path: Path, dtype,
         if not x_path.is_file():
             raise InputError("file not found", path=x_path)
         try:
-            n_rows = entry_shape(x_path)[0]
+            shape = entry_shape(x_path)
         except CorruptEntry as exc:
             raise InputError(str(exc).removeprefix(f"{x_path}: "), path=x_path) from None
-        Y = sp.csr_matrix((n_rows, 0), dtype=np.float32)
+        if len(shape) != 2 or 0 in shape:
+            raise InputError(f"expected a matrix of at least one row and one feature, got "
+                             f"shape {list(shape)}", path=x_path)
+        Y = sp.csr_matrix((shape[0], 0), dtype=np.float32)
     X = read_parquet_entry(x_path)
     if not (sp.issparse(X) or isinstance(X, np.ndarray)) or not sp.issparse(Y):
         raise InputError("expected a sparse or dense X and a sparse Y", path=path)
+    if with_labels and Y.nnz:  # (the footer's statistics may be absent: the values)
+        data = sp.csr_matrix(Y).data
+        _check_labels((float(data.min()), float(data.max())), y_path)
+        if not np.isin(data, (0, 1)).all():
+            raise InputError("holds values other than 0 and 1, but a label matrix holds 0 "
+                             "and 1 only (are X and Y swapped?)", path=y_path)
     with np.errstate(over="ignore", invalid="ignore"):
         X = sp.csr_matrix(X, dtype=dtype)
     bad = ~np.isfinite(X.data)
@@ -165,7 +198,8 @@ def check_inputs(model: LEML, files: dict[str, list[Path]], format: str, n_label
     """What the heads of the files tell, checked before any file is read in full (so before
     anything is stored): every file of ``files["train"]`` and ``files["test"]`` (a file, or
     the parts of a folder) declares the first training file's numbers of features and
-    labels; a validation split leaves rows to fit; and the model's factors at the training
+    labels; the training rows (less a validation split) are enough to fit
+    (:func:`check_training_rows`); and the model's factors at the training
     file's sizes fit in memory (:meth:`algorithms.leml.LEML.check_memory`), checked first: an
     absurd header is named for what it declares.
 
@@ -196,10 +230,8 @@ def check_inputs(model: LEML, files: dict[str, list[Path]], format: str, n_label
                                  f"file {first} has {d:,} and {n_lab:,}: the training and test "
                                  "files share one feature and one label space",
                                  path=f, line=at, key=f"dataset.{role}")
-    if validation_fraction > 0 and n is not None and held_out_rows(n, validation_fraction) >= n:
-        raise InputError(f"validation_fraction {validation_fraction:g} holds out all {n:,} "
-                         "rows of the training file, leaving none to fit", path=first,
-                         key="dataset.validation_fraction")
+    if n is not None:
+        check_training_rows(n, validation_fraction, first)
 
 
 #: The part files of a folder of parts (a partitioned input), by format.
@@ -209,7 +241,8 @@ PART_PATTERNS = {"xmc": ("*.txt", "*.txt.gz"), "parquet": ("*.X.parquet",)}
 def input_parts(path: Path, format: str, key: str | None = None) -> list[Path] | None:
     """The part files of ``path`` when it is a folder (a partitioned input: each part a file
     of ``format``, :data:`PART_PATTERNS`, all in one feature and label space), sorted by
-    name; None when ``path`` is a file.  ``key`` names the config key in errors."""
+    name; None when ``path`` is a file.  ``key`` names the config key in errors.  A part both
+    plain and gzipped (``a.txt``, ``a.txt.gz``) is an error naming both."""
     path = Path(path)
     if not path.is_dir():
         return None
@@ -217,20 +250,23 @@ def input_parts(path: Path, format: str, key: str | None = None) -> list[Path] |
         raise InputError(f"a folder of parts is read in the xmc or parquet format, not "
                          f"{format!r}", path=path, key=key)
     parts = sorted({p for pattern in PART_PATTERNS[format] for p in path.glob(pattern)})
+    check_no_gzip_twin(parts, key=key)
     if not parts:
         raise InputError(f"a folder without parts: no {' or '.join(PART_PATTERNS[format])} "
                          "files in it", path=path, key=key)
     return parts
 
 
-def _check_index_maps(path: Path, n_features: int, n_labels: int) -> None:
+def check_index_maps(path: Path, n_features: int, n_labels: int, what: str | None = None,
+                     advice: str = "check the dimensions the file declares") -> None:
     """Stop before the index maps of a file whose declared dimensions cannot be held (an
-    Extreme Classification header's ``D`` or ``L`` of 10^12): one int64 and one name slot
-    per column, with the copies pandas makes."""
+    Extreme Classification header's ``D`` or ``L`` of 10^12, a table's feature index of
+    2^62): one int64 and one name slot per column, with the copies pandas makes.  ``what``
+    says where the dimensions come from (default: the file's declared ones)."""
     check_allocation((int(n_features) + int(n_labels),), np.int64, copies=3,
-                     what=f"{path}: the index maps of its {int(n_features):,} features and "
-                          f"{int(n_labels):,} labels",
-                     advice="check the dimensions the file declares")
+                     what=(what or f"{path}: the index maps of its {int(n_features):,} "
+                           f"features and {int(n_labels):,} labels"),
+                     advice=advice)
 
 
 def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFrame:
@@ -306,9 +342,9 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
     """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
 
     ``cluster``: where the step runs (:func:`_data_client`), not what it computes.
-    ``labelled``: the file is the whole training set, refused (before anything is stored)
-    when none of its points has a label: there would be nothing to learn from.  A check,
-    not part of what the step computes: left out of its key.
+    ``labelled``: the file is the whole training or test set, refused (before anything is
+    stored) when none of its points has a label or none a feature (:func:`check_rows`).  A
+    check, not part of what the step computes: left out of its key.
 
     ``labels_file`` is :func:`label_file` of ``path`` (the Y of a Parquet pair): a declared
     input file, so a changed Y recomputes the step even when X is unchanged.  Without
@@ -332,11 +368,9 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
         X, Y = _read_parquet_xy(path, dt, with_labels=with_labels)
     else:
         raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
-    if labelled and not sp.csr_matrix(Y).count_nonzero():
-        raise InputError(f"none of the {Y.shape[0]:,} points has a label: a training set "
-                         "needs at least one", path=path)
-    _check_index_maps(path, X.shape[1], Y.shape[1])
     X = sp.csr_matrix(X, dtype=dt)
+    check_rows(X, Y, path, labelled, lambda row: _row_place(path, format, row))
+    check_index_maps(path, X.shape[1], Y.shape[1])
     if normalize == "l2":
         X = normalize_rows(X)
     elif normalize != "none":
@@ -344,6 +378,54 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
     return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32),
             "features": index_map("feature", X.shape[1], names[0]),
             "labels": index_map("label", Y.shape[1], names[1])}
+
+
+def check_rows(X: sp.csr_matrix, Y, path: Path, labelled: bool, place,
+               why: str = "") -> None:
+    """What the rows of a loaded file (``X``, ``Y``) must hold, or say.
+
+    ``labelled`` (the whole training or test set): at least one row with a label and one
+    with a feature, else an :class:`InputError` naming ``path``: a model learned from no
+    label or no feature learns nothing, and metrics of no label or of rows scored from the
+    bias alone measure nothing.  Rows without a feature among others are said, with their
+    count, the first's place (``place(row)``: ``line 17``, ``row 3``) and ``why`` (what made
+    them so, from the caller: ``2 with an empty 'text' cell``), as a warning of the run: they
+    are kept (a new row to label may have no known word), but are scored, and learned from,
+    by the bias alone."""
+    n = X.shape[0]
+    if labelled and not sp.csr_matrix(Y).count_nonzero():
+        raise InputError(f"none of the {n:,} points has a label: a training or test set "
+                         "needs labels (to learn from, to score against)", path=path)
+    empty = np.flatnonzero(np.diff(sp.csr_matrix(X).indptr) == 0)
+    if labelled and empty.size == n:
+        raise InputError(f"none of the {n:,} points has a feature (every feature value is "
+                         "missing or 0): a training or test set needs features", path=path)
+    if empty.size:
+        log_both(logging.WARNING, "%s: %s of the %s rows have no feature (%sthe first at %s): "
+                 "their feature rows are all zero", path.name, f"{empty.size:,}", f"{n:,}",
+                 f"{why}; " if why else "", place(int(empty[0])))
+
+
+def stored_nonzeros(path: Path) -> int:
+    """The entries a sparse store entry holds, from its footer (one Parquet row each)."""
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str) -> None:
+    """The parts of a folder (their store entries ``x_files`` and ``y_files``: the X and Y of
+    each part, as loaded), checked as :func:`check_rows` checks one file: at least one label
+    and one feature among them all (a part alone may have none), from the footers only."""
+    for files, what in ((y_files, "label"), (x_files, "feature")):
+        if not sum(stored_nonzeros(f) for f in files):
+            raise InputError(f"none of the {len(files)} parts has a {what}: a training or "
+                             f"test set needs {what}s", path=folder, key=key)
+
+
+def _row_place(path: Path, format: str, row: int) -> str:
+    """Where data row ``row`` (0-based) of a file read by :func:`load` is: its line (XC,
+    ARFF), else its row (1-based)."""
+    line = data_line(path, format, row)
+    return f"line {line}" if line is not None else f"row {row + 1}"
 
 
 def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
@@ -360,6 +442,32 @@ def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
 def held_out_rows(n: int, fraction: float) -> int:
     """How many of ``n`` rows a validation split of ``fraction`` holds out."""
     return int(round(fraction * n))
+
+
+#: The fewest rows a model is fitted on: the labels' propensities (PSP@k) take the log of
+#: the number of training rows less one (:func:`inverse_propensity_from_counts`).
+MIN_TRAINING_ROWS = 2
+
+
+def check_training_rows(n: int, validation_fraction: float, path: Path | None) -> None:
+    """An :class:`InputError` when a training set of ``n`` rows (of ``path``), less the
+    validation rows ``validation_fraction`` holds out, leaves fewer than
+    :data:`MIN_TRAINING_ROWS` to fit: named by ``dataset.validation_fraction`` when the split
+    is what leaves too few, else by ``dataset.train``."""
+    held = held_out_rows(n, validation_fraction) if validation_fraction > 0 else 0
+    if n - held >= MIN_TRAINING_ROWS:
+        return
+    if held >= n:
+        raise InputError(f"validation_fraction {validation_fraction:g} holds out all {n:,} "
+                         "rows of the training set, leaving none to fit", path=path,
+                         key="dataset.validation_fraction")
+    if held:
+        raise InputError(f"validation_fraction {validation_fraction:g} holds out {held:,} of "
+                         f"the {n:,} rows of the training set, leaving {n - held} to fit (a "
+                         f"model is fitted on at least {MIN_TRAINING_ROWS})", path=path,
+                         key="dataset.validation_fraction")
+    raise InputError(f"the training set has {n:,} row{'s' * (n != 1)}; a model is fitted on "
+                     f"at least {MIN_TRAINING_ROWS}", path=path, key="dataset.train")
 
 
 def validation_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -379,10 +487,7 @@ def split(train: dict, validation_fraction: float, seed: int,
     """Hold out a seeded random part of the training set for validation.  ``cluster``:
     where the step runs (:func:`_data_client`)."""
     X, Y = train["X"], train["Y"]
-    if held_out_rows(X.shape[0], validation_fraction) >= X.shape[0]:
-        raise InputError(f"validation_fraction {validation_fraction:g} holds out all "
-                         f"{X.shape[0]:,} rows of the training set, leaving none to fit",
-                         key="dataset.validation_fraction")
+    check_training_rows(X.shape[0], validation_fraction, None)
     fit_rows, val_rows = validation_rows(X.shape[0], validation_fraction, seed)
     return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
 

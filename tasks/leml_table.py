@@ -10,6 +10,11 @@ labels to the space's columns.  The space is two Parquet files, the model's
 ``features.parquet`` and ``labels.parquet``: the training flow passes its store entries,
 ``apply-leml`` and :func:`scarce.load_model` the model's copies, so every route reads a text
 into the same row.  The cells' forms are :mod:`tasks.readers.table`'s.
+
+What a table must hold is checked where it is first known: the columns from the tables'
+heads before anything runs (:func:`check_table_columns`); at least two rows and a feature in
+the training table before its space is stored; a label and a feature in a training or test
+table as it is loaded (:func:`tasks.leml.check_rows`, which says rows without a feature).
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.text import fit_vocabulary, vectorize
-from scarce.tasks.errors import InputError
+from scarce.tasks.errors import InputError, excerpt
+from scarce.tasks.leml import check_index_maps, check_rows, check_training_rows, normalize_rows
 from scarce.tasks.readers import names as name_rules
-from scarce.tasks.readers.table import feature_rows, label_names, read_table
+from scarce.tasks.readers.table import feature_rows, label_names, read_table, table_columns
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.steps import content_only, log_both, step
 from scarce.tasks.store import read_parquet_entry
@@ -78,6 +84,30 @@ def _label_list_name(path: Path, call: dict):
     return {"gzip": name_rules.gzip_by_name(path)}
 
 
+def check_table_columns(files: dict[str, list[Path]], table: dict) -> None:
+    """The columns of every table of ``files`` (``{"train": [...], "test": [...]}``), checked
+    from their heads before anything is read in full: each has the feature (or text) column
+    and the label column, which the metrics of a test table need as much as training does
+    (:func:`tasks.readers.table.table_columns`; a JSON Lines table is checked as it is read).
+
+    Raises
+    ------
+    InputError
+        Naming the file, the column and the columns it has.
+    """
+    _, column = _feature_source(table)
+    for role, paths in files.items():
+        for path in paths:
+            have = table_columns(path)
+            if have is None:
+                continue
+            for wanted in (column, table["labels_column"]):
+                if wanted not in have:
+                    raise InputError(f"no column {wanted!r} (the file's columns: "
+                                     f"{excerpt(have, 120)})", path=path,
+                                     key=f"dataset.{role}")
+
+
 @step("leml-table-space", files={"path": _table_name, "label_list": _label_list_name},
       outputs=("features", "labels"),
       run_name="space of {path.name}")
@@ -93,6 +123,7 @@ def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict
     source, column = _feature_source(table)
     labels_column = table["labels_column"]
     frame = read_table(path, [column, labels_column])
+    check_training_rows(len(frame), 0.0, path)  # (a split is checked once loaded)
     if label_list is not None:
         names = read_label_list(label_list)
     else:
@@ -115,7 +146,21 @@ def table_space(path: Path, table: dict, label_list: Path | None = None) -> dict
         log_both(logging.INFO, "%s: a vocabulary of %d terms, %d labels", path.name,
                  len(terms), len(names))
     else:
-        width = feature_rows(frame[column], path, column, table.get("n_features")).shape[1]
+        X = feature_rows(frame[column], path, column, table.get("n_features"))
+        if not X.nnz:
+            raise InputError(f"none of the {X.shape[0]:,} rows has a feature in column "
+                             f"{column!r}: a training set needs features", path=path)
+        width = X.shape[1]
+        if table.get("n_features") is None:  # the width the largest index implies
+            at = int(np.argmax(X.indices))
+            row = int(np.searchsorted(X.indptr, at, side="right"))
+            where = (f"{path}: the largest feature index, {int(X.indices[at]):,} (row {row}, "
+                     f"column {column!r}), makes {width:,} features")
+            advice = "check that index, or set dataset.table.n_features"
+        else:
+            where = f"{path}: the feature space of {width:,} features"
+            advice = "check dataset.table.n_features"
+        check_index_maps(path, width, len(names), what=where, advice=advice)
         terms, idf = [None] * width, np.full(width, np.nan)
     features = pd.DataFrame({"feature": np.arange(len(terms), dtype=np.int64),
                              "name": pd.array(terms, dtype="string"),
@@ -154,7 +199,7 @@ def table_labels(frame: pd.DataFrame, path: Path, table: dict,
     if column not in frame.columns:
         return sp.csr_matrix((n, len(labels)), dtype=np.float32), 0
     index = {name: i for i, name in enumerate(labels["name"].astype(object))}
-    rows = label_names(frame[column], table["label_separator"], path, column)
+    rows = label_names(frame[column], table["label_separator"], path, column, known=index)
     indptr, indices, unknown = [0], [], 0
     for names in rows:
         known = sorted(index[name] for name in names if name in index)
@@ -165,6 +210,29 @@ def table_labels(frame: pd.DataFrame, path: Path, table: dict,
                        np.asarray(indices, dtype=np.int64), np.asarray(indptr)),
                       shape=(n, len(labels)))
     return Y, unknown
+
+
+def _why_featureless(frame: pd.DataFrame, table: dict, X: sp.csr_matrix) -> str:
+    """Why rows of ``X`` have no feature, for :func:`tasks.leml.check_rows`' warning: how many
+    have an empty cell in the text or feature column, and how many (of text) only words
+    outside the vocabulary."""
+    source, column = _feature_source(table)
+    empty_rows = np.flatnonzero(np.diff(X.indptr) == 0)
+    if not empty_rows.size:
+        return ""
+    cells = frame[column].iloc[empty_rows]
+    blank = int(sum(_missing_cell(c) for c in cells))
+    if source == "features":
+        return f"{blank:,} with an empty {column!r} cell"
+    return (f"{blank:,} with an empty {column!r} cell, {empty_rows.size - blank:,} with no "
+            "term of the vocabulary")
+
+
+def _missing_cell(cell) -> bool:
+    """A cell that holds nothing: missing, or text of white space only."""
+    if cell is None or (not isinstance(cell, str | list | dict | np.ndarray) and pd.isna(cell)):
+        return True
+    return isinstance(cell, str) and not cell.strip()
 
 
 def read_table_xy(path: Path, table: dict, features: pd.DataFrame, labels: pd.DataFrame,
@@ -185,8 +253,6 @@ def read_frame_xy(frame: pd.DataFrame, table: dict, features: pd.DataFrame,
                   labelled: bool = False) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """:func:`read_table_xy` of a table already in memory (``path``: where it was read, for
     errors; none for a caller's DataFrame)."""
-    from scarce.tasks.leml import normalize_rows
-
     path = Path("<DataFrame>") if path is None else path
     _, column = _feature_source(table)
     if column not in frame.columns:
@@ -200,6 +266,8 @@ def read_frame_xy(frame: pd.DataFrame, table: dict, features: pd.DataFrame,
     if labelled and not Y.count_nonzero():
         raise InputError(f"none of the {Y.shape[0]:,} rows has a label of the label list",
                          path=path)
+    check_rows(X, Y, path, labelled, lambda row: f"row {row + 1}",
+               _why_featureless(frame, table, X))
     dt = np.dtype(dtype)
     big = np.abs(X.data) > np.finfo(dt).max
     if big.any():

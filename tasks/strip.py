@@ -43,6 +43,8 @@ from scarce.algorithms.memory import HEADROOM, MemoryBudgetError, available_byte
 from scarce.algorithms.strip.closure import PairGraph
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers import names as name_rules
+from scarce.tasks.readers.table import read_delimited
+from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.steps import content_only, step
 from scarce.tasks.store import read_parquet_entry
 
@@ -57,13 +59,14 @@ MODEL_VERSION = 1  # format of a strip run's outputs/model/ (model.json); see do
 
 # ----------------------------------------------------------------------------- documents
 def _read_splits(splits_file: Path) -> pd.DataFrame:
-    try:
-        table = pd.read_csv(splits_file, sep="\t", dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(f"not a tab-separated splits file ({exc})", path=splits_file) from None
-    except OSError as exc:  # gone since the config was checked, a folder, not readable
-        raise InputError(f"cannot read the splits file ({exc.strerror or exc})",
-                         path=splits_file, key="splits_file") from None
+    """The ``doc_id`` and ``split`` columns of a tab-separated splits file, read as the table
+    reader reads a TSV (:func:`tasks.readers.table.read_delimited`: UTF-8 and gzip errors
+    named by their line, a row whose fields do not match the header's refused)."""
+    if not Path(splits_file).is_file():  # gone since the config was checked, or a folder
+        what = "a folder" if Path(splits_file).is_dir() else "not found"
+        raise InputError(f"cannot read the splits file ({what})", path=splits_file,
+                         key="splits_file")
+    table, _ = read_delimited(splits_file, "\t", ["doc_id", "split"])
     missing = {"doc_id", "split"} - set(table.columns)
     if missing:
         raise InputError(f"splits file lacks columns {sorted(missing)}; expected a header "
@@ -82,7 +85,8 @@ def select_documents(splits_file: Path, data_dir: Path,
 
     ``roles`` maps a role (``train``, ``test``) to the split names it takes.  Documents listed
     in the splits file but absent from ``data_dir`` (as ``<doc_id>.conllu[.gz]``) are skipped
-    (the bundled data is a part of GUM); a role left without documents is an error.  A plain
+    (the bundled data is a part of GUM); a role left without documents is an error, and so
+    is a document there both plain and gzipped (which of the two to read is not guessed).  A plain
     function, not a step: the flow stores its table with :func:`record_documents` once every
     document has been read.
 
@@ -101,10 +105,11 @@ def select_documents(splits_file: Path, data_dir: Path,
         part = table.assign(_order=table["split"].map(order)).dropna(subset="_order")
         part = part.sort_values(["_order", "doc_id"], kind="stable")
         for split, doc in zip(part["split"], part["doc_id"], strict=True):
-            path = next((p for p in (Path(data_dir) / f"{doc}{x}" for x in DOC_SUFFIXES)
-                         if p.is_file()), None)
-            if path is not None:
-                out.append((role, split, doc, path))
+            found = [p for p in (Path(data_dir) / f"{doc}{x}" for x in DOC_SUFFIXES)
+                     if p.is_file()]
+            check_no_gzip_twin(found, key="data_dir")
+            if found:
+                out.append((role, split, doc, found[0]))
         if not any(r[0] == role for r in out):
             raise InputError(f"no document of split(s) {list(names)} found in {data_dir} "
                              f"(names: <doc_id>.conllu[.gz])", path=splits_file,

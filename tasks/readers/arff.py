@@ -23,9 +23,10 @@ missing ``@data`` section or one without rows, an unknown or unsupported attribu
 (``string``, ``date``, ``relational``), labels that leave no feature attribute, a row with
 the wrong number of values, a sparse index out of range or repeated, a value that is not a
 number, not finite in the requested dtype (``1e39`` in float32) or not a declared category,
-a missing value ``?``, a label that is not 0 or 1, and label names that are not
-attributes.  :func:`read_arff_header` reads the header alone (up to ``@data``), so that a
-caller can compare files before reading them.
+a missing value ``?``, a label that is not 0 or 1, an attribute declared twice, and label
+names that are not attributes or are named twice.  Indices and values have the syntax of
+:mod:`tasks.readers.numbers` (an index is digits only).  :func:`read_arff_header` reads
+the header alone (up to ``@data``), so that a caller can compare files before reading them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers.numbers import parse_index, parse_value, shown
 from scarce.tasks.readers.text import decode_text, iter_lines, read_bytes
 
 __all__ = ["read_arff", "read_arff_header", "read_mulan_labels"]
@@ -93,7 +95,7 @@ class _Attribute:
         self.codes = None
         if categories is not None:
             try:
-                values = [float(c) for c in categories]
+                values = [parse_value(c) for c in categories]
             except ValueError:
                 values = [float(i) for i in range(len(categories))]
             self.codes = dict(zip(categories, values, strict=True))
@@ -109,10 +111,10 @@ class _Attribute:
                 raise ValueError(f"value {token!r} of attribute {self.name!r} is not one of "
                                  f"its categories {{{','.join(self.categories)}}}") from None
         try:
-            v = float(token)
+            v = parse_value(token)
         except ValueError:
-            raise ValueError(f"value {token!r} of numeric attribute {self.name!r} is not a "
-                             "number") from None
+            raise ValueError(f"value {shown(token)} of numeric attribute {self.name!r} is not "
+                             "a number") from None
         if not math.isfinite(v):
             raise ValueError(f"value {token!r} of attribute {self.name!r} is not finite")
         return v
@@ -169,6 +171,9 @@ def read_mulan_labels(path: str | Path) -> list[str]:
              if el.tag.rsplit("}", 1)[-1] == "label" and el.get("name") is not None]
     if not names:
         raise InputError("no <label name=...> element found", path=path)
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise InputError(f"the label {twice!r} is named twice", path=path)
     return names
 
 
@@ -177,6 +182,7 @@ def _read_header(numbered, path: Path) -> tuple[list[_Attribute], list[int], int
     read up to ``@data`` only."""
     attrs: list[_Attribute] = []
     attr_lines: list[int] = []
+    first: dict[str, int] = {}  # an attribute's name -> its line
     lineno = 0
     for lineno, line in numbered:
         s = line.strip()
@@ -187,10 +193,16 @@ def _read_header(numbered, path: Path) -> tuple[list[_Attribute], list[int], int
             return attrs, attr_lines, lineno
         if low.startswith("@attribute"):
             try:
-                attrs.append(_parse_attribute(s))
-                attr_lines.append(lineno)
+                attr = _parse_attribute(s)
             except ValueError as exc:
                 raise InputError(str(exc), path=path, line=lineno) from None
+            if attr.name in first:
+                raise InputError(f"attribute {attr.name!r} is declared twice (first on line "
+                                 f"{first[attr.name]}): a value could not be told to one",
+                                 path=path, line=lineno)
+            first[attr.name] = lineno
+            attrs.append(attr)
+            attr_lines.append(lineno)
         elif low.startswith("@relation"):
             continue
         else:
@@ -207,6 +219,10 @@ def _label_columns(attrs: list[_Attribute], attr_lines: list[int], data_line: in
     ``label_names``), checked: binary, and at least one attribute left as a feature."""
     n_attr = len(attrs)
     if label_names is not None:
+        twice = next((n for i, n in enumerate(label_names) if n in label_names[:i]), None)
+        if twice is not None:
+            raise InputError(f"the label {twice!r} is named twice in the label list: one "
+                             "attribute would be two columns of Y", path=path)
         position = {a.name: i for i, a in enumerate(attrs)}
         missing = [name for name in label_names if name not in position]
         if missing:
@@ -319,9 +335,9 @@ def read_arff(path: str | Path, *, n_labels: int | None = None,
                     if len(parts) != 2:
                         raise ValueError(f"sparse entry {item!r} is not 'index value'")
                     try:
-                        col = int(parts[0])
-                    except ValueError:
-                        raise ValueError(f"sparse index {parts[0]!r} is not an integer") from None
+                        col = parse_index(parts[0])
+                    except ValueError as exc:
+                        raise ValueError(f"sparse index {exc}") from None
                     if not 0 <= col < n_attr:
                         raise ValueError(f"sparse index {col} is out of range [0, {n_attr})")
                     pairs.append((col, parts[1]))

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers.numbers import is_index, parse_index
 from scarce.tasks.readers.text import read_lines
 
 __all__ = ["read_conllu", "read_conllu_files", "write_chains", "TOKEN_COLUMNS",
@@ -98,7 +99,7 @@ def _mention_head(span_heads: np.ndarray, start: int, minspan: str, path, lineno
     length = len(span_heads)
     if minspan and minspan != "_":
         try:
-            offsets = [int(x) for x in minspan.split(",")]
+            offsets = [parse_index(x) for x in minspan.split(",")]
         except ValueError:
             raise InputError(f"minspan '{minspan}' is not a comma-separated list of integers",
                              path=path, line=lineno) from None
@@ -171,10 +172,9 @@ def _parse(lines: Iterable[str], path: Path):
                 heads[k] = -1
             else:
                 try:
-                    heads[k] = int(h)
-                except ValueError:
-                    raise InputError(f"HEAD '{h}' is not an integer", path=path,
-                                     line=lineno) from None
+                    heads[k] = parse_index(h)
+                except ValueError as exc:
+                    raise InputError(f"HEAD {exc}", path=path, line=lineno) from None
                 if not 0 <= heads[k] <= n:
                     raise InputError(f"HEAD {h} outside the sentence of {n} tokens", path=path,
                                      line=lineno)
@@ -264,10 +264,10 @@ def _parse(lines: Iterable[str], path: Path):
         tid = cols[0]
         if "-" in tid or "." in tid:
             a, _, b = tid.replace(".", "-").partition("-")
-            if not (a.isdigit() and b.isdigit()):
+            if not (is_index(a) and is_index(b)):
                 raise InputError(f"bad token id '{tid}'", path=path, line=lineno)
             continue  # multiword token or empty node
-        if not tid.isdigit():
+        if not is_index(tid):
             raise InputError(f"bad token id '{tid}' (expected a positive integer)", path=path,
                              line=lineno)
         sent_tokens.append((lineno, cols))
@@ -306,10 +306,10 @@ def _close(rec, end, doc: _Doc, s, heads, base, path, lineno):
     minspan = attrs.get("minspan", "")
     given = attrs.get("head", "")
     if given and given != "_":  # CorefUD's own head field (1-based in the mention), as written
-        if not given.isdigit() or not 1 <= int(given) <= end - start + 1:
+        if not is_index(given) or not 1 <= parse_index(given) <= end - start + 1:
             raise InputError(f"head '{given}' outside a mention of {end - start + 1} tokens",
                              path=path, line=open_line)
-        head = start + int(given) - 1
+        head = start + parse_index(given) - 1
     else:
         head = _mention_head(heads[start:end + 1], start, minspan, path, open_line)
     doc.mentions.append((

@@ -15,7 +15,9 @@ The result has the columns of :func:`tasks.readers.semeval.read_semeval`:
 not be the order in the sentence), ``label`` and ``relation`` are the given label
 (missing when absent) and ``direction`` is missing.  Errors name the file and line; a string
 anywhere in a record (a token, the label, an id, a key) that holds a lone surrogate
-(``"\\ud800"``: valid JSON, but not text) is one.
+(``"\\ud800"``: valid JSON, but not text) is one, and so are a key given twice in an object
+(the ``json`` module keeps the last) and an integer of thousands of digits (:func:`load_json`,
+which the table reader's JSON Lines share).
 """
 
 from __future__ import annotations
@@ -26,11 +28,44 @@ from pathlib import Path
 
 import pandas as pd
 
-from scarce.tasks.errors import InputError
+from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.readers.semeval import COLUMNS
 from scarce.tasks.readers.text import read_lines
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class JSONRefused(ValueError):
+    """JSON that the ``json`` module reads but a reader refuses."""
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict; a key given twice is :class:`JSONRefused` (the
+    ``json`` module would keep the last value)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise JSONRefused(f"the key {excerpt(twice)} is given twice in one object")
+    return out
+
+
+def _json_int(text: str) -> int:
+    """A JSON integer; one beyond what ``int`` reads (thousands of digits) is an error of
+    its own, not the ``int`` conversion's."""
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
+        raise JSONRefused(f"an integer of {len(text):,} digits")
+    return int(text)
+
+
+#: The longest JSON integer read (Python's own limit for ``int`` of a string).
+MAX_JSON_DIGITS = 4300
+
+
+def load_json(text: str):
+    """``json.loads`` of ``text`` with a key given twice and an integer of thousands of digits
+    refused (``ValueError``)."""
+    return json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_json_int)
 
 
 def _span(obj: dict, key: str, n_tokens: int) -> tuple[int, int]:
@@ -45,7 +80,7 @@ def _span(obj: dict, key: str, n_tokens: int) -> tuple[int, int]:
     return start, end
 
 
-def _lone_surrogate(obj) -> str | None:
+def lone_surrogate(obj) -> str | None:
     """Where in the decoded record ``obj`` a string (or a key) holds a lone surrogate, which
     JSON's ``\\u`` escapes allow but UTF-8 cannot encode; None when none does.  Walked
     without recursion: a record may be nested as deeply as the JSON parser allows."""
@@ -96,14 +131,16 @@ def read_jsonl(path: str | Path) -> pd.DataFrame:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = load_json(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}",
                              path=path, line=lineno) from None
+        except JSONRefused as exc:
+            raise InputError(f"invalid JSON: {exc}", path=path, line=lineno) from None
         except RecursionError:
             raise InputError("invalid JSON: nested too deeply", path=path,
                              line=lineno) from None
-        if "\\u" in line and (where := _lone_surrogate(obj)) is not None:
+        if "\\u" in line and (where := lone_surrogate(obj)) is not None:
             raise InputError(f"{where} holds a lone surrogate (a \\ud800-\\udfff escape "
                              "that is not half of a pair), which is not text",
                              path=path, line=lineno)
@@ -165,7 +202,7 @@ def read_records(records) -> pd.DataFrame:
     seen: dict = {}
     for index, obj in enumerate(records):
         try:
-            if (where := _lone_surrogate(obj)) is not None:
+            if (where := lone_surrogate(obj)) is not None:
                 raise ValueError(f"{where} holds a lone surrogate, which is not text")
             row = _row(obj, index + 1)
         except ValueError as exc:

@@ -43,9 +43,10 @@ from pathlib import Path
 import pandas as pd
 
 from scarce.tasks.errors import InputError
+from scarce.tasks.readers.numbers import MAX_INDEX, cut, parse_index
 from scarce.tasks.readers.text import read_lines
 
-MAX_ID = 2**63 - 1  # ids are stored as int64
+MAX_ID = MAX_INDEX  # ids are stored as int64
 
 RELATION_TYPES = (
     "Cause-Effect",
@@ -65,7 +66,8 @@ COLUMNS = ["id", "tokens", "e1_start", "e1_end", "e2_start", "e2_end", "label", 
 
 TOKEN_RE = re.compile(r"\w+(?:[-'.]\w+)*|[^\w\s]")
 _TAG_RE = re.compile(r"(</?e[12]>)")
-_HEAD_RE = re.compile(r"^\s*(\d+)\t\s*\"(.*)\"\s*$")
+# (an id is ASCII digits, tasks.readers.numbers: \d would take any script's digits)
+_HEAD_RE = re.compile(r"^\s*([0-9]+)\t\s*\"(.*)\"\s*$")
 _LABEL_RE = re.compile(r"^([A-Za-z]+-[A-Za-z]+)\((e[12]),(e[12])\)$")
 
 
@@ -202,10 +204,11 @@ def read_semeval(path: str | Path) -> pd.DataFrame:
                 f" (the sentence on line {rows[0][-1]} has no label line, so no sentence has)")
             raise InputError(f"expected '<id><TAB>\"sentence\"', got {line[:60]!r}{hint}",
                              path=path, line=lineno)
-        sid = int(m.group(1))
-        if sid > MAX_ID:
-            raise InputError(f"id {m.group(1)[:30]} is out of range (at most {MAX_ID})",
-                             path=path, line=lineno)
+        try:  # (a 5,000-digit id is refused before int() reads it)
+            sid = parse_index(m.group(1))
+        except ValueError:
+            raise InputError(f"id {cut(m.group(1))} is out of range (at most "
+                             f"{MAX_ID})", path=path, line=lineno) from None
         if sid in seen:
             raise InputError(f"duplicated id {sid} (first on line {seen[sid]})",
                              path=path, line=lineno)

@@ -14,18 +14,24 @@ object per line).  Its columns are named by the caller:
   value}`` (JSON Lines, a Parquet map), a list of ``[index, value]`` pairs, or a list of
   numbers (a dense row, every row the same length).
 
-The file is read by pandas (pyarrow for Parquet), which is made for these formats; what is
-added here is reading the cells of the label and feature columns in the forms researchers
-write them, and errors that name the file, the column and the row.  Rows are numbered from 1
-after a CSV's header (a CSV row is not a line when a quoted text spans lines).
+Parquet is read by pandas (pyarrow); a CSV or TSV by the ``csv`` module and JSON Lines by the
+``json`` module, after :mod:`tasks.readers.text` has read the bytes, because pandas' readers
+take silently what is refused here (see :func:`read_table`).  What is added is reading the
+cells of the label and feature columns in the forms researchers write them (indices and
+values in the syntax of :mod:`tasks.readers.numbers`), refusing a label column joined by
+another separator than the configured one (:func:`check_separator`), and errors that name
+the file and the line, or the column and the row.  Rows are numbered from 1 after a CSV's
+header (a CSV row is not a line when a quoted text spans lines).
 """
 
 from __future__ import annotations
 
 import ast
+import csv
+import io
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +39,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.tasks.errors import InputError, excerpt
+from scarce.tasks.readers.jsonl import JSONRefused, load_json, lone_surrogate
+from scarce.tasks.readers.numbers import MAX_INDEX, index_parts_plain, parse_index, parse_value
+from scarce.tasks.readers.text import iter_lines, read_text
 
 #: The file endings (lower case) read as a table.
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".jsonl", ".jsonl.gz")
@@ -56,47 +65,178 @@ def read_table(path: str | Path, required: Sequence[str],
     """The columns ``required`` and those of ``optional`` the file has, one row per example.
 
     CSV and TSV cells are read as text, with an empty cell kept as an empty string (not a
-    missing value): a label cell ``""`` is an example without labels.
+    missing value): a label cell ``""`` is an example without labels.  A CSV or TSV is read
+    by the ``csv`` module, JSON Lines by the ``json`` module, a line at a time, after
+    :mod:`tasks.readers.text` has read the bytes (gzip, UTF-8, a byte-order mark): pandas'
+    readers cut a row longer than the header (``usecols``) or pad a shorter one without a
+    word, rename a column named twice (``tags.1``), keep the last of a key given twice, drop
+    a lone surrogate from a JSON string, refuse a byte-order mark in JSON Lines and let a
+    truncated gzip stream escape as ``EOFError``; here each is refused naming its line.
 
     Raises
     ------
     InputError
-        Naming the file: unreadable, not parsed (with pandas' line), or without a
+        Naming the file: unreadable, not parsed (with the line), a column or key named
+        twice, a row whose fields do not match the header, no row, or without a
         ``required`` column (the columns it has are listed).
     """
     path = Path(path)
     kind = table_kind(path)
     wanted = list(dict.fromkeys([*required, *optional]))
-    try:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            have = pq.read_schema(path).names
-            frame = pd.read_parquet(path, columns=[c for c in wanted if c in have])
-        elif kind == "jsonl":
-            frame = pd.read_json(path, lines=True, dtype=False)
-        else:
-            frame = pd.read_csv(path, sep="\t" if kind == "tsv" else ",", dtype=str,
-                                keep_default_na=False, na_filter=False,
-                                usecols=lambda c: c in wanted, encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("input file not found", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-    except (OSError, ValueError, ImportError) as exc:
-        # pandas' ParserError and EmptyDataError are ValueErrors; pyarrow's errors are
-        # OSError or ArrowInvalid (a ValueError).
-        raise InputError(f"cannot read the {kind} table: {exc}", path=path) from None
+    if kind == "parquet":
+        frame, have = _read_parquet(path, wanted)
+    elif kind == "jsonl":
+        frame, have = _read_jsonl(path, wanted)
+    else:
+        frame, have = read_delimited(path, "\t" if kind == "tsv" else ",", wanted)
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        if kind != "parquet" and kind != "jsonl":
-            have = list(pd.read_csv(path, sep="\t" if kind == "tsv" else ",", nrows=0,
-                                    dtype=str).columns)
-        else:
-            have = list(frame.columns) if kind == "jsonl" else have
         raise InputError(f"no column {missing[0]!r} (the file's columns: "
                          f"{excerpt(have, 120)})", path=path)
+    if len(frame) == 0:
+        raise InputError(f"the {kind} table has no row (a header or schema only)", path=path)
     return frame[[c for c in wanted if c in frame.columns]].reset_index(drop=True)
+
+
+def table_columns(path: str | Path) -> list[str] | None:
+    """The column names of a table from its head alone: a CSV's or TSV's header line, a
+    Parquet file's schema; None for JSON Lines (whose columns are the keys of every line).
+    Errors are :func:`read_table`'s for that head."""
+    path = Path(path)
+    kind = table_kind(path)
+    if kind == "jsonl":
+        return None
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(path).names)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the parquet table: {exc}", path=path) from None
+    lines = iter_lines(path)
+    try:
+        header = next((line for line in lines if line.strip()), None)
+    finally:
+        lines.close()
+    if header is None:
+        return []
+    try:  # (a header whose quoted name spans lines is left to read_table)
+        return next(csv.reader([header], delimiter="\t" if kind == "tsv" else ",",
+                               strict=True))
+    except csv.Error:
+        return None
+
+
+def _read_parquet(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    import pyarrow.parquet as pq
+
+    try:
+        have = pq.read_schema(path).names
+        twice = _named_twice(have)
+        if twice is not None:
+            raise InputError(f"the column {twice!r} is named twice", path=path)
+        frame = pd.read_parquet(path, columns=[c for c in wanted if c in have])
+    except FileNotFoundError:
+        raise InputError("input file not found", path=path) from None
+    except (OSError, ValueError, ImportError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        # pyarrow's errors are OSError or ArrowInvalid (a ValueError).
+        raise InputError(f"cannot read the parquet table: {exc}", path=path) from None
+    return frame, have
+
+
+def _named_twice(names: Sequence[str]) -> str | None:
+    """The first name given twice (empty names aside: unnamed columns are not read)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen and name != "":
+            return name
+        seen.add(name)
+    return None
+
+
+# The csv module refuses a field longer than its limit (128 KiB by default); a text cell may
+# be longer.  The limit is the process's: it is only ever raised.
+_FIELD_LIMIT = 2**31 - 1
+
+
+def read_delimited(path: Path, sep: str, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The columns ``wanted`` (those the file has, as text) of a CSV (``sep`` ``,``) or TSV
+    (``\\t``), and the header's names: every record as many fields as the header, no column
+    named twice, a quoted field closed (``strict``), errors naming the line."""
+    text = read_text(path)
+    if csv.field_size_limit() < _FIELD_LIMIT:
+        csv.field_size_limit(_FIELD_LIMIT)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
+    header: list[str] | None = None
+    take: list[int] = []
+    rows: list[list[str]] = []
+    line = 1  # where the record being read starts
+    try:
+        for record in reader:
+            if not record:  # a blank line
+                line = reader.line_num + 1
+                continue
+            if header is None:
+                header = record
+                twice = _named_twice(header)
+                if twice is not None:
+                    raise InputError(f"the column {twice!r} is named twice in the header",
+                                     path=path, line=line)
+                take = [header.index(c) for c in wanted if c in header]
+            elif len(record) != len(header):
+                raise InputError(
+                    f"{len(record)} field{'s' * (len(record) != 1)} where the header has "
+                    f"{len(header)} (a row is "
+                    "neither cut nor padded to the header: quote a field that holds "
+                    f"{'a tab' if sep == chr(9) else 'a comma'})", path=path, line=line)
+            else:
+                rows.append([record[i] for i in take])
+            line = reader.line_num + 1
+    except csv.Error as exc:
+        raise InputError(f"cannot read the {'tsv' if sep == chr(9) else 'csv'} table: {exc} "
+                         "(a quote opened in the record starting here and never closed, or a "
+                         "stray quote inside a field)", path=path, line=line) from None
+    if header is None:
+        raise InputError(f"the {'tsv' if sep == chr(9) else 'csv'} table has no row, nor a "
+                         "header line (an empty file)", path=path)
+    columns = [header[i] for i in take]
+    return pd.DataFrame(rows, columns=columns, dtype=object), header
+
+
+def _read_jsonl(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """JSON Lines: an object a line (blank lines skipped), no key twice in an object, no
+    string of a wanted column holding a lone surrogate."""
+    rows: list[list] = []
+    have: dict[str, None] = {}
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = load_json(line)
+        except ValueError as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise InputError(f"invalid JSON: {msg}", path=path, line=lineno) from None
+        except RecursionError:
+            raise InputError("invalid JSON: nested too deeply", path=path,
+                             line=lineno) from None
+        if not isinstance(obj, dict):
+            raise InputError(f"expected a JSON object, got {type(obj).__name__}", path=path,
+                             line=lineno)
+        have.update(dict.fromkeys(obj))
+        row = {c: obj[c] for c in wanted if c in obj}
+        if "\\u" in line and (where := lone_surrogate(row)) is not None:
+            raise InputError(f"{where} holds a lone surrogate (a \\ud800-\\udfff escape "
+                             "that is not half of a pair), which is not text", path=path,
+                             line=lineno)
+        rows.append([row.get(c) for c in wanted])
+    if not rows:
+        raise InputError("the jsonl table has no row (no JSON object)", path=path)
+    present = [c for c in wanted if c in have]
+    frame = pd.DataFrame([[r[wanted.index(c)] for c in present] for r in rows],
+                         columns=present, dtype=object)
+    return frame, list(have)
 
 
 def _row_error(path: Path, column: str, row: int, message: str) -> InputError:
@@ -113,22 +253,49 @@ def _missing(cell) -> bool:
 
 
 def _literal_list(text: str):
-    """The list written as JSON or as a Python literal (pandas' ``str`` of a list), or None
-    when ``text`` is neither."""
+    """The list (or mapping) written as JSON or as a Python literal (pandas' ``str`` of a
+    list), or None when ``text`` is neither; ``ValueError`` for a mapping that gives a key
+    twice (either parser would keep the last value)."""
     try:
-        return json.loads(text)
-    except ValueError:
+        return load_json(text)
+    except json.JSONDecodeError:
         pass
+    except JSONRefused:
+        raise
+    except (ValueError, RecursionError):
+        return None
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        node = ast.parse(text, mode="eval").body
+        if isinstance(node, ast.Dict):
+            keys = [ast.literal_eval(k) for k in node.keys if k is not None]
+            if len(set(map(repr, keys))) != len(keys):
+                raise JSONRefused("a key is given twice in one mapping")
+        return ast.literal_eval(node)
+    except JSONRefused:
+        raise
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 
 
-def label_names(cells: Iterable, separator: str, path: Path, column: str) -> list[list[str]]:
+#: The separators a label cell's names are commonly joined by: a cell whose one name holds
+#: another of them was most likely joined by that one (:func:`check_separator`).
+SEPARATORS = (",", ";", "|", "\t")
+#: The key that sets the separator, named when it looks wrong.
+SEPARATOR_KEY = "dataset.table.label_separator"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def label_names(cells: Iterable, separator: str, path: Path, column: str,
+                known: Collection[str] | None = None) -> list[list[str]]:
     """Every row's label names, in the order written, each once (whitespace around a name
-    stripped): from a list, the text of a list, or a string joined by ``separator``."""
+    stripped): from a list, the text of a list, or a string joined by ``separator``.
+
+    The names of the cells joined by ``separator`` are checked by :func:`check_separator`
+    (``known``: the label names of the model or the label list, when there are some); a
+    name that holds a lone surrogate (a JSON or Python ``\\ud800`` escape, not text) is an
+    error naming the row."""
     rows: list[list[str]] = []
+    joined: list[int] = []  # the rows written as names joined by the separator
     for i, cell in enumerate(cells):
         if isinstance(cell, np.ndarray | list | tuple):
             names = list(cell)
@@ -137,13 +304,17 @@ def label_names(cells: Iterable, separator: str, path: Path, column: str) -> lis
         elif isinstance(cell, str):
             text = cell.strip()
             if text.startswith("[") and text.endswith("]"):
-                names = _literal_list(text)
+                try:
+                    names = _literal_list(text)
+                except JSONRefused as exc:
+                    raise _row_error(path, column, i, str(exc)) from None
                 if not isinstance(names, list):
                     raise _row_error(path, column, i, f"{excerpt(text)} looks like a list "
                                      "but is not one (JSON or Python)")
             else:  # the common form: names joined by the separator, all strings
                 rows.append([n for n in dict.fromkeys(
                     name.strip() for name in text.split(separator)) if n] if text else [])
+                joined.append(i)
                 continue
         elif isinstance(cell, int | np.integer) and not isinstance(cell, bool):
             names = [cell]
@@ -156,10 +327,79 @@ def label_names(cells: Iterable, separator: str, path: Path, column: str) -> lis
                 raise _row_error(path, column, i, f"a label name must be a string, got "
                                  f"{excerpt(name)}")
             name = str(name).strip()
+            if _SURROGATE.search(name):
+                raise _row_error(path, column, i, f"the label name {excerpt(name)} holds a "
+                                 "lone surrogate (a \\ud800-\\udfff escape that is not half "
+                                 "of a pair), which is not text")
             if name and name not in out:
                 out.append(name)
         rows.append(out)
+    check_separator([rows[i] for i in joined], separator, path, column, known)
     return rows
+
+
+def check_separator(rows: Sequence[list[str]], separator: str, path: Path, column: str,
+                    known: Collection[str] | None = None) -> None:
+    """Refuse label cells that were joined by another separator than ``separator``.
+
+    ``rows``: the names of the cells written as one string, split by ``separator``.  Another
+    separator ``c`` of :data:`SEPARATORS` is taken to be the one the cells were joined by
+    when at least half of the rows that name a label hold it inside a name and
+
+    - ``known`` is None (the names are the training table's own): those rows name one label
+      each, and the names split by ``c`` make fewer distinct labels than whole (the parts
+      recur: ``a;b``, ``b;c`` and ``a;c`` are three labels, not three tag sets);
+    - ``known`` is given (the model's labels, or the label list): each such name is not a
+      known label but every part of it split by ``c`` is.
+
+    Refused rather than warned: a tag set taken for a label trains a model of its tag sets
+    (every label a rare one) and scores it, silently, against names that never match.  A
+    name that really holds ``c`` is read as written when it is in the label list
+    (``label_list``), which is the way to say so.
+
+    Raises
+    ------
+    InputError
+        Naming the file, the column, the counts, an example and the key
+        :data:`SEPARATOR_KEY`.
+    """
+    named = [names for names in rows if names]
+    if not named:
+        return
+    known_set = None if known is None else set(known)
+    for c in SEPARATORS:
+        if c in separator or separator in c:
+            continue
+        if known_set is None:
+            holding = [names[0] for names in named if len(names) == 1 and c in names[0]]
+            if 2 * len(holding) < len(named):
+                continue
+            wholes = {name for names in named for name in names}
+            parts = {p.strip() for name in wholes for p in name.split(c) if p.strip()}
+            if len(parts) >= len(wholes):
+                continue
+            said = (f"split by {c!r} they would name {len(parts):,} labels, not "
+                    f"{len(wholes):,} tag sets")
+            count, example = len(holding), holding[0]
+        else:
+            holding = [next((n for n in names if _parts_known(n, c, known_set)), None)
+                       for names in named]
+            holding = [name for name in holding if name is not None]
+            if 2 * len(holding) < len(named):
+                continue
+            said = f"each is no label of the model, but its parts split by {c!r} are"
+            count, example = len(holding), holding[0]
+        raise InputError(
+            f"column {column!r}: {count:,} of the {len(named):,} rows with labels hold a name "
+            f"with {c!r} in it (e.g. {excerpt(example, 40)}); {said}: the names are joined "
+            f"by {c!r}, not {separator!r} (or list names holding {c!r} in label_list)",
+            path=path, key=SEPARATOR_KEY)
+
+
+def _parts_known(name: str, c: str, known: set[str]) -> bool:
+    """Whether ``name`` is no known label but each of its parts split by ``c`` is one."""
+    return (c in name and name not in known
+            and all(p.strip() in known for p in name.split(c) if p.strip()))
 
 
 def _pairs(cell, path: Path, column: str, row: int) -> tuple[list[int], list[float]] | None:
@@ -167,7 +407,10 @@ def _pairs(cell, path: Path, column: str, row: int) -> tuple[list[int], list[flo
     if isinstance(cell, str):
         text = cell.strip()
         if text.startswith("{") or text.startswith("["):
-            parsed = _literal_list(text)
+            try:
+                parsed = _literal_list(text)
+            except JSONRefused as exc:
+                raise _row_error(path, column, row, str(exc)) from None
             if parsed is None:
                 raise _row_error(path, column, row, f"{excerpt(text)} is neither JSON nor a "
                                  "Python literal")
@@ -202,13 +445,10 @@ def _pairs(cell, path: Path, column: str, row: int) -> tuple[list[int], list[flo
     indices, values = [], []
     for index, value in pairs:
         try:
-            i = int(str(index).strip())
-            v = float(str(value).strip()) if isinstance(value, str) else float(value)
-        except (TypeError, ValueError):
-            raise _row_error(path, column, row, f"{excerpt(index)}:{excerpt(value)} is not "
-                             "an integer index and a number") from None
-        if i < 0:
-            raise _row_error(path, column, row, f"feature index {i} is negative")
+            i, v = _index_of(index), _value_of(value)
+        except ValueError as exc:
+            raise _row_error(path, column, row, f"{excerpt(index, 30)}:{excerpt(value, 30)}: "
+                             f"{exc}") from None
         if not np.isfinite(v):
             raise _row_error(path, column, row, f"feature {i} has the value {v}, not finite")
         indices.append(i)
@@ -216,6 +456,28 @@ def _pairs(cell, path: Path, column: str, row: int) -> tuple[list[int], list[flo
     if len(set(indices)) != len(indices):
         raise _row_error(path, column, row, "a feature index is given twice")
     return indices, values
+
+
+def _index_of(index) -> int:
+    """A feature index written as text (:func:`~tasks.readers.numbers.parse_index`: digits
+    only) or as an integer (JSON, a Parquet map); ``ValueError`` otherwise."""
+    if isinstance(index, str):
+        return parse_index(index)
+    if isinstance(index, int | np.integer) and not isinstance(index, bool | np.bool_):
+        if not 0 <= int(index) <= MAX_INDEX:
+            raise ValueError(f"the index {int(index)} is negative or beyond {MAX_INDEX}")
+        return int(index)
+    raise ValueError(f"the index must be a whole number, got {type(index).__name__}")
+
+
+def _value_of(value) -> float:
+    """A feature value written as text (:func:`~tasks.readers.numbers.parse_value`) or as a
+    number; ``ValueError`` otherwise."""
+    if isinstance(value, str):
+        return parse_value(value.strip())
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_):
+        return float(value)
+    raise ValueError(f"the value must be a number, got {type(value).__name__}")
 
 
 def _pair_strings(cells: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -226,17 +488,24 @@ def _pair_strings(cells: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
     if not all(isinstance(c, str) for c in cells):
         return None
     texts = [c.replace(",", " ") for c in cells]
+    joined = " ".join(texts)
+    # NumPy's float parse reads 1e1 or +3 as an index, and 1_0 or Unicode digits as numbers,
+    # which :func:`_pairs` refuses (tasks.readers.numbers): such a column is read there.
+    if not joined.isascii() or "_" in joined or not index_parts_plain(joined):
+        return None
     counts = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
     colons = np.fromiter((t.count(":") for t in texts), dtype=np.int64, count=len(texts))
     if not np.array_equal(counts, colons):
         return None
     try:
-        numbers = np.array(" ".join(texts).replace(":", " ").split(), dtype=np.float64)
+        numbers = np.array(joined.replace(":", " ").split(), dtype=np.float64)
     except ValueError:
         return None
+    if numbers.size != 2 * counts.sum():  # a pair without its index or value (":", "3:")
+        return None
     index, values = numbers[0::2], numbers[1::2]
-    if (index.size and (index.min() < 0 or not np.array_equal(index, np.floor(index))
-                        or index.max() >= 2 ** 62)) or not np.isfinite(values).all():
+    # (an index beyond 2^53 is not exact in float64: read by _pairs)
+    if (index.size and index.max() >= 2 ** 53) or not np.isfinite(values).all():
         return None
     indptr = np.concatenate([[0], np.cumsum(counts)])
     indices = index.astype(np.int64)

@@ -38,6 +38,30 @@ def _is_gzip(path: Path) -> bool:
     return True
 
 
+def gzip_twin(paths) -> tuple[Path, Path] | None:
+    """The first ``(x, x.gz)`` of ``paths`` (a folder's files) that names one file both
+    plain and gzipped, or None.  Which of the two holds the data is not for a reader to
+    guess (one may be an edited copy of the other), so every folder listing refuses such a
+    pair, naming both."""
+    names = {Path(p).name: Path(p) for p in paths}
+    for name, path in sorted(names.items()):
+        plain = name.removesuffix(".gz")
+        if plain != name and plain in names:
+            return names[plain], path
+    return None
+
+
+def check_no_gzip_twin(paths, key: str | None = None) -> None:
+    """:class:`InputError` naming both files of a :func:`gzip_twin` pair (and ``key``,
+    the config key that names their folder)."""
+    twin = gzip_twin(paths)
+    if twin is not None:
+        plain, gz = twin
+        raise InputError(f"both {plain.name} and {gz.name} are here: one document or data "
+                         "set, twice, and which to read is not guessed; remove or rename one",
+                         path=plain.parent, key=key)
+
+
 def read_bytes(path: str | Path) -> bytes:
     """The file's bytes, gunzipped when the name ends in ``.gz``."""
     path = Path(path)

@@ -14,11 +14,13 @@ files are read transparently.
 
 Parsing is vectorised: lines are split once, all feature pairs of a block of
 lines are converted by pandas' C parser in one call, and only when that fails (or a
-check fails) is the block re-read line by line to name the first bad line.
+check fails) is the block re-read line by line to name the first bad line.  Indices and
+values have the syntax of :mod:`tasks.readers.numbers` on both paths (an index is digits
+only: pandas alone would read ``1e1`` as 10).
 
 Errors are :class:`tasks.errors.InputError` with the file and 1-based line:
 a bad header (a count that is not a positive integer, or beyond what an int64 index
-holds), fewer or more point lines than ``N``, a non-integer label or feature index, a
+holds), fewer or more point lines than ``N``, a label or feature index that is not digits, a
 malformed ``index:value`` pair, an index out of range, a duplicated label or feature in a
 point, a non-numeric, NaN or infinite value or one that is not finite in the requested
 dtype (``1e39`` in float32), text that is not UTF-8, and a truncated or corrupt gzip file.
@@ -38,6 +40,15 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.tasks.errors import InputError, excerpt
+from scarce.tasks.readers.numbers import (
+    MAX_INDEX_DIGITS,
+    cut,
+    index_list_plain,
+    index_parts_plain,
+    parse_index,
+    parse_value,
+    shown,
+)
 from scarce.tasks.readers.text import decode_text, iter_lines, read_bytes
 
 __all__ = ["read_xmc", "read_xmc_header"]
@@ -49,23 +60,21 @@ MAX_COUNT = np.iinfo(np.int64).max
 
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
     parts = line.split()
-    try:
-        if len(parts) != 3:
-            raise ValueError
-        n, d, n_labels = (int(p) for p in parts)
-        if min(n, d, n_labels) < 0:
-            raise ValueError
-    except ValueError:
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
         raise InputError(f"bad header {excerpt(line.strip())}: expected 'N D L', three "
                          "non-negative integers (points, features, labels)",
-                         path=path, line=1) from None
-    for count, what in ((n, "points"), (d, "features"), (n_labels, "labels")):
-        if count == 0:
+                         path=path, line=1)
+    counts = []
+    for text, what in zip(parts, ("points", "features", "labels"), strict=True):
+        digits = text.lstrip("0") or "0"
+        if len(digits) > MAX_INDEX_DIGITS or int(digits) > MAX_COUNT:
+            raise InputError(f"the header declares {cut(digits, 40)} {what}; at most "
+                             f"{MAX_COUNT} (2^63 - 1) can be indexed", path=path, line=1)
+        if digits == "0":
             raise InputError(f"the header declares 0 {what}; a dataset needs at least one",
                              path=path, line=1)
-        if count > MAX_COUNT:
-            raise InputError(f"the header declares {excerpt(count)} {what}; at most "
-                             f"{MAX_COUNT} (2^63 - 1) can be indexed", path=path, line=1)
+        counts.append(int(digits))
+    n, d, n_labels = counts
     return n, d, n_labels
 
 
@@ -85,20 +94,6 @@ def read_xmc_header(path: str | Path) -> tuple[int, int, int]:
     return _parse_header(first, path)
 
 
-def _index(tok: str) -> int:
-    """An integer index, also written as an integral float (``3.0``, ``1e3``) as the
-    vectorised parser accepts it; ValueError otherwise."""
-    if "_" in tok:
-        raise ValueError(tok)
-    try:
-        return int(tok)
-    except ValueError:
-        value = float(tok)
-        if not value.is_integer():
-            raise
-        return int(value)
-
-
 def _parse_line(line: str, n_features: int, n_labels: int, dtype=np.float64):
     """Slow, exact parse of one point line; ValueError says what is wrong."""
     lab, _, feat = line.partition(" ")
@@ -106,11 +101,11 @@ def _parse_line(line: str, n_features: int, n_labels: int, dtype=np.float64):
     if lab:
         for tok in lab.split(","):
             try:
-                j = _index(tok)
-            except ValueError:
+                j = parse_index(tok)
+            except ValueError as exc:
                 raise ValueError(
-                    f"label {tok!r} is not an integer (labels are a comma-separated list "
-                    "before the first space; a point without labels starts with a space)"
+                    f"label {exc} (labels are a comma-separated list of indices before the "
+                    "first space; a point without labels starts with a space)"
                 ) from None
             if not 0 <= j < n_labels:
                 raise ValueError(f"label {j} is out of range [0, {n_labels})")
@@ -124,15 +119,15 @@ def _parse_line(line: str, n_features: int, n_labels: int, dtype=np.float64):
         if not sep or not i_str or not v_str or ":" in v_str:
             raise ValueError(f"feature {tok!r} is not an 'index:value' pair")
         try:
-            i = _index(i_str)
-        except ValueError:
-            raise ValueError(f"feature index {i_str!r} is not an integer") from None
+            i = parse_index(i_str)
+        except ValueError as exc:
+            raise ValueError(f"feature index {exc}") from None
         if not 0 <= i < n_features:
             raise ValueError(f"feature index {i} is out of range [0, {n_features})")
         try:
-            v = float(v_str)
+            v = parse_value(v_str)
         except ValueError:
-            raise ValueError(f"feature value {v_str!r} is not a number") from None
+            raise ValueError(f"feature value {shown(v_str)} is not a number") from None
         if not math.isfinite(v):
             raise ValueError(f"feature value {v_str!r} is not finite")
         if not _finite_in(v, dtype):
@@ -193,6 +188,8 @@ def _parse_block(lines, n_features, n_labels, dtype):
     labs = [s[0] for s in split]
     feats = [s[2] for s in split]
 
+    if not index_list_plain(",".join(labs)):
+        raise ValueError("a label index that is not digits")
     lab_counts = np.fromiter((lab.count(",") + 1 if lab else 0 for lab in labs),
                              dtype=np.int64, count=len(labs))
     (lab_idx,) = _numbers(",".join(lab for lab in labs if lab).replace(",", "\n"), 1)
@@ -202,6 +199,8 @@ def _parse_block(lines, n_features, n_labels, dtype):
         raise ValueError("label out of range")
 
     big = " ".join(feats)
+    if not index_parts_plain(big):  # pandas' integer parse reads 1e1, +3 and 3.0
+        raise ValueError("a feature index that is not digits")
     nnz = np.fromiter((f.count(":") for f in feats), dtype=np.int64, count=len(feats))
     idx, vals = _numbers(big.replace("\t", " ").replace(" ", "\n"), 2)
     # Every token yields one record; with one ':' per record, every token has one ':'.

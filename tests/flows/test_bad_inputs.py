@@ -18,6 +18,7 @@ config file is given with ``--config``. Each case runs once; the two tests read 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import os
 import shutil
@@ -46,6 +47,7 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()  # environment; {project} is the project folder
     args: tuple[str, ...] = ()  # more command-line arguments
     name: str = ""  # id of a case without a file
+    gzipped_too: bool = False  # a gzipped copy (<file>.gz) lies beside the file
 
 
 def xmc(file: str, expect: str, **known) -> Case:
@@ -54,9 +56,9 @@ def xmc(file: str, expect: str, **known) -> Case:
     return Case(file, "leml", expect, ("dataset.train={file}", "dataset.test={file}"), **known)
 
 
-def xmc_test(file: str, expect: str) -> Case:
+def xmc_test(file: str, expect: str, **known) -> Case:
     """The file as the test set, beside the good training file."""
-    return Case(file, "leml", expect, ("dataset.test={file}",))
+    return Case(file, "leml", expect, ("dataset.test={file}",), **known)
 
 
 def arff(file: str, expect: str) -> Case:
@@ -74,6 +76,19 @@ def arff(file: str, expect: str) -> Case:
 SMALL_MEMORY = (("SCARCE_MEMORY_LIMIT_GB", "4"),)
 
 
+TABLE = ("dataset.format=table", "dataset.train=good/train.csv", "dataset.test=good/test.csv",
+         "dataset.table.labels_column=tags")
+
+
+def table(file: str, expect: str, role: str = "train", *more: str, **known) -> Case:
+    """The file as the training table (its test table the good one), as the test table beside
+    the good training table, or as both (``role``); ``more``: other --set values."""
+    roles = ("train", "test") if role == "both" else (role,)
+    overrides = tuple(o for o in TABLE if not o.startswith(tuple(f"dataset.{r}=" for r in roles)))
+    return Case(file, "leml", expect,
+                (*overrides, *(f"dataset.{r}={{file}}" for r in roles), *more), **known)
+
+
 def relations(file: str, expect: str) -> Case:
     return Case(file, "relations", expect, ("data=[{file}]",))
 
@@ -86,6 +101,9 @@ def config(file: str, flow: str, expect: str, **known: str) -> Case:
     return Case(file, flow, expect, config=True, **known)
 
 
+TRAIN_LOADED = ("the test file is read after the training file, whose leml-load (or "
+                "leml-table-space) entries are stored by then (the run's own entries are not "
+                "removed when it fails)")
 PAIRS_AFTER_PREPROCESS = ("the training pairs are counted when the rules are grown: every "
                           "document's strip-preprocess entries are stored by then (the run's "
                           "own entries are not removed when it fails)")
@@ -130,6 +148,14 @@ CASES = [
              "5 features and 3 labels, but the training file"),
     xmc_test("xmc_test_fewer_labels.txt", "xmc_test_fewer_labels.txt:1: key 'dataset.test': "
              "4 features and 2 labels, but the training file"),
+    # an index in another syntax than digits (pandas' integer parse read 1e1 as 10)
+    xmc("xmc_index_1e1.txt", "xmc_index_1e1.txt:3: feature index '1e1' is not an integer"),
+    # too few rows to fit, from the header
+    xmc("xmc_one_point.txt", "xmc_one_point.txt: key 'dataset.train': the training set has 1 "
+        "row; a model is fitted on at least 2"),
+    # a test file without labels: its metrics would be 0 and NaN
+    xmc_test("xmc_test_no_labels.txt", "xmc_test_no_labels.txt: none of the 3 points has a "
+             "label: a training or test set needs labels", leaves_entries=TRAIN_LOADED),
     # Mulan ARFF (leml, format arff, the last two attributes are the labels)
     arff("arff_no_data.arff", "arff_no_data.arff:6: no @data section"),
     arff("arff_wrong_value_count.arff", "arff_wrong_value_count.arff:8: dense row has 3"),
@@ -148,6 +174,30 @@ CASES = [
          "value '-4e38' of attribute 'f0' is not finite in float32"),
     arff("arff_category_beyond_float32.arff", "arff_category_beyond_float32.arff:8: value "
          "'1e39' of attribute 'f0' is not finite in float32"),
+    arff("arff_duplicate_attribute.arff", "arff_duplicate_attribute.arff:3: attribute 'f0' is "
+         "declared twice (first on line 2)"),
+    # tables (leml, format table): the file as the training table, or as the test table
+    table("table_test_without_labels.csv", "table_test_without_labels.csv: key 'dataset.test': "
+          "no column 'tags'", "test"),
+    table("table_header_only.csv", "table_header_only.csv: the csv table has no row"),
+    table("table_features_empty.csv", "table_features_empty.csv: none of the 6 rows has a "
+          "feature in column 'features'", "both", "dataset.table.features_column=features"),
+    table("table_feature_index_huge.csv", "table_feature_index_huge.csv: the largest feature "
+          "index, 4,611,686,018,427,387,904 (row 2, column 'features')", "both",
+          "dataset.table.features_column=features", env=SMALL_MEMORY),
+    # 1,449 complete lines are recoverable from the cut stream
+    table("table_truncated.csv.gz", "table_truncated.csv.gz:1450: truncated gzip file"),
+    table("table_latin1.csv", "table_latin1.csv:3: not UTF-8 text (byte 0xe9"),
+    table("table_one_row.csv", "table_one_row.csv: key 'dataset.train': the training set has "
+          "1 row"),
+    table("table_semicolon_tags.csv", "table_semicolon_tags.csv: key "
+          "'dataset.table.label_separator': column 'tags': 3 of the 6 rows with labels hold a "
+          "name with ';' in it"),
+    table("table_extra_field.csv", "table_extra_field.csv:3: 3 fields where the header has 2"),
+    table("table_duplicate_column.csv", "table_duplicate_column.csv:1: the column 'tags' is "
+          "named twice"),
+    table("table_surrogate_label.jsonl", "table_surrogate_label.jsonl:2: 'tags'[0] holds a "
+          "lone surrogate"),
     # SemEval-2010 Task 8 (relations); an empty file has no line to name
     relations("semeval_empty.txt", "semeval_empty.txt: no sentences found"),
     relations("semeval_no_e2.txt", "semeval_no_e2.txt:5: sentence 2: missing <e2>"),
@@ -158,6 +208,8 @@ CASES = [
     relations("semeval_plain_named.txt.gz", "semeval_plain_named.txt.gz: the name ends in .gz"),
     relations("semeval_huge_id.txt", "semeval_huge_id.txt:5: id 99999999999999999999 is out"),
     relations("semeval_blank_lines.txt", "semeval_blank_lines.txt: no sentences found"),
+    relations("semeval_long_id.txt", "semeval_long_id.txt:5: id "
+              "111111111111111111111111111111… is out of range"),
     # JSON Lines (relations)
     relations("jsonl_span_outside_tokens.jsonl", "jsonl_span_outside_tokens.jsonl:2: 'tail'"),
     relations("jsonl_negative_span.jsonl", "jsonl_negative_span.jsonl:3: 'head' span [-1, 1)"),
@@ -166,6 +218,10 @@ CASES = [
     relations("jsonl_latin1.jsonl", "jsonl_latin1.jsonl:1: not UTF-8 text (byte 0xe9"),
     relations("jsonl_deep.jsonl", "jsonl_deep.jsonl:2: invalid JSON: nested too deeply"),
     relations("jsonl_blank_lines.jsonl", "jsonl_blank_lines.jsonl: no records found"),
+    relations("jsonl_duplicate_key.jsonl", "jsonl_duplicate_key.jsonl:2: invalid JSON: the key "
+              "'tail' is given twice in one object"),
+    relations("jsonl_long_id.jsonl", "jsonl_long_id.jsonl:1: invalid JSON: an integer of "
+              "5,000 digits"),
     relations("jsonl_only_other.jsonl", "jsonl_only_other.jsonl: no pairs left after keeping"),
     # a lone surrogate (valid JSON, not text) in any string of a record
     relations("jsonl_surrogate_token.jsonl",
@@ -199,6 +255,10 @@ CASES = [
     conllu("conllu_comments_only.conllu", "conllu_comments_only.conllu: no token line in the"),
     conllu("conllu_doc_without_sentence.conllu", "conllu_doc_without_sentence.conllu:1: document "
            "'conllu_doc_without_sentence' has no sentence"),
+    # one document both plain and gzipped: which to read is not guessed
+    conllu("conllu_plain_and_gzipped.conllu", "good/gum: key 'data_dir': both "
+           "conllu_plain_and_gzipped.conllu and conllu_plain_and_gzipped.conllu.gz are here",
+           gzipped_too=True),
     # configs
     config("config_leml_unknown_key.yaml", "leml", "key 'model.rnak': unknown key"),
     config("config_leml_negative_rank.yaml", "leml", "key 'model.rank': Input should be greater"),
@@ -257,6 +317,14 @@ OVERRIDE_CASES = [
     Case("", "leml", "train.txt: key 'dataset.validation_fraction': validation_fraction 0.99 "
          "holds out all 6 rows", ("dataset.validation_fraction=0.99",),
          name="leml-set-validation-holds-out-every-row"),
+    Case("", "leml", "train.txt: key 'dataset.validation_fraction': validation_fraction 0.8 "
+         "holds out 5 of the 6 rows of the training set, leaving 1 to fit",
+         ("dataset.validation_fraction=0.8",), name="leml-set-validation-leaves-one-row"),
+    # A table's rows are counted once it is read: its space and its rows are stored by then.
+    Case("", "leml", "train.csv: key 'dataset.validation_fraction': validation_fraction 0.8 "
+         "holds out 5 of the 6 rows", (*TABLE, "dataset.validation_fraction=0.8"),
+         name="leml-table-set-validation-leaves-one-row",
+         leaves_entries="a table's rows are counted once it is loaded"),
     # A mask that observes no entry, or none of the positive labels: the mask is drawn after
     # both files are loaded, so their entries stay in the store.
     Case("", "leml", "key 'observed_fraction': 0.001 observes none of the 6 x 3 entries",
@@ -299,6 +367,11 @@ CONLLU_GOOD = textwrap.dedent(
 
     """
 )
+TABLE_GOOD = "text,tags\n" + "".join(
+    f'{text},"{tags}"\n' for text, tags in (
+        ("graph kernels for molecules", "graphs,kernels"), ("parsing with kernels", "nlp"),
+        ("graph parsing", "graphs,nlp"), ("molecules and graphs", "graphs"),
+        ("kernels of graphs", "kernels"), ("parsing text", "nlp")))
 BASE_CONFIGS = {
     "leml": """\
         seed: 0
@@ -334,11 +407,16 @@ def make_project(root: Path, case: Case) -> list[str]:
     (good / "test.txt").write_text(XMC_GOOD)
     (good / "pairs.jsonl").write_text(JSONL_GOOD)
     (good / "gum" / "good_doc.conllu").write_text(CONLLU_GOOD)
+    (good / "train.csv").write_text(TABLE_GOOD)
+    (good / "test.csv").write_text(TABLE_GOOD)
     splits = "doc_id\tsplit\ngood_doc\ttest\n"
     args = ["run", case.flow]
     if case.file:
         if case.flow == "strip" and not case.config:  # the bad file is a training document
             shutil.copy(BAD / case.file, good / "gum" / case.file)
+            if case.gzipped_too:
+                (good / "gum" / f"{case.file}.gz").write_bytes(
+                    gzip.compress((BAD / case.file).read_bytes()))
             doc = case.file.removesuffix(".gz").removesuffix(".conllu")
             splits += f"{doc}\ttrain\n"
         elif case.file in GENERATED:

@@ -12,6 +12,8 @@ from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     check_inputs,
+    check_parts,
+    check_training_rows,
     declared_shape,
     label_file,
     load,
@@ -218,8 +220,137 @@ def test_a_training_file_without_a_label_is_refused_before_it_is_stored(tmp_path
     path = tmp_path / f"t.{fmt}"
     path.write_text(text)
     call = dict(path=path, format=fmt, dtype="float32", n_labels=1, normalize="none")
-    with pytest.raises(InputError, match="points has a label: a training set needs") as err:
+    with pytest.raises(InputError, match="points has a label: a training or test set needs") \
+            as err:
         load(**call, labelled=True)
     assert err.value.path == str(path)
-    assert load(**call)["Y"].nnz == 0  # a test file or a file to apply a model to may have none
+    assert load(**call)["Y"].nnz == 0  # a file to apply a model to may have none
     assert load.key({**call, "labelled": True}) == load.key(call)
+
+
+# -- a store-format pair whose X and Y are swapped ------------------------------------------------
+def test_a_pair_whose_x_and_y_are_swapped_is_refused_from_the_footers(tmp_path):
+    X = sp.csr_matrix(np.array([[0.5, 0, 2.0, 0], [0, 1.5, 0, 0], [3.0, 0, 0, 0.25]],
+                               dtype=np.float32))
+    Y = sp.csr_matrix(np.eye(3, 2, dtype=np.float32))
+    x_path = _parquet(tmp_path, "swapped", Y, X)  # X.parquet holds Y, Y.parquet holds X
+    for read in (lambda: declared_shape(x_path, "parquet"),  # before anything is read
+                 lambda: load(path=x_path, format="parquet", dtype="float32", n_labels=None,
+                              normalize="none")):
+        with pytest.raises(InputError, match=r"holds values from 0\.25 to 3, but a label "
+                                             r"matrix holds 0 and 1 only \(are X and Y "
+                                             r"swapped\?\)") as err:
+            read()
+        assert err.value.path == str(parquet_pair(x_path)[1])
+
+
+def test_a_label_matrix_of_values_between_0_and_1_is_refused_as_it_is_read(tmp_path):
+    Y = sp.csr_matrix(np.array([[0.5, 0], [0, 1]], dtype=np.float32))  # within [0, 1]
+    x_path = _parquet(tmp_path, "soft", sp.csr_matrix(np.ones((2, 3), np.float32)), Y)
+    declared_shape(x_path, "parquet")  # the footer's extent is [0.5, 1]
+    with pytest.raises(InputError, match="holds values other than 0 and 1"):
+        load(path=x_path, format="parquet", dtype="float32", n_labels=None, normalize="none")
+
+
+def test_a_parquet_x_alone_without_rows_is_refused(tmp_path):
+    x_path = _parquet(tmp_path, "new", sp.csr_matrix((0, 3), dtype=np.float32),
+                      sp.csr_matrix((0, 2), dtype=np.float32))
+    parquet_pair(x_path)[1].unlink()
+    with pytest.raises(InputError, match=r"at least one row and one feature, got shape \[0, 3\]"):
+        load(path=x_path, format="parquet", dtype="float32", n_labels=None, normalize="none",
+             with_labels=False)
+
+
+# -- too few training rows, wherever they are counted ---------------------------------------------
+@pytest.mark.parametrize("rows, fraction, says, key", [
+    (1, 0.0, "the training set has 1 row; a model is fitted on at least 2", "dataset.train"),
+    (3, 0.4, "holds out 1 of the 3 rows of the training set, leaving 2", None),  # enough
+    (4, 0.6, "holds out 2 of the 4 rows of the training set, leaving 2", None),  # enough
+    (3, 0.5, "holds out 2 of the 3 rows of the training set, leaving 1 to fit",
+     "dataset.validation_fraction"),
+    (2, 0.4, "holds out 1 of the 2 rows of the training set, leaving 1 to fit",
+     "dataset.validation_fraction"),
+])
+def test_a_training_set_left_with_fewer_than_two_rows_is_refused_where_it_is_counted(
+        tmp_path, rows, fraction, says, key):
+    """From a header before anything is read (XC, Parquet), in the flow once an ARFF file or a
+    table is loaded (check_training_rows), and in the split step itself."""
+    path = _xmc(tmp_path / "t.txt", f"{rows} 4 3", "0 0:1\n" * rows)
+    Yp = sp.csr_matrix(np.ones((rows, 2), np.float32))
+    pq_path = _parquet(tmp_path, "t", sp.csr_matrix(np.ones((rows, 4), np.float32)), Yp)
+    X = sp.csr_matrix(np.ones((rows, 4)))
+    checks = [lambda: check_inputs(LEML(rank=2), {"train": [path], "test": [path]}, "xmc",
+                                   None, validation_fraction=fraction),
+              lambda: check_inputs(LEML(rank=2), {"train": [pq_path], "test": [pq_path]},
+                                   "parquet", None, validation_fraction=fraction),
+              lambda: check_training_rows(rows, fraction, path),
+              lambda: split(train={"X": X, "Y": X}, validation_fraction=fraction, seed=0)]
+    for check in checks:
+        if key is None:
+            check()
+            continue
+        with pytest.raises(InputError, match=says) as err:
+            check()
+        assert err.value.key == key
+
+
+# -- a set without features, and rows without one --------------------------------------------------
+NO_FEATURES = {
+    "xmc": ("t.txt", "3 4 3\n0\n1\n2\n"),
+    "arff": ("t.arff", ARFF_HEAD + "@data\n0,0,1\n{2 1}\n"),
+}
+
+
+@pytest.mark.parametrize("fmt", NO_FEATURES)
+def test_a_training_or_test_set_without_a_feature_is_refused(tmp_path, fmt):
+    name, text = NO_FEATURES[fmt]
+    path = tmp_path / name
+    path.write_text(text)
+    call = dict(path=path, format=fmt, dtype="float32", n_labels=1, normalize="none")
+    with pytest.raises(InputError, match="points has a feature"):
+        load(**call, labelled=True)
+    assert load(**call)["X"].nnz == 0  # rows to label may have none
+
+
+def test_a_parquet_set_without_a_feature_is_refused(tmp_path):
+    x_path = _parquet(tmp_path, "d", sp.csr_matrix((3, 4), dtype=np.float32),
+                      sp.csr_matrix(np.eye(3, 2, dtype=np.float32)))
+    with pytest.raises(InputError, match="none of the 3 points has a feature"):
+        load(path=x_path, format="parquet", dtype="float32", n_labels=None, normalize="none",
+             labelled=True)
+
+
+@pytest.mark.parametrize(("fmt", "text", "where"), [
+    ("xmc", "3 4 3\n0 0:1\n1\n2 2:1\n", "line 3"),
+    ("arff", ARFF_HEAD + "@data\n1,0,1\n% a comment\n0,0,1\n", "line 8"),
+])
+def test_rows_without_a_feature_are_said_with_their_count_and_place(tmp_path, caplog, fmt,
+                                                                    text, where):
+    path = tmp_path / f"t.{fmt}"
+    path.write_text(text)
+    with caplog.at_level("WARNING"):
+        load(path=path, format=fmt, dtype="float32", n_labels=1, normalize="none",
+             labelled=True)
+    said = [r.getMessage() for r in caplog.records if "have no feature" in r.getMessage()]
+    rows = 3 if fmt == "xmc" else 2
+    assert said == [f"t.{fmt}: 1 of the {rows} rows have no feature (the first at {where}): "
+                    "their feature rows are all zero"]
+
+
+def test_the_parts_of_a_folder_need_a_label_and_a_feature_among_them(tmp_path):
+    """As one file does (check_rows); a part alone may have none. Read from the footers."""
+    def part(i, x, y):
+        x_path = tmp_path / f"X{i}.parquet"
+        y_path = tmp_path / f"Y{i}.parquet"
+        atomic_write_parquet(x_path, encode(sp.csr_matrix(np.asarray(x, np.float32))))
+        atomic_write_parquet(y_path, encode(sp.csr_matrix(np.asarray(y, np.float32))))
+        return x_path, y_path
+
+    unlabelled = [part(i, [[1, 0], [0, 2]], [[0, 0], [0, 0]]) for i in range(3)]
+    with pytest.raises(InputError, match="none of the 3 parts has a label") as err:
+        check_parts(*zip(*unlabelled, strict=True), tmp_path, key="dataset.test")
+    assert (err.value.path, err.value.key) == (str(tmp_path), "dataset.test")
+    featureless = [part(i, [[0, 0]], [[1, 0]]) for i in range(3, 5)]
+    with pytest.raises(InputError, match="none of the 2 parts has a feature"):
+        check_parts(*zip(*featureless, strict=True), tmp_path, key="dataset.train")
+    check_parts(*zip(*unlabelled[:2], featureless[0], strict=True), tmp_path, key="dataset.test")

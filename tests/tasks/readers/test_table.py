@@ -12,7 +12,16 @@ import pytest
 import scipy.sparse as sp
 
 from scarce.tasks.errors import InputError
-from scarce.tasks.readers.table import feature_rows, label_names, read_table, table_kind
+from scarce.tasks.readers.table import (
+    SEPARATOR_KEY,
+    SEPARATORS,
+    TABLE_SUFFIXES,
+    feature_rows,
+    label_names,
+    read_table,
+    table_kind,
+)
+from tests.tasks.readers.textfiles import write_text
 
 ROWS = pd.DataFrame({
     "text": ["graph kernels for molecules", "", "a, quoted \"text\"\nover two lines"],
@@ -86,9 +95,9 @@ def test_feature_cells(cell, want, tmp_path):
 
 
 @pytest.mark.parametrize(("cell", "says"), [
-    ("3:x", "row 2, column 'f': '3':'x' is not an integer index and a number"),
+    ("3:x", "row 2, column 'f': '3':'x': 'x' is not a number"),
     ("3", "row 2, column 'f': '3' is not index:value"),
-    ("-1:2", "row 2, column 'f': feature index -1 is negative"),
+    ("-1:2", "row 2, column 'f': '-1':'2': '-1' is not an integer (digits 0-9 only)"),
     ("1:inf", "not finite"),
     ("1:2 1:3", "a feature index is given twice"),
     ("9:1", "feature index 9 is beyond n_features 4"),
@@ -129,8 +138,8 @@ def test_a_missing_column_is_named_with_the_columns_the_file_has(tmp_path):
 
 @pytest.mark.parametrize(("name", "data", "says"), [
     ("t.parquet", b"not parquet", "cannot read the parquet table"),
-    ("t.jsonl", b'{"text": "a"}\n{broken\n', "cannot read the jsonl table"),
-    ("t.csv", b'text\n"unclosed\n', "cannot read the csv table"),
+    ("t.jsonl", b'{"text": "a"}\n{broken\n', ":2: invalid JSON"),
+    ("t.csv", b'text\n"unclosed\n', ":2: cannot read the csv table"),
     ("t.csv", b"text\n\xff\xfe\n", "not UTF-8"),
     ("t.xlsx", b"", "not a table file"),
 ])
@@ -141,3 +150,108 @@ def test_unreadable_tables_are_one_line_naming_the_file(tmp_path, name, data, sa
         read_table(path, ["text"])
     assert says in str(err.value) and str(path) in str(err.value)
     assert "\n" not in str(err.value)
+
+
+# -- rows, columns and cells the reader must not take silently ----------------------------------
+@pytest.mark.parametrize(("name", "text", "line", "says"), [
+    ("t.csv", "text,tags\na,x\nb,y,z\n", 3, "3 fields where the header has 2"),
+    ("t.csv", "text,tags\na,x\nb\n", 3, "1 field where the header has 2"),
+    ("t.csv", 'text,tags\n"two\nlines",x\nb,y,z\n', 4, "3 fields"),   # a record over 2 lines
+    ("t.tsv", "text\ttags\na\tx\tz\n", 2, "3 fields where the header has 2"),
+    ("t.tsv", "text\ttags\na\n", 2, "1 field where the header has 2"),
+    ("t.csv.gz", "text,tags\na,x\nb,y,z\n", 3, "3 fields"),
+])
+def test_a_row_whose_fields_do_not_match_the_header_is_refused_naming_its_line(
+        tmp_path, name, text, line, says):
+    path = write_text(tmp_path / name, text)
+    with pytest.raises(InputError, match=says) as err:
+        read_table(path, ["text", "tags"])
+    assert (err.value.path, err.value.line) == (str(path), line)
+
+
+def _no_rows(path):
+    kind = table_kind(path.name)
+    if kind == "parquet":
+        pd.DataFrame({"text": pd.Series([], dtype=str)}).to_parquet(path)
+    elif kind == "jsonl":
+        write_text(path, "\n\n")
+    else:
+        write_text(path, "text\n")
+    return path
+
+
+@pytest.mark.parametrize("suffix", TABLE_SUFFIXES)
+def test_a_table_without_a_row_is_refused_for_every_kind(tmp_path, suffix):
+    path = _no_rows(tmp_path / f"t{suffix}")
+    with pytest.raises(InputError, match="table has no row") as err:
+        read_table(path, ["text"])
+    assert err.value.path == str(path)
+
+
+@pytest.mark.parametrize(("name", "data", "says"), [
+    ("t.jsonl", '{"text": "a", "tags": ["\\ud800x"]}\n', "'tags'[0] holds a lone surrogate"),
+    ("t.jsonl", '{"text": "\\udc00", "tags": "x"}\n', "'text' holds a lone surrogate"),
+    ("t.jsonl", '{"text": "a", "tags": "x\\udfff"}\n', "'tags' holds a lone surrogate"),
+    ("t.csv", 'text,tags\na,"[""x\\ud800""]"\n', "holds a lone surrogate"),   # JSON in a cell
+    ("t.csv", "text,tags\na,\"['x\\ud800']\"\n", "holds a lone surrogate"),   # Python literal
+])
+def test_a_label_name_or_text_that_is_not_valid_unicode_is_refused(tmp_path, name, data, says):
+    path = tmp_path / name
+    path.write_text(data)
+    with pytest.raises(InputError, match=says.replace("[", r"\[")) as err:
+        frame = read_table(path, ["text", "tags"])
+        label_names(frame["tags"], ",", path, "tags")
+    assert err.value.path == str(path)
+
+
+def test_a_jsonl_table_reads_as_pandas_reads_it_where_both_read_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _write(ROWS, path, "jsonl")
+    ours = read_table(path, ["text", "tags", "features"])
+    theirs = pd.read_json(path, lines=True, dtype=False)
+    assert ours["text"].tolist() == theirs["text"].tolist()
+    assert [list(t) for t in ours["tags"]] == [list(t) for t in theirs["tags"]]
+
+
+def test_a_jsonl_line_that_is_not_an_object_is_refused_naming_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "a"}\n\n["text", "b"]\n')
+    with pytest.raises(InputError, match="expected a JSON object, got list") as err:
+        read_table(path, ["text"])
+    assert err.value.line == 3
+
+
+# -- a label column joined by another separator than the configured one --------------------------
+TAG_SETS = [["graphs", "kernels"], ["kernels", "svm"], ["graphs", "svm", "nlp"], ["nlp"],
+            ["svm", "graphs"]]
+PAIRS = [(s, c) for s in SEPARATORS for c in SEPARATORS if c != s]
+
+
+@pytest.mark.parametrize(("separator", "joined_by"), PAIRS)
+def test_names_joined_by_another_separator_are_refused_naming_the_key(tmp_path, separator,
+                                                                      joined_by):
+    cells = [joined_by.join(tags) for tags in TAG_SETS]
+    parts = {t for tags in TAG_SETS for t in tags}
+    for known in (None, parts):  # the training table's own names; the model's or the list's
+        with pytest.raises(InputError) as err:
+            label_names(cells, separator, tmp_path / "t.csv", "tags", known=known)
+        assert err.value.key == SEPARATOR_KEY
+        assert f"joined by {joined_by!r}, not {separator!r}" in str(err.value)
+        assert "of the 5 rows with labels" in str(err.value)
+
+
+@pytest.mark.parametrize(("cells", "separator", "known"), [
+    # one label a row, whose names hold a comma: the parts do not recur as labels
+    ([f"{r}(e1,e2)" for r in ("Cause-Effect", "Entity-Origin", "Message-Topic")]
+     + ["Other", "Cause-Effect(e2,e1)"], ";", None),
+    # the configured separator splits most rows; a name of one holds a ';'
+    (["a,b", "b,c", "a;b", "c,a"], ",", None),
+    # names that hold ';', listed in the label list: read as written
+    (["a;b", "b;c", "a;c"], ",", {"a;b", "b;c", "a;c", "a", "b", "c"}),
+    # a tag set of three distinct single names: nothing recurs
+    (["x;y", "z;w"], ",", None),
+])
+def test_names_that_hold_another_separator_are_read_as_written(tmp_path, cells, separator,
+                                                               known):
+    rows = label_names(cells, separator, tmp_path / "t.csv", "tags", known=known)
+    assert rows == [[n.strip() for n in c.split(separator)] for c in cells]

@@ -123,9 +123,13 @@ def test_truncated_and_corrupt_gzip(tmp_path):
         read_xmc(tmp_path / "missing.txt")
 
 
-def test_slow_path_accepts_what_the_fast_path_accepts():
-    # The vectorised parser reads "3.0" and "1e1" as integers; the exact one must agree.
-    assert _parse_line("1.0,2 3.0:1 1e1:0.5", 20, 5) == ([1, 2], [3, 10], [1.0, 0.5])
+def test_the_exact_parser_reads_an_index_in_digits_only():
+    # pandas' integer parse (the vectorised path) reads 3.0 and 1e1; neither path takes them
+    # (tests/tasks/readers/test_numbers.py holds the class over every reader).
+    assert _parse_line("01,2 3:1 10:0.5", 20, 5) == ([1, 2], [3, 10], [1.0, 0.5])
+    for line in ("1.0 3:1", "1 3.0:1", "1 1e1:0.5"):
+        with pytest.raises(ValueError, match="is not an integer"):
+            _parse_line(line, 20, 5)
 
 
 @pytest.mark.parametrize("header, what", [("0 4 3", "0 points"), ("3 0 3", "0 features"),
