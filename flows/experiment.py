@@ -119,6 +119,15 @@ class SelectSpec(Strict):
     refit: dict[str, Any] = Field(
         min_length=1, description="Overrides of the final run, by dotted key (as --set): "
         "back to the whole training set and the test file.")
+    across: str | None = Field(
+        None, description="An axis whose values are conditions (data sets, splits, label "
+        "rates) that one setting must hold on: the metric is compared within each, "
+        "`criterion` combines them, a point that failed on one is not chosen, and the refit "
+        "runs once per condition (null: one condition).")
+    criterion: Literal["mean", "mean-rank"] = Field(
+        "mean", description="How the conditions of `across` are combined: the mean of the "
+        "metric, or the mean of each point's rank within each condition (1 = best, ties "
+        "averaged; the larger mean breaks a tie). Written before the search runs.")
 
 
 class ExperimentConfig(FlowConfig):
@@ -181,15 +190,26 @@ class ExperimentConfig(FlowConfig):
             unknown = [a for a in self.select.over or [] if a not in self.axes]
             if unknown:
                 raise ValueError(f"select.over: {', '.join(unknown)} is not an axis")
+            across = self.select.across
+            if across is not None and across not in self.axes:
+                raise ValueError(f"select.across: {across!r} is not an axis")
+            if across is not None and across in (self.select.over or []):
+                raise ValueError(f"select: {across!r} is both chosen (over) and a condition "
+                                 "(across)")
+            if self.select.criterion != "mean" and across is None:
+                raise ValueError(f"select.criterion {self.select.criterion} compares "
+                                 "conditions: name their axis in select.across")
             if not self.selected_axes():
                 raise ValueError("select: no axis to choose (select.over)")
         return self
 
     def selected_axes(self) -> list[str]:
-        """The axes a selection chooses: ``select.over``, else every axis but ``seed``."""
+        """The axes a selection chooses: ``select.over``, else every axis but ``seed`` and the
+        conditions (``select.across``)."""
         if self.select is None:
             return []
-        return list(self.select.over or [a for a in sorted(self.axes) if a != "seed"])
+        return list(self.select.over or [a for a in sorted(self.axes)
+                                         if a not in ("seed", self.select.across)])
 
 
 def experiment_file(name: str) -> Path:
@@ -373,22 +393,37 @@ def _select_and_refit(ctx: RunContext, config: ExperimentConfig, spec: Any, tabl
     over = config.selected_axes()
     method = s.method or (config.flow if spec.method_family else None)
     ref = ctx.run(exp.select_point, table=table, metric=s.metric, direction=s.direction,
-                  over=over, method=method)
+                  over=over, method=method, across=s.across, criterion=s.criterion)
     frame = ctx.read(ref)
     best = frame[frame["chosen"]].iloc[0]
     point = {axis: _axis_value(config, axis, best[axis]) for axis in over}
-    shown = shown_point(point)
-    ctx.record.decide("selected " + ", ".join(over), point,
-                      f"the {'largest' if s.direction == 'max' else 'smallest'} mean "
-                      f"{s.metric} on validation, {best['mean']:.6g} over {best['n']} run(s)")
-    result = POINT.submit(spec=spec, config=config, point=point, options=child,
-                          refit=True).result()
-    if result["error"] is not None:
-        raise InputError(f"the refit with {shown} failed: {result['error']}", key="select")
-    ctx.record.adopt(result["outputs"], child=result["run_id"])
-    metrics = ctx.run(exp.refit_metrics, metrics=result["metrics"], name=config.name,
-                      chosen=shown)
-    return {"table": ref, "point": point, "run_id": result["run_id"], "metrics": metrics}
+    best_of = "largest" if s.direction == "max" else "smallest"
+    why = (f"the {best_of} mean {s.metric} on validation, {best['mean']:.6g} over "
+           f"{best['n']} run(s)")
+    if s.across is not None:
+        conditions = len(config.axes[s.across])
+        why = (f"the smallest mean rank of {s.metric} on validation within each of the "
+               f"{conditions} values of {s.across}, {best['mean_rank']:.4g} (mean "
+               f"{best['mean']:.6g})" if s.criterion == "mean-rank" else
+               f"the {best_of} mean over the {conditions} values of {s.across} of {s.metric} "
+               f"on validation, {best['mean']:.6g}")
+    ctx.record.decide("selected " + ", ".join(over), point, why)
+    conditions = [{}] if s.across is None else [
+        {s.across: v} for v in axis_values(config, s.across)]
+    futures = [POINT.submit(spec=spec, config=config, point={**point, **c}, options=child,
+                            refit=True) for c in conditions]
+    runs, tables = [], []
+    for c, future in zip(conditions, futures, strict=True):
+        result = future.result()
+        where = shown_point({**point, **c})
+        if result["error"] is not None:
+            raise InputError(f"the refit with {where} failed: {result['error']}", key="select")
+        ctx.record.adopt(result["outputs"], child=result["run_id"])
+        runs.append(result["run_id"])
+        tables.append(ctx.run(exp.refit_metrics, metrics=result["metrics"], name=config.name,
+                              chosen=where))
+    metrics = tables[0] if len(tables) == 1 else ctx.run(exp.stack_metrics_step, tables=tables)
+    return {"table": ref, "point": point, "run_id": ", ".join(runs), "metrics": metrics}
 
 
 def _axis_value(config: ExperimentConfig, axis: str, shown: str) -> Any:

@@ -132,14 +132,29 @@ def stack_metrics(tables: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True)
 
 
-@step("experiment-select", inputs=("table",), run_name="select by {metric}")
+@step("experiment-stack-metrics", inputs=("tables",), run_name="stack metrics")
+def stack_metrics_step(tables: list) -> pd.DataFrame:
+    """:func:`stack_metrics` as a step (the refits' metrics of a selection across
+    conditions)."""
+    return stack_metrics(tables)
+
+
+@step("experiment-select", version="2", inputs=("table",), run_name="select by {metric}")
 def select_point(table: pd.DataFrame, metric: str, direction: str, over: list[str],
-                 method: str | None = None) -> pd.DataFrame:
+                 method: str | None = None, across: str | None = None,
+                 criterion: str = "mean") -> pd.DataFrame:
     """The validation table of a selection: for each combination of the ``over`` axes (in grid
     order) the ``metric``'s mean over the other axes (the seeds) and its count, for the rows of
     ``method`` (all when None, which must then be one method); ``chosen`` marks the best mean
     (the largest with ``direction`` ``max``, the smallest with ``min``; the first in grid order
-    among equals).  Failed points and points without the metric are left out."""
+    among equals).  Failed points and points without the metric are left out.
+
+    With ``across`` (an axis of conditions): the mean over the other axes within each
+    condition (a column per condition, named ``<across>=<value>``), then per point ``mean``
+    (over the conditions) and ``mean_rank`` (its rank within each condition, 1 the best, ties
+    averaged, then the mean over the conditions); a point missing from a condition (failed
+    there) is not chosen.  ``criterion`` ``mean-rank`` chooses the smallest mean rank (the
+    better mean among equals), ``mean`` the best mean."""
     keep = table[(table["metric"] == metric) & table["error"].isna()]
     if method is not None:
         keep = keep[keep["method"] == method]
@@ -151,10 +166,40 @@ def select_point(table: pd.DataFrame, metric: str, direction: str, over: list[st
     if keep.empty:
         raise ValueError(f"select: no finished point has {metric}"
                          + (f" for method {method}" if method else ""))
+    if across is not None:
+        return _select_across(keep, metric, direction, over, across, criterion)
     grouped = keep.groupby(over, sort=False)["value"]
     out = grouped.agg(mean="mean", n="count").reset_index()
     out["n"] = out["n"].astype(np.int64)
     best = out["mean"].idxmax() if direction == "max" else out["mean"].idxmin()
+    out["chosen"] = out.index == best
+    return out
+
+
+def _select_across(keep: pd.DataFrame, metric: str, direction: str, over: list[str],
+                   across: str, criterion: str) -> pd.DataFrame:
+    """:func:`select_point` over conditions (see there)."""
+    per = keep.groupby([*over, across], sort=False)["value"].agg(["mean", "count"])
+    per = per.reset_index()
+    conditions = list(dict.fromkeys(per[across]))
+    per["rank"] = per.groupby(across, sort=False)["mean"].rank(
+        ascending=direction == "min", method="average")
+    out = per.groupby(over, sort=False).agg(
+        mean=("mean", "mean"), mean_rank=("rank", "mean"), worst_rank=("rank", "max"),
+        conditions=(across, "nunique"), n=("count", "sum")).reset_index()
+    wide = per.pivot_table(index=over, columns=across, values="mean", sort=False)
+    wide.columns = [f"{across}={c}" for c in wide.columns]
+    out = out.merge(wide.reset_index(), on=over, how="left")
+    out["n"] = out["n"].astype(np.int64)
+    complete = out["conditions"] == len(conditions)
+    if not complete.any():
+        raise ValueError(f"select: no point finished in every value of {across}")
+    sign = -1 if direction == "max" else 1
+    if criterion == "mean-rank":
+        order = np.lexsort((sign * out["mean"].to_numpy(), out["mean_rank"].to_numpy()))
+    else:
+        order = np.argsort(sign * out["mean"].to_numpy(), kind="stable")
+    best = next(i for i in order if complete.iloc[i])
     out["chosen"] = out.index == best
     return out
 

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize as sk_normalize
 
 from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
+from scarce.algorithms.leml.data import held_out_rows, validation_rows
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import (
@@ -439,11 +440,6 @@ def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
     return sk_normalize(X, norm="l2").astype(dt)
 
 
-def held_out_rows(n: int, fraction: float) -> int:
-    """How many of ``n`` rows a validation split of ``fraction`` holds out."""
-    return int(round(fraction * n))
-
-
 #: The fewest rows a model is fitted on: the labels' propensities (PSP@k) take the log of
 #: the number of training rows less one (:func:`inverse_propensity_from_counts`).
 MIN_TRAINING_ROWS = 2
@@ -468,15 +464,6 @@ def check_training_rows(n: int, validation_fraction: float, path: Path | None) -
                          key="dataset.validation_fraction")
     raise InputError(f"the training set has {n:,} row{'s' * (n != 1)}; a model is fitted on "
                      f"at least {MIN_TRAINING_ROWS}", path=path, key="dataset.train")
-
-
-def validation_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows kept for fitting and the ``round(fraction n)`` rows held out for validation,
-    drawn from ``seed`` (both sorted)."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 101]))
-    val = np.zeros(n, dtype=bool)
-    val[rng.choice(n, size=held_out_rows(n, fraction), replace=False)] = True
-    return np.flatnonzero(~val), np.flatnonzero(val)
 
 
 @step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"),

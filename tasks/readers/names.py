@@ -1,14 +1,14 @@
 """What each reader decides from a file's name: the part of a step's key beside the file's bytes.
 
 A reader given a path reads its bytes and, from its name, how to read them: gzip or not
-(:mod:`tasks.readers.text` by a name ending in ``.gz``, case-sensitively; pandas by a suffix it
-lowers first), a table's kind (:func:`tasks.readers.table.table_kind`), a CoNLL-U document's id
-when the file names none (the name without ``.gz`` and ``.conllu``).  Each function here returns
-that, from the reader's own functions wherever the reader has one, so that a step declaring
-``files={"path": rule}`` (:data:`tasks.steps.NameRule`) keys a file by what its reader does with
-the name and no more: renaming ``train.txt`` to ``train.dat`` keeps the entries, renaming
-``train.tsv`` to ``train.csv`` does not.  A rule never raises: a name the reader refuses gives
-None, and the read fails as it would.
+(:mod:`tasks.readers.text` by a name ending in ``.gz``, case-sensitively), a table's kind
+(:func:`tasks.readers.table.table_kind`), a CoNLL-U document's id when the file names none (the
+name without ``.gz`` and ``.conllu``).  Each function here returns that, from the reader's own
+functions wherever the reader has one, so that a step declaring ``files={"path": rule}``
+(:data:`tasks.steps.NameRule`) keys a file by what its reader does with the name and no more:
+renaming ``train.txt`` to ``train.dat`` keeps the entries, renaming ``train.tsv`` to
+``train.csv`` does not.  A rule never raises: a name the reader refuses gives None, and the
+read fails as it would.
 """
 
 from __future__ import annotations
@@ -28,21 +28,16 @@ def gzip_by_name(path: str | Path) -> bool:
 
 def table(path: str | Path) -> dict[str, Any] | None:
     """What :func:`tasks.readers.table.read_table` takes from the name: the table's kind
-    (:func:`~tasks.readers.table.table_kind`) and the compression pandas infers from the
-    suffix (CSV, TSV and JSON Lines are opened by pandas with ``compression="infer"``); None
-    for a name that is no table's."""
-    from pandas.io.common import infer_compression
-
+    (:func:`~tasks.readers.table.table_kind`, lower-cased) and, for the kinds read as text
+    (CSV, TSV, JSON Lines, through :mod:`tasks.readers.text`), gzip as that module decides it;
+    None for a name that is no table's.  Parquet is read by its bytes alone."""
     from scarce.tasks.readers.table import table_kind
 
     try:
         kind = table_kind(path)
     except InputError:
         return None
-    # pandas' own rule (lower-cased suffixes: .gz, .bz2, .zip, .xz, .zst, .tar...), so this
-    # cannot drift from the reads it describes; Parquet is read by its bytes alone.
-    compression = None if kind == "parquet" else infer_compression(str(path), "infer")
-    return {"kind": kind, "compression": compression}
+    return {"kind": kind, "gzip": None if kind == "parquet" else gzip_by_name(path)}
 
 
 def conllu(path: str | Path) -> dict[str, Any]:

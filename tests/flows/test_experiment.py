@@ -203,6 +203,42 @@ def test_a_named_axis_sets_its_keys_together(project, grid, capsys):
     assert [manifest(project, c["run_id"])["config"]["k"] for c in children] == [4, 6, 4, 6]
 
 
+def test_select_across_conditions_chooses_by_mean_rank_and_refits_in_each(project, grid):
+    """``select.across`` (here the seeds stand for conditions): the k whose ARI ranks best on
+    average within each seed, recomputed here from the children's own metrics files; one
+    refit run per condition, each with its condition's value."""
+    (project / "configs" / "experiments" / "across.yaml").write_text(
+        GRID + "select: {metric: ari, across: seed, criterion: mean-rank, "
+        "refit: {n_init: 2}}\n")
+    before = set(runs(project))
+    assert main(["run", "experiment", "across"]) == 0
+    (run,) = set(_experiment_runs(project)) - before
+    out = project / "data" / "runs" / run / "outputs"
+    ari = {}
+    for c in json.loads((out / "children.json").read_text()):
+        m = pd.read_parquet(project / "data" / "runs" / c["run_id"] / "metrics.parquet")
+        ari[(c["point"]["k"], c["point"]["seed"])] = float(
+            m.loc[m["metric"] == "ari", "value"].iloc[0])
+    rank = {}
+    for seed in (0, 1):
+        order = sorted((4, 6), key=lambda k: -ari[(k, seed)])
+        for k in (4, 6):  # two points: ties share 1.5
+            rank.setdefault(k, []).append(1.5 if ari[(4, seed)] == ari[(6, seed)]
+                                          else order.index(k) + 1)
+    mean_rank = {k: sum(v) / 2 for k, v in rank.items()}
+    mean = {k: (ari[(k, 0)] + ari[(k, 1)]) / 2 for k in (4, 6)}
+    best = min((4, 6), key=lambda k: (mean_rank[k], -mean[k]))
+    selection = pd.read_parquet(out / "selection.parquet")
+    assert selection["mean_rank"].tolist() == pytest.approx([mean_rank[4], mean_rank[6]])
+    assert selection.loc[selection["chosen"], "k"].tolist() == [str(best)]
+    (decision,) = manifest(project, run)["notes"]["decisions"]
+    assert decision["value"] == {"k": best} and "mean rank" in decision["why"]
+    refits = [r for r in runs(project) if "refit" in (manifest(project, r).get("tags") or [])
+              and r not in before]
+    assert sorted((manifest(project, r)["config"]["k"], manifest(project, r)["seed"])
+                  for r in refits) == [(best, 0), (best, 1)]
+
+
 def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, capsys):
     """``select``: the k of the best mean ARI over the seeds (computed here from the children's
     own metrics files), one more run with it and ``refit`` (n_init 2, the base seed), its
@@ -214,6 +250,7 @@ def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, caps
     assert "then one refit run with the values the selection chooses" in \
         capsys.readouterr().out
     before = set(_experiment_runs(project))
+    every = set(runs(project))
     assert main(["run", "experiment", "tune"]) == 0
     (tune,) = set(_experiment_runs(project)) - before
     out = project / "data" / "runs" / tune / "outputs"
@@ -232,7 +269,7 @@ def test_select_chooses_on_the_points_metric_and_refits_once(project, grid, caps
     (decision,) = m["notes"]["decisions"]
     assert decision["value"] == {"k": best} and "largest mean ari" in decision["why"]
     refits = [r for r in runs(project) if "refit" in (manifest(project, r).get("tags") or [])
-              and r not in before]
+              and r not in every]
     (refit,) = refits
     rm = manifest(project, refit)
     assert (rm["config"]["k"], rm["config"]["n_init"], rm["seed"]) == (best, 2, 0)

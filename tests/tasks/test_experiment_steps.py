@@ -76,3 +76,49 @@ def test_a_method_family_makes_one_column_across_the_settings_its_names_hold():
     plain = gather(tables, name="g", axes=["model.loss"], points=points, errors=[None, None])
     assert wide(summarise(plain, rows=["model.loss"], columns=["method"], metric="acc"),
                 ["model.loss"], ["method"]).loc[0, "leml-logistic-k100"] == ""
+
+
+def _validation_table(values: dict[tuple[str, str], float | None]) -> pd.DataFrame:
+    """A long table of a grid lam x condition (one seed): P@1 per point, None a failed point."""
+    rows = []
+    for (lam, cond), v in values.items():
+        rows.append({"lam": lam, "cond": cond, "seed": "0", "method": "leml",
+                     "metric": "precision@1", "value": math.nan if v is None else v,
+                     "error": "boom" if v is None else None})
+    return pd.DataFrame(rows)
+
+
+def test_select_across_conditions_by_mean_rank_by_hand():
+    """Worked by hand: in A the order is 1 > 3 > 0.3, in B 3 > 1 > 0.3, in C 3 > 0.3 > 1.
+    Mean ranks: 0.3 -> (3 + 3 + 2) / 3 = 2.667, 1 -> (1 + 2 + 3) / 3 = 2, 3 -> (2 + 1 + 1) / 3
+    = 1.333: lam 3, although lam 1 has the largest single P@1 and the largest mean."""
+    from scarce.tasks.experiment import select_point
+
+    table = _validation_table({
+        ("0.3", "A"): 0.50, ("1", "A"): 0.90, ("3", "A"): 0.60,
+        ("0.3", "B"): 0.40, ("1", "B"): 0.50, ("3", "B"): 0.55,
+        ("0.3", "C"): 0.45, ("1", "C"): 0.44, ("3", "C"): 0.46})
+    out = select_point.fn(table, "precision@1", "max", ["lam"], across="cond",
+                          criterion="mean-rank")
+    assert out["lam"].tolist() == ["0.3", "1", "3"]
+    np.testing.assert_allclose(out["mean_rank"], [8 / 3, 2.0, 4 / 3])
+    np.testing.assert_allclose(out["mean"], [0.45, (0.90 + 0.50 + 0.44) / 3, 1.61 / 3])
+    assert out.loc[out["chosen"], "lam"].tolist() == ["3"]
+    assert out["cond=B"].tolist() == [0.40, 0.50, 0.55]
+    by_mean = select_point.fn(table, "precision@1", "max", ["lam"], across="cond",
+                              criterion="mean")
+    assert by_mean.loc[by_mean["chosen"], "lam"].tolist() == ["1"]
+
+
+def test_select_across_ties_share_their_rank_and_a_point_failed_anywhere_is_not_chosen():
+    from scarce.tasks.experiment import select_point
+
+    table = _validation_table({
+        ("0.3", "A"): 0.70, ("1", "A"): 0.70, ("3", "A"): 0.99,
+        ("0.3", "B"): 0.60, ("1", "B"): 0.50, ("3", "B"): None})
+    out = select_point.fn(table, "precision@1", "max", ["lam"], across="cond",
+                          criterion="mean-rank")
+    # A: 3 first, 0.3 and 1 share ranks 2 and 3 (2.5 each); B: 0.3 then 1 (3 failed there)
+    np.testing.assert_allclose(out.set_index("lam").loc[["0.3", "1"], "mean_rank"],
+                               [(2.5 + 1) / 2, (2.5 + 2) / 2])
+    assert out.loc[out["chosen"], "lam"].tolist() == ["0.3"]  # not 3, the best in A
