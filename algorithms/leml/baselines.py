@@ -3,10 +3,12 @@
 Both have LEML's interface: ``fit(X, Y, mask=None)``, ``decision_function``,
 ``predict`` (sparse 0/1) and ``predict_top_k`` in row batches.
 
-* :class:`BinaryRelevance`: one independent scikit-learn model per label
-  (one-vs-rest ridge regression on the ``{0, 1}`` labels, or L2-regularised
-  logistic regression with the LIBLINEAR solver).  With a mask each label is
-  trained on its observed entries only, the comparison of Yu et al. (2014), Sec. 5.
+* :class:`BinaryRelevance`: one independent linear model per label (one-vs-rest
+  ridge regression on the ``{0, 1}`` labels, or L2-regularised logistic regression
+  with scikit-learn's LIBLINEAR solver).  On fully observed labels ridge is solved
+  in closed form for all labels at once; with a mask each
+  label is trained on its observed entries only (scikit-learn, one fit per label),
+  the comparison of Yu et al. (2014), Sec. 5.
 * :class:`ClosedFormLowRank`: ``min_{rank(Z) <= k} ||Y - X Z||_F^2 + alpha ||Z||_F^2``
   in closed form.  With ``C = X^T X + alpha I`` and ``M = C^{-1/2} X^T Y``, the
   solution is ``Z = C^{-1/2} M_k`` with ``M_k`` the rank-``k`` truncated SVD of
@@ -25,6 +27,7 @@ Multi-label Classification", NIPS 2012.
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
@@ -40,6 +43,78 @@ from scarce.algorithms.leml.predict import (
 from scarce.algorithms.memory import check_allocation
 
 __all__ = ["BinaryRelevance", "ClosedFormLowRank"]
+
+
+def _dense(A) -> np.ndarray:
+    return A.toarray() if sp.issparse(A) else np.asarray(A)
+
+
+def _ridge_closed_form(X, Y, alpha: float, fit_intercept: bool):
+    """Ridge regression of every column of ``Y`` on ``X`` at once, in closed form (float64).
+
+    With an unpenalised intercept, ridge is ridge on the centred data ``Xc = X - 1 m^T`` and
+    ``Yc = Y - 1 c^T`` (``m``, ``c``: the column means), and ``intercept = c - coef m``.
+    The centring is applied to the products, never to ``X``, which stays sparse.  Primal
+    (``d <= n``): ``coef^T = (Xc^T Xc + alpha I)^{-1} Xc^T Yc`` with ``Xc^T Xc = X^T X - n m m^T``
+    and ``Xc^T Yc = X^T Y - n m c^T``.  Dual (``n < d``): ``coef^T = Xc^T (Xc Xc^T + alpha I)^{-1}
+    Yc`` with ``Xc Xc^T = X X^T - u 1^T - 1 u^T + (m^T m) 1 1^T``, ``u = X m``.  The smaller
+    system is factored once (Cholesky) and solved for all ``L`` right-hand sides.  The
+    rank-one corrections lose digits only for a feature whose mean is many times its spread.
+
+    scikit-learn's ``Ridge`` fits an intercept on sparse ``X`` only with its iterative solvers
+    (``sparse_cg`` by default): one target at a time, each to a tolerance.  Its ``cholesky``
+    solver, which solves the same system as here, needs ``X`` dense to centre it.
+
+    Returns
+    -------
+    coef : ndarray of shape (L, d), intercept : ndarray of shape (L,)
+    """
+    n, d = X.shape
+    n_labels = Y.shape[1]
+    primal = d <= n
+    m, side = (d, "d x d") if primal else (n, "n x n")
+    advice = (("use fewer features (a smaller vocabulary)" if primal else
+               "train on fewer rows") + " or drop br-ridge from the baselines")
+    # The system as a sparse product (up to 12 bytes an entry) and as the dense array
+    # factored in place; the right-hand sides, the solution and the coefficients.
+    check_allocation((m, m), np.float64, copies=2.5, advice=advice,
+                     what=f"Binary Relevance ridge (the {side} normal equations)")
+    check_allocation((d, n_labels), np.float64, copies=4, advice=advice,
+                     what="Binary Relevance ridge (right-hand sides and coefficients, d x L)")
+    X = X.astype(np.float64, copy=False)
+    Y = Y.astype(np.float64, copy=False)
+    if fit_intercept:
+        x_mean = np.asarray(X.mean(axis=0), dtype=np.float64).ravel()
+        y_mean = np.asarray(Y.mean(axis=0), dtype=np.float64).ravel()
+    else:
+        x_mean, y_mean = np.zeros(d), np.zeros(n_labels)
+    if primal:
+        A = _dense(X.T @ X)
+        rhs = _dense(X.T @ Y)
+        if fit_intercept:
+            A -= np.multiply.outer(n * x_mean, x_mean)
+            rhs -= np.multiply.outer(n * x_mean, y_mean)
+    else:
+        A = _dense(X @ X.T)
+        rhs = _dense(Y)
+        if fit_intercept:
+            u = np.asarray(X @ x_mean).ravel()
+            A -= u[:, None]
+            A -= u[None, :]
+            A += x_mean @ x_mean
+            rhs -= y_mean
+    A[np.diag_indices_from(A)] += alpha
+    factor = scipy.linalg.cho_factor(A, overwrite_a=True, check_finite=False)
+    sol = scipy.linalg.cho_solve(factor, rhs, overwrite_b=True, check_finite=False)
+    if primal:
+        coef = sol.T
+    else:
+        # Xc^T S = X^T S - m (1^T S); 1^T S is zero in exact arithmetic (1^T Yc = 0)
+        coef = _dense(X.T @ sol).T
+        if fit_intercept:
+            coef -= np.multiply.outer(sol.sum(axis=0), x_mean)
+    intercept = y_mean - coef @ x_mean
+    return coef, intercept
 
 
 class _LinearMultiLabel(BaseEstimator):
@@ -73,19 +148,24 @@ class _LinearMultiLabel(BaseEstimator):
 
 
 class BinaryRelevance(_LinearMultiLabel):
-    """One-vs-rest linear models, one per label, with scikit-learn.
+    """One-vs-rest linear models, one per label.
 
     Parameters
     ----------
     model : {"ridge", "logistic"}, default="ridge"
-        ``"ridge"``: :class:`sklearn.linear_model.Ridge` on the ``{0, 1}`` labels
-        (threshold 0.5); fully observed, one multi-output fit.  ``"logistic"``:
+        ``"ridge"``: ridge regression on the ``{0, 1}`` labels (threshold 0.5); fully
+        observed, every label at once in closed form (the ``d x d`` or the ``n x n`` normal
+        equations, whichever is smaller, one Cholesky factorisation, in float64: the
+        solution :class:`sklearn.linear_model.Ridge` with ``solver="cholesky"`` gives on
+        dense ``X``); with missing labels one :class:`sklearn.linear_model.Ridge` per label
+        on its observed rows.  ``"logistic"``:
         :class:`sklearn.linear_model.LogisticRegression` (liblinear, L2), threshold 0.
     alpha : float, default=1.0
         Ridge penalty; logistic regression uses ``C = 1 / alpha``.
     fit_intercept : bool, default=True
+        An unpenalised intercept per label.
     dtype : {np.float32, np.float64}, default=np.float64
-        dtype of ``X`` passed to scikit-learn and of ``coef_``.
+        dtype ``X`` is cast to (and passed to scikit-learn in) and of ``coef_``.
     max_iter : int, default=1000
         Passed to the scikit-learn models that take it.
 
@@ -145,13 +225,8 @@ class BinaryRelevance(_LinearMultiLabel):
         coef = np.zeros((n_labels, d), dtype=dtype)
         intercept = np.zeros(n_labels, dtype=dtype)
         if self.model == "ridge" and Y_full is not None:
-            check_allocation(Y_full.shape, np.float64, copies=2,
-                             what="Binary Relevance ridge (dense n x L targets for scikit-learn)",
-                             advice="train the BR baseline on a seeded sample of the rows or "
-                             "turn the baseline off")
-            est = self._make().fit(X, Y_full.toarray())
-            coef[:] = est.coef_
-            intercept[:] = est.intercept_
+            coef[:], intercept[:] = _ridge_closed_form(X, Y_full, self.alpha,
+                                                       self.fit_intercept)
         else:
             if Y_full is not None:
                 Yc = Y_full.tocsc()
