@@ -1,6 +1,7 @@
-"""Binary Relevance ridge on fully observed labels: the closed form against scikit-learn's
-exact ridge (dense ``X``, ``solver="cholesky"``), a hand-worked example, the system it
-factors, the memory guard, and the bundled Bibtex data."""
+"""The closed-form baselines: Binary Relevance ridge on fully observed labels against
+scikit-learn's exact ridge (dense ``X``, ``solver="cholesky"``), hand-worked examples, the
+system it factors and the bundled Bibtex data; ClosedFormLowRank with its constant column;
+the memory guard of every square system."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import scipy.sparse as sp
 from sklearn.linear_model import Ridge
 from sklearn.preprocessing import normalize
 
-from scarce.algorithms.leml import BinaryRelevance
+from scarce.algorithms.leml import BinaryRelevance, ClosedFormLowRank
 from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.tasks.readers.xmc import read_xmc
 
 BIBTEX = Path(__file__).resolve().parents[3] / "data" / "xmc" / "bibtex"
 #: n x d of each branch: more rows than features (the d x d system), fewer (the n x n one),
-#: as many.
+#: as many (n x n with an intercept, d x d without).
 SHAPES = {"primal": (40, 7), "dual": (7, 40), "square": (12, 12)}
 
 
@@ -39,13 +40,15 @@ def _problem(n, d, n_labels=6, seed=0):
 def factored_shapes(monkeypatch):
     """The shapes of the matrices Cholesky-factored during the test."""
     shapes = []
-    real = scipy.linalg.cho_factor
 
-    def spy(a, *args, **kwargs):
-        shapes.append(np.shape(a))
-        return real(a, *args, **kwargs)
+    def spy(real):
+        def factor(a, *args, **kwargs):
+            shapes.append(np.shape(a))
+            return real(a, *args, **kwargs)
+        return factor
 
-    monkeypatch.setattr(scipy.linalg, "cho_factor", spy)
+    for name in ("cho_factor", "cholesky"):
+        monkeypatch.setattr(scipy.linalg, name, spy(getattr(scipy.linalg, name)))
     return shapes
 
 
@@ -78,8 +81,10 @@ def test_br_ridge_equals_sklearn_exact_ridge_on_dense_x(branch, fit_intercept, d
         np.testing.assert_allclose(br.intercept_[:2], [0.0, 1.0], atol=rtol)
     np.testing.assert_allclose(br.decision_function(X), truth.predict(Xr),
                                rtol=rtol, atol=10 * rtol * max(1.0, scale))
-    # One factorisation, of the smaller system, for all labels.
-    assert factored_shapes == [(min(n, d), min(n, d))]
+    # One factorisation, of the smaller system (the intercept adds a row and a column to the
+    # d x d one), for all labels.
+    side = min(n, d + fit_intercept)
+    assert factored_shapes == [(side, side)]
 
 
 @pytest.mark.parametrize("X, y2, coef, intercept", [
@@ -103,18 +108,58 @@ def test_br_ridge_hand_worked_examples(X, y2, coef, intercept):
     np.testing.assert_allclose(br.intercept_, intercept, rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("branch, side, advice", [
-    ("primal", "d x d", "fewer features"), ("dual", "n x n", "fewer rows")])
-def test_br_ridge_refused_before_its_system_names_the_side_and_what_to_change(
-        branch, side, advice, monkeypatch, factored_shapes):
-    n, d = (3000, 400) if branch == "primal" else (400, 3000)
+# Every estimator here that solves a dense square system, and the side it solves.
+SQUARE_SYSTEMS = {
+    "br-ridge, d x d": (lambda: BinaryRelevance(model="ridge"), (3000, 400),
+                        "the d x d normal equations.*fewer features"),
+    "br-ridge, n x n": (lambda: BinaryRelevance(model="ridge"), (400, 3000),
+                        "the n x n normal equations.*fewer rows"),
+    "closed-form": (lambda: ClosedFormLowRank(fit_intercept=True), (3000, 400),
+                    "the d x d normal equations.*fewer features"),
+}
+
+
+@pytest.mark.parametrize("case", list(SQUARE_SYSTEMS))
+def test_a_square_system_that_does_not_fit_is_refused_before_it_is_formed(
+        case, monkeypatch, factored_shapes):
+    make, (n, d), message = SQUARE_SYSTEMS[case]
     X = sp.random(n, d, density=0.01, format="csr", random_state=1)
     Y = sp.csr_matrix((np.random.default_rng(1).random((n, 3)) < 0.3).astype(float))
     # 400 x 400 float64 x 2.5 = 3.1 MiB: refused under 1 MiB; the labels' arrays fit
     monkeypatch.setenv(ENV_LIMIT, str(1 / 1024))
-    with pytest.raises(MemoryBudgetError, match=f"the {side} normal equations.*{advice}"):
-        BinaryRelevance(model="ridge").fit(X, Y)
+    with pytest.raises(MemoryBudgetError, match=message):
+        make().fit(X, Y)
     assert factored_shapes == []
+    monkeypatch.delenv(ENV_LIMIT)
+    make().fit(X, Y)
+    assert len(factored_shapes) == 1 and factored_shapes[0][0] in (400, 401)
+
+
+def test_closed_form_rank_out_of_range_is_refused_before_any_factorisation(factored_shapes):
+    X, Y = _problem(20, 5)
+    with pytest.raises(ValueError, match=r"rank must be in \[1, 6\]"):
+        ClosedFormLowRank(rank=7, fit_intercept=True).fit(X, Y)
+    assert factored_shapes == []
+
+
+@pytest.mark.parametrize("rank", [None, 3])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_closed_form_with_intercept_is_ridge_on_x_with_a_constant_column(rank, dtype):
+    X, Y = _problem(30, 6)
+    Xa = np.hstack([X, np.ones((30, 1))]).astype(dtype).astype(np.float64)
+    cf = ClosedFormLowRank(rank=rank, alpha=0.5, fit_intercept=True, dtype=dtype).fit(X, Y)
+    if rank is None:
+        Z = Ridge(alpha=0.5, fit_intercept=False, solver="cholesky").fit(Xa, Y).coef_.T
+    else:  # CPLST: ridge onto the labels projected on the top-k right singular vectors
+        C = Xa.T @ Xa + 0.5 * np.eye(7)
+        _, vecs = np.linalg.eigh(Y.T @ Xa @ np.linalg.solve(C, Xa.T @ Y))
+        V = vecs[:, ::-1][:, :rank]
+        Z = np.linalg.solve(C, Xa.T @ Y @ V @ V.T)
+    rtol = 1e-10 if dtype == np.float64 else 1e-4
+    scale = np.abs(Z).max()
+    assert cf.coef_.dtype == dtype
+    np.testing.assert_allclose(cf.coef_, Z[:6].T, atol=rtol * scale)
+    np.testing.assert_allclose(cf.intercept_, Z[6], atol=rtol * scale)
 
 
 def _bibtex():
