@@ -59,6 +59,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     for b in (
         Benchmark("leml", "scarce.bench.leml"),
         Benchmark("leml-blocks", "scarce.bench.leml_blocks"),
+        Benchmark("baselines", "scarce.bench.baselines"),
         Benchmark("relations", "scarce.bench.relations"),
         Benchmark("strip", "scarce.bench.strip"),
         Benchmark("overhead", "scarce.bench.overhead"),
