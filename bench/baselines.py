@@ -61,6 +61,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from scarce.flows.commands import types
     from scarce.flows.config import project_root
 
     parser.add_argument("--data", type=Path, default=project_root() / "data",
@@ -71,14 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated subset of {','.join(PROBLEMS)}")
     parser.add_argument("--methods", type=_names, default=["br-ridge", "cholesky", "sklearn"],
                         help=f"comma-separated subset of {','.join(METHODS)}")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=types.POSITIVE, default=3,
                         help="timed runs of each method, order rotated; the median is kept")
-    parser.add_argument("--alpha", type=float, default=1.0, help="the ridge penalty")
-    parser.add_argument("--rows", type=int, default=17_000, help="text: the texts")
-    parser.add_argument("--features", type=int, default=5_000,
+    parser.add_argument("--alpha", type=types.number(0, low_open=True), default=1.0,
+                        help="the ridge penalty")
+    parser.add_argument("--rows", type=types.POSITIVE, default=17_000, help="text: the texts")
+    parser.add_argument("--features", type=types.POSITIVE, default=5_000,
                         help="text: the vocabulary's size (the most frequent words)")
-    parser.add_argument("--tags", type=int, default=540, help="text: the most frequent tags")
-    parser.add_argument("--dual-rows", type=int, default=3_000,
+    parser.add_argument("--tags", type=types.POSITIVE, default=540,
+                        help="text: the most frequent tags")
+    parser.add_argument("--dual-rows", type=types.POSITIVE, default=3_000,
                         help="text-dual: the first rows of the text problem")
 
 

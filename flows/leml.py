@@ -50,7 +50,7 @@ from scarce.flows.config import (
 from scarce.flows.former_keys import compute_from_w_step, leml_renamed_key
 from scarce.flows.published import LEML_XC
 from scarce.flows.run_names import namer
-from scarce.flows.runtime import RunContext, RunOptions, markdown_table
+from scarce.flows.runtime import RunContext, RunOptions, lead_line, markdown_table
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     BASELINES,
@@ -868,7 +868,10 @@ def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConf
             f"{100 * row.value:.2f}" if row.metric.startswith("precision@") else f"{row.value:.4f}"
         )
         lines.append(f"| {row.method} | {row.metric} | {shown} | {'' if ref is None else ref} |")
-    lines += [
+    from scarce.flows.registry import FLOWS
+
+    leader = lead_line(metrics, FLOWS["leml"])
+    lines += ([] if leader is None else ["", f"**{leader}.**"]) + [
         "",
         "Published LEML (Extreme Classification Repository, P@1 / P@3 / P@5 in %): "
         + "; ".join(

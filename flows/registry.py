@@ -24,6 +24,10 @@ class FlowSpec:
     # A pattern whose first group is the method's name in an experiment's table, for a flow
     # whose method names hold settings an experiment varies (see tasks.experiment.gather).
     method_family: str | None = None
+    # The flow's own method (a pattern) and the test metric a run's summary compares it on
+    # with the other methods in the same run (its baselines): who leads, and by how much.
+    own_method: str | None = None
+    lead_metric: str | None = None
 
     def load_flow(self) -> Any:
         return _load(self.target)
@@ -53,6 +57,7 @@ register(
         config_file="configs/leml.yaml",
         description="LEML: low-rank multi-label learning with missing labels (Yu et al., 2014)",
         method_family=r"^(leml)-[a-z_]+-k\d+$",  # leml-LOSS-kRANK
+        own_method=r"^leml-", lead_metric="precision@1",
     )
 )
 register(
@@ -72,6 +77,7 @@ register(
         config_model="scarce.flows.strip:StripConfig",
         config_file="configs/strip.yaml",
         description="StRip: partially supervised coreference (Stoyanov and Cardie, 2006)",
+        own_method=r"^strip-partial$", lead_metric="b3_f",
     )
 )
 

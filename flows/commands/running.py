@@ -62,9 +62,17 @@ def execute(spec: Any, config: Any, options: Any, runner: str, address: str | No
 
 
 def print_summary(name: str, summary: dict) -> None:
-    """A finished run as the commands print it: its id, metrics, cache hits and folder."""
+    """A finished run as the commands print it: its id, metrics, who leads (a training run
+    with baselines), cache hits and folder."""
+    from scarce.flows.registry import FLOWS
+    from scarce.flows.runtime import lead_line
+
     print(f"\n== {name}: run {summary['run_id']}")
     print_frame(summary["metrics"])
+    spec = FLOWS.get(name)
+    line = lead_line(summary["metrics"], spec) if spec is not None else None
+    if line:
+        print(line)
     hits = summary["manifest"].get("cache_hits") or []
     if hits:
         print(f"cache hits: {', '.join(hits)}")
@@ -79,3 +87,4 @@ def print_frame(frame: Any) -> None:
         "display.max_rows", 200, "display.width", 120, "display.float_format", "{:.4f}".format
     ):
         print(frame.to_string(index=False) if len(frame) else "(empty)")
+
