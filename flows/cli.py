@@ -60,8 +60,11 @@ __all__ = ["Terminated", "build_parser", "entrypoint", "main", "referenced_refs"
 #: The commands that run flows: Prefect's console log leaves out the traceback of their bad
 #: input (unless --debug).
 FLOW_COMMANDS = ("run", "rerun", "apply")
-#: The commands that SIGTERM ends cleanly: every ``finally`` runs, then exit 143.
-TERMINABLE = (*FLOW_COMMANDS, "bench")
+#: The commands that SIGTERM ends cleanly: every ``finally`` runs (a server they started is
+#: stopped), then exit 143.
+TERMINABLE = (*FLOW_COMMANDS, "bench", "ui")
+#: The exit codes of a command ended by Ctrl-C and by SIGTERM, as a shell reports them.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -330,15 +333,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Terminated:
         print("terminated", file=sys.stderr)
-        return 143
+        return EXIT_TERMINATED
     except Exception as exc:
         if _terminated:  # SIGTERM raised inside a library that wrapped it (seen: pydantic's
             # serializer turned it into a PydanticSerializationError): still a termination
             print("terminated", file=sys.stderr)
-            return 143
+            return EXIT_TERMINATED
         if args.debug:
             raise
         from scarce.tasks.errors import one_line
@@ -357,13 +360,19 @@ def entrypoint(argv: list[str] | None = None) -> None:
     """The console script ``scarce``: :func:`main`, then exit with its code."""
     argv = sys.argv[1:] if argv is None else argv
     code = main(argv)
-    if next((a for a in argv if not a.startswith("-")), None) == "serve":
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) or next(
+            (a for a in argv if not a.startswith("-")), None) == "serve":
         _exit_without_teardown(code)
     sys.exit(code)
 
 
 def _exit_without_teardown(code: int) -> None:
     """Exit once the exit handlers have run, skipping the interpreter's teardown.
+
+    After an interruption (Ctrl-C, SIGTERM) the command has reported, released its leases and
+    stopped its server, but the interpreter would still wait for every thread before exiting:
+    a step still computing in the flow's thread pool, or an experiment's child flow run, for
+    minutes (:func:`flows.runners.interruptible` leaves them running).
 
     After Ctrl-C, `scarce serve` has stopped its runner and paused its schedules within about
     a second, but tearing down the interpreter (a process holding Prefect, numpy, pandas and

@@ -50,11 +50,13 @@ def preflight(address: str | None) -> None:
 
 
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
-    """Run one registered flow with a validated config; returns its summary."""
-    from scarce.flows.runners import with_runner
+    """Run one registered flow with a validated config; returns its summary.  An interruption
+    (Ctrl-C, SIGTERM) ends it at once, the steps still running left behind
+    (:func:`flows.runners.interruptible`)."""
+    from scarce.flows.runners import interruptible, with_runner
     from scarce.flows.runtime import release_leases
 
-    flow_fn = with_runner(spec.load_flow(), runner, address)
+    flow_fn = interruptible(with_runner(spec.load_flow(), runner, address))
     try:
         return flow_fn(config=config, options=options)
     finally:
