@@ -54,6 +54,7 @@ from scarce.flows.commands.console import (
     quiet_input_errors,
     stdout_to_devnull,
 )
+from scarce.flows.runners import SIGNALS
 
 __all__ = ["Terminated", "build_parser", "entrypoint", "main", "referenced_refs"]
 
@@ -288,14 +289,38 @@ class Terminated(BaseException):
     temporary Prefect server stopped) before the command exits."""
 
 
-#: Set once SIGTERM arrived: the command ends as terminated (exit 143) whatever exception the
-#: signal surfaced as.
-_terminated: list[int] = []
-
-
 def _raise_terminated(signum: int, frame: Any) -> None:
-    _terminated.append(signum)
+    SIGNALS.append(signum)
     raise Terminated
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    SIGNALS.append(signum)
+    raise KeyboardInterrupt
+
+
+def _signalled() -> int:
+    """Say how the command ended after a signal (the first one counts), and its exit code."""
+    import signal
+
+    interrupted = SIGNALS[0] == signal.SIGINT
+    print("interrupted" if interrupted else "terminated", file=sys.stderr)
+    return EXIT_INTERRUPTED if interrupted else EXIT_TERMINATED
+
+
+def _memory_limits(exc: BaseException) -> str:
+    """For a failed allocation (a ``MemoryError``, a thread that could not start, ``ENOMEM``)
+    under an address-space or data limit, the limits, which are the likely cause."""
+    import errno
+
+    from scarce.flows.commands.running import address_space_limits
+
+    if not (isinstance(exc, MemoryError) or "can't start new thread" in str(exc)
+            or isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        return ""
+    limits = address_space_limits()
+    shown = ", ".join(f"{name} is {size / 2**30:.2f} GiB" for name, size in limits.items())
+    return f" (out of memory under the process's limits: {shown})" if limits else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,17 +338,20 @@ def main(argv: list[str] | None = None) -> int:
     from scarce.tasks.errors import InputError
 
     log_to_stderr()
-    previous = None
-    if args.command in TERMINABLE:
-        import signal
+    import signal
 
-        _terminated.clear()
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {}
+    if args.command in TERMINABLE:
+        SIGNALS.clear()
+        previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+                    signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupted)}
     try:
         if not args.debug and args.command in FLOW_COMMANDS:
             quiet_input_errors()
         return args.func(args)
     except (InputError, MemoryBudgetError) as exc:
+        if SIGNALS:
+            return _signalled()
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
@@ -335,25 +363,25 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Terminated:
+        if SIGNALS:
+            return _signalled()
         print("terminated", file=sys.stderr)
         return EXIT_TERMINATED
     except Exception as exc:
-        if _terminated:  # SIGTERM raised inside a library that wrapped it (seen: pydantic's
-            # serializer turned it into a PydanticSerializationError): still a termination
-            print("terminated", file=sys.stderr)
-            return EXIT_TERMINATED
+        if SIGNALS:  # the signal raised inside a library that wrapped it (seen: pydantic's
+            # serializer made SIGTERM a PydanticSerializationError; Ctrl-C while Prefect starts
+            # a task run, a ValueError): still an interruption or a termination
+            return _signalled()
         if args.debug:
             raise
         from scarce.tasks.errors import one_line
 
-        print(f"error: {type(exc).__name__}: {one_line(str(exc))} (run with --debug for the "
-              "traceback)", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {one_line(str(exc))}{_memory_limits(exc)} (run "
+              "with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAIL
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def entrypoint(argv: list[str] | None = None) -> None:

@@ -33,6 +33,10 @@ from scarce.tasks.errors import InputError
 
 log = logging.getLogger("scarce.run")
 
+#: The signals (SIGINT, SIGTERM) this command has received, as :func:`flows.cli.main` records
+#: them: an interruption, whatever exception it surfaced as inside a library.
+SIGNALS: list[int] = []
+
 # On 2-core machines two BLAS or OpenMP threads in one process were measured several times
 # (up to a hundred times) slower than one, so every process of ours runs one.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -323,8 +327,8 @@ def _thread_pool_class() -> type:
         """
 
         def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-            if (exc_type is not None and not issubclass(exc_type, Exception | GeneratorExit)
-                    and self._executor is not None):
+            if self._executor is not None and (SIGNALS or exc_type is not None and not
+                                               issubclass(exc_type, Exception | GeneratorExit)):
                 for event in self._cancel_events.values():
                     event.set()
                 self._executor.shutdown(wait=False, cancel_futures=True)
@@ -340,11 +344,19 @@ def interruptible(flow_fn: Any) -> Any:
     and :func:`crash_left_running` among its crash hooks."""
     from prefect.task_runners import ThreadPoolTaskRunner as PrefectThreadPool
 
-    options: dict[str, Any] = {"on_crashed": [*flow_fn.on_crashed_hooks, crash_left_running]}
+    options: dict[str, Any] = {
+        "on_crashed": [*flow_fn.on_crashed_hooks, crash_left_running],
+        # an interruption that surfaced as another exception inside Prefect fails the run
+        "on_failure": [*flow_fn.on_failure_hooks, _crash_left_running_if_signalled]}
     runner = flow_fn.task_runner
     if type(runner) is PrefectThreadPool:
         options["task_runner"] = _thread_pool_class()(max_workers=runner._max_workers)
     return flow_fn.with_options(**options)
+
+
+def _crash_left_running_if_signalled(flow: Any, flow_run: Any, state: Any) -> None:
+    if SIGNALS:
+        crash_left_running(flow, flow_run, state)
 
 
 def crash_left_running(flow: Any, flow_run: Any, state: Any) -> None:
@@ -354,6 +366,9 @@ def crash_left_running(flow: Any, flow_run: Any, state: Any) -> None:
     Prefect marks only the flow run the interruption reached; the steps and child runs left
     running in other threads or on Dask workers die with the process (or are abandoned) and
     would otherwise show as running for ever, in the UI of the same database as anywhere.
+    Child flow runs are created by direct API calls and all found; a task run reaches the
+    server as events, recorded a moment later, so one started just before the interruption
+    may not be there yet (the events this process still holds are sent first).
     """
     from prefect import get_client
     from prefect.client.schemas.filters import (
@@ -371,6 +386,10 @@ def crash_left_running(flow: Any, flow_run: Any, state: Any) -> None:
 
     unfinished = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
     message = state.message or "the flow run that started it crashed"
+    if "prefect.events.worker" in sys.modules:
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=5)
     with get_client(sync_client=True) as client:
         parents = [flow_run.id]
         while parents:

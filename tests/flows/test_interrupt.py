@@ -240,15 +240,16 @@ def test_an_interrupted_command_exits_at_once_and_resumes_from_the_store(
     print(f"\n{case}: exit {code} {seconds:.1f} s after {how}; its {len(started)} processes "
           f"gone {gone:.1f} s later")
 
-    # the runs the command started are all final in its server's database (read from the file:
-    # its server is gone): the steps and child runs left running were marked crashed
-    assert unfinished_runs(prefect_home) == []
+    # the flow runs the command started are all final in its server's database (read from the
+    # file: its server is gone), an experiment's child left running marked crashed (task runs
+    # are recorded from events, a moment late: one started just before may be missed)
+    assert [run for run in unfinished_runs(prefect_home) if run[0] == "flow_run"] == []
 
     store = Store(store_root)
     assert all(store.verify(ref) for ref in store.refs())
     assert procs.stray_files(store_root) == []
     assert procs.run_ids(project) == runs_before, "an interrupted run wrote a run folder"
-    done = committed(store_root)
+    done = committed(store_root) - before  # the steps this command finished
     resumed = procs.run(project, args, root / "resumed.log", timeout=600)
     if args[0] == "rerun":  # every step computed again, to the recorded bytes
         assert resumed.rstrip().endswith("identical"), resumed[-3000:]
