@@ -21,7 +21,7 @@
 ``--debug`` (before or after the command) shows tracebacks; ``--version`` prints the version.
 Bad input (a config key, a malformed file, a missing run) prints one line naming the file,
 line or key and exits with code 2, as a malformed command line does (argparse's usage and
-message); any other failure exits 1.
+message); any other failure exits 1.  Ctrl-C ends a command with code 130, SIGTERM with 143.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ def launch_server(args: list[str], **kwargs: Any) -> subprocess.Popen:
     """Start a Prefect server process (``args``: a Python command line) that outlives no
     command: in a session of its own, so that Ctrl-C (SIGINT to the terminal's foreground
     process group) reaches only the command, which then stops the server after reporting to
-    it (the server killed first, the flow retried the dead API for a minute and a half); and,
-    on Linux, killed by the kernel when the command dies however it dies."""
+    it (killed first, the server left the flow retrying a dead API); and, on Linux, killed by
+    the kernel when the command dies however it dies."""
     if sys.platform.startswith("linux") and args[:1] == [sys.executable]:
         args = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args[1:]]
     return subprocess.Popen(args, start_new_session=True, **kwargs)
@@ -141,7 +141,8 @@ def _server_class() -> type:
         def pass_on(self) -> None:
             with self.lock:
                 self.passing = True
-                held, _ = list(self.lines), self.lines.clear()
+                held = list(self.lines)
+                self.lines.clear()
             for line in held:
                 _write_stderr(line)
 
@@ -243,7 +244,8 @@ def _last_error(lines: Iterable[str]) -> str:
 
 
 def _file_size_limit() -> str:
-    """`` (ulimit -f: N KiB)`` when the process has a file size limit, else empty."""
+    """`` (the file size limit, ulimit -f, is N KiB)`` when the process has one, else
+    empty."""
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     if soft == resource.RLIM_INFINITY or soft < 0:
         return ""
@@ -314,7 +316,8 @@ def _thread_pool_class() -> type:
 
     class ThreadPoolTaskRunner(PrefectThreadPool):
         """Prefect's thread pool, which does not wait for its running tasks when the flow run
-        ends by an interruption (Ctrl-C, SIGTERM).
+        ends by an interruption (Ctrl-C, SIGTERM, also when the signal surfaced inside a
+        library as another exception: :data:`SIGNALS`).
 
         A running task cannot be interrupted (a step inside NumPy, an experiment's child flow
         run in its thread), and Prefect's pool waited for each to end before the flow run was
