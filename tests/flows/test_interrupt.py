@@ -37,8 +37,6 @@ from tests.flows import procs
 from tests.flows.helpers import strip_project
 from tests.flows.test_kill_resume import committed, logged_hits
 
-pytestmark = pytest.mark.slow  # starts Prefect servers and commands
-
 # Runs `scarce ARGS` with one step held: the first step to start once SCARCE_TEST_HOLD_AFTER
 # steps have finished writes the file SCARCE_TEST_HELD and then never ends.
 HOLDING = textwrap.dedent("""
@@ -194,7 +192,7 @@ def prefect_home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("prefect-home")
 
 
-@pytest.mark.usefixtures("prefect_server")
+@pytest.mark.usefixtures("prefect_server")  # slow: Prefect servers and whole commands
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("case", CASES, ids=[c.replace(" ", "-") for c in CASES])
 def test_an_interrupted_command_exits_at_once_and_resumes_from_the_store(
