@@ -21,7 +21,7 @@
 ``--debug`` (before or after the command) shows tracebacks; ``--version`` prints the version.
 Bad input (a config key, a malformed file, a missing run) prints one line naming the file,
 line or key and exits with code 2, as a malformed command line does (argparse's usage and
-message); any other failure exits 1.
+message); any other failure exits 1.  Ctrl-C ends a command with code 130, SIGTERM with 143.
 """
 
 from __future__ import annotations
@@ -57,14 +57,18 @@ from scarce.flows.commands.console import (
     stdout_to_devnull,
 )
 from scarce.flows.outputs import Output, add_output, check_command
+from scarce.flows.runners import SIGNALS
 
 __all__ = ["Terminated", "build_parser", "entrypoint", "main", "referenced_refs"]
 
 #: The commands that run flows: Prefect's console log leaves out the traceback of their bad
 #: input (unless --debug).
 FLOW_COMMANDS = ("run", "rerun", "apply")
-#: The commands that SIGTERM ends cleanly: every ``finally`` runs, then exit 143.
-TERMINABLE = (*FLOW_COMMANDS, "bench")
+#: The commands that SIGTERM ends cleanly: every ``finally`` runs (a server they started is
+#: stopped), then exit 143.
+TERMINABLE = (*FLOW_COMMANDS, "bench", "ui")
+#: The exit codes of a command ended by Ctrl-C and by SIGTERM, as a shell reports them.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,14 +304,38 @@ class Terminated(BaseException):
     temporary Prefect server stopped) before the command exits."""
 
 
-#: Set once SIGTERM arrived: the command ends as terminated (exit 143) whatever exception the
-#: signal surfaced as.
-_terminated: list[int] = []
-
-
 def _raise_terminated(signum: int, frame: Any) -> None:
-    _terminated.append(signum)
+    SIGNALS.append(signum)
     raise Terminated
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    SIGNALS.append(signum)
+    raise KeyboardInterrupt
+
+
+def _signalled() -> int:
+    """Say how the command ended after a signal (the first one counts), and its exit code."""
+    import signal
+
+    interrupted = SIGNALS[0] == signal.SIGINT
+    print("interrupted" if interrupted else "terminated", file=sys.stderr)
+    return EXIT_INTERRUPTED if interrupted else EXIT_TERMINATED
+
+
+def _memory_limits(exc: BaseException) -> str:
+    """For a failed allocation (a ``MemoryError``, a thread that could not start, ``ENOMEM``)
+    under an address-space or data limit, the limits, which are the likely cause."""
+    import errno
+
+    from scarce.flows.commands.running import address_space_limits
+
+    if not (isinstance(exc, MemoryError) or "can't start new thread" in str(exc)
+            or isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        return ""
+    limits = address_space_limits()
+    shown = ", ".join(f"{name} is {size / 2**30:.2f} GiB" for name, size in limits.items())
+    return f" (out of memory under the process's limits: {shown})" if limits else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,12 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     from scarce.tasks.errors import InputError
 
     log_to_stderr()
-    previous = None
-    if args.command in TERMINABLE:
-        import signal
+    import signal
 
-        _terminated.clear()
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {}
+    if args.command in TERMINABLE:
+        SIGNALS.clear()
+        previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+                    signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupted)}
     try:
         from scarce.flows.environment import check_environment
 
@@ -340,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             quiet_input_errors()
         return args.func(args)
     except (InputError, MemoryBudgetError) as exc:
+        if SIGNALS:
+            return _signalled()
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
@@ -349,40 +380,46 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Terminated:
+        if SIGNALS:
+            return _signalled()
         print("terminated", file=sys.stderr)
-        return 143
+        return EXIT_TERMINATED
     except Exception as exc:
-        if _terminated:  # SIGTERM raised inside a library that wrapped it (seen: pydantic's
-            # serializer turned it into a PydanticSerializationError): still a termination
-            print("terminated", file=sys.stderr)
-            return 143
+        if SIGNALS:  # the signal raised inside a library that wrapped it (seen: pydantic's
+            # serializer made SIGTERM a PydanticSerializationError; Ctrl-C while Prefect starts
+            # a task run, a ValueError): still an interruption or a termination
+            return _signalled()
         if args.debug:
             raise
         from scarce.tasks.errors import one_line
 
-        print(f"error: {type(exc).__name__}: {one_line(str(exc))} (run with --debug for the "
-              "traceback)", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {one_line(str(exc))}{_memory_limits(exc)} (run "
+              "with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAIL
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def entrypoint(argv: list[str] | None = None) -> None:
     """The console script ``scarce``: :func:`main`, then exit with its code."""
     argv = sys.argv[1:] if argv is None else argv
     code = main(argv)
-    if next((a for a in argv if not a.startswith("-")), None) == "serve":
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) or next(
+            (a for a in argv if not a.startswith("-")), None) == "serve":
         _exit_without_teardown(code)
     sys.exit(code)
 
 
 def _exit_without_teardown(code: int) -> None:
     """Exit once the exit handlers have run, skipping the interpreter's teardown.
+
+    After an interruption (Ctrl-C, SIGTERM) the command has reported, released its leases and
+    stopped its server, but the interpreter would still wait for every thread before exiting:
+    a step still computing in the flow's thread pool, or an experiment's child flow run, for
+    minutes (:func:`flows.runners.interruptible` leaves them running).
 
     After Ctrl-C, `scarce serve` has stopped its runner and paused its schedules within about
     a second, but tearing down the interpreter (a process holding Prefect, numpy, pandas and

@@ -318,11 +318,16 @@ def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], option
     run); its run id, metrics ref and outputs, or the error that stopped it (the other points
     go on)."""
     from prefect import tags
+    from prefect.transactions import CommitMode, transaction
 
     try:
         child = point_config(config, point, spec, refit)
         marks = [f"experiment:{config.name}", *(["refit"] if refit else [])]
-        with tags(*marks):
+        # Each step of the child commits its cache record when it ends (EAGER), as in a run
+        # of its own: nested in this task's transaction, Prefect held them all until the whole
+        # child run ended, so an interrupted or killed experiment lost every step of the
+        # child in progress.
+        with tags(*marks), transaction(commit_mode=CommitMode.EAGER):
             summary = spec.load_flow()(config=child, options=RunOptions(**options))
     except Exception as exc:  # the point fails, not the experiment
         text = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"

@@ -1,4 +1,5 @@
-"""Task runners of the flows: the thread pool by default, or Dask.
+"""Where a command's flows run: their task runner (the thread pool by default, or Dask) and
+their Prefect API (the command's own temporary server unless ``PREFECT_API_URL`` names one).
 
 ``scarce run --runner dask`` runs a flow's tasks on a local ``dask.distributed`` cluster (two
 single-threaded worker processes), ``--dask-address`` on an existing one; deployments take the
@@ -8,8 +9,9 @@ runner is chosen by whoever starts a flow.
 The Dask runner is :data:`DaskTaskRunner`, prefect-dask's runner that also hands the command's
 Prefect API to the workers it connects to (:data:`PrefectAPIPlugin`): the task runs executed
 there report to that API, and a worker started without ``PREFECT_API_URL`` never starts a
-temporary Prefect server of its own.  Both classes are made on first use (importing Prefect or
-Dask costs seconds, and this module is imported by every command).
+temporary Prefect server of its own.  The local runner is :data:`ThreadPoolTaskRunner`,
+Prefect's, which an interruption does not hold.  The classes are made on first use (importing
+Prefect or Dask costs seconds, and this module is imported by every command).
 """
 
 from __future__ import annotations
@@ -18,13 +20,22 @@ import functools
 import hashlib
 import logging
 import os
+import re
+import resource
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from scarce.tasks.errors import InputError
+
 log = logging.getLogger("scarce.run")
+
+#: The signals (SIGINT, SIGTERM) this command has received, as :func:`flows.cli.main` records
+#: them: an interruption, whatever exception it surfaced as inside a library.
+SIGNALS: list[int] = []
 
 # On 2-core machines two BLAS or OpenMP threads in one process were measured several times
 # (up to a hundred times) slower than one, so every process of ours runs one.
@@ -44,8 +55,8 @@ def pin_threads(env: dict[str, str] | os._Environ | None = None) -> None:
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
-# Run inside the temporary server's process before it becomes uvicorn: ask the kernel to send
-# it SIGTERM when its parent (this command) dies, however it dies (SIGKILL, an abort), and give
+# Run inside a server process we start, before it becomes the server: ask the kernel to send it
+# SIGTERM when its parent (this command) dies, however it dies (SIGKILL, an abort), and give
 # up at once if the parent is already gone.  PR_SET_PDEATHSIG (1) survives the exec.
 _DIE_WITH_PARENT = (
     "import ctypes, os, signal, sys\n"
@@ -57,42 +68,197 @@ _DIE_WITH_PARENT = (
 )
 
 
-def _owned_server_class():
-    import subprocess
+def launch_server(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    """Start a Prefect server process (``args``: a Python command line) that outlives no
+    command: in a session of its own, so that Ctrl-C (SIGINT to the terminal's foreground
+    process group) reaches only the command, which then stops the server after reporting to
+    it (killed first, the server left the flow retrying a dead API); and, on Linux, killed by
+    the kernel when the command dies however it dies."""
+    if sys.platform.startswith("linux") and args[:1] == [sys.executable]:
+        args = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args[1:]]
+    return subprocess.Popen(args, start_new_session=True, **kwargs)
 
+
+class ServerStartError(InputError):
+    """The command's temporary Prefect server did not start (its database could not be
+    written, a limit of the process, ...): one line with the server's own last error."""
+
+
+@functools.cache
+def _server_class() -> type:
+    import atexit
+    import threading
+    import time
+    from collections import deque
+
+    import httpx
     import prefect.server.api.server as prefect_server
+    from prefect.settings import PREFECT_HOME, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
 
     class _Launcher:
         """Stands in for the subprocess module while Prefect launches its server: the same
-        command, run through :data:`_DIE_WITH_PARENT`."""
+        command and environment, through :func:`launch_server`, its output read by
+        :class:`_Output`."""
+
+        def __init__(self, output: _Output) -> None:
+            self.output = output
 
         def __getattr__(self, name: str) -> Any:
             return getattr(subprocess, name)
 
-        @staticmethod
-        def Popen(args: list[str], **kwargs: Any) -> subprocess.Popen:  # noqa: N802
-            return subprocess.Popen([sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()),
-                                     *args[1:]], **kwargs)
+        def Popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen:  # noqa: N802
+            proc = launch_server(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 **kwargs)
+            self.output.follow(proc)
+            return proc
 
-    class OwnedServer(prefect_server.SubprocessASGIServer):
-        """Prefect's temporary server, launched so that it dies with this process."""
+    class _Output:
+        """What the server prints: held while it starts (the last lines tell why it did not),
+        then passed on to this process's stderr as before."""
+
+        def __init__(self) -> None:
+            self.lines: deque[str] = deque(maxlen=200)
+            self.passing = False
+            self.lock = threading.Lock()
+            self.reader: threading.Thread | None = None
+
+        def follow(self, proc: subprocess.Popen) -> None:
+            self.lines.clear()
+            self.reader = threading.Thread(target=self._read, args=(proc.stdout,),
+                                           name="prefect-server-output", daemon=True)
+            self.reader.start()
+
+        def _read(self, stream: Any) -> None:
+            for raw in stream:
+                line = raw.decode(errors="replace")
+                with self.lock:
+                    if not self.passing:
+                        self.lines.append(line)
+                        continue
+                _write_stderr(line)
+            stream.close()
+
+        def pass_on(self) -> None:
+            with self.lock:
+                self.passing = True
+                held = list(self.lines)
+                self.lines.clear()
+            for line in held:
+                _write_stderr(line)
+
+        def ended(self) -> list[str]:
+            """Its lines once the process has exited (its output closed)."""
+            if self.reader is not None:
+                self.reader.join(timeout=10)
+            return list(self.lines)
+
+    class Server(prefect_server.SubprocessASGIServer):
+        """Prefect's temporary server, launched by :func:`launch_server`.
+
+        Prefect's ``start`` waits out the whole start-up timeout (two minutes here) when the
+        server process has exited, relaunching it on another port whenever it exits with
+        uvicorn's start-up failure code, which it reads as "port taken": a server whose
+        database cannot be written (``ulimit -f``, a full disk) printed pages of tracebacks
+        for two minutes.  Here the start ends as soon as the process does, with its last
+        error, and only a port actually taken is tried again elsewhere."""
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG004
+            # one server per call; Prefect's class hands out one instance per port
+            return object.__new__(cls)
 
         def _run_uvicorn_command(self) -> subprocess.Popen:
-            saved, prefect_server.subprocess = prefect_server.subprocess, _Launcher()
+            saved, prefect_server.subprocess = prefect_server.subprocess, _Launcher(self._output)
             try:
                 return super()._run_uvicorn_command()
             finally:
                 prefect_server.subprocess = saved
 
-    return OwnedServer
+        def start(self, timeout: int | None = None) -> None:
+            if self.running:
+                return
+            self._output = _Output()
+            self.port = self.port or self.find_available_port()
+            prefect_server.subprocess_server_logger.info(
+                f"Starting temporary server on {self.address}")
+            self.running = True
+            try:
+                self.server_process = self._run_uvicorn_command()
+                atexit.register(self.stop)
+                self._wait_until_up(timeout or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+                                    .value())
+            except BaseException:  # an interruption too: no server left starting
+                self.stop()
+                raise
+            self._output.pass_on()
+
+        def _wait_until_up(self, timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            with httpx.Client() as client:
+                while True:
+                    code = self.server_process.poll()
+                    if code is not None:
+                        lines = self._output.ended()
+                        if code == 3 and any("address already in use" in line.lower()
+                                             for line in lines):
+                            self.port = self.find_available_port()
+                            self.server_process = self._run_uvicorn_command()
+                            continue
+                        raise ServerStartError(
+                            f"the temporary Prefect server exited while starting (code "
+                            f"{code}): {_last_error(lines)}{_file_size_limit()}; its database "
+                            "is under PREFECT_HOME (or set PREFECT_API_URL to use a running "
+                            "server)", path=PREFECT_HOME.value())
+                    try:
+                        if client.get(f"{self.api_url}/health").status_code == 200:
+                            return
+                    except httpx.HTTPError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise ServerStartError(
+                            f"the temporary Prefect server did not answer within {timeout:g} "
+                            f"s: {_last_error(self._output.lines)} (the limit is "
+                            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)",
+                            path=PREFECT_HOME.value())
+                    time.sleep(0.1)
+
+    return Server
+
+
+def _write_stderr(line: str) -> None:
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: the output is lost, the server runs on
+        pass
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*")
+
+
+def _last_error(lines: Iterable[str]) -> str:
+    """The last line of a traceback among ``lines`` (``sqlite3.OperationalError: disk I/O
+    error``), else the last line printed; "no output" when there is none."""
+    text = [line.strip() for line in lines if line.strip()]
+    errors = [line for line in text if _EXCEPTION_LINE.match(line)]
+    return (errors or text or ["no output"])[-1]
+
+
+def _file_size_limit() -> str:
+    """`` (the file size limit, ulimit -f, is N KiB)`` when the process has one, else
+    empty."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return ""
+    return f" (the file size limit, ulimit -f, is {soft // 1024} KiB)"
 
 
 @contextmanager
 def prefect_api() -> Iterator[str | None]:
     """The Prefect API of one command: ``PREFECT_API_URL`` when it is set; else one temporary
     server for the whole command (every flow of ``scarce run all`` reports to it), stopped when
-    the command ends and, on Linux, killed by the kernel if the command is killed (a SIGTERM
-    or an abort used to leave a 220 MB server listening, its parent gone)."""
+    the command ends (an interruption included) and, on Linux, killed by the kernel if the
+    command is killed (a SIGTERM or an abort used to leave a 220 MB server listening, its
+    parent gone).  The one place where a command's server is chosen, started and stopped."""
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     if PREFECT_API_URL.value():
@@ -101,7 +267,7 @@ def prefect_api() -> Iterator[str | None]:
     # Prefect creates PREFECT_HOME but not its parents; the server's SQLite database then
     # cannot be opened and the command only reports a start-up timeout.
     Path(PREFECT_HOME.value()).expanduser().mkdir(parents=True, exist_ok=True)
-    server = _start_owned_server()
+    server = start_server()
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             yield server.api_url
@@ -110,6 +276,13 @@ def prefect_api() -> Iterator[str | None]:
             _drain_prefect_services(timeout=30)
         finally:
             server.stop()
+
+
+def start_server() -> Any:
+    """A temporary Prefect server of this process, started (see :func:`_server_class`)."""
+    server = _server_class()()
+    server.start()
+    return server
 
 
 def _drain_prefect_services(timeout: float) -> None:
@@ -137,15 +310,102 @@ def _prefect_services() -> list[Any]:
     return [APILogWorker, EventsWorker]
 
 
-def _start_owned_server():
-    if not sys.platform.startswith("linux"):  # no parent-death signal: Prefect's own server
-        from prefect.server.api.server import SubprocessASGIServer
+@functools.cache
+def _thread_pool_class() -> type:
+    from prefect.task_runners import ThreadPoolTaskRunner as PrefectThreadPool
 
-        server = SubprocessASGIServer()
-    else:
-        server = _owned_server_class()()
-    server.start()
-    return server
+    class ThreadPoolTaskRunner(PrefectThreadPool):
+        """Prefect's thread pool, which does not wait for its running tasks when the flow run
+        ends by an interruption (Ctrl-C, SIGTERM, also when the signal surfaced inside a
+        library as another exception: :data:`SIGNALS`).
+
+        A running task cannot be interrupted (a step inside NumPy, an experiment's child flow
+        run in its thread), and Prefect's pool waited for each to end before the flow run was
+        even marked crashed: Ctrl-C held the command for as long as a step or a whole child
+        run took.  Here the tasks not started are cancelled and the running ones left to die
+        with the process, which reports, stops its server and exits at once
+        (:func:`flows.cli.entrypoint`), leaving the store as a killed run does: every entry
+        either whole or absent.  Recorded by its class name, ``ThreadPoolTaskRunner``, in the
+        manifest, as Prefect's.
+        """
+
+        def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+            if self._executor is not None and (SIGNALS or exc_type is not None and not
+                                               issubclass(exc_type, Exception | GeneratorExit)):
+                for event in self._cancel_events.values():
+                    event.set()
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
+            super().__exit__(exc_type, exc_value, traceback)
+
+    return _named_here(ThreadPoolTaskRunner)
+
+
+def interruptible(flow_fn: Any) -> Any:
+    """``flow_fn`` as a command runs it: with :data:`ThreadPoolTaskRunner` where it has
+    Prefect's thread pool (the local runner), so that an interruption ends its run at once,
+    and :func:`crash_left_running` among its crash hooks."""
+    from prefect.task_runners import ThreadPoolTaskRunner as PrefectThreadPool
+
+    options: dict[str, Any] = {
+        "on_crashed": [*flow_fn.on_crashed_hooks, crash_left_running],
+        # an interruption that surfaced as another exception inside Prefect fails the run
+        "on_failure": [*flow_fn.on_failure_hooks, _crash_left_running_if_signalled]}
+    runner = flow_fn.task_runner
+    if type(runner) is PrefectThreadPool:
+        options["task_runner"] = _thread_pool_class()(max_workers=runner._max_workers)
+    return flow_fn.with_options(**options)
+
+
+def _crash_left_running_if_signalled(flow: Any, flow_run: Any, state: Any) -> None:
+    if SIGNALS:
+        crash_left_running(flow, flow_run, state)
+
+
+def crash_left_running(flow: Any, flow_run: Any, state: Any) -> None:
+    """Crash hook of a command's flow run: mark its task runs and child flow runs (at any
+    depth: an experiment's children and their steps) that are still unfinished as crashed too.
+
+    Prefect marks only the flow run the interruption reached; the steps and child runs left
+    running in other threads or on Dask workers die with the process (or are abandoned) and
+    would otherwise show as running for ever, in the UI of the same database as anywhere.
+    Child flow runs are created by direct API calls and all found; a task run reaches the
+    server as events, recorded a moment later, so one started just before the interruption
+    may not be there yet (the events this process still holds are sent first).
+    """
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    unfinished = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
+    message = state.message or "the flow run that started it crashed"
+    if "prefect.events.worker" in sys.modules:
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=5)
+    with get_client(sync_client=True) as client:
+        parents = [flow_run.id]
+        while parents:
+            for run in client.read_task_runs(task_run_filter=TaskRunFilter(
+                    flow_run_id=TaskRunFilterFlowRunId(any_=parents),
+                    state=TaskRunFilterState(type=TaskRunFilterStateType(any_=unfinished)))):
+                client.set_task_run_state(run.id, Crashed(message=message), force=True)
+            children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=unfinished))))
+            for run in children:
+                client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+            parents = [run.id for run in children]
 
 
 def worker_env() -> dict[str, str]:
@@ -160,23 +420,21 @@ def worker_env() -> dict[str, str]:
     env = {v: "1" for v in THREAD_VARIABLES}
     url = PREFECT_API_URL.value()
     if not url:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        server = SubprocessASGIServer()
-        server.start()
-        url = server.api_url
+        url = start_server().api_url
     env["PREFECT_API_URL"] = url
     return env
 
 
 # -- Dask: the task runner, and the Prefect API on its workers --------------------------------
 def __getattr__(name: str) -> Any:
-    """``DaskTaskRunner`` and ``PrefectAPIPlugin``, made on first use (PEP 562), so that both
-    are importable (and pickled) by their names here."""
+    """``DaskTaskRunner``, ``PrefectAPIPlugin`` and ``ThreadPoolTaskRunner``, made on first
+    use (PEP 562), so that each is importable (and pickled) by its name here."""
     if name == "DaskTaskRunner":
         return _dask_task_runner_class()
     if name == "PrefectAPIPlugin":
         return _api_plugin_class()
+    if name == "ThreadPoolTaskRunner":
+        return _thread_pool_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

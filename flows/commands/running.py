@@ -24,11 +24,20 @@ def prefect_api() -> Any:
     return runners.prefect_api()
 
 
+#: The least address space (``ulimit -v``, ``ulimit -d``) a command that runs flows is let
+#: start with.  Its threads reserve a stack each and the C allocator an arena per busy thread,
+#: virtual memory far beyond what is used; under a smaller limit a thread could not be started
+#: (an exception, at best) or glibc could not allocate a new thread's local storage, which
+#: ends the process at once (exit 127, its one message no Python code can catch).  The
+#: command's temporary Prefect server inherits the same limit.
+MIN_ADDRESS_SPACE = 2 * 2**30
+
+
 def preflight(address: str | None) -> None:
-    """Check the environment before anything runs: the memory cap, the store and the runs
-    folder (folders this process can write) and the Dask scheduler (each a one-line error
-    naming the variable or option)."""
-    from scarce.algorithms.memory import available_bytes
+    """Check the environment before anything runs: the memory cap, the process's address-space
+    limit, the store and the runs folder (folders this process can write) and the Dask
+    scheduler (each a one-line error naming the variable or option)."""
+    from scarce.algorithms.memory import available_bytes, format_bytes
     from scarce.flows.runtime import check_writable_folder, default_runs_root, default_store_root
     from scarce.tasks.errors import InputError
     from scarce.tasks.store import Store
@@ -37,6 +46,13 @@ def preflight(address: str | None) -> None:
         available_bytes()
     except ValueError as exc:
         raise InputError(str(exc), key="SCARCE_MEMORY_LIMIT_GB") from None
+    for name, limit in address_space_limits().items():
+        if limit < MIN_ADDRESS_SPACE:
+            raise InputError(
+                f"the process's {name} limit is {format_bytes(limit)}; a command that runs "
+                f"flows needs at least {format_bytes(MIN_ADDRESS_SPACE)} of address space "
+                "(its threads reserve far more than they use): raise the limit, or cap the "
+                "memory the steps plan for with SCARCE_MEMORY_LIMIT_GB", key=name)
     try:
         store = Store(default_store_root())
     except ValueError as exc:
@@ -49,12 +65,27 @@ def preflight(address: str | None) -> None:
         check_scheduler(address)
 
 
+def address_space_limits() -> dict[str, int]:
+    """The soft address-space and data-segment limits of this process, in bytes, by the
+    shell's name for each (``ulimit -v``, ``ulimit -d``); the unlimited left out."""
+    import resource
+
+    out = {}
+    for name, which in (("ulimit -v", resource.RLIMIT_AS), ("ulimit -d", resource.RLIMIT_DATA)):
+        soft, _ = resource.getrlimit(which)
+        if soft != resource.RLIM_INFINITY and soft >= 0:
+            out[name] = soft
+    return out
+
+
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
-    """Run one registered flow with a validated config; returns its summary."""
-    from scarce.flows.runners import with_runner
+    """Run one registered flow with a validated config; returns its summary.  An interruption
+    (Ctrl-C, SIGTERM) ends it at once, the steps still running left behind
+    (:func:`flows.runners.interruptible`)."""
+    from scarce.flows.runners import interruptible, with_runner
     from scarce.flows.runtime import release_leases
 
-    flow_fn = with_runner(spec.load_flow(), runner, address)
+    flow_fn = interruptible(with_runner(spec.load_flow(), runner, address))
     try:
         return flow_fn(config=config, options=options)
     finally:

@@ -5,12 +5,22 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 
+from scarce.flows.commands import EXIT_FAIL
+
+#: Seconds the server has to stop after SIGTERM before it is killed.
+STOP_GRACE = 10
+
 
 def ui(args: argparse.Namespace) -> int:
-    """``prefect server start`` on ``host:port`` with analytics off; runs until Ctrl-C."""
+    """``prefect server start`` on ``host:port`` with analytics off; runs until Ctrl-C (exit
+    130) or SIGTERM (143), which stop the server first."""
+    from scarce.flows.runners import launch_server
+
+    check_port(args.host, args.port)
     base = f"http://{args.host}:{args.port}"
     print(
         f"Prefect server and UI: {base}\n"
@@ -30,13 +40,49 @@ def ui(args: argparse.Namespace) -> int:
                PREFECT_UI_API_URL=f"{base}/api")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", args.host,
            "--port", str(args.port), "--analytics-off"]  # fmt: skip
-    server = subprocess.Popen(cmd, env=env)
-    # Stopping this command stops the server: forward SIGTERM; Ctrl-C reaches both.
-    previous = signal.signal(signal.SIGTERM, lambda signum, _: server.send_signal(signum))
+    # In a session of its own and killed with this process (launch_server): Ctrl-C and SIGTERM
+    # reach this command, which stops the server (`finally`) and exits 130 or 143
+    # (flows.cli.main); SIGKILL of this command leaves no server holding the port.
+    server = launch_server(cmd, env=env)
     try:
-        return server.wait()
-    except KeyboardInterrupt:
-        server.send_signal(signal.SIGINT)
-        return server.wait()
+        code = server.wait()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        stop(server)
+    print(f"error: the Prefect server exited with code {code}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse, in one line, a host that does not resolve and a port another process listens
+    on (as the server binds it: the address reusable, so a port in TIME_WAIT is free)."""
+    from scarce.tasks.errors import InputError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, socket.AF_UNSPEC,
+                                                             socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InputError(f"cannot bind {host!r}: {exc}", key="--host") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another "
+                             "server? choose another --port)", key="--port") from None
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop the server's session: SIGTERM (the server shuts down), SIGKILL after
+    :data:`STOP_GRACE` seconds."""
+    for signum, wait in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, None)):
+        if server.poll() is not None:
+            return
+        try:
+            os.killpg(server.pid, signum)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -93,3 +93,102 @@ def test_the_temporary_server_ends_with_the_command(tmp_path, how):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# -- `scarce ui`: its server stops with it, however it ends ------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ui_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PYTHONPATH=str(REPO))
+    return env
+
+
+def _answers(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_ui_stops_its_server_and_frees_the_port(tmp_path, how):
+    """Ctrl-C (SIGINT to the process group) exits 130 and SIGTERM 143, each after stopping the
+    server; SIGKILL of the command leaves no server holding the port either."""
+    from tests.flows.test_interrupt import alive, descendants
+
+    port = _free_port()
+    log = tmp_path / "ui.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "scarce.flows.cli", "ui", "--port",
+                                 str(port)], cwd=REPO, env=_ui_env(tmp_path / "home"),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait(lambda: _answers(port), 300, "the UI's server")
+        started = descendants(proc.pid)
+        at_signal = time.monotonic()
+        if how == "SIGINT":
+            os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
+        else:
+            proc.send_signal(getattr(signal, how))
+        code = proc.wait(120)
+        seconds = time.monotonic() - at_signal
+        output = log.read_text()
+        assert code == {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -9}[how], output[-2000:]
+        if how != "SIGKILL":
+            assert output.splitlines()[-1] == ("interrupted" if how == "SIGINT"
+                                               else "terminated"), output[-2000:]
+        _wait(lambda: not _listening(port), 60, f"the server on port {port} to stop")
+        _wait(lambda: not alive(started), 60, f"the processes {sorted(started)} to end")
+        print(f"\nscarce ui: exit {code} {seconds:.1f} s after {how}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def test_ui_on_a_port_in_use_is_one_error_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "scarce.flows.cli", "ui", "--port",
+                               str(port)], cwd=REPO, env=_ui_env(tmp_path / "home"),
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: key '--port': cannot listen on 127.0.0.1:{port}: "), line
+
+
+def test_a_server_that_cannot_write_its_database_fails_at_once_in_one_line(tmp_path):
+    """Under ``ulimit -f`` too small for the server's database, the temporary server exits
+    while starting: the command says so in one line (exit 2) as soon as it has, instead of
+    relaunching it for the whole start-up timeout."""
+    project = digits_project(tmp_path / "project", n_samples=100, k=4)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
+    env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "home"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
+    # 200 KiB: a new server's database needs more (the limit is inherited by the server)
+    code = ("import resource, sys, tests.flows.sample_flow\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (200 * 1024, 200 * 1024))\n"
+            "from scarce.flows.cli import main\n"
+            "sys.exit(main(['run', 'digits']))\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    seconds = time.monotonic() - start
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert "the temporary Prefect server exited while starting" in errors[0]
+    assert "ulimit -f, is 200 KiB" in errors[0]
+    assert "Traceback" not in done.stderr
+    print(f"\nrefused in {seconds:.1f} s: {errors[0]}")
