@@ -35,7 +35,10 @@ counts the child runs and what each would compute, and runs nothing.
 
 ``select`` chooses settings inside the run: every point evaluated on a validation split, the
 best by a metric (``experiment-select``, a logged decision), then one refit run with the chosen
-values (tagged ``refit``); ``outputs/selection.parquet`` is the validation table.
+values (tagged ``refit``); ``outputs/selection.parquet`` is the validation table.  With
+``select.across`` the setting is chosen to hold on several conditions (an axis: data sets,
+splits): the metric is compared within each and combined by ``select.criterion`` (the mean, or
+the mean rank), and the refit runs once per condition.
 """
 
 from __future__ import annotations

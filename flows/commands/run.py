@@ -71,6 +71,15 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refits(config) -> str:
+    """What a selection adds to an experiment: one refit, or one per condition."""
+    across = config.select.across
+    if across is None:
+        return "; then one refit run with the values the selection chooses"
+    return (f"; then one refit run per value of {across} ({len(config.axes[across])}) with the "
+            "values the selection chooses")
+
+
 def _experiment_config(args: argparse.Namespace) -> Any:
     from scarce.flows.experiment import experiment_file, load_experiment
     from scarce.tasks.errors import InputError
@@ -100,8 +109,7 @@ def _dry_run(config: Any) -> int:
           + (f" (at most ~{sum(guessed)} steps, counted on the nearest earlier runs)"
              if guessed else " (every step)" if to_run else "")
           + f", {counts.get('invalid', 0)} invalid"
-          + ("; then one refit run with the values the selection chooses"
-             if config.select is not None else ""))
+          + (_refits(config) if config.select is not None else ""))
     return EXIT_OK
 
 
