@@ -26,6 +26,7 @@ from scarce.algorithms.leml.losses import LOSSES, get_loss
 from scarce.algorithms.leml.predict import top_k_from_scores
 from scarce.algorithms.leml.solvers import conjugate_gradient, trust_region_newton
 from scarce.algorithms.leml.w_step import (
+    W_SOLVERS,
     kronecker_preconditioner,
     observed_gram_diagonal,
     observed_shares,
@@ -449,6 +450,33 @@ def test_the_bound_w_steps_cg_above_the_eigendecomposition_limit_is_precondition
         W, _ = w_step(data, H, 0.05, loss, W0=W0, cg_preconditioner=preconditioner, **params)
         np.testing.assert_allclose(W, exact, rtol=1e-6, atol=1e-9)
     assert counts["diagonal"] < counts["none"] / 2
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("w_solver", ["auto", *W_SOLVERS])
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_the_preconditioner_acts_or_the_estimator_says_why_not(loss, w_solver, masked, exact,
+                                                               monkeypatch):
+    """Every W-step path, with and without missing labels: cg_preconditioner="diagonal"
+    changes the W-step, or the estimator warns that it does not act, or the path solves
+    exactly (the bound W-step through the eigendecomposition of X^T X)."""
+    import scarce.algorithms.leml.w_step as ws
+
+    if not exact:  # the bound W-step by CG, as above _EIG_MAX features
+        monkeypatch.setattr(ws, "_EIG_MAX", 2)
+    X, _, Y, mask, H, W0 = make_problem(16, n=30, d=8, n_labels=5, k=3,
+                                        mask_density=0.5 if masked else None)
+    X = X @ sp.diags(np.logspace(-2, 1, 8))
+    data = prepare_data(X, Y, mask, dtype=np.float64)
+    params = dict(w_solver=w_solver, cg_max_iter=3, newton_max_iter=2)
+    plain, _ = w_step(data, H, 0.1, loss, W0=W0, **params)
+    model = LEML(lam=0.1, loss=loss, cg_preconditioner="diagonal", **params)
+    preconditioned, _ = model.w_step(data, W0, H)
+    if np.array_equal(plain, preconditioned):
+        solver = model.resolved_params()["w_solver"]
+        exact_solve = loss != "squared" and solver == "bound" and exact
+        assert exact_solve or model.interaction_warnings(), (loss, solver, masked)
 
 
 def test_tron_minimises_logistic_regression_like_scipy():
