@@ -343,6 +343,12 @@ def test_the_observed_grams_diagonal_weighs_each_rows_squares_by_its_observed_sh
     full = prepare_data(X, Y, dtype=np.float32, fit_intercept=True)
     assert observed_shares(full) is None
     assert observed_gram_diagonal(full) is full.gram_diagonal()  # the kept diagonal
+    # Rows without a stored value (no intercept) take no weight from their neighbours.
+    Xd[[0, 3, 4, 29]] = 0
+    X0 = sp.csr_matrix(Xd) if sparse else Xd
+    data = prepare_data(X0, Y, mask, dtype=np.float64, entries=entries)
+    np.testing.assert_allclose(observed_gram_diagonal(data), (rho[:, None] * Xd ** 2).sum(0),
+                               rtol=1e-12)
 
 
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
