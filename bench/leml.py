@@ -304,8 +304,10 @@ def leml_setting(name: str, args, grid: dict, chosen: dict) -> tuple[dict, str]:
             setting += f" {name}={params[name]}"
     if args.speed_loss != "squared":
         leml = LEML(**params)
-        setting += (f" newton={leml.newton_max_iter} h_solver={leml.h_solver} "
-                    f"w_solver={leml.w_solver} squared_init={leml.squared_init_iter}")
+        solvers = leml.resolved_params()  # what "auto" runs with
+        setting += (f" newton={leml.newton_max_iter} h_solver={solvers['h_solver']} "
+                    f"w_solver={solvers['w_solver']} "
+                    f"squared_init={solvers['squared_init_iter']}")
     return params, setting
 
 

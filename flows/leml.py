@@ -34,6 +34,7 @@ from scarce.algorithms.leml import (
     row_block_bounds,
 )
 from scarce.algorithms.leml.losses import LOSSES
+from scarce.algorithms.leml.model import AUTO, AUTO_SQUARED_INIT_ITER
 from scarce.algorithms.leml.predict import BATCH_SIZE
 from scarce.algorithms.leml.text import VECTORIZERS
 from scarce.flows import plots
@@ -256,8 +257,10 @@ class ModelConfig(Strict):
     )
     cg_preconditioner: Literal[PRECONDITIONERS] = from_estimator(
         LEML, "cg_preconditioner",
-        description="Squared loss, labels fully observed: plain CG in the W-step (the "
-        "paper's), or CG preconditioned by the Hessian with X^T X kept to its diagonal.",
+        description="Squared loss (missing labels too): plain CG in the W-step (the "
+        "paper's), or CG preconditioned by the Hessian with X^T X kept to its diagonal (each "
+        "row weighted by its share of observed labels); logistic / sq. hinge: with diagonal "
+        "the auto solvers are the bound steps from a squared-loss start.",
     )
     newton_max_iter: int = from_estimator(
         LEML, "newton_max_iter", ge=1, description="Newton steps (logistic, sq. hinge)."
@@ -265,21 +268,26 @@ class ModelConfig(Strict):
     fit_intercept: bool = from_estimator(
         LEML, "fit_intercept", description="Add a constant feature."
     )
-    h_solver: Literal[H_SOLVERS] = from_estimator(
+    h_solver: Literal[(AUTO, *H_SOLVERS)] = from_estimator(
         LEML, "h_solver",
         description="H-step Newton directions for logistic / sq. hinge: explicit per-label "
         "k x k Hessians or per-label conjugate gradient (cg_max_iter, cg_tol); or bound: "
-        "newton_max_iter steps on the quadratic curvature bound.",
+        "newton_max_iter steps on the quadratic curvature bound; auto: bound with "
+        "cg_preconditioner diagonal, else direct.",
     )
-    w_solver: Literal[W_SOLVERS] = from_estimator(
+    w_solver: Literal[(AUTO, *W_SOLVERS)] = from_estimator(
         LEML, "w_solver",
         description="W-step for logistic / sq. hinge: TRON, or newton_max_iter steps on the "
-        "quadratic curvature bound solved through the eigendecomposition of X^T X.",
+        "quadratic curvature bound solved through the eigendecomposition of X^T X; auto: "
+        "bound with cg_preconditioner diagonal (tron on row blocks), else tron.",
     )
-    squared_init_iter: int = from_estimator(
-        LEML, "squared_init_iter", ge=0,
+    # A negative count is refused by the estimator's check (_the_estimator_accepts_them).
+    squared_init_iter: int | Literal[AUTO] = from_estimator(
+        LEML, "squared_init_iter",
         description="Logistic / sq. hinge: start from this many squared-loss iterations "
-        "mapped to +-1 margins (needs fit_intercept; 0 = random start).",
+        "mapped to +-1 margins (needs fit_intercept; 0 = random start; auto: "
+        f"{AUTO_SQUARED_INIT_ITER} with cg_preconditioner diagonal, fit_intercept and "
+        "rank >= 2, else 0).",
     )
     dtype: Literal["float32", "float64"] = from_estimator(
         LEML, "dtype", description="Floating type."
@@ -439,8 +447,11 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     ctx = RunContext.open("leml", config, options)
     d, m, seed, batch = config.dataset, config.model, config.seed, config.batch_size
-    model = m.estimator(random_state=seed)
     compute = config.compute
+    model = m.estimator(random_state=seed)
+    # "auto" resolved once, logged with any setting that turns off what another relies on;
+    # the steps and their keys then hold the values they run with.
+    model.set_params(**model.resolve_params(distributed=compute.blocked))
     cluster = compute.cluster(ctx)
     # With the dask backend the steps over the data (loading, masks, partitions) run on the
     # cluster too: the flow's process holds none of it.

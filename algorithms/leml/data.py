@@ -287,24 +287,36 @@ class LEMLData:
                           if d * d <= GRAM_ENTRIES_PER_NNZ * stored else False)
         return None if self._gram is False else self._gram
 
-    def gram_diagonal(self) -> np.ndarray:
+    def gram_diagonal(self, row_weights=None) -> np.ndarray:
         """The diagonal of ``X^T X`` (d', float64: each column's sum of squares; built once,
         then kept), summed :data:`DIAGONAL_CHUNK` stored values at a time so that no float64
-        copy of ``X`` is made."""
-        if self._gram_diagonal is None:
-            X, g = self.X, np.zeros(self.n_features)
-            if sp.issparse(X):
-                for s in range(0, X.nnz, DIAGONAL_CHUNK):
-                    v = X.data[s:s + DIAGONAL_CHUNK].astype(np.float64)
-                    g += np.bincount(X.indices[s:s + DIAGONAL_CHUNK], weights=v * v,
-                                     minlength=g.size)
-            else:
-                rows = max(1, DIAGONAL_CHUNK // max(1, g.size))
-                for s in range(0, X.shape[0], rows):
-                    part = X[s:s + rows].astype(np.float64)
-                    g += np.einsum("ij,ij->j", part, part)
+        copy of ``X`` is made.
+
+        ``row_weights`` (n, float64): the diagonal of ``X^T diag(w) X`` instead, each square
+        times its row's weight (not kept); weights of 1 give the unweighted diagonal bit for
+        bit (the same chunks, each square times 1).
+        """
+        if row_weights is None and self._gram_diagonal is not None:
+            return self._gram_diagonal
+        w = None if row_weights is None else np.asarray(row_weights, dtype=np.float64)
+        X, g = self.X, np.zeros(self.n_features)
+        if sp.issparse(X):
+            for s in range(0, X.nnz, DIAGONAL_CHUNK):
+                v = X.data[s:s + DIAGONAL_CHUNK].astype(np.float64)
+                v *= v
+                if w is not None:  # the row of each stored value
+                    v *= w[np.searchsorted(X.indptr, np.arange(s, s + v.size), "right") - 1]
+                g += np.bincount(X.indices[s:s + DIAGONAL_CHUNK], weights=v,
+                                 minlength=g.size)
+        else:
+            rows = max(1, DIAGONAL_CHUNK // max(1, g.size))
+            for s in range(0, X.shape[0], rows):
+                part = X[s:s + rows].astype(np.float64)
+                left = part if w is None else part * w[s:s + rows, None]
+                g += np.einsum("ij,ij->j", left, part)
+        if w is None:
             self._gram_diagonal = g
-        return self._gram_diagonal
+        return g
 
     @property
     def fully_observed(self) -> bool:

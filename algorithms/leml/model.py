@@ -71,7 +71,7 @@ from scarce.algorithms.leml.w_step import check_preconditioner, check_w_solver, 
 from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import precision_at_k
 
-__all__ = ["LEML", "STEPS"]
+__all__ = ["AUTO", "AUTO_SQUARED_INIT_ITER", "LEML", "STEPS"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,14 @@ def check_factors(data: LEMLData, rank: int) -> None:
         log.warning("rank %d exceeds min(features + intercept, labels) = %d: Z = W H^T has rank "
                     "at most %d, the other columns only cost time and memory", rank,
                     min(d, n_labels), min(d, n_labels))
+
+#: The value of ``squared_init_iter``, ``w_solver`` and ``h_solver`` that leaves the choice to
+#: the estimator, by the loss and the CG it is given (:meth:`LEML.resolved_params`).
+AUTO = "auto"
+#: Squared-loss iterations of a margin loss's start under ``squared_init_iter="auto"`` (with the
+#: preconditioned CG, whose squared loss levels off within a few iterations; more did not
+#: change the margin loss's validation P@1 on Bibtex or Delicious, docs/leml.md).
+AUTO_SQUARED_INIT_ITER = 3
 
 #: The step methods whose parameters :meth:`LEML.step_params` lists ("predict": the
 #: prediction methods after :meth:`LEML.set_factors`).
@@ -181,20 +189,26 @@ class LEML(BaseEstimator):
     cg_tol : float, default=1e-3
         Relative residual at which CG stops.
     cg_preconditioner : {"none", "diagonal"}, default="none"
-        The squared loss's W-step on fully observed labels: plain CG, as in the paper,
-        or CG preconditioned by ``c H^T H (x) diag(X^T X) + lam I``, the Hessian with
-        ``X^T X`` kept to its diagonal (inverted exactly in the eigenbasis of ``H^T H``;
-        see :func:`~algorithms.leml.w_step.kronecker_preconditioner`): it reaches a given
+        The squared loss's W-step: plain CG, as in the paper, or CG preconditioned by
+        ``c H^T H (x) diag(X^T X) + lam I``, the Hessian with ``X^T X`` kept to its
+        diagonal (inverted exactly in the eigenbasis of ``H^T H``; see
+        :func:`~algorithms.leml.w_step.kronecker_preconditioner`); with missing labels
+        each row's squares weighted by the share of its labels observed, the Hessian's
+        expectation when a row's observed labels are a uniform draw.  It reaches a given
         objective in far fewer Hessian-vector products, so fewer CG and outer iterations
-        are needed, and those counts are chosen with it (on a validation split).  Other
-        losses, and missing labels, run their CG unpreconditioned.
+        are needed, and those counts are chosen with it (on a validation split).  The
+        margin losses' bound W-step (``w_solver="bound"``) preconditions its CG alike
+        above 4096 features; TRON's CG runs unpreconditioned, and the estimator logs a
+        warning when this is set for a TRON W-step.
     newton_max_iter : int, default=3
         Newton steps (or bound steps, see ``w_solver`` and ``h_solver``) per
         half-step for the logistic and squared-hinge losses.
     fit_intercept : bool, default=True
         Add a constant feature; its weights are the last row of ``W_`` (regularised
         like the others).
-    h_solver : {"direct", "cg", "bound"}, default="direct"
+    h_solver : {"auto", "direct", "cg", "bound"}, default="auto"
+        ``"auto"``: ``"bound"`` with ``cg_preconditioner="diagonal"``, else ``"direct"``
+        (:meth:`resolved_params`).
         Newton directions of the H-step for the logistic and squared-hinge losses:
         explicit ``k x k`` Hessians per label (``O(|Omega| k^2)`` per Newton step)
         or at most ``cg_max_iter`` conjugate-gradient iterations of
@@ -203,14 +217,20 @@ class LEML(BaseEstimator):
         ``c = loss.curvature_bound`` (1/4 logistic, 2 squared hinge), each one
         gradient and a solve with matrices formed once per H-step, see
         :func:`~algorithms.leml.h_step.update_H`.  No effect on the squared loss.
-    w_solver : {"tron", "bound"}, default="tron"
+    w_solver : {"auto", "tron", "bound"}, default="auto"
+        ``"auto"``: ``"bound"`` with ``cg_preconditioner="diagonal"`` (``"tron"`` on a
+        backend of row blocks: the bound W-step runs in one process), else ``"tron"``
+        (:meth:`resolved_params`).
         W-step of the logistic and squared-hinge losses: TRON with
         Hessian-vector products over ``Omega``, or ``newton_max_iter``
         majorise-minimise steps on the same quadratic bound, each one gradient
         and an exact solve of ``c X^T X S H^T H + lam S = -grad`` through the
         eigendecomposition of ``X^T X`` (computed once per data), see
         :func:`~algorithms.leml.w_step.update_W`.  No effect on the squared loss.
-    squared_init_iter : int, default=0
+    squared_init_iter : int or "auto", default="auto"
+        ``"auto"``: :data:`AUTO_SQUARED_INIT_ITER` for the logistic and squared-hinge
+        losses with ``cg_preconditioner="diagonal"`` when ``fit_intercept=True`` and
+        ``rank >= 2`` (else 0, with a warning), else 0 (:meth:`resolved_params`).
         Logistic and squared-hinge losses only (needs ``fit_intercept=True``): when
         positive, :meth:`start` begins with ``squared_init_iter`` alternating
         iterations of the squared loss (cheap when every label is observed) at rank
@@ -251,6 +271,8 @@ class LEML(BaseEstimator):
         held-out pass.
     threshold_ : float
         Decision threshold used by :meth:`predict`.
+    squared_init_iter_, w_solver_, h_solver_ : int, str, str
+        The values :meth:`fit` ran with (:meth:`resolved_params`: ``"auto"`` resolved).
     n_features_in_ : int
     n_labels_ : int
 
@@ -275,7 +297,7 @@ class LEML(BaseEstimator):
     def __init__(self, rank=50, lam=1.0, loss="squared", outer_iterations=10, tol=0.0,
                  early_stopping=False, validation_fraction=0.2, n_iter_no_change=2,
                  cg_max_iter=10, cg_tol=1e-3, cg_preconditioner="none", newton_max_iter=3,
-                 fit_intercept=True, h_solver="direct", w_solver="tron", squared_init_iter=0,
+                 fit_intercept=True, h_solver=AUTO, w_solver=AUTO, squared_init_iter=AUTO,
                  dtype="float32", random_state=None, verbose=False, callback=None):
         self.rank = rank
         self.lam = lam
@@ -335,10 +357,13 @@ class LEML(BaseEstimator):
         if not _is_count(self.n_iter_no_change, 1):
             raise ValueError(f"n_iter_no_change must be a positive integer, got "
                              f"{self.n_iter_no_change!r}")
-        for name in ("outer_iterations", "cg_max_iter", "newton_max_iter", "squared_init_iter"):
+        for name in ("outer_iterations", "cg_max_iter", "newton_max_iter"):
             if not _is_count(getattr(self, name), 0):
                 raise ValueError(f"{name} must be a non-negative integer, "
                                  f"got {getattr(self, name)!r}")
+        if not (_is_count(self.squared_init_iter, 0) or self.squared_init_iter == AUTO):
+            raise ValueError(f"squared_init_iter must be a non-negative integer or {AUTO!r}, "
+                             f"got {self.squared_init_iter!r}")
         try:
             dtype = np.dtype(self.dtype)
         except TypeError:
@@ -346,11 +371,13 @@ class LEML(BaseEstimator):
         if dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
         loss = get_loss(self.loss)
-        if self.h_solver not in H_SOLVERS:
-            raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {self.h_solver!r}")
-        check_w_solver(self.w_solver, loss, distributed=distributed)
+        if self.h_solver not in (AUTO, *H_SOLVERS):
+            raise ValueError(f"h_solver must be one of {(AUTO, *H_SOLVERS)}, got "
+                             f"{self.h_solver!r}")
+        if self.w_solver != AUTO:
+            check_w_solver(self.w_solver, loss, distributed=distributed)
         check_preconditioner(self.cg_preconditioner)
-        if self.squared_init_iter > 0 and loss.name != "squared":
+        if self.squared_init_iter not in (0, AUTO) and loss.name != "squared":
             if not self.fit_intercept:
                 raise ValueError("squared_init_iter > 0 needs fit_intercept=True (the "
                                  "margin offset -1 is carried by the intercept row)")
@@ -451,12 +478,79 @@ class LEML(BaseEstimator):
         return (rows(X, fit_rows), rows(Y, fit_rows), rows(mask, fit_rows), rows(X, val_rows),
                 Y_val)
 
+    def resolved_params(self, *, distributed: bool = False) -> dict:
+        """The values the steps use for ``squared_init_iter``, ``w_solver`` and ``h_solver``:
+        those given, or for ``"auto"`` the path that suits the rest of the setting, chosen on
+        validation rows of Bibtex and Delicious (``docs/leml.md``).
+
+        A margin loss (logistic, squared hinge) with ``cg_preconditioner="diagonal"`` -- CG
+        counts chosen for the preconditioned squared loss, which TRON's unpreconditioned CG
+        cannot use -- starts from :data:`AUTO_SQUARED_INIT_ITER` squared-loss iterations (when
+        ``fit_intercept`` and ``rank >= 2``, which that start needs; else at random) and takes
+        bound steps in both half-steps, each a gradient and an exact solve (by preconditioned
+        CG above 4096 features).  The bound W-step runs in one process, so ``distributed`` (a
+        backend of row blocks) resolves ``w_solver`` to ``"tron"``.  Without the
+        preconditioner a margin loss keeps the paper's path: a random start, TRON and
+        Newton steps with explicit Hessians.  The squared loss uses none of the three
+        (0, ``"tron"``, ``"direct"``).  Depends only on ``loss``, ``cg_preconditioner``,
+        ``fit_intercept``, ``rank`` and ``distributed``.
+
+        Returns
+        -------
+        dict
+            ``squared_init_iter``, ``w_solver`` and ``h_solver``, none of them ``"auto"``.
+        """
+        bound = get_loss(self.loss).name != "squared" and self.cg_preconditioner != "none"
+        start, w_solver, h_solver = self.squared_init_iter, self.w_solver, self.h_solver
+        if start == AUTO:
+            start = (AUTO_SQUARED_INIT_ITER if bound and self.fit_intercept
+                     and _is_count(self.rank, 2) else 0)
+        if w_solver == AUTO:
+            w_solver = "bound" if bound and not distributed else "tron"
+        if h_solver == AUTO:
+            h_solver = "bound" if bound else "direct"
+        return {"squared_init_iter": start, "w_solver": w_solver, "h_solver": h_solver}
+
+    def interaction_warnings(self, *, distributed: bool = False) -> list[str]:
+        """The settings that turn off something another setting relies on, one line each
+        (what :meth:`fit` and the flow log as warnings)."""
+        self.check_params(distributed=distributed)
+        loss = get_loss(self.loss).name
+        resolved = self.resolved_params(distributed=distributed)
+        said = []
+        if loss != "squared" and self.cg_preconditioner != "none" and \
+                resolved["w_solver"] == "tron":
+            said.append(f"cg_preconditioner {self.cg_preconditioner!r} does not act on the "
+                        f"{loss} loss's TRON W-step (its CG runs unpreconditioned), so "
+                        f"cg_max_iter={self.cg_max_iter} CG steps per Newton step may be too "
+                        "few if they were chosen with the preconditioner")
+        if loss != "squared" and self.cg_preconditioner != "none" and \
+                self.squared_init_iter == AUTO and resolved["squared_init_iter"] == 0:
+            said.append(f"squared_init_iter 'auto' cannot start the {loss} loss from the "
+                        "squared loss (that start needs fit_intercept=True and rank >= 2): "
+                        "it starts at random")
+        return said
+
+    def resolve_params(self, *, distributed: bool = False) -> dict:
+        """:meth:`resolved_params`, having logged what ``"auto"`` resolved to (INFO) and
+        :meth:`interaction_warnings` (WARNING): what :meth:`fit` and a driver that runs the
+        steps (the flow) call once before the steps."""
+        resolved = self.resolved_params(distributed=distributed)
+        chosen = [f"{name} auto -> {resolved[name]}" for name in resolved
+                  if getattr(self, name) == AUTO]
+        if chosen and get_loss(self.loss).name != "squared":
+            log.info("LEML with the %s loss: %s", self.loss, ", ".join(chosen))
+        for line in self.interaction_warnings(distributed=distributed):
+            log.warning("LEML: %s", line)
+        return resolved
+
     def squared_start(self) -> bool:
         """Whether :meth:`start` begins with squared-loss iterations (a margin loss with
-        ``squared_init_iter > 0``) rather than a random start alone."""
-        return self.squared_init_iter > 0 and get_loss(self.loss).name != "squared"
+        ``squared_init_iter > 0``, resolved) rather than a random start alone."""
+        return (self.resolved_params()["squared_init_iter"] > 0
+                and get_loss(self.loss).name != "squared")
 
-    def step_params(self, step: str) -> dict:
+    def step_params(self, step: str, *, distributed: bool = False) -> dict:
         """The parameters that step ``step`` reads, with their values.
 
         Every step prepares its data (``fit_intercept``, ``dtype``); then ``"start"``
@@ -468,36 +562,43 @@ class LEML(BaseEstimator):
         ``fit_intercept`` and the loss's threshold.  A driver that stores a step's
         results keys them by exactly these (``tasks.leml``), so a change of any other
         parameter -- the number of outer iterations for every step, the H-step's solver
-        for a W-step -- reuses them.
+        for a W-step -- reuses them.  ``"auto"`` values are given resolved
+        (:meth:`resolved_params`), so a key holds what the step ran with.
 
         Parameters
         ----------
         step : {"start", "w_step", "h_step", "objective", "predict", "early_stopping_split"}
+        distributed : bool, default=False
+            The step runs on a backend (row blocks), as ``w_step(backend=...)``.
 
         Returns
         -------
         dict
-            Parameter name -> value, a subset of ``get_params()``.
+            Parameter name -> value: a subset of ``get_params()``, ``"auto"`` resolved.
         """
         squared = get_loss(self.loss).name == "squared"
+        resolved = self.resolved_params(distributed=distributed)
         prepare = ["fit_intercept", "dtype"]
+        bound_w = not squared and resolved["w_solver"] == "bound"
         names = {
             "start": prepare + ["rank", "random_state", "loss"] + (
                 [] if squared else ["squared_init_iter"]) + (
                 ["lam", "cg_max_iter", "cg_tol", "cg_preconditioner"]
                 if self.squared_start() else []),
             "w_step": prepare + ["loss", "lam", "cg_max_iter", "cg_tol"] + (
-                ["cg_preconditioner"] if squared else ["newton_max_iter", "w_solver"]),
+                ["cg_preconditioner"] if squared else ["newton_max_iter", "w_solver"]) + (
+                ["cg_preconditioner"] if bound_w else []),
             "h_step": prepare + ["loss", "lam"] + (
                 [] if squared else ["newton_max_iter", "h_solver"]) + (
-                ["cg_max_iter", "cg_tol"] if not squared and self.h_solver == "cg" else []),
+                ["cg_max_iter", "cg_tol"]
+                if not squared and resolved["h_solver"] == "cg" else []),
             "objective": prepare + ["loss", "lam"],
             "predict": ["fit_intercept", "loss"],
             "early_stopping_split": ["validation_fraction", "random_state"],
         }
         if step not in names:
             raise ValueError(f"step must be one of {STEPS}, got {step!r}")
-        params = self.get_params(deep=False)
+        params = {**self.get_params(deep=False), **resolved}
         return {name: params[name] for name in names[step]}
 
     # -- the steps
@@ -558,7 +659,7 @@ class LEML(BaseEstimator):
             return W, H
         squared = clone(self).set_params(loss="squared", squared_init_iter=0)
         W, H = np.zeros_like(W[:, :-1]), np.ascontiguousarray(H[:, :-1])
-        for _ in range(int(self.squared_init_iter)):
+        for _ in range(int(self.resolved_params()["squared_init_iter"])):
             W, _ = squared.w_step(data, W, H, backend=backend)
             H, _ = squared.h_step(data, W, H, backend=backend)
         return _margin_factors(W, H, data.n_labels)
@@ -584,9 +685,10 @@ class LEML(BaseEstimator):
             ``cg_iter`` (Hessian-vector products) and ``newton_iter``.
         """
         self.check_params(distributed=backend is not None)
+        w_solver = self.resolved_params(distributed=backend is not None)["w_solver"]
         return update_W(data, H, self.lam, self.loss, W0=W, cg_max_iter=int(self.cg_max_iter),
                         cg_tol=float(self.cg_tol), newton_max_iter=int(self.newton_max_iter),
-                        w_solver=self.w_solver, backend=backend,
+                        w_solver=w_solver, backend=backend,
                         preconditioner=self.cg_preconditioner)
 
     def h_step(self, data: LEMLData, W, H, *, backend=None) -> tuple[np.ndarray, dict]:
@@ -618,6 +720,7 @@ class LEML(BaseEstimator):
             ``newton_iter``, and ``cg_iter`` for ``h_solver="cg"``.
         """
         self.check_params()
+        h_solver = self.resolved_params()["h_solver"]
         if backend is not None:
             if (backend.n_features, backend.n_labels) != (data.n_features, data.n_labels):
                 raise ValueError(f"the backend's blocks have {backend.n_features} features and "
@@ -625,15 +728,15 @@ class LEML(BaseEstimator):
                                  f"{data.n_labels}")
             if get_loss(self.loss).name == "squared":
                 return update_H_by_blocks(backend, W, self.lam, self.loss)
-            if self.h_solver == "bound":
+            if h_solver == "bound":
                 return update_H_bound_by_blocks(backend, W, H, self.lam, self.loss,
                                                 n_steps=int(self.newton_max_iter))
             return update_H_newton_by_blocks(
                 backend, W, H, self.lam, self.loss, n_steps=int(self.newton_max_iter),
-                h_solver=self.h_solver, cg_max_iter=int(self.cg_max_iter),
+                h_solver=h_solver, cg_max_iter=int(self.cg_max_iter),
                 cg_tol=float(self.cg_tol))
         return update_H(data, W, self.lam, self.loss, H0=H,
-                        newton_max_iter=int(self.newton_max_iter), h_solver=self.h_solver,
+                        newton_max_iter=int(self.newton_max_iter), h_solver=h_solver,
                         cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol))
 
     def objective(self, data: LEMLData, W, H, *, backend=None) -> float:
@@ -701,6 +804,9 @@ class LEML(BaseEstimator):
         if self.early_stopping:
             return self._fit_early_stopping(X, Y, mask, W_init, H_init, start_iter)
         data = self.prepare(X, Y, mask)
+        resolved = self.resolve_params()
+        self.squared_init_iter_, self.w_solver_, self.h_solver_ = (
+            resolved["squared_init_iter"], resolved["w_solver"], resolved["h_solver"])
         start_iter = int(start_iter)
         if start_iter < 0:
             raise ValueError(f"start_iter must be non-negative, got {start_iter}")

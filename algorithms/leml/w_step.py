@@ -40,11 +40,13 @@ from scarce.algorithms.leml.terms import loss_terms
 
 __all__ = ["PRECONDITIONERS", "W_SOLVERS", "LocalWOperators", "WStepProducts",
            "check_preconditioner", "check_w_solver", "kronecker_preconditioner",
-           "solve_w_step", "update_W", "w_gradient", "w_loss_value"]
+           "observed_gram_diagonal", "observed_shares", "solve_w_step", "update_W",
+           "w_gradient", "w_loss_value"]
 
 # Solvers of the W-step for the logistic and squared-hinge losses, see update_W.
 W_SOLVERS = ("tron", "bound")
 # The squared loss's CG: plain, or preconditioned (kronecker_preconditioner), see update_W.
+# The same names are the CG of the margin losses' bound W-step above _EIG_MAX features.
 PRECONDITIONERS = ("none", "diagonal")
 # Largest d' for which the "bound" W-step diagonalises X^T X (d' x d', once per data);
 # above it the bound's linear system is solved by CG.
@@ -209,6 +211,29 @@ def w_gradient(data: LEMLData, H, W, lam: float, loss, *, z=None):
     return _regularised(WStepProducts(data, H, W, loss, z=z), W, float(lam))
 
 
+def observed_shares(data: LEMLData) -> np.ndarray | None:
+    """``rho_i = |Omega_i| / L``, the share of each row's labels that is observed (n,
+    float64), or None when every label is observed."""
+    if data.fully_observed:
+        return None
+    ent = data.entries
+    if not ent.dense:
+        counts = np.diff(ent.indptr).astype(np.float64)
+    elif ent.mask is None:
+        counts = np.full(data.n_samples, float(data.n_labels))
+    else:
+        counts = ent.mask.sum(axis=1, dtype=np.float64)
+    return counts / data.n_labels
+
+
+def observed_gram_diagonal(data: LEMLData) -> np.ndarray:
+    """``sum_i rho_i x_i^2`` (d', float64), the diagonal of ``X^T diag(rho) X`` with ``rho``
+    the rows' observed shares (:func:`observed_shares`): what :func:`kronecker_preconditioner`
+    takes for the squared loss.  With every label observed ``rho = 1``: the diagonal of
+    ``X^T X``, kept in ``data``.  A sum over rows, so over row blocks too."""
+    return data.gram_diagonal(row_weights=observed_shares(data))
+
+
 class LocalWOperators:
     """The W-step's loss terms over ``data`` in this process (the operators of
     :func:`solve_w_step` when :func:`update_W` has no backend)."""
@@ -220,8 +245,8 @@ class LocalWOperators:
     def value(self, W):
         return w_loss_value(self.data, self.H, W, self.loss)
 
-    def gram_diagonal(self) -> np.ndarray:
-        return self.data.gram_diagonal()
+    def observed_gram_diagonal(self) -> np.ndarray:
+        return observed_gram_diagonal(self.data)
 
     def products(self, W, state=None):
         return WStepProducts(self.data, self.H, W, self.loss, z=state)
@@ -309,6 +334,12 @@ def kronecker_preconditioner(gram_diagonal: np.ndarray, H, lam: float, curvature
     norm by orders of magnitude (word frequencies), and so do the eigenvalues of ``H^T H``.
     A library preconditioner (``scipy.sparse.linalg`` takes a ``LinearOperator`` on flat
     vectors, and an incomplete factorisation would need ``X^T X``) sees neither structure.
+
+    With missing labels the Hessian is ``c sum_i (x_i x_i^T) (x) G_i + lam I`` with
+    ``G_i = sum_{j in Omega_i} h_j h_j^T``; taking ``G_i ~ rho_i H^T H`` (``rho_i`` the
+    share of row ``i``'s labels observed, exact in expectation when the observed entries of
+    a row are a uniform draw) gives the same ``M`` with ``g = sum_i rho_i x_i^2``
+    (:func:`observed_gram_diagonal`).
     """
     t, Q = np.linalg.eigh(np.asarray(H, dtype=np.float64).T @ np.asarray(H, dtype=np.float64))
     inverse = (1.0 / (curvature * np.outer(gram_diagonal, np.maximum(t, 0.0)) + lam))
@@ -322,15 +353,18 @@ def kronecker_preconditioner(gram_diagonal: np.ndarray, H, lam: float, curvature
     return precondition
 
 
-def _w_bound_solver(data: LEMLData, HtH, lam: float, c: float, cg_max_iter: int,
-                    cg_tol: float):
+def _w_bound_solver(data: LEMLData, H, lam: float, c: float, cg_max_iter: int,
+                    cg_tol: float, preconditioner: str = "none"):
     """The solver ``R -> S`` of ``c X^T X S (H^T H) + lam S = R`` (S and R d' x k), built once
     per W-step: H is fixed over its steps, so the factors below are too.
 
     With ``d' <= _EIG_MAX``: exactly, from ``X^T X = U diag(s) U^T`` (once per data) and
     ``H^T H = Q diag(t) Q^T``: ``S = U [(U^T R Q) / (c s t^T + lam)] Q^T``.  Otherwise
     by at most ``cg_max_iter`` CG iterations on the product
-    ``V -> c X^T (X V) (H^T H) + lam V`` (no n x L term)."""
+    ``V -> c X^T (X V) (H^T H) + lam V`` (no n x L term), preconditioned by
+    :func:`kronecker_preconditioner` with ``preconditioner="diagonal"`` (the system is the
+    fully observed squared loss's, whatever the mask)."""
+    HtH = H.T @ H
     dtype = data.dtype
     if data.n_features <= _EIG_MAX:
         s, U = data.gram_eigh()
@@ -352,14 +386,18 @@ def _w_bound_solver(data: LEMLData, HtH, lam: float, c: float, cg_max_iter: int,
         out += lam * V
         return out
 
+    precondition = (kronecker_preconditioner(data.gram_diagonal(), H, lam, c, dtype)
+                     if preconditioner == "diagonal" else None)
+
     def solve(R):
-        return conjugate_gradient(hess_vec, R, tol=cg_tol, max_iter=cg_max_iter)[0]
+        return conjugate_gradient(hess_vec, R, tol=cg_tol, max_iter=cg_max_iter,
+                                  precondition=precondition)[0]
 
     return solve
 
 
 def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
-                    cg_max_iter: int, cg_tol: float):
+                    cg_max_iter: int, cg_tol: float, preconditioner: str = "none"):
     """``n_steps`` majorise-minimise steps of the W-step (``w_solver="bound"``).
 
     With ``c = loss.curvature_bound`` every entry's loss is at most its second-order
@@ -372,8 +410,8 @@ def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
     (``O(|Omega| k)``) and no Hessian-vector product over ``Omega``; the objective
     never increases (Bohning and Lindsay's bound for the logistic loss).
     """
-    solve = _w_bound_solver(data, H.T @ H, lam, float(loss.curvature_bound), cg_max_iter,
-                            cg_tol)
+    solve = _w_bound_solver(data, H, lam, float(loss.curvature_bound), cg_max_iter, cg_tol,
+                            preconditioner)
     for _ in range(n_steps):
         R = data.xt_matmul(loss_terms(data, data.X @ W, H, loss, rows=True).rows)
         R += lam * W
@@ -427,10 +465,11 @@ def update_W(data: LEMLData, H, lam: float, loss, *, W0=None, cg_max_iter: int,
         process (:class:`LocalWOperators`).  Not with ``w_solver="bound"`` for a margin
         loss (:func:`check_w_solver`).
     preconditioner : {"none", "diagonal"}, default="none"
-        The squared loss on fully observed labels: plain CG (the paper's), or CG
-        preconditioned by :func:`kronecker_preconditioner`; the operators then give the
-        diagonal of ``X^T X`` (``gram_diagonal()``).  Elsewhere CG and TRON run
-        unpreconditioned.
+        The squared loss: plain CG (the paper's), or CG preconditioned by
+        :func:`kronecker_preconditioner`, with missing labels too; the operators then give
+        ``sum_i rho_i x_i^2`` (``observed_gram_diagonal()``, the diagonal of ``X^T X`` when
+        every label is observed).  The bound W-step's CG (``w_solver="bound"`` above
+        4096 features) is preconditioned alike; TRON's CG runs unpreconditioned.
 
     Returns
     -------
@@ -440,17 +479,18 @@ def update_W(data: LEMLData, H, lam: float, loss, *, W0=None, cg_max_iter: int,
     """
     loss = get_loss(loss)
     check_w_solver(w_solver, loss, distributed=backend is not None)
+    check_preconditioner(preconditioner)
     H, lam, W0 = _check_w_step(data.n_features, data.n_labels, data.dtype, H, lam, W0)
     if w_solver == "bound" and not loss.constant_curvature:
-        W = _bound_update_W(data, H, W0, lam, loss, int(newton_max_iter), cg_max_iter, cg_tol)
+        W = _bound_update_W(data, H, W0, lam, loss, int(newton_max_iter), cg_max_iter, cg_tol,
+                            preconditioner)
         return (np.ascontiguousarray(W, dtype=data.dtype),
                 {"cg_iter": 0, "newton_iter": int(newton_max_iter)})
-    check_preconditioner(preconditioner)
     operators = (LocalWOperators(data, H, loss) if backend is None
                  else backend.operators(H, loss))
     precondition = None
-    if preconditioner == "diagonal" and loss.constant_curvature and operators.fully_observed:
-        precondition = kronecker_preconditioner(operators.gram_diagonal(), H, lam,
+    if preconditioner == "diagonal" and loss.constant_curvature:
+        precondition = kronecker_preconditioner(operators.observed_gram_diagonal(), H, lam,
                                                 _curvature(loss, data.dtype), data.dtype)
     return solve_w_step(operators, W0, lam, loss, cg_max_iter=cg_max_iter, cg_tol=cg_tol,
                         newton_max_iter=newton_max_iter, precondition=precondition)

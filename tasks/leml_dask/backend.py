@@ -20,7 +20,7 @@ from scarce.algorithms.leml.data import (
 )
 from scarce.algorithms.leml.h_step import sum_in_order
 from scarce.algorithms.leml.losses import get_loss
-from scarce.algorithms.leml.w_step import WStepProducts, w_loss_value
+from scarce.algorithms.leml.w_step import WStepProducts, observed_gram_diagonal, w_loss_value
 from scarce.tasks.leml_dask.cluster import cluster_workers, this_worker
 from scarce.tasks.leml_dask.memory import (
     check_worker_memory,
@@ -69,8 +69,8 @@ def _hess_vec(products: WStepProducts, V):
     return products.hess_vec(V)
 
 
-def _gram_diagonal(block: LEMLData):
-    return block.gram_diagonal()
+def _observed_gram_diagonal(block: LEMLData):
+    return observed_gram_diagonal(block)
 
 
 _sum_in_order = sum_in_order  # parts[0] + parts[1] + ... left to right
@@ -140,8 +140,8 @@ class _BlockWOperators:
         self._H = H
         self.H = None if self.fast else owner._put(H)
 
-    def gram_diagonal(self):
-        return self.owner.gram_diagonal()
+    def observed_gram_diagonal(self):
+        return self.owner.observed_gram_diagonal()
 
     def value(self, W):
         o = self.owner
@@ -258,7 +258,7 @@ class RowBlockBackend:
                             working=working, driver=driver, driver_bytes=solver)
         self._tag = uuid.uuid4().hex[:8]
         self._count = 0
-        self._gram_diagonal = None
+        self._observed_gram_diagonal = None
         n = len(self.bounds)
         if self.recoverable:
             token = data.token()
@@ -342,12 +342,15 @@ class RowBlockBackend:
             handle.release()
 
     # -- the backend of LEML.w_step
-    def gram_diagonal(self) -> np.ndarray:
-        """The diagonal of ``X^T X`` (float64), the blocks' terms added in block order:
-        computed at the first call, then kept (the W-step's preconditioner)."""
-        if self._gram_diagonal is None:
-            self._gram_diagonal = self._reduce(_gram_diagonal, self.block_futures)
-        return self._gram_diagonal
+    def observed_gram_diagonal(self) -> np.ndarray:
+        """``sum_i rho_i x_i^2`` (float64; the diagonal of ``X^T X`` when every label is
+        observed, see :func:`~algorithms.leml.w_step.observed_gram_diagonal`), the blocks'
+        terms added in block order: computed at the first call, then kept (the W-step's
+        preconditioner)."""
+        if self._observed_gram_diagonal is None:
+            self._observed_gram_diagonal = self._reduce(_observed_gram_diagonal,
+                                                        self.block_futures)
+        return self._observed_gram_diagonal
 
     def operators(self, H, loss):
         """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes out once);

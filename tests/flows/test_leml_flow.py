@@ -606,6 +606,52 @@ def test_squared_start_in_the_flow_equals_the_estimator(project):
     np.testing.assert_allclose(H, est.H_, rtol=1e-4, atol=1e-5)
 
 
+@contextmanager
+def _estimator_log():
+    """The records of LEML's own logger during the block (the console handler of ``scarce``
+    does not propagate them to pytest's)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    logger = logging.getLogger("scarce.algorithms.leml")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_a_margin_loss_alone_runs_the_auto_path_and_the_log_says_so(project):
+    """``model.loss=logistic`` with the preconditioned CG and nothing else: the flow logs what
+    "auto" resolved to and ends with the estimator's factors for the same keys; with
+    ``w_solver: tron`` the log warns that the preconditioner does not act there."""
+    over = ["--set", "model.loss=logistic", "--set", "model.cg_preconditioner=diagonal",
+            "--set", "baselines=[]"]
+    with _estimator_log() as said:
+        assert main(["run", "leml", *over]) == 0
+    lines = [r.getMessage() for r in said]
+    assert any("squared_init_iter auto -> 3, w_solver auto -> bound, h_solver auto -> bound"
+               in line for line in lines), lines
+    assert not [r for r in said if r.levelname == "WARNING"], lines
+    W, H, _ = _final(project, _last(project), 3)
+    X, Y = read_xmc(project / "train.txt")
+    est = LEML(rank=8, lam=4.0, loss="logistic", outer_iterations=3, cg_max_iter=10,
+               cg_preconditioner="diagonal", random_state=3).fit(X, Y)
+    assert (est.squared_init_iter_, est.w_solver_, est.h_solver_) == (3, "bound", "bound")
+    np.testing.assert_allclose(W, est.W_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(H, est.H_, rtol=1e-4, atol=1e-5)
+    with _estimator_log() as said:
+        assert main(["run", "leml", *over, "--set", "model.w_solver=tron",
+                     "--set", "model.outer_iterations=1"]) == 0
+    warned = [r.getMessage() for r in said if r.levelname == "WARNING"]
+    assert any("does not act on the logistic loss's TRON W-step" in line for line in warned)
+
+
 def test_the_estimators_rules_reject_a_config_by_name(project, capsys):
     assert main(["run", "leml", "--set", "model.loss=logistic", "--set", "model.w_solver=bound",
                  "--set", "compute.backend=dask"]) == 2

@@ -25,7 +25,12 @@ from scarce.algorithms.leml import prepare_data as _prepare_data
 from scarce.algorithms.leml.losses import LOSSES, get_loss
 from scarce.algorithms.leml.predict import top_k_from_scores
 from scarce.algorithms.leml.solvers import conjugate_gradient, trust_region_newton
-from scarce.algorithms.leml.w_step import kronecker_preconditioner
+from scarce.algorithms.leml.w_step import (
+    W_SOLVERS,
+    kronecker_preconditioner,
+    observed_gram_diagonal,
+    observed_shares,
+)
 
 LOSS_NAMES = sorted(LOSSES)
 STRATEGIES = ["dense", "sparse"]
@@ -315,16 +320,169 @@ def test_preconditioned_squared_w_step_equals_the_direct_solve_in_fewer_products
     assert info["cg_iter"] < plain["cg_iter"] / 2
 
 
-def test_the_preconditioner_leaves_missing_labels_and_margin_losses_to_plain_cg():
+def _observed_shares_naive(mask, shape):
+    n, n_labels = shape
+    return np.ones(n) if mask is None else np.asarray(mask, dtype=float).sum(1) / n_labels
+
+
+@pytest.mark.parametrize("entries", ["dense", "sparse"])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_the_observed_grams_diagonal_weighs_each_rows_squares_by_its_observed_share(
+        entries, sparse, monkeypatch):
+    import scarce.algorithms.leml.data as leml_data
+
+    X, Xd, Y, mask, _, _ = make_problem(11, n=30, d=7, n_labels=6, sparse=sparse)
+    data = prepare_data(X, Y, mask, dtype=np.float32, fit_intercept=True, entries=entries)
+    Xi = np.hstack([Xd, np.ones((30, 1))]).astype(np.float32).astype(np.float64)
+    rho = _observed_shares_naive(mask, Y.shape)
+    np.testing.assert_allclose(observed_shares(data), rho, rtol=1e-15)
+    monkeypatch.setattr(leml_data, "DIAGONAL_CHUNK", 5)  # several chunks of values or rows
+    got = observed_gram_diagonal(data)
+    np.testing.assert_allclose(got, (rho[:, None] * Xi ** 2).sum(0), rtol=1e-12)
+    assert got.dtype == np.float64
+    full = prepare_data(X, Y, dtype=np.float32, fit_intercept=True)
+    assert observed_shares(full) is None
+    assert observed_gram_diagonal(full) is full.gram_diagonal()  # the kept diagonal
+    # Rows without a stored value (no intercept) take no weight from their neighbours.
+    Xd[[0, 3, 4, 29]] = 0
+    X0 = sp.csr_matrix(Xd) if sparse else Xd
+    data = prepare_data(X0, Y, mask, dtype=np.float64, entries=entries)
+    np.testing.assert_allclose(observed_gram_diagonal(data), (rho[:, None] * Xd ** 2).sum(0),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_a_full_mask_gives_the_fully_observed_preconditioner_bit_for_bit(layout, sparse,
+                                                                         monkeypatch):
+    """Every entry observed but stored as entries (a row block of partially observed data
+    is): every share is 1, so the diagonal and the preconditioner are the fully observed
+    ones to the bit."""
+    import scarce.algorithms.leml.data as leml_data
+
+    X, _, Y, _, H, _ = make_problem(12, n=25, d=6, n_labels=5, k=3, sparse=sparse,
+                                    mask_density=None)
+    monkeypatch.setattr(leml_data, "DIAGONAL_CHUNK", 7)
+    full = prepare_data(X, Y, dtype=np.float32, fit_intercept=True)
+    kept = leml_data.prepare_rows(X, Y, np.ones(Y.shape, dtype=bool), fit_intercept=True,
+                                  dtype=np.float32,
+                                  layout={"labels": layout, "index_dtype": "int32"})
+    assert not kept.fully_observed and kept.n_observed == Y.size
+    np.testing.assert_array_equal(observed_shares(kept), np.ones(25))
+    np.testing.assert_array_equal(observed_gram_diagonal(kept), full.gram_diagonal())
+    R = np.random.default_rng(0).standard_normal((full.n_features, 3)).astype(np.float32)
+    got = kronecker_preconditioner(observed_gram_diagonal(kept), H, 0.5, 2.0, np.float32)(R)
+    want = kronecker_preconditioner(full.gram_diagonal(), H, 0.5, 2.0, np.float32)(R)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_masked_preconditioner_is_the_kronecker_matrix_with_the_observed_diagonal():
+    """M = c H^T H (x) diag(sum_i rho_i x_i^2) + lam I, built explicitly, against the
+    preconditioner; and M is the Hessian's expectation over uniform masks of each row's
+    observed count: sum_i x_i x_i^T (x) rho_i H^T H."""
+    X, Xd, Y, mask, H, _ = make_problem(13, n=12, d=4, n_labels=5, k=3)
+    lam, c = 0.3, 2.0
+    data = prepare_data(X, Y, mask, dtype=np.float64)
+    rho = _observed_shares_naive(mask, Y.shape)
+    g = (rho[:, None] * Xd ** 2).sum(0)
+    M = np.kron(np.diag(g), c * H.T @ H) + lam * np.eye(4 * 3)
+    R = np.random.default_rng(1).standard_normal((4, 3))
+    got = kronecker_preconditioner(observed_gram_diagonal(data), H, lam, c, np.float64)(R)
+    np.testing.assert_allclose(got.ravel(), np.linalg.solve(M, R.ravel()), rtol=1e-10)
+    # The diagonal blocks of sum_i rho_i (x_i x_i^T (x) H^T H): M with lam I, c = 2.
+    expected = sum(rho[i] * np.kron(np.outer(Xd[i], Xd[i]), H.T @ H) for i in range(12))
+    blocks = [slice(f * 3, f * 3 + 3) for f in range(4)]
+    for b in blocks:
+        np.testing.assert_allclose(c * expected[b, b] + lam * np.eye(3), M[b, b], rtol=1e-12)
+
+
+@pytest.mark.parametrize("entries", ["dense", "sparse"])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_preconditioned_masked_squared_w_step_equals_the_direct_solve_in_fewer_products(
+        entries, sparse):
+    X, Xd, Y, mask, H, _ = make_problem(14, n=40, d=12, n_labels=5, k=3, sparse=sparse,
+                                        mask_density=0.4)
+    scale = np.logspace(-2, 1, 12)  # features of very different norms, as word counts are
+    X, Xd = X @ sp.diags(scale) if sparse else X * scale, Xd * scale
+    lam = 0.05
+    data = prepare_data(X, Y, mask, dtype=np.float64, entries=entries)
+    W, info = w_step(data, H, lam, "squared", cg_tol=1e-10, cg_max_iter=500,
+                     cg_preconditioner="diagonal")
+    g0, hess, _ = kronecker_reference(Xd, Y, mask, H, np.zeros_like(W), lam, "squared")
+    np.testing.assert_allclose(W.ravel(), np.linalg.solve(hess, -g0.ravel()), rtol=1e-6,
+                               atol=1e-9)
+    _, plain = w_step(data, H, lam, "squared", cg_tol=1e-10, cg_max_iter=500)
+    assert info["cg_iter"] < plain["cg_iter"] / 2
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_the_preconditioner_leaves_tron_to_plain_cg(loss):
     X, _, Y, mask, H, _ = make_problem(8, n=15, d=5, n_labels=4, k=2)
-    masked = prepare_data(X, Y, mask, dtype=np.float64)
-    full = prepare_data(X, Y, dtype=np.float64)
-    for data, loss in ((masked, "squared"), (full, "logistic"), (masked, "sqhinge")):
-        got = w_step(data, H, 0.5, loss, cg_preconditioner="diagonal", cg_max_iter=4)
-        want = w_step(data, H, 0.5, loss, cg_max_iter=4)
+    for data in (prepare_data(X, Y, mask, dtype=np.float64), prepare_data(X, Y, dtype=np.float64)):
+        got = w_step(data, H, 0.5, loss, cg_preconditioner="diagonal", cg_max_iter=4,
+                     w_solver="tron")
+        want = w_step(data, H, 0.5, loss, cg_max_iter=4, w_solver="tron")
         np.testing.assert_array_equal(got[0], want[0])
+    full = prepare_data(X, Y, dtype=np.float64)
     with pytest.raises(ValueError, match="cg_preconditioner must be one of"):
         w_step(full, H, 0.5, "squared", cg_preconditioner="jacobi")
+
+
+@pytest.mark.parametrize("loss", ["logistic", "sqhinge"])
+def test_the_bound_w_steps_cg_above_the_eigendecomposition_limit_is_preconditioned(
+        loss, monkeypatch):
+    """Above _EIG_MAX features the bound W-step solves c X^T X S H^T H + lam S = R by CG:
+    preconditioned, it reaches the exact solve (the eigendecomposition's, below the limit) in
+    fewer CG iterations."""
+    import scarce.algorithms.leml.w_step as ws
+
+    X, _, Y, mask, H, W0 = make_problem(15, n=40, d=12, n_labels=5, k=3, mask_density=0.5)
+    X = X @ sp.diags(np.logspace(-2, 1, 12))
+    data = prepare_data(X, Y, mask, dtype=np.float64)
+    params = dict(w_solver="bound", newton_max_iter=2, cg_tol=1e-12, cg_max_iter=1000)
+    exact, _ = w_step(data, H, 0.05, loss, W0=W0, **params)
+    counts = {}
+    cg = ws.conjugate_gradient
+
+    def counting(*args, **kwargs):
+        x, n_iter = cg(*args, **kwargs)
+        key = "diagonal" if kwargs.get("precondition") is not None else "none"
+        counts[key] = counts.get(key, 0) + n_iter
+        return x, n_iter
+
+    monkeypatch.setattr(ws, "_EIG_MAX", 4)
+    monkeypatch.setattr(ws, "conjugate_gradient", counting)
+    for preconditioner in ("none", "diagonal"):
+        W, _ = w_step(data, H, 0.05, loss, W0=W0, cg_preconditioner=preconditioner, **params)
+        np.testing.assert_allclose(W, exact, rtol=1e-6, atol=1e-9)
+    assert counts["diagonal"] < counts["none"] / 2
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("w_solver", ["auto", *W_SOLVERS])
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_the_preconditioner_acts_or_the_estimator_says_why_not(loss, w_solver, masked, exact,
+                                                               monkeypatch):
+    """Every W-step path, with and without missing labels: cg_preconditioner="diagonal"
+    changes the W-step, or the estimator warns that it does not act, or the path solves
+    exactly (the bound W-step through the eigendecomposition of X^T X)."""
+    import scarce.algorithms.leml.w_step as ws
+
+    if not exact:  # the bound W-step by CG, as above _EIG_MAX features
+        monkeypatch.setattr(ws, "_EIG_MAX", 2)
+    X, _, Y, mask, H, W0 = make_problem(16, n=30, d=8, n_labels=5, k=3,
+                                        mask_density=0.5 if masked else None)
+    X = X @ sp.diags(np.logspace(-2, 1, 8))
+    data = prepare_data(X, Y, mask, dtype=np.float64)
+    params = dict(w_solver=w_solver, cg_max_iter=3, newton_max_iter=2)
+    plain, _ = w_step(data, H, 0.1, loss, W0=W0, **params)
+    model = LEML(lam=0.1, loss=loss, cg_preconditioner="diagonal", **params)
+    preconditioned, _ = model.w_step(data, W0, H)
+    if np.array_equal(plain, preconditioned):
+        solver = model.resolved_params()["w_solver"]
+        exact_solve = loss != "squared" and solver == "bound" and exact
+        assert exact_solve or model.interaction_warnings(), (loss, solver, masked)
 
 
 def test_tron_minimises_logistic_regression_like_scipy():
@@ -370,7 +528,8 @@ def test_tron_w_step_reaches_the_minimiser(loss):
     X, Xd, Y, mask, H, _ = make_problem(6, n=12, d=4, n_labels=3, k=2)
     lam = 0.8
     data = prepare_data(X, Y, mask, dtype=np.float64)
-    W, _ = w_step(data, H, lam, loss, newton_max_iter=60, cg_tol=1e-3, cg_max_iter=50)
+    W, _ = w_step(data, H, lam, loss, newton_max_iter=60, cg_tol=1e-3, cg_max_iter=50,
+                  w_solver="tron")
 
     def value(w):
         return objective(data, w.reshape(W.shape), H, lam, loss)
@@ -436,7 +595,7 @@ def test_cg_h_step_equals_per_label_minimiser_and_direct_newton(loss, masked):
     # 8 allowed) gives the direct solve's direction, so the same line search result.
     one_cg, info = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="cg",
                           cg_max_iter=8, cg_tol=1e-12)
-    one_direct, _ = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1)
+    one_direct, _ = h_step(data, W, lam, loss, H0=H0, newton_max_iter=1, h_solver="direct")
     np.testing.assert_allclose(one_cg, one_direct, rtol=1e-8, atol=1e-10)
     assert 1 <= info["cg_iter"] <= 8 and info["newton_iter"] == 1
     # Truncated CG (2 of 4 iterations) is a different, still decreasing, step.
@@ -485,8 +644,9 @@ def test_squared_margin_start_maps_the_squared_fit_to_margins_exactly():
 def test_squared_margin_start_continues_to_a_cold_starts_objective(loss):
     X, _, Y, _, _, _ = make_problem(28, n=60, d=8, n_labels=6, mask_density=None)
     common = dict(rank=6, lam=0.5, loss=loss, cg_max_iter=20, newton_max_iter=5,
-                  fit_intercept=True, dtype=np.float64, random_state=0)
-    cold = LEML(outer_iterations=40, **common).fit(X, Y)
+                  fit_intercept=True, dtype=np.float64, random_state=0, w_solver="tron",
+                  h_solver="direct")
+    cold = LEML(outer_iterations=40, squared_init_iter=0, **common).fit(X, Y)
     warm = LEML(outer_iterations=40, squared_init_iter=3, **common).fit(X, Y)
     short = LEML(outer_iterations=1, squared_init_iter=3, **common).fit(X, Y)
     # Full rank (k = L): the factored problem has no spurious local minima of
@@ -500,9 +660,12 @@ def test_squared_margin_start_continues_to_a_cold_starts_objective(loss):
 def test_squared_init_changes_nothing_when_off_or_for_the_squared_loss():
     X, _, Y, _, _, _ = make_problem(29, n=30, d=6, n_labels=5, mask_density=None)
     common = dict(rank=3, lam=0.5, outer_iterations=3, fit_intercept=True, random_state=0)
+    # Without the preconditioner "auto" is the paper's path: no start, TRON, direct Newton.
     base = LEML(loss="logistic", **common).fit(X, Y)
-    off = LEML(loss="logistic", squared_init_iter=0, h_solver="direct", **common).fit(X, Y)
+    off = LEML(loss="logistic", squared_init_iter=0, w_solver="tron", h_solver="direct",
+               **common).fit(X, Y)
     np.testing.assert_array_equal(base.W_, off.W_)
+    assert (base.squared_init_iter_, base.w_solver_, base.h_solver_) == (0, "tron", "direct")
     sq = LEML(loss="squared", **common).fit(X, Y)
     sq_init = LEML(loss="squared", squared_init_iter=4, h_solver="cg", **common).fit(X, Y)
     np.testing.assert_array_equal(sq.W_, sq_init.W_)
@@ -680,7 +843,7 @@ def test_float32_stays_float32(loss, masked):
     H32, W32 = H.astype(np.float32), W.astype(np.float32)
     grad, hess_vec = w_gradient(data, H32, W32, 0.5, loss)
     assert grad.dtype == np.float32 and hess_vec(W32).dtype == np.float32
-    W_new, info = w_step(data, H32, 0.5, loss, W0=W32)
+    W_new, info = w_step(data, H32, 0.5, loss, W0=W32, w_solver="tron")
     assert W_new.dtype == np.float32 and info["cg_iter"] >= 1
     assert h_step(data, W_new, 0.5, loss, H0=H32)[0].dtype == np.float32
     for strategy in STRATEGIES:

@@ -126,7 +126,7 @@ def test_bound_solvers_keep_float32_and_the_estimator_runs_them(loss):
     assert model.W_.dtype == np.float32 and model.H_.dtype == np.float32
     assert all(b <= a * (1 + 1e-5) for a, b in zip(model.objective_, model.objective_[1:],
                                                    strict=False))
-    tron = LEML(**common).fit(sp.csr_matrix(Xd), Y)
+    tron = LEML(w_solver="tron", h_solver="direct", **common).fit(sp.csr_matrix(Xd), Y)
     assert not np.allclose(model.W_, tron.W_)
     # The squared loss ignores both solvers.
     sq = dict(common, loss="squared")
