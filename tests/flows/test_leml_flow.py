@@ -225,6 +225,10 @@ def test_flow_equals_the_estimator_and_scores_like_an_independent_metric(project
         "collect metrics", "predict top 5"])
 
 
+def _resolved(model: LEML) -> dict:
+    return model.set_params(**model.resolved_params()).get_params()
+
+
 def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
     """Each output opens with pandas and is the store entry it names; the predictions are the
     top 5 of X W H^T computed here from the saved W and H."""
@@ -276,9 +280,10 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
         "files": {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
                   "labels": "labels.parquet", "propensity": "propensity.parquet",
                   "config": "config.json"},
-        # every parameter the run trained with (a loaded model's estimator reports them)
-        "params": {k: v for k, v in LEML(rank=8, lam=4.0, outer_iterations=3, cg_max_iter=10,
-                                         random_state=3).get_params().items()
+        # every parameter the run trained with, "auto" as it resolved (a loaded model's
+        # estimator reports them, and a clone trains what the run trained)
+        "params": {k: v for k, v in _resolved(LEML(rank=8, lam=4.0, outer_iterations=3,
+                                                  cg_max_iter=10, random_state=3)).items()
                    if k != "callback"}}
     assert json.loads((out / "model/config.json").read_text()) == m["config"]
 
