@@ -134,6 +134,10 @@ def _type(annotation: Any) -> str:
     if annotation is Any:
         return "any"
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:  # one member of a union with bounds of its own
+        inner, *extra = args
+        bounds = ", ".join(b for e in extra if isinstance(e, FieldInfo) and (b := _bounds(e)))
+        return _type(inner) + (f" ({bounds})" if bounds else "")
     if origin is typing.Literal:
         return "one of " + ", ".join(f"`{_yaml(a)}`" for a in args)
     if _is_union(annotation):

@@ -18,7 +18,7 @@ set's top labels) and ``outputs/model/`` (the factors, the index maps, the confi
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from prefect import flow
@@ -281,8 +281,7 @@ class ModelConfig(Strict):
         "quadratic curvature bound solved through the eigendecomposition of X^T X; auto: "
         "bound with cg_preconditioner diagonal (tron on row blocks), else tron.",
     )
-    # A negative count is refused by the estimator's check (_the_estimator_accepts_them).
-    squared_init_iter: int | Literal[AUTO] = from_estimator(
+    squared_init_iter: Annotated[int, Field(ge=0)] | Literal[AUTO] = from_estimator(
         LEML, "squared_init_iter",
         description="Logistic / sq. hinge: start from this many squared-loss iterations "
         "mapped to +-1 margins (needs fit_intercept; 0 = random start; auto: "

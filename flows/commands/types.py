@@ -30,12 +30,16 @@ class Number:
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
+    # Words the option takes besides numbers (a config key of ``int | Literal["auto"]``).
+    words: tuple[str, ...] = ()
 
     @property
     def __name__(self) -> str:  # argparse names a type by it
         return "integer" if self.kind is int else "number"
 
-    def __call__(self, text: str) -> int | float:
+    def __call__(self, text: str) -> int | float | str:
+        if text in self.words:
+            return text
         try:
             value = int(text, 10) if self.kind is int else float(text)
         except ValueError:
@@ -50,7 +54,12 @@ class Number:
         return self.high is None or (value < self.high if self.high_open else value <= self.high)
 
     def describe(self) -> str:
-        """``an integer from 1 to 65535``, ``a number above 0``, ``a number in [0, 1)``."""
+        """``an integer from 1 to 65535``, ``a number above 0``, ``a number in [0, 1)``; with
+        words, ``auto or an integer of at least 0``."""
+        words = "".join(f"{w!r} or " for w in self.words)
+        return words + self._describe_number()
+
+    def _describe_number(self) -> str:
         what = "an integer" if self.kind is int else "a number"
         low, high = _shown(self.low), _shown(self.high)
         if self.low is not None and self.high is not None:
@@ -129,19 +138,29 @@ def number(low: float | None = None, high: float | None = None, *, low_open: boo
 
 def config_number(model: type, key: str) -> Number:
     """The bounds of the config key ``key`` (dotted) of the pydantic ``model`` as a type: an
-    option that sets a config value refuses what the config would."""
+    option that sets a config value refuses what the config would.  A key of
+    ``Annotated[int, Field(ge=0)] | Literal["auto"]`` takes its bounds from the annotation and
+    its words from the literal."""
     field = None
     for part in key.split("."):
         field = model.model_fields[part]
         model = _submodel(field.annotation)
-    kinds = {a for a in (field.annotation, *typing.get_args(field.annotation))
-             if a in (int, float)}
+    metadata = list(field.metadata)
+    kinds, words = set(), []
+    for a in (field.annotation, *typing.get_args(field.annotation)):
+        if typing.get_origin(a) is typing.Annotated:
+            a, *extra = typing.get_args(a)
+            metadata += [m for e in extra for m in getattr(e, "metadata", [e])]
+        if a in (int, float):
+            kinds.add(a)
+        elif typing.get_origin(a) is typing.Literal:
+            words += [w for w in typing.get_args(a) if isinstance(w, str)]
     kind = float if float in kinds else int
     if not kinds or field.annotation is bool:
         raise TypeError(f"{key} is not a number")
     low = high = None
     low_open = high_open = False
-    for meta in field.metadata:
+    for meta in metadata:
         if isinstance(meta, annotated_types.Ge):
             low = meta.ge
         elif isinstance(meta, annotated_types.Gt):
@@ -150,7 +169,7 @@ def config_number(model: type, key: str) -> Number:
             high = meta.le
         elif isinstance(meta, annotated_types.Lt):
             high, high_open = meta.lt, True
-    return Number(kind, low, high, low_open, high_open)
+    return Number(kind, low, high, low_open, high_open, tuple(words))
 
 
 #: A seed: what the configs' ``seed`` takes.

@@ -94,7 +94,9 @@ def _from_config(flow: str, config: dict, model) -> dict:
     """The parameters the flow trains its estimator with, from its recorded config."""
     if flow == "leml":
         c = LemlConfig.model_validate(config)
-        return c.model.estimator(random_state=c.seed).get_params()
+        # "auto" as it resolved: a clone trains what the run trained
+        estimator = c.model.estimator(random_state=c.seed)
+        return estimator.set_params(**estimator.resolved_params()).get_params()
     if flow == "relations":
         return RelationsConfig.model_validate(config).estimator().get_params()
     c = StripConfig.model_validate(config)
