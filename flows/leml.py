@@ -18,12 +18,13 @@ set's top labels) and ``outputs/model/`` (the factors, the index maps, the confi
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated, Any, Literal
 
 import pandas as pd
 from prefect import flow
 from prefect.utilities.annotations import unmapped
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scarce.algorithms.leml import (
     H_SOLVERS,
@@ -80,9 +81,11 @@ from scarce.tasks.leml import (
     split,
     stack,
     task_params,
+    tune,
 )
 from scarce.tasks.leml_dask import CLIENTS, RowBlockBackend
 from scarce.tasks.leml_table import check_table_columns, load_table, table_space
+from scarce.tasks.steps import cached_file_sha256, log_both
 
 PUBLISHED = LEML_XC
 #: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
@@ -380,9 +383,70 @@ class ComputeConfig(Strict):
         return self
 
 
+#: The fewest held-out rows (and rows left to fit) any tuning split may have (tune.when always):
+#: fewer scores a setting on too few rows to tell settings apart at all.
+MIN_TUNING_ROWS = 10
+
+#: sha256 of the training files LEML's bundled defaults were chosen on (the validation rows of
+#: Bibtex's and Delicious's two public splits: configs/experiments/leml-defaults.yaml): a run
+#: on one of them keeps the defaults (tune.when auto).
+DEFAULTS_CHOSEN_ON = (
+    "b7b45ee0e2ecc7c945ba56b5ba544557fb3ceafffce4892b02530ea03462163d",  # bibtex xmlrepo
+    "e96095e30ada1bd9af93e33fa3a4081560d262299e9b04d782b0d19b01265fc9",  # bibtex mulan
+    "c1638e10f129750218f89346bc56502b48e7b3c9affaa2b9e46eec86467de430",  # delicious xmlrepo
+    "97c0a851364df50b703d2fa713b9cad1a36f25e89a5bfb48d62d0c14e3dbf4ae",  # delicious mulan
+)
+
+
+class TuneConfig(Strict):
+    """Settings chosen on the user's own data: held-out training rows score a small grid, the
+    best setting is trained on every training row."""
+
+    when: Literal["auto", "always", "never"] = Field(
+        "auto", description="auto: tune unless the training file is one the bundled defaults "
+        "were chosen on (chosen_on), a folder of parts, or too small to hold out min_rows; "
+        "always; never (the model values as given).")
+    validation_fraction: float = Field(
+        0.2, gt=0, lt=1, description="The share of the training rows held out to score the "
+        "grid (drawn from the run's seed).")
+    min_rows: int = Field(
+        200, ge=MIN_TUNING_ROWS, description="auto tunes only when it holds out at least "
+        "this many rows: on fewer, P@1 cannot tell apart settings a few points apart (its "
+        "standard error is near 3.5 points at 200 rows).")
+    metric: Literal["precision@1", "precision@3", "precision@5"] = Field(
+        "precision@1", description="What the held-out rows score each setting by.")
+    rank: list[int] = Field(
+        [50, 100, 200], min_length=1, description="The ranks tried (a rank beyond the labels "
+        "or the features is tried at their number, once).")
+    lam: list[float] = Field(
+        [0.3, 1.0, 3.0], min_length=1, description="The lambdas tried.")
+    chosen_on: list[str] = Field(
+        default_factory=lambda: list(DEFAULTS_CHOSEN_ON),
+        description="sha256 of the training files the bundled defaults were chosen on (when "
+        "auto, a run on one of them is not tuned).")
+
+    @field_validator("rank")
+    @classmethod
+    def _ranks(cls, v: list[int]) -> list[int]:
+        if any(r < 1 for r in v):
+            raise ValueError("ranks are positive")
+        return v
+
+    @field_validator("lam")
+    @classmethod
+    def _lams(cls, v: list[float]) -> list[float]:
+        if any(not 0 < x < float("inf") for x in v):
+            raise ValueError("lambdas are positive and finite")
+        return v
+
+
 class LemlConfig(FlowConfig):
     dataset: DatasetConfig
     model: ModelConfig = ModelConfig()
+    tune: TuneConfig = Field(
+        default_factory=TuneConfig,
+        description="Rank and lambda chosen on held-out rows of the user's own training data "
+        "(tune.when: auto) before the model is trained on every row.")
     observed_fraction: float = Field(
         1.0,
         gt=0,
@@ -488,12 +552,16 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     # The whole training set in this process is needed by the local backend and the
     # baselines; else the steps take the files of the row blocks instead and read none of
     # the data (the workers do).
-    whole = not blocked or bool(config.baselines)
+    tuning = _tunes(ctx, config, files["train"], folder,
+                    sum(ctx.store.shape(p["X"])[0] for p in train_parts))
+    whole = not blocked or bool(config.baselines) or tuning
     data, validation, blocks = _training(ctx, config, train_parts, folder, whole, data_cluster)
     if not on_test:  # the metrics and predictions of the held-out rows; test is not read
         test_parts = [validation]
     iterations = m.outer_iterations
-    if m.early_stopping:  # the number of iterations chosen on rows held out of train
+    if tuning:  # rank, lambda and the iterations chosen on rows held out of train
+        iterations = _tune(ctx, config, model, data, data_cluster)
+    elif m.early_stopping:  # the number of iterations chosen on rows held out of train
         iterations = _early_stopping(ctx, config, model, data, folder, data_cluster, cluster)
     place = _place(ctx, config, data, validation, blocks if folder else None, data_cluster)
     factors, traces, timings = _alternate(ctx, model, place, iterations, cluster)
@@ -528,7 +596,7 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
                           params=task_params(model, predict), top_k=TOP_K, batch_size=batch,
                           partition=test_blocks, cluster=cluster)
     name_outputs(ctx, config, model, factors, train_file, predictions, weights)
-    publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]))
+    publish(ctx, config, ctx.read(metrics), ctx.read(result["convergence"]), model, tuning)
     return ctx.finish(metrics, headline=headline(ctx.read(metrics)))
 
 
@@ -590,6 +658,91 @@ def _alternate(ctx: RunContext, model: LEML, place: dict, iterations: int,
     finally:  # the training data the steps kept between them (see tasks.leml._prepared)
         release_training_data()
     return factors, traces, timings
+
+
+def _tunes(ctx: RunContext, config: LemlConfig, train: list, folder: bool,
+           n_rows: int) -> bool:
+    """Whether the run tunes (``tune.when``), said in the log when ``auto`` decides not to;
+    ``n_rows``: the training rows."""
+    t = config.tune
+    if t.when == "never":
+        return False
+    if folder:
+        if t.when == "always":
+            raise InputError("tuning holds out rows of one training file; a folder of parts is "
+                             "read part by part: give a file, or tune.when never",
+                             path=ctx.path(config.dataset.train), key="tune.when")
+        return _not_tuned(ctx, "a folder of parts (tune.when auto)")
+    if t.when == "auto" and cached_file_sha256(train[0]) in set(t.chosen_on):
+        return _not_tuned(ctx, "the bundled defaults were chosen on this training file "
+                          "(tune.chosen_on); tune.when always tunes it too")
+    held = round(t.validation_fraction * n_rows)
+    if t.when == "auto" and held < t.min_rows:
+        return _not_tuned(ctx, f"{held:,} held-out rows of {n_rows:,} are fewer than "
+                          f"tune.min_rows {t.min_rows} (tune.when always tunes anyway)")
+    return True
+
+
+def _not_tuned(ctx: RunContext, why: str) -> bool:
+    """Say why ``tune.when auto`` keeps the config's values (the log and the manifest's
+    notes); False."""
+    log_both(logging.INFO, f"not tuned: {why}")
+    ctx.record.note("tuning", f"not tuned: {why}")
+    return False
+
+
+def _tune(ctx: RunContext, config: LemlConfig, model: LEML, data: dict,
+          cluster: dict | None) -> int:
+    """Rank and lambda chosen on held-out training rows (``leml-tune``, each setting from a
+    fresh start while the held-out score rises, :meth:`LEML.held_out_pass`), set on
+    ``model``, a logged decision with the validation table as an artifact; returns the
+    number of iterations the chosen setting's held-out score peaked at (the final training
+    on every row runs that many)."""
+    import time
+
+    t = config.tune
+    params = {k: v for k, v in model.get_params().items() if k not in ("callback", "verbose")}
+    params.update(early_stopping=False, random_state=config.seed)
+    split_params = {"validation_fraction": t.validation_fraction, "random_state": config.seed}
+    n_rows, n_labels = ctx.store.shape(data["train"]["Y"])
+    n_features = ctx.store.shape(data["train"]["X"])[1] + int(bool(model.fit_intercept))
+    held = round(t.validation_fraction * n_rows)
+    if held < MIN_TUNING_ROWS or n_rows - held < MIN_TUNING_ROWS:
+        raise InputError(f"tune.validation_fraction {t.validation_fraction:g} of {n_rows:,} "
+                         f"training rows holds out {held:,}: tuning needs at least "
+                         f"{MIN_TUNING_ROWS} rows on each side (or tune.when never)",
+                         key="tune.validation_fraction")
+    parts = ctx.run(early_split, train=data["train"], mask=data["mask"], params=split_params,
+                    cluster=cluster)
+    mask = None if data["mask"] is None else ctx.run(
+        early_split_mask, mask=data["mask"], params=split_params, cluster=cluster)
+    grid = tuning_grid(t.rank, t.lam, min(n_features, n_labels))
+    started = time.perf_counter()
+    result = ctx.run(tune, train={"X": parts["X_fit"], "Y": parts["Y_fit"]}, mask=mask,
+                     validation={"X": parts["X_val"], "Y": parts["Y_val"]}, params=params,
+                     grid=grid, k=int(t.metric.rsplit("@", 1)[1]))
+    seconds = time.perf_counter() - started
+    table = ctx.read(result["table"])
+    best = table.loc[table["chosen"]].iloc[0]
+    chosen = {"rank": int(best["rank"]), "lam": float(best["lam"])}
+    iterations = int(best["best_iteration"])
+    model.set_params(**chosen, outer_iterations=iterations, early_stopping=False)
+    ctx.artifacts.table("tuning", result["table"],
+                         f"Each setting's {t.metric} on {held:,} held-out training rows")
+    ctx.record.decide(
+        "tuned", {**chosen, "outer_iterations": iterations},
+        f"the best {t.metric} of {len(grid)} settings on {held:,} held-out training rows "
+        f"(tune.validation_fraction {t.validation_fraction:g}), {float(best['score']):.4f} "
+        f"after {iterations} iterations, in {seconds:.1f} s; then every training row with "
+        "them (tune.when never keeps the config's values)")
+    return iterations
+
+
+def tuning_grid(ranks: list[int], lams: list[float], most: int) -> list[dict]:
+    """The settings a tuning tries: every rank (a rank beyond ``most``, the features with the
+    intercept or the labels, tried at ``most``, once) with every lambda, in order."""
+    seen = list(dict.fromkeys(min(int(r), int(most)) for r in ranks))
+    return [{"rank": r, "lam": float(lam)} for r in seen for lam in lams]
 
 
 def _early_stopping(ctx: RunContext, config: LemlConfig, model: LEML, data: dict,
@@ -781,7 +934,7 @@ def _hold_out(ctx: RunContext, train: dict, fraction: float, seed: int,
 
 
 def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
-            convergence: pd.DataFrame) -> None:
+            convergence: pd.DataFrame, model: LEML | None = None, tuned: bool = False) -> None:
     """The run's artifacts: the convergence table, the objective plot and the summary.
 
     Parameters
@@ -795,8 +948,10 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
     convergence : DataFrame
         The ``convergence`` table of ``leml-evaluate``; its ``validation_p_at_1`` column, all
         NaN without a validation split, is shown only when it holds a value.
+    model : LEML, optional
+        The estimator the run trained (its values tuned, ``tuned``); default: the config's.
     """
-    m = config.model
+    m = model if model is not None else config.model.estimator()
     convergence = shown_convergence(convergence)
     validated = VALIDATION_COLUMN in convergence.columns
     objective = convergence.sort_values("iteration")["objective"].to_numpy(dtype=float)
@@ -805,12 +960,13 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
                   if objective.size > 1 and objective[-2] else float("nan"))
         seen = (f"; validation P@1 {100 * convergence[VALIDATION_COLUMN].iloc[-1]:.2f}"
                 if validated else "")
-        stopped = m.estimator().converged(objective)
+        stopped = m.converged(objective)
         why = (f"model.tol: {stopped}" if stopped else
                f"model.outer_iterations = {m.outer_iterations} reached, last relative change "
                f"{change:.2e}" + (f" (tol {m.tol:g} not met)" if m.tol else " (tol 0: no "
                                   "early stopping)"))
-        if not m.early_stopping or stopped:  # else its held-out pass decided the count
+        # else a held-out pass (early stopping, tuning) decided the count, its own line
+        if not (config.model.early_stopping or tuned) or stopped:
             ctx.record.decide("outer iterations", int(objective.size),
                               f"{why}: objective {objective[0]:.6g} -> {objective[-1]:.6g}"
                               f"{seen}")
@@ -822,7 +978,7 @@ def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
     ctx.artifacts.image("objective", png,
                         "Objective and validation P@1 over outer iterations" if validated
                         else "Objective over outer iterations")
-    ctx.artifacts.markdown("summary", summary_markdown(metrics, convergence, config),
+    ctx.artifacts.markdown("summary", summary_markdown(metrics, convergence, config, m),
                            "The run beside the published LEML row (Extreme Classification "
                            "Repository)")
 
@@ -841,7 +997,8 @@ def shown_convergence(conv: pd.DataFrame) -> pd.DataFrame:
     return conv
 
 
-def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConfig) -> str:
+def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConfig,
+                     model: LEML | None = None) -> str:
     """The run against the published LEML row, and the objective over iterations.
 
     Parameters
@@ -852,6 +1009,8 @@ def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConf
         The convergence table (a validation P@1 column without values is left out).
     config : LemlConfig
         The run's config.
+    model : LEML, optional
+        The estimator the run trained (tuned values); default: the config's.
 
     Returns
     -------
@@ -861,10 +1020,11 @@ def summary_markdown(metrics: pd.DataFrame, conv: pd.DataFrame, config: LemlConf
         objective as a sparkline and the convergence table.
     """
     conv = shown_convergence(conv)
+    m = model if model is not None else config.model.estimator()
     lines = [
         f"# LEML on {config.dataset.name}",
         "",
-        f"rank {config.model.rank}, lambda {config.model.lam}, loss {config.model.loss}, "
+        f"rank {m.rank}, lambda {m.lam}, loss {m.loss}, "
         f"observed {config.observed_fraction:.0%}, seed {config.seed}",
         "",
         "| method | metric | value | published LEML |",

@@ -504,6 +504,33 @@ def early_split_mask(mask: sp.csr_matrix, params: dict,
     return sp.csr_matrix(mask)[fit_rows]
 
 
+@step("leml-tune", inputs=("train", "mask", "validation"), outputs=("table", "timings"),
+      volatile=("timings",), run_name="tune on held-out rows")
+def tune(train: dict, mask, validation: dict, params: dict, grid: list[dict],
+         k: int) -> dict:
+    """Each setting of ``grid`` (values over ``params``) trained on ``train`` and ``mask``
+    from a fresh start, P@``k`` of the ``validation`` rows after each outer iteration, while
+    it rises (:meth:`algorithms.leml.LEML.held_out_pass`): per setting its values, the
+    iteration its score peaked at (``best_iteration``), that ``score``, the iterations run and
+    why they stopped; ``chosen`` marks the best score (the first in grid order among equals).
+    Each setting starts cold, so its score is what a run with its values gives.  ``timings``:
+    each setting's seconds."""
+    rows, seconds = [], []
+    for point in grid:
+        model = LEML(**{**params, **point})
+        t0 = time.perf_counter()
+        scores, reason = model.held_out_pass(train["X"], train["Y"], mask, validation["X"],
+                                             validation["Y"], k=k)
+        seconds.append(time.perf_counter() - t0)
+        best = model.best_iteration(scores)
+        rows.append({**point, "best_iteration": best, "score": scores[best - 1],
+                     "iterations": len(scores), "stopped": reason})
+    table = pd.DataFrame(rows)
+    table["chosen"] = table.index == int(np.argmax(table["score"].to_numpy()))
+    return {"table": table, "timings": pd.DataFrame({**{c: table[c] for c in grid[0]},
+                                                     "seconds": seconds})}
+
+
 @step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}",
       runtime=("cluster",), where=("cluster", _data_client))
 def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,

@@ -849,6 +849,29 @@ class LEML(BaseEstimator):
         self.n_iter_ = max(start_iter, int(self.outer_iterations))
         return self
 
+    def held_out_pass(self, X, Y, mask, X_val, Y_val, k: int = 1) -> tuple[list[float], str]:
+        """The alternation on ``X, Y, mask`` from a fresh start, scoring P@``k`` of the
+        held-out rows ``X_val`` against ``Y_val`` after each outer iteration, until
+        :meth:`no_gain` or :meth:`converged` says to stop or ``outer_iterations`` are done:
+        the scores, and why it stopped.  What ``early_stopping`` runs on the rows it holds
+        out, and what a search over settings runs for each (the best count is
+        :meth:`best_iteration` of the scores)."""
+        probe = clone(self).set_params(early_stopping=False, callback=None, verbose=False)
+        data = probe.prepare(X, Y, mask)
+        W, H = probe.start(data)
+        Y_val = sp.csr_matrix(Y_val)
+        scores, objectives = [], []
+        for _ in range(int(self.outer_iterations)):
+            W, _ = probe.w_step(data, W, H)
+            H, _ = probe.h_step(data, W, H)
+            objectives.append(probe.objective(data, W, H))
+            top = probe.set_factors(W, H).predict_top_k(X_val, k)
+            scores.append(float(precision_at_k(Y_val, top, ks=[k])[k]))
+            reason = probe.no_gain(scores) or probe.converged(objectives)
+            if reason is not None:
+                return scores, reason
+        return scores, f"outer_iterations = {self.outer_iterations} reached"
+
     def _fit_early_stopping(self, X, Y, mask, W_init, H_init, start_iter) -> LEML:
         """``fit`` with ``early_stopping``: the held-out pass, then all rows for
         ``best_iteration_`` iterations (see the parameter)."""
@@ -858,23 +881,9 @@ class LEML(BaseEstimator):
                              "a warm start (W_init, H_init, start_iter) needs "
                              "early_stopping=False")
         X_fit, Y_fit, mask_fit, X_val, Y_val = self.early_stopping_split(X, Y, mask)
-        probe = clone(self).set_params(early_stopping=False, callback=None, verbose=False)
-        data = probe.prepare(X_fit, Y_fit, mask_fit)
-        W, H = probe.start(data)
-        scores, objectives = [], []
-        for _ in range(int(self.outer_iterations)):
-            W, _ = probe.w_step(data, W, H)
-            H, _ = probe.h_step(data, W, H)
-            objectives.append(probe.objective(data, W, H))
-            scores.append(probe.set_factors(W, H).score(X_val, Y_val))
-            reason = probe.no_gain(scores) or probe.converged(objectives)
-            if reason is not None:
-                break
-        else:
-            reason = f"outer_iterations = {self.outer_iterations} reached"
+        scores, reason = self.held_out_pass(X_fit, Y_fit, mask_fit, X_val, Y_val)
         best = self.best_iteration(scores)
         log.info("LEML early stopping: %d outer iterations (%s)", best, reason)
-        del data, probe
         final = clone(self).set_params(early_stopping=False, outer_iterations=best)
         final.fit(X, Y, mask)
         self.__dict__.update({k: v for k, v in vars(final).items()

@@ -37,6 +37,8 @@ model:
   rank: 8
   lam: 4.0
   outer_iterations: 3
+tune:
+  when: never
 """
 
 
