@@ -37,14 +37,16 @@ import pandas as pd
 from scarce.flows.manifest import read_manifest
 from scarce.tasks.errors import InputError
 
-__all__ = ["SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment", "verdict",
-           "read_experiments"]
+__all__ = ["ONE_RUN", "SHARE", "K_TOLERANCE", "claims", "claims_markdown", "read_experiment",
+           "verdict", "read_experiments"]
 
 #: Share of the repetitions on which (c) and (d) must hold: the paper's "4 of 5 seeds".
 SHARE = 0.8
 #: How far the chosen k may be from the true k for (c).
 K_TOLERANCE = 3
 BASELINES = {"a": "hasegawa-true-k", "b": "rl-baseline"}
+#: The verdict of a comparison made once: it has no seed spread to be beyond.
+ONE_RUN = "one run"
 METRICS = ("accuracy", "ari", "v_measure")
 
 
@@ -188,9 +190,16 @@ def _axis_label(value) -> str:
     return str(value)
 
 
-def verdict(diff: float, spread: float) -> str:
-    """``holds`` when ``diff`` is ahead by more than ``spread``, ``fails`` when behind by more,
-    ``level`` otherwise."""
+def verdict(diff: float, spread: float, n: int | None = None) -> str:
+    """``holds`` when ``diff`` is ahead by more than ``spread`` (the seed-to-seed spread),
+    ``fails`` when behind by more, ``level`` otherwise.
+
+    ``n``, the repetitions the difference was measured over: below 2 there is no spread to be
+    beyond, and the verdict is :data:`ONE_RUN`, never ``holds``.  None: not counted (Chen et
+    al.'s claims, whose experiments repeat every point over seeds).
+    """
+    if n is not None and n < 2:
+        return ONE_RUN
     if diff > spread:
         return "holds"
     if diff < -spread:

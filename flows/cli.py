@@ -235,9 +235,12 @@ def _add_init(add: Any) -> None:
 def _add_claims(add: Any) -> None:
     cl = add("claims", claims.claims, "check the papers' claims on experiments and LEML runs",
              epilog="Chen et al.'s (a)-(d) on relations experiments; Yu et al.'s (p) on a LEML "
-             "run of Bibtex or Delicious and (m) on a LEML experiment over observed_fraction; "
-             "Stoyanov and Cardie's (s) on a StRip experiment.  A comparison holds when ahead "
-             "by more than the seeds' spread, fails when behind by more, is level otherwise.")
+             "experiment of Bibtex or Delicious (leml-splits) and (m) on one over "
+             "observed_fraction; Stoyanov and Cardie's (s) on a StRip experiment.  A comparison "
+             "holds when ahead by more than the seeds' spread, fails when behind by more, is "
+             "level otherwise; on one seed it has no spread and is 'one run' (so a LEML run, "
+             "shown beside the published figures).  A verdict whose settings were chosen on "
+             "the same corpus says so.")
     cl.add_argument("run_ids", nargs="+", metavar="RUN_ID",
                     help="an experiment over relations, leml or strip, or a LEML run; several "
                          "relations experiments are read as one table (their row axes joined)")

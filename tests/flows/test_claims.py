@@ -8,7 +8,14 @@ import json
 import pandas as pd
 import pytest
 
-from scarce.flows.claims import claims, claims_markdown, read_experiment, read_experiments
+from scarce.flows.claims import (
+    ONE_RUN,
+    claims,
+    claims_markdown,
+    read_experiment,
+    read_experiments,
+    verdict,
+)
 from scarce.flows.cli import main
 from scarce.tasks.errors import InputError
 
@@ -44,6 +51,22 @@ def _words() -> pd.DataFrame:
     return pd.DataFrame({"corpus": ["easy"] * 5 + ["hard"] * 5, "seed": list(range(5)) * 2,
                          "n_features": [40, 100, 100, 60, 100, 300] + [300] * 4,
                          "vocabulary_size": [100] * 5 + [300] * 5})
+
+
+@pytest.mark.parametrize("diff, spread, n, expected", [
+    (0.04, 0.5, 3, "level"),     # ahead, within the seeds' spread
+    (1.0, 0.5, 3, "holds"),      # ahead by more than the spread
+    (-1.0, 0.5, 3, "fails"),     # behind by more
+    (0.5, 0.5, 3, "level"),      # by exactly the spread: not beyond it
+    (-0.5, 0.5, 3, "level"),
+    (10.0, 0.0, 1, ONE_RUN),     # one repetition: no spread to be beyond
+    (-10.0, 0.0, 1, ONE_RUN),
+    (0.0, 0.0, 0, ONE_RUN),
+    (0.04, 0.0, None, "holds"),  # repetitions not counted: Chen et al.'s rule as it was
+])
+def test_the_verdict_rule_holds_only_beyond_the_spread_of_two_or_more_seeds(
+        diff, spread, n, expected):
+    assert verdict(diff, spread, n) == expected
 
 
 def test_verdicts_equal_the_hand_worked_ones():
