@@ -31,6 +31,13 @@ def prefect_server():
         yield
 
 
+def pytest_report_header(config):
+    """Where the official coreference scorer was looked for, and whether its tests run."""
+    from tests.scorer import scorer_found, why_missing
+
+    return "CRAC scorer: " + ("found" if scorer_found() else why_missing())
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that needs the Prefect server runs whole flows: mark it ``slow``.
 

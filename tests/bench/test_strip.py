@@ -13,6 +13,7 @@ import pytest
 from scarce.algorithms.strip.features import build_pairs, source_mask
 from scarce.bench import strip as bench
 from scarce.tasks.readers.conllu import read_conllu, write_chains
+from tests.scorer import needs_scorer
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
 SPLITS = {"GUM_news_worship": "train", "GUM_news_stampede": "train", "GUM_news_crane": "dev",
@@ -120,11 +121,7 @@ def test_choose_uses_the_requested_dev_score():
     assert bench._choose(sweep, "conll")["loss_ratio"] == 1.0
 
 
-HAS_SCORER = (bench.SCORER / "corefud-scorer.py").is_file()
-
-
-@pytest.mark.skipif(not HAS_SCORER, reason="the CRAC scorer is not at ../shared/tools/"
-                    "corefud-scorer (it needs udapi)")
+@needs_scorer
 def test_quick_official_scorer_equals_our_scores_of_each_method(table):
     ours = table.iloc[:3]
     assert (ours["scorer_max_diff"] <= 1e-9).all(), ours["scorer_max_diff"]
@@ -137,8 +134,7 @@ def test_quick_official_scorer_equals_our_scores_of_each_method(table):
                                ours[["crac_muc_f", "crac_b3_f", "crac_ceaf_e_f"]].mean(axis=1))
 
 
-@pytest.mark.skipif(not HAS_SCORER, reason="the CRAC scorer is not at ../shared/tools/"
-                    "corefud-scorer (it needs udapi)")
+@needs_scorer
 def test_official_scores_of_a_key_against_itself_and_against_singletons(tmp_path):
     path = GUM / "GUM_news_crane.conllu.gz"
     _, mentions = read_conllu(path)
@@ -152,6 +148,26 @@ def test_official_scores_of_a_key_against_itself_and_against_singletons(tmp_path
     assert single.loc["muc"].tolist() == [0.0, 0.0, 0.0]
     assert single.loc["b3", "p"] == 1.0
     assert single.loc["b3", "r"] == pytest.approx(len(sizes) / len(mentions), abs=1e-12)
+
+
+def test_a_missing_scorer_skips_saying_where_and_fails_where_it_is_required(monkeypatch,
+                                                                            tmp_path):
+    import tests.scorer as scorer
+
+    def calls_the_scorer():
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(bench, "SCORER", tmp_path / "nowhere")
+    monkeypatch.delenv(scorer.REQUIRE, raising=False)
+    (mark,) = needs_scorer(calls_the_scorer).pytestmark
+    assert mark.name == "skip" and str(tmp_path / "nowhere") in mark.kwargs["reason"]
+    monkeypatch.setenv(scorer.REQUIRE, "1")
+    with pytest.raises(pytest.fail.Exception, match="REQUIRE_CRAC_SCORER=1 requires it"):
+        needs_scorer(calls_the_scorer)()
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "corefud-scorer.py").write_text("")
+    monkeypatch.setattr(bench, "SCORER", tmp_path / "here")
+    assert needs_scorer(calls_the_scorer) is calls_the_scorer
 
 
 def test_without_the_scorer_the_referee_columns_are_empty(monkeypatch, tmp_path):

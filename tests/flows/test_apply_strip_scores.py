@@ -21,6 +21,7 @@ from scarce.flows.cli import main
 from scarce.tasks import strip as tasks_strip
 from scarce.tasks.readers.conllu import read_conllu
 from tests.flows.helpers import manifest, run_in, runs, strip_project
+from tests.scorer import needs_scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 GUM = ROOT / "data" / "coref" / "gum"
@@ -76,8 +77,7 @@ def test_a_gold_document_gets_the_scores_of_the_training_runs_evaluate(project, 
 
 
 @flow_test
-@pytest.mark.skipif(not (bench_strip.SCORER / "corefud-scorer.py").is_file(),
-                    reason="the CRAC scorer is not at ../shared/tools/corefud-scorer")
+@needs_scorer
 def test_the_scores_over_all_mentions_are_the_official_scorers(project):
     key = GUM / f"{TEST}.conllu.gz"
     got, run_dir = apply(project, key)

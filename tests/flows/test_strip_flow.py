@@ -30,6 +30,7 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu, read_conllu_files
 from scarce.tasks.store import Store, file_sha256
 from tests.flows.helpers import manifest, rerun, run_in, runs
+from tests.scorer import needs_scorer
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -236,8 +237,7 @@ def test_named_outputs_open_and_equal_the_store_entries_and_chains_they_came_fro
             assert set(chain["etype"]) == {shared}
 
 
-@pytest.mark.skipif(not (bench_strip.SCORER / "corefud-scorer.py").is_file(),
-                    reason="the CRAC scorer is not at ../shared/tools/corefud-scorer")
+@needs_scorer
 def test_official_scorer_accepts_the_predicted_conllu_and_agrees_with_the_metrics(project, first):
     """Issue 15 section 3: the CRAC scorer, exact match, singletons kept, equals our MUC, B³ and
     CEAF-e to 1e-9 over all mentions (key: the gold file) and over the source mentions (key and
