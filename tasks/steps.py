@@ -51,6 +51,7 @@ from prefect import Task
 from prefect.cache_policies import CachePolicy
 from prefect.serializers import JSONSerializer
 
+from scarce.algorithms import pyast
 from scarce.tasks.store import (
     KEY_HEX,
     SEAL_SUFFIX,
@@ -212,7 +213,7 @@ def _names_imported_by(module: str, is_init: bool, source: bytes, filename: str)
     """The names the source imports, memoised on the source bytes themselves (so an edited
     file is parsed again, never served from the memo): every step of a module computes the
     same digest, and parsing is most of its cost."""
-    tree = ast.parse(source, filename=filename)
+    tree = pyast.parse(source, filename=filename)
     return frozenset(_imported_names(tree, module, is_init))
 
 

@@ -50,6 +50,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.utils import check_random_state
 
+from scarce.algorithms import pyast
 from scarce.algorithms.relations import selection, stability
 from scarce.algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
 from scarce.algorithms.relations.dcm import top_words
@@ -466,7 +467,7 @@ def _param_reads(cls: type) -> dict[str, frozenset[str]]:
     for klass in reversed(cls.__mro__):  # a subclass's methods override its bases'
         if klass is object or klass.__module__.startswith("sklearn."):
             continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        tree = pyast.parse(textwrap.dedent(inspect.getsource(klass)))
         for node in tree.body[0].body:
             if isinstance(node, ast.FunctionDef):
                 direct[node.name] = {

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scarce.algorithms import pyast
 from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.readers.jsonl import JSONRefused, load_json, lone_surrogate
 from scarce.tasks.readers.numbers import MAX_INDEX, index_parts_plain, parse_index, parse_value
@@ -265,7 +266,7 @@ def _literal_list(text: str):
     except (ValueError, RecursionError):
         return None
     try:
-        node = ast.parse(text, mode="eval").body
+        node = pyast.parse(text, mode="eval").body
         if isinstance(node, ast.Dict):
             keys = [ast.literal_eval(k) for k in node.keys if k is not None]
             if len(set(map(repr, keys))) != len(keys):

@@ -157,3 +157,36 @@ def _is_our_module(name: str) -> bool:
     """``tasks.leml`` names a module of ours (``tasks/leml.py``); ``tasks.py`` does not."""
     base = PROJECT_ROOT.joinpath(*name.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def test_every_parse_of_python_source_takes_the_one_lock():
+    """Two threads in ``ast.parse`` at once can fail on CPython 3.11 (its converter's depth is
+    shared by the interpreter): a module of the project parses through
+    :func:`scarce.algorithms.pyast.parse`, never ``ast.parse`` itself."""
+    import ast
+
+    calls = []
+    for package in PACKAGES:
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+            if path.name == "pyast.py" and path.parent.name == "algorithms":
+                continue
+            for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "parse" and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "ast"):
+                    calls.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}")
+    assert not calls, calls
+
+
+def test_parses_in_many_threads_at_once_all_succeed():
+    """The lock's behaviour: deep expressions parsed from eight threads at once each give
+    the tree a parse in one thread gives."""
+    import ast
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scarce.algorithms import pyast
+
+    sources = [("(" * depth) + "1" + (")" * depth) + " + x" for depth in range(1, 60)] * 4
+    with ThreadPoolExecutor(8) as pool:
+        trees = list(pool.map(lambda s: ast.dump(pyast.parse(s, mode="eval")), sources))
+    assert trees == [ast.dump(ast.parse(s, mode="eval")) for s in sources]
