@@ -416,10 +416,12 @@ class TuneConfig(Strict):
     metric: Literal["precision@1", "precision@3", "precision@5"] = Field(
         "precision@1", description="What the held-out rows score each setting by.")
     rank: list[int] = Field(
-        [50, 100, 200], min_length=1, description="The ranks tried (a rank beyond the labels "
-        "or the features is tried at their number, once).")
+        [50, 150, 300], min_length=1, description="The ranks tried (a rank beyond the labels "
+        "or the features is tried at their number, once): the default's, a third of it and "
+        "twice it.")
     lam: list[float] = Field(
-        [0.3, 1.0, 3.0], min_length=1, description="The lambdas tried.")
+        [0.3, 1.0, 3.0], min_length=1, description="The lambdas tried: the default's, and a "
+        "factor of about 3 either side.")
     chosen_on: list[str] = Field(
         default_factory=lambda: list(DEFAULTS_CHOSEN_ON),
         description="sha256 of the training files the bundled defaults were chosen on (when "

@@ -501,7 +501,7 @@ def test_the_spellings_are_of_the_same_number():
 def _packaged(flow: str) -> Path:
     from scarce.flows.registry import FLOWS
 
-    name = FLOWS[flow].config_file.format(name="leml-tune")
+    name = FLOWS[flow].config_file.format(name="leml-defaults")
     return REPO / name
 
 

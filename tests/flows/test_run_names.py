@@ -40,7 +40,7 @@ NEW = {
 
 def _config(flow: str, overrides: list[str]):
     spec = FLOWS[flow]
-    path = config_path(spec.config_file.format(name="leml-tune"))
+    path = config_path(spec.config_file.format(name="leml-defaults"))
     sets = [*overrides, *(["input=x.txt"] if spec.kind == "apply" else [])]
     return load_config(path, spec.load_model(), sets, inputs=False)
 
