@@ -40,7 +40,7 @@ class ApplyRelationsConfig(ApplyConfig):
     """Options of ``apply-relations`` (``configs/apply-relations.yaml``): the model run, the
     input and output of :class:`~flows.apply.ApplyConfig`, and the input format."""
 
-    format: Literal["auto", "semeval", "jsonl"] = Field(
+    format: Literal[("auto", *rel.READERS)] = Field(
         "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json).")
 
 

@@ -68,7 +68,7 @@ class RelationsConfig(FlowConfig):
         description="Input files, relative to the project root: SemEval-2010 Task 8 files "
         "or JSON Lines (tokens, head, tail, optional label); concatenated.",
     )
-    format: Literal["auto", "semeval", "jsonl"] = Field(
+    format: Literal[("auto", *rel.READERS)] = Field(
         "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json)."
     )
     relation_types: list[str] | None = Field(

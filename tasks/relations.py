@@ -69,12 +69,21 @@ ASSIGNMENT_COLUMNS = ["source", "id", "sentence", "head", "tail", "cluster", "la
 CLUSTER_COLUMNS = ["cluster", "size", "label", "words", "weights"]
 
 
+#: The readers of a file of entity-pair mentions, by the name of its format (the config's
+#: ``format``, beside ``auto``).
+READERS = {"semeval": read_semeval, "jsonl": read_jsonl}
+#: The endings (any case, ``.gz`` after them or not) that ``format: auto`` reads as JSON Lines;
+#: any other name is read as SemEval.
+JSONL_SUFFIXES = (".jsonl", ".json")
+
+
 def detect_format(path: str | Path, fmt: str) -> str:
-    """``"semeval"`` or ``"jsonl"``: ``fmt`` itself, or guessed from the file name."""
+    """The format of :data:`READERS` a file is read in: ``fmt`` itself, or guessed from the
+    file name (``auto``)."""
     if fmt != "auto":
         return fmt
-    name = Path(path).name.lower()
-    return "jsonl" if name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")) else "semeval"
+    name = Path(path).name.lower().removesuffix(".gz")
+    return "jsonl" if name.endswith(JSONL_SUFFIXES) else "semeval"
 
 
 # -- parse -------------------------------------------------------------------------
@@ -101,7 +110,7 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     Parameters
     ----------
     path : SemEval-2010 Task 8 file, or JSON Lines (``tasks.readers.jsonl``).
-    fmt : {"auto", "semeval", "jsonl"}
+    fmt : "auto" or a format of :data:`READERS`
     relation_types : keep only these (undirected) types; None keeps every type.
     include_other : keep the pairs labelled ``Other``.
     directed : gold classes are the directed labels (``Cause-Effect(e2,e1)``, 18 types
@@ -120,7 +129,9 @@ def parse(path: str, fmt: str, relation_types: list[str] | None, include_other: 
     when the file has no labels).
     """
     kind = detect_format(path, fmt)
-    frame = read_semeval(path) if kind == "semeval" else read_jsonl(path)
+    if kind not in READERS:
+        raise InputError(f"unknown format {fmt!r} (auto, {', '.join(READERS)})", key="format")
+    frame = READERS[kind](path)
     try:
         frame = mentions_table(frame, Path(path).name if source is None else source,
                                relation_types=relation_types, include_other=include_other,

@@ -72,3 +72,49 @@ def strip_project(root, data_dir, train: list[str], test: str):
         f"data_dir: {data_dir}\nsplits_file: splits.tsv\nwindow: 10\nk_optimize: 1\n"
         "variants: [ripper, strip-partial]\ndev_splits: []\n")
     return root
+
+
+def run_with_store(project, store, args: list[str], capsys=None):
+    """``scarce ARGS`` in the project folder with ``SCARCE_STORE=store``: its exit code, the
+    run folder it made (None when it made none) and, given ``capsys``, its error output."""
+    import pytest
+
+    from scarce.flows.cli import main
+
+    before = set(runs(project))
+    with pytest.MonkeyPatch.context() as env:
+        env.chdir(project)
+        env.setenv("SCARCE_ROOT", str(project))
+        env.setenv("SCARCE_STORE", str(store))
+        env.delenv("SCARCE_RUNS", raising=False)
+        if capsys is not None:
+            capsys.readouterr()
+        code = main(list(args))
+    made = set(runs(project)) - before
+    err = capsys.readouterr().err if capsys is not None else ""
+    return code, (project / "data" / "runs" / made.pop()) if made else None, err
+
+
+def assert_same_outputs(folder, expected) -> None:
+    """Run folder ``folder`` holds what run folder ``expected`` holds: the same metrics and
+    every named output that is not volatile (a Parquet file as the same frame, any other file
+    as the same bytes), made by the same steps under the same keys, each of whose entries that
+    is not volatile holds the same bytes (an entry a cache hit gave in one store and a step
+    computed in the other, such as the mentions table of a document named after its file,
+    need not reach a named output)."""
+    import pandas as pd
+
+    got, want = (json.loads((f / "manifest.json").read_text()) for f in (folder, expected))
+    names = sorted(o["name"] for o in want["named_outputs"] if not o.get("volatile"))
+    assert sorted(o["name"] for o in got["named_outputs"] if not o.get("volatile")) == names
+    files = {"metrics.parquet": "metrics.parquet", **{n: f"outputs/{n}" for n in names}}
+    for name, relative in files.items():
+        a, b = folder / relative, expected / relative
+        if name.endswith(".parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b),
+                                          check_exact=True, obj=name)
+        else:
+            assert a.read_bytes() == b.read_bytes(), name
+    entries = [{o["ref"]: None if o["volatile"] else o["sha256"] for o in m["outputs"]}
+               for m in (got, want)]
+    assert entries[0] == entries[1]

@@ -1,4 +1,5 @@
-"""The relations parse step refuses a file too small for the method before storing it."""
+"""The relations parse step refuses a file too small for the method before storing it, and
+a format no reader reads."""
 
 from __future__ import annotations
 
@@ -41,3 +42,10 @@ def test_the_check_is_not_part_of_the_key(tmp_path):
     path = _pairs(tmp_path / "p.jsonl", 12)
     call = dict(path=str(path), **ARGS)
     assert parse.key(call) == parse.key({**call, "enough_for": {"k_high": 3, "rho": 0.5}})
+
+
+def test_a_format_that_no_reader_reads_is_refused_naming_the_key(tmp_path):
+    path = _pairs(tmp_path / "p.jsonl", 12)
+    with pytest.raises(InputError) as err:
+        parse(path=str(path), **{**ARGS, "fmt": "xml"})
+    assert err.value.key == "format" and "auto, semeval, jsonl" in err.value.message

@@ -31,6 +31,7 @@ import scipy.sparse as sp
 
 import scarce.tasks
 from scarce.flows.leml import TableConfig
+from scarce.tasks import relations, strip
 from scarce.tasks.steps import Step, whole_name
 from scarce.tasks.store import Store, encode, table_checksum
 
@@ -38,10 +39,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "data" / "examples"
 
 #: Every ending a reader (ours, pandas', pyarrow's) may read otherwise, in both cases where
-#: case matters to one of them, and none.
-ENDINGS = ["", ".txt", ".gz", ".GZ", ".txt.gz", ".csv", ".tsv", ".TSV", ".csv.gz", ".CSV.GZ",
-           ".csv.bz2", ".parquet", ".jsonl", ".JSONL", ".json.gz", ".arff", ".conllu",
-           ".conllu.gz", ".X.parquet", ".Y.parquet", ".x.parquet"]
+#: case matters to one of them, and none; and every ending the readers' own lists name.
+ENDINGS = list(dict.fromkeys([
+    "", ".txt", ".gz", ".GZ", ".txt.gz", ".csv", ".tsv", ".TSV", ".csv.gz", ".CSV.GZ",
+    ".csv.bz2", ".parquet", ".jsonl", ".JSONL", ".json.gz", ".arff", ".conllu", ".conllu.gz",
+    ".X.parquet", ".Y.parquet", ".x.parquet", *relations.JSONL_SUFFIXES, *strip.DOC_SUFFIXES]))
 #: A name with another stem for each kind of file (a document or a source named after it).
 NAMES = [f"train{e}" for e in ENDINGS] + ["other.txt", "other.csv", "other.jsonl",
                                            "other.conllu", "other.parquet"]
@@ -140,6 +142,8 @@ TABLE_JSONL = _text(EXAMPLES / "leml" / "bibtex.sample.jsonl")
 TABLE_PARQUET = (EXAMPLES / "leml" / "bibtex.sample.parquet").read_bytes()
 SEMEVAL = _text(EXAMPLES / "relations" / "semeval.txt")
 PAIRS = _text(EXAMPLES / "relations" / "pairs.jsonl")
+#: A sample of every format of the relations flow (:data:`tasks.relations.READERS`).
+RELATION_SAMPLES = {"semeval": SEMEVAL, "jsonl": PAIRS}
 
 def _sentences(path: Path, n: int) -> bytes:
     """The file up to the end of its ``n``-th sentence (mentions close in their sentence)."""
@@ -428,12 +432,9 @@ CASES = [
     Case("leml-score", "path", _score_contents("path"), _score_call("path")),
     *[Case("leml-score", part, _score_contents(part), _score_call(part))
       for part in ("W", "H", "labels", "propensity")],
-    Case("relations-parse", "path", {"semeval": SEMEVAL, "jsonl": PAIRS},
-         _parse_call("auto", None)),
-    Case("relations-parse", "path", {"semeval": SEMEVAL, "jsonl": PAIRS},
-         _parse_call("auto", "given.txt")),
-    Case("relations-parse", "path", {"semeval": SEMEVAL, "jsonl": PAIRS},
-         _parse_call("jsonl", None)),
+    *[Case("relations-parse", "path", RELATION_SAMPLES, _parse_call(fmt, None))
+      for fmt in ("auto", *relations.READERS)],
+    Case("relations-parse", "path", RELATION_SAMPLES, _parse_call("auto", "given.txt")),
     *[Case("relations-read-model", part, _model_contents(part), _model_call(part))
       for part in MODEL_TABLES],
     Case("strip-preprocess", "path", {"named": CONLLU, "unnamed": CONLLU_UNNAMED},
@@ -468,6 +469,15 @@ def _map_bytes(part: str) -> bytes:
 for _case in CASES:
     if _case.step == "leml-load-table" and _case.param in ("features", "labels"):
         _case.contents = {_case.param: _map_bytes(_case.param)}
+
+
+def test_every_relations_format_has_a_sample(tmp_path):
+    """The parse cases read a sample of every format the relations flow takes, each under
+    every name (and with every ``format``), so a new reader cannot be missed."""
+    assert set(RELATION_SAMPLES) == set(relations.READERS)
+    for fmt, sample in RELATION_SAMPLES.items():
+        (tmp_path / fmt).write_bytes(sample)
+        assert not relations.READERS[fmt](tmp_path / fmt).empty
 
 
 def test_every_file_parameter_has_a_case():
