@@ -39,6 +39,7 @@ from scarce.flows.run_names import run_id_label
 from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
 from scarce.flows.tags import dataset_name, run_tags, tag_flow_run, unique
 from scarce.tasks.errors import InputError
+from scarce.tasks.step_tasks import bind
 from scarce.tasks.steps import Step
 from scarce.tasks.store import Lease, Store
 
@@ -197,7 +198,7 @@ class RunContext:
 
     # -- calling steps ------------------------------------------------------
     def _task(self, st: Step):
-        task = st.bind(self.store)
+        task = bind(st, self.store)
         return task.with_options(refresh_cache=True) if self.options.refresh else task
 
     def _record(self, st: Step, state: Any) -> Any:
