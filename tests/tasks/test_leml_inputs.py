@@ -10,17 +10,12 @@ import scipy.sparse as sp
 from scarce.algorithms.leml import LEML
 from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml import (
-    check_inputs,
-    check_parts,
+from scarce.tasks.leml import check_inputs, check_parts, declared_shape, load, observe, split
+from scarce.tasks.leml_files import (
     check_training_rows,
-    declared_shape,
     label_file,
-    load,
     normalize_rows,
-    observe,
     parquet_pair,
-    split,
 )
 from scarce.tasks.store import atomic_write_parquet, encode
 
