@@ -17,6 +17,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+# Imported now: ``objective`` is also the name of its module, which a first import of the
+# module (by the estimator, say) would bind here in the function's place.
+from scarce.algorithms.leml.objective import objective, objective_by_blocks
+
 if TYPE_CHECKING:  # what each name is: for readers and checkers, and for the step keys' code
     # digest, which finds a module's dependencies in its import statements
     from scarce.algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
@@ -35,7 +39,6 @@ if TYPE_CHECKING:  # what each name is: for readers and checkers, and for the st
         update_H_newton_by_blocks,
     )
     from scarce.algorithms.leml.model import LEML
-    from scarce.algorithms.leml.objective import objective, objective_by_blocks
     from scarce.algorithms.leml.w_step import (
         PRECONDITIONERS,
         W_SOLVERS,
