@@ -226,7 +226,7 @@ def unit_rows(X: sp.csr_matrix) -> sp.csr_matrix:
     squares = X.data * X.data
     # bincount adds its weights one by one in float64, in the order given
     sums = np.bincount(np.repeat(np.arange(X.shape[0]), counts), weights=squares,
-                       minlength=X.shape[0])
+                       minlength=X.shape[0]).astype(np.float64)  # (int64 when X has none)
     roots = np.sqrt(sums, out=np.ones_like(sums), where=sums != 0)
     out = X.copy()
     out.data = (X.data / np.repeat(roots, counts)).astype(X.dtype)
