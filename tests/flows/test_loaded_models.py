@@ -335,3 +335,25 @@ def test_a_fresh_process_loads_and_predicts_without_prefect_or_the_flows(project
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"),
                                       pd.read_parquet(tmp_path / f"{name}-here.parquet"),
                                       check_exact=True)
+
+
+def test_bench_load_times_the_runs_model_in_fresh_processes_beside_its_peers(project, capsys):
+    import argparse
+
+    from scarce.bench import load as bench_load
+
+    run = first_run(project, "leml")
+    table = bench_load.run(argparse.Namespace(run=run, rows=20, repeats=1))
+    assert table["command"].tolist() == [
+        "python", "numpy + scipy.sparse", "bare factors", "load_model + predict_top_k",
+        "import sklearn.base", "import prefect"]
+    by = table.set_index("command")
+    assert by.loc["numpy + scipy.sparse", ["ratio_to_peer", "cpu_ratio_to_peer"]].tolist() == [
+        1.0, 1.0]
+    # what each child had imported when it ended: the model's path none of the heavy packages
+    assert by["heavy_imports"].tolist() == ["none", "none", "none", "none", "sklearn",
+                                            "prefect"]
+    assert (table["min_seconds"] <= table["median_seconds"]).all()
+    assert (table[["median_seconds", "median_cpu_seconds"]] > 0).all(axis=None)
+    assert "RUN" in by.loc["load_model + predict_top_k", "code"]  # paths left out of the table
+    assert f"`scarce bench load --rows 20 --repeats 1 --run {run}`" in capsys.readouterr().out
