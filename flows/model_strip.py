@@ -2,10 +2,11 @@
 
 What :func:`scarce.load_model` returns for a ``strip`` run.  The model is read from the run's
 ``outputs/model/`` (the rule tables in Parquet and ``model.json``, never a pickle; format in
-docs/strip.md, its version checked as ``scarce apply`` checks it) and applied by the functions
-the apply-strip flow's steps call, here directly: the pairs built with the settings the model
-records, the rules fired, single-link clustering, the CorefUD writer.  So a notebook gets the
-chains, and the bytes, ``scarce apply`` writes for the same input.
+docs/strip.md, read and checked by :func:`open_strip_model`, which ``scarce apply`` uses too)
+and applied by the functions the apply-strip flow's steps call, here directly: the pairs built
+with the settings the model records, the rules fired, single-link clustering, the CorefUD
+writer.  So a notebook gets the chains, and the bytes, ``scarce apply`` writes for the same
+input.
 """
 
 from __future__ import annotations
