@@ -65,6 +65,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("overhead", "scarce.bench.overhead"),
         Benchmark("workers", "scarce.bench.workers"),
         Benchmark("apply", "scarce.bench.apply"),
+        Benchmark("load", "scarce.bench.load"),
         Benchmark("store", "scarce.bench.store"),
     )
 }

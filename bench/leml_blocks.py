@@ -59,7 +59,7 @@ def _row(observed, dtype, way, seconds, whole_seconds, diff, same=None) -> dict:
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    from scarce.flows.runtime import project_root
+    from scarce.flows.config import project_root
 
     data_dir = args.data or project_root() / "data" / "xmc" / "bibtex"
     X, Y = read_xmc(Path(data_dir) / "bibtex_xmlrepo_train.txt.gz")

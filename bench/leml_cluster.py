@@ -398,8 +398,9 @@ def block_bytes(train: Path) -> list[int]:
     prepared it (its ``X``, ``X^T``, ``Y`` and ``Y^T``; estimated from the files' footers by
     :meth:`~tasks.leml_dask.PartitionedData.block_nbytes`), as the benchmark's flow
     prepares them (float32, no constant feature)."""
-    from scarce.tasks.leml import input_parts, parquet_pair
+    from scarce.tasks.leml import input_parts
     from scarce.tasks.leml_dask import PartitionedData
+    from scarce.tasks.leml_files import parquet_pair
 
     parts = [dict(zip(("X", "Y"), map(str, parquet_pair(x)), strict=True))
              for x in input_parts(train, "parquet")]

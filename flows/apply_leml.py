@@ -27,20 +27,12 @@ from scarce.flows.apply import (
     output_target,
     resolve_model_run,
 )
-from scarce.flows.leml import MODEL_FILES, MODEL_VERSION
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.errors import InputError
 from scarce.tasks.kept_columns import check_kept_columns, keep_columns
-from scarce.tasks.leml import (
-    LABEL_NAME,
-    TOP_K,
-    collect,
-    load,
-    new_rows_labels,
-    score,
-    task_params,
-)
+from scarce.tasks.leml import TOP_K, collect, load, score, task_params
+from scarce.tasks.leml_files import LABEL_NAME, MODEL_FILES, MODEL_VERSION, new_rows_labels
 from scarce.tasks.leml_table import load_table
 from scarce.tasks.readers.table import TABLE_SUFFIXES
 

@@ -25,15 +25,12 @@ from scarce.flows.apply import (
     output_target,
     resolve_model_run,
 )
-from scarce.flows.relations import MODEL_VERSION
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks import relations as rel
 
 #: The endings (lower case) of the files of a folder that are read: SemEval text, JSON Lines.
 SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz")
-#: What ``apply-relations`` reads from ``model.json``.
-MODEL_KEYS = ("directed", "contexts", "assign", "files", "dataset")
 
 
 class ApplyRelationsConfig(ApplyConfig):
@@ -51,7 +48,7 @@ def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | Non
     words, and write the ``assignments.parquet`` of each file."""
     ctx = RunContext.open("apply-relations", config, options)
     run_dir = resolve_model_run(config.model_run, "relations", ctx.run_dir.parent)
-    meta, folder = open_model(run_dir, "relations", MODEL_VERSION, MODEL_KEYS)
+    meta, folder = open_model(run_dir, "relations", rel.MODEL_VERSION, rel.MODEL_KEYS)
     source = ctx.path(config.input)
     files = input_files(source, SUFFIXES, config.allow_empty)
     names = output_names(source, files, SUFFIXES, "assignments.parquet")

@@ -258,6 +258,18 @@ def project_root() -> Path:
     return environment.root() or Path.cwd()
 
 
+def default_store_root() -> str | Path:
+    """``$SCARCE_STORE`` (a path or a ``file://`` URL, checked by
+    :func:`flows.environment.store`) or the project's ``data/cache``."""
+    return environment.store() or project_root() / "data" / "cache"
+
+
+def default_runs_root() -> Path:
+    """``$SCARCE_RUNS`` (checked by :func:`flows.environment.runs`) or the project's
+    ``data/runs``."""
+    return environment.runs() or project_root() / "data" / "runs"
+
+
 def packaged_configs() -> Path:
     """The default configs shipped with the package (the repository's ``configs/``)."""
     return Path(__file__).resolve().parent.parent / "configs"

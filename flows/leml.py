@@ -70,7 +70,6 @@ from scarce.tasks.leml import (
     evaluate,
     initialise,
     input_parts,
-    label_file,
     load,
     observe,
     partition,
@@ -84,16 +83,11 @@ from scarce.tasks.leml import (
     tune,
 )
 from scarce.tasks.leml_dask import CLIENTS, RowBlockBackend
+from scarce.tasks.leml_files import MODEL_FILES, MODEL_VERSION, label_file
 from scarce.tasks.leml_table import check_table_columns, load_table, table_space
 from scarce.tasks.steps import cached_file_sha256, log_both
 
 PUBLISHED = LEML_XC
-#: Version of the model format (``outputs/model/``); ``apply-leml`` reads only this version.
-MODEL_VERSION = 1
-#: The model's files in ``outputs/model/``, by part.
-MODEL_FILES = {"W": "W.parquet", "H": "H.parquet", "features": "features.parquet",
-               "labels": "labels.parquet", "propensity": "propensity.parquet",
-               "config": "config.json"}
 
 
 class VectorizerConfig(Strict):

@@ -53,10 +53,7 @@ class RelationsModel:
     """
 
     def __init__(self, run_dir: Path) -> None:
-        from scarce.flows.apply_relations import MODEL_KEYS
-        from scarce.flows.relations import MODEL_VERSION
-
-        meta, folder = open_model(Path(run_dir), "relations", MODEL_VERSION, MODEL_KEYS)
+        meta, folder = open_model(Path(run_dir), "relations", rel.MODEL_VERSION, rel.MODEL_KEYS)
         self.run_id, self.meta_ = Path(run_dir).name, meta
         tables = rel.read_model.fn(**{part: folder / meta["files"][part]
                                       for part in rel.MODEL_PARTS})

@@ -2,27 +2,28 @@
 
 What :func:`scarce.load_model` returns for a ``strip`` run.  The model is read from the run's
 ``outputs/model/`` (the rule tables in Parquet and ``model.json``, never a pickle; format in
-docs/strip.md, its version checked as ``scarce apply`` checks it) and applied by the functions
-the apply-strip flow's steps call, here directly: the pairs built with the settings the model
-records, the rules fired, single-link clustering, the CorefUD writer.  So a notebook gets the
-chains, and the bytes, ``scarce apply`` writes for the same input.
+docs/strip.md, read and checked by :func:`open_strip_model`, which ``scarce apply`` uses too)
+and applied by the functions the apply-strip flow's steps call, here directly: the pairs built
+with the settings the model records, the rules fired, single-link clustering, the CorefUD
+writer.  So a notebook gets the chains, and the bytes, ``scarce apply`` writes for the same
+input.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from scarce.algorithms.strip.features import pair_table
-from scarce.algorithms.strip.ripper import StRip, rule_count
-from scarce.flows.apply import MODEL_JSON, input_files
-from scarce.flows.apply_strip import ModelVariant, open_strip_model
+from scarce.algorithms.strip.ripper import VARIANTS, StRip, rule_count
+from scarce.flows.apply import MODEL_JSON, input_files, open_model, resolve_model_run
 from scarce.flows.config import validate_config
 from scarce.flows.model_checks import kind_of, read_json
 from scarce.flows.outputs import Output, Protected, check_output, check_targets
@@ -33,6 +34,74 @@ from scarce.tasks.store import atomic_write_bytes
 
 #: The columns of :meth:`StripModel.predict`'s table.
 CHAIN_COLUMNS = ["file", "doc", "mention", "sent", "start", "end", "text", "chain", "etype"]
+
+
+PAPER_VARIANT = "strip-partial"  # the paper's method: applied when the run trained it
+
+
+class _Variant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Literal[tuple(VARIANTS)]
+    rules: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$")
+    n_rules: int = Field(ge=0)
+    loss_ratio: float | None = Field(None, gt=0)  # the ratio the rules were trained with
+
+
+class _Preprocess(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    window: int = Field(ge=1)
+    max_sentence_distance: int | None = Field(ge=0)
+    source_kind: Literal["etype", "fraction"]
+    etypes: list[str]
+    fraction: float | None = Field(gt=0, le=1)
+    seed: int | None = Field(ge=0)
+
+
+class _ModelJson(BaseModel):
+    """The parts of ``model.json`` apply-strip reads (the others describe the training)."""
+
+    model_config = ConfigDict(extra="ignore")
+    variants: list[_Variant] = Field(min_length=1)
+    preprocess: _Preprocess
+    features: dict[str, Literal["nominal", "numeric"]] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ModelVariant:
+    """What apply-strip and a loaded model need of a model: a variant, its rule file, how to
+    build the pairs (and the variants the run trained)."""
+
+    variant: str
+    rules: Path
+    preprocess: dict
+    kinds: dict[str, str]
+    trained: tuple[str, ...] = ()
+
+
+def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> ModelVariant:
+    """The model of the StRip run ``model_run`` (see :func:`flows.apply.resolve_model_run`),
+    with the rules of ``variant`` (default: :data:`PAPER_VARIANT` when trained, else the run's
+    first variant).
+
+    Raises
+    ------
+    InputError
+        No such run, a run of another flow, no model, an older format version, a malformed
+        ``model.json`` (naming the key), a variant the run did not train, a missing rule file.
+    """
+    run_dir = resolve_model_run(model_run, "strip", runs_root)
+    meta, folder = open_model(run_dir, "strip", strip.MODEL_VERSION)
+    m = validate_config(meta, _ModelJson, folder / MODEL_JSON)
+    trained = [v.name for v in m.variants]
+    chosen = variant or (PAPER_VARIANT if PAPER_VARIANT in trained else trained[0])
+    if chosen not in trained:
+        raise InputError(f"run {run_dir.name} did not train {chosen} (it trained "
+                         f"{', '.join(trained)})", key="variant")
+    rules = folder / m.variants[trained.index(chosen)].rules
+    if not rules.is_file():
+        raise InputError("rule table of the model is missing", path=rules)
+    return ModelVariant(chosen, rules, m.preprocess.model_dump(), dict(m.features),
+                        tuple(trained))
 
 
 class StripModel:

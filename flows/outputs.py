@@ -155,7 +155,7 @@ class Protected:
     def here(cls) -> Protected:
         """The places of the project the command runs in (``SCARCE_STORE``, ``SCARCE_RUNS``,
         ``SCARCE_ROOT`` or the current folder)."""
-        from scarce.flows.runtime import default_runs_root, default_store_root
+        from scarce.flows.config import default_runs_root, default_store_root
 
         return cls.of(Path(default_store_root()), default_runs_root())
 

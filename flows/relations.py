@@ -48,7 +48,6 @@ from scarce.tasks.errors import InputError
 WINDOW_PATTERN = r"^[0-9]+-[0-9]+-[0-9]+$"
 
 PUBLISHED_ACE = CHEN_ACE  # ACE is LDC-licensed and not used here
-MODEL_VERSION = 1  # of outputs/model/ (docs/relations.md); apply-relations reads only this one
 
 
 class RelationsConfig(FlowConfig):
@@ -324,7 +323,7 @@ def relations_flow(config: RelationsConfig, options: RunOptions | None = None) -
                        n_examples=rel.N_EXAMPLES)
     publish(ctx, cfg, search, rl, labelled, metrics, examples)
     name_outputs(ctx, vocab, built, assigned, examples, model_document(
-        "relations", MODEL_VERSION, dataset=cfg.dataset, directed=cfg.directed,
+        "relations", rel.MODEL_VERSION, dataset=cfg.dataset, directed=cfg.directed,
         n_pairs=n_pairs, vocabulary_size=n_words, k=search.k, n_features=search.n_features,
         ranking=cfg.ranking, contexts=contexts, assign=model.step_params("assign"),
         params=model.get_params(),

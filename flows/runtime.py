@@ -31,14 +31,20 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from scarce.flows import environment
 from scarce.flows import manifest as mf
 from scarce.flows.artifacts import PLOTS, Artifacts, Progress, markdown_table
-from scarce.flows.config import SAFE_NAME, FlowConfig, project_root, resolve_path
+from scarce.flows.config import (
+    SAFE_NAME,
+    FlowConfig,
+    default_runs_root,
+    default_store_root,
+    resolve_path,
+)
 from scarce.flows.run_names import run_id_label
 from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
 from scarce.flows.tags import dataset_name, run_tags, tag_flow_run, unique
 from scarce.tasks.errors import InputError
+from scarce.tasks.step_tasks import bind
 from scarce.tasks.steps import Step
 from scarce.tasks.store import Lease, Store
 
@@ -79,18 +85,6 @@ class RunOptions(BaseModel):
     runner: str = Field("local", description="Task runner the flow was started with.")
     dask_address: str | None = Field(
         None, description="Scheduler of the Dask cluster the run used, if it was given.")
-
-
-def default_store_root() -> str | Path:
-    """``$SCARCE_STORE`` (a path or a ``file://`` URL, checked by
-    :func:`flows.environment.store`) or the project's ``data/cache``."""
-    return environment.store() or project_root() / "data" / "cache"
-
-
-def default_runs_root() -> Path:
-    """``$SCARCE_RUNS`` (checked by :func:`flows.environment.runs`) or the project's
-    ``data/runs``."""
-    return environment.runs() or project_root() / "data" / "runs"
 
 
 def check_writable_folder(path: Path, key: str) -> None:
@@ -197,7 +191,7 @@ class RunContext:
 
     # -- calling steps ------------------------------------------------------
     def _task(self, st: Step):
-        task = st.bind(self.store)
+        task = bind(st, self.store)
         return task.with_options(refresh_cache=True) if self.options.refresh else task
 
     def _record(self, st: Step, state: Any) -> Any:

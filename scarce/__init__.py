@@ -92,8 +92,8 @@ def runs(flow=None, *, tags=(), where=(), columns=None, all_columns=False, root=
     """
     from pathlib import Path
 
+    from scarce.flows.config import default_runs_root
     from scarce.flows.runs_table import runs_table
-    from scarce.flows.runtime import default_runs_root
 
     folder = Path(root) if root is not None else default_runs_root()
     return runs_table(folder, flow=flow, tags=list(tags), where=list(where), columns=columns,

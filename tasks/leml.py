@@ -34,10 +34,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import scipy.sparse as sp
-from sklearn.preprocessing import normalize as sk_normalize
 
 from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
-from scarce.algorithms.leml.data import held_out_rows, validation_rows
+from scarce.algorithms.leml.data import validation_rows
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import (
@@ -49,129 +48,25 @@ from scarce.algorithms.metrics.multilabel import (
 )
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml_dask.clients import CLIENTS, in_dask_worker
+from scarce.tasks.leml_files import (
+    _parquet_shapes,
+    check_training_rows,
+    in_feature_space,
+    named_predictions,
+    parquet_pair,
+    read_dataset,
+    read_factor,
+    read_label_map,
+)
 from scarce.tasks.readers import names as name_rules
-from scarce.tasks.readers.arff import read_arff, read_arff_header
-from scarce.tasks.readers.text import check_no_gzip_twin, decode_text, read_bytes
-from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
+from scarce.tasks.readers.arff import read_arff_header
+from scarce.tasks.readers.text import check_no_gzip_twin
+from scarce.tasks.readers.xmc import read_xmc_header
 from scarce.tasks.steps import cached_file_sha256, content_only, log_both, step
-from scarce.tasks.store import CorruptEntry, entry_shape, read_parquet_entry, read_rows
+from scarce.tasks.store import entry_shape, read_parquet_entry, read_rows
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
-
-
-def parquet_pair(path: str | Path) -> tuple[Path, Path]:
-    """``<name>.X.parquet`` and ``<name>.Y.parquet`` from either name."""
-    base = str(path).removesuffix(".parquet").removesuffix(".X").removesuffix(".Y")
-    return Path(base + ".X.parquet"), Path(base + ".Y.parquet")
-
-
-def label_file(path: str | Path, format: str, required: bool = True) -> Path | None:
-    """The second file a dataset in ``format`` is read from (the Y of a Parquet pair; None for
-    the one-file formats), passed to :func:`load` so that its bytes enter the step's key.
-    Not ``required`` (new rows to label): None when that file does not exist, and
-    :func:`load` reads X alone."""
-    if format != "parquet":
-        return None
-    y_path = parquet_pair(path)[1]
-    return y_path if required or y_path.exists() else None
-
-
-def new_rows_labels(path: str | Path, format: str) -> dict:
-    """The label arguments of :func:`load` for new rows to label (``apply-leml``, a loaded
-    model): the Y of a Parquet pair when it exists, else X read alone."""
-    labels = label_file(path, format, required=False)
-    return {"labels_file": labels, "with_labels": format != "parquet" or labels is not None}
-
-
-def _parquet_shapes(path: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The shapes of the X and Y of a Parquet pair, from their footers: both matrices, with
-    as many rows and at least one row, feature and label."""
-    x_path, y_path = parquet_pair(path)
-    shapes = []
-    for part in (x_path, y_path):
-        if not part.is_file():
-            raise InputError("file not found", path=part)
-        try:
-            shapes.append(entry_shape(part))
-        except CorruptEntry as exc:
-            raise InputError(str(exc).removeprefix(f"{part}: "), path=part) from None
-    (x_shape, y_shape) = shapes
-    if len(x_shape) != 2 or len(y_shape) != 2:
-        raise InputError(f"expected two matrices, got shapes {list(x_shape)} and "
-                         f"{list(y_shape)}", path=x_path)
-    if x_shape[0] != y_shape[0]:
-        raise InputError(f"X has {x_shape[0]:,} rows but {y_path.name} has {y_shape[0]:,}",
-                         path=x_path)
-    for count, what, where in ((x_shape[0], "rows", x_path), (x_shape[1], "features", x_path),
-                               (y_shape[1], "labels", y_path)):
-        if count == 0:
-            raise InputError(f"0 {what}; a dataset needs at least one", path=where)
-    _check_labels(_value_range(y_path), y_path)
-    return tuple(x_shape), tuple(y_shape)
-
-
-def _value_range(path: Path) -> tuple[float, float] | None:
-    """The smallest and largest stored value of a sparse store entry, from the statistics
-    in its footer (None when it has none: a dense entry, or a writer that kept none)."""
-    try:
-        meta = pq.ParquetFile(path).metadata
-        column = meta.schema.names.index("value")
-        stats = [meta.row_group(g).column(column).statistics for g in range(meta.num_row_groups)]
-    except (ValueError, OSError):
-        return None
-    if not stats or any(s is None or not s.has_min_max for s in stats):
-        return None
-    return float(min(s.min for s in stats)), float(max(s.max for s in stats))
-
-
-def _check_labels(extent: tuple[float, float] | None, y_path: Path) -> None:
-    """A label matrix holds 0 and 1 only: values beyond (``extent``, the smallest and
-    largest) are the features of a pair whose X and Y were swapped, or no labels at all."""
-    if extent is not None and (extent[0] < 0 or extent[1] > 1):
-        raise InputError(f"holds values from {extent[0]:g} to {extent[1]:g}, but a label "
-                         "matrix holds 0 and 1 only (are X and Y swapped?)", path=y_path)
-
-
-def _read_parquet_xy(path: Path, dtype,
-                     with_labels: bool = True) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """``<name>.X.parquet`` and ``<name>.Y.parquet``: sparse (row, col, value) tables as
-    the result store writes them (path names either file), checked as
-    :func:`_parquet_shapes` says and with every value of X finite in ``dtype``.  Without
-    ``with_labels`` (new rows to label) only X is read and Y has no column."""
-    x_path, y_path = parquet_pair(path)
-    if with_labels:
-        _parquet_shapes(path)
-        Y = read_parquet_entry(y_path)
-    else:
-        if not x_path.is_file():
-            raise InputError("file not found", path=x_path)
-        try:
-            shape = entry_shape(x_path)
-        except CorruptEntry as exc:
-            raise InputError(str(exc).removeprefix(f"{x_path}: "), path=x_path) from None
-        if len(shape) != 2 or 0 in shape:
-            raise InputError(f"expected a matrix of at least one row and one feature, got "
-                             f"shape {list(shape)}", path=x_path)
-        Y = sp.csr_matrix((shape[0], 0), dtype=np.float32)
-    X = read_parquet_entry(x_path)
-    if not (sp.issparse(X) or isinstance(X, np.ndarray)) or not sp.issparse(Y):
-        raise InputError("expected a sparse or dense X and a sparse Y", path=path)
-    if with_labels and Y.nnz:  # (the footer's statistics may be absent: the values)
-        data = sp.csr_matrix(Y).data
-        _check_labels((float(data.min()), float(data.max())), y_path)
-        if not np.isin(data, (0, 1)).all():
-            raise InputError("holds values other than 0 and 1, but a label matrix holds 0 "
-                             "and 1 only (are X and Y swapped?)", path=y_path)
-    with np.errstate(over="ignore", invalid="ignore"):
-        X = sp.csr_matrix(X, dtype=dtype)
-    bad = ~np.isfinite(X.data)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        row = int(np.searchsorted(X.indptr, at, side="right")) - 1
-        raise InputError(f"row {row} (0-based), column {int(X.indices[at])}: a value that is "
-                         f"not finite in {np.dtype(dtype).name}", path=x_path)
-    return X, sp.csr_matrix(Y)
 
 
 def declared_shape(path: str | Path, format: str,
@@ -200,7 +95,7 @@ def check_inputs(model: LEML, files: dict[str, list[Path]], format: str, n_label
     anything is stored): every file of ``files["train"]`` and ``files["test"]`` (a file, or
     the parts of a folder) declares the first training file's numbers of features and
     labels; the training rows (less a validation split) are enough to fit
-    (:func:`check_training_rows`); and the model's factors at the training
+    (:func:`~tasks.leml_files.check_training_rows`); and the model's factors at the training
     file's sizes fit in memory (:meth:`algorithms.leml.LEML.check_memory`), checked first: an
     absurd header is named for what it declares.
 
@@ -256,26 +151,6 @@ def input_parts(path: Path, format: str, key: str | None = None) -> list[Path] |
         raise InputError(f"a folder without parts: no {' or '.join(PART_PATTERNS[format])} "
                          "files in it", path=path, key=key)
     return parts
-
-
-def check_index_maps(path: Path, n_features: int, n_labels: int, what: str | None = None,
-                     advice: str = "check the dimensions the file declares") -> None:
-    """Stop before the index maps of a file whose declared dimensions cannot be held (an
-    Extreme Classification header's ``D`` or ``L`` of 10^12, a table's feature index of
-    2^62): one int64 and one name slot per column, with the copies pandas makes.  ``what``
-    says where the dimensions come from (default: the file's declared ones)."""
-    check_allocation((int(n_features) + int(n_labels),), np.int64, copies=3,
-                     what=(what or f"{path}: the index maps of its {int(n_features):,} "
-                           f"features and {int(n_labels):,} labels"),
-                     advice=advice)
-
-
-def index_map(column: str, n: int, names: list[str] | None = None) -> pd.DataFrame:
-    """The columns of X (``column="feature"``) or Y (``"label"``): ``column`` the 0-based
-    index, ``name`` the file's name for it (null where the format names none)."""
-    names = [None] * n if names is None else list(names)
-    return pd.DataFrame({column: np.arange(n, dtype=np.int64),
-                         "name": pd.array(names, dtype="string")})
 
 
 @contextmanager
@@ -344,67 +219,22 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
 
     ``cluster``: where the step runs (:func:`_data_client`), not what it computes.
     ``labelled``: the file is the whole training or test set, refused (before anything is
-    stored) when none of its points has a label or none a feature (:func:`check_rows`).  A
-    check, not part of what the step computes: left out of its key.
+    stored) when none of its points has a label or none a feature
+    (:func:`~tasks.leml_files.check_rows`).  A check, not part of what the step computes: left
+    out of its key.
 
-    ``labels_file`` is :func:`label_file` of ``path`` (the Y of a Parquet pair): a declared
-    input file, so a changed Y recomputes the step even when X is unchanged.  Without
-    ``with_labels`` a Parquet X is read alone (new rows to label: Y has no column).
+    ``labels_file`` is :func:`~tasks.leml_files.label_file` of ``path`` (the Y of a Parquet
+    pair): a declared input file, so a changed Y recomputes the step even when X is unchanged.
+    Without ``with_labels`` a Parquet X is read alone (new rows to label: Y has no column).
 
     ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
     operation, so train and test are treated alike without shared statistics).
     ``features`` and ``labels`` are the index maps of X's and Y's columns
-    (:func:`index_map`; names from an ARFF header, none for the other formats).
+    (:func:`~tasks.leml_files.index_map`; names from an ARFF header, none for the other
+    formats).  The reading is :func:`~tasks.leml_files.read_dataset`'s.
     """
-    dt = np.dtype(dtype).type
-    names: tuple = (None, None)
-    if format == "xmc":
-        X, Y = read_xmc(path, dtype=dt)
-    elif format == "arff":
-        if n_labels is None:
-            raise InputError("an ARFF file needs n_labels (its last n_labels attributes are "
-                             "the labels)", path=path, key="dataset.n_labels")
-        X, Y, *names = read_arff(path, n_labels=n_labels, dtype=dt)
-    elif format == "parquet":
-        X, Y = _read_parquet_xy(path, dt, with_labels=with_labels)
-    else:
-        raise InputError(f"unknown format {format!r} (xmc, arff, parquet)", path=path)
-    X = sp.csr_matrix(X, dtype=dt)
-    check_rows(X, Y, path, labelled, lambda row: _row_place(path, format, row))
-    check_index_maps(path, X.shape[1], Y.shape[1])
-    if normalize == "l2":
-        X = normalize_rows(X)
-    elif normalize != "none":
-        raise InputError(f"unknown normalize {normalize!r} (none, l2)", key="dataset.normalize")
-    return {"X": X, "Y": sp.csr_matrix(Y, dtype=np.float32),
-            "features": index_map("feature", X.shape[1], names[0]),
-            "labels": index_map("label", Y.shape[1], names[1])}
-
-
-def check_rows(X: sp.csr_matrix, Y, path: Path, labelled: bool, place,
-               why: str = "") -> None:
-    """What the rows of a loaded file (``X``, ``Y``) must hold, or say.
-
-    ``labelled`` (the whole training or test set): at least one row with a label and one
-    with a feature, else an :class:`InputError` naming ``path``: a model learned from no
-    label or no feature learns nothing, and metrics of no label or of rows scored from the
-    bias alone measure nothing.  Rows without a feature among others are said, with their
-    count, the first's place (``place(row)``: ``line 17``, ``row 3``) and ``why`` (what made
-    them so, from the caller: ``2 with an empty 'text' cell``), as a warning of the run: they
-    are kept (a new row to label may have no known word), but are scored, and learned from,
-    by the bias alone."""
-    n = X.shape[0]
-    if labelled and not sp.csr_matrix(Y).count_nonzero():
-        raise InputError(f"none of the {n:,} points has a label: a training or test set "
-                         "needs labels (to learn from, to score against)", path=path)
-    empty = np.flatnonzero(np.diff(sp.csr_matrix(X).indptr) == 0)
-    if labelled and empty.size == n:
-        raise InputError(f"none of the {n:,} points has a feature (every feature value is "
-                         "missing or 0): a training or test set needs features", path=path)
-    if empty.size:
-        log_both(logging.WARNING, "%s: %s of the %s rows have no feature (%sthe first at %s): "
-                 "their feature rows are all zero", path.name, f"{empty.size:,}", f"{n:,}",
-                 f"{why}; " if why else "", place(int(empty[0])))
+    return read_dataset(path, format, dtype, n_labels, normalize, labelled=labelled,
+                        with_labels=with_labels)
 
 
 def stored_nonzeros(path: Path) -> int:
@@ -414,56 +244,13 @@ def stored_nonzeros(path: Path) -> int:
 
 def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str) -> None:
     """The parts of a folder (their store entries ``x_files`` and ``y_files``: the X and Y of
-    each part, as loaded), checked as :func:`check_rows` checks one file: at least one label
-    and one feature among them all (a part alone may have none), from the footers only."""
+    each part, as loaded), checked as :func:`~tasks.leml_files.check_rows` checks one file: at
+    least one label and one feature among them all (a part alone may have none), from the
+    footers only."""
     for files, what in ((y_files, "label"), (x_files, "feature")):
         if not sum(stored_nonzeros(f) for f in files):
             raise InputError(f"none of the {len(files)} parts has a {what}: a training or "
                              f"test set needs {what}s", path=folder, key=key)
-
-
-def _row_place(path: Path, format: str, row: int) -> str:
-    """Where data row ``row`` (0-based) of a file read by :func:`load` is: its line (XC,
-    ARFF), else its row (1-based)."""
-    line = data_line(path, format, row)
-    return f"line {line}" if line is not None else f"row {row + 1}"
-
-
-def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
-    """Every row of ``X`` scaled to unit L2 norm, in ``X``'s dtype.  Rows whose sum of
-    squares would overflow that dtype (float32 values above about 1e19) are scaled in
-    float64, where it cannot: in float32 their norm would be infinite and the row zero."""
-    dt = X.dtype
-    large = float(np.sqrt(np.finfo(dt).max / max(1, int(np.diff(X.indptr).max(initial=0)))))
-    if X.nnz and float(np.abs(X.data).max()) >= large:
-        return sk_normalize(X.astype(np.float64), norm="l2").astype(dt)
-    return sk_normalize(X, norm="l2").astype(dt)
-
-
-#: The fewest rows a model is fitted on: the labels' propensities (PSP@k) take the log of
-#: the number of training rows less one (:func:`inverse_propensity_from_counts`).
-MIN_TRAINING_ROWS = 2
-
-
-def check_training_rows(n: int, validation_fraction: float, path: Path | None) -> None:
-    """An :class:`InputError` when a training set of ``n`` rows (of ``path``), less the
-    validation rows ``validation_fraction`` holds out, leaves fewer than
-    :data:`MIN_TRAINING_ROWS` to fit: named by ``dataset.validation_fraction`` when the split
-    is what leaves too few, else by ``dataset.train``."""
-    held = held_out_rows(n, validation_fraction) if validation_fraction > 0 else 0
-    if n - held >= MIN_TRAINING_ROWS:
-        return
-    if held >= n:
-        raise InputError(f"validation_fraction {validation_fraction:g} holds out all {n:,} "
-                         "rows of the training set, leaving none to fit", path=path,
-                         key="dataset.validation_fraction")
-    if held:
-        raise InputError(f"validation_fraction {validation_fraction:g} holds out {held:,} of "
-                         f"the {n:,} rows of the training set, leaving {n - held} to fit (a "
-                         f"model is fitted on at least {MIN_TRAINING_ROWS})", path=path,
-                         key="dataset.validation_fraction")
-    raise InputError(f"the training set has {n:,} row{'s' * (n != 1)}; a model is fitted on "
-                     f"at least {MIN_TRAINING_ROWS}", path=path, key="dataset.train")
 
 
 @step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"),
@@ -902,30 +689,15 @@ def evaluate(
     return {"metrics": metrics, "convergence": conv}
 
 
-#: The column of a predictions table holding the label's name (null where the training data
-#: names none), beside its index ``label``.
-LABEL_NAME = "label_name"
-
-
-def named_predictions(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
-    """``predictions`` (:func:`predictions_table`) with the name of every label, from the
-    model's label map ``labels`` (``label``, ``name``), after the ``label`` column."""
-    names = labels.sort_values("label")["name"].astype("string").to_numpy()
-    out = predictions.copy()
-    out.insert(out.columns.get_loc("label") + 1, LABEL_NAME,
-               pd.array(names[out["label"].to_numpy()], dtype="string"))
-    return out
-
-
 @step("leml-predict", version="2", inputs=("test", "W", "H", "labels"), paths=("partition",),
       runtime=("cluster",), where=("cluster", _driver_client), run_name="predict top {top_k}")
 def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFrame,
             params: dict, top_k: int, batch_size: int, partition: list | None = None,
             cluster: dict | None = None) -> pd.DataFrame:
     """The test set's top labels by the final factors, named by the training file's label
-    map ``labels`` (:func:`predictions_table`, :func:`named_predictions`): of ``test``, here,
-    or (the Dask runner) of the test set's row blocks ``partition``, each block predicted on
-    a worker of ``cluster`` (runtime, not in the key) and none read here
+    map ``labels`` (:func:`predictions_table`, :func:`~tasks.leml_files.named_predictions`): of
+    ``test``, here, or (the Dask runner) of the test set's row blocks ``partition``, each
+    block predicted on a worker of ``cluster`` (runtime, not in the key) and none read here
     (:func:`tasks.leml_dask.predict_on_blocks`, the same table end to end)."""
     if partition is None:
         model = LEML(**params).set_factors(W, H)
@@ -937,74 +709,6 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFram
     with CLIENTS.client(cluster) as client:
         return named_predictions(
             predict_on_blocks(client, partition, W, H, params, top_k, batch_size), labels)
-
-
-def data_line(path: Path, format: str, row: int) -> int | None:
-    """The 1-based line of data row ``row`` (0-based) of a file read by :func:`load`: the
-    row's own line in an Extreme Classification file (after the header) or in the ``@data``
-    section of an ARFF file (blank and ``%`` lines skipped, as the reader skips them); None
-    for Parquet, which has no lines."""
-    if format == "xmc":
-        return row + 2
-    if format != "arff":
-        return None
-    lines = decode_text(read_bytes(path), path).split("\n")
-    data = False
-    for lineno, line in enumerate(lines, start=1):
-        s = line.strip()
-        if not s or s.startswith("%"):
-            continue
-        if data:
-            if row == 0:
-                return lineno
-            row -= 1
-        elif s.lower().startswith("@data"):
-            data = True
-    return None
-
-
-def in_feature_space(X: sp.csr_matrix, n_features: int, path: Path, format: str):
-    """``X`` with the model's ``n_features`` columns: the columns a file does not have are
-    zero; a row with a feature the model does not have is an :class:`InputError` naming the
-    file and the row's line (its row, for Parquet)."""
-    X = sp.csr_matrix(X)
-    if X.shape[1] > n_features:
-        beyond = X[:, n_features:].tocsr()
-        if beyond.nnz:
-            row = int(np.flatnonzero(np.diff(beyond.indptr))[0])
-            index = n_features + int(beyond.indices[beyond.indptr[row]:beyond.indptr[row + 1]]
-                                     .min())
-            line = data_line(path, format, row)
-            where = "" if line is not None else f"row {row} (0-based): "
-            raise InputError(f"{where}feature index {index} is beyond the model's feature "
-                             f"space (indices 0..{n_features - 1})", path=path, line=line)
-        return X[:, :n_features].tocsr()
-    if X.shape[1] < n_features:
-        return sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
-    return X
-
-
-def _read_factor(path: Path, shape: tuple[int, int]) -> np.ndarray:
-    """An array of a stored model (a factor, the propensities; store-format Parquet): an
-    :class:`InputError` naming the file when it is damaged or its shape is not the one
-    ``model.json`` gives."""
-    value = read_parquet_entry(path)
-    if not isinstance(value, np.ndarray) or value.shape != tuple(shape):
-        got = getattr(value, "shape", type(value).__name__)
-        raise InputError(f"expected a dense array of shape {tuple(shape)} (model.json), "
-                         f"got {got}", path=path)
-    return value
-
-
-def read_label_map(path: Path, n_labels: int) -> pd.DataFrame:
-    """A model's label map (``labels.parquet``: ``label``, ``name``): an :class:`InputError`
-    naming the file when it is damaged or does not map the model's ``n_labels`` labels."""
-    value = read_parquet_entry(path)
-    if (not isinstance(value, pd.DataFrame) or not {"label", "name"} <= set(value.columns)
-            or sorted(value["label"].tolist()) != list(range(n_labels))):
-        raise InputError(f"expected the label map of the model's {n_labels} labels (columns "
-                         "label, name)", path=path)
-    return value
 
 
 @step("leml-score", version="3", inputs=("X", "Y"),
@@ -1019,15 +723,16 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
 
     ``X`` and ``Y`` are the file ``path`` as :func:`load` read it; ``W`` and ``H`` the
     model's factor files, of the ``shapes`` its ``model.json`` gives, ``labels`` its label
-    map (the predictions name their labels, :func:`named_predictions`); ``params`` the
-    estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the model's
-    feature space (:func:`in_feature_space`).  ``metrics``: the rows scored and, when the file
-    has labels in the model's label space, P@k and nDCG@k for k = 1, 3, 5 (those ``k <=
-    top_k``), and PSP@k by the training labels' inverse propensities when the model has them
-    (``propensity``: a model written before them has none), named ``method`` on the dataset
-    ``source`` (the file's name: the key holds the file's hash, not its path).
+    map (the predictions name their labels, :func:`~tasks.leml_files.named_predictions`);
+    ``params`` the estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the
+    model's feature space (:func:`~tasks.leml_files.in_feature_space`).  ``metrics``: the rows
+    scored and, when the file has labels in the model's label space, P@k and nDCG@k for k = 1,
+    3, 5 (those ``k <= top_k``), and PSP@k by the training labels' inverse propensities when
+    the model has them (``propensity``: a model written before them has none), named
+    ``method`` on the dataset ``source`` (the file's name: the key holds the file's hash, not
+    its path).
     """
-    model = LEML(**params).set_factors(_read_factor(W, shapes["W"]), _read_factor(H, shapes["H"]))
+    model = LEML(**params).set_factors(read_factor(W, shapes["W"]), read_factor(H, shapes["H"]))
     X = in_feature_space(X, model.n_features_in_, path, format)
     predictions = named_predictions(predictions_table(model, X, top_k, batch_size),
                                     read_label_map(labels, model.n_labels_))
@@ -1038,7 +743,7 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
         scores.update({f"precision@{k}": v for k, v in precision_at_k(Y, top, ks=ks).items()})
         scores.update({f"ndcg@{k}": v for k, v in ndcg_at_k(Y, top, ks=ks).items()})
         if propensity is not None:
-            weights = _read_factor(propensity, (model.n_labels_,))
+            weights = read_factor(propensity, (model.n_labels_,))
             scores.update({f"psp@{k}": v
                            for k, v in psprecision_at_k(Y, top, weights, ks=ks).items()})
     return {"predictions": predictions, "metrics": _metrics_table(scores, source, method)}

@@ -14,7 +14,7 @@ into the same row.  The cells' forms are :mod:`tasks.readers.table`'s.
 What a table must hold is checked where it is first known: the columns from the tables'
 heads before anything runs (:func:`check_table_columns`); at least two rows and a feature in
 the training table before its space is stored; a label and a feature in a training or test
-table as it is loaded (:func:`tasks.leml.check_rows`, which says rows without a feature).
+table as it is loaded (:func:`tasks.leml_files.check_rows`, which says rows without a feature).
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ import scipy.sparse as sp
 
 from scarce.algorithms.leml.text import fit_vocabulary, vectorize
 from scarce.tasks.errors import InputError, excerpt
-from scarce.tasks.leml import check_index_maps, check_rows, check_training_rows, normalize_rows
+from scarce.tasks.leml_files import (
+    check_index_maps,
+    check_rows,
+    check_training_rows,
+    normalize_rows,
+)
 from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.table import feature_rows, label_names, read_table, table_columns
 from scarce.tasks.readers.text import decode_text, read_bytes
@@ -213,7 +218,7 @@ def table_labels(frame: pd.DataFrame, path: Path, table: dict,
 
 
 def _why_featureless(frame: pd.DataFrame, table: dict, X: sp.csr_matrix) -> str:
-    """Why rows of ``X`` have no feature, for :func:`tasks.leml.check_rows`' warning: how many
+    """Why rows of ``X`` have no feature, for :func:`tasks.leml_files.check_rows`' warning: how many
     have an empty cell in the text or feature column, and how many (of text) only words
     outside the vocabulary."""
     source, column = _feature_source(table)

@@ -503,6 +503,11 @@ def assign_pairs(mentions: pd.DataFrame, vocabulary: pd.DataFrame, features: pd.
     })
 
 
+#: Version of the model format (``outputs/model/``, docs/relations.md); ``apply-relations`` and
+#: a loaded model read only this one.
+MODEL_VERSION = 1
+#: What ``apply-relations`` and a loaded model read from ``model.json``.
+MODEL_KEYS = ("directed", "contexts", "assign", "files", "dataset")
 MODEL_PARTS = ("vocabulary", "features", "centroids", "clusters")
 """The Parquet files of a model folder besides ``model.json`` (``<part>.parquet``)."""
 _MODEL_COLUMNS = {

@@ -1,15 +1,16 @@
-"""Prefect tasks whose outputs live in the Parquet result store.
+"""Steps: plain functions whose outputs live in the Parquet result store, run as Prefect tasks.
 
 Kept as one module: the step declaration, its key and its one cache-hit path are one
 mechanism.
 
 A *step* is a plain function of data to data (Kedro's nodes) declared with
-:func:`step`.  Bound to a :class:`~tasks.store.Store` it becomes a Prefect task
-that
+:func:`step`.  Bound to a :class:`~tasks.store.Store` (:func:`tasks.step_tasks.bind`, the
+one place that imports Prefect: declaring, keying and calling a step need none) it becomes a
+Prefect task that
 
 * takes its upstream inputs as store refs (small strings), loads them, calls
   the function, writes each output to the store and returns the refs;
-* is keyed by :class:`StoreCachePolicy`: a hash of the step's name, version,
+* is keyed by :class:`~tasks.step_tasks.StoreCachePolicy`: a hash of the step's name, version,
   the source of every project module its code can reach (:func:`code_digest`:
   the module that defines it and, transitively, every module of ``algorithms``
   and ``tasks`` imported from there, found by reading the imports, never listed
@@ -38,7 +39,6 @@ import inspect
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -46,10 +46,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from prefect import Task
-from prefect.cache_policies import CachePolicy
-from prefect.serializers import JSONSerializer
 
 from scarce.algorithms import pyast
 from scarce.tasks.store import (
@@ -65,7 +61,11 @@ log = logging.getLogger("scarce.store")
 
 def log_both(level: int, msg: str, *args: Any) -> None:
     """Log once: to Prefect's run logger inside a flow or task run (the console and the
-    Prefect UI), else to this project's logger."""
+    Prefect UI), else to this project's logger.  Prefect not imported yet means no run, and
+    is not imported to ask (a model loaded into Python logs without it)."""
+    if "prefect" not in sys.modules:
+        log.log(level, msg, *args)
+        return
     try:
         from prefect.logging import get_run_logger
 
@@ -271,7 +271,8 @@ class Step:
     paths: tuple[str, ...] = ()
     where: tuple[str, Callable[[Any], Any]] | None = None
     write_behind: bool = False
-    _bound: dict[str, Task] = field(default_factory=dict, repr=False)
+    #: Its Prefect tasks by store root (:func:`tasks.step_tasks.bind`).
+    _bound: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.where is not None:  # found by name in the process it is sent to
@@ -339,7 +340,8 @@ class Step:
         """The refs of this call when the store holds it intact: its cache record exists and
         every entry passes its seal or its read (:func:`damaged_entries`); None otherwise (no
         record, a damaged entry, arguments that do not bind), and the call goes through
-        Prefect, whose cache policy (:class:`StoreCachePolicy`) names and repairs the damage.
+        Prefect, whose cache policy (:class:`~tasks.step_tasks.StoreCachePolicy`) names and
+        repairs the damage.
 
         ``hold(refs)``: a context manager held while the entries are checked (a run's lease,
         so that a gc running meanwhile keeps them).  The one place a hit is decided: the
@@ -362,23 +364,6 @@ class Step:
             except (OSError, ValueError):
                 return None
         return refs
-
-    # -- binding ----------------------------------------------------------
-    def bind(self, store: Store) -> Task:
-        """This step as a Prefect task writing to ``store``."""
-        root = str(store.root)
-        if root not in self._bound:
-            self._bound[root] = Task(
-                fn=_make_runner(self, store),
-                name=self.name,
-                version=f"{self.version}+{self.code_hash[:12]}",
-                cache_policy=StoreCachePolicy(step=self, store=store),
-                result_storage=store.prefect_dir,
-                result_serializer=JSONSerializer(),
-                persist_result=True,
-                task_run_name=self.run_name,
-            )
-        return self._bound[root]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the plain function (no store, no Prefect), as a Kedro node."""
@@ -652,49 +637,3 @@ def damaged_entries(st: Step, store: Store, key: str) -> dict[str, str]:
         except CorruptEntry as exc:
             problems[ref] = str(exc)
     return problems
-
-
-class StoreCachePolicy(CachePolicy):
-    """Key a task by its step key; run it again when its entries are damaged.
-
-    Prefect finds a cache record under the key and reports the task *Cached*.
-    Before answering, the outputs are checked (exist, parse, checksum); when one
-    fails the record is dropped so the task runs again and rewrites them.
-    """
-
-    def __init__(self, step: Step, store: Store) -> None:
-        super().__init__()
-        self.step = step
-        self.store = store
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> StoreCachePolicy:
-        # Prefect copies policies in ``configure``; a Step holds its function and bound
-        # tasks, and is immutable once declared: share it.
-        new = StoreCachePolicy(self.step, self.store)
-        new.key_storage, new.isolation_level, new.lock_manager = (
-            self.key_storage,
-            self.isolation_level,
-            self.lock_manager,
-        )
-        return new
-
-    def compute_key(
-        self,
-        task_ctx: Any,
-        inputs: dict[str, Any],
-        flow_parameters: dict[str, Any],
-        **kwargs: Any,
-    ) -> str | None:
-        key = self.step.key(inputs)
-        record = self.store.prefect_dir / key
-        if record.is_dir() and not record.is_symlink():  # damage Prefect would fail on
-            log_both(logging.WARNING, "cache record %s is a folder; recomputing", record)
-            shutil.rmtree(record, ignore_errors=True)
-        if not record.exists():
-            return key
-        damaged = damaged_entries(self.step, self.store, key)
-        for ref, reason in damaged.items():  # every part, so each damage is named
-            log_both(logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, reason)
-        if damaged:
-            record.unlink(missing_ok=True)
-        return key

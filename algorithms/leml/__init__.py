@@ -6,30 +6,63 @@ label entries), :mod:`~algorithms.leml.objective`, :mod:`~algorithms.leml.w_step
 (batched scoring), :mod:`~algorithms.leml.model` (:class:`LEML`, the method: its step
 methods and ``fit``, the loop over them), :mod:`~algorithms.leml.baselines`,
 :mod:`~algorithms.leml.losses` and :mod:`~algorithms.leml.solvers` (CG and TRON).
+
+The names below are imported from their modules on first use, so that importing one module
+of the package (:mod:`~algorithms.leml.predict`, which a loaded model scores with) does not
+import the estimator and scikit-learn with it.
 """
 
-from scarce.algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
-from scarce.algorithms.leml.data import LEMLData, prepare_data, row_block_bounds, split_rows
-from scarce.algorithms.leml.h_step import (
-    H_SOLVERS,
-    LocalBlocks,
-    update_H,
-    update_H_bound_by_blocks,
-    update_H_by_blocks,
-    update_H_newton_by_blocks,
-)
-from scarce.algorithms.leml.model import LEML
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Imported now: ``objective`` is also the name of its module, which a first import of the
+# module (by the estimator, say) would bind here in the function's place.
 from scarce.algorithms.leml.objective import objective, objective_by_blocks
-from scarce.algorithms.leml.w_step import (
-    PRECONDITIONERS,
-    W_SOLVERS,
-    LocalWOperators,
-    WStepProducts,
-    solve_w_step,
-    update_W,
-    w_gradient,
-    w_loss_value,
-)
+
+if TYPE_CHECKING:  # what each name is: for readers and checkers, and for the step keys' code
+    # digest, which finds a module's dependencies in its import statements
+    from scarce.algorithms.leml.baselines import BinaryRelevance, ClosedFormLowRank
+    from scarce.algorithms.leml.data import (
+        LEMLData,
+        prepare_data,
+        row_block_bounds,
+        split_rows,
+    )
+    from scarce.algorithms.leml.h_step import (
+        H_SOLVERS,
+        LocalBlocks,
+        update_H,
+        update_H_bound_by_blocks,
+        update_H_by_blocks,
+        update_H_newton_by_blocks,
+    )
+    from scarce.algorithms.leml.model import LEML
+    from scarce.algorithms.leml.w_step import (
+        PRECONDITIONERS,
+        W_SOLVERS,
+        LocalWOperators,
+        WStepProducts,
+        solve_w_step,
+        update_W,
+        w_gradient,
+        w_loss_value,
+    )
+
+#: The module of each public name (the imports above, as lazy_loader's ``submod_attrs``;
+#: that library would need this map and those imports all the same, so it is not used).
+SUBMODULE_NAMES = {
+    "baselines": ("BinaryRelevance", "ClosedFormLowRank"),
+    "data": ("LEMLData", "prepare_data", "row_block_bounds", "split_rows"),
+    "h_step": ("H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
+               "update_H_by_blocks", "update_H_newton_by_blocks"),
+    "model": ("LEML",),
+    "objective": ("objective", "objective_by_blocks"),
+    "w_step": ("PRECONDITIONERS", "W_SOLVERS", "LocalWOperators", "WStepProducts",
+               "solve_w_step", "update_W", "w_gradient", "w_loss_value"),
+}
+_MODULE_OF = {name: module for module, names in SUBMODULE_NAMES.items() for name in names}
 
 __all__ = [
     "LEML",
@@ -56,3 +89,16 @@ __all__ = [
     "w_gradient",
     "w_loss_value",
 ]
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_array
 
 from scarce.algorithms.memory import check_allocation
 
@@ -392,6 +391,9 @@ def validation_rows(n: int, fraction: float, seed: int,
 
 def check_X(X, dtype) -> sp.csr_matrix | np.ndarray:
     """``X`` as CSR (or a C-ordered array) of ``dtype``, validated by scikit-learn."""
+    # imported here: the module's light readers (row blocks, held-out rows) need no sklearn
+    from sklearn.utils import check_array
+
     X = check_array(X, accept_sparse="csr", dtype=dtype, order="C")
     if sp.issparse(X):
         X = sp.csr_matrix(X)

@@ -14,9 +14,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.data import check_X
-from scarce.algorithms.memory import rows_per_batch
+from scarce.algorithms.memory import check_allocation, rows_per_batch
 
-__all__ = ["BATCH_SIZE", "PREDICTION_COLUMNS", "check_new_X", "embed",
+__all__ = ["BATCH_SIZE", "PREDICTION_COLUMNS", "FactorModel", "check_new_X", "embed", "embed_rows",
            "predict_top_k_in_batches", "predictions_table", "threshold_in_batches",
            "top_k_from_scores"]
 
@@ -37,7 +37,16 @@ def check_new_X(X, dtype, n_features: int, fitted: str):
 def embed(X, W, fit_intercept: bool) -> np.ndarray:
     """``A = X W + w_0`` (n x k): ``X`` embedded by stored factors ``W`` of shape
     ``(d + fit_intercept, k)``, the intercept weights ``w_0`` last; ``X`` in ``W``'s dtype."""
-    X = check_X(X, W.dtype)
+    return embed_rows(check_X(X, W.dtype), W, fit_intercept)
+
+
+def embed_rows(X, W, fit_intercept: bool) -> np.ndarray:
+    """:func:`embed` of rows already checked: CSR or a 2-D array, in ``W``'s dtype (a
+    ValueError otherwise; scikit-learn's input checks are :func:`embed`'s)."""
+    if not (sp.issparse(X) and X.format == "csr" or isinstance(X, np.ndarray) and X.ndim == 2):
+        raise ValueError(f"X must be a CSR matrix or a 2-D array, got {type(X).__name__}")
+    if X.dtype != W.dtype:
+        raise ValueError(f"X is {X.dtype} but W is {W.dtype}")
     d = W.shape[0] - int(fit_intercept)
     if X.shape[1] != d:
         raise ValueError(f"X has {X.shape[1]} features but W has {W.shape[0]} rows "
@@ -138,6 +147,59 @@ def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,
     return sp.vstack(parts, format="csr", dtype=np.int8)
 
 
+class FactorModel:
+    """A fitted LEML's predictions from its factors alone: ``x^T W H^T``, in row batches.
+
+    The products and the top-``k`` selection of :class:`~algorithms.leml.LEML`'s
+    ``predict_top_k`` and ``decision_function``, in the same order (so the same
+    numbers, bit for bit), for rows already in ``W``'s dtype: without the estimator and the
+    scikit-learn input checks, whose import costs more than a model loaded into Python takes
+    to read its files and score a hundred rows.
+
+    Parameters
+    ----------
+    W : ndarray of shape (n_features + fit_intercept, k)
+    H : ndarray of shape (n_labels, k)
+    fit_intercept : bool
+        The last row of ``W`` is the intercept's.
+    """
+
+    def __init__(self, W: np.ndarray, H: np.ndarray, fit_intercept: bool) -> None:
+        W = np.asarray(W)  # as LEML.set_factors takes them
+        H = np.asarray(H, dtype=W.dtype)
+        if W.ndim != 2 or H.ndim != 2 or W.shape[1] != H.shape[1]:
+            raise ValueError(f"W has shape {W.shape} and H {H.shape}; expected (d', k) and "
+                             "(L, k) with the same k")
+        self.W, self.H = W, H
+        self.fit_intercept = bool(fit_intercept)
+
+    @property
+    def n_features_in_(self) -> int:
+        return self.W.shape[0] - int(self.fit_intercept)
+
+    @property
+    def n_labels_(self) -> int:
+        return self.H.shape[0]
+
+    def decision_function(self, X) -> np.ndarray:
+        """Decision values ``X W H^T`` (n x L, dense)."""
+        A = embed_rows(X, self.W, self.fit_intercept)
+        check_allocation((A.shape[0], self.H.shape[0]), A.dtype,
+                         what="LEML decision_function (n x L)",
+                         advice="score row batches with predict_top_k or predict (batch_size), "
+                         "or pass fewer rows at a time")
+        return A @ self.H.T
+
+    def predict_top_k(self, X, k: int = 5, batch_size: int = BATCH_SIZE, *,
+                      return_scores: bool = False):
+        """The ``k`` labels of highest decision value per row, best first (and their
+        decision values with ``return_scores``), as ``LEML.predict_top_k`` gives them."""
+        A = embed_rows(X, self.W, self.fit_intercept)
+        return predict_top_k_in_batches(lambda s, e: A[s:e] @ self.H.T, A.shape[0], k,
+                                        batch_size, return_scores=return_scores,
+                                        n_labels=self.H.shape[0])
+
+
 #: The columns of a predictions table (:func:`predictions_table`).
 PREDICTION_COLUMNS = ["row", "rank", "label", "score"]
 
@@ -147,8 +209,8 @@ def predictions_table(model, X, top_k: int, batch_size: int) -> pd.DataFrame:
 
     Parameters
     ----------
-    model : LEML
-        Fitted (:meth:`~algorithms.leml.LEML.set_factors`).
+    model : LEML or FactorModel
+        Fitted (:meth:`~algorithms.leml.LEML.set_factors`), or its factors.
     X : sparse matrix of shape (n, n_features)
     top_k : int
         Labels per row (at most the model's label count).

@@ -9,7 +9,8 @@ import pytest
 
 from scarce.bench import leml as bench
 from scarce.bench.leml_cluster import write_parts
-from scarce.tasks.leml import input_parts, parquet_pair
+from scarce.tasks.leml import input_parts
+from scarce.tasks.leml_files import parquet_pair
 from scarce.tasks.store import read_parquet_entry
 from tests.bench.tables import leml_table
 

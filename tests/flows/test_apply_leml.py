@@ -19,7 +19,8 @@ import scipy.sparse as sp
 
 from scarce.flows.cli import main
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml import data_line, in_feature_space, load
+from scarce.tasks.leml import load
+from scarce.tasks.leml_files import data_line, in_feature_space
 from scarce.tasks.readers.arff import read_arff
 from scarce.tasks.readers.xmc import read_xmc
 from tests.flows.helpers import run_in, runs

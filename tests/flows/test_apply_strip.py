@@ -346,7 +346,7 @@ def test_the_model_records_every_setting_of_the_preprocess_step():
     """apply-strip calls the training step with what model.json records: all its parameters."""
     import inspect
 
-    from scarce.flows.apply_strip import _Preprocess
+    from scarce.flows.model_strip import _Preprocess
     from scarce.flows.strip import StripConfig, preprocess_options
 
     wanted = set(inspect.signature(tasks_strip.preprocess.fn).parameters) - {"path"}

@@ -1,6 +1,7 @@
 """What ``scarce.load_model`` gives for a run of every flow that has a model in Python
-(``flows.models.LOADERS``): its estimator is the run's, and its methods refuse bad rows in
-one line naming the argument and the row.
+(``flows.models.LOADERS``): its estimator is the run's, its methods refuse bad rows in
+one line naming the argument and the row, and in a fresh process it loads and predicts
+without Prefect or the flows (``tests/flows/test_lean_load.py`` says what is forbidden).
 
 One small training run per flow (LEML on 300 Bibtex rows with settings away from the
 defaults, relation discovery on 60 SemEval pairs, StRip on two GUM documents) in one
@@ -10,7 +11,9 @@ section and seed, RelationsConfig's estimator, StRip's variant, loss ratio and l
 settings), and a ``sklearn.base.clone`` of it, fitted on the run's training data, must
 learn what the run learned.  Then every public method of each loaded model whose first
 argument is rows (``X``, ``pairs``, ``documents``) is given no rows, None, a wrong type and
-a list with one bad item.
+a list with one bad item.  In a new interpreter, each model's predictions equal those of
+this one, which has imported everything (for LEML: those of its estimator, on the rows the
+``leml-load`` step reads).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from scarce.algorithms.leml import LEML
 from scarce.algorithms.relations.context_features import ContextFeatures
 from scarce.algorithms.strip.ripper import StRip
 from scarce.flows.leml import LemlConfig
-from scarce.flows.models import LOADERS
+from scarce.flows.models import LOADERS, model_class
 from scarce.flows.relations import RelationsConfig
 from scarce.flows.strip import StripConfig
 from scarce.tasks import strip
@@ -39,6 +42,12 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.readers.xmc import read_xmc
 from tests.flows.helpers import first_run, manifest, run_in, strip_project
+from tests.flows.test_lean_load import (
+    FORBIDDEN,
+    FORBIDDEN_LEML_ROWS,
+    forbidden_in,
+    loaded_in_a_fresh_process,
+)
 from tests.flows.test_leml_flow import BIBTEX, _head
 from tests.flows.test_model_relations import CONFIG as RELATIONS
 from tests.flows.test_model_relations import SEMEVAL, _pairs
@@ -170,7 +179,7 @@ def _row_methods(cls) -> list[str]:
     return out
 
 
-METHODS = [(f, m) for f in FLOWS for m in _row_methods(LOADERS[f])]
+METHODS = [(f, m) for f in FLOWS for m in _row_methods(model_class(f))]
 
 
 def test_the_row_methods_found_are_those_documented():
@@ -264,3 +273,87 @@ def test_a_bad_k_is_named(project, k, name):
     model = scarce.load_model(first_run(project, "leml"))
     with pytest.raises(InputError, match=f"^{name} must be a positive integer"):
         model.predict_top_k([[0.0] * 1836], k)
+
+
+# -- a fresh process -----------------------------------------------------------------------
+def _estimator_predictions(model, path: Path) -> pd.DataFrame:
+    """LEML's predictions of a file by the run's estimator, on the rows the ``leml-load``
+    step reads: the path through the flows' own steps and the estimator's predict_top_k."""
+    from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
+    from scarce.tasks.leml import load
+    from scarce.tasks.leml_files import in_feature_space, named_predictions
+
+    m = model.meta_
+    read = load.fn(path=path, format="xmc", dtype=m["dtype"], n_labels=None,
+                   normalize=m["normalize"])
+    rows = in_feature_space(read["X"], model.estimator_.n_features_in_, path, "xmc")
+    return named_predictions(predictions_table(model.estimator_, rows, 5, BATCH_SIZE),
+                             model.labels_)
+
+
+@pytest.mark.parametrize("flow", FLOWS)
+def test_a_fresh_process_loads_and_predicts_without_prefect_or_the_flows(project, flow,
+                                                                          tmp_path):
+    run = project / "data" / "runs" / first_run(project, flow)
+    model = scarce.load_model(run)
+    out = {}
+    if flow == "leml":
+        X, _ = read_xmc(project / "test.txt", dtype=np.float32)  # raw rows, as a matrix
+        sp.save_npz(tmp_path / "X.npz", sp.csr_matrix(X))
+        body = f"""
+            import scipy.sparse as sp
+            model = scarce.load_model({str(run)!r})
+            model.predict_top_k({str(project / "test.txt")!r}, 5).to_parquet(
+                {str(tmp_path / "file.parquet")!r})
+            model.predict_top_k(sp.load_npz({str(tmp_path / "X.npz")!r}), 5).to_parquet(
+                {str(tmp_path / "matrix.parquet")!r})
+            """
+        want = _estimator_predictions(model, project / "test.txt")
+        pd.testing.assert_frame_equal(model.predict_top_k(project / "test.txt", 5), want,
+                                      check_exact=True)
+        out = {"file": want, "matrix": want}
+    elif flow == "relations":
+        body = f"""
+            model = scarce.load_model({str(run)!r})
+            model.assign({str(project / "new-pairs.txt")!r}).to_parquet(
+                {str(tmp_path / "assign.parquet")!r})
+            """
+        out = {"assign": model.assign(project / "new-pairs.txt")}
+    else:
+        doc = GUM / f"{TEST_DOC}.conllu.gz"
+        body = f"""
+            model = scarce.load_model({str(run)!r})
+            model.predict({str(doc)!r}, output={str(tmp_path / "chains.conllu")!r}).to_parquet(
+                {str(tmp_path / "predict.parquet")!r})
+            """
+        out = {"predict": model.predict(doc)}
+    modules = loaded_in_a_fresh_process(body, project)
+    assert forbidden_in(modules, FORBIDDEN_LEML_ROWS if flow == "leml" else FORBIDDEN) == []
+    assert f"scarce.flows.model_{flow}" in modules  # (the check saw the load)
+    for name, want in out.items():  # both through Parquet, which the child wrote
+        want.to_parquet(tmp_path / f"{name}-here.parquet")
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"),
+                                      pd.read_parquet(tmp_path / f"{name}-here.parquet"),
+                                      check_exact=True)
+
+
+def test_bench_load_times_the_runs_model_in_fresh_processes_beside_its_peers(project, capsys):
+    import argparse
+
+    from scarce.bench import load as bench_load
+
+    run = first_run(project, "leml")
+    table = bench_load.run(argparse.Namespace(run=run, rows=20, repeats=1))
+    assert table["command"].tolist() == [
+        "python", "numpy + scipy.sparse", "bare factors", "load_model + predict_top_k",
+        "import sklearn.base", "import prefect"]
+    by = table.set_index("command")
+    assert by.loc["numpy + scipy.sparse", ["ratio_to_peer", "cpu_ratio_to_peer"]].tolist() == [
+        1.0, 1.0]
+    # what each child had imported when it ended: the model's path none of the heavy packages
+    assert by["heavy_imports"].tolist() == ["none", "none", "none", "none", "sklearn",
+                                            "prefect"]
+    assert (table["min_seconds"] <= table["median_seconds"]).all()
+    assert (table[["median_seconds", "median_cpu_seconds"]] > 0).all(axis=None)
+    assert "RUN" in by.loc["load_model + predict_top_k", "code"]  # paths left out of the table
+    assert f"`scarce bench load --rows 20 --repeats 1 --run {run}`" in capsys.readouterr().out

@@ -6,21 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scarce.algorithms.leml import LEML
 from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.tasks.errors import InputError
-from scarce.tasks.leml import (
-    check_inputs,
-    check_parts,
+from scarce.tasks.leml import check_inputs, check_parts, declared_shape, load, observe, split
+from scarce.tasks.leml_files import (
     check_training_rows,
-    declared_shape,
     label_file,
-    load,
     normalize_rows,
-    observe,
     parquet_pair,
-    split,
+    unit_rows,
 )
 from scarce.tasks.store import atomic_write_parquet, encode
 
@@ -210,6 +208,28 @@ def test_l2_rows_of_large_float32_values_keep_their_norm():
     from sklearn.preprocessing import normalize
 
     assert (normalize_rows(small) != normalize(small).astype(np.float32)).nnz == 0  # same bits
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 40), st.integers(1, 400),
+       st.floats(0.0, 1.0), st.floats(-20, 12), st.sampled_from([np.float32, np.float64]))
+def test_unit_rows_are_scikit_learns_l2_normalisation_to_the_last_bit(seed, n, d, density,
+                                                                     exponent, dtype):
+    """Rows of any length and scale (squares that underflow to zero included: such a row is
+    left as it is), in float32 and float64: the data, the indices and their types."""
+    from sklearn.preprocessing import normalize
+
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=seed, dtype=dtype)
+    X.data = (X.data * 10.0 ** rng.uniform(exponent - 8, exponent, X.nnz)
+              * rng.choice([-1.0, 1.0], X.nnz)).astype(dtype)
+    before = X.data.copy()
+    got, want = unit_rows(X), normalize(X, norm="l2")
+    assert got.dtype == want.dtype and got.indices.dtype == want.indices.dtype
+    assert got.data.tobytes() == want.data.tobytes()
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    assert X.data.tobytes() == before.tobytes()  # X itself is left as it was
 
 
 @pytest.mark.parametrize("fmt, text", [

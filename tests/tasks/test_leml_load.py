@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from scarce.tasks.leml import label_file, load, parquet_pair
+from scarce.tasks.leml import load
+from scarce.tasks.leml_files import label_file, parquet_pair
 from scarce.tasks.store import atomic_write_parquet, encode
 
 

@@ -163,7 +163,7 @@ FEATURE_TABLE = {**TEXT_TABLE, "features_column": "features"}
 
 def _load_call(fmt: str, **extra):
     def call(path: Path, tmp: Path):
-        from scarce.tasks.leml import label_file
+        from scarce.tasks.leml_files import label_file
 
         kwargs = dict(path=path, format=fmt, dtype="float32", n_labels=2 if fmt == "arff" else None,
                       normalize="none", labels_file=label_file(path, fmt)

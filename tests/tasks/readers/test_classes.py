@@ -22,14 +22,14 @@ READ_CALLS = re.compile(r"(?<![\w.])(read_text|read_bytes|read_lines|iter_lines|
                         r"read_delimited)\(|\bpd\.read_(csv|json)\(")
 # Modules outside the readers package whose functions read input files.
 OTHER_MODULES = ("scarce.tasks.leml_table", "scarce.tasks.strip", "scarce.tasks.leml",
-                 "scarce.tasks.relations")
+                 "scarce.tasks.leml_files", "scarce.tasks.relations")
 # Functions that call a reading helper but are not readers of their own.
 HELPERS = {
     "scarce.tasks.readers.xmc._numbers": "parses text read_xmc has read",
     "scarce.tasks.readers.semeval._numbered_lines": "read_semeval's lines",
     "scarce.tasks.readers.table._read_jsonl": "read_table's JSON Lines",
     "scarce.tasks.readers.conllu.write_chains": "rewrites a file read_conllu has read",
-    "scarce.tasks.leml.data_line": "the line of a row of a file a reader has read",
+    "scarce.tasks.leml_files.data_line": "the line of a row of a file a reader has read",
 }
 
 
