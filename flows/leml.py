@@ -725,6 +725,7 @@ def _tune(ctx: RunContext, config: LemlConfig, model: LEML, data: dict,
     model.set_params(**chosen, outer_iterations=iterations, early_stopping=False)
     ctx.artifacts.table("tuning", result["table"],
                          f"Each setting's {t.metric} on {held:,} held-out training rows")
+    ctx.record.name_output("tuning.parquet", result["table"])
     ctx.record.decide(
         "tuned", {**chosen, "outer_iterations": iterations},
         f"the best {t.metric} of {len(grid)} settings on {held:,} held-out training rows "

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from scarce.algorithms.leml import LEML
@@ -104,6 +105,9 @@ def test_the_tuned_choice_equals_a_recomputation_and_the_model_is_trained_on_eve
     (rank, lam), best_t, _ = max(found, key=lambda f: f[2])  # the first of equal scores
     assert decision["value"] == {"rank": rank, "lam": lam, "outer_iterations": best_t}
     table = _entry(here, m, "leml-tune", "-table")
+    # the validation table is an output a person opens by name
+    pd.testing.assert_frame_equal(pd.read_parquet(
+        here / "data" / "runs" / m["run_id"] / "outputs" / "tuning.parquet"), table)
     np.testing.assert_allclose(table["score"], [f[2] for f in found], rtol=0, atol=1e-12)
     assert table["best_iteration"].tolist() == [f[1] for f in found]
     # trained on every row with the chosen values, for that many iterations
