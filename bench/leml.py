@@ -170,6 +170,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cg-preconditioner", choices=PRECONDITIONERS, default=None,
                         help="LEML squared loss: plain or preconditioned CG in the W-step "
                         "(LEML cg_preconditioner; default LEML's)")
+    parser.add_argument("--early-stopping", action="store_const", const=True, default=None,
+                        help="LEML in the speed and peers sections: the number of outer "
+                        "iterations chosen on held-out training rows, then every row trained "
+                        "for it (LEML early_stopping; its cost is in the training time), as "
+                        "the bundled config does; --outer-iterations is then the most")
+    parser.add_argument("--n-iter-no-change", type=key("model.n_iter_no_change"), default=None,
+                        help="with --early-stopping: iterations without a held-out gain that "
+                        "end it (LEML n_iter_no_change; default LEML's)")
+    parser.add_argument("--split", choices=["xmlrepo", "mulan"], default="xmlrepo",
+                        help="the public train / test split read: <name>_<split>_{train,test}"
+                        ".txt.gz (the Extreme Classification Repository's or Mulan's)")
     parser.add_argument("--newton-iter", type=key("model.newton_max_iter"), default=None,
                         help="LEML Newton (TRON) steps per half-step, non-squared losses")
     parser.add_argument("--repeats", type=POSITIVE, default=3,
@@ -210,9 +221,9 @@ def _say(*parts) -> None:
 
 
 # --------------------------------------------------------------------------- data
-def _load(data_dir: Path, name: str):
+def _load(data_dir: Path, name: str, split: str = "xmlrepo"):
     folder = data_dir / "xmc" / name
-    paths = [folder / f"{name}_xmlrepo_{part}.txt.gz" for part in ("train", "test")]
+    paths = [folder / f"{name}_{split}_{part}.txt.gz" for part in ("train", "test")]
     if not all(p.exists() for p in paths):
         return None
     (Xtr, Ytr), (Xte, Yte) = (read_xmc(p) for p in paths)
@@ -269,7 +280,8 @@ def _mean_sq_norm(X) -> float:
 # LEML's solver options on the command line: parameter -> argparse dest (None: not given).
 SOLVER_OPTIONS = {"newton_max_iter": "newton_iter", "h_solver": "h_solver",
                   "w_solver": "w_solver", "squared_init_iter": "squared_init",
-                  "cg_max_iter": "cg_max_iter", "cg_preconditioner": "cg_preconditioner"}
+                  "cg_max_iter": "cg_max_iter", "cg_preconditioner": "cg_preconditioner",
+                  "early_stopping": "early_stopping", "n_iter_no_change": "n_iter_no_change"}
 
 
 def _solver_options(args) -> dict:
@@ -299,7 +311,7 @@ def leml_setting(name: str, args, grid: dict, chosen: dict) -> tuple[dict, str]:
     params = {**_solver_options(args), "rank": int(rank), "lam": float(lam),
               "outer_iterations": int(T), "loss": args.speed_loss, "random_state": args.seed}
     setting = f"k={rank} lam={lam:.3g} T={T}"
-    for name in ("cg_max_iter", "cg_preconditioner"):
+    for name in ("cg_max_iter", "cg_preconditioner", "early_stopping", "n_iter_no_change"):
         if name in params:
             setting += f" {name}={params[name]}"
     if args.speed_loss != "squared":
@@ -616,7 +628,7 @@ def _w_step_dask(args, rows, scale):
     k, lam, cg = 50, 1.0, 10
     model = LEML(rank=k, lam=lam, cg_max_iter=cg, cg_tol=1e-3, random_state=args.seed)
     problems = []
-    loaded = _load(Path(args.data), "bibtex")
+    loaded = _load(Path(args.data), "bibtex", args.split)
     if loaded is None:
         _say("w-step: no bibtex under --data: Bibtex rows skipped")
     else:
@@ -716,9 +728,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     chosen: dict = {}
     with threadpool_limits(1):
         for name in args.datasets:
-            loaded = _load(Path(args.data), name)
+            loaded = _load(Path(args.data), name, args.split)
             if loaded is None:
-                _say(f"{name}: no xmc/{name}/{name}_xmlrepo_*.txt.gz under {args.data}: "
+                _say(f"{name}: no xmc/{name}/{name}_{args.split}_*.txt.gz under {args.data}: "
                      "skipped (pass --data with the full sets)")
                 continue
             Xtr, Ytr, Xte, Yte = loaded

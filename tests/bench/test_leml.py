@@ -67,3 +67,23 @@ def test_the_cg_options_reach_leml_and_its_setting_only_when_given():
     assert described == "k=50 lam=1 T=4 cg_max_iter=3 cg_preconditioner=diagonal"
     model = bench.LEML(**params)  # what a child process builds from the plain values
     assert (model.cg_max_iter, model.cg_preconditioner) == (3, "diagonal")
+
+
+def test_early_stopping_reaches_leml_and_each_split_reads_its_own_files():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    grid = {"scale": 1.0, "outer_iterations": 40}
+    args = parser.parse_args(["--early-stopping", "--n-iter-no-change", "3"])
+    params, described = bench.leml_setting("bibtex", args, grid, {})
+    assert params["early_stopping"] is True and params["n_iter_no_change"] == 3
+    assert described.endswith("early_stopping=True n_iter_no_change=3")
+    model = bench.LEML(**params)
+    assert (model.early_stopping, model.n_iter_no_change, model.outer_iterations) == (True, 3, 40)
+    data = BIBTEX.parents[1]
+    for split in ("xmlrepo", "mulan"):
+        Xtr, Ytr, Xte, Yte = bench._load(data, "bibtex", split)
+        want = [bench.read_xmc(BIBTEX / f"bibtex_{split}_{part}.txt.gz") for part in
+                ("train", "test")]
+        assert (Xtr != want[0][0]).nnz == 0 and (Yte != want[1][1]).nnz == 0
+    # the two splits hold different rows (of the same sizes)
+    assert bench._load(data, "bibtex", "mulan")[0].nnz != bench._load(data, "bibtex")[0].nnz
