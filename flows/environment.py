@@ -7,6 +7,10 @@
 ``SCARCE_RUNS``         the runs folder (default ``data/runs`` of the project)
 ``SCARCE_MEMORY_LIMIT_GB``  a ceiling for the memory guards, in GiB
                         (:func:`algorithms.memory.memory_cap`)
+``SCARCE_SERVER``       ``shared`` (default) or ``temporary``: the Prefect server of a command
+                        without ``PREFECT_API_URL`` (:mod:`flows.shared_server`)
+``SCARCE_SERVER_IDLE_MINUTES``  minutes without a command after which the shared background
+                        server stops (default 30)
 ======================  =================================================================
 
 A variable that is set must hold a value: an empty one is refused (unset it to get the
@@ -29,9 +33,11 @@ import os
 from pathlib import Path
 
 from scarce.algorithms.memory import ENV_LIMIT as MEMORY_LIMIT
+from scarce.flows import shared_server
 from scarce.tasks.errors import InputError, excerpt
 
 ROOT, STORE, RUNS = "SCARCE_ROOT", "SCARCE_STORE", "SCARCE_RUNS"
+SERVER, SERVER_IDLE = shared_server.MODE, shared_server.IDLE
 
 #: Every environment variable of scarce's own: what it sets, and its default.
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -39,6 +45,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     STORE: ("the result store, a folder or a file:// URL", "the project's data/cache"),
     RUNS: ("the runs folder", "the project's data/runs"),
     MEMORY_LIMIT: ("a ceiling for the memory guards, in GiB", "none"),
+    SERVER: ("the Prefect server of a command without PREFECT_API_URL: shared or temporary",
+             "shared"),
+    SERVER_IDLE: ("minutes without a command after which the shared server stops",
+                  f"{shared_server.DEFAULT_IDLE_MINUTES:g}"),
 }
 #: The longest path an error shows whole (a longer one is cut, so that the error is one line).
 SHOWN_PATH = 200
@@ -139,7 +149,8 @@ def memory_limit() -> None:
 
 
 #: The check of each variable (every name of :data:`VARIABLES`).
-CHECKS = {ROOT: root, STORE: store, RUNS: runs, MEMORY_LIMIT: memory_limit}
+CHECKS = {ROOT: root, STORE: store, RUNS: runs, MEMORY_LIMIT: memory_limit,
+          SERVER: shared_server.mode, SERVER_IDLE: shared_server.idle_minutes}
 
 
 def check_environment() -> None:

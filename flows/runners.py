@@ -1,5 +1,6 @@
 """Where a command's flows run: their task runner (the thread pool by default, or Dask) and
-their Prefect API (the command's own temporary server unless ``PREFECT_API_URL`` names one).
+their Prefect API (:func:`prefect_api`: ``PREFECT_API_URL``, else the shared local server, or
+with ``SCARCE_SERVER=temporary`` the command's own).
 
 ``scarce run --runner dask`` runs a flow's tasks on a local ``dask.distributed`` cluster (two
 single-threaded worker processes), ``--dask-address`` on an existing one; deployments take the
@@ -254,19 +255,45 @@ def _file_size_limit() -> str:
 
 @contextmanager
 def prefect_api() -> Iterator[str | None]:
-    """The Prefect API of one command: ``PREFECT_API_URL`` when it is set; else one temporary
-    server for the whole command (every flow of ``scarce run all`` reports to it), stopped when
-    the command ends (an interruption included) and, on Linux, killed by the kernel if the
-    command is killed (a SIGTERM or an abort used to leave a 220 MB server listening, its
-    parent gone).  The one place where a command's server is chosen, started and stopped."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    """The Prefect API of one command, the one place where it is chosen:
+
+    * ``PREFECT_API_URL`` when it is set;
+    * else the shared local server of the Prefect home (:mod:`flows.shared_server`): the one
+      ``scarce ui`` runs, or the one a command started in the background, which outlives the
+      command and stops when idle; started here when there is none, and leased while the
+      command uses it (an interruption ends the command, not the server);
+    * with ``SCARCE_SERVER=temporary``, one temporary server for the whole command (every flow
+      of ``scarce run all`` reports to it), stopped when the command ends (an interruption
+      included) and, on Linux, killed by the kernel if the command is killed (a SIGTERM or an
+      abort used to leave a 220 MB server listening, its parent gone).
+
+    What this process's Prefect services still hold is sent before the server is let go."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_HOME,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
+    )
+
+    from scarce.flows import shared_server
 
     if PREFECT_API_URL.value():
         yield PREFECT_API_URL.value()
         return
     # Prefect creates PREFECT_HOME but not its parents; the server's SQLite database then
     # cannot be opened and the command only reports a start-up timeout.
-    Path(PREFECT_HOME.value()).expanduser().mkdir(parents=True, exist_ok=True)
+    home = Path(PREFECT_HOME.value()).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    if shared_server.mode() == "shared":
+        timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+        with shared_server.shared(home, _server_environment(home), timeout,
+                                  log=log.info) as url:
+            try:
+                with temporary_settings({PREFECT_API_URL: url}):
+                    yield url
+            finally:
+                _drain_prefect_services(timeout=30)
+        return
     server = start_server()
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
@@ -276,6 +303,18 @@ def prefect_api() -> Iterator[str | None]:
             _drain_prefect_services(timeout=30)
         finally:
             server.stop()
+
+
+def _server_environment(home: Path) -> dict[str, str]:
+    """The environment of a shared server started by this process: this one's, with its
+    Prefect settings (a profile's included) as variables, as Prefect passes them to its own
+    temporary server, and no API URL."""
+    from prefect.settings import get_current_settings
+
+    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
+           "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    return env
 
 
 def start_server() -> Any:
