@@ -21,15 +21,14 @@ import functools
 import hashlib
 import logging
 import os
-import re
-import resource
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from scarce.flows.server_process import file_size_limit, last_error, launch_server
 from scarce.tasks.errors import InputError
 
 log = logging.getLogger("scarce.run")
@@ -54,30 +53,6 @@ def pin_threads(env: dict[str, str] | os._Environ | None = None) -> None:
         env.setdefault(var, "1")
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
-
-# Run inside a server process we start, before it becomes the server: ask the kernel to send it
-# SIGTERM when its parent (this command) dies, however it dies (SIGKILL, an abort), and give
-# up at once if the parent is already gone.  PR_SET_PDEATHSIG (1) survives the exec.
-_DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys\n"
-    "parent = int(sys.argv[1])\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
-    "if os.getppid() != parent:\n"
-    "    sys.exit(0)\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
-)
-
-
-def launch_server(args: list[str], **kwargs: Any) -> subprocess.Popen:
-    """Start a Prefect server process (``args``: a Python command line) that outlives no
-    command: in a session of its own, so that Ctrl-C (SIGINT to the terminal's foreground
-    process group) reaches only the command, which then stops the server after reporting to
-    it (killed first, the server left the flow retrying a dead API); and, on Linux, killed by
-    the kernel when the command dies however it dies."""
-    if sys.platform.startswith("linux") and args[:1] == [sys.executable]:
-        args = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args[1:]]
-    return subprocess.Popen(args, start_new_session=True, **kwargs)
 
 
 class ServerStartError(InputError):
@@ -206,7 +181,7 @@ def _server_class() -> type:
                             continue
                         raise ServerStartError(
                             f"the temporary Prefect server exited while starting (code "
-                            f"{code}): {_last_error(lines)}{_file_size_limit()}; its database "
+                            f"{code}): {last_error(lines)}{file_size_limit()}; its database "
                             "is under PREFECT_HOME (or set PREFECT_API_URL to use a running "
                             "server)", path=PREFECT_HOME.value())
                     try:
@@ -217,7 +192,7 @@ def _server_class() -> type:
                     if time.monotonic() > deadline:
                         raise ServerStartError(
                             f"the temporary Prefect server did not answer within {timeout:g} "
-                            f"s: {_last_error(self._output.lines)} (the limit is "
+                            f"s: {last_error(self._output.lines)} (the limit is "
                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)",
                             path=PREFECT_HOME.value())
                     time.sleep(0.1)
@@ -231,26 +206,6 @@ def _write_stderr(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # stderr closed: the output is lost, the server runs on
         pass
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*")
-
-
-def _last_error(lines: Iterable[str]) -> str:
-    """The last line of a traceback among ``lines`` (``sqlite3.OperationalError: disk I/O
-    error``), else the last line printed; "no output" when there is none."""
-    text = [line.strip() for line in lines if line.strip()]
-    errors = [line for line in text if _EXCEPTION_LINE.match(line)]
-    return (errors or text or ["no output"])[-1]
-
-
-def _file_size_limit() -> str:
-    """`` (the file size limit, ulimit -f, is N KiB)`` when the process has one, else
-    empty."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if soft == resource.RLIM_INFINITY or soft < 0:
-        return ""
-    return f" (the file size limit, ulimit -f, is {soft // 1024} KiB)"
 
 
 @contextmanager

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import secrets
 import signal
@@ -48,65 +47,30 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from scarce.flows.server_process import file_size_limit, last_error, launch_server
 from scarce.tasks.errors import InputError
 
 #: The folder of the shared server's files, under ``PREFECT_HOME``.
 FOLDER = "scarce-server"
-#: The variable that chooses the server of a command without ``PREFECT_API_URL``, its values
-#: and its default.
-MODE = "SCARCE_SERVER"
-MODES = ("shared", "temporary")
-#: The variable that sets the idle time after which the background server stops, and its
-#: default: long enough to cover the pauses of a working session, short enough that a
-#: server (about 200 MB) is not kept for a day.
-IDLE = "SCARCE_SERVER_IDLE_MINUTES"
-DEFAULT_IDLE_MINUTES = 30.0
 #: The longest pause between two looks of the supervisor at its leases and its server.
 POLL_SECONDS = 5.0
 #: Seconds a server has to stop after SIGTERM before it is killed.
 STOP_GRACE = 10.0
 
 
-# -- the settings --------------------------------------------------------------------------
+# -- the settings ----------------------------------------------------------------------------
 def mode() -> str:
-    """``SCARCE_SERVER``: ``shared`` (the default) or ``temporary``.
+    """``SCARCE_SERVER``: ``shared`` or ``temporary`` (:func:`flows.environment.server`)."""
+    from scarce.flows.environment import server
 
-    Raises
-    ------
-    InputError
-        Naming the variable, for any other value.
-    """
-    from scarce.flows.environment import value
-
-    text = value(MODE)
-    if text is None:
-        return MODES[0]
-    if text.strip() not in MODES:
-        raise InputError(f"{text!r} is not one of {', '.join(MODES)}", key=MODE)
-    return text.strip()
+    return server()
 
 
 def idle_minutes() -> float:
-    """``SCARCE_SERVER_IDLE_MINUTES``: a positive, finite number (default
-    :data:`DEFAULT_IDLE_MINUTES`).
+    """``SCARCE_SERVER_IDLE_MINUTES`` (:func:`flows.environment.server_idle_minutes`)."""
+    from scarce.flows.environment import server_idle_minutes
 
-    Raises
-    ------
-    InputError
-        Naming the variable, for anything else.
-    """
-    from scarce.flows.environment import value
-
-    text = value(IDLE)
-    if text is None:
-        return DEFAULT_IDLE_MINUTES
-    try:
-        minutes = float(text)
-    except ValueError:
-        minutes = math.nan
-    if not (math.isfinite(minutes) and minutes > 0):
-        raise InputError(f"{text!r} is not a positive number of minutes", key=IDLE)
-    return minutes
+    return server_idle_minutes()
 
 
 # -- the record ----------------------------------------------------------------------------
@@ -195,7 +159,7 @@ class Place:
         process holds it).  Released when the block ends, or by the kernel when the process
         dies."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o666)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -280,7 +244,7 @@ class Lease:
         place.leases.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(4)
         tmp = place.leases / f".new-{os.getpid()}-{token}"
-        self.fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self.fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.write(self.fd, " ".join(sys.argv).encode(errors="replace"))
         self.path = place.leases / f"{owner}.{os.getpid()}.{token}"
@@ -358,8 +322,6 @@ def free_port() -> int:
 def _start(place: Place, env: dict[str, str], timeout: float, log: Any) -> Record:
     """Start the supervisor and its server, record it and wait for it to answer (the lock
     held: the other commands wait for this one's server)."""
-    from scarce.flows.runners import _file_size_limit, _last_error
-
     minutes = idle_minutes()
     for _ in range(5):  # another process may take the chosen port before the server binds it
         port = free_port()
@@ -398,11 +360,11 @@ def _start(place: Place, env: dict[str, str], timeout: float, log: Any) -> Recor
         if code is None:
             raise SharedServerError(
                 f"the shared Prefect server did not answer within {timeout:g} s: "
-                f"{_last_error(lines)} (its log: {place.log}; the limit is "
+                f"{last_error(lines)} (its log: {place.log}; the limit is "
                 "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)", path=place.home)
         raise SharedServerError(
             f"the shared Prefect server exited while starting (code {code}): "
-            f"{_last_error(lines)}{_file_size_limit()}; its database is under PREFECT_HOME "
+            f"{last_error(lines)}{file_size_limit()}; its database is under PREFECT_HOME "
             f"(its log: {place.log}; or set PREFECT_API_URL to use a running server)",
             path=place.home)
     raise SharedServerError("no free port for the shared Prefect server after 5 tries",
@@ -499,8 +461,6 @@ def serve(home: str, port: int, idle_seconds: float) -> int:
     """The supervisor: run Prefect's server on ``port`` until it has had no command for
     ``idle_seconds`` (or this process gets SIGTERM, SIGINT or SIGHUP, or the server exits)."""
     import importlib.util
-
-    from scarce.flows.runners import launch_server
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stop_signal)

@@ -43,8 +43,7 @@ def status(args: argparse.Namespace) -> int:
     home = _home()
     record, answers, users = shared_server.status(home)
     if shared_server.mode() == "temporary":
-        print(f"{shared_server.MODE}=temporary: each command starts a temporary server of its "
-              "own")
+        print("SCARCE_SERVER=temporary: each command starts a temporary server of its own")
     if record is None:
         print(f"no shared server (its home: {home}); the next command that runs flows starts "
               "one in the background")

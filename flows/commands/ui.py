@@ -20,7 +20,7 @@ def ui(args: argparse.Namespace) -> int:
     """``prefect server start`` on ``host:port`` with analytics off; runs until Ctrl-C (exit
     130) or SIGTERM (143), which stop the server first."""
     from scarce.flows import shared_server
-    from scarce.flows.runners import launch_server
+    from scarce.flows.server_process import launch_server
 
     check_port(args.host, args.port)
     base = f"http://{args.host}:{args.port}"
