@@ -24,8 +24,7 @@ home (``PREFECT_HOME``, where the server's database is), and starts it only when
 
 ``SCARCE_SERVER=temporary`` gives each command its own temporary server instead, stopped when
 the command ends (:func:`flows.runners.prefect_api`), for CI and tests that want no process
-outliving them.  Nothing here imports Prefect: ``scarce server status`` and the supervisor stay
-light.
+outliving them.  Nothing here imports Prefect, so that the supervisor stays a small process.
 """
 
 from __future__ import annotations

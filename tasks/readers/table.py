@@ -179,15 +179,15 @@ def read_delimited(path: Path, sep: str, wanted: list[str],
     named twice, a quoted field closed (``strict``), errors naming the line.  With ``limit``
     the first ``limit`` records only, the lines read as far as they go."""
     if limit is None:
-        return read_delimited_lines(io.StringIO(read_text(path), newline=""), path, sep,
+        return _read_delimited_lines(io.StringIO(read_text(path), newline=""), path, sep,
                                     wanted)
     # read as far as the records go (iter_lines drops the line ends, which a quoted field
     # spanning lines holds)
     with contextlib.closing(iter_lines(path)) as head:
-        return read_delimited_lines((line + "\n" for line in head), path, sep, wanted, limit)
+        return _read_delimited_lines((line + "\n" for line in head), path, sep, wanted, limit)
 
 
-def read_delimited_lines(lines: Iterable[str], path: Path, sep: str, wanted: list[str],
+def _read_delimited_lines(lines: Iterable[str], path: Path, sep: str, wanted: list[str],
                          limit: int | None = None) -> tuple[pd.DataFrame, list[str]]:
     """:func:`read_delimited` of the text ``lines`` (each with its line end)."""
     if csv.field_size_limit() < _FIELD_LIMIT:
