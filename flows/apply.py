@@ -109,10 +109,11 @@ def resolve_model_run(model_run: str, flow: str, runs_root: Path) -> Path:
     return run_dir
 
 
-def open_model(run_dir: Path, flow: str, version: int,
-               required: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
+def open_model(run_dir: Path, flow: str, version: int, required: tuple[str, ...] = (),
+               announce: bool = True) -> tuple[dict[str, Any], Path]:
     """``model.json`` of a training run and the folder of its arrays, after checking that it
-    is a model of ``flow`` in format ``version`` holding the ``required`` keys."""
+    is a model of ``flow`` in format ``version`` holding the ``required`` keys; ``announce``
+    logs which run's model it is (an apply run's check before it starts says nothing)."""
     folder = run_dir / "outputs" / MODEL_DIR
     path = folder / MODEL_JSON
     if not path.is_file():
@@ -134,7 +135,8 @@ def open_model(run_dir: Path, flow: str, version: int,
     missing = [key for key in required if key not in meta]
     if missing:
         raise InputError(f"model.json lacks {', '.join(missing)}", path=path)
-    log_both(logging.INFO, "applying the model of run %s", run_dir.name)
+    if announce:
+        log_both(logging.INFO, "applying the model of run %s", run_dir.name)
     return meta, folder
 
 

@@ -11,8 +11,11 @@ new files.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+import pandas as pd
 from prefect import flow
 from pydantic import Field, field_validator
 
@@ -27,13 +30,14 @@ from scarce.flows.apply import (
     output_target,
     resolve_model_run,
 )
+from scarce.flows.config import resolve_path
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.errors import InputError
 from scarce.tasks.kept_columns import check_kept_columns, keep_columns
 from scarce.tasks.leml import TOP_K, collect, load, score, task_params
 from scarce.tasks.leml_files import LABEL_NAME, MODEL_FILES, MODEL_VERSION, new_rows_labels
-from scarce.tasks.leml_table import load_table
+from scarce.tasks.leml_table import check_table_columns, check_table_labels, load_table
 from scarce.tasks.readers.table import TABLE_SUFFIXES
 
 #: The endings (lower case) of the files of a folder each format reads (a Parquet pair by X).
@@ -70,24 +74,74 @@ class ApplyLemlConfig(ApplyConfig):
         return names
 
 
-@flow(name="apply-leml", flow_run_name=namer("apply-leml"))
-def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) -> dict:
-    """Load every input file as the training run loaded its test file, score its rows with
-    the stored factors and write the ``top_k`` labels of each row with their scores."""
-    ctx = RunContext.open("apply-leml", config, options)
-    run_dir = resolve_model_run(config.model_run, "leml", ctx.run_dir.parent)
-    meta, folder = open_model(run_dir, "leml", MODEL_VERSION, MODEL_KEYS)
-    fmt, source = config.format or meta["input_format"], ctx.path(config.input)
+    def check_before_run(self, runs: Path, store: Path) -> None:
+        """The model, the input and the output, as the flow checks them first
+        (:func:`prepare`)."""
+        super().check_before_run(runs, store)
+        prepare(self, runs, store, announce=False)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``apply-leml`` reads and writes, checked (:func:`prepare`)."""
+
+    meta: dict
+    folder: Path
+    fmt: str
+    source: Path
+    files: list[Path]
+    names: list[str]
+    output: Path | None
+
+
+def prepare(config: ApplyLemlConfig, runs: Path, store: Path,
+            announce: bool = True) -> Prepared:
+    """The model of ``config.model_run`` in the runs folder ``runs``, the input files (each
+    a table with the columns the model reads and keeps, its label cells joined as the
+    model's were) and where the predictions go (the output guard, with the store ``store``),
+    all checked before anything is read in full or scored: by the flow first, and by the
+    command before it starts a server (:meth:`ApplyLemlConfig.check_before_run`).
+    ``announce``: log which model is applied."""
+    run_dir = resolve_model_run(config.model_run, "leml", runs)
+    meta, folder = open_model(run_dir, "leml", MODEL_VERSION, MODEL_KEYS, announce=announce)
+    fmt, source = config.format or meta["input_format"], resolve_path(config.input)
     files = input_files(source, SUFFIXES[fmt], config.allow_empty)
     if config.keep_columns:  # the columns to keep are in every table, before any is scored
         if fmt != "table":
             raise InputError(f"columns are kept from a table; this input is read as {fmt}",
                              key="keep_columns")
         check_kept_columns(files, config.keep_columns)
+    check_format(config, meta, fmt)
+    if fmt == "table":  # the columns the model reads, and the label cells of each head
+        check_table_columns({"input": files}, meta["table"], labelled=False)
+        labels = pd.read_parquet(folder / MODEL_FILES["labels"], columns=["name"])
+        for path in files:
+            check_table_labels(path, meta["table"], known=labels["name"].astype(str))
     names = output_names(source, files, SUFFIXES[fmt], "predictions.parquet")
     output = None if config.output is None else output_target(
-        ctx.path(config.output), names, inputs=files, source=source,
-        store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
+        resolve_path(config.output), names, inputs=files, source=source, store_root=store,
+        runs_root=runs, force=config.force)
+    return Prepared(meta, folder, fmt, source, files, names, output)
+
+
+def check_format(config: ApplyLemlConfig, meta: dict, fmt: str) -> None:
+    """A model trained on a table reads tables only (its vectoriser and label names are its
+    own), and a table only a model trained on one."""
+    if (fmt == "table" or meta["input_format"] == "table") and (
+            fmt != meta["input_format"] or "table" not in meta):
+        raise InputError(f"the model of run {config.model_run} was trained on "
+                         f"{meta['input_format']} data; it reads {meta['input_format']} "
+                         f"input, not {fmt}", key="format")
+
+
+@flow(name="apply-leml", flow_run_name=namer("apply-leml"))
+def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) -> dict:
+    """Load every input file as the training run loaded its test file, score its rows with
+    the stored factors and write the ``top_k`` labels of each row with their scores."""
+    ctx = RunContext.open("apply-leml", config, options)
+    p = prepare(config, ctx.run_dir.parent, ctx.store.root)
+    meta, folder, fmt, files, names, output = (p.meta, p.folder, p.fmt, p.files, p.names,
+                                               p.output)
     loaded = ctx.gather(load_inputs(ctx, files, fmt, meta, folder))
     model = LEML(**{k: meta[k] for k in ("rank", "loss", "dtype", "fit_intercept")})
     scored = ctx.gather([
@@ -119,10 +173,7 @@ def load_inputs(ctx: RunContext, files: list, fmt: str, meta: dict, folder) -> l
     label space, ``features.parquet`` and ``labels.parquet``).  Labels are optional: a
     table without its label column, a Parquet X without its Y."""
     if fmt == "table" or meta["input_format"] == "table":
-        if fmt != meta["input_format"] or "table" not in meta:
-            raise InputError(f"the model of run {ctx.config.model_run} was trained on "
-                             f"{meta['input_format']} data; it reads {meta['input_format']} "
-                             f"input, not {fmt}", key="format")
+        check_format(ctx.config, meta, fmt)
         return [ctx.submit(load_table, path=path, table=meta["table"], dtype=meta["dtype"],
                            normalize=meta["normalize"],
                            features=folder / MODEL_FILES["features"],

@@ -11,6 +11,7 @@ its new files.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from prefect import flow
@@ -25,6 +26,7 @@ from scarce.flows.apply import (
     output_target,
     resolve_model_run,
 )
+from scarce.flows.config import resolve_path
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks import relations as rel
@@ -41,20 +43,41 @@ class ApplyRelationsConfig(ApplyConfig):
         "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json).")
 
 
+    def check_before_run(self, runs: Path, store: Path) -> None:
+        """The model, the input and the output, as the flow checks them first
+        (:func:`prepare`)."""
+        super().check_before_run(runs, store)
+        prepare(self, runs, store, announce=False)
+
+
+def prepare(config: ApplyRelationsConfig, runs: Path, store: Path,
+            announce: bool = True) -> tuple[dict, Path, Path, list[Path], list[str],
+                                            Path | None]:
+    """The model of ``config.model_run`` in the runs folder ``runs`` (``model.json`` and its
+    folder), the input (its path and files), the outputs' names and where they go (the
+    output guard, with the store ``store``), all checked before anything is read: by the flow
+    first, and by the command before it starts a server.  ``announce``: log which model is
+    applied."""
+    run_dir = resolve_model_run(config.model_run, "relations", runs)
+    meta, folder = open_model(run_dir, "relations", rel.MODEL_VERSION, rel.MODEL_KEYS,
+                              announce=announce)
+    source = resolve_path(config.input)
+    files = input_files(source, SUFFIXES, config.allow_empty)
+    names = output_names(source, files, SUFFIXES, "assignments.parquet")
+    output = None if config.output is None else output_target(
+        resolve_path(config.output), names, inputs=files, source=source, store_root=store,
+        runs_root=runs, force=config.force)
+    return meta, folder, source, files, names, output
+
+
 @flow(name="apply-relations", flow_run_name=namer("apply-relations"))
 def apply_relations_flow(config: ApplyRelationsConfig, options: RunOptions | None = None) -> dict:
     """Parse every input file as the training run parsed its data (every pair kept, gold
     labels when the file has them), give each pair the model's nearest cluster with its label
     words, and write the ``assignments.parquet`` of each file."""
     ctx = RunContext.open("apply-relations", config, options)
-    run_dir = resolve_model_run(config.model_run, "relations", ctx.run_dir.parent)
-    meta, folder = open_model(run_dir, "relations", rel.MODEL_VERSION, rel.MODEL_KEYS)
-    source = ctx.path(config.input)
-    files = input_files(source, SUFFIXES, config.allow_empty)
-    names = output_names(source, files, SUFFIXES, "assignments.parquet")
-    output = None if config.output is None else output_target(
-        ctx.path(config.output), names, inputs=files, source=source,
-        store_root=ctx.store.root, runs_root=ctx.run_dir.parent, force=config.force)
+    meta, folder, source, files, names, output = prepare(config, ctx.run_dir.parent,
+                                                         ctx.store.root)
     model = ctx.run(rel.read_model, **{p: folder / meta["files"][p] for p in rel.MODEL_PARTS})
     parsed = ctx.gather([ctx.submit(rel.parse, path=path, fmt=config.format, relation_types=None,
                                     include_other=True, directed=bool(meta["directed"]),

@@ -30,7 +30,8 @@ from prefect.utilities.annotations import unmapped
 from pydantic import Field
 
 from scarce.flows.apply import ApplyConfig, input_files
-from scarce.flows.model_strip import open_strip_model
+from scarce.flows.config import resolve_path
+from scarce.flows.model_strip import ModelVariant, open_strip_model
 from scarce.flows.outputs import Output, Protected, check_output, check_targets, write_failed
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
@@ -50,14 +51,31 @@ class ApplyStripConfig(ApplyConfig):
     )
 
 
+    def check_before_run(self, runs: Path, store: Path) -> None:
+        """The model, the input and the output, as the flow checks them first
+        (:func:`prepare`)."""
+        super().check_before_run(runs, store)
+        prepare(self, runs, store, announce=False)
+
+
+def prepare(config: ApplyStripConfig, runs: Path, store: Path, announce: bool = True
+            ) -> tuple[ModelVariant, list[Path], list[str], list[Path]]:
+    """The model of ``config.model_run`` in the runs folder ``runs``, the input files, their
+    outputs' names and where ``output`` puts them (:func:`plan_outputs`, with the store
+    ``store``), all checked before anything is read: by the flow first, and by the command
+    before it starts a server.  ``announce``: log which model is applied."""
+    model = open_strip_model(config.model_run, config.variant, runs, announce=announce)
+    files = input_files(resolve_path(config.input), strip.DOC_SUFFIXES, config.allow_empty)
+    names, targets = plan_outputs(config, files, runs, store)
+    return model, files, names, targets
+
+
 @flow(name="apply-strip", flow_run_name=namer("apply-strip"))
 def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None) -> dict:
     """load rules -> preprocess -> apply rules -> write chains (per file) -> count chains and,
     where the input has gold chains, score them."""
     ctx = RunContext.open("apply-strip", config, options)
-    model = open_strip_model(config.model_run, config.variant, ctx.run_dir.parent)
-    files = input_files(ctx.path(config.input), strip.DOC_SUFFIXES, config.allow_empty)
-    names, targets = plan_outputs(ctx, config, files)
+    model, files, names, targets = prepare(config, ctx.run_dir.parent, ctx.store.root)
     rules = ctx.run(strip.load_rules, path=model.rules)
     data = ctx.gather([ctx.submit(strip.preprocess, path=p, **model.preprocess) for p in files])
     clusters = ctx.map(strip.apply_rules, path=files, pairs=[d["pairs"] for d in data],
@@ -80,30 +98,31 @@ def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None
     return summary
 
 
-def plan_outputs(ctx: RunContext, config: ApplyStripConfig,
-                 files: list[Path]) -> tuple[list[str], list[Path]]:
+def plan_outputs(config: ApplyStripConfig, files: list[Path], runs: Path,
+                 store: Path) -> tuple[list[str], list[Path]]:
     """The name of each file's output (``outputs/predicted/<name>``) and, with ``output``, where
     it is delivered: ``output`` itself for one input file (or a file in it when it is a
-    folder), ``output/<name>`` for a folder of inputs.  Checked before anything runs."""
+    folder), ``output/<name>`` for a folder of inputs.  Checked before anything runs, with
+    the runs folder ``runs`` and the store ``store`` protected."""
+    source = resolve_path(config.input)
     names = [strip.output_name(p) for p in files]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InputError(f"two input files would both be written as {twice[0]} (a name with "
-                         "and without .gz?)", path=ctx.path(config.input), key="input")
+                         "and without .gz?)", path=source, key="input")
     if config.output is None:
         return names, []
-    out = ctx.path(config.output)
-    protected = Protected.of(ctx.store.root, ctx.run_dir.parent)
-    if ctx.path(config.input).is_dir() or out.is_dir():
+    out = resolve_path(config.output)
+    protected = Protected.of(store, runs)
+    if source.is_dir() or out.is_dir():
         if out.exists() and not out.is_dir():
             raise InputError("a folder of inputs is written to a folder, and this is a file",
                              path=out, key="output")
         check_output(out, Output("folder"), force=config.force, protected=protected)
-        targets = [out / n for n in names] if ctx.path(config.input).is_dir() else [
-            out / names[0]]
+        targets = [out / n for n in names] if source.is_dir() else [out / names[0]]
     else:
         check_output(out, Output("file", (".conllu",)), force=config.force, protected=protected)
         targets = [out]
-    check_targets(targets, inputs=files, source=ctx.path(config.input), force=config.force,
+    check_targets(targets, inputs=files, source=source, force=config.force,
                   protected=protected)
     return names, targets

@@ -17,6 +17,7 @@
     scarce deploy [--file PATH] [--only NAME ...]
     scarce serve [--file PATH] [--only NAME ...] [--limit N]
     scarce ui [--host HOST] [--port PORT]
+    scarce server status | scarce server stop [--force]
 
 ``--debug`` (before or after the command) shows tracebacks; ``--version`` prints the version.
 Bad input (a config key, a malformed file, a missing run) prints one line naming the file,
@@ -46,6 +47,7 @@ from scarce.flows.commands import (
     rerun,
     run,
     runs,
+    server,
     types,
     ui,
 )
@@ -108,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(add, common)
     _add_cache(add, common)
     _add_deploy(add)
+    _add_server(add, common)
     return p
 
 
@@ -291,6 +294,27 @@ def _add_deploy(add: Any) -> None:
     u = add("ui", ui.ui, "start the Prefect server and UI on this machine")
     u.add_argument("--host", default="127.0.0.1", help="address to bind")
     u.add_argument("--port", type=types.PORT, default=4200, help="port of the server and the UI")
+
+
+def _add_server(add: Any, common: argparse.ArgumentParser) -> None:
+    s = add("server", None, "the local Prefect server the commands share: where it is, or "
+            "stop it",
+            epilog="Without PREFECT_API_URL the commands that run flows use one local Prefect "
+            "server: the one `scarce ui` runs, else one started in the background by the first "
+            "command, which stops after SCARCE_SERVER_IDLE_MINUTES without a command (default "
+            "30).  SCARCE_SERVER=temporary gives each command its own.")
+    ssub = s.add_subparsers(dest="server_command", required=True)
+    st = ssub.add_parser("status", help="where the commands' Prefect server is",
+                         description="Say where the commands' Prefect API is and who uses it.",
+                         parents=[common], formatter_class=HelpFormatter)
+    st.set_defaults(func=server.status)
+    sp = ssub.add_parser("stop", help="stop the shared server",
+                         description="Stop the shared Prefect server (refused while a command "
+                                     "uses it).",
+                         parents=[common], formatter_class=HelpFormatter)
+    sp.add_argument("--force", action="store_true",
+                    help="stop it even while commands use it (they fail)")
+    sp.set_defaults(func=server.stop)
 
 
 def _runner_args(p: argparse.ArgumentParser, default: str) -> None:

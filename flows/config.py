@@ -140,6 +140,25 @@ class FlowConfig(Strict):
         "defaults to the flow's own.",
     )
 
+    def check_before_run(self, runs: Path, store: Path) -> None:
+        """Refuse what can be found wrong with a run of this config without running it: by
+        default its input files and folders (:func:`check_input_paths`); a flow's config adds
+        what its flow checks before its first step (the heads of its data, an apply run's
+        model and output).
+
+        Called by the commands before they start a Prefect server or anything else
+        (:func:`flows.commands.running.check_runs`), so that bad input is one line within
+        the command's start-up, and by the flow itself (a deployment's run, an experiment's
+        child).  ``runs`` and ``store`` are the runs folder and the store root the run would
+        use.
+
+        Raises
+        ------
+        InputError
+            Naming the file, line or key.
+        """
+        check_input_paths(self)
+
     @classmethod
     def renamed_key(cls, keys: list[str], value: Any) -> tuple[list[str], Any]:
         """The key and value an override (``--set``, an experiment's settings) given under a

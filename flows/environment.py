@@ -7,6 +7,10 @@
 ``SCARCE_RUNS``         the runs folder (default ``data/runs`` of the project)
 ``SCARCE_MEMORY_LIMIT_GB``  a ceiling for the memory guards, in GiB
                         (:func:`algorithms.memory.memory_cap`)
+``SCARCE_SERVER``       ``shared`` (default) or ``temporary``: the Prefect server of a command
+                        without ``PREFECT_API_URL`` (:mod:`flows.shared_server`)
+``SCARCE_SERVER_IDLE_MINUTES``  minutes without a command after which the shared background
+                        server stops (default 30)
 ======================  =================================================================
 
 A variable that is set must hold a value: an empty one is refused (unset it to get the
@@ -25,6 +29,7 @@ variable.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -32,6 +37,12 @@ from scarce.algorithms.memory import ENV_LIMIT as MEMORY_LIMIT
 from scarce.tasks.errors import InputError, excerpt
 
 ROOT, STORE, RUNS = "SCARCE_ROOT", "SCARCE_STORE", "SCARCE_RUNS"
+SERVER, SERVER_IDLE = "SCARCE_SERVER", "SCARCE_SERVER_IDLE_MINUTES"
+#: The values of ``SCARCE_SERVER``, the default first.
+SERVER_MODES = ("shared", "temporary")
+#: The default of ``SCARCE_SERVER_IDLE_MINUTES``: long enough to cover the pauses of a working
+#: session, short enough that a server (a few hundred MB) is not kept for a day.
+DEFAULT_IDLE_MINUTES = 30.0
 
 #: Every environment variable of scarce's own: what it sets, and its default.
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -39,6 +50,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     STORE: ("the result store, a folder or a file:// URL", "the project's data/cache"),
     RUNS: ("the runs folder", "the project's data/runs"),
     MEMORY_LIMIT: ("a ceiling for the memory guards, in GiB", "none"),
+    SERVER: ("the Prefect server of a command without PREFECT_API_URL: shared or temporary",
+             "shared"),
+    SERVER_IDLE: ("minutes without a command after which the shared server stops",
+                  f"{DEFAULT_IDLE_MINUTES:g}"),
 }
 #: The longest path an error shows whole (a longer one is cut, so that the error is one line).
 SHOWN_PATH = 200
@@ -138,8 +153,47 @@ def memory_limit() -> None:
         raise InputError(str(exc), key=MEMORY_LIMIT) from None
 
 
+def server() -> str:
+    """``SCARCE_SERVER``: ``shared`` (the default) or ``temporary``
+    (:mod:`flows.shared_server`).
+
+    Raises
+    ------
+    InputError
+        Naming the variable, for any other value.
+    """
+    text = value(SERVER)
+    if text is None:
+        return SERVER_MODES[0]
+    if text.strip() not in SERVER_MODES:
+        raise InputError(f"{text!r} is not one of {', '.join(SERVER_MODES)}", key=SERVER)
+    return text.strip()
+
+
+def server_idle_minutes() -> float:
+    """``SCARCE_SERVER_IDLE_MINUTES``: a positive, finite number (default
+    :data:`DEFAULT_IDLE_MINUTES`).
+
+    Raises
+    ------
+    InputError
+        Naming the variable, for anything else.
+    """
+    text = value(SERVER_IDLE)
+    if text is None:
+        return DEFAULT_IDLE_MINUTES
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise InputError(f"{text!r} is not a positive number of minutes", key=SERVER_IDLE)
+    return minutes
+
+
 #: The check of each variable (every name of :data:`VARIABLES`).
-CHECKS = {ROOT: root, STORE: store, RUNS: runs, MEMORY_LIMIT: memory_limit}
+CHECKS = {ROOT: root, STORE: store, RUNS: runs, MEMORY_LIMIT: memory_limit,
+          SERVER: server, SERVER_IDLE: server_idle_minutes}
 
 
 def check_environment() -> None:

@@ -206,6 +206,31 @@ class ExperimentConfig(FlowConfig):
                 raise ValueError("select: no axis to choose (select.over)")
         return self
 
+    def check_before_run(self, runs: Path, store: Path) -> None:
+        """The grid points as their flow checks them before it starts
+        (:meth:`flows.config.FlowConfig.check_before_run`): refused when no point could run,
+        naming the first point's error.  A point that cannot run while others can is a row
+        of the table with its error, as when its run fails; so the points are checked only
+        until one passes.  (The base file is not looked for: its content was read with the
+        experiment, and a rerun uses what its manifest recorded.)"""
+        from scarce.algorithms.memory import MemoryBudgetError
+
+        points = grid(self)
+        first: tuple[dict[str, Any], InputError] | None = None
+        for point in points:
+            try:
+                point_config(self, point).check_before_run(runs, store)
+            except (InputError, MemoryBudgetError) as exc:
+                error = exc if isinstance(exc, InputError) else InputError(str(exc))
+                first = first or (point, error)
+                continue
+            return
+        if first is not None:
+            point, error = first
+            raise InputError(f"none of the {len(points)} grid points can run; the first "
+                             f"({shown_point(point)}): {error.message}", path=error.path,
+                             line=error.line, key=error.key)
+
     def selected_axes(self) -> list[str]:
         """The axes a selection chooses: ``select.over``, else every axis but ``seed`` and the
         conditions (``select.across``)."""

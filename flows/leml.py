@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pandas as pd
@@ -48,6 +49,7 @@ from scarce.flows.config import (
     check_input_paths,
     from_estimator,
     input_path,
+    resolve_path,
 )
 from scarce.flows.former_keys import compute_from_w_step, leml_renamed_key
 from scarce.flows.published import LEML_XC
@@ -84,7 +86,13 @@ from scarce.tasks.leml import (
 )
 from scarce.tasks.leml_dask import CLIENTS, RowBlockBackend
 from scarce.tasks.leml_files import MODEL_FILES, MODEL_VERSION, label_file
-from scarce.tasks.leml_table import check_table_columns, load_table, table_space
+from scarce.tasks.leml_table import (
+    check_table_columns,
+    check_table_labels,
+    load_table,
+    read_label_list,
+    table_space,
+)
 from scarce.tasks.steps import cached_file_sha256, log_both
 
 PUBLISHED = LEML_XC
@@ -487,6 +495,11 @@ class LemlConfig(FlowConfig):
             raise ValueError("baselines: closed-form needs observed_fraction = 1")
         return self
 
+    def check_before_run(self, runs: Path, store: Path) -> None:
+        """The input paths, then what the files' heads tell (:func:`check_data`)."""
+        super().check_before_run(runs, store)
+        check_data(self)
+
 
 @flow(name="leml", flow_run_name=namer("leml"))
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
@@ -515,17 +528,8 @@ def _leml_run(config: LemlConfig, options: RunOptions | None) -> dict:
     # With the dask backend the steps over the data (loading, masks, partitions) run on the
     # cluster too: the flow's process holds none of it.
     data_cluster = cluster if compute.backend == "dask" else None
-    files = {which: _input_files(ctx, d, which) for which in ("train", "test")}
-    # What the files' heads tell (their shapes agree, the factors fit) before any is read;
-    # of a table only its columns: its space is learned from the training table.
+    files = check_data(config)
     on_test = d.evaluate_on == "test"
-    if d.format != "table":
-        check_inputs(model, files, d.format, d.n_labels,
-                     fully_observed=config.observed_fraction == 1,
-                     validation_fraction=d.validation_fraction)
-    else:  # its columns, from the tables' heads
-        check_table_columns(files if on_test else {"train": files["train"]},
-                            d.table.options())
     train_parts = _load_parts(ctx, d, m, files["train"], data_cluster,
                               labelled=len(files["train"]) == 1)
     # The rows to fit, counted from the heads above where they tell (XC, Parquet); an ARFF
@@ -818,10 +822,35 @@ def _training(ctx: RunContext, config: LemlConfig, parts: list[dict], folder: bo
     return {"train": train, "mask": mask}, None, blocks
 
 
-def _input_files(ctx: RunContext, d: DatasetConfig, which: str) -> list:
+def check_data(config: LemlConfig) -> dict[str, list[Path]]:
+    """What the input files tell before any is read in full, checked before the flow's first
+    step and before a command starts its server (:meth:`LemlConfig.check_before_run`): the
+    parts of a folder; the heads' numbers of features and labels agree, the training rows
+    are enough and the factors fit (:func:`tasks.leml.check_inputs`); of a table, its columns
+    and the label cells of the training table's head (its space is learned from the
+    training table: :func:`tasks.leml_table.check_table_labels`).  Returns the files of
+    ``train`` and ``test`` (a file, or the parts of a folder)."""
+    d = config.dataset
+    files = {which: _input_files(d, which) for which in ("train", "test")}
+    on_test = d.evaluate_on == "test"
+    if d.format != "table":
+        check_inputs(config.model.estimator(random_state=config.seed), files, d.format,
+                     d.n_labels, fully_observed=config.observed_fraction == 1,
+                     validation_fraction=d.validation_fraction)
+        return files
+    table = d.table.options()
+    check_table_columns({f"dataset.{which}": files[which]
+                         for which in (("train", "test") if on_test else ("train",))}, table)
+    label_list = d.table.label_list
+    check_table_labels(files["train"][0], table, known=None if label_list is None else
+                       read_label_list(resolve_path(label_list)))
+    return files
+
+
+def _input_files(d: DatasetConfig, which: str) -> list:
     """The files of ``dataset.train`` or ``dataset.test`` (``which``): the file, or the parts
     of a folder of parts (:func:`tasks.leml.input_parts`)."""
-    path = ctx.path(getattr(d, which))
+    path = resolve_path(getattr(d, which))
     return input_parts(path, d.format, key=f"dataset.{which}") or [path]
 
 

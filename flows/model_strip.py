@@ -78,7 +78,8 @@ class ModelVariant:
     trained: tuple[str, ...] = ()
 
 
-def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> ModelVariant:
+def open_strip_model(model_run: str, variant: str | None, runs_root: Path,
+                     announce: bool = True) -> ModelVariant:
     """The model of the StRip run ``model_run`` (see :func:`flows.apply.resolve_model_run`),
     with the rules of ``variant`` (default: :data:`PAPER_VARIANT` when trained, else the run's
     first variant).
@@ -90,7 +91,7 @@ def open_strip_model(model_run: str, variant: str | None, runs_root: Path) -> Mo
         ``model.json`` (naming the key), a variant the run did not train, a missing rule file.
     """
     run_dir = resolve_model_run(model_run, "strip", runs_root)
-    meta, folder = open_model(run_dir, "strip", strip.MODEL_VERSION)
+    meta, folder = open_model(run_dir, "strip", strip.MODEL_VERSION, announce=announce)
     m = validate_config(meta, _ModelJson, folder / MODEL_JSON)
     trained = [v.name for v in m.variants]
     chosen = variant or (PAPER_VARIANT if PAPER_VARIANT in trained else trained[0])

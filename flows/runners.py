@@ -1,5 +1,6 @@
 """Where a command's flows run: their task runner (the thread pool by default, or Dask) and
-their Prefect API (the command's own temporary server unless ``PREFECT_API_URL`` names one).
+their Prefect API (:func:`prefect_api`: ``PREFECT_API_URL``, else the shared local server, or
+with ``SCARCE_SERVER=temporary`` the command's own).
 
 ``scarce run --runner dask`` runs a flow's tasks on a local ``dask.distributed`` cluster (two
 single-threaded worker processes), ``--dask-address`` on an existing one; deployments take the
@@ -20,15 +21,14 @@ import functools
 import hashlib
 import logging
 import os
-import re
-import resource
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from scarce.flows.server_process import file_size_limit, last_error, launch_server
 from scarce.tasks.errors import InputError
 
 log = logging.getLogger("scarce.run")
@@ -53,30 +53,6 @@ def pin_threads(env: dict[str, str] | os._Environ | None = None) -> None:
         env.setdefault(var, "1")
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
-
-# Run inside a server process we start, before it becomes the server: ask the kernel to send it
-# SIGTERM when its parent (this command) dies, however it dies (SIGKILL, an abort), and give
-# up at once if the parent is already gone.  PR_SET_PDEATHSIG (1) survives the exec.
-_DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys\n"
-    "parent = int(sys.argv[1])\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
-    "if os.getppid() != parent:\n"
-    "    sys.exit(0)\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
-)
-
-
-def launch_server(args: list[str], **kwargs: Any) -> subprocess.Popen:
-    """Start a Prefect server process (``args``: a Python command line) that outlives no
-    command: in a session of its own, so that Ctrl-C (SIGINT to the terminal's foreground
-    process group) reaches only the command, which then stops the server after reporting to
-    it (killed first, the server left the flow retrying a dead API); and, on Linux, killed by
-    the kernel when the command dies however it dies."""
-    if sys.platform.startswith("linux") and args[:1] == [sys.executable]:
-        args = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args[1:]]
-    return subprocess.Popen(args, start_new_session=True, **kwargs)
 
 
 class ServerStartError(InputError):
@@ -205,7 +181,7 @@ def _server_class() -> type:
                             continue
                         raise ServerStartError(
                             f"the temporary Prefect server exited while starting (code "
-                            f"{code}): {_last_error(lines)}{_file_size_limit()}; its database "
+                            f"{code}): {last_error(lines)}{file_size_limit()}; its database "
                             "is under PREFECT_HOME (or set PREFECT_API_URL to use a running "
                             "server)", path=PREFECT_HOME.value())
                     try:
@@ -216,7 +192,7 @@ def _server_class() -> type:
                     if time.monotonic() > deadline:
                         raise ServerStartError(
                             f"the temporary Prefect server did not answer within {timeout:g} "
-                            f"s: {_last_error(self._output.lines)} (the limit is "
+                            f"s: {last_error(self._output.lines)} (the limit is "
                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)",
                             path=PREFECT_HOME.value())
                     time.sleep(0.1)
@@ -232,41 +208,47 @@ def _write_stderr(line: str) -> None:
         pass
 
 
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*")
-
-
-def _last_error(lines: Iterable[str]) -> str:
-    """The last line of a traceback among ``lines`` (``sqlite3.OperationalError: disk I/O
-    error``), else the last line printed; "no output" when there is none."""
-    text = [line.strip() for line in lines if line.strip()]
-    errors = [line for line in text if _EXCEPTION_LINE.match(line)]
-    return (errors or text or ["no output"])[-1]
-
-
-def _file_size_limit() -> str:
-    """`` (the file size limit, ulimit -f, is N KiB)`` when the process has one, else
-    empty."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if soft == resource.RLIM_INFINITY or soft < 0:
-        return ""
-    return f" (the file size limit, ulimit -f, is {soft // 1024} KiB)"
-
-
 @contextmanager
 def prefect_api() -> Iterator[str | None]:
-    """The Prefect API of one command: ``PREFECT_API_URL`` when it is set; else one temporary
-    server for the whole command (every flow of ``scarce run all`` reports to it), stopped when
-    the command ends (an interruption included) and, on Linux, killed by the kernel if the
-    command is killed (a SIGTERM or an abort used to leave a 220 MB server listening, its
-    parent gone).  The one place where a command's server is chosen, started and stopped."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    """The Prefect API of one command, the one place where it is chosen:
+
+    * ``PREFECT_API_URL`` when it is set;
+    * else the shared local server of the Prefect home (:mod:`flows.shared_server`): the one
+      ``scarce ui`` runs, or the one a command started in the background, which outlives the
+      command and stops when idle; started here when there is none, and leased while the
+      command uses it (an interruption ends the command, not the server);
+    * with ``SCARCE_SERVER=temporary``, one temporary server for the whole command (every flow
+      of ``scarce run all`` reports to it), stopped when the command ends (an interruption
+      included) and, on Linux, killed by the kernel if the command is killed (a SIGTERM or an
+      abort used to leave a 220 MB server listening, its parent gone).
+
+    What this process's Prefect services still hold is sent before the server is let go."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_HOME,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
+    )
+
+    from scarce.flows import shared_server
 
     if PREFECT_API_URL.value():
         yield PREFECT_API_URL.value()
         return
     # Prefect creates PREFECT_HOME but not its parents; the server's SQLite database then
     # cannot be opened and the command only reports a start-up timeout.
-    Path(PREFECT_HOME.value()).expanduser().mkdir(parents=True, exist_ok=True)
+    home = Path(PREFECT_HOME.value()).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    if shared_server.mode() == "shared":
+        timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+        with shared_server.shared(home, _server_environment(home), timeout,
+                                  log=log.info) as url:
+            try:
+                with temporary_settings({PREFECT_API_URL: url}):
+                    yield url
+            finally:
+                _drain_prefect_services(timeout=30)
+        return
     server = start_server()
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
@@ -276,6 +258,18 @@ def prefect_api() -> Iterator[str | None]:
             _drain_prefect_services(timeout=30)
         finally:
             server.stop()
+
+
+def _server_environment(home: Path) -> dict[str, str]:
+    """The environment of a shared server started by this process: this one's, with its
+    Prefect settings (a profile's included) as variables, as Prefect passes them to its own
+    temporary server, and no API URL."""
+    from prefect.settings import get_current_settings
+
+    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
+           "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    return env
 
 
 def start_server() -> Any:

@@ -20,6 +20,7 @@ table as it is loaded (:func:`tasks.leml_files.check_rows`, which says rows with
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,13 @@ from scarce.tasks.leml_files import (
     normalize_rows,
 )
 from scarce.tasks.readers import names as name_rules
-from scarce.tasks.readers.table import feature_rows, label_names, read_table, table_columns
+from scarce.tasks.readers.table import (
+    SEPARATOR_KEY,
+    feature_rows,
+    label_names,
+    read_table,
+    table_columns,
+)
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.steps import content_only, log_both, step
 from scarce.tasks.store import read_parquet_entry
@@ -89,28 +96,60 @@ def _label_list_name(path: Path, call: dict):
     return {"gzip": name_rules.gzip_by_name(path)}
 
 
-def check_table_columns(files: dict[str, list[Path]], table: dict) -> None:
-    """The columns of every table of ``files`` (``{"train": [...], "test": [...]}``), checked
-    from their heads before anything is read in full: each has the feature (or text) column
-    and the label column, which the metrics of a test table need as much as training does
+def check_table_columns(files: dict[str, list[Path]], table: dict,
+                        labelled: bool = True) -> None:
+    """The columns of every table of ``files`` (``{"dataset.train": [...], "dataset.test":
+    [...]}``, by the key that names them), checked from their heads before anything is read
+    in full: each has the feature (or text) column and, when ``labelled``, the label column,
+    which the metrics of a test table need as much as training does
     (:func:`tasks.readers.table.table_columns`; a JSON Lines table is checked as it is read).
 
     Raises
     ------
     InputError
-        Naming the file, the column and the columns it has.
+        Naming the file, the column, the columns it has and the key.
     """
     _, column = _feature_source(table)
-    for role, paths in files.items():
+    wanted = (column, table["labels_column"]) if labelled else (column,)
+    for key, paths in files.items():
         for path in paths:
             have = table_columns(path)
             if have is None:
                 continue
-            for wanted in (column, table["labels_column"]):
-                if wanted not in have:
-                    raise InputError(f"no column {wanted!r} (the file's columns: "
-                                     f"{excerpt(have, 120)})", path=path,
-                                     key=f"dataset.{role}")
+            for name in wanted:
+                if name not in have:
+                    raise InputError(f"no column {name!r} (the file's columns: "
+                                     f"{excerpt(have, 120)})", path=path, key=key)
+
+
+#: The rows of a table's head whose label cells are checked before a run reads it whole.
+HEAD_ROWS = 2000
+
+
+def check_table_labels(path: Path, table: dict, known: Collection[str] | None = None) -> None:
+    """The label cells of the first :data:`HEAD_ROWS` rows of the table ``path`` read as the
+    run will read them (:func:`tasks.readers.table.label_names`, ``known``: the label names of
+    the model or the label list, when there are some), before the run reads the whole table:
+    a malformed row there, or cells joined by another separator than
+    ``table["label_separator"]``.  A head that suggests another separator is confirmed on the
+    whole column before it is refused, so that the verdict is the one the run would reach.
+    A table without the label column passes (new rows to label).
+
+    Raises
+    ------
+    InputError
+        As :func:`tasks.readers.table.read_table` and ``label_names`` give it.
+    """
+    column, separator = table["labels_column"], table["label_separator"]
+    head = read_table(path, (), optional=[column], limit=HEAD_ROWS)
+    if column not in head.columns:
+        return
+    try:
+        label_names(head[column], separator, path, column, known)
+    except InputError as exc:
+        if exc.key != SEPARATOR_KEY:  # a row's own error: the same in the whole table
+            raise
+        label_names(read_table(path, [column])[column], separator, path, column, known)
 
 
 @step("leml-table-space", files={"path": _table_name, "label_list": _label_list_name},

@@ -1,7 +1,8 @@
 """Test-session set-up shared by every test.
 
 BLAS/OpenMP pinned to one thread (two were 3-100x slower on these 2-core
-machines), Prefect offline with a temporary home.
+machines), Prefect offline with a temporary home, and each command's Prefect server its own
+(``SCARCE_SERVER=temporary``).
 """
 
 import os
@@ -12,6 +13,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="scarce-prefect-"))
+# Every command of the suite (in this process or a child) without PREFECT_API_URL starts a
+# temporary server of its own, stopped when it ends: no background server outlives a test.
+# The tests of the shared server (tests/flows/test_shared_server.py) ask for it themselves.
+os.environ["SCARCE_SERVER"] = "temporary"
 
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402

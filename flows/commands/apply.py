@@ -9,6 +9,7 @@ from typing import Any
 
 from scarce.flows.commands import EXIT_OK
 from scarce.flows.commands.running import (
+    check_runs,
     choose_runner,
     execute,
     prefect_api,
@@ -65,6 +66,7 @@ def apply(args: argparse.Namespace) -> int:
     data = apply_overrides(data, args.overrides, model) if args.overrides else data
     config = validate_config(data, model, None)
     preflight(args.dask_address)
+    check_runs([config], runs)  # the model, the input and the output, before the server
     runner = choose_runner(args)
     options = RunOptions(runner=runner, dask_address=args.dask_address)
     with prefect_api():

@@ -12,7 +12,13 @@ import sys
 from pathlib import Path
 
 from scarce.flows.commands import EXIT_FAIL, EXIT_OK
-from scarce.flows.commands.running import choose_runner, execute, prefect_api, preflight
+from scarce.flows.commands.running import (
+    check_runs,
+    choose_runner,
+    execute,
+    prefect_api,
+    preflight,
+)
 
 
 def rerun(args: argparse.Namespace) -> int:
@@ -50,6 +56,7 @@ def rerun(args: argparse.Namespace) -> int:
               "this rerun starts a local Dask cluster (give --dask-address to use a cluster)",
               file=sys.stderr)
     preflight(args.dask_address)
+    check_runs([config], runs)  # its inputs as they are today, before the server starts
     damaged = mf.damaged_outputs(run_dir, old)  # hashed on disk before the rerun writes
     # The store is the one the environment names today (``$SCARCE_STORE`` or the project's):
     # a manifest is a record, never a place to write (a copied project or an edited "store"

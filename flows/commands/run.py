@@ -8,6 +8,7 @@ from typing import Any
 
 from scarce.flows.commands import EXIT_OK
 from scarce.flows.commands.running import (
+    check_runs,
     choose_runner,
     execute,
     prefect_api,
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(plans[0][1])
     preflight(args.dask_address)
+    check_runs([config for _, config in plans])  # before the server starts
     summaries = []
     with prefect_api():  # one Prefect server for every flow of the command
         for spec, config in plans:

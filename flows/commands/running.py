@@ -4,6 +4,7 @@ first, one Prefect API, and the summary printed."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -63,6 +64,20 @@ def preflight(address: str | None) -> None:
         from scarce.flows.runners import check_scheduler
 
         check_scheduler(address)
+
+
+def check_runs(configs: list[Any], runs: Path | None = None) -> None:
+    """Check every run the command will start, before its Prefect server starts or a flow
+    runs (:meth:`flows.config.FlowConfig.check_before_run`: a config's input paths, the
+    heads of its data, an apply run's model, input and output): bad input is one ``error:``
+    line, and no server is started for a run that cannot go.  ``runs``: the runs folder (a
+    rerun's), else the environment's."""
+    from scarce.flows.runtime import default_runs_root, default_store_root
+    from scarce.tasks.store import Store
+
+    store = Store(default_store_root()).root
+    for config in configs:
+        config.check_before_run(Path(runs or default_runs_root()), store)
 
 
 def address_space_limits() -> dict[str, int]:

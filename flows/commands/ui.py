@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from scarce.flows.commands import EXIT_FAIL
 
@@ -18,7 +19,8 @@ STOP_GRACE = 10
 def ui(args: argparse.Namespace) -> int:
     """``prefect server start`` on ``host:port`` with analytics off; runs until Ctrl-C (exit
     130) or SIGTERM (143), which stop the server first."""
-    from scarce.flows.runners import launch_server
+    from scarce.flows import shared_server
+    from scarce.flows.server_process import launch_server
 
     check_port(args.host, args.port)
     base = f"http://{args.host}:{args.port}"
@@ -28,6 +30,7 @@ def ui(args: argparse.Namespace) -> int:
         f"  export PREFECT_API_URL={base}/api\n"
         "  scarce run leml        # the run shows up in the UI\n"
         "  scarce serve           # registers configs/deployments.yaml and runs its schedules\n"
+        "Commands of this machine without PREFECT_API_URL use it too while it runs.\n"
         "Ctrl-C stops the server.",
         flush=True,
     )
@@ -44,12 +47,29 @@ def ui(args: argparse.Namespace) -> int:
     # reach this command, which stops the server (`finally`) and exits 130 or 143
     # (flows.cli.main); SIGKILL of this command leaves no server holding the port.
     server = launch_server(cmd, env=env)
+    home = _prefect_home()
     try:
+        # the commands of this machine (without PREFECT_API_URL) use this server while it runs
+        shared_server.register_ui(home, f"{_local(base, args.host, args.port)}/api")
         code = server.wait()
     finally:
-        stop(server)
+        try:
+            shared_server.unregister_ui(home)  # before it stops: no command waits for it
+        finally:
+            stop(server)
     print(f"error: the Prefect server exited with code {code}", file=sys.stderr)
     return EXIT_FAIL
+
+
+def _prefect_home() -> str:
+    from prefect.settings import PREFECT_HOME
+
+    return str(Path(PREFECT_HOME.value()).expanduser())
+
+
+def _local(base: str, host: str, port: int) -> str:
+    """``base`` as a command of this machine reaches it (a wildcard address: loopback)."""
+    return f"http://127.0.0.1:{port}" if host in ("0.0.0.0", "::", "") else base
 
 
 def check_port(host: str, port: int) -> None:

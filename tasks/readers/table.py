@@ -27,6 +27,7 @@ header (a CSV row is not a line when a quoted text spans lines).
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import io
 import json
@@ -62,8 +63,10 @@ def table_kind(path: str | Path) -> str:
 
 
 def read_table(path: str | Path, required: Sequence[str],
-               optional: Sequence[str] = ()) -> pd.DataFrame:
-    """The columns ``required`` and those of ``optional`` the file has, one row per example.
+               optional: Sequence[str] = (), limit: int | None = None) -> pd.DataFrame:
+    """The columns ``required`` and those of ``optional`` the file has, one row per example
+    (with ``limit``, the first ``limit`` rows only, read as the whole file would be up to
+    there: a check of the file's head before a run reads it all).
 
     CSV and TSV cells are read as text, with an empty cell kept as an empty string (not a
     missing value): a label cell ``""`` is an example without labels.  A CSV or TSV is read
@@ -85,11 +88,11 @@ def read_table(path: str | Path, required: Sequence[str],
     kind = table_kind(path)
     wanted = list(dict.fromkeys([*required, *optional]))
     if kind == "parquet":
-        frame, have = _read_parquet(path, wanted)
+        frame, have = _read_parquet(path, wanted, limit)
     elif kind == "jsonl":
-        frame, have = _read_jsonl(path, wanted)
+        frame, have = _read_jsonl(path, wanted, limit)
     else:
-        frame, have = read_delimited(path, "\t" if kind == "tsv" else ",", wanted)
+        frame, have = read_delimited(path, "\t" if kind == "tsv" else ",", wanted, limit)
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise InputError(f"no column {missing[0]!r} (the file's columns: "
@@ -128,7 +131,8 @@ def table_columns(path: str | Path) -> list[str] | None:
         return None
 
 
-def _read_parquet(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:
+def _read_parquet(path: Path, wanted: list[str],
+                  limit: int | None = None) -> tuple[pd.DataFrame, list[str]]:
     import pyarrow.parquet as pq
 
     try:
@@ -136,7 +140,14 @@ def _read_parquet(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str
         twice = _named_twice(have)
         if twice is not None:
             raise InputError(f"the column {twice!r} is named twice", path=path)
-        frame = pd.read_parquet(path, columns=[c for c in wanted if c in have])
+        columns = [c for c in wanted if c in have]
+        if limit is None:
+            frame = pd.read_parquet(path, columns=columns)
+        else:  # the first row group's batch: the rows up to ``limit``, no more read
+            with pq.ParquetFile(path) as file:
+                batch = next(file.iter_batches(batch_size=limit, columns=columns), None)
+                frame = (file.schema_arrow.empty_table().select(columns) if batch is None
+                         else batch).to_pandas()
     except FileNotFoundError:
         raise InputError("input file not found", path=path) from None
     except (OSError, ValueError, ImportError) as exc:
@@ -162,14 +173,27 @@ def _named_twice(names: Sequence[str]) -> str | None:
 _FIELD_LIMIT = 2**31 - 1
 
 
-def read_delimited(path: Path, sep: str, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:
+def read_delimited(path: Path, sep: str, wanted: list[str],
+                   limit: int | None = None) -> tuple[pd.DataFrame, list[str]]:
     """The columns ``wanted`` (those the file has, as text) of a CSV (``sep`` ``,``) or TSV
     (``\\t``), and the header's names: every record as many fields as the header, no column
-    named twice, a quoted field closed (``strict``), errors naming the line."""
-    text = read_text(path)
+    named twice, a quoted field closed (``strict``), errors naming the line.  With ``limit``
+    the first ``limit`` records only, the lines read as far as they go."""
+    if limit is None:
+        return _read_delimited_lines(io.StringIO(read_text(path), newline=""), path, sep,
+                                    wanted)
+    # read as far as the records go (iter_lines drops the line ends, which a quoted field
+    # spanning lines holds)
+    with contextlib.closing(iter_lines(path)) as head:
+        return _read_delimited_lines((line + "\n" for line in head), path, sep, wanted, limit)
+
+
+def _read_delimited_lines(lines: Iterable[str], path: Path, sep: str, wanted: list[str],
+                         limit: int | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """:func:`read_delimited` of the text ``lines`` (each with its line end)."""
     if csv.field_size_limit() < _FIELD_LIMIT:
         csv.field_size_limit(_FIELD_LIMIT)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
+    reader = csv.reader(lines, delimiter=sep, strict=True)
     header: list[str] | None = None
     take: list[int] = []
     rows: list[list[str]] = []
@@ -194,6 +218,8 @@ def read_delimited(path: Path, sep: str, wanted: list[str]) -> tuple[pd.DataFram
                     f"{'a tab' if sep == chr(9) else 'a comma'})", path=path, line=line)
             else:
                 rows.append([record[i] for i in take])
+                if limit is not None and len(rows) >= limit:
+                    break
             line = reader.line_num + 1
     except csv.Error as exc:
         raise InputError(f"cannot read the {'tsv' if sep == chr(9) else 'csv'} table: {exc} "
@@ -206,12 +232,24 @@ def read_delimited(path: Path, sep: str, wanted: list[str]) -> tuple[pd.DataFram
     return pd.DataFrame(rows, columns=columns, dtype=object), header
 
 
-def _read_jsonl(path: Path, wanted: list[str]) -> tuple[pd.DataFrame, list[str]]:
+def _read_jsonl(path: Path, wanted: list[str],
+                limit: int | None = None) -> tuple[pd.DataFrame, list[str]]:
     """JSON Lines: an object a line (blank lines skipped), no key twice in an object, no
-    string of a wanted column holding a lone surrogate."""
+    string of a wanted column holding a lone surrogate; with ``limit`` the first ``limit``
+    objects only."""
+    if limit is None:
+        return _read_jsonl_lines(read_text(path).split("\n"), path, wanted)
+    with contextlib.closing(iter_lines(path)) as head:
+        return _read_jsonl_lines(head, path, wanted, limit)
+
+
+def _read_jsonl_lines(lines: Iterable[str], path: Path, wanted: list[str],
+                      limit: int | None = None) -> tuple[pd.DataFrame, list[str]]:
     rows: list[list] = []
     have: dict[str, None] = {}
-    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
+    for lineno, line in enumerate(lines, start=1):
+        if limit is not None and len(rows) >= limit:
+            break
         if not line.strip():
             continue
         try:

@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from scarce.flows.cli import build_parser, main
-from scarce.flows.environment import CHECKS, MEMORY_LIMIT, ROOT, RUNS, STORE, VARIABLES
+from scarce.flows.environment import (
+    CHECKS,
+    MEMORY_LIMIT,
+    ROOT,
+    RUNS,
+    SERVER,
+    SERVER_IDLE,
+    STORE,
+    VARIABLES,
+)
 from scarce.tasks.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +47,13 @@ BAD = {
     MEMORY_LIMIT: [("", "set but empty"), ("lots", "must be a number of GiB, got 'lots'"),
                    ("-5", "positive, finite number of GiB"), ("nan", "positive, finite"),
                    ("caf\udce9", "not valid UTF-8")],
+    SERVER: [("", "set but empty"), ("persistent", "'persistent' is not one of shared, "
+             "temporary"), ("SHARED", "'SHARED' is not one of shared, temporary"),
+             ("caf\udce9", "not valid UTF-8")],
+    SERVER_IDLE: [("", "set but empty"), ("soon", "'soon' is not a positive number of "
+                  "minutes"), ("-5", "'-5' is not a positive number of minutes"),
+                  ("0", "'0' is not a positive number of minutes"),
+                  ("inf", "'inf' is not a positive number of minutes")],
 }
 
 
@@ -66,7 +82,8 @@ ARGV = {
     ("init",): ["init", "new"], ("claims",): ["claims", "a-run"],
     ("bench",): ["bench", "store", "--rows", "10"], ("cache", "ls"): ["cache", "ls"],
     ("cache", "gc"): ["cache", "gc"], ("deploy",): ["deploy"], ("serve",): ["serve"],
-    ("ui",): ["ui", "--port", "1"],
+    ("ui",): ["ui", "--port", "1"], ("server", "status"): ["server", "status"],
+    ("server", "stop"): ["server", "stop"],
 }
 
 

@@ -50,7 +50,8 @@ def test_the_temporary_server_ends_with_the_command(tmp_path, how):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
     # a PREFECT_HOME whose parent does not exist yet either: the command creates both
     env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "new" / "home"),
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO),
+               SCARCE_SERVER="temporary")
     log = tmp_path / "run.log"
     held = tmp_path / "held"
     # the run holds before its end, once it has written `held`: the signal always lands mid-run
@@ -168,14 +169,19 @@ def test_ui_on_a_port_in_use_is_one_error_line(tmp_path):
     assert line.startswith(f"error: key '--port': cannot listen on 127.0.0.1:{port}: "), line
 
 
-def test_a_server_that_cannot_write_its_database_fails_at_once_in_one_line(tmp_path):
-    """Under ``ulimit -f`` too small for the server's database, the temporary server exits
-    while starting: the command says so in one line (exit 2) as soon as it has, instead of
-    relaunching it for the whole start-up timeout."""
+@pytest.mark.parametrize("mode", ["temporary", "shared"])
+def test_a_server_that_cannot_write_its_database_fails_at_once_in_one_line(tmp_path, mode):
+    """Under ``ulimit -f`` too small for the server's database, the command's server (its
+    temporary one, or the shared one it starts) exits while starting: the command says so in
+    one line (exit 2) as soon as it has, instead of relaunching it for the whole start-up
+    timeout, and no shared server is recorded."""
+    from scarce.flows.shared_server import Place
+
     project = digits_project(tmp_path / "project", n_samples=100, k=4)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
     env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "home"),
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO),
+               SCARCE_SERVER=mode)
     # 200 KiB: a new server's database needs more (the limit is inherited by the server)
     code = ("import resource, sys, tests.flows.sample_flow\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (200 * 1024, 200 * 1024))\n"
@@ -188,7 +194,8 @@ def test_a_server_that_cannot_write_its_database_fails_at_once_in_one_line(tmp_p
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2, done.stderr[-3000:]
     assert len(errors) == 1, done.stderr[-3000:]
-    assert "the temporary Prefect server exited while starting" in errors[0]
+    assert f"the {mode} Prefect server exited while starting" in errors[0]
     assert "ulimit -f, is 200 KiB" in errors[0]
     assert "Traceback" not in done.stderr
+    assert Place(tmp_path / "home").read() is None
     print(f"\nrefused in {seconds:.1f} s: {errors[0]}")

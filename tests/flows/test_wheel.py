@@ -75,6 +75,7 @@ def _run(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SCARCE_", "PYTHONPATH", "VIRTUAL_ENV"))}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["SCARCE_SERVER"] = "temporary"  # no background server left after the test
     # a new Prefect home migrates its database at the first start: slow on a loaded machine
     env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "600"
     return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True,

@@ -11,7 +11,7 @@ from scarce.algorithms.memory import ENV_LIMIT, MemoryBudgetError
 from scarce.flows.leml import TableConfig
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml_table import check_table_columns, load_table, table_space
-from scarce.tasks.readers.table import SEPARATOR_KEY
+from scarce.tasks.readers.table import SEPARATOR_KEY, label_names, read_table
 from scarce.tasks.store import atomic_write_parquet, encode
 
 TRAIN = pd.DataFrame({
@@ -63,10 +63,10 @@ def test_a_table_without_its_columns_is_refused_from_its_head(tmp_path, suffix):
         frame.to_csv(path, index=False, sep="\t" if suffix == ".tsv" else ",")
     good = tmp_path / "train.csv"
     TRAIN.to_csv(good, index=False)
-    check_table_columns({"train": [good], "test": [good]}, _options())
+    check_table_columns({"dataset.train": [good], "dataset.test": [good]}, _options())
     with pytest.raises(InputError, match=r"no column 'tags' \(the file's columns: \['text'\]\)") \
             as err:
-        check_table_columns({"train": [good], "test": [path]}, _options())
+        check_table_columns({"dataset.train": [good], "dataset.test": [path]}, _options())
     assert (err.value.path, err.value.key) == (str(path), "dataset.test")
 
 
@@ -130,3 +130,49 @@ def test_rows_without_text_or_a_known_word_are_said(tmp_path, caplog):
                     "1 with no term of the vocabulary; the first at row 2): their feature rows "
                     "are all zero"]
     assert X[1:].nnz == 0 and X[0].nnz > 0
+
+
+# -- the label cells of a table's head, checked before a run --------------------------------------
+def _labels_table(path, cells):
+    pd.DataFrame({"text": [f"t{i}" for i in range(len(cells))], "tags": cells}).to_csv(
+        path, index=False)
+    return path
+
+
+def test_a_head_joined_by_another_separator_is_refused_as_the_whole_table_is(tmp_path,
+                                                                           monkeypatch):
+    from scarce.tasks import leml_table
+
+    monkeypatch.setattr(leml_table, "HEAD_ROWS", 5)
+    cells = ["graphs;kernels", "kernels;svm", "graphs;svm", "svm;nlp", "nlp;graphs"] * 3
+    path = _labels_table(tmp_path / "t.csv", cells)
+    with pytest.raises(InputError) as err:
+        leml_table.check_table_labels(path, _options())
+    with pytest.raises(InputError) as whole:
+        label_names(read_table(path, ["tags"])["tags"], ",", path, "tags")
+    assert str(err.value) == str(whole.value)  # the run's own verdict, on the whole column
+    assert "of the 15 rows with labels" in str(err.value)
+
+
+def test_a_head_that_suggests_another_separator_the_whole_table_does_not_passes(
+        tmp_path, monkeypatch):
+    """Only the head's rows hold ';' in names: the whole column is read as written, so the
+    check lets it be (a verdict on a sample never refuses what the run accepts)."""
+    from scarce.tasks import leml_table
+
+    monkeypatch.setattr(leml_table, "HEAD_ROWS", 4)
+    cells = ["graphs;kernels", "kernels;svm", "graphs;svm", "svm;graphs"] + [
+        f"tag{i},other{i}" for i in range(12)]
+    path = _labels_table(tmp_path / "t.csv", cells)
+    with pytest.raises(InputError):  # the head alone would be refused
+        label_names(cells[:4], ",", path, "tags")
+    leml_table.check_table_labels(path, _options())
+    label_names(read_table(path, ["tags"])["tags"], ",", path, "tags")  # as the run reads it
+
+
+def test_a_table_without_its_label_column_passes_the_label_check(tmp_path):
+    from scarce.tasks.leml_table import check_table_labels
+
+    path = tmp_path / "new.csv"
+    pd.DataFrame({"text": ["a", "b"]}).to_csv(path, index=False)
+    check_table_labels(path, _options())

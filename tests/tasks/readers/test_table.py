@@ -255,3 +255,40 @@ def test_names_that_hold_another_separator_are_read_as_written(tmp_path, cells, 
                                                                known):
     rows = label_names(cells, separator, tmp_path / "t.csv", "tags", known=known)
     assert rows == [[n.strip() for n in c.split(separator)] for c in cells]
+
+
+# -- the head of a table: what a command checks before a run reads the whole file -------------
+MANY = pd.DataFrame({
+    "text": [f"row {i}" if i % 3 else f"row {i}, \"quoted\"\nover two lines" for i in range(9)],
+    "tags": [["a", f"t{i}"] for i in range(9)],
+})
+
+
+@pytest.mark.parametrize("suffix", TABLE_SUFFIXES)
+@pytest.mark.parametrize("limit", [1, 4, 9, 50])
+def test_the_head_of_a_table_is_the_first_rows_of_the_whole(tmp_path, suffix, limit):
+    kind = table_kind(suffix)
+    path = tmp_path / f"t{suffix}"
+    plain = tmp_path / f"plain.{kind}"
+    _write(MANY, plain, kind)
+    if suffix.endswith(".gz"):
+        path.write_bytes(gzip.compress(plain.read_bytes()))
+    else:
+        path = plain
+    whole = read_table(path, ["text", "tags"])
+    head = read_table(path, ["text"], optional=["tags", "absent"], limit=limit)
+    assert list(head.columns) == ["text", "tags"]
+    assert len(whole) == len(MANY)
+    pd.testing.assert_frame_equal(head, whole.head(limit))
+
+
+@pytest.mark.parametrize(("name", "text", "line"), [
+    ("t.csv", "text,tags\na,x\nb,y,z\nc,w\n", 3),   # a ragged row in the head
+    ("t.jsonl", '{"text": "a"}\n[1]\n{"text": "c"}\n', 2),   # a line that is no object
+])
+def test_the_head_gives_the_errors_of_its_rows(tmp_path, name, text, line):
+    path = write_text(tmp_path / name, text)
+    with pytest.raises(InputError) as err:
+        read_table(path, ["text"], limit=10)
+    assert (err.value.path, err.value.line) == (str(path), line)
+    assert read_table(path, ["text"], limit=1)["text"].tolist() == ["a"]  # before it: read
