@@ -692,7 +692,7 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
     _xc_parts(project / "train.txt", project / "train-parts", 3)
     _xc_parts(project / "test.txt", project / "test-parts", 3)
     parts = ["--set", "dataset.train=train-parts", "--set", "dataset.test=test-parts"]
-    import scarce.tasks.leml as tl
+    import scarce.tasks.leml_files as files
 
     parsed: list[str] = []  # the XC files parsed in this process
 
@@ -705,7 +705,7 @@ def test_a_folder_of_parts_is_read_part_by_part_and_gives_the_files_factors(
         single = _last(project)
         parsed.clear()
         with _store_reads(monkeypatch) as reads, monkeypatch.context() as patch:
-            patch.setattr(tl, "read_xmc", parsing)
+            patch.setattr(files, "read_xmc", parsing)  # where the load step's body reads
             assert main(["run", "leml", "--set", "baselines=[]", *runner, *parts]) == 0
         folder = _last(project)
         loads = [o for o in folder["outputs"] if o["step"] == "leml-load"]

@@ -881,6 +881,7 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
     process parses nothing), the same refs and the same bytes as the step run here; a
     worker that keys the call otherwise (other code) is refused."""
     import scarce.tasks.leml as tl
+    import scarce.tasks.leml_files as files
     from scarce.tasks.steps import _make_runner, execute_by_name, seal_path
 
     path = tmp_path / "data.txt"
@@ -895,7 +896,7 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
 
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(tl, "read_xmc", refuse)
+            patch.setattr(files, "read_xmc", refuse)  # where the load step's body reads
             refs = _make_runner(tl.load, there)(
                 **args, cluster={"address": client.scheduler.address})
     finally:
