@@ -107,8 +107,12 @@ def flow_config(train: Path, test: Path, mode: str, iterations: int, address: st
     config.update(seed=seed, name="synthetic-wikipedia", baselines=[], observed_fraction=1.0)
     config["dataset"].update(name="synthetic-wikipedia", format="parquet", train=str(train),
                              test=str(test), normalize="none", validation_fraction=0.0)
+    # a fixed count of iterations, the same in every placement: no early stopping (it holds
+    # out rows of one file, and this data is a folder of parts) and no tuning
     config["model"].update(loss="squared", rank=50, lam=1.0, outer_iterations=iterations,
-                           cg_max_iter=10, cg_tol=1e-3, fit_intercept=False, dtype="float32")
+                           cg_max_iter=10, cg_tol=1e-3, cg_preconditioner="none",
+                           fit_intercept=False, dtype="float32", early_stopping=False)
+    config["tune"] = {**config.get("tune", {}), "when": "never"}
     return _runner(config, mode, address)
 
 

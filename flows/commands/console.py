@@ -18,11 +18,28 @@ def stdout_to_devnull() -> None:
         pass
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler that writes to whatever ``sys.stderr`` is when a line is logged, not the
+    stream it was at the handler's making: a command run from Python (a notebook, a test)
+    may replace and close ``sys.stderr`` between two commands of one process."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler sets it; the property always reads now
+        pass
+
+
 def log_to_stderr() -> None:
     """Show this project's INFO messages (cache hits, run folders); Prefect logs its own."""
     logger = logging.getLogger("scarce")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(
             logging.Formatter("%(asctime)s | %(levelname)-7s | %(message)s", "%H:%M:%S")
         )

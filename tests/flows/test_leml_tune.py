@@ -111,7 +111,13 @@ def test_the_tuned_choice_equals_a_recomputation_and_the_model_is_trained_on_eve
     np.testing.assert_allclose(table["score"], [f[2] for f in found], rtol=0, atol=1e-12)
     assert table["best_iteration"].tolist() == [f[1] for f in found]
     # trained on every row with the chosen values, for that many iterations
-    X, Y = _entry(here, m, "leml-load-table", "-X"), _entry(here, m, "leml-load-table", "-Y")
+    # the training table's entries (the test table is loaded by the same step): their rows
+    # are the held-out split's two parts
+    store = Store(here / "data" / "cache")
+    loaded = [o["ref"] for o in m["outputs"] if o["step"] == "leml-load-table"]
+    n_train = X_fit.shape[0] + X_val.shape[0]
+    (x_ref,) = [r for r in loaded if r.endswith("-X") and store.read(r).shape[0] == n_train]
+    X, Y = store.read(x_ref), store.read(x_ref[:-2] + "-Y")
     want = LEML(**{**base.get_params(), "rank": rank, "lam": lam,
                    "outer_iterations": best_t}).fit(X, Y)
     W = read_checked_value(here / "data" / "runs" / m["run_id"] / "outputs" / "model"
