@@ -273,9 +273,24 @@ def _server_environment(home: Path) -> dict[str, str]:
 
 
 def start_server() -> Any:
-    """A temporary Prefect server of this process, started (see :func:`_server_class`)."""
+    """A temporary Prefect server of this process, started (see :func:`_server_class`).
+
+    Started under an exclusive lock in the Prefect home, held until it answers: two servers
+    that create or migrate one database at once collide on its schema (one exits on a column
+    the other has just added), so commands starting together start their servers in turn."""
+    import fcntl
+
+    from prefect.settings import PREFECT_HOME
+
+    home = Path(PREFECT_HOME.value()).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
     server = _server_class()()
-    server.start()
+    fd = os.open(home / "scarce-server-start.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        server.start()
+    finally:
+        os.close(fd)
     return server
 
 
