@@ -130,7 +130,7 @@ def test_gc_in_the_middle_of_a_run_keeps_what_the_run_uses(project, tmp_path):
 
 @pytest.mark.usefixtures("prefect_server")
 def test_gc_beside_a_running_scarce_run_spares_it(tmp_path_factory):
-    """The issue's reproduction, frozen in place: `scarce run leml` stopped (SIGSTOP) after
+    """The reported case, frozen in place: `scarce run leml` stopped (SIGSTOP) after
     its second alternating iteration, `scarce cache gc` run to the end beside it, then the
     run continued: it finishes with the uninterrupted run's outputs."""
     project = procs.make_project(tmp_path_factory.mktemp("leml-gc"), "leml")
@@ -157,11 +157,11 @@ def test_gc_beside_a_running_scarce_run_spares_it(tmp_path_factory):
 
 
 # -- gc deletes only what scarce wrote --------------------------------------------------------
-# The store's root set to a data folder or to the project: the issue's gc deleted the user's
+# The store's root set to a data folder or to the project: gc once deleted the user's
 # data/tables/user.parquet and data/user.parquet (any *.parquet one level below the root).
 
 LAYOUTS = {"data-folder": "data", "project-root": "."}  # the store's root in the project
-ISSUE_FILES = {  # the issue's files of the user's, reported relative to the store's root
+REPORTED_FILES = {  # the user's files of the reported case, reported relative to the store's root
     "data-folder": ["tables/user.parquet", "user.parquet"],
     "project-root": ["configs/digits.yaml", "data/tables/", "data/user.parquet", "digits.csv"],
 }
@@ -205,7 +205,7 @@ def placement(fn: Callable[[Placed], list[str]]) -> Callable[[Placed], list[str]
 
 
 @placement
-def only_the_issues_files(s: Placed) -> list[str]:
+def only_the_reported_files(s: Placed) -> list[str]:
     return []
 
 
@@ -346,7 +346,7 @@ def real_store(top: Path, where: str) -> tuple[dict[str, str], set[str]]:
     """A project in ``top`` whose store (at ``where`` in it) holds what a run of the digits
     flow writes: each step's entries and seal by the steps' own code, and Prefect's record of
     each call as a step's task writes it (its result store, the JSON serializer); and the
-    issue's files of the user's.  Returns the steps' keys and scarce's files."""
+    reported case's user files.  Returns the steps' keys and scarce's files."""
     from prefect.filesystems import LocalFileSystem
     from prefect.results import ResultStore
     from prefect.serializers import JSONSerializer
@@ -405,7 +405,7 @@ def test_gc_deletes_only_what_scarce_wrote_and_names_the_rest(real_stores, case,
     seal_tmp = s.root / "_prefect" / f".{s.keys['digits-load']}{SEAL_SUFFIX}.{TMP}.tmp"
     seal_tmp.write_bytes(b"{")
     s.own.add(str(seal_tmp.relative_to(top)))
-    foreign = sorted(FOREIGN[case](s) + ISSUE_FILES[layout])
+    foreign = sorted(FOREIGN[case](s) + REPORTED_FILES[layout])
     entries = [p for p in s.own if p.endswith(".parquet")]
     monkeypatch.setenv("SCARCE_ROOT", str(project))
     monkeypatch.setenv("SCARCE_STORE", str(s.root))
