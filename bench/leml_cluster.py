@@ -84,7 +84,8 @@ def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: i
     all, part ``i`` drawn by :func:`bench.synthetic.synthetic_wikipedia` from the seed stream
     (``stream``, ``i``): one part in memory at a time.  Returns the counts."""
     from scarce.bench.synthetic import synthetic_wikipedia
-    from scarce.tasks.store import atomic_write_parquet, encode
+    from scarce.tasks.store.atomic import atomic_write_parquet
+    from scarce.tasks.store.encoding import encode
 
     folder.mkdir(parents=True, exist_ok=True)
     nnz_x = nnz_y = 0
@@ -255,7 +256,8 @@ def read_run(result: dict) -> dict:
     """The run's factors, metrics and per-iteration seconds (W-step, H-step)."""
     import pandas as pd
 
-    from scarce.tasks.store import Store, read_parquet_entry
+    from scarce.tasks.store import Store
+    from scarce.tasks.store.encoding import read_parquet_entry
 
     run_dir = result["run_dir"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -275,7 +277,7 @@ def read_run(result: dict) -> dict:
 
 def _part_with_vectors(path: Path, k: int, rng) -> tuple:
     """A training part's X (CSR) and random ``V`` (d x k) and ``U`` (n_b x k) for it."""
-    from scarce.tasks.store import read_parquet_entry
+    from scarce.tasks.store.encoding import read_parquet_entry
 
     X = read_parquet_entry(path).tocsr()
     return (X, rng.standard_normal((X.shape[1], k), dtype=np.float32),

@@ -51,7 +51,8 @@ def write_matrix(path: Path, n: int, d: int, row_nnz: int, seed: int) -> int:
     rare repeats summed), written as a store entry at ``path``; its nnz."""
     import scipy.sparse as sp
 
-    from scarce.tasks.store import atomic_write_parquet, encode
+    from scarce.tasks.store.atomic import atomic_write_parquet
+    from scarce.tasks.store.encoding import encode
 
     rng = np.random.default_rng(seed)
     cols = np.sort(rng.integers(0, d, size=(n, row_nnz), dtype=np.int32), axis=1)
@@ -68,7 +69,7 @@ def read_block(path: str, start: int, stop: int, way: str, repeats: int) -> dict
     """Run in a fresh process: block ``start:stop`` of the entry at ``path`` read ``way``,
     ``repeats`` times; the seconds of the fastest, this process's RSS before the first and
     its peak, and a digest of the block."""
-    from scarce.tasks.store import read_parquet_entry, read_rows
+    from scarce.tasks.store.encoding import read_parquet_entry, read_rows
 
     before = _rss("VmRSS")
     best, block = np.inf, None

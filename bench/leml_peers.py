@@ -88,7 +88,7 @@ def interpreter(path) -> str:
 
 def write_split(workdir: Path, Xtr, Ytr, Xte) -> None:
     """The split as the child reads it: ``train_X.npz``, ``train_Y.npz``, ``test_X.npz``."""
-    from scarce.tasks.store import atomic_open
+    from scarce.tasks.store.atomic import atomic_open
 
     for stem, M in (("train_X", Xtr), ("train_Y", Ytr), ("test_X", Xte)):
         with atomic_open(workdir / f"{stem}.npz") as fh:

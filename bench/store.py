@@ -110,7 +110,7 @@ def measure(root: str, kind: str, operation: str, sizes: dict) -> dict:
 
     import pyarrow as pa
 
-    import scarce.tasks.store as store_module
+    import scarce.tasks.store.folder as store_module
     from scarce.tasks.store import Store
 
     store, ref = Store(root), f"bench/{kind}"

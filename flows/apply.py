@@ -29,7 +29,7 @@ from scarce.flows.outputs import Output, Protected, check_output, check_targets,
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.steps import log_both
-from scarce.tasks.store import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes
 
 MODEL_DIR = "model"
 MODEL_JSON = "model.json"

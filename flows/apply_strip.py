@@ -38,7 +38,7 @@ from scarce.flows.runtime import RunContext, RunOptions
 from scarce.flows.strip import Variant
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
-from scarce.tasks.store import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes
 
 
 class ApplyStripConfig(ApplyConfig):

@@ -19,7 +19,9 @@ from typing import Any
 
 import pandas as pd
 
-from scarce.tasks.store import CorruptEntry, Lease, Store
+from scarce.tasks.store import Store
+from scarce.tasks.store.encoding import CorruptEntry
+from scarce.tasks.store.leases import Lease
 
 PLOTS = "plots"  # the run folder's subfolder of PNG figures (not compared by rerun)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -96,7 +96,8 @@ def _subset_search(child_dir: Path) -> dict:
     (``growth``).  Empty when
     the child's manifest does not name those entries (nothing to read)."""
     from scarce.flows.runtime import default_store_root
-    from scarce.tasks.store import CorruptEntry, Store
+    from scarce.tasks.store import Store
+    from scarce.tasks.store.encoding import CorruptEntry
 
     if not (child_dir / "manifest.json").is_file():
         return {}

@@ -125,7 +125,7 @@ def store() -> str | Path | None:
     if text is None:
         return None
     if "://" in text:
-        from scarce.tasks.store import local_root
+        from scarce.tasks.store.layout import local_root
 
         try:
             folder = local_root(text)

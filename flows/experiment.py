@@ -557,7 +557,8 @@ def plan(config: ExperimentConfig, runs_root: Path, store_root: Path) -> pd.Data
     """
     from scarce.flows import manifest as mf
     from scarce.flows.registry import FLOWS
-    from scarce.tasks.store import KEY_HEX, Store
+    from scarce.tasks.store import Store
+    from scarce.tasks.store.layout import KEY_HEX
 
     FLOWS[config.flow].load_flow()  # imports every step of the flow
     current = step_code()

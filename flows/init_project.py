@@ -14,7 +14,7 @@ from pathlib import Path
 from scarce.flows.config import packaged_configs
 from scarce.flows.outputs import check_targets
 from scarce.tasks.errors import InputError
-from scarce.tasks.store import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes
 
 #: Per flow: (a line of the shipped config, as a pattern, and what it becomes in a new project).
 EDITS: dict[str, list[tuple[str, str]]] = {

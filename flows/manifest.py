@@ -22,7 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scarce.tasks.errors import InputError, excerpt
-from scarce.tasks.store import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.parquet"
@@ -349,7 +349,7 @@ def parquet_content(path: Path) -> tuple[str, dict[str, str]]:
     """
     import pyarrow.parquet as pq
 
-    from scarce.tasks.store import table_checksum
+    from scarce.tasks.store.encoding import table_checksum
 
     table = pq.read_table(path)
     held, provenance = {}, {}
@@ -374,7 +374,7 @@ def same_content(a: Path, b: Path) -> tuple[bool, list[str]]:
     tables are equal are the same whatever their provenance metadata says; any other file (JSON,
     text, CoNLL-U, PNG) holds its bytes.
     """
-    from scarce.tasks.store import file_sha256
+    from scarce.tasks.store.atomic import file_sha256
 
     if a.suffix == b.suffix == ".parquet":
         try:
@@ -392,7 +392,7 @@ def _changed_values(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
 
 def _intact(path: Path, recorded: str | None) -> bool:
     """Whether ``path`` still holds the bytes its manifest records."""
-    from scarce.tasks.store import file_sha256
+    from scarce.tasks.store.atomic import file_sha256
 
     try:
         return path.is_file() and file_sha256(path) == recorded
@@ -402,7 +402,7 @@ def _intact(path: Path, recorded: str | None) -> bool:
 
 def _entry_part(ref: str) -> tuple[str, str]:
     """(step, part) of a store ref ``<step>/<key>[-<part>]``: what a re-keyed entry keeps."""
-    from scarce.tasks.store import KEY_HEX
+    from scarce.tasks.store.layout import KEY_HEX
 
     step, _, name = ref.partition("/")
     return step, name[KEY_HEX + 1:]
@@ -533,7 +533,7 @@ def recorded_files(m: dict[str, Any]) -> dict[str, str]:
 def damaged_outputs(run_dir: Path, m: dict[str, Any]) -> dict[str, str | None]:
     """The files of ``run_dir`` whose bytes on disk no longer match the sha256 its manifest
     ``m`` records, by path in the folder: their sha256 on disk, or None when missing."""
-    from scarce.tasks.store import file_sha256
+    from scarce.tasks.store.atomic import file_sha256
 
     out: dict[str, str | None] = {}
     for name, recorded in recorded_files(m).items():

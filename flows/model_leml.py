@@ -34,7 +34,7 @@ from scarce.tasks.leml_files import (
     read_factor,
     read_label_map,
 )
-from scarce.tasks.store import read_parquet_entry
+from scarce.tasks.store.encoding import read_parquet_entry
 
 #: What ``model.json`` must hold for the model to load.
 MODEL_KEYS = ("rank", "loss", "dtype", "fit_intercept", "normalize", "input_format", "shapes",

@@ -30,7 +30,7 @@ from scarce.flows.outputs import Output, Protected, check_output, check_targets
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu
-from scarce.tasks.store import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes
 
 #: The columns of :meth:`StripModel.predict`'s table.
 CHAIN_COLUMNS = ["file", "doc", "mention", "sent", "start", "end", "text", "chain", "etype"]

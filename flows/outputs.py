@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scarce.tasks.errors import InputError
-from scarce.tasks.store import try_create_in
+from scarce.tasks.store.atomic import try_create_in
 
 __all__ = [
     "Output",

@@ -27,15 +27,11 @@ from scarce.flows import manifest as mf
 from scarce.flows.config import FlowConfig, project_root
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
-from scarce.tasks.store import (
-    SUFFIX,
-    Lease,
-    Store,
-    atomic_write_bytes,
-    atomic_write_parquet,
-    encode,
-    file_sha256,
-)
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import atomic_write_bytes, atomic_write_parquet, file_sha256
+from scarce.tasks.store.encoding import encode
+from scarce.tasks.store.layout import SUFFIX
+from scarce.tasks.store.leases import Lease
 
 OUTPUTS = "outputs"  # the run folder's subfolder of named outputs
 

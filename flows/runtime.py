@@ -46,7 +46,8 @@ from scarce.flows.tags import dataset_name, run_tags, tag_flow_run, unique
 from scarce.tasks.errors import InputError
 from scarce.tasks.step_tasks import bind
 from scarce.tasks.steps import Step
-from scarce.tasks.store import Lease, Store
+from scarce.tasks.store import Store
+from scarce.tasks.store.leases import Lease
 
 __all__ = ["METRIC_COLUMNS", "OUTPUTS", "PLOTS", "Progress", "RunContext", "RunOptions",
            "check_writable_folder", "default_runs_root", "default_store_root",

@@ -63,7 +63,7 @@ from scarce.tasks.readers.arff import read_arff_header
 from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.readers.xmc import read_xmc_header
 from scarce.tasks.steps import cached_file_sha256, content_only, log_both, step
-from scarce.tasks.store import entry_shape, read_parquet_entry, read_rows
+from scarce.tasks.store.encoding import entry_shape, read_parquet_entry, read_rows
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
@@ -210,7 +210,7 @@ def _name_read(path: Path, call: dict):
 
 @step("leml-load", files={"path": _name_read, "labels_file": content_only},
       outputs=("X", "Y", "features", "labels"),
-      run_name="load {path.name}", runtime=("cluster", "labelled"),
+      run_name="load {path.name}", runtime=("labelled",),
       where=("cluster", _data_client))
 def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
          labels_file: Path | None = None, cluster: dict | None = None,
@@ -254,7 +254,7 @@ def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str
 
 
 @step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"),
-      run_name="split validation={validation_fraction}", runtime=("cluster",),
+      run_name="split validation={validation_fraction}",
       where=("cluster", _data_client))
 def split(train: dict, validation_fraction: float, seed: int,
           cluster: dict | None = None) -> dict:
@@ -268,7 +268,7 @@ def split(train: dict, validation_fraction: float, seed: int,
 
 @step("leml-early-split", inputs=("train", "mask"),
       outputs=("X_fit", "Y_fit", "X_val", "Y_val"), run_name="hold out for early stopping",
-      runtime=("cluster",), where=("cluster", _data_client))
+      where=("cluster", _data_client))
 def early_split(train: dict, mask, params: dict, cluster: dict | None = None) -> dict:
     """The rows :class:`~algorithms.leml.LEML`'s ``early_stopping`` fits on and those it holds
     out, as its own :meth:`~algorithms.leml.LEML.early_stopping_split` draws them (``Y_val``:
@@ -283,7 +283,7 @@ def early_split(train: dict, mask, params: dict, cluster: dict | None = None) ->
 
 
 @step("leml-early-split-mask", inputs=("mask",), run_name="hold out the mask's rows",
-      runtime=("cluster",), where=("cluster", _data_client))
+      where=("cluster", _data_client))
 def early_split_mask(mask: sp.csr_matrix, params: dict,
                      cluster: dict | None = None) -> sp.csr_matrix:
     """The mask's rows that :func:`early_split` keeps for fitting."""
@@ -291,7 +291,7 @@ def early_split_mask(mask: sp.csr_matrix, params: dict,
     return sp.csr_matrix(mask)[fit_rows]
 
 
-@step("leml-tune", inputs=("train", "mask", "validation"), outputs=("table", "timings"),
+@step("leml-tune", inputs=("train", "mask", "validation"), outputs=("table",),
       volatile=("timings",), run_name="tune on held-out rows")
 def tune(train: dict, mask, validation: dict, params: dict, grid: list[dict],
          k: int) -> dict:
@@ -319,7 +319,7 @@ def tune(train: dict, mask, validation: dict, params: dict, grid: list[dict],
 
 
 @step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}",
-      runtime=("cluster",), where=("cluster", _data_client))
+      where=("cluster", _data_client))
 def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
             part: int | None = None, cluster: dict | None = None) -> sp.csr_matrix:
     """The observed set Omega: each entry of the n x L label matrix kept with the given
@@ -407,15 +407,15 @@ def partition_files(train: dict, block: int, blocks: int, mask=None,
 
 #: :func:`partition_files` of fully observed training data, and with a mask.
 partition = step("leml-partition", paths=("train",), outputs=("X", "Y"),
-                 run_name="partition block {block} of {blocks}", runtime=("cluster",),
+                 run_name="partition block {block} of {blocks}",
                  where=("cluster", _data_client))(partition_files)
 partition_masked = step("leml-partition-masked", paths=("train", "mask"),
                         outputs=("X", "Y", "mask"),
-                        run_name="partition block {block} of {blocks}", runtime=("cluster",),
+                        run_name="partition block {block} of {blocks}",
                         where=("cluster", _data_client))(partition_files)
 
 
-@step("leml-propensity", paths=("train", "mask", "partition"), runtime=("cluster",),
+@step("leml-propensity", paths=("train", "mask", "partition"),
       where=("cluster", _data_client), run_name="label propensities A={a} B={b}")
 def propensity(a: float, b: float, train: dict | None = None, mask=None,
                partition: list | None = None, cluster: dict | None = None) -> np.ndarray:
@@ -502,7 +502,7 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
 
 
 @step("leml-init", paths=("train", "mask", "partition"), outputs=("W", "H"),
-      runtime=("cluster",), where=("cluster", _driver_client), run_name="initial factors")
+      where=("cluster", _driver_client), run_name="initial factors")
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
                row_blocks: int | None = None, cluster: dict | None = None) -> dict:
     """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
@@ -542,9 +542,8 @@ def _where(backend) -> dict:
     write_behind=True,
     inputs=("W", "H"),
     paths=("train", "mask", "partition"),
-    outputs=("W", "timings"),
+    outputs=("W",),
     volatile=("timings",),
-    runtime=("cluster",),
     where=("cluster", _driver_client),
     run_name="alternate-W iter={iteration}",
 )
@@ -577,9 +576,8 @@ def alternate_W(
     write_behind=True,
     inputs=("W", "H", "validation"),
     paths=("train", "mask", "partition", "validation_partition"),
-    outputs=("H", "trace", "timings"),
+    outputs=("H", "trace"),
     volatile=("timings",),
-    runtime=("cluster",),
     where=("cluster", _driver_client),
     run_name="alternate-H iter={iteration}",
 )
@@ -650,9 +648,8 @@ def _test_scores(model, test: dict, batch_size: int, inv_propensity: np.ndarray)
     version="2",
     inputs=("test", "W", "H", "traces", "timings", "propensity"),
     paths=("partition",),
-    outputs=("metrics", "convergence"),
+    outputs=("metrics",),
     volatile=("convergence",),
-    runtime=("cluster",),
     where=("cluster", _driver_client),
     run_name="evaluate",
 )
@@ -690,7 +687,7 @@ def evaluate(
 
 
 @step("leml-predict", version="2", inputs=("test", "W", "H", "labels"), paths=("partition",),
-      runtime=("cluster",), where=("cluster", _driver_client), run_name="predict top {top_k}")
+      where=("cluster", _driver_client), run_name="predict top {top_k}")
 def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFrame,
             params: dict, top_k: int, batch_size: int, partition: list | None = None,
             cluster: dict | None = None) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from scarce.tasks.readers.arff import read_arff
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.readers.xmc import read_xmc
 from scarce.tasks.steps import log_both
-from scarce.tasks.store import CorruptEntry, entry_shape, read_parquet_entry
+from scarce.tasks.store.encoding import CorruptEntry, entry_shape, read_parquet_entry
 
 #: Version of the model format (``outputs/model/``); ``apply-leml`` and a loaded model
 #: read only this version.

@@ -45,7 +45,7 @@ from scarce.tasks.readers.table import (
 )
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.steps import content_only, log_both, step
-from scarce.tasks.store import read_parquet_entry
+from scarce.tasks.store.encoding import read_parquet_entry
 
 
 def _feature_source(table: dict) -> tuple[str, str]:

@@ -56,7 +56,7 @@ from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.jsonl import read_jsonl
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.steps import content_only, step
-from scarce.tasks.store import read_parquet_entry
+from scarce.tasks.store.encoding import read_parquet_entry
 
 MENTION_COLUMNS = ["source", "id", "tokens", "e1_start", "e1_end", "e2_start", "e2_end",
                    "label", "relation", "direction", "gold"]

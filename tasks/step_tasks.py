@@ -16,7 +16,7 @@ from prefect import Task
 from prefect.cache_policies import CachePolicy
 from prefect.serializers import JSONSerializer
 
-from scarce.tasks.steps import Step, _make_runner, damaged_entries, log_both
+from scarce.tasks.steps import Step, _make_runner, log_both
 from scarce.tasks.store import Store
 
 
@@ -75,7 +75,7 @@ class StoreCachePolicy(CachePolicy):
             shutil.rmtree(record, ignore_errors=True)
         if not record.exists():
             return key
-        damaged = damaged_entries(self.step, self.store, key)
+        damaged = self.step.damaged(self.store, key)
         for ref, reason in damaged.items():  # every part, so each damage is named
             log_both(logging.WARNING, "store entry %s is damaged (%s); recomputing", ref, reason)
         if damaged:

@@ -48,13 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from scarce.algorithms import pyast
-from scarce.tasks.store import (
-    KEY_HEX,
-    SEAL_SUFFIX,
-    CorruptEntry,
-    Store,
-    file_sha256,
-)
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import file_sha256
+from scarce.tasks.store.layout import KEY_HEX
+from scarce.tasks.store.seals import damaged_entries, seal_bytes, seal_path, write_seal
 
 log = logging.getLogger("scarce.store")
 
@@ -256,7 +253,9 @@ _REMOTE_STEPS: dict[str, Step] = {}
 
 @dataclass(eq=False)
 class Step:
-    """A store-backed task; see :func:`step`."""
+    """A store-backed task; see :func:`step`, which declares it.  ``outputs`` holds every part
+    (the volatile ones last), ``runtime`` every parameter left out of the key (``where``'s
+    among them)."""
 
     fn: Callable[..., Any]
     name: str
@@ -284,17 +283,12 @@ class Step:
         for n in (*self.inputs, *self.files, *self.runtime, *self.paths):
             if n not in params:
                 raise TypeError(f"step {self.name}: {n!r} is not a parameter of {self.fn.__name__}")
-        if self.volatile and not set(self.volatile) <= set(self.outputs or ()):
-            raise TypeError(f"step {self.name}: volatile parts must be among its outputs")
         if set(self.runtime) & {*self.inputs, *self.files, *self.paths}:
             raise TypeError(f"step {self.name}: a runtime parameter cannot also be an input, a "
                             "file or a paths parameter")
         if set(self.paths) & {*self.inputs, *self.files}:
             raise TypeError(f"step {self.name}: a paths parameter cannot also be an input or a "
                             "file")
-        if self.where is not None and self.where[0] not in self.runtime:
-            raise TypeError(f"step {self.name}: where names {self.where[0]!r}, which is not "
-                            "one of its runtime parameters")
 
     # -- keys -------------------------------------------------------------
     def key(self, kwargs: dict[str, Any]) -> str:
@@ -328,6 +322,18 @@ class Step:
         """True for parts that hold wall-clock measurements (not compared by rerun)."""
         return any(ref.endswith(f"-{part}") for part in self.volatile)
 
+    def lasting(self, refs: Any) -> Any:
+        """``refs`` (an iterable of refs, or a mapping keyed by them) without the volatile
+        parts: what the call's seal records (:mod:`tasks.store.seals`)."""
+        if isinstance(refs, dict):
+            return {r: v for r, v in refs.items() if not self.is_volatile(r)}
+        return [r for r in refs if not self.is_volatile(r)]
+
+    def damaged(self, store: Store, key: str) -> dict[str, str]:
+        """ref -> reason for every damaged output of the call ``key`` (empty when all are
+        intact; :func:`tasks.store.seals.damaged_entries`)."""
+        return damaged_entries(store, key, _iter_refs(self.refs(key)))
+
     def refs(self, key: str) -> str | dict[str, str]:
         """The refs a call with this key writes (one, or one per output part)."""
         if self.outputs is None:
@@ -338,7 +344,7 @@ class Step:
     def clean_hit(self, store: Store, kwargs: dict[str, Any],
                   hold: Callable[[Any], Any] | None = None) -> str | dict[str, str] | None:
         """The refs of this call when the store holds it intact: its cache record exists and
-        every entry passes its seal or its read (:func:`damaged_entries`); None otherwise (no
+        every entry passes its seal or its read (:meth:`damaged`); None otherwise (no
         record, a damaged entry, arguments that do not bind), and the call goes through
         Prefect, whose cache policy (:class:`~tasks.step_tasks.StoreCachePolicy`) names and
         repairs the damage.
@@ -346,7 +352,7 @@ class Step:
         ``hold(refs)``: a context manager held while the entries are checked (a run's lease,
         so that a gc running meanwhile keeps them).  The one place a hit is decided: the
         flows' fast path asks here before starting a task run, the policy asks the same
-        question (:func:`damaged_entries`) inside one.
+        question (:meth:`damaged`) inside one.
         """
         try:
             bound = self.signature.bind(**kwargs)
@@ -359,7 +365,7 @@ class Step:
         refs = self.refs(key)
         with hold(_iter_refs(refs)) if hold is not None else nullcontext():
             try:
-                if damaged_entries(self, store, key):
+                if self.damaged(store, key):
                     return None
             except (OSError, ValueError):
                 return None
@@ -405,23 +411,24 @@ def step(
     outputs : part names when the function returns a dict of several outputs;
         None when it returns one value.
     run_name : Prefect task run name template (``"alternate-W iter={iteration}"``).
-    volatile : output parts holding wall-clock times; they are stored and
-        listed in the manifest, but a rerun does not expect the same bytes.
-    runtime : names of parameters that say where the step runs, not what it
-        computes (a Dask scheduler's address, a number of workers); they are
-        passed to the function but left out of the key, so the same call run
-        elsewhere finds the same entries.  The step must give the same outputs
-        whatever their values.
+    volatile : further parts of the returned dict, after ``outputs``, that hold wall-clock
+        times; they are stored and listed in the manifest, but a rerun does not expect the
+        same bytes, and a step's seal leaves them out.
+    runtime : names of parameters that say what the step may check, or where it runs, but
+        not what it computes (a flag that the file must have labels, a Dask scheduler's
+        address); they are passed to the function but left out of the key, so the same
+        call run elsewhere finds the same entries.  The step must give the same outputs
+        whatever their values.  ``where``'s parameter is one without being named here.
     paths : names of parameters that receive refs of upstream outputs, keyed by
         their refs as ``inputs`` are, but passed to the function as the absolute
         paths of the store's files (a str per ref) instead of the data: for a step
         that hands the files to other processes (Dask workers that read their own
         row blocks) and must not read them itself.
-    where : ``(parameter, opener)``: the step may run in another process.  ``parameter`` is
-        one of its ``runtime`` parameters; ``opener(value)`` returns a context manager
-        giving a Dask client, or None to run here.  With a client, the whole step (reading
-        its inputs, the function, writing its entries and seal) is one task on that
-        cluster, which must see the same store path (a shared filesystem), and only the
+    where : ``(parameter, opener)``: the step may run in another process.  ``parameter``, a
+        runtime parameter (left out of the key), says where; ``opener(value)`` returns a
+        context manager giving a Dask client, or None to run here.  With a client, the whole
+        step (reading its inputs, the function, writing its entries and seal) is one task on
+        that cluster, which must see the same store path (a shared filesystem), and only the
         refs come back: a step over data that the flow's process must never hold.
     write_behind : when the step runs in the flow's own process, its entries and seal are
         written in the background (:meth:`tasks.store.Store.write_later`) while the next step
@@ -429,6 +436,18 @@ def step(
         loop, whose per-iteration checkpoints would otherwise add their write to every
         iteration.  A step run in a Dask worker writes before it returns, as every step does.
     """
+
+    # Each fact is said once: a volatile part is not listed among the outputs too, nor
+    # where's parameter among the runtime ones.
+    if volatile and outputs is None:
+        raise TypeError(f"step {name}: volatile parts are parts of a dict of outputs; "
+                        "give its other parts as outputs")
+    if set(volatile) & set(outputs or ()):
+        raise TypeError(f"step {name}: {sorted(set(volatile) & set(outputs))} listed in "
+                        "outputs and in volatile: a volatile part is named in volatile only")
+    if where is not None and where[0] in runtime:
+        raise TypeError(f"step {name}: {where[0]!r} is runtime as where's parameter; leave it "
+                        "out of runtime")
 
     def decorate(fn: Callable[..., Any]) -> Step:
         return Step(
@@ -438,10 +457,10 @@ def step(
             inputs=tuple(inputs),
             files=tuple(files),
             names=dict(files) if isinstance(files, dict) else {},
-            outputs=None if outputs is None else tuple(outputs),
+            outputs=None if outputs is None else (*outputs, *volatile),
             run_name=run_name,
             volatile=tuple(volatile),
-            runtime=tuple(runtime),
+            runtime=(*runtime, *(() if where is None else (where[0],))),
             paths=tuple(paths),
             where=where,
             write_behind=write_behind,
@@ -542,11 +561,11 @@ def execute(st: Step, store: Store, call: dict[str, Any], *,
         write_behind = st.write_behind and not _in_dask_worker()
     if write_behind:
         store.write_later(entries, seal_path(store, key),
-                          lambda digests: seal_bytes(st, digests))
+                          lambda digests: seal_bytes(st.lasting(digests)))
         return refs
     for ref, value, meta in entries:
         store.write(ref, value, meta)
-    write_seal(st, store, key)
+    write_seal(store, key, st.lasting(_iter_refs(st.refs(key))))
     return refs
 
 
@@ -567,73 +586,3 @@ def execute_by_name(module: str, name: str, store_root: str, call: dict[str, Any
                            "same version of the project")
     return execute(st, Store(store_root), call, write_behind=False)
 
-
-
-
-def seal_path(store: Store, key: str) -> Path:
-    """``<store>/_prefect/<key>.sha256.json``: the sha256 of the files a step wrote."""
-    return store.prefect_dir / f"{key}{SEAL_SUFFIX}"
-
-
-def write_seal(st: Step, store: Store, key: str) -> None:
-    """Record the sha256 of the step's output files (volatile parts aside).
-
-    The checksum inside each file covers the data and metadata it decodes to, not
-    the Parquet statistics, page headers and magic bytes, which a flipped byte can
-    alter without changing what is read; the seal catches those too, so that a
-    cache hit always returns the bytes a run manifest recorded.  Volatile parts
-    (wall-clock tables) differ between two concurrent writers and are left out.
-    """
-    digests = {ref: store.sha256(ref) for ref in _iter_refs(st.refs(key))
-               if not st.is_volatile(ref)}
-    store.write_file(seal_path(store, key), seal_bytes(st, digests))
-
-
-def seal_bytes(st: Step, digests: dict[str, str]) -> bytes:
-    """The seal's content: ref -> sha256 of its file, the volatile parts left out."""
-    return json.dumps({ref: d for ref, d in digests.items() if not st.is_volatile(ref)},
-                      sort_keys=True).encode()
-
-
-def _seal_mismatches(store: Store, key: str) -> tuple[set[str], dict[str, str]]:
-    """The sealed refs, and ref -> reason for every sealed file whose bytes changed
-    (no refs and no reasons without a seal)."""
-    path = store.side_path(seal_path(store, key))
-    if path.is_dir():
-        return set(), {str(path): "a folder in place of the seal"}
-    if not path.is_file():  # entries written before seals existed
-        return set(), {}
-    try:
-        digests = json.loads(path.read_bytes())
-        if not isinstance(digests, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:
-        return set(), {str(path): f"unreadable seal ({exc})"}
-    out = {}
-    for ref, expected in digests.items():
-        try:
-            actual = store.sha256(ref)
-        except OSError as exc:  # gone, or a folder in its place
-            out[ref] = f"unreadable: {exc.strerror or exc}"
-            continue
-        if actual != expected:
-            out[ref] = "file sha256 differs from the one recorded when it was written"
-    return set(digests), out
-
-
-def damaged_entries(st: Step, store: Store, key: str) -> dict[str, str]:
-    """ref -> reason for every damaged output of the call ``key`` (empty when all are intact).
-
-    A file whose sha256 equals its seal is intact without being read; every other part
-    (volatile parts, entries written before seals, files that fail their seal) is read in full,
-    so a damaged file is named with the reader's reason when it has one.
-    """
-    sealed, problems = _seal_mismatches(store, key)
-    for ref in _iter_refs(st.refs(key)):
-        if ref in sealed and ref not in problems:
-            continue
-        try:
-            store.read_table(ref)
-        except CorruptEntry as exc:
-            problems[ref] = str(exc)
-    return problems

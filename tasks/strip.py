@@ -46,7 +46,7 @@ from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.table import read_delimited
 from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.steps import content_only, step
-from scarce.tasks.store import read_parquet_entry
+from scarce.tasks.store.encoding import read_parquet_entry
 
 PAIR_KEYS = strip_features.PAIR_KEYS
 MENTION_KEYS = strip_features.MENTION_KEYS
@@ -328,7 +328,7 @@ def _rng_from_state(state: np.ndarray) -> np.random.RandomState:
 @step(
     "strip-grow",
     paths=("train",),
-    outputs=("rules", "rng", "timings"),
+    outputs=("rules", "rng"),
     volatile=("timings",),
     run_name="grow {variant} L={loss_ratio:g}",
 )
@@ -354,7 +354,7 @@ def grow(train: list, variant: str, loss_ratio: float, max_thresholds: int, dl_s
     "strip-prune",
     inputs=("rules",),
     paths=("train",),
-    outputs=("rules", "timings"),
+    outputs=("rules",),
     volatile=("timings",),
     run_name="prune {variant} L={loss_ratio:g}",
 )
@@ -375,7 +375,7 @@ def prune(train: list, rules: pd.DataFrame, variant: str, loss_ratio: float,
     "strip-optimize",
     inputs=("rules", "rng"),
     paths=("train",),
-    outputs=("rules", "timings"),
+    outputs=("rules",),
     volatile=("timings",),
     run_name="optimize {variant} L={loss_ratio:g}",
 )
@@ -442,7 +442,7 @@ def has_gold_chains(mentions: pd.DataFrame) -> bool:
 @step(
     "strip-evaluate",
     inputs=("test_pairs", "test_mentions", "rules", "timings"),
-    outputs=("metrics", "scores", "clusters", "coverage", "timings"),
+    outputs=("metrics", "scores", "clusters", "coverage"),
     volatile=("timings",),
     run_name="evaluate {dataset}",
 )

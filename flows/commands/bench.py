@@ -29,7 +29,8 @@ def bench(args: argparse.Namespace) -> int:
     from scarce.flows.config import project_root
     from scarce.flows.outputs import check_command
     from scarce.flows.runtime import markdown_table
-    from scarce.tasks.store import atomic_write_parquet, encode
+    from scarce.tasks.store.atomic import atomic_write_parquet
+    from scarce.tasks.store.encoding import encode
 
     module, parser = benchmark_parser(args.name)
     bench_args = parser.parse_args(args.bench_args)

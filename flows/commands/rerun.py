@@ -141,7 +141,7 @@ def _repair(run_dir: Path, old: dict, new_dir: Path, damaged: dict[str, str | No
     whose bytes the rerun reproduced exactly; say what was found and done, file by file."""
     from scarce.flows import manifest as mf
     from scarce.flows.runtime import link_or_copy
-    from scarce.tasks.store import file_sha256
+    from scarce.tasks.store.atomic import file_sha256
 
     recorded = mf.recorded_files(old)
     lines = []

@@ -111,7 +111,7 @@ def write(frame, path: str, fmt: str) -> None:
     import pyarrow as pa
 
     from scarce.flows.outputs import write_failed
-    from scarce.tasks.store import atomic_write_bytes, atomic_write_parquet
+    from scarce.tasks.store.atomic import atomic_write_bytes, atomic_write_parquet
 
     target = Path(path)
     try:

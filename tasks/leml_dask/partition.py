@@ -160,7 +160,7 @@ class PartitionedData:
     def block(self, b: int) -> LEMLData:
         """Row block ``b``, read from its own files only and prepared as
         :func:`~algorithms.leml.data.split_rows` cuts the prepared whole."""
-        from scarce.tasks.store import read_parquet_entry
+        from scarce.tasks.store.encoding import read_parquet_entry
 
         files = self.blocks[b]
         X, Y = read_parquet_entry(files["X"]), read_parquet_entry(files["Y"])

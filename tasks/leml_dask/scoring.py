@@ -25,7 +25,7 @@ def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
     ``LEML(**params).set_factors(W, H)`` predicts (PSP@k's sums too, given the training
     labels' ``inv_propensity``)."""
     from scarce.algorithms.leml import LEML
-    from scarce.tasks.store import read_parquet_entry
+    from scarce.tasks.store.encoding import read_parquet_entry
 
     X = sp.csr_matrix(read_parquet_entry(files["X"]))
     Y = sp.csr_matrix(read_parquet_entry(files["Y"]))
@@ -83,7 +83,7 @@ def block_predictions(files: dict, W, H, params: dict, top_k: int,
     counts from the block's first row)."""
     from scarce.algorithms.leml import LEML
     from scarce.algorithms.leml.predict import predictions_table
-    from scarce.tasks.store import read_parquet_entry
+    from scarce.tasks.store.encoding import read_parquet_entry
 
     model = LEML(**params).set_factors(W, H)
     X = sp.csr_matrix(read_parquet_entry(files["X"]))

@@ -11,7 +11,7 @@ from scarce.bench import leml as bench
 from scarce.bench.leml_cluster import write_parts
 from scarce.tasks.leml import input_parts
 from scarce.tasks.leml_files import parquet_pair
-from scarce.tasks.store import read_parquet_entry
+from scarce.tasks.store.encoding import read_parquet_entry
 from tests.bench.tables import leml_table
 
 

@@ -11,7 +11,7 @@ import pytest
 from scarce.algorithms.leml.data import row_block_bounds
 from scarce.bench import leml as bench
 from scarce.bench.leml_partition import digest, read_block, write_matrix
-from scarce.tasks.store import read_parquet_entry
+from scarce.tasks.store.encoding import read_parquet_entry
 from tests.bench.tables import leml_table
 
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scarce.tasks.store import SUFFIX, Store
+from scarce.tasks.store import Store
+from scarce.tasks.store.layout import SUFFIX
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ from scarce.algorithms.relations.contexts import context_words
 from scarce.flows.apply import model_document
 from scarce.flows.cli import main
 from scarce.tasks.readers.semeval import read_semeval
-from scarce.tasks.store import file_sha256
+from scarce.tasks.store.atomic import file_sha256
 from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-import scarce.tasks.store as store_module
+import scarce.tasks.store.atomic as store_module
 from scarce.flows.cli import main
 from tests.flows.helpers import runs
 from tests.flows.test_bad_inputs import Case, make_project

@@ -18,7 +18,8 @@ from sklearn.metrics import adjusted_rand_score
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
-from scarce.tasks.store import Store, file_sha256
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import file_sha256
 from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -167,7 +168,7 @@ def test_rerun_after_an_input_changed_says_so_first(project, first, capsys):
     """The first value of every row of the data file changed: the rerun's first line names the
     file and both sha256, before the metrics that changed and the files that differ.  (A
     change to a row the run does not sample changes no output: the rerun is identical.)"""
-    from scarce.tasks.store import file_sha256
+    from scarce.tasks.store.atomic import file_sha256
 
     data = project / "digits.csv"
     text = data.read_text()

@@ -17,13 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scarce.tasks.store import (
-    Store,
-    atomic_open,
-    atomic_write_bytes,
-    atomic_write_parquet,
-    encode,
-)
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import atomic_open, atomic_write_bytes, atomic_write_parquet
+from scarce.tasks.store.encoding import encode
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("algorithms", "tasks", "flows", "bench")

@@ -20,7 +20,8 @@ from prefect import flow
 import tests.flows.sample_flow as sample
 from scarce.flows.cli import main, referenced_refs
 from scarce.flows.runtime import RunContext, RunOptions
-from scarce.tasks.store import SEAL_SUFFIX, Store
+from scarce.tasks.store import Store
+from scarce.tasks.store.layout import SEAL_SUFFIX
 from tests.flows import procs
 from tests.flows.helpers import digits_project, manifest, runs
 

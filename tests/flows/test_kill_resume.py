@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from scarce.tasks.store import SEAL_SUFFIX, Store
+from scarce.tasks.store import Store
+from scarce.tasks.store.layout import SEAL_SUFFIX
 from tests.flows import procs
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

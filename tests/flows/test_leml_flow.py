@@ -24,7 +24,8 @@ from scarce.flows.cli import main
 from scarce.tasks.leml import observe
 from scarce.tasks.leml_dask import PartitionedData
 from scarce.tasks.readers.xmc import read_xmc
-from scarce.tasks.store import Store, read_checked_value
+from scarce.tasks.store import Store
+from scarce.tasks.store.encoding import read_checked_value
 from tests.flows.helpers import manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

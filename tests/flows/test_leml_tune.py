@@ -19,7 +19,8 @@ import pytest
 from scarce.algorithms.leml import LEML
 from scarce.flows.cli import main
 from scarce.flows.leml import MIN_TUNING_ROWS, tuning_grid
-from scarce.tasks.store import Store, read_checked_value
+from scarce.tasks.store import Store
+from scarce.tasks.store.encoding import read_checked_value
 from tests.flows.helpers import manifest, runs
 
 REPO = Path(__file__).resolve().parents[2]

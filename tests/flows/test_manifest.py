@@ -75,7 +75,9 @@ def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | N
     under ``key`` (its footer names the step and the key, as every entry's does), and whose
     other named outputs are ``extra``; returns (folder, manifest)."""
     from scarce.flows.run_record import link_or_copy
-    from scarce.tasks.store import Store, encode, file_sha256
+    from scarce.tasks.store import Store
+    from scarce.tasks.store.atomic import file_sha256
+    from scarce.tasks.store.encoding import encode
 
     store = Store(tmp_path / "store")
     ref = store.write(f"step/{key}-part", value, {"task": "step", "key": key, "part": "part"})
@@ -101,7 +103,7 @@ def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | N
 def test_the_values_cover_every_kind_the_store_writes():
     """A named Parquet output is a store entry (``RunRecord.name_output`` takes a ref), and
     the store writes three kinds (``tasks.store.encode``; ``decode`` refuses any other)."""
-    from scarce.tasks.store import encode
+    from scarce.tasks.store.encoding import encode
 
     kinds = {encode(v).schema.metadata[b"scarce.kind"].decode() for v, _ in VALUES.values()}
     assert kinds == {"table", "sparse", "dense"}
@@ -165,7 +167,7 @@ def test_the_metrics_table_is_compared_by_what_it_holds(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from scarce.tasks.store import file_sha256
+    from scarce.tasks.store.atomic import file_sha256
 
     value = VALUES["table"][0]
     a, old = _entry_run(tmp_path, "a", value, "0" * 32)

@@ -11,7 +11,8 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows import manifest as mf
 from scarce.flows.cli import main
 from scarce.flows.run_record import check_output_name
-from scarce.tasks.store import Store, file_sha256
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import file_sha256
 from tests.flows.helpers import digits_project, manifest, runs
 
 

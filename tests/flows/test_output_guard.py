@@ -215,7 +215,7 @@ def test_a_folder_the_system_refuses_is_refused_before_the_work(project, capsys,
     refuse: the system's refusal is simulated where the guard probes the folder)."""
     import errno
 
-    import scarce.tasks.store as store
+    import scarce.tasks.store.atomic as store
 
     root, _, calls = project
     (root / "locked").mkdir()
@@ -284,7 +284,7 @@ def test_runs_of_one_run_refuses_the_table_options(runs_project, capsys, option)
 def test_runs_output_that_the_disk_refuses_is_one_line(runs_project, capsys, monkeypatch):
     import errno
 
-    import scarce.tasks.store as store
+    import scarce.tasks.store.atomic as store
 
     def full(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

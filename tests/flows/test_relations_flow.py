@@ -23,7 +23,8 @@ from scarce.algorithms.relations.dcm import top_words
 from scarce.algorithms.relations.model import RelationDiscovery
 from scarce.flows.cli import main
 from scarce.tasks.readers.semeval import read_semeval
-from scarce.tasks.store import Store, file_sha256
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import file_sha256
 from tests.flows.helpers import manifest, rerun, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")

@@ -16,7 +16,8 @@ import shutil
 import numpy as np
 import pytest
 
-from scarce.tasks.store import CorruptEntry, Store, read_checked_table
+from scarce.tasks.store import Store
+from scarce.tasks.store.encoding import CorruptEntry, read_checked_table
 from tests.flows import procs
 
 SEED = 20261129
@@ -144,7 +145,7 @@ def test_folders_and_files_in_the_way_are_damage_recomputed_like_any(tmp_path, m
     import io
 
     from scarce.flows.cli import main
-    from scarce.tasks.steps import seal_path
+    from scarce.tasks.store.seals import seal_path
     from tests.flows.helpers import manifest, runs
     from tests.flows.test_bad_inputs import Case, make_project
 

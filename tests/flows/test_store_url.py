@@ -6,7 +6,8 @@ import pytest
 
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
-from scarce.tasks.store import Store, local_root
+from scarce.tasks.store import Store
+from scarce.tasks.store.layout import local_root
 from tests.flows.helpers import digits_project, manifest, runs
 
 

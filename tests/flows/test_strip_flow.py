@@ -28,7 +28,8 @@ from scarce.flows.strip import StripConfig
 from scarce.tasks import strip as tasks_strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu, read_conllu_files
-from scarce.tasks.store import Store, file_sha256
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import file_sha256
 from tests.flows.helpers import manifest, rerun, run_in, runs
 from tests.scorer import needs_scorer
 

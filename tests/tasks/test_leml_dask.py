@@ -467,8 +467,8 @@ def test_blocks_of_any_sizes_keep_their_rows(tmp_path):
 
 
 def _record_reads(monkeypatch) -> list[str]:
-    """The paths ``tasks.store.read_parquet_entry`` is called with, from now on."""
-    import scarce.tasks.store as store_module
+    """The paths ``tasks.store.encoding.read_parquet_entry`` is called with, from now on."""
+    import scarce.tasks.store.encoding as store_module
 
     read: list[str] = []
     real = store_module.read_parquet_entry
@@ -808,7 +808,7 @@ def test_a_later_w_step_on_the_same_files_reuses_the_blocks(client, tmp_path):
     in every block's files spoilt in between (names and footers unchanged), it builds no
     block again and gives the first W-step's ``W``."""
     from scarce.tasks.errors import InputError
-    from scarce.tasks.store import read_parquet_entry
+    from scarce.tasks.store.encoding import read_parquet_entry
 
     source, data = _stored(tmp_path, "masked-sparse")
     W0, H = _start(data)
@@ -882,7 +882,8 @@ def test_a_step_with_where_runs_whole_on_the_cluster_and_writes_what_it_writes_h
     worker that keys the call otherwise (other code) is refused."""
     import scarce.tasks.leml as tl
     import scarce.tasks.leml_files as files
-    from scarce.tasks.steps import _make_runner, execute_by_name, seal_path
+    from scarce.tasks.steps import _make_runner, execute_by_name
+    from scarce.tasks.store.seals import seal_path
 
     path = tmp_path / "data.txt"
     path.write_text("3 4 2\n0 0:1 2:0.5\n1 1:2\n0,1 3:1\n")

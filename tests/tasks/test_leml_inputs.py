@@ -20,7 +20,8 @@ from scarce.tasks.leml_files import (
     parquet_pair,
     unit_rows,
 )
-from scarce.tasks.store import atomic_write_parquet, encode
+from scarce.tasks.store.atomic import atomic_write_parquet
+from scarce.tasks.store.encoding import encode
 
 ROWS = "0 0:1.0 1:0.5\n1 1:1.0\n2 2:1.0 3:0.25\n"
 ARFF_HEAD = "@relation r\n@attribute f0 numeric\n@attribute f1 numeric\n@attribute y {0,1}\n"

@@ -7,7 +7,8 @@ import scipy.sparse as sp
 
 from scarce.tasks.leml import load
 from scarce.tasks.leml_files import label_file, parquet_pair
-from scarce.tasks.store import atomic_write_parquet, encode
+from scarce.tasks.store.atomic import atomic_write_parquet
+from scarce.tasks.store.encoding import encode
 
 
 def _write(path, matrix) -> None:

@@ -12,7 +12,8 @@ from scarce.flows.leml import TableConfig
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml_table import check_table_columns, load_table, table_space
 from scarce.tasks.readers.table import SEPARATOR_KEY, label_names, read_table
-from scarce.tasks.store import atomic_write_parquet, encode
+from scarce.tasks.store.atomic import atomic_write_parquet
+from scarce.tasks.store.encoding import encode
 
 TRAIN = pd.DataFrame({
     "text": ["graph kernels for molecules", "parsing with kernels", "graph parsing",

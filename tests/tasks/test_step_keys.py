@@ -33,7 +33,8 @@ import scarce.tasks
 from scarce.flows.leml import TableConfig
 from scarce.tasks import relations, strip
 from scarce.tasks.steps import Step, whole_name
-from scarce.tasks.store import Store, encode, table_checksum
+from scarce.tasks.store import Store
+from scarce.tasks.store.encoding import encode, table_checksum
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "data" / "examples"

@@ -22,7 +22,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from scarce.tasks.errors import InputError
-from scarce.tasks.store import STORE_KEY, CorruptEntry, Foreign, Store, StoreWriteError
+from scarce.tasks.store import Store
+from scarce.tasks.store.atomic import STORE_KEY, StoreWriteError
+from scarce.tasks.store.encoding import CorruptEntry
+from scarce.tasks.store.gc import Foreign
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -176,7 +179,7 @@ def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
 
     import pyarrow as pa
 
-    import scarce.tasks.store as mod
+    import scarce.tasks.store.atomic as mod
 
     real = mod.pq.write_table
 
@@ -469,7 +472,7 @@ def test_rows_of_an_entry_equal_the_slice_of_the_whole_and_read_only_their_row_g
     whole entry with the same dtypes, and reads no row group that lies wholly before or after
     the range: with every such row group spoilt it still gives the slice, while a spoilt row
     group holding rows of the range is an error."""
-    from scarce.tasks.store import decode, encode, read_rows
+    from scarce.tasks.store.encoding import decode, encode, read_rows
 
     value = _values_for_rows()[case]
     table = encode(value)
@@ -500,7 +503,7 @@ def test_rows_of_an_entry_equal_the_slice_of_the_whole_and_read_only_their_row_g
 
 
 def test_rows_are_read_only_of_csr_or_dense_entries_and_within_the_matrix(tmp_path):
-    from scarce.tasks.store import read_rows
+    from scarce.tasks.store.encoding import read_rows
 
     store = Store(tmp_path)
     csc = store.path(store.write("t/csc", sp.random(5, 4, density=0.5, format="csc")))
@@ -523,7 +526,7 @@ def test_the_checksum_is_the_sha256_of_the_tables_ipc_stream_however_it_is_chunk
 
     import pyarrow as pa
 
-    from scarce.tasks.store import CHECKSUM_KEY, table_checksum
+    from scarce.tasks.store.encoding import CHECKSUM_KEY, table_checksum
 
     rng = np.random.default_rng(0)
     columns = {"row": np.arange(50_000, dtype=np.int32),
@@ -546,7 +549,7 @@ def test_every_read_gives_back_what_was_written_and_names_a_damaged_file(tmp_pat
     of every row give the value written, with its dtypes; a damaged file is a
     :class:`CorruptEntry` of the store, and an :class:`InputError` naming the file when it is
     an input.  (What a read holds in memory: ``scarce bench store``.)"""
-    from scarce.tasks.store import read_parquet_entry, read_rows
+    from scarce.tasks.store.encoding import read_parquet_entry, read_rows
 
     rng = np.random.default_rng(0)
     value = (sp.random(300, 40, density=0.2, random_state=0, format="csr", dtype=np.float32)
@@ -601,7 +604,7 @@ def test_a_sparse_entry_read_by_row_groups_is_the_matrix_a_coo_conversion_gives(
     """``read_checked_value`` (and so ``Store.read``) builds a sparse entry on its columns,
     read a row group at a time: the same arrays, dtypes and order as the COO conversion of
     the whole table (done here by hand, the way :func:`decode` did it before), writable."""
-    from scarce.tasks.store import decode, encode, read_checked_table, read_checked_value
+    from scarce.tasks.store.encoding import decode, encode, read_checked_table, read_checked_value
 
     value = _sparse_cases()[case]
     path = tmp_path / "entry.parquet"
@@ -630,7 +633,7 @@ def test_a_sparse_entry_read_by_row_groups_is_the_matrix_a_coo_conversion_gives(
 def test_a_sparse_entry_with_changed_values_or_a_missing_file_is_corrupt(tmp_path):
     import pyarrow as pa
 
-    from scarce.tasks.store import read_checked_value
+    from scarce.tasks.store.encoding import read_checked_value
 
     store = Store(tmp_path)
     store.write("t/k", sp.random(30, 20, density=0.3, random_state=1, format="csr"))
@@ -650,7 +653,7 @@ def test_tables_parquet_keeps_skip_the_round_trip_and_write_the_same_bytes(tmp_p
                                                                            monkeypatch):
     """A numeric column without nulls reads back from Parquet as it is, so its entry skips
     the in-memory round trip; the files are the bytes the round trip wrote."""
-    import scarce.tasks.store as store_module
+    import scarce.tasks.store.encoding as store_module
 
     rng = np.random.default_rng(0)
     values = {

@@ -11,7 +11,8 @@ import pytest
 
 from scarce.algorithms.memory import HEADROOM, MemoryBudgetError
 from scarce.tasks import strip
-from scarce.tasks.store import atomic_write_parquet, encode
+from scarce.tasks.store.atomic import atomic_write_parquet
+from scarce.tasks.store.encoding import encode
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
 DOCS = ["GUM_news_stampede", "GUM_news_worship"]

@@ -1,0 +1,112 @@
+"""Writes in the background: a step's entries written while the next step computes.
+
+One background thread per process writes a step's entries and then its side file (the seal)
+(:meth:`tasks.store.Store.write_later`).  Every way to an entry's or side file's path
+(:meth:`~tasks.store.Store.path`, :meth:`~tasks.store.Store.side_path`) waits for its write
+first (:func:`wait_for`) and re-raises its error there; listing and gc wait for all of a
+store's (:func:`wait_for_writes`).
+
+The last dense arrays written in this process are kept as read-only copies for the next step
+that takes the entry as an input (:meth:`~tasks.store.Store.read_input`): one iteration's
+factors are the next step's inputs, and reading them back (Parquet, then the checksum over the
+whole table) cost a step more than its own work on a small data set.  An entry is never
+rewritten with other content (its key names what it holds), so the copy is the file's value; it
+is used only while the file exists or is being written.  ``Store.read``, the seals and the cache
+check read the files themselves, so damage is still found there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RECENT_ENTRIES = 8
+RECENT_BYTES = 1 << 24
+_recent: dict[tuple[str, str], np.ndarray] = {}
+_recent_lock = threading.Lock()
+
+_inflight: dict[tuple[str, str], Future] = {}
+_inflight_lock = threading.Lock()
+_writer: ThreadPoolExecutor | None = None
+
+
+def remember(root: Path, ref: str, value: Any) -> None:
+    """Keep a read-only copy of ``value`` as the entry ``ref`` of ``root`` (see
+    :data:`RECENT_ENTRIES`) when it is a dense numeric array of at most
+    :data:`RECENT_BYTES`."""
+    if not (isinstance(value, np.ndarray) and value.ndim >= 1 and value.dtype.kind in "biuf"
+            and value.nbytes <= RECENT_BYTES):
+        return
+    copy = np.array(value, order="C", copy=True)
+    copy.flags.writeable = False
+    with _recent_lock:
+        _recent.pop((str(root), ref), None)
+        _recent[(str(root), ref)] = copy
+        while len(_recent) > RECENT_ENTRIES:
+            del _recent[next(iter(_recent))]
+
+
+def recalled(root: Path, ref: str) -> np.ndarray | None:
+    """The copy :func:`remember` kept of the entry ``ref`` of ``root``, else None."""
+    with _recent_lock:
+        return _recent.get((str(root), ref))
+
+
+def submit(root: Path, names: Iterable[str], job: Callable[[], None]) -> None:
+    """Run ``job`` on the background thread; until it is done, :func:`wait_for` of each of
+    ``names`` (refs, or side files' paths) under ``root`` waits for it.  A job that fails
+    stays registered: its waiters raise its error."""
+    global _writer
+    names = list(names)
+    with _inflight_lock:
+        if _writer is None:
+            _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scarce-store")
+        future = _writer.submit(job)
+        for name in names:
+            _inflight[(str(root), name)] = future
+
+    def done(f: Future) -> None:
+        if f.exception() is not None:
+            return  # kept: the waiters raise it
+        with _inflight_lock:
+            for name in names:
+                if _inflight.get((str(root), name)) is f:
+                    del _inflight[(str(root), name)]
+
+    future.add_done_callback(done)
+
+
+def forget(root: Path, name: str) -> None:
+    """Drop the write in flight of ``name`` under ``root``: a write of it in this thread has
+    replaced it (a failed one included)."""
+    with _inflight_lock:
+        _inflight.pop((str(root), name), None)
+
+
+def wait_for(root: Path, name: str) -> None:
+    """Wait until the write of ``name`` (a ref, or a side file's path) under ``root`` is done;
+    raise its error.  Nothing to wait for: return at once."""
+    with _inflight_lock:
+        future = _inflight.get((str(root), name))
+    if future is not None:
+        future.result()
+
+
+def in_flight(root: Path, name: str) -> bool:
+    """True while a write of ``name`` under ``root`` is registered (:func:`submit`)."""
+    with _inflight_lock:
+        return (str(root), name) in _inflight
+
+
+def wait_for_writes(root: Path | None = None) -> None:
+    """Wait for every write in flight (of the store at ``root``, or of all); raise the first
+    error."""
+    with _inflight_lock:
+        futures = [f for (r, _), f in _inflight.items() if root is None or r == str(root)]
+    for future in futures:
+        future.result()
