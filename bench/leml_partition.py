@@ -1,5 +1,5 @@
 """A partition task's read: one row block of a stored CSR matrix, read whole then sliced
-against :func:`tasks.store.read_rows`.
+against :func:`tasks.store.encoding.read_rows`.
 
 Section ``partition`` of ``scarce bench leml``.  A random CSR matrix of
 ``--partition-shape`` (rows x features, float32, ``--partition-row-nnz`` entries a row at

@@ -386,7 +386,7 @@ def partition_files(train: dict, block: int, blocks: int, mask=None,
     (and of the observed-entries ``mask``), the rows
     :func:`~algorithms.leml.data.row_block_bounds` gives it, read from the store files
     (``train``: ``{"X", "Y"}`` paths; ``mask``: a path or None) by
-    :func:`tasks.store.read_rows`, which reads only the row groups that hold the block: no
+    :func:`tasks.store.encoding.read_rows`, which reads only the row groups that hold the block: no
     partition task holds the whole training set.
 
     Each block is its own store entries, read by the worker that builds that block of the

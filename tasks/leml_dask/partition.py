@@ -37,9 +37,9 @@ class PartitionedData:
     ----------
     blocks : tuple of dict
         Per row block, in row order: ``{"X", "Y", "mask"}``, store-format Parquet files
-        (:mod:`tasks.store`) of its rows of the features, the labels and the observed-entries
-        mask (None when every label is observed), on a file system every worker sees at the
-        same path.
+        (:mod:`tasks.store.encoding`) of its rows of the features, the labels and the
+        observed-entries mask (None when every label is observed), on a file system every
+        worker sees at the same path.
     fit_intercept : bool
         As the estimator's (a constant feature appended).
     dtype : str

@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader sees a file's old bytes or its new ones, never half of them.
+"""Atomic file writes: a reader sees a file's old bytes or its new ones, never half of them;
+and the sha256 by which a written file is recorded (seals, run manifests).
 
 A write goes to a temporary file in the same folder, is ``fsync``-ed, then renamed over the
 target with ``os.replace``.  Every file has the mode the umask gives.  A write the system

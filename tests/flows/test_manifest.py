@@ -102,7 +102,7 @@ def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | N
 
 def test_the_values_cover_every_kind_the_store_writes():
     """A named Parquet output is a store entry (``RunRecord.name_output`` takes a ref), and
-    the store writes three kinds (``tasks.store.encode``; ``decode`` refuses any other)."""
+    the store writes three kinds (``tasks.store.encoding.encode``; ``decode`` refuses any other)."""
     from scarce.tasks.store.encoding import encode
 
     kinds = {encode(v).schema.metadata[b"scarce.kind"].decode() for v, _ in VALUES.values()}

@@ -78,7 +78,7 @@ def test_damaged_entries_are_detected_and_recomputed(tmp_path_factory):
             n += 1
     # One more, aimed where the checksum inside the file does not look: the leading
     # magic bytes (like Parquet statistics, they do not change what is read), so that
-    # the seal of file sha256s (tasks.steps.write_seal) is always exercised.
+    # the seal of file sha256s (tasks.store.seals.write_seal) is always exercised.
     magic = str(rng.choice(sorted(set(by_step["leml-alternate-W"]) - set(damaged))))
     path = store.path(magic)
     path.write_bytes(b"XAR1" + path.read_bytes()[4:])

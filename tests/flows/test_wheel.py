@@ -54,7 +54,7 @@ def test_the_wheel_installs_one_import_name_with_its_configs(wheel):
     for flow in ("leml", "relations", "strip", "deployments", "apply-leml"):
         assert f"scarce/configs/{flow}.yaml" in names
     assert "scarce/configs/experiments/relations-corpora.yaml" in names
-    assert {"scarce/__init__.py", "scarce/flows/cli.py", "scarce/tasks/store.py",
+    assert {"scarce/__init__.py", "scarce/flows/cli.py", "scarce/tasks/store/folder.py",
             "scarce/algorithms/leml/model.py", "scarce/bench/leml.py"} <= set(names)
 
 
