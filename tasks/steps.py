@@ -11,7 +11,7 @@ Prefect task that
 * takes its upstream inputs as store refs (small strings), loads them, calls
   the function, writes each output to the store and returns the refs;
 * is keyed by :class:`~tasks.step_tasks.StoreCachePolicy`: a hash of the step's name, version,
-  the source of every project module its code can reach (:func:`code_digest`:
+  the source of every project module its code can reach (:func:`tasks.code_digest.code_digest`:
   the module that defines it and, transitively, every module of ``algorithms``
   and ``tasks`` imported from there, found by reading the imports, never listed
   by hand), its parameters, the refs of its inputs and, for each input file, its
@@ -32,7 +32,6 @@ never a pickle) in ``<store>/_prefect``.
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import inspect
@@ -47,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scarce.algorithms import pyast
+from scarce.tasks.code_digest import code_digest
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import file_sha256
 from scarce.tasks.store.layout import KEY_HEX
@@ -143,107 +142,6 @@ def content_only(path: Path, call: dict[str, Any]) -> None:
     """A :data:`NameRule` for a file read by its bytes alone (a store-format Parquet file,
     whose reader takes nothing from its name) or not read at all (named in errors only)."""
     return None
-
-
-# Packages whose modules enter a step's code digest: the mathematics and the steps.  Third-party
-# code is covered by the package versions each run manifest records.
-PACKAGE = "scarce"
-CODE_PACKAGES = ("scarce.algorithms", "scarce.tasks")
-# The folder holding the package's folders (algorithms/, tasks/, ...): the repository in a
-# checkout, site-packages/scarce once installed.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def in_packages(name: str, packages: tuple[str, ...]) -> bool:
-    """True when module ``name`` is one of ``packages`` or inside one of them."""
-    return any(name == p or name.startswith(p + ".") for p in packages)
-
-
-def _module_file(name: str, root: Path) -> Path | None:
-    """The source file of module ``name`` (``scarce.<folder>.<...>``) below ``root``, where each
-    subpackage of ``scarce`` is a folder of its own (a package's ``__init__.py``); None for any
-    other name."""
-    parts = name.split(".")
-    if len(parts) < 2 or parts[0] != PACKAGE:
-        return None
-    base = root.joinpath(*parts[1:])
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def _imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every module name an import statement of ``tree`` may load, anywhere in the file
-    (function-level imports included); ``from a import b`` yields ``a`` and ``a.b``."""
-    out: set[str] = set()
-    package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, *(node.module.split(".") if node.module else [])])
-            else:
-                base = node.module or ""
-            parts = base.split(".")
-            out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-            out.update(f"{base}.{alias.name}" for alias in node.names)
-    return out
-
-
-def imported_modules(module: str, root: Path = PROJECT_ROOT) -> set[str]:
-    """Names of the modules below ``root`` that the source of ``module`` imports (directly)."""
-    path = _module_file(module, root)
-    if path is None:
-        raise ValueError(f"no module {module!r} below {root}")
-    names = _names_imported_by(module, path.name == "__init__.py", path.read_bytes(), str(path))
-    return {n for n in names if n != module and _module_file(n, root) is not None}
-
-
-@functools.lru_cache(maxsize=1024)
-def _names_imported_by(module: str, is_init: bool, source: bytes, filename: str) -> frozenset:
-    """The names the source imports, memoised on the source bytes themselves (so an edited
-    file is parsed again, never served from the memo): every step of a module computes the
-    same digest, and parsing is most of its cost."""
-    tree = pyast.parse(source, filename=filename)
-    return frozenset(_imported_names(tree, module, is_init))
-
-
-def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
-    """``module`` and every module of :data:`CODE_PACKAGES` it imports, transitively.
-
-    Read from the import statements of the source files below ``root`` (nothing is imported),
-    so a helper module called by a step -- ``algorithms/strip/_kernels.py`` below the closure
-    counting, say -- is found without being named anywhere.
-    """
-    seen: dict[str, Path] = {}
-    todo = [module]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        path = _module_file(name, root)
-        if path is None:
-            continue
-        seen[name] = path
-        todo += [d for d in imported_modules(name, root)
-                 if in_packages(d, CODE_PACKAGES) and d not in seen]
-    return sorted(seen)
-
-
-def code_digest(module: str, root: Path = PROJECT_ROOT) -> str:
-    """sha256 over the name and source bytes of :func:`project_modules` of ``module``."""
-    h = hashlib.sha256()
-    for name in project_modules(module, root):
-        h.update(name.encode() + b"\0")
-        h.update(_module_file(name, root).read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 #: The steps that may run in another process (``where``), by name, in the process that

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from scarce.tasks.steps import PROJECT_ROOT, imported_modules
+from scarce.tasks.code_digest import PROJECT_ROOT, imported_modules
 
 PACKAGES = ("algorithms", "tasks", "flows", "bench")
 # What each layer may import from the project (its own package and those listed).

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scarce.tasks.steps import PROJECT_ROOT
+from scarce.tasks.code_digest import PROJECT_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
 SAVED = REPO / "tests" / "data" / "models" / "leml-table-v1"

@@ -1,6 +1,6 @@
 """A step's cache key covers the source of every project module its code can reach.
 
-The reached modules are found by reading import statements (``tasks.steps.project_modules``);
+The reached modules are found by reading import statements (``tasks.code_digest.project_modules``);
 these tests edit copies of the project's sources and check the key moves exactly when a reached
 module changes, and cross-check the static reading against what the step functions actually
 refer to at run time.
@@ -19,15 +19,15 @@ import pytest
 
 import scarce.tasks
 import scarce.tasks.store
-from scarce.tasks.steps import (
+from scarce.tasks.code_digest import (
     CODE_PACKAGES,
     PROJECT_ROOT,
-    Step,
     code_digest,
     imported_modules,
     in_packages,
     project_modules,
 )
+from scarce.tasks.steps import Step
 
 
 def step_modules() -> list[str]:
@@ -166,7 +166,8 @@ def test_the_key_covers_the_module_itself_and_what_it_imports(module):
     of the store's package), and, when it imports the mathematics, more than a handful of it."""
     reached = project_modules(module)
     assert module in reached
-    assert {"scarce.tasks.steps", "scarce.tasks.errors", *STORE_MODULES} <= set(reached)
+    assert {"scarce.tasks.steps", "scarce.tasks.code_digest", "scarce.tasks.errors",
+            *STORE_MODULES} <= set(reached)
     if any(m.startswith("scarce.algorithms.") for m in imported_modules(module)):
         assert sum(m.startswith("scarce.algorithms.") for m in reached) >= 3, reached
     assert all(in_packages(m, CODE_PACKAGES) for m in reached)

@@ -8,7 +8,7 @@ import pytest
 
 import scarce.tasks.relations as rel
 from scarce.flows.relations import RelationsConfig
-from scarce.tasks.steps import PROJECT_ROOT
+from scarce.tasks.code_digest import PROJECT_ROOT
 
 FEWREL = PROJECT_ROOT / "data" / "relations" / "fewrel" / "val_wiki.jsonl.gz"
 
