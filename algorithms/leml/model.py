@@ -51,8 +51,8 @@ from scarce.algorithms.leml.data import (
     prepare_data,
     validation_rows,
 )
+from scarce.algorithms.leml.factors import check_factor_memory, check_factors, margin_factors
 from scarce.algorithms.leml.h_step import (
-    H_SOLVERS,
     update_H,
     update_H_bound_by_blocks,
     update_H_by_blocks,
@@ -60,6 +60,8 @@ from scarce.algorithms.leml.h_step import (
 )
 from scarce.algorithms.leml.losses import get_loss
 from scarce.algorithms.leml.objective import objective, objective_by_blocks
+from scarce.algorithms.leml.params import AUTO, AUTO_SQUARED_INIT_ITER, check_params
+from scarce.algorithms.leml.params import DEFAULTS as _D
 from scarce.algorithms.leml.predict import (
     BATCH_SIZE,
     check_new_X,
@@ -67,7 +69,7 @@ from scarce.algorithms.leml.predict import (
     predict_top_k_in_batches,
     threshold_in_batches,
 )
-from scarce.algorithms.leml.w_step import check_preconditioner, check_w_solver, update_W
+from scarce.algorithms.leml.w_step import update_W
 from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import precision_at_k
 
@@ -75,74 +77,9 @@ __all__ = ["AUTO", "AUTO_SQUARED_INIT_ITER", "LEML", "STEPS"]
 
 log = logging.getLogger(__name__)
 
-# Dense arrays the alternation holds at rank k: W and the conjugate-gradient vectors of a W-step
-# (W, gradient, residual, direction, Hessian-vector product: 5 of d' x k, and one spare), the
-# float64 draw of H and its scaled copy (2 of L x k in float64), X W with a product of the
-# same shape (2 of n x k), and the H-step's k x k systems (a Gram matrix and its solve: 2, or
-# one per label when labels are missing).
-_W_COPIES, _H_COPIES_F64, _N_COPIES, _GRAM_COPIES = 6, 2, 2, 2
-
-
-def check_factor_memory(n_samples: int, n_features: int, n_labels: int, rank: int, dtype,
-                        fully_observed: bool = True, what: str = "") -> None:
-    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) unless the factors
-    of rank ``rank`` fit for data of these sizes (``n_features`` with the intercept column):
-    what :func:`check_factors` checks, for a caller that knows the sizes before the data
-    (a file's header).  ``what`` opens the message (the file the sizes come from)."""
-    d, n_labels, n = int(n_features), int(n_labels), int(n_samples)
-    item = np.dtype(dtype).itemsize
-    grams = _GRAM_COPIES if fully_observed else n_labels + 1
-    elements = (_W_COPIES * d * rank + _H_COPIES_F64 * n_labels * rank * 8 / item
-                + _N_COPIES * n * rank + grams * rank * rank)
-    check_allocation((int(math.ceil(elements)),), dtype,
-                     what=f"{what}LEML factors at rank {rank:,} (W {d:,} x {rank:,} with the "
-                          f"W-step's vectors, H {n_labels:,} x {rank:,}, X W {n:,} x {rank:,}, "
-                          f"{grams} of {rank:,} x {rank:,} in the H-step)",
-                     advice="lower the rank")
-
-
-def check_factors(data: LEMLData, rank: int) -> None:
-    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) before allocating
-    factors that cannot fit, and warn when the rank exceeds ``min(d', L)`` (``Z = W H^T``
-    cannot use the extra columns, which only cost time and memory)."""
-    d, n_labels = data.n_features, data.n_labels
-    check_factor_memory(data.n_samples, d, n_labels, rank, data.dtype, data.fully_observed)
-    if rank > min(d, n_labels):
-        log.warning("rank %d exceeds min(features + intercept, labels) = %d: Z = W H^T has rank "
-                    "at most %d, the other columns only cost time and memory", rank,
-                    min(d, n_labels), min(d, n_labels))
-
-#: The value of ``squared_init_iter``, ``w_solver`` and ``h_solver`` that leaves the choice to
-#: the estimator, by the loss and the CG it is given (:meth:`LEML.resolved_params`).
-AUTO = "auto"
-#: Squared-loss iterations of a margin loss's start under ``squared_init_iter="auto"`` (with the
-#: preconditioned CG, whose squared loss levels off within a few iterations; more did not
-#: change the margin loss's validation P@1 on Bibtex or Delicious, docs/leml.md).
-AUTO_SQUARED_INIT_ITER = 3
-
 #: The step methods whose parameters :meth:`LEML.step_params` lists ("predict": the
 #: prediction methods after :meth:`LEML.set_factors`).
 STEPS = ("start", "w_step", "h_step", "objective", "predict", "early_stopping_split")
-
-
-def _is_count(value, minimum: int) -> bool:
-    """An integer (not a bool) of at least ``minimum``."""
-    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
-            and value >= minimum)
-
-
-def _margin_factors(W, H, n_labels: int):
-    """``[sqrt(2) W, -c e]`` and ``[sqrt(2) H, 1/c]`` with ``c = L^(1/4)``: the squared-loss
-    fit ``Z = X W H^T`` of the 0/1 labels as ``{-1, +1}`` margins, ``2 Z - 1`` (``e`` is the
-    unit vector of the intercept row, the last row of ``W``)."""
-    c = n_labels ** 0.25
-    W0 = np.zeros((W.shape[0], W.shape[1] + 1), dtype=W.dtype)
-    H0 = np.zeros((H.shape[0], H.shape[1] + 1), dtype=H.dtype)
-    W0[:, :-1] = math.sqrt(2) * W
-    H0[:, :-1] = math.sqrt(2) * H
-    W0[-1, -1] = -c
-    H0[:, -1] = 1 / c
-    return W0, H0
 
 
 class LEML(BaseEstimator):
@@ -294,11 +231,17 @@ class LEML(BaseEstimator):
         model.set_factors(W, H).predict_top_k(X_test, 5)
     """
 
-    def __init__(self, rank=50, lam=1.0, loss="squared", outer_iterations=10, tol=0.0,
-                 early_stopping=False, validation_fraction=0.2, n_iter_no_change=2,
-                 cg_max_iter=10, cg_tol=1e-3, cg_preconditioner="none", newton_max_iter=3,
-                 fit_intercept=True, h_solver=AUTO, w_solver=AUTO, squared_init_iter=AUTO,
-                 dtype="float32", random_state=None, verbose=False, callback=None):
+    # The defaults (and bounds) are declared once, in algorithms.leml.params.
+    def __init__(self, rank=_D["rank"], lam=_D["lam"], loss=_D["loss"],
+                 outer_iterations=_D["outer_iterations"], tol=_D["tol"],
+                 early_stopping=_D["early_stopping"],
+                 validation_fraction=_D["validation_fraction"],
+                 n_iter_no_change=_D["n_iter_no_change"], cg_max_iter=_D["cg_max_iter"],
+                 cg_tol=_D["cg_tol"], cg_preconditioner=_D["cg_preconditioner"],
+                 newton_max_iter=_D["newton_max_iter"], fit_intercept=_D["fit_intercept"],
+                 h_solver=_D["h_solver"], w_solver=_D["w_solver"],
+                 squared_init_iter=_D["squared_init_iter"], dtype=_D["dtype"],
+                 random_state=None, verbose=False, callback=None):
         self.rank = rank
         self.lam = lam
         self.loss = loss
@@ -339,50 +282,7 @@ class LEML(BaseEstimator):
         ValueError
             Naming the parameter, what it was and what was expected.
         """
-        if not _is_count(self.rank, 1):
-            raise ValueError(f"rank must be a positive integer, got {self.rank!r}")
-        if not (isinstance(self.lam, numbers.Real) and 0 < self.lam < math.inf):
-            raise ValueError(f"lam must be a positive finite number, got {self.lam!r}")
-        for name in ("cg_tol", "tol"):
-            value = getattr(self, name)
-            if not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
-                raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
-        if not isinstance(self.early_stopping, bool | np.bool_):
-            raise ValueError(f"early_stopping must be True or False, got "
-                             f"{self.early_stopping!r}")
-        if not (isinstance(self.validation_fraction, numbers.Real)
-                and 0 < self.validation_fraction < 1):
-            raise ValueError(f"validation_fraction must be in (0, 1), got "
-                             f"{self.validation_fraction!r}")
-        if not _is_count(self.n_iter_no_change, 1):
-            raise ValueError(f"n_iter_no_change must be a positive integer, got "
-                             f"{self.n_iter_no_change!r}")
-        for name in ("outer_iterations", "cg_max_iter", "newton_max_iter"):
-            if not _is_count(getattr(self, name), 0):
-                raise ValueError(f"{name} must be a non-negative integer, "
-                                 f"got {getattr(self, name)!r}")
-        if not (_is_count(self.squared_init_iter, 0) or self.squared_init_iter == AUTO):
-            raise ValueError(f"squared_init_iter must be a non-negative integer or {AUTO!r}, "
-                             f"got {self.squared_init_iter!r}")
-        try:
-            dtype = np.dtype(self.dtype)
-        except TypeError:
-            dtype = None
-        if dtype not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        loss = get_loss(self.loss)
-        if self.h_solver not in (AUTO, *H_SOLVERS):
-            raise ValueError(f"h_solver must be one of {(AUTO, *H_SOLVERS)}, got "
-                             f"{self.h_solver!r}")
-        if self.w_solver != AUTO:
-            check_w_solver(self.w_solver, loss, distributed=distributed)
-        check_preconditioner(self.cg_preconditioner)
-        if self.squared_init_iter not in (0, AUTO) and loss.name != "squared":
-            if not self.fit_intercept:
-                raise ValueError("squared_init_iter > 0 needs fit_intercept=True (the "
-                                 "margin offset -1 is carried by the intercept row)")
-            if self.rank < 2:
-                raise ValueError("squared_init_iter > 0 needs rank >= 2")
+        check_params(self.get_params(), distributed=distributed)
         return self
 
     def check_memory(self, n_samples: int, n_features: int, n_labels: int, *,
@@ -504,7 +404,7 @@ class LEML(BaseEstimator):
         start, w_solver, h_solver = self.squared_init_iter, self.w_solver, self.h_solver
         if start == AUTO:
             start = (AUTO_SQUARED_INIT_ITER if bound and self.fit_intercept
-                     and _is_count(self.rank, 2) else 0)
+                     and isinstance(self.rank, numbers.Integral) and self.rank >= 2 else 0)
         if w_solver == AUTO:
             w_solver = "bound" if bound and not distributed else "tron"
         if h_solver == AUTO:
@@ -662,7 +562,7 @@ class LEML(BaseEstimator):
         for _ in range(int(self.resolved_params()["squared_init_iter"])):
             W, _ = squared.w_step(data, W, H, backend=backend)
             H, _ = squared.h_step(data, W, H, backend=backend)
-        return _margin_factors(W, H, data.n_labels)
+        return margin_factors(W, H, data.n_labels)
 
     def w_step(self, data: LEMLData, W, H, *, backend=None) -> tuple[np.ndarray, dict]:
         """One W-step: ``W`` minimising ``J(., H)`` (Yu et al., Sec. 3), from ``W``.
