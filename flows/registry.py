@@ -98,7 +98,7 @@ register(
     FlowSpec(
         name="experiment",
         target="scarce.flows.experiment:experiment_flow",
-        config_model="scarce.flows.experiment:ExperimentConfig",
+        config_model="scarce.flows.experiment_config:ExperimentConfig",
         config_file="configs/experiments/{name}.yaml",
         description="A grid of runs of one flow and the table they make "
         "(`scarce run experiment NAME`)",
