@@ -137,3 +137,127 @@ def check_params(params: Mapping[str, Any], *, distributed: bool = False) -> Non
                              "offset -1 is carried by the intercept row)")
         if get("rank") < 2:
             raise ValueError("squared_init_iter > 0 needs rank >= 2")
+
+
+# -- what "auto" resolves to, and what each step reads --------------------------------------
+#: The step methods whose parameters :func:`step_params` lists ("predict": the prediction
+#: methods after ``LEML.set_factors``).
+STEPS = ("start", "w_step", "h_step", "objective", "predict", "early_stopping_split")
+
+
+def resolved_params(params: Mapping[str, Any], *, distributed: bool = False) -> dict:
+    """The values the steps use for ``squared_init_iter``, ``w_solver`` and ``h_solver``:
+    those given, or for ``"auto"`` the path that suits the rest of the setting, chosen on
+    validation rows of Bibtex and Delicious (``docs/leml.md``).
+
+    A margin loss (logistic, squared hinge) with ``cg_preconditioner="diagonal"`` -- CG
+    counts chosen for the preconditioned squared loss, which TRON's unpreconditioned CG
+    cannot use -- starts from :data:`AUTO_SQUARED_INIT_ITER` squared-loss iterations (when
+    ``fit_intercept`` and ``rank >= 2``, which that start needs; else at random) and takes
+    bound steps in both half-steps, each a gradient and an exact solve (by preconditioned
+    CG above 4096 features).  The bound W-step runs in one process, so ``distributed`` (a
+    backend of row blocks) resolves ``w_solver`` to ``"tron"``.  Without the
+    preconditioner a margin loss keeps the paper's path: a random start, TRON and
+    Newton steps with explicit Hessians.  The squared loss uses none of the three
+    (0, ``"tron"``, ``"direct"``).  Depends only on ``loss``, ``cg_preconditioner``,
+    ``fit_intercept``, ``rank`` and ``distributed``.
+
+    Returns
+    -------
+    dict
+        ``squared_init_iter``, ``w_solver`` and ``h_solver``, none of them ``"auto"``.
+    """
+    get = {**DEFAULTS, **params}.get
+    bound = get("loss") != "squared" and get("cg_preconditioner") != "none"
+    start, w_solver, h_solver = get("squared_init_iter"), get("w_solver"), get("h_solver")
+    if start == AUTO:
+        start = (AUTO_SQUARED_INIT_ITER if bound and get("fit_intercept")
+                 and PARAMS["rank"].holds(get("rank")) and get("rank") >= 2 else 0)
+    if w_solver == AUTO:
+        w_solver = "bound" if bound and not distributed else "tron"
+    if h_solver == AUTO:
+        h_solver = "bound" if bound else "direct"
+    return {"squared_init_iter": start, "w_solver": w_solver, "h_solver": h_solver}
+
+
+def interaction_warnings(params: Mapping[str, Any], *, distributed: bool = False) -> list[str]:
+    """The settings of ``params`` that turn off something another setting relies on, one
+    line each (what ``LEML.fit`` and the flow log as warnings)."""
+    check_params(params, distributed=distributed)
+    get = {**DEFAULTS, **params}.get
+    loss, preconditioner = get("loss"), get("cg_preconditioner")
+    resolved = resolved_params(params, distributed=distributed)
+    said = []
+    if loss != "squared" and preconditioner != "none" and resolved["w_solver"] == "tron":
+        said.append(f"cg_preconditioner {preconditioner!r} does not act on the {loss} loss's "
+                    f"TRON W-step (its CG runs unpreconditioned), so "
+                    f"cg_max_iter={get('cg_max_iter')} CG steps per Newton step may be too "
+                    "few if they were chosen with the preconditioner")
+    if loss != "squared" and preconditioner != "none" and \
+            get("squared_init_iter") == AUTO and resolved["squared_init_iter"] == 0:
+        said.append(f"squared_init_iter 'auto' cannot start the {loss} loss from the "
+                    "squared loss (that start needs fit_intercept=True and rank >= 2): "
+                    "it starts at random")
+    return said
+
+
+def squared_start(params: Mapping[str, Any]) -> bool:
+    """Whether the start begins with squared-loss iterations (a margin loss with
+    ``squared_init_iter > 0``, resolved) rather than a random start alone."""
+    return (resolved_params(params)["squared_init_iter"] > 0
+            and {**DEFAULTS, **params}["loss"] != "squared")
+
+
+def step_params(params: Mapping[str, Any], step: str, *, distributed: bool = False) -> dict:
+    """The parameters of ``params`` (the estimator's ``get_params()``) that step ``step``
+    reads, with their values.
+
+    Every step prepares its data (``fit_intercept``, ``dtype``); then ``"start"``
+    reads ``rank``, ``random_state`` and whether to start from the squared loss (the
+    loss, ``squared_init_iter``, and then what those iterations read), ``"w_step"``
+    and ``"h_step"`` their loss, ``lam`` and the solver options their loss uses (not
+    ``rank``: their rank is that of the factors passed in), ``"objective"`` the loss
+    and ``lam``, ``"predict"`` (``LEML.set_factors`` and the prediction methods)
+    ``fit_intercept`` and the loss's threshold.  A driver that stores a step's
+    results keys them by exactly these (``tasks.leml``), so a change of any other
+    parameter -- the number of outer iterations for every step, the H-step's solver
+    for a W-step -- reuses them.  ``"auto"`` values are given resolved
+    (:func:`resolved_params`), so a key holds what the step ran with.
+
+    Parameters
+    ----------
+    params : mapping
+        The estimator's parameters.
+    step : {"start", "w_step", "h_step", "objective", "predict", "early_stopping_split"}
+    distributed : bool, default=False
+        The step runs on a backend (row blocks), as ``w_step(backend=...)``.
+
+    Returns
+    -------
+    dict
+        Parameter name -> value: a subset of ``params``, ``"auto"`` resolved.
+    """
+    squared = {**DEFAULTS, **params}["loss"] == "squared"
+    resolved = resolved_params(params, distributed=distributed)
+    prepare = ["fit_intercept", "dtype"]
+    bound_w = not squared and resolved["w_solver"] == "bound"
+    names = {
+        "start": prepare + ["rank", "random_state", "loss"] + (
+            [] if squared else ["squared_init_iter"]) + (
+            ["lam", "cg_max_iter", "cg_tol", "cg_preconditioner"]
+            if squared_start(params) else []),
+        "w_step": prepare + ["loss", "lam", "cg_max_iter", "cg_tol"] + (
+            ["cg_preconditioner"] if squared else ["newton_max_iter", "w_solver"]) + (
+            ["cg_preconditioner"] if bound_w else []),
+        "h_step": prepare + ["loss", "lam"] + (
+            [] if squared else ["newton_max_iter", "h_solver"]) + (
+            ["cg_max_iter", "cg_tol"]
+            if not squared and resolved["h_solver"] == "cg" else []),
+        "objective": prepare + ["loss", "lam"],
+        "predict": ["fit_intercept", "loss"],
+        "early_stopping_split": ["validation_fraction", "random_state"],
+    }
+    if step not in names:
+        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+    values = {**params, **resolved}
+    return {name: values[name] for name in names[step]}
