@@ -249,7 +249,9 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         -------
         self
         """
-        check_n_pairs(self.get_params(), n_pairs)
+        # (each parameter named: step_params finds what a step reads in its source)
+        check_n_pairs({"k_low": self.k_low, "k_high": self.k_high, "rho": self.rho,
+                       "ranking": self.ranking, "chi2_k": self.chi2_k}, n_pairs)
         return self
 
     def prefix_lengths(self, n_words: int) -> list[int]:
