@@ -444,7 +444,7 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
     """What the input files tell before any is read in full, checked before the flow's first
     step and before a command starts its server (:meth:`LemlConfig.check_before_run`): the
     parts of a folder; the heads' numbers of features and labels agree, the training rows
-    are enough and the factors fit (:func:`tasks.leml.check_inputs`); of a table, its columns
+    are enough and the factors fit (:func:`tasks.leml_checks.check_inputs`); of a table, its columns
     and the label cells of the training table's head (its space is learned from the
     training table: :func:`tasks.leml_table.check_table_labels`).  Returns the files of
     ``train`` and ``test`` (a file, or the parts of a folder)."""
@@ -452,8 +452,9 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
     files = {which: _input_files(d, which) for which in ("train", "test")}
     on_test = d.evaluate_on == "test"
     if d.format != "table":
-        check_inputs(config.model, files, d.format,
-                     d.n_labels, fully_observed=config.observed_fraction == 1,
+        # the factors' memory from the config's parameters: the estimator is not imported
+        check_inputs(config.model, files, d.format, d.n_labels,
+                     fully_observed=config.observed_fraction == 1,
                      validation_fraction=d.validation_fraction)
         return files
     table = d.table.options()
@@ -467,6 +468,6 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
 
 def _input_files(d: DatasetConfig, which: str) -> list:
     """The files of ``dataset.train`` or ``dataset.test`` (``which``): the file, or the parts
-    of a folder of parts (:func:`tasks.leml.input_parts`)."""
+    of a folder of parts (:func:`tasks.leml_checks.input_parts`)."""
     path = resolve_path(getattr(d, which))
     return input_parts(path, d.format, key=f"dataset.{which}") or [path]

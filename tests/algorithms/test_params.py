@@ -121,3 +121,20 @@ def test_strips_variants_and_defaults_are_the_declared_ones():
     assert tuple(VARIANTS) == strip_params.VARIANTS
     signature = inspect.signature(StRip).parameters
     assert {n: signature[n].default for n in strip_params.PARAMS} == strip_params.DEFAULTS
+
+
+@pytest.mark.parametrize("sizes", [(1000, 50, 20), (10**8, 10**7, 10**6)])
+def test_the_leml_config_checks_the_factors_memory_as_the_estimator_does(sizes):
+    """The checks before a run ask the config (no estimator imported) what the estimator's
+    ``check_memory`` answers: the same pass, or the same one-line refusal."""
+    from scarce.algorithms.memory import MemoryBudgetError
+
+    said = []
+    for model in (LEML(rank=64, fit_intercept=True), ModelConfig(rank=64, fit_intercept=True)):
+        try:
+            model.check_memory(*sizes, fully_observed=False, what="x: ")
+            said.append(None)
+        except MemoryBudgetError as exc:
+            said.append(str(exc))
+    assert said[0] == said[1]
+    assert (said[0] is None) == (sizes[0] == 1000)
