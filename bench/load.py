@@ -132,7 +132,7 @@ def commands(run_dir: Path) -> dict[str, str]:
         out["bare factors"] = "; ".join(line for line in [
             "import numpy as np, scipy.sparse as sp",
             "from scarce.tasks.readers.xmc import read_xmc",
-            "from scarce.tasks.store import read_parquet_entry",
+            "from scarce.tasks.store.encoding import read_parquet_entry",
             "W, H = read_parquet_entry(W_FILE), read_parquet_entry(H_FILE)",
             "X = sp.csr_matrix(read_xmc(ROWS, dtype=np.float32)[0])",
             "X = sp.diags(1 / np.maximum(np.sqrt(X.multiply(X).sum(axis=1).A1), 1e-30)) @ X"

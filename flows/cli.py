@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         check_environment()  # before any config is read or any server starts
         check_command(parser, args)  # every path the command would write, before any work
         if not args.debug and args.command in FLOW_COMMANDS:
-            quiet_input_errors()
+            quiet_input_errors()  # (once Prefect starts: the checks before it import none)
         return args.func(args)
     except (InputError, MemoryBudgetError) as exc:
         if SIGNALS:

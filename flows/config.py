@@ -18,7 +18,6 @@ digits, ``.``, ``_`` and ``-``.  Every source of randomness derives from the one
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 import re
 import typing
@@ -159,30 +158,24 @@ class FlowConfig(Strict):
         """
         check_input_paths(self)
 
-    @classmethod
-    def renamed_key(cls, keys: list[str], value: Any) -> tuple[list[str], Any]:
-        """The key and value an override (``--set``, an experiment's settings) given under a
-        former name stands for now, with a :class:`FutureWarning`; a flow whose config
-        renamed a key maps it here, as its validator maps a config file's former section."""
-        return keys, value
-
 
 C = TypeVar("C", bound=FlowConfig)
 
 
-def from_estimator(estimator: type, param: str, **field: Any) -> Any:
-    """A config field whose default is ``estimator``'s default for ``param``.
+def from_declared(estimator: str, param: str, default: Any, **field: Any) -> Any:
+    """A config field holding the parameter ``param`` of ``estimator`` (its dotted name), with
+    the ``default`` (and the bounds, in ``field``) declared for it in a light module of its
+    own (:mod:`algorithms.leml.params`, :mod:`algorithms.relations.params`,
+    :mod:`algorithms.strip.params`), which the estimator's signature and checks read too.
 
-    The estimator's signature is the one source of a method's defaults: the config schema,
-    the bundled YAML (whose comments name any value it changes: ``# default 50; chosen on
-    ...``) and the estimator cannot drift apart (``tests/flows/test_defaults.py``).  ``field``
-    takes pydantic's constraints and the description.
+    One declaration of a method's defaults and bounds: the config schema, the bundled YAML
+    (whose comments name any value it changes: ``# default 50; chosen on ...``) and the
+    estimator cannot drift apart (``tests/flows/test_defaults.py`` imports the estimator named
+    here and compares), and the schema is read without importing the estimator.  ``field``
+    takes pydantic's other arguments (the description).
     """
-    parameters = inspect.signature(estimator).parameters
-    if param not in parameters or parameters[param].default is inspect.Parameter.empty:
-        raise TypeError(f"{estimator.__name__} has no parameter {param!r} with a default")
-    extra = {"estimator": f"{estimator.__module__}.{estimator.__qualname__}", "parameter": param}
-    return Field(parameters[param].default, json_schema_extra=extra, **field)
+    extra = {"estimator": estimator, "parameter": param}
+    return Field(default, json_schema_extra=extra, **field)
 
 
 def input_path(kind: Literal["file", "folder", "file or folder"], default: Any = ...,
@@ -354,8 +347,6 @@ def apply_values(
     out = copy.deepcopy(data)
     for dotted, value in values.items():
         keys = dotted.split(".")
-        if isinstance(model, type) and issubclass(model, FlowConfig):
-            keys, value = model.renamed_key(keys, value)
         try:
             _check_key(model, keys)
         except InputError as exc:

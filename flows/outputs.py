@@ -168,6 +168,26 @@ class Protected:
                 (_real(self.runs_root), "the runs folder")]
 
 
+def check_writable_folder(path: Path, key: str) -> None:
+    """Refuse, before a run computes, a folder it could not write: ``path`` (or, while it does
+    not exist, its nearest existing parent) must be a folder this process may write.
+
+    Raises
+    ------
+    InputError
+        Naming ``path`` and ``key`` (the option or variable that chose it).
+    """
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{existing} is not a folder", path=path, key=key)
+    # access(2) reports a read-only file system (EROFS) for root too
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{existing} is not writable (read-only, or not ours)", path=path,
+                         key=key)
+
+
 def recorded_inputs(runs_root: Path) -> list[Path]:
     """The input files the manifests of ``runs_root`` record (relative ones are relative to the
     project root, as the run recorded them).  A manifest that cannot be read is skipped: it is

@@ -106,7 +106,7 @@ def tuning(flow: str, configs: Path | None = None) -> tuple[dict[str, Any], set[
     default :func:`flows.config.packaged_configs`), never from a project's own copies, which
     hold the user's values.  ``({}, set())`` for a flow without one."""
     from scarce.flows.config import apply_values, load_config, packaged_configs, read_yaml
-    from scarce.flows.experiment import ExperimentConfig, grid, settings
+    from scarce.flows.experiment_config import ExperimentConfig, grid, settings
 
     if flow not in TUNED_BY:
         return {}, set()
@@ -157,7 +157,7 @@ def _experiment(run_dir: Path) -> tuple[Any, pd.DataFrame]:
     """The experiment's config (validated again from its manifest) and its long table with
     the failed points left out (LEML's ``method`` as the family, ``leml``)."""
     from scarce.flows.config import validate_config
-    from scarce.flows.experiment import ExperimentConfig
+    from scarce.flows.experiment_config import ExperimentConfig
 
     path = run_dir / "manifest.json"
     config = validate_config(_manifest(run_dir).get("config") or {}, ExperimentConfig, path)
@@ -179,7 +179,7 @@ def _groups(config: Any, table: pd.DataFrame) -> list[str]:
 
 def _point_config(config: Any, row: pd.Series, path: Path) -> dict:
     """The config of the grid point a table row came from, as its run's manifest records it."""
-    from scarce.flows.experiment import axis_values, point_config
+    from scarce.flows.experiment_config import axis_values, point_config
     from scarce.tasks.experiment import cell
 
     point = {}

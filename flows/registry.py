@@ -53,7 +53,7 @@ register(
     FlowSpec(
         name="leml",
         target="scarce.flows.leml:leml_flow",
-        config_model="scarce.flows.leml:LemlConfig",
+        config_model="scarce.flows.leml_config:LemlConfig",
         config_file="configs/leml.yaml",
         description="LEML: low-rank multi-label learning with missing labels (Yu et al., 2014)",
         method_family=r"^(leml)-[a-z_]+-k\d+$",  # leml-LOSS-kRANK
@@ -64,7 +64,7 @@ register(
     FlowSpec(
         name="relations",
         target="scarce.flows.relations:relations_flow",
-        config_model="scarce.flows.relations:RelationsConfig",
+        config_model="scarce.flows.relations_config:RelationsConfig",
         config_file="configs/relations.yaml",
         description="Relation discovery: feature selection and model order by stability "
         "(Chen et al., 2005)",
@@ -74,7 +74,7 @@ register(
     FlowSpec(
         name="strip",
         target="scarce.flows.strip:strip_flow",
-        config_model="scarce.flows.strip:StripConfig",
+        config_model="scarce.flows.strip_config:StripConfig",
         config_file="configs/strip.yaml",
         description="StRip: partially supervised coreference (Stoyanov and Cardie, 2006)",
         own_method=r"^strip-partial$", lead_metric="b3_f",
@@ -86,7 +86,7 @@ for _flow in ("leml", "relations", "strip"):
         FlowSpec(
             name=f"apply-{_flow}",
             target=f"scarce.flows.apply_{_flow}:apply_{_flow}_flow",
-            config_model=f"scarce.flows.apply_{_flow}:Apply{_flow.capitalize()}Config",
+            config_model=f"scarce.flows.apply_{_flow}_config:Apply{_flow.capitalize()}Config",
             config_file=f"configs/apply-{_flow}.yaml",
             description=f"Apply what a finished {_flow} run learned to new input",
             applies=_flow,
@@ -98,7 +98,7 @@ register(
     FlowSpec(
         name="experiment",
         target="scarce.flows.experiment:experiment_flow",
-        config_model="scarce.flows.experiment:ExperimentConfig",
+        config_model="scarce.flows.experiment_config:ExperimentConfig",
         config_file="configs/experiments/{name}.yaml",
         description="A grid of runs of one flow and the table they make "
         "(`scarce run experiment NAME`)",

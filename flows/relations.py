@@ -20,191 +20,26 @@ Every run names its results in ``outputs/`` (:func:`name_outputs`): ``assignment
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import pandas as pd
 from prefect import flow, unmapped
-from pydantic import Field, field_validator, model_validator
 
-from scarce.algorithms.relations.contexts import build_contexts, parse_window
 from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
 from scarce.flows import plots
 from scarce.flows.apply import MODEL_DIR, MODEL_JSON, model_document
-from scarce.flows.config import (
-    DATASET_NAME,
-    NAME_LENGTH,
-    FlowConfig,
-    check_input_paths,
-    from_estimator,
-    input_path,
-)
+from scarce.flows.config import check_input_paths
 from scarce.flows.published import CHEN_ACE
+from scarce.flows.relations_config import WINDOW_PATTERN, RelationsConfig
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions, markdown_table
 from scarce.tasks import relations as rel
 from scarce.tasks.errors import InputError
 
-# ASCII digits: the window is part of the run name (flows.config.NAME_LENGTH bounds it)
-WINDOW_PATTERN = r"^[0-9]+-[0-9]+-[0-9]+$"
+# The config schema lives in flows.relations_config (a command checks a config without
+# importing this flow); its names are read here too.
+__all__ = ["WINDOW_PATTERN", "RelationsConfig", "relations_flow"]
 
 PUBLISHED_ACE = CHEN_ACE  # ACE is LDC-licensed and not used here
-
-
-class RelationsConfig(FlowConfig):
-    """Options of the relation discovery flow (``configs/relations.yaml``).
-
-    The method's options are :class:`RelationDiscovery`'s parameters under the same names
-    (``seed`` is its ``random_state``), with its defaults; the contexts' are those of
-    :func:`~algorithms.relations.contexts.build_contexts`.
-    """
-
-    dataset: str = Field("semeval-9", pattern=DATASET_NAME, max_length=NAME_LENGTH,
-                         description="Dataset name in run names and the metrics table.")
-    data: list[str] = input_path(
-        "file",
-        ["data/relations/semeval2010_task8/TRAIN_FILE.TXT"],
-        min_length=1,
-        description="Input files, relative to the project root: SemEval-2010 Task 8 files "
-        "or JSON Lines (tokens, head, tail, optional label); concatenated.",
-    )
-    format: Literal[("auto", *rel.READERS)] = Field(
-        "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json)."
-    )
-    relation_types: list[str] | None = Field(
-        None, description="Keep only these undirected types; null keeps every type."
-    )
-    include_other: bool = Field(False, description="Keep the pairs labelled 'Other'.")
-    directed: bool = Field(
-        False,
-        description="Evaluate against the directed labels (18 types) instead of the "
-        "undirected types.",
-    )
-    max_pairs: int | None = Field(
-        None, ge=10, description="Seeded sample of this many pairs; null uses every pair."
-    )
-
-    window: str = from_estimator(
-        build_contexts, "window", pattern=WINDOW_PATTERN, max_length=NAME_LENGTH,
-        description="Context window pre-mid-post (the paper: 0-10-0 best).",
-    )
-    weighting: Literal["tfidf", "binary"] = from_estimator(
-        build_contexts, "weighting", description="Context weights."
-    )
-    position_tags: bool = from_estimator(
-        build_contexts, "position_tags", description="Tag words with pre:/mid:/post:."
-    )
-    lowercase: bool = from_estimator(
-        build_contexts, "lowercase", description="Lowercase context words."
-    )
-    min_df: int = from_estimator(
-        build_contexts, "min_df", ge=1, description="Keep words in at least this many contexts."
-    )
-
-    ranking: Literal["entropy", "frequency", "chi2"] = from_estimator(
-        RelationDiscovery, "ranking",
-        description="Word ranking: entropy (Dash et al.), or the ablations frequency and chi2 "
-        "(k-means pseudo-labels).",
-    )
-    entropy_binary: bool = from_estimator(
-        RelationDiscovery, "entropy_binary",
-        description="Rank on the binarised contexts (exact Hamming-histogram method).",
-    )
-    entropy_samples: int | None = from_estimator(
-        RelationDiscovery, "entropy_samples", ge=2,
-        description="Rank on a seeded subsample of this many pairs; null: all.",
-    )
-    chi2_k: int | None = from_estimator(
-        RelationDiscovery, "chi2_k", ge=2,
-        description="k of the chi2 pseudo-labels; null: (k_low + k_high) // 2.",
-    )
-
-    k_low: int = from_estimator(
-        RelationDiscovery, "k_low", ge=2, description="K_low, the smallest number of clusters."
-    )
-    k_high: int = from_estimator(
-        RelationDiscovery, "k_high", ge=2, description="K_high, the largest number of clusters."
-    )
-    prefix_step: int | None = from_estimator(
-        RelationDiscovery, "prefix_step", ge=1,
-        description="Prefix lengths step, 2*step, ...; null: n_prefixes geometric lengths "
-        "from min_prefix to all words.",
-    )
-    n_prefixes: int = from_estimator(
-        RelationDiscovery, "n_prefixes", ge=1, description="Number of geometric prefix lengths."
-    )
-    min_prefix: int = from_estimator(
-        RelationDiscovery, "min_prefix", ge=1, description="Smallest geometric prefix length."
-    )
-    theta: float = from_estimator(
-        RelationDiscovery, "theta", ge=0.0, le=1.0,
-        description="Coverage threshold: share of pairs with a selected word.",
-    )
-    reg: float = from_estimator(
-        RelationDiscovery, "reg", gt=0.0,
-        description="Relative ridge on P_W in trace(P_W^-1 P_B).",
-    )
-    row_norm: bool = from_estimator(
-        RelationDiscovery, "row_norm", description="L2-normalise pairs after selecting words."
-    )
-    n_init: int = from_estimator(
-        RelationDiscovery, "n_init", ge=1, description="k-means restarts of the subset search."
-    )
-
-    n_subsamples: int = from_estimator(
-        RelationDiscovery, "n_subsamples", ge=1, description="q, subsamples per k."
-    )
-    rho: float = from_estimator(
-        RelationDiscovery, "rho", gt=0.0, le=1.0, description="Subsample fraction rho."
-    )
-    n_init_reference: int | None = from_estimator(
-        RelationDiscovery, "n_init_reference", ge=1,
-        description="k-means restarts of each reference clustering C of a k (C_1 of the "
-        "chosen k is the final clustering, C_1 on all words at the true k the k-means "
-        "baseline); null: n_init (C_1 is then the clustering the subset search scored).",
-    )
-    n_init_subsample: int | None = from_estimator(
-        RelationDiscovery, "n_init_subsample", ge=1,
-        description="k-means restarts of the subsample clusterings C^mu; null: n_init.",
-    )
-    n_references: int = from_estimator(
-        RelationDiscovery, "n_references", ge=1,
-        description="R, reference clusterings C per k (own seeds); Eq. 2 is averaged over "
-        "them. 1: the paper's single C.",
-    )
-
-    n_label_words: int = from_estimator(
-        RelationDiscovery, "n_label_words", ge=1, description="DCM words reported per cluster."
-    )
-    baselines: bool = Field(
-        True,
-        description="Also run Hasegawa et al. and k-means on all words at the true k, "
-        "and RLBaseline (stability on all words); needs gold labels.",
-    )
-    hasegawa_window: str = Field(
-        "0-5-0",
-        pattern=WINDOW_PATTERN,
-        description="Between-words window of the Hasegawa baseline.",
-    )
-
-    @field_validator("window", "hasegawa_window")
-    @classmethod
-    def _window_selects_words(cls, value: str) -> str:
-        parse_window(value)
-        return value
-
-    @model_validator(mode="after")
-    def _k_range(self) -> RelationsConfig:
-        self.estimator().k_values()
-        if self.max_pairs is not None:  # the most pairs the method will see
-            self.estimator().check_n_pairs(self.max_pairs)
-        return self
-
-    def estimator(self) -> RelationDiscovery:
-        """The method with this config's parameters (``seed`` as its ``random_state``)."""
-        names = RelationDiscovery._get_param_names()
-        return RelationDiscovery(
-            random_state=self.seed, **{p: getattr(self, p) for p in names if p != "random_state"}
-        )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ import pandas as pd
 import yaml
 
 from scarce.flows.config import safe_load
-from scarce.flows.former_keys import current_key
 from scarce.flows.manifest import (
     inputs_digest,
     read_manifest,
@@ -76,13 +75,8 @@ def flat_config(config: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def recorded_config(m: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's config as dotted keys (:func:`flat_config`) under their current names (a
-    run recorded before a section was renamed reads as the renamed section)."""
-    out = {}
-    for key, value in flat_config(m.get("config")).items():
-        keys, value = current_key(str(m.get("flow")), key.split("."), value)
-        out[".".join(keys)] = value
-    return out
+    """A manifest's config as dotted keys (:func:`flat_config`)."""
+    return flat_config(m.get("config"))
 
 
 def manifest_tags(m: dict[str, Any]) -> list[str]:

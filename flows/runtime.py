@@ -40,6 +40,7 @@ from scarce.flows.config import (
     default_store_root,
     resolve_path,
 )
+from scarce.flows.outputs import check_writable_folder
 from scarce.flows.run_names import run_id_label
 from scarce.flows.run_record import OUTPUTS, RunRecord, link_or_copy
 from scarce.flows.tags import dataset_name, run_tags, tag_flow_run, unique
@@ -86,26 +87,6 @@ class RunOptions(BaseModel):
     runner: str = Field("local", description="Task runner the flow was started with.")
     dask_address: str | None = Field(
         None, description="Scheduler of the Dask cluster the run used, if it was given.")
-
-
-def check_writable_folder(path: Path, key: str) -> None:
-    """Refuse, before a run computes, a folder it could not write: ``path`` (or, while it does
-    not exist, its nearest existing parent) must be a folder this process may write.
-
-    Raises
-    ------
-    InputError
-        Naming ``path`` and ``key`` (the option or variable that chose it).
-    """
-    existing = Path(path)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(f"{existing} is not a folder", path=path, key=key)
-    # access(2) reports a read-only file system (EROFS) for root too
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"{existing} is not writable (read-only, or not ours)", path=path,
-                         key=key)
 
 
 def new_run_id(flow: str, name: str | None) -> str:

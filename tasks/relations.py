@@ -51,10 +51,13 @@ from scarce.algorithms.relations.contexts import (
     transform_contexts,
 )
 from scarce.algorithms.relations.model import RelationDiscovery, TooFewPairsError
+from scarce.algorithms.relations.params import INPUT_FORMATS
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers import names as name_rules
 from scarce.tasks.readers.jsonl import read_jsonl
 from scarce.tasks.readers.semeval import read_semeval
+from scarce.tasks.relations_format import MODEL_KEYS as MODEL_KEYS  # (re-exported)
+from scarce.tasks.relations_format import MODEL_VERSION as MODEL_VERSION
 from scarce.tasks.steps import content_only, step
 from scarce.tasks.store.encoding import read_parquet_entry
 
@@ -70,8 +73,8 @@ CLUSTER_COLUMNS = ["cluster", "size", "label", "words", "weights"]
 
 
 #: The readers of a file of entity-pair mentions, by the name of its format (the config's
-#: ``format``, beside ``auto``).
-READERS = {"semeval": read_semeval, "jsonl": read_jsonl}
+#: ``format``, beside ``auto``: :data:`algorithms.relations.params.INPUT_FORMATS`).
+READERS = dict(zip(INPUT_FORMATS, (read_semeval, read_jsonl), strict=True))
 #: The endings (any case, ``.gz`` after them or not) that ``format: auto`` reads as JSON Lines;
 #: any other name is read as SemEval.
 JSONL_SUFFIXES = (".jsonl", ".json")
@@ -503,11 +506,6 @@ def assign_pairs(mentions: pd.DataFrame, vocabulary: pd.DataFrame, features: pd.
     })
 
 
-#: Version of the model format (``outputs/model/``, docs/relations.md); ``apply-relations`` and
-#: a loaded model read only this one.
-MODEL_VERSION = 1
-#: What ``apply-relations`` and a loaded model read from ``model.json``.
-MODEL_KEYS = ("directed", "contexts", "assign", "files", "dataset")
 MODEL_PARTS = ("vocabulary", "features", "centroids", "clusters")
 """The Parquet files of a model folder besides ``model.json`` (``<part>.parquet``)."""
 _MODEL_COLUMNS = {

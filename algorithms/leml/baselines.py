@@ -35,6 +35,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.utils.validation import check_is_fitted
 
 from scarce.algorithms.leml.data import add_constant_column, check_labels, check_X
+from scarce.algorithms.leml.params import BASELINE_ALPHA
 from scarce.algorithms.leml.predict import (
     BATCH_SIZE,
     check_new_X,
@@ -192,7 +193,7 @@ class BinaryRelevance(_LinearMultiLabel):
     ``m`` negatives as intercept.  Ridge handles such labels itself.
     """
 
-    def __init__(self, model="ridge", alpha=1.0, fit_intercept=True, dtype=np.float64,
+    def __init__(self, model="ridge", alpha=BASELINE_ALPHA, fit_intercept=True, dtype=np.float64,
                  max_iter=1000):
         self.model = model
         self.alpha = alpha

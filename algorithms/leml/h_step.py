@@ -46,13 +46,11 @@ import scipy.sparse as sp
 
 from scarce.algorithms.leml.data import BLOCK, LEMLData, check_factor
 from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.params import H_SOLVERS
 from scarce.algorithms.leml.terms import loss_terms
 
 __all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
            "update_H_by_blocks"]
-
-# Solvers of the H-step's Newton steps (logistic and squared hinge), see update_H.
-H_SOLVERS = ("direct", "cg", "bound")
 
 
 def _checked_W(W, n_features: int, dtype) -> np.ndarray:

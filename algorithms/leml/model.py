@@ -1,7 +1,9 @@
 """LEML: low-rank empirical risk minimisation for multi-label learning (the estimator).
 
-Kept as one module: the estimator's step methods and its ``fit`` loop over them are one
-scikit-learn class.
+The estimator's step methods and its ``fit`` loop over them are this one scikit-learn class;
+what they rest on lives by job beside it: the parameters' declaration, checks and what each
+step reads (:mod:`algorithms.leml.params`), the factors' memory and the margin start
+(:mod:`algorithms.leml.factors`), when the alternation stops (:mod:`algorithms.leml.stopping`).
 
 The model is ``Z = W H^T`` with ``W`` (d x k) and ``H`` (L x k); the decision
 value of label ``j`` for instance ``x_i`` is ``x_i^T W h_j``.  Training minimises
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import time
 
 import numpy as np
@@ -44,15 +45,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
+from scarce.algorithms.leml import params, stopping
 from scarce.algorithms.leml.data import (
-    EARLY_STOPPING_STREAM,
     LEMLData,
     check_factor,
     prepare_data,
-    validation_rows,
 )
+from scarce.algorithms.leml.factors import check_factor_memory, check_factors, margin_factors
 from scarce.algorithms.leml.h_step import (
-    H_SOLVERS,
     update_H,
     update_H_bound_by_blocks,
     update_H_by_blocks,
@@ -60,6 +60,8 @@ from scarce.algorithms.leml.h_step import (
 )
 from scarce.algorithms.leml.losses import get_loss
 from scarce.algorithms.leml.objective import objective, objective_by_blocks
+from scarce.algorithms.leml.params import AUTO, AUTO_SQUARED_INIT_ITER, STEPS, check_params
+from scarce.algorithms.leml.params import DEFAULTS as _D
 from scarce.algorithms.leml.predict import (
     BATCH_SIZE,
     check_new_X,
@@ -67,7 +69,7 @@ from scarce.algorithms.leml.predict import (
     predict_top_k_in_batches,
     threshold_in_batches,
 )
-from scarce.algorithms.leml.w_step import check_preconditioner, check_w_solver, update_W
+from scarce.algorithms.leml.w_step import update_W
 from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import precision_at_k
 
@@ -75,74 +77,6 @@ __all__ = ["AUTO", "AUTO_SQUARED_INIT_ITER", "LEML", "STEPS"]
 
 log = logging.getLogger(__name__)
 
-# Dense arrays the alternation holds at rank k: W and the conjugate-gradient vectors of a W-step
-# (W, gradient, residual, direction, Hessian-vector product: 5 of d' x k, and one spare), the
-# float64 draw of H and its scaled copy (2 of L x k in float64), X W with a product of the
-# same shape (2 of n x k), and the H-step's k x k systems (a Gram matrix and its solve: 2, or
-# one per label when labels are missing).
-_W_COPIES, _H_COPIES_F64, _N_COPIES, _GRAM_COPIES = 6, 2, 2, 2
-
-
-def check_factor_memory(n_samples: int, n_features: int, n_labels: int, rank: int, dtype,
-                        fully_observed: bool = True, what: str = "") -> None:
-    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) unless the factors
-    of rank ``rank`` fit for data of these sizes (``n_features`` with the intercept column):
-    what :func:`check_factors` checks, for a caller that knows the sizes before the data
-    (a file's header).  ``what`` opens the message (the file the sizes come from)."""
-    d, n_labels, n = int(n_features), int(n_labels), int(n_samples)
-    item = np.dtype(dtype).itemsize
-    grams = _GRAM_COPIES if fully_observed else n_labels + 1
-    elements = (_W_COPIES * d * rank + _H_COPIES_F64 * n_labels * rank * 8 / item
-                + _N_COPIES * n * rank + grams * rank * rank)
-    check_allocation((int(math.ceil(elements)),), dtype,
-                     what=f"{what}LEML factors at rank {rank:,} (W {d:,} x {rank:,} with the "
-                          f"W-step's vectors, H {n_labels:,} x {rank:,}, X W {n:,} x {rank:,}, "
-                          f"{grams} of {rank:,} x {rank:,} in the H-step)",
-                     advice="lower the rank")
-
-
-def check_factors(data: LEMLData, rank: int) -> None:
-    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) before allocating
-    factors that cannot fit, and warn when the rank exceeds ``min(d', L)`` (``Z = W H^T``
-    cannot use the extra columns, which only cost time and memory)."""
-    d, n_labels = data.n_features, data.n_labels
-    check_factor_memory(data.n_samples, d, n_labels, rank, data.dtype, data.fully_observed)
-    if rank > min(d, n_labels):
-        log.warning("rank %d exceeds min(features + intercept, labels) = %d: Z = W H^T has rank "
-                    "at most %d, the other columns only cost time and memory", rank,
-                    min(d, n_labels), min(d, n_labels))
-
-#: The value of ``squared_init_iter``, ``w_solver`` and ``h_solver`` that leaves the choice to
-#: the estimator, by the loss and the CG it is given (:meth:`LEML.resolved_params`).
-AUTO = "auto"
-#: Squared-loss iterations of a margin loss's start under ``squared_init_iter="auto"`` (with the
-#: preconditioned CG, whose squared loss levels off within a few iterations; more did not
-#: change the margin loss's validation P@1 on Bibtex or Delicious, docs/leml.md).
-AUTO_SQUARED_INIT_ITER = 3
-
-#: The step methods whose parameters :meth:`LEML.step_params` lists ("predict": the
-#: prediction methods after :meth:`LEML.set_factors`).
-STEPS = ("start", "w_step", "h_step", "objective", "predict", "early_stopping_split")
-
-
-def _is_count(value, minimum: int) -> bool:
-    """An integer (not a bool) of at least ``minimum``."""
-    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
-            and value >= minimum)
-
-
-def _margin_factors(W, H, n_labels: int):
-    """``[sqrt(2) W, -c e]`` and ``[sqrt(2) H, 1/c]`` with ``c = L^(1/4)``: the squared-loss
-    fit ``Z = X W H^T`` of the 0/1 labels as ``{-1, +1}`` margins, ``2 Z - 1`` (``e`` is the
-    unit vector of the intercept row, the last row of ``W``)."""
-    c = n_labels ** 0.25
-    W0 = np.zeros((W.shape[0], W.shape[1] + 1), dtype=W.dtype)
-    H0 = np.zeros((H.shape[0], H.shape[1] + 1), dtype=H.dtype)
-    W0[:, :-1] = math.sqrt(2) * W
-    H0[:, :-1] = math.sqrt(2) * H
-    W0[-1, -1] = -c
-    H0[:, -1] = 1 / c
-    return W0, H0
 
 
 class LEML(BaseEstimator):
@@ -294,11 +228,17 @@ class LEML(BaseEstimator):
         model.set_factors(W, H).predict_top_k(X_test, 5)
     """
 
-    def __init__(self, rank=50, lam=1.0, loss="squared", outer_iterations=10, tol=0.0,
-                 early_stopping=False, validation_fraction=0.2, n_iter_no_change=2,
-                 cg_max_iter=10, cg_tol=1e-3, cg_preconditioner="none", newton_max_iter=3,
-                 fit_intercept=True, h_solver=AUTO, w_solver=AUTO, squared_init_iter=AUTO,
-                 dtype="float32", random_state=None, verbose=False, callback=None):
+    # The defaults (and bounds) are declared once, in algorithms.leml.params.
+    def __init__(self, rank=_D["rank"], lam=_D["lam"], loss=_D["loss"],
+                 outer_iterations=_D["outer_iterations"], tol=_D["tol"],
+                 early_stopping=_D["early_stopping"],
+                 validation_fraction=_D["validation_fraction"],
+                 n_iter_no_change=_D["n_iter_no_change"], cg_max_iter=_D["cg_max_iter"],
+                 cg_tol=_D["cg_tol"], cg_preconditioner=_D["cg_preconditioner"],
+                 newton_max_iter=_D["newton_max_iter"], fit_intercept=_D["fit_intercept"],
+                 h_solver=_D["h_solver"], w_solver=_D["w_solver"],
+                 squared_init_iter=_D["squared_init_iter"], dtype=_D["dtype"],
+                 random_state=None, verbose=False, callback=None):
         self.rank = rank
         self.lam = lam
         self.loss = loss
@@ -339,50 +279,7 @@ class LEML(BaseEstimator):
         ValueError
             Naming the parameter, what it was and what was expected.
         """
-        if not _is_count(self.rank, 1):
-            raise ValueError(f"rank must be a positive integer, got {self.rank!r}")
-        if not (isinstance(self.lam, numbers.Real) and 0 < self.lam < math.inf):
-            raise ValueError(f"lam must be a positive finite number, got {self.lam!r}")
-        for name in ("cg_tol", "tol"):
-            value = getattr(self, name)
-            if not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
-                raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
-        if not isinstance(self.early_stopping, bool | np.bool_):
-            raise ValueError(f"early_stopping must be True or False, got "
-                             f"{self.early_stopping!r}")
-        if not (isinstance(self.validation_fraction, numbers.Real)
-                and 0 < self.validation_fraction < 1):
-            raise ValueError(f"validation_fraction must be in (0, 1), got "
-                             f"{self.validation_fraction!r}")
-        if not _is_count(self.n_iter_no_change, 1):
-            raise ValueError(f"n_iter_no_change must be a positive integer, got "
-                             f"{self.n_iter_no_change!r}")
-        for name in ("outer_iterations", "cg_max_iter", "newton_max_iter"):
-            if not _is_count(getattr(self, name), 0):
-                raise ValueError(f"{name} must be a non-negative integer, "
-                                 f"got {getattr(self, name)!r}")
-        if not (_is_count(self.squared_init_iter, 0) or self.squared_init_iter == AUTO):
-            raise ValueError(f"squared_init_iter must be a non-negative integer or {AUTO!r}, "
-                             f"got {self.squared_init_iter!r}")
-        try:
-            dtype = np.dtype(self.dtype)
-        except TypeError:
-            dtype = None
-        if dtype not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        loss = get_loss(self.loss)
-        if self.h_solver not in (AUTO, *H_SOLVERS):
-            raise ValueError(f"h_solver must be one of {(AUTO, *H_SOLVERS)}, got "
-                             f"{self.h_solver!r}")
-        if self.w_solver != AUTO:
-            check_w_solver(self.w_solver, loss, distributed=distributed)
-        check_preconditioner(self.cg_preconditioner)
-        if self.squared_init_iter not in (0, AUTO) and loss.name != "squared":
-            if not self.fit_intercept:
-                raise ValueError("squared_init_iter > 0 needs fit_intercept=True (the "
-                                 "margin offset -1 is carried by the intercept row)")
-            if self.rank < 2:
-                raise ValueError("squared_init_iter > 0 needs rank >= 2")
+        check_params(self.get_params(), distributed=distributed)
         return self
 
     def check_memory(self, n_samples: int, n_features: int, n_labels: int, *,
@@ -398,138 +295,48 @@ class LEML(BaseEstimator):
 
     def converged(self, objectives) -> str | None:
         """Why the alternation stops by ``tol`` after these objectives (one per completed
-        outer iteration of this fit, oldest first), or None to go on.
-
-        The rule: the last iteration lowered the objective by less than ``tol`` relative to
-        the one before, ``(J_{t-1} - J_t) / |J_{t-1}| < tol``.  ``outer_iterations`` bounds
-        the loop apart from it.  A driver that runs the steps itself (the flow) asks here
-        after each iteration, as :meth:`fit` does, so that both stop at the same ``t``.
-        """
-        objectives = [float(v) for v in objectives]
-        if not self.tol or len(objectives) < 2:
-            return None
-        before, now = objectives[-2], objectives[-1]
-        change = (before - now) / abs(before) if before else 0.0
-        if change < self.tol:
-            return (f"relative objective change {change:.3g} < tol {self.tol:g} after "
-                    f"{len(objectives)} outer iterations")
-        return None
+        outer iteration of this fit, oldest first), or None to go on
+        (:func:`algorithms.leml.stopping.converged`).  A driver that runs the steps itself
+        (the flow) asks here after each iteration, as :meth:`fit` does."""
+        return stopping.converged(objectives, self.tol)
 
     def no_gain(self, scores) -> str | None:
         """Why the held-out pass of ``early_stopping`` ends after these held-out P@1 scores
-        (one per completed iteration, oldest first), or None to go on: ``n_iter_no_change``
-        iterations have passed since the best (the first of equal best scores), none of them
-        higher.  A driver that runs the steps itself (the flow) asks here, as :meth:`fit`
-        does."""
-        scores = [float(v) for v in scores]
-        if not scores:
-            return None
-        best = int(np.argmax(scores))
-        if len(scores) - 1 - best >= int(self.n_iter_no_change):
-            return (f"held-out P@1 {scores[best]:.4f} after iteration {best + 1}, not passed "
-                    f"in the {len(scores) - 1 - best} iterations after it")
-        return None
+        (one per completed iteration, oldest first), or None to go on
+        (:func:`algorithms.leml.stopping.no_gain`).  A driver that runs the steps itself (the
+        flow) asks here, as :meth:`fit` does."""
+        return stopping.no_gain(scores, self.n_iter_no_change)
 
     @staticmethod
     def best_iteration(scores) -> int:
         """The number of iterations with the highest held-out P@1 (the first of equal best
         scores: fewer iterations for the same score)."""
-        return int(np.argmax([float(v) for v in scores])) + 1
+        return stopping.best_iteration(scores)
 
     def early_stopping_rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``n`` that ``early_stopping`` fits on and those it holds out (both
         sorted), see :meth:`early_stopping_split`."""
         self.check_params()
-        seed = self.random_state
-        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
-        fit_rows, val_rows = validation_rows(int(n), float(self.validation_fraction), int(seed),
-                                             EARLY_STOPPING_STREAM)
-        if fit_rows.size == 0 or val_rows.size == 0:
-            raise ValueError(f"early_stopping holds out {val_rows.size} of {n} rows "
-                             f"(validation_fraction={self.validation_fraction}): it needs rows "
-                             "on both sides")
-        return fit_rows, val_rows
+        return stopping.early_stopping_rows(n, self.validation_fraction, self.random_state)
 
     def early_stopping_split(self, X, Y, mask=None):
-        """The rows ``early_stopping`` fits on and those it holds out.
-
-        ``round(validation_fraction n)`` rows, drawn from ``random_state`` (an int; another
-        value draws one from it) by :func:`~algorithms.leml.data.validation_rows` on the
-        early-stopping stream, so a driver holding the same seed holds out the same rows.
-
-        Returns
-        -------
-        X_fit, Y_fit, mask_fit, X_val, Y_val
-            ``Y_val``: the held-out rows' observed positive labels (sparse 0/1; an entry the
-            mask leaves unobserved, or a NaN, is not a label there), what their P@1 is
-            scored against.  ``mask_fit`` is None without a mask.
-        """
+        """The rows ``early_stopping`` fits on and those it holds out
+        (:func:`algorithms.leml.stopping.split_rows` of :meth:`early_stopping_rows`):
+        ``X_fit, Y_fit, mask_fit, X_val, Y_val``."""
         n = X.shape[0] if hasattr(X, "shape") else len(X)
-        fit_rows, val_rows = self.early_stopping_rows(n)
-        def rows(M, r):
-            return None if M is None else M.tocsr()[r] if sp.issparse(M) else np.asarray(M)[r]
-
-        Y_val = rows(Y, val_rows)
-        Y_val = sp.csr_matrix(np.nan_to_num(Y_val, nan=0.0) if not sp.issparse(Y_val)
-                              else Y_val)
-        if mask is not None:
-            Y_val = Y_val.multiply(sp.csr_matrix(rows(mask, val_rows), dtype=bool)).tocsr()
-        return (rows(X, fit_rows), rows(Y, fit_rows), rows(mask, fit_rows), rows(X, val_rows),
-                Y_val)
+        return stopping.split_rows(X, Y, mask, *self.early_stopping_rows(n))
 
     def resolved_params(self, *, distributed: bool = False) -> dict:
-        """The values the steps use for ``squared_init_iter``, ``w_solver`` and ``h_solver``:
-        those given, or for ``"auto"`` the path that suits the rest of the setting, chosen on
-        validation rows of Bibtex and Delicious (``docs/leml.md``).
-
-        A margin loss (logistic, squared hinge) with ``cg_preconditioner="diagonal"`` -- CG
-        counts chosen for the preconditioned squared loss, which TRON's unpreconditioned CG
-        cannot use -- starts from :data:`AUTO_SQUARED_INIT_ITER` squared-loss iterations (when
-        ``fit_intercept`` and ``rank >= 2``, which that start needs; else at random) and takes
-        bound steps in both half-steps, each a gradient and an exact solve (by preconditioned
-        CG above 4096 features).  The bound W-step runs in one process, so ``distributed`` (a
-        backend of row blocks) resolves ``w_solver`` to ``"tron"``.  Without the
-        preconditioner a margin loss keeps the paper's path: a random start, TRON and
-        Newton steps with explicit Hessians.  The squared loss uses none of the three
-        (0, ``"tron"``, ``"direct"``).  Depends only on ``loss``, ``cg_preconditioner``,
-        ``fit_intercept``, ``rank`` and ``distributed``.
-
-        Returns
-        -------
-        dict
-            ``squared_init_iter``, ``w_solver`` and ``h_solver``, none of them ``"auto"``.
-        """
-        bound = get_loss(self.loss).name != "squared" and self.cg_preconditioner != "none"
-        start, w_solver, h_solver = self.squared_init_iter, self.w_solver, self.h_solver
-        if start == AUTO:
-            start = (AUTO_SQUARED_INIT_ITER if bound and self.fit_intercept
-                     and _is_count(self.rank, 2) else 0)
-        if w_solver == AUTO:
-            w_solver = "bound" if bound and not distributed else "tron"
-        if h_solver == AUTO:
-            h_solver = "bound" if bound else "direct"
-        return {"squared_init_iter": start, "w_solver": w_solver, "h_solver": h_solver}
+        """The values the steps use for ``squared_init_iter``, ``w_solver`` and ``h_solver``
+        (``"auto"`` resolved by the rest of the setting):
+        :func:`algorithms.leml.params.resolved_params`."""
+        return params.resolved_params(self.get_params(deep=False), distributed=distributed)
 
     def interaction_warnings(self, *, distributed: bool = False) -> list[str]:
         """The settings that turn off something another setting relies on, one line each
-        (what :meth:`fit` and the flow log as warnings)."""
-        self.check_params(distributed=distributed)
-        loss = get_loss(self.loss).name
-        resolved = self.resolved_params(distributed=distributed)
-        said = []
-        if loss != "squared" and self.cg_preconditioner != "none" and \
-                resolved["w_solver"] == "tron":
-            said.append(f"cg_preconditioner {self.cg_preconditioner!r} does not act on the "
-                        f"{loss} loss's TRON W-step (its CG runs unpreconditioned), so "
-                        f"cg_max_iter={self.cg_max_iter} CG steps per Newton step may be too "
-                        "few if they were chosen with the preconditioner")
-        if loss != "squared" and self.cg_preconditioner != "none" and \
-                self.squared_init_iter == AUTO and resolved["squared_init_iter"] == 0:
-            said.append(f"squared_init_iter 'auto' cannot start the {loss} loss from the "
-                        "squared loss (that start needs fit_intercept=True and rank >= 2): "
-                        "it starts at random")
-        return said
+        (what :meth:`fit` and the flow log as warnings):
+        :func:`algorithms.leml.params.interaction_warnings`."""
+        return params.interaction_warnings(self.get_params(deep=False), distributed=distributed)
 
     def resolve_params(self, *, distributed: bool = False) -> dict:
         """:meth:`resolved_params`, having logged what ``"auto"`` resolved to (INFO) and
@@ -547,59 +354,20 @@ class LEML(BaseEstimator):
     def squared_start(self) -> bool:
         """Whether :meth:`start` begins with squared-loss iterations (a margin loss with
         ``squared_init_iter > 0``, resolved) rather than a random start alone."""
-        return (self.resolved_params()["squared_init_iter"] > 0
-                and get_loss(self.loss).name != "squared")
+        return params.squared_start(self.get_params(deep=False))
 
     def step_params(self, step: str, *, distributed: bool = False) -> dict:
-        """The parameters that step ``step`` reads, with their values.
-
-        Every step prepares its data (``fit_intercept``, ``dtype``); then ``"start"``
-        reads ``rank``, ``random_state`` and whether to start from the squared loss (the
-        loss, ``squared_init_iter``, and then what those iterations read), ``"w_step"``
-        and ``"h_step"`` their loss, ``lam`` and the solver options their loss uses (not
-        ``rank``: their rank is that of the factors passed in), ``"objective"`` the loss
-        and ``lam``, ``"predict"`` (:meth:`set_factors` and the prediction methods)
-        ``fit_intercept`` and the loss's threshold.  A driver that stores a step's
-        results keys them by exactly these (``tasks.leml``), so a change of any other
-        parameter -- the number of outer iterations for every step, the H-step's solver
-        for a W-step -- reuses them.  ``"auto"`` values are given resolved
-        (:meth:`resolved_params`), so a key holds what the step ran with.
+        """The parameters that step ``step`` reads, with their values (``"auto"`` resolved):
+        what a driver that stores the step's results keys them by
+        (:func:`algorithms.leml.params.step_params`, where each step's are listed).
 
         Parameters
         ----------
         step : {"start", "w_step", "h_step", "objective", "predict", "early_stopping_split"}
         distributed : bool, default=False
             The step runs on a backend (row blocks), as ``w_step(backend=...)``.
-
-        Returns
-        -------
-        dict
-            Parameter name -> value: a subset of ``get_params()``, ``"auto"`` resolved.
         """
-        squared = get_loss(self.loss).name == "squared"
-        resolved = self.resolved_params(distributed=distributed)
-        prepare = ["fit_intercept", "dtype"]
-        bound_w = not squared and resolved["w_solver"] == "bound"
-        names = {
-            "start": prepare + ["rank", "random_state", "loss"] + (
-                [] if squared else ["squared_init_iter"]) + (
-                ["lam", "cg_max_iter", "cg_tol", "cg_preconditioner"]
-                if self.squared_start() else []),
-            "w_step": prepare + ["loss", "lam", "cg_max_iter", "cg_tol"] + (
-                ["cg_preconditioner"] if squared else ["newton_max_iter", "w_solver"]) + (
-                ["cg_preconditioner"] if bound_w else []),
-            "h_step": prepare + ["loss", "lam"] + (
-                [] if squared else ["newton_max_iter", "h_solver"]) + (
-                ["cg_max_iter", "cg_tol"]
-                if not squared and resolved["h_solver"] == "cg" else []),
-            "objective": prepare + ["loss", "lam"],
-            "predict": ["fit_intercept", "loss"],
-            "early_stopping_split": ["validation_fraction", "random_state"],
-        }
-        if step not in names:
-            raise ValueError(f"step must be one of {STEPS}, got {step!r}")
-        params = {**self.get_params(deep=False), **resolved}
-        return {name: params[name] for name in names[step]}
+        return params.step_params(self.get_params(deep=False), step, distributed=distributed)
 
     # -- the steps
     def prepare(self, X, Y, mask=None) -> LEMLData:
@@ -662,7 +430,7 @@ class LEML(BaseEstimator):
         for _ in range(int(self.resolved_params()["squared_init_iter"])):
             W, _ = squared.w_step(data, W, H, backend=backend)
             H, _ = squared.h_step(data, W, H, backend=backend)
-        return _margin_factors(W, H, data.n_labels)
+        return margin_factors(W, H, data.n_labels)
 
     def w_step(self, data: LEMLData, W, H, *, backend=None) -> tuple[np.ndarray, dict]:
         """One W-step: ``W`` minimising ``J(., H)`` (Yu et al., Sec. 3), from ``W``.
@@ -851,45 +619,15 @@ class LEML(BaseEstimator):
 
     def held_out_pass(self, X, Y, mask, X_val, Y_val, k: int = 1) -> tuple[list[float], str]:
         """The alternation on ``X, Y, mask`` from a fresh start, scoring P@``k`` of the
-        held-out rows ``X_val`` against ``Y_val`` after each outer iteration, until
-        :meth:`no_gain` or :meth:`converged` says to stop or ``outer_iterations`` are done:
-        the scores, and why it stopped.  What ``early_stopping`` runs on the rows it holds
-        out, and what a search over settings runs for each (the best count is
-        :meth:`best_iteration` of the scores)."""
-        probe = clone(self).set_params(early_stopping=False, callback=None, verbose=False)
-        data = probe.prepare(X, Y, mask)
-        W, H = probe.start(data)
-        Y_val = sp.csr_matrix(Y_val)
-        scores, objectives = [], []
-        for _ in range(int(self.outer_iterations)):
-            W, _ = probe.w_step(data, W, H)
-            H, _ = probe.h_step(data, W, H)
-            objectives.append(probe.objective(data, W, H))
-            top = probe.set_factors(W, H).predict_top_k(X_val, k)
-            scores.append(float(precision_at_k(Y_val, top, ks=[k])[k]))
-            reason = probe.no_gain(scores) or probe.converged(objectives)
-            if reason is not None:
-                return scores, reason
-        return scores, f"outer_iterations = {self.outer_iterations} reached"
+        held-out rows after each outer iteration until :meth:`no_gain` or :meth:`converged`
+        says to stop: the scores, and why it stopped
+        (:func:`algorithms.leml.stopping.held_out_pass`)."""
+        return stopping.held_out_pass(self, X, Y, mask, X_val, Y_val, k)
 
     def _fit_early_stopping(self, X, Y, mask, W_init, H_init, start_iter) -> LEML:
         """``fit`` with ``early_stopping``: the held-out pass, then all rows for
-        ``best_iteration_`` iterations (see the parameter)."""
-        self.check_params()
-        if W_init is not None or H_init is not None or start_iter:
-            raise ValueError("early_stopping chooses the iterations from a start of its own; "
-                             "a warm start (W_init, H_init, start_iter) needs "
-                             "early_stopping=False")
-        X_fit, Y_fit, mask_fit, X_val, Y_val = self.early_stopping_split(X, Y, mask)
-        scores, reason = self.held_out_pass(X_fit, Y_fit, mask_fit, X_val, Y_val)
-        best = self.best_iteration(scores)
-        log.info("LEML early stopping: %d outer iterations (%s)", best, reason)
-        final = clone(self).set_params(early_stopping=False, outer_iterations=best)
-        final.fit(X, Y, mask)
-        self.__dict__.update({k: v for k, v in vars(final).items()
-                              if k.endswith("_") and not k.startswith("_")})
-        self.best_iteration_, self.validation_scores_ = best, scores
-        return self
+        ``best_iteration_`` iterations (:func:`algorithms.leml.stopping.fit_early_stopping`)."""
+        return stopping.fit_early_stopping(self, X, Y, mask, W_init, H_init, start_iter)
 
     # -- prediction
     def _embed(self, X):

@@ -14,14 +14,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.data import check_X
+from scarce.algorithms.leml.params import BATCH_SIZE
 from scarce.algorithms.memory import check_allocation, rows_per_batch
 
 __all__ = ["BATCH_SIZE", "PREDICTION_COLUMNS", "FactorModel", "check_new_X", "embed", "embed_rows",
            "predict_top_k_in_batches", "predictions_table", "threshold_in_batches",
            "top_k_from_scores"]
 
-#: Rows scored at a time by default: at most ``BATCH_SIZE x L`` decision values exist at once.
-BATCH_SIZE = 2048
 
 
 def check_new_X(X, dtype, n_features: int, fitted: str):

@@ -13,15 +13,21 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+
+from scarce.algorithms.leml.params import VECTORIZERS
 
 __all__ = ["VECTORIZERS", "fit_vocabulary", "rebuild", "vectorize"]
 
-#: The vectoriser kinds: TF-IDF (scikit-learn's TfidfVectorizer) or raw counts
-#: (CountVectorizer).
-VECTORIZERS = {"tfidf": TfidfVectorizer, "count": CountVectorizer}
 #: Options only TF-IDF takes.
 _TFIDF_ONLY = ("sublinear_tf", "norm", "use_idf", "smooth_idf")
+
+
+def _vectorizer(kind: str):
+    """The scikit-learn class of a vectoriser kind (:data:`VECTORIZERS`), imported here: the
+    checks of a table's head use this module without scikit-learn."""
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+
+    return {"tfidf": TfidfVectorizer, "count": CountVectorizer}[kind]
 
 
 def _options(kind: str, options: dict) -> dict:
@@ -50,7 +56,7 @@ def fit_vocabulary(texts: Sequence[str], kind: str = "tfidf",
         The texts give an empty vocabulary (scikit-learn's message: all stop words, or
         ``min_df`` / ``max_df`` leaves no term).
     """
-    vec = VECTORIZERS[kind](**_options(kind, options)).fit(list(texts))
+    vec = _vectorizer(kind)(**_options(kind, options)).fit(list(texts))
     terms = [None] * len(vec.vocabulary_)
     for term, column in vec.vocabulary_.items():
         terms[column] = term
@@ -64,7 +70,7 @@ def rebuild(terms: Sequence[str], idf: np.ndarray | None, kind: str = "tfidf", *
     opts = _options(kind, options)
     for key in ("min_df", "max_df", "max_features"):  # they select the vocabulary, given here
         opts.pop(key, None)
-    vec = VECTORIZERS[kind](vocabulary={t: i for i, t in enumerate(terms)}, **opts)
+    vec = _vectorizer(kind)(vocabulary={t: i for i, t in enumerate(terms)}, **opts)
     if kind == "tfidf":
         if idf is None or len(idf) != len(terms):
             raise ValueError(f"a TF-IDF vectoriser needs one idf per term ({len(terms)})")

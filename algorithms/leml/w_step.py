@@ -35,6 +35,8 @@ import numpy as np
 from scarce.algorithms.leml.data import LEMLData, check_factor
 from scarce.algorithms.leml.losses import get_loss
 from scarce.algorithms.leml.objective import sqnorm
+from scarce.algorithms.leml.params import PRECONDITIONERS, W_SOLVERS
+from scarce.algorithms.leml.params import check_w_solver as _check_w_solver
 from scarce.algorithms.leml.solvers import conjugate_gradient, trust_region_newton
 from scarce.algorithms.leml.terms import loss_terms
 
@@ -43,11 +45,6 @@ __all__ = ["PRECONDITIONERS", "W_SOLVERS", "LocalWOperators", "WStepProducts",
            "observed_gram_diagonal", "observed_shares", "solve_w_step", "update_W",
            "w_gradient", "w_loss_value"]
 
-# Solvers of the W-step for the logistic and squared-hinge losses, see update_W.
-W_SOLVERS = ("tron", "bound")
-# The squared loss's CG: plain, or preconditioned (kronecker_preconditioner), see update_W.
-# The same names are the CG of the margin losses' bound W-step above _EIG_MAX features.
-PRECONDITIONERS = ("none", "diagonal")
 # Largest d' for which the "bound" W-step diagonalises X^T X (d' x d', once per data);
 # above it the bound's linear system is solved by CG.
 _EIG_MAX = 4096
@@ -253,17 +250,9 @@ class LocalWOperators:
 
 
 def check_w_solver(w_solver: str, loss, *, distributed: bool = False) -> None:
-    """Raise a ValueError unless ``w_solver`` can run the W-step of ``loss``.
-
-    ``w_solver`` is one of :data:`W_SOLVERS`; ``"bound"`` (for the logistic and squared-hinge
-    losses) solves through ``X^T X`` held in this process, so not with a ``distributed``
-    backend.
-    """
-    if w_solver not in W_SOLVERS:
-        raise ValueError(f"w_solver must be one of {W_SOLVERS}, got {w_solver!r}")
-    if distributed and w_solver == "bound" and not get_loss(loss).constant_curvature:
-        raise ValueError("w_solver 'bound' runs on one process (it solves through X^T X "
-                         "held there); use w_solver 'tron' for a distributed W-step")
+    """Raise a ValueError unless ``w_solver`` can run the W-step of ``loss`` (a name or a
+    :class:`~algorithms.leml.losses.Loss`): :func:`algorithms.leml.params.check_w_solver`."""
+    _check_w_solver(w_solver, get_loss(loss).name, distributed=distributed)
 
 
 def _check_w_step(n_features: int, n_labels: int, dtype, H, lam: float, W0=None):

@@ -26,24 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
-_WINDOW_RE = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+from scarce.algorithms.relations.params import CONTEXT_DEFAULTS as _D
+from scarce.algorithms.relations.params import parse_window  # (re-exported)
+
 _PUNCT_RE = re.compile(r"^[^\w]+$")
-
-
-def parse_window(window: str | Sequence[int]) -> tuple[int, int, int]:
-    """Parse a window setting ``"p-m-q"`` (or a 3-tuple) into ``(pre, mid, post)``."""
-    if isinstance(window, str):
-        m = _WINDOW_RE.match(window.strip())
-        if m is None:
-            raise ValueError(f"window {window!r} is not of the form 'pre-mid-post', e.g. '0-10-0'")
-        values = tuple(int(g) for g in m.groups())
-    else:
-        values = tuple(int(v) for v in window)
-        if len(values) != 3 or min(values) < 0:
-            raise ValueError(f"window {window!r} must be three non-negative integers")
-    if sum(values) == 0:
-        raise ValueError("window '0-0-0' selects no context words")
-    return values  # type: ignore[return-value]
 
 
 def context_words(
@@ -228,12 +214,12 @@ def build_contexts(
     tokens: Sequence[Sequence[str]],
     e1_spans: Sequence[tuple[int, int]],
     e2_spans: Sequence[tuple[int, int]],
-    window: str | Sequence[int] = "0-10-0",
+    window: str | Sequence[int] = _D["window"],
     *,
-    lowercase: bool = True,
-    position_tags: bool = True,
-    weighting: str = "tfidf",
-    min_df: int = 1,
+    lowercase: bool = _D["lowercase"],
+    position_tags: bool = _D["position_tags"],
+    weighting: str = _D["weighting"],
+    min_df: int = _D["min_df"],
     drop_punctuation: bool = True,
     dtype=np.float64,
     return_docs: bool = False,

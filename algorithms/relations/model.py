@@ -38,7 +38,6 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import math
 import numbers
 import textwrap
 import time
@@ -55,16 +54,9 @@ from scarce.algorithms.relations import selection, stability
 from scarce.algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
 from scarce.algorithms.relations.dcm import top_words
 from scarce.algorithms.relations.entropy import entropy_ranking
-
-RANKINGS = ("entropy", "frequency", "chi2")
-
-
-class TooFewPairsError(ValueError):
-    """The data has too few pairs for a parameter; ``param`` names the parameter."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.param = param
+from scarce.algorithms.relations.params import DEFAULTS as _D
+from scarce.algorithms.relations.params import RANKINGS, check_n_pairs, k_values
+from scarce.algorithms.relations.params import TooFewPairsError as TooFewPairsError  # (re-exported)
 
 
 def int_seed(random_state) -> int:
@@ -184,11 +176,16 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     Extraction. IJCNLP 2005.
     """
 
-    def __init__(self, k_low=2, k_high=20, ranking="entropy", entropy_binary=True,
-                 entropy_samples=None, chi2_k=None, prefix_step=None, n_prefixes=12,
-                 min_prefix=10, theta=0.9, reg=1e-3, row_norm=True, n_init=3, n_subsamples=10,
-                 rho=0.9, n_init_reference=None, n_init_subsample=None, n_references=1,
-                 n_label_words=2, random_state=0):
+    # The defaults (and bounds) are declared once, in algorithms.relations.params.
+    def __init__(self, k_low=_D["k_low"], k_high=_D["k_high"], ranking=_D["ranking"],
+                 entropy_binary=_D["entropy_binary"], entropy_samples=_D["entropy_samples"],
+                 chi2_k=_D["chi2_k"], prefix_step=_D["prefix_step"],
+                 n_prefixes=_D["n_prefixes"], min_prefix=_D["min_prefix"], theta=_D["theta"],
+                 reg=_D["reg"], row_norm=_D["row_norm"], n_init=_D["n_init"],
+                 n_subsamples=_D["n_subsamples"], rho=_D["rho"],
+                 n_init_reference=_D["n_init_reference"],
+                 n_init_subsample=_D["n_init_subsample"], n_references=_D["n_references"],
+                 n_label_words=_D["n_label_words"], random_state=0):
         self.k_low = k_low
         self.k_high = k_high
         self.ranking = ranking
@@ -238,42 +235,23 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
 
     # -- the units ------------------------------------------------------------------------
     def k_values(self, n_pairs: int | None = None) -> list[int]:
-        """K_low..K_high, checked (against the number of pairs, when given)."""
-        k_low, k_high = int(self.k_low), int(self.k_high)
-        if k_low < 1:
-            raise ValueError(f"k_low must be at least 1, got {k_low}")
-        if k_low > k_high:
-            raise ValueError(f"k_low ({k_low}) must not exceed k_high ({k_high})")
-        if n_pairs is not None and k_high >= n_pairs:
-            raise ValueError(f"k_high ({k_high}) must be below the number of pairs ({n_pairs})")
-        return list(range(k_low, k_high + 1))
+        """K_low..K_high, checked (against the number of pairs, when given):
+        :func:`algorithms.relations.params.k_values`."""
+        return k_values(self.k_low, self.k_high, n_pairs)
 
     def check_n_pairs(self, n_pairs: int) -> RelationDiscovery:
         """Raise :class:`TooFewPairsError` (naming the parameter) unless ``n_pairs`` pairs
         suffice for every clustering the method makes: ``k_high`` clusters of all pairs and
-        of each subsample of ``round(rho * n_pairs)`` pairs, and ``chi2_k`` pseudo-labels.
+        of each subsample of ``round(rho * n_pairs)`` pairs, and ``chi2_k`` pseudo-labels
+        (:func:`algorithms.relations.params.check_n_pairs`).
 
         Returns
         -------
         self
         """
-        n = int(n_pairs)
-        try:
-            self.k_values(n)
-        except ValueError as exc:
-            raise TooFewPairsError(str(exc), "k_high") from None
-        k_high, rho = int(self.k_high), float(self.rho)
-        size = max(2, int(round(rho * n)))  # as stability.subsample_indices draws
-        if size < k_high:
-            need = math.ceil(1000 * k_high / n) / 1000
-            raise TooFewPairsError(
-                f"rho ({rho:g}) subsamples {size} of the {n} pairs, fewer than the k_high "
-                f"({k_high}) clusters each subsample is split into; use rho >= {need:g}, a "
-                "smaller k_high or more pairs", "rho")
-        chi2_k = self.chi2_k if isinstance(self.ranking, str) and self.ranking == "chi2" else None
-        if chi2_k is not None and int(chi2_k) > n:
-            raise TooFewPairsError(f"chi2_k ({chi2_k}) must not exceed the number of pairs "
-                                   f"({n})", "chi2_k")
+        # (each parameter named: step_params finds what a step reads in its source)
+        check_n_pairs({"k_low": self.k_low, "k_high": self.k_high, "rho": self.rho,
+                       "ranking": self.ranking, "chi2_k": self.chi2_k}, n_pairs)
         return self
 
     def prefix_lengths(self, n_words: int) -> list[int]:

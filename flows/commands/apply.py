@@ -26,9 +26,8 @@ def apply(args: argparse.Namespace) -> int:
     """``scarce apply RUN_ID --input PATH``: the run's apply flow on the input."""
     from scarce.flows import manifest as mf
     from scarce.flows.apply import resolve_model_run
-    from scarce.flows.config import SAFE_NAME, apply_overrides, validate_config
+    from scarce.flows.config import SAFE_NAME, apply_overrides, default_runs_root, validate_config
     from scarce.flows.registry import FLOWS
-    from scarce.flows.runtime import RunOptions, default_runs_root
     from scarce.tasks.errors import InputError
 
     runs = default_runs_root()
@@ -67,6 +66,8 @@ def apply(args: argparse.Namespace) -> int:
     config = validate_config(data, model, None)
     preflight(args.dask_address)
     check_runs([config], runs)  # the model, the input and the output, before the server
+    from scarce.flows.runtime import RunOptions  # (with Prefect: after the checks)
+
     runner = choose_runner(args)
     options = RunOptions(runner=runner, dask_address=args.dask_address)
     with prefect_api():

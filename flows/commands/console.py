@@ -74,7 +74,25 @@ class _InputErrorWithoutTraceback(logging.Formatter):
             record.exc_info, record.exc_text = saved
 
 
+#: Whether the command asked for :func:`quiet_input_errors`, done when Prefect starts.
+_QUIET = {"asked": False}
+
+
 def quiet_input_errors() -> None:
+    """Have the formatters of Prefect's console handlers wrapped (see the class above) once
+    the command starts Prefect (:func:`prefect_started`): the checks a command makes before
+    it import nothing of Prefect, so that bad input is told within the command's start-up."""
+    _QUIET["asked"] = True
+
+
+def prefect_started() -> None:
+    """Called by a command as it starts Prefect (:func:`flows.commands.running.prefect_api`):
+    the wrapping :func:`quiet_input_errors` asked for, if it did."""
+    if _QUIET["asked"]:
+        _wrap_prefect_handlers()
+
+
+def _wrap_prefect_handlers() -> None:
     """Wrap the formatters of Prefect's console handlers (see the class above)."""
     from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
 

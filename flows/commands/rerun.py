@@ -24,9 +24,8 @@ from scarce.flows.commands.running import (
 def rerun(args: argparse.Namespace) -> int:
     """``scarce rerun RUN_ID``: ``identical`` (exit 0) or what differs (exit 1)."""
     from scarce.flows import manifest as mf
-    from scarce.flows.config import SAFE_NAME, validate_config
+    from scarce.flows.config import SAFE_NAME, default_runs_root, validate_config
     from scarce.flows.registry import FLOWS
-    from scarce.flows.runtime import RunOptions, default_runs_root, new_run_id
     from scarce.tasks.errors import InputError
 
     if not re.fullmatch(SAFE_NAME, args.run_id):  # a run id never holds a path separator
@@ -57,6 +56,8 @@ def rerun(args: argparse.Namespace) -> int:
               file=sys.stderr)
     preflight(args.dask_address)
     check_runs([config], runs)  # its inputs as they are today, before the server starts
+    from scarce.flows.runtime import RunOptions, new_run_id  # (with Prefect: after the checks)
+
     damaged = mf.damaged_outputs(run_dir, old)  # hashed on disk before the rerun writes
     # The store is the one the environment names today (``$SCARCE_STORE`` or the project's):
     # a manifest is a record, never a place to write (a copied project or an edited "store"

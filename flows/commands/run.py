@@ -37,7 +37,6 @@ def _specs(name: str) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     """``scarce run FLOW``: every config and the environment checked, then each flow run."""
     from scarce.flows.config import config_path, load_config, resolve_path
-    from scarce.flows.runtime import RunOptions
     from scarce.tasks.errors import InputError
 
     specs = _specs(args.flow)
@@ -59,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(plans[0][1])
     preflight(args.dask_address)
     check_runs([config for _, config in plans])  # before the server starts
+    from scarce.flows.runtime import RunOptions  # (with Prefect: after the checks)
+
     summaries = []
     with prefect_api():  # one Prefect server for every flow of the command
         for spec, config in plans:
@@ -83,7 +84,7 @@ def _refits(config) -> str:
 
 
 def _experiment_config(args: argparse.Namespace) -> Any:
-    from scarce.flows.experiment import experiment_file, load_experiment
+    from scarce.flows.experiment_config import experiment_file, load_experiment
     from scarce.tasks.errors import InputError
 
     if not (args.name or args.config):

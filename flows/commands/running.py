@@ -19,9 +19,12 @@ def choose_runner(args: argparse.Namespace, recorded: str | None = None) -> str:
 
 
 def prefect_api() -> Any:
-    """One Prefect API for the command (:func:`flows.runners.prefect_api`)."""
+    """One Prefect API for the command (:func:`flows.runners.prefect_api`), after every check
+    the command makes before it (which import nothing of Prefect)."""
     from scarce.flows import runners
+    from scarce.flows.commands.console import prefect_started
 
+    prefect_started()
     return runners.prefect_api()
 
 
@@ -39,7 +42,8 @@ def preflight(address: str | None) -> None:
     limit, the store and the runs folder (folders this process can write) and the Dask
     scheduler (each a one-line error naming the variable or option)."""
     from scarce.algorithms.memory import available_bytes, format_bytes
-    from scarce.flows.runtime import check_writable_folder, default_runs_root, default_store_root
+    from scarce.flows.config import default_runs_root, default_store_root
+    from scarce.flows.outputs import check_writable_folder
     from scarce.tasks.errors import InputError
     from scarce.tasks.store import Store
 
@@ -72,7 +76,7 @@ def check_runs(configs: list[Any], runs: Path | None = None) -> None:
     heads of its data, an apply run's model, input and output): bad input is one ``error:``
     line, and no server is started for a run that cannot go.  ``runs``: the runs folder (a
     rerun's), else the environment's."""
-    from scarce.flows.runtime import default_runs_root, default_store_root
+    from scarce.flows.config import default_runs_root, default_store_root
     from scarce.tasks.store import Store
 
     store = Store(default_store_root()).root

@@ -20,6 +20,7 @@ from scarce.algorithms.leml.data import (
 )
 from scarce.algorithms.leml.h_step import sum_in_order
 from scarce.algorithms.leml.losses import get_loss
+from scarce.algorithms.leml.params import N_BLOCKS
 from scarce.algorithms.leml.w_step import WStepProducts, observed_gram_diagonal, w_loss_value
 from scarce.tasks.leml_dask.cluster import cluster_workers, this_worker
 from scarce.tasks.leml_dask.memory import (
@@ -30,12 +31,6 @@ from scarce.tasks.leml_dask.memory import (
 )
 from scarce.tasks.leml_dask.partition import PartitionedData, _partition_block
 from scarce.tasks.leml_dask.transport import _call, _send_array, _wrap_aligned
-
-#: Default number of row blocks: fixed, so the reduction order (and so ``W``, bit for
-#: bit) does not depend on the number of workers.  Each block costs one task per
-#: operator application, each paying Dask's per-task overhead, so few blocks: 4 keep 1, 2
-#: or 4 workers evenly busy.
-N_BLOCKS = 4
 
 
 def _block_value(block: LEMLData, H, W, loss):

@@ -118,3 +118,23 @@ def assert_same_outputs(folder, expected) -> None:
     entries = [{o["ref"]: None if o["volatile"] else o["sha256"] for o in m["outputs"]}
                for m in (got, want)]
     assert entries[0] == entries[1]
+
+
+#: What no check a command makes before it starts Prefect imports: Prefect, the Dask it runs
+#: flows on, the methods' scikit-learn and numba, the runs' plots.
+FORBIDDEN_BEFORE_START = ("prefect", "prefect_dask", "dask", "distributed", "sklearn", "numba",
+                          "matplotlib")
+#: Python for a fresh interpreter (``python -c CHECK_WRAPPER ARGS``): the command line's
+#: ``main`` on ``ARGS``; at exit, the modules of :data:`FORBIDDEN_BEFORE_START` it had imported
+#: are written as a JSON list to the file ``$MODULES_OUT``.
+CHECK_WRAPPER = f"""
+import atexit, json, os, sys
+FORBIDDEN = {FORBIDDEN_BEFORE_START!r}
+def _report():
+    found = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
+    with open(os.environ["MODULES_OUT"], "w") as out:
+        json.dump(found, out)
+atexit.register(_report)
+from scarce.flows.cli import main
+sys.exit(main(sys.argv[1:]))
+"""

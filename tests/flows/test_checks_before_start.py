@@ -8,7 +8,9 @@ without ``PREFECT_API_URL``, with the shared server (the default outside the tes
 a Prefect home of its own -- and the command must exit 2 having printed exactly one line,
 ``error: ...`` naming what is wrong (no Prefect ``ERROR`` line, nothing on stdout), and
 started no server: nothing of a shared server in the Prefect home (the first command to use
-one makes its folder there), and no temporary one (it would have printed its start).
+one makes its folder there), and no temporary one (it would have printed its start); nor had
+it imported Prefect, Dask or scikit-learn (:data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START`,
+but for :data:`LEARNER_IN_CHECKS`).
 
 The cases are enumerated from the code: every input path of every training flow's config
 (``run``), every apply flow's input and output (``apply``), a rerun of every training
@@ -19,6 +21,7 @@ once, with the test session's server.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,7 +36,7 @@ from scarce.flows import shared_server
 from scarce.flows.config import INPUT_KIND
 from scarce.flows.registry import FLOWS
 from scarce.flows.shared_server import FOLDER
-from tests.flows.helpers import first_run, run_in, strip_project
+from tests.flows.helpers import CHECK_WRAPPER, first_run, run_in, strip_project
 from tests.flows.test_model_relations import CONFIG as RELATIONS
 from tests.flows.test_model_relations import SEMEVAL
 
@@ -89,7 +92,8 @@ def refused(project: Path, tmp_path: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
     env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(home), SCARCE_SERVER="shared",
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "scarce.flows.cli", *args], cwd=project,
+    env["MODULES_OUT"] = str(tmp_path / "modules.json")
+    done = subprocess.run([sys.executable, "-c", CHECK_WRAPPER, *args], cwd=project,
                           env=env, capture_output=True, text=True, timeout=600)
     looked = (home / FOLDER).exists()
     if looked:  # (a failing case leaves no server behind)
@@ -100,7 +104,21 @@ def refused(project: Path, tmp_path: Path, *args: str) -> str:
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), said
     assert not looked, f"a shared server was looked for: {said}"
+    imported = {m.split(".")[0] for m in json.loads((tmp_path / "modules.json").read_text())}
+    allowed = LEARNER_IN_CHECKS.get(args[0] if args[0] != "apply" else _applied(project, args))
+    assert imported <= set(allowed or ()), f"imported {sorted(imported)}: {said}"
     return lines[0]
+
+
+#: What a command's checks may import of :data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START`,
+#: and why, by what it applies: apply-strip reads the model and the documents' names with the
+#: learner's own modules (tasks.strip), which import scikit-learn and numba.
+LEARNER_IN_CHECKS = {"strip": ("sklearn", "numba")}
+
+
+def _applied(project: Path, args: tuple[str, ...]) -> str:
+    """The flow whose run ``scarce apply RUN ...`` applies."""
+    return json.loads((project / "data" / "runs" / args[1] / "manifest.json").read_text())["flow"]
 
 
 # -- scarce run: every input path of every training flow's config ---------------------------

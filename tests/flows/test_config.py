@@ -308,75 +308,22 @@ dataset: {train: train.txt, test: test.txt}
 """
 
 
-@pytest.mark.parametrize("runner, backend", [("local", "local"), ("blocks", "local-blocks"),
-                                             ("dask", "dask")])
-def test_a_leml_config_with_the_former_w_step_section_loads_as_compute(tmp_path, runner,
-                                                                        backend):
-    from scarce.flows.leml import LemlConfig
-
-    driver = "worker" if runner == "dask" else "flow"
-    path = tmp_path / "leml.yaml"
-    path.write_text(LEML_DATA + f"w_step: {{runner: {runner}, blocks: 3, workers: 4, "
-                    f"address: 'tcp://h:8786', driver: {driver}}}\n")
-    with pytest.warns(FutureWarning) as caught:
-        config = load_config(path, LemlConfig, inputs=False)
-    message = str(caught[0].message)
-    assert all(f"{old} -> {new}" in message for old, new in [
-        ("runner", "backend"), ("blocks", "row_blocks"), ("driver", "solvers")])
-    assert config.compute.model_dump() == {"backend": backend, "row_blocks": 3, "workers": 4,
-                                           "address": "tcp://h:8786", "solvers": driver}
-    assert "w_step" not in config.model_dump()
-
-
-def test_a_leml_config_may_not_give_both_compute_and_w_step(tmp_path):
-    from scarce.flows.leml import LemlConfig
+def test_the_leml_config_has_no_w_step_section_any_more(tmp_path):
+    """``w_step``, the name ``compute`` had before any release, is an unknown key like any
+    other: in the file, and in ``--set`` (one line naming the file and the key)."""
+    from scarce.flows.leml_config import LemlConfig
 
     path = tmp_path / "leml.yaml"
-    path.write_text(LEML_DATA + "w_step: {runner: dask}\ncompute: {backend: dask}\n")
-    with pytest.raises(InputError, match="w_step is the former name of compute") as exc:
+    path.write_text(LEML_DATA + "w_step: {runner: blocks, blocks: 3}\n")
+    with pytest.raises(InputError) as exc:
         load_config(path, LemlConfig, inputs=False)
-    assert str(path) in str(exc.value)
-    path.write_text(LEML_DATA + "w_step: {runner: dask}\n")  # and --set of the new name
-    with pytest.raises(InputError, match="w_step is the former name of compute"):
-        load_config(path, LemlConfig, ["compute.row_blocks=2"], inputs=False)
-
-
-def test_the_former_w_step_section_keeps_its_checks(tmp_path):
-    from scarce.flows.leml import LemlConfig
-
-    path = tmp_path / "leml.yaml"
-    for section, words in [("{runner: local, rows: 3}", "w_step.rows: unknown key"),
-                           ("{runner: gpu}", "local-blocks"),
-                           ("{runner: blocks, driver: worker}", "needs backend 'dask'")]:
-        path.write_text(LEML_DATA + f"w_step: {section}\n")
-        with warnings.catch_warnings(), pytest.raises(InputError, match=words):
-            warnings.simplefilter("ignore", FutureWarning)
-            load_config(path, LemlConfig, inputs=False)
-
-
-def test_set_of_a_former_w_step_key_sets_the_compute_key_it_became(tmp_path):
-    """``--set w_step.blocks=3`` (each former key, the runner's former value mapped too) sets
-    ``compute.row_blocks`` with a warning naming both; a key w_step never had is refused."""
-    from scarce.flows.leml import LemlConfig
-
-    path = tmp_path / "leml.yaml"
-    path.write_text(LEML_DATA + "compute: {backend: local, workers: 4}\n")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        config = load_config(path, LemlConfig, ["w_step.blocks=3", "w_step.runner=blocks",
-                                                "w_step.driver=flow"], inputs=False)
-    assert [(w.category, str(w.message).split(" (")[0]) for w in caught] == [
-        (FutureWarning, f"--set w_step.{old} is set as compute.{new}")
-        for old, new in [("blocks", "row_blocks"), ("runner", "backend"), ("driver", "solvers")]]
-    assert config.compute.model_dump() == {"backend": "local-blocks", "row_blocks": 3,
-                                           "workers": 4, "address": None, "solvers": "flow"}
-    with pytest.warns(FutureWarning), pytest.raises(InputError, match="needs backend 'dask'"):
-        load_config(path, LemlConfig, ["w_step.driver=worker"], inputs=False)
-    for bad, words in [("w_step.rows=3", "w_step.rows: unknown key"),
-                       ("w_step.blocks.x=3", "no sub-keys")]:
-        with pytest.raises(InputError, match=words) as exc:
-            load_config(path, LemlConfig, [bad], inputs=False)
-        assert bad.split("=")[0] in str(exc.value)
+    assert str(exc.value) == f"{path}: key 'w_step': unknown key"
+    path.write_text(LEML_DATA)
+    with pytest.raises(InputError) as exc:
+        load_config(path, LemlConfig, ["w_step.blocks=3"], inputs=False)
+    message = str(exc.value)
+    assert message.startswith(f"{path}: key 'w_step': --set: unknown key (known here: ")
+    assert "compute" in message and "\n" not in message
 
 
 # -- numbers: every way a researcher writes one, read alike by every loader ---------------------

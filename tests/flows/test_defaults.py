@@ -3,7 +3,7 @@
 LEML's ``model`` section is LEML's parameters with the defaults its signature and a fresh
 ``LEML()`` give, each field declared from its parameter, so a changed default reaches the config
 (checked in a fresh process) and a config that kept an old one is caught (checked with scratch
-estimators); every config field declared with :func:`flows.config.from_estimator` has the
+estimators); every config field declared with :func:`flows.config.from_declared` has the
 default the estimator it names uses; every value of a bundled config equals its schema default
 unless the line's comment says ``default <value>`` (and then that value is the schema's
 default); and every ``default <value>`` a comment mentions is the schema's default.
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from scarce.algorithms.leml import LEML
 from scarce.flows.config import Strict, project_root
-from scarce.flows.leml import ModelConfig
+from scarce.flows.leml_config import ModelConfig
 from scarce.flows.registry import FLOWS
 
 MISSING = object()
@@ -184,8 +184,8 @@ def test_a_parameter_without_a_field_and_a_field_without_a_parameter_are_caught(
 
 
 def test_leml_model_fields_are_declared_from_lemls_parameters():
-    """Each field is made by ``from_estimator(LEML, <its name>)`` (which records where its
-    default came from) and says what it is."""
+    """Each field is made from LEML's declared parameter of its name (``from_declared``,
+    which records where its default came from) and says what it is."""
     for name, info in ModelConfig.model_fields.items():
         assert info.json_schema_extra == {"estimator": "scarce.algorithms.leml.model.LEML",
                                           "parameter": name}, name
@@ -194,16 +194,16 @@ def test_leml_model_fields_are_declared_from_lemls_parameters():
 
 @pytest.mark.slow  # starts a Python process
 def test_a_changed_leml_default_reaches_the_flow_config():
-    """LEML's rank default changed before the flow's config is defined: the config's
-    default, its JSON schema and the estimator it builds follow."""
+    """LEML's rank default changed where it is declared (:mod:`algorithms.leml.params`)
+    before the estimator and the flow's config are defined: the config's default, its JSON
+    schema, the estimator it builds and the estimator's own default follow."""
     code = (
-        "import inspect, json\n"
+        "import dataclasses, json\n"
+        "from scarce.algorithms.leml import params\n"
+        "params.PARAMS['rank'] = dataclasses.replace(params.PARAMS['rank'], default=7)\n"
+        "params.DEFAULTS['rank'] = 7\n"
         "from scarce.algorithms.leml import LEML\n"
-        "init = LEML.__init__\n"
-        "names = list(inspect.signature(init).parameters)[-len(init.__defaults__):]\n"
-        "init.__defaults__ = tuple(7 if n == 'rank' else d\n"
-        "                          for n, d in zip(names, init.__defaults__))\n"
-        "from scarce.flows.leml import ModelConfig\n"
+        "from scarce.flows.leml_config import ModelConfig\n"
         "print(json.dumps([ModelConfig().rank,\n"
         "                  ModelConfig.model_json_schema()['properties']['rank']['default'],\n"
         "                  ModelConfig().estimator().rank, LEML().rank]))\n")
@@ -216,7 +216,7 @@ def test_a_changed_leml_default_reaches_the_flow_config():
 
 @pytest.mark.parametrize("flow", TRAINING_FLOWS)
 def test_fields_declared_from_an_estimator_have_its_defaults(flow):
-    """Every field of a training flow's config declared with ``from_estimator`` has the
+    """Every field of a training flow's config declared with ``from_declared`` has the
     default that the estimator (or function) it names actually uses."""
     fields = _fields(FLOWS[flow].load_model())
     bound = {k: f for k, f in fields.items()

@@ -14,7 +14,7 @@ from scarce.flows.run_diff import causes, outcome
 
 
 def _manifest(**over) -> dict:
-    m = {"flow": "leml", "config": {"seed": 0, "model": {"rank": 8}, "w_step": {"blocks": 3}},
+    m = {"flow": "leml", "config": {"seed": 0, "model": {"rank": 8}, "compute": {"row_blocks": 3}},
          "inputs": [{"path": "train.txt", "sha256": "a" * 64},
                     {"path": "test.txt", "sha256": "b" * 64}],
          "code": {"source_sha256": "c" * 64,
@@ -36,7 +36,7 @@ def test_the_causes_name_each_input_code_file_package_and_config_value():
     new["code"] = {"source_sha256": "8" * 64,
                    "source_files": {"flows/leml.py": "1" * 64, "tasks/leml.py": "3" * 64}}
     new["environment"]["packages"] = {"numpy": "2.2.0", "pandas": "3.0"}
-    # the same blocks under the section's current name: no difference; the rank is one
+    # the same blocks: no difference; the rank is one
     new["config"] = {"seed": 0, "model": {"rank": 9}, "compute": {"row_blocks": 3}}
     assert causes(old, new) == [
         "why: input extra.txt read only by the second run",

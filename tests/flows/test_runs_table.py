@@ -51,9 +51,8 @@ def _digest(inputs: list[dict]) -> str:
 def runs_dir(tmp_path):
     root = tmp_path / "runs"
     _write(root, "leml-a", _leml(8, inputs=INPUTS_A), "10:00:00")
-    # recorded before compute was named so: its w_step section is read as compute; its
-    # training file has the same path as leml-a's, other bytes
-    _write(root, "leml-b", _leml(25, {"w_step": {"runner": "blocks", "blocks": 3}},
+    # its training file has the same path as leml-a's, other bytes
+    _write(root, "leml-b", _leml(25, {"compute": {"backend": "local-blocks", "row_blocks": 3}},
                                  tags=["flow:leml", "experiment:rank"], inputs=INPUTS_B),
            "10:01:00")
     _write(root, "strip-a", {"flow": "strip", "config": {"seed": 0, "window": 20},

@@ -626,8 +626,9 @@ def test_h_solver_is_validated_and_unused_by_the_squared_loss():
 def test_squared_margin_start_maps_the_squared_fit_to_margins_exactly():
     X, _, Y, _, _, _ = make_problem(27, n=30, d=6, n_labels=7, mask_density=None)
     k, n_init = 4, 3
-    start = LEML(rank=k, loss="logistic", outer_iterations=0, fit_intercept=True,
-                 squared_init_iter=n_init, dtype=np.float64, random_state=3).fit(X, Y)
+    start = LEML(rank=k, loss="logistic", fit_intercept=True, squared_init_iter=n_init,
+                 dtype=np.float64, random_state=3)
+    start.set_factors(*start.start(start.prepare(X, Y)))
     # Independently: the squared-loss estimator at rank k - 1 from the same initial H.
     H_init = np.random.RandomState(3).standard_normal((7, k)) / np.sqrt(k)
     sq = LEML(rank=k - 1, loss="squared", outer_iterations=n_init, fit_intercept=True,
@@ -635,7 +636,6 @@ def test_squared_margin_start_maps_the_squared_fit_to_margins_exactly():
     Z = sq.decision_function(X)
     np.testing.assert_allclose(start.decision_function(X), 2 * Z - 1, rtol=1e-12, atol=1e-12)
     assert start.W_.shape == (7, k) and start.H_.shape == (7, k)
-    assert start.objective_ == [] and start.n_iter_ == 0
     # The extra column's two factors have equal norms (c = L^(1/4)).
     assert np.isclose(np.linalg.norm(start.W_[:, -1]), np.linalg.norm(start.H_[:, -1]))
 
@@ -1034,7 +1034,8 @@ def test_set_factors_predicts_as_the_fitted_estimator_and_start_is_zero_and_norm
                                   est.predict_top_k(X, 4))
     assert again.threshold_ == est.threshold_ == 0.5 and again.n_features_in_ == 6
     # W = 0 and H ~ N(0, 1/k) from the seed: numpy's RandomState, drawn independently here.
-    start = LEML(rank=3, outer_iterations=0, random_state=5).fit(X, Y)
+    start = LEML(rank=3, random_state=5)
+    start.set_factors(*start.start(start.prepare(X, Y)))
     H0 = (np.random.RandomState(5).standard_normal((7, 3)) / np.sqrt(3)).astype(np.float32)
     np.testing.assert_array_equal(start.W_, np.zeros((7, 3), dtype=np.float32))
     np.testing.assert_array_equal(start.H_, H0)

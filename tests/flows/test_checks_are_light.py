@@ -1,0 +1,176 @@
+"""The checks a command makes before it starts Prefect import neither Prefect nor the methods.
+
+Every command that runs flows (``run``, ``apply``, ``rerun``: :data:`flows.cli.FLOW_COMMANDS`)
+checks its configs and inputs before it starts a server (:func:`flows.commands.running.
+check_runs`).  Those checks read the config schemas (``flows/*_config.py``), which import
+neither Prefect, scikit-learn nor Dask, so that bad input is told within the command's
+start-up.  Each case runs the command line's ``main`` in a fresh interpreter on bad input
+and requires exit 2 with one ``error:`` line, and none of the packages of
+:data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START` among the modules the process had imported
+when it exited.
+
+The cases are enumerated from the code: an unknown key and a missing input path of every
+training flow's config (``run``, and ``run all``), an unknown key of every flow's config in
+the registry (an apply flow's through ``apply``, an experiment's through ``run experiment``),
+a LEML table's columns and label separator, an experiment whose points cannot run, ``apply``
+to a run that is not there (every apply flow) and to an existing output, and ``rerun`` of a
+run whose input is gone.  The runs applied and rerun are the LEML table model committed in
+``tests/data/models`` (the cases with a run of every flow, which need a server to make, are
+in ``tests/flows/test_checks_before_start.py``, which checks the same).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scarce.flows.cli import FLOW_COMMANDS
+from scarce.flows.registry import FLOWS
+from tests.flows.helpers import CHECK_WRAPPER, strip_project
+from tests.flows.test_checks_before_start import GUM, TEST_DOC, TRAIN_DOCS, input_keys
+
+pytestmark = pytest.mark.slow  # a Python process per case
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "data" / "examples" / "leml"
+SAVED = REPO / "tests" / "data" / "models" / "leml-table-v1"
+MODEL = SAVED.name
+TRAIN = sorted(name for name, spec in FLOWS.items() if spec.kind == "train")
+APPLY = sorted(name for name, spec in FLOWS.items() if spec.kind == "apply")
+
+LEML = {"seed": 0, "dataset": {"name": "tiny", "format": "table",
+                               "train": "data/bibtex.train.csv", "test": "data/bibtex.test.csv",
+                               "table": {"labels_column": "tags", "text_column": "text"}},
+        "model": {"rank": 4, "outer_iterations": 1, "cg_max_iter": 2}, "baselines": []}
+EXPERIMENT = {"flow": "leml", "base": "configs/leml.yaml",
+              "set": {"dataset.table.labels_column": "nope"}, "axes": {"seed": [0, 1]},
+              "table": {"rows": ["seed"], "columns": ["method"], "metric": "precision@1"}}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A LEML table project and a StRip project (their inputs there), with the committed
+    model among its runs (its training files are not in the project) and an experiment whose
+    points lack a column."""
+    root = strip_project(tmp_path_factory.mktemp("light"), GUM, TRAIN_DOCS, TEST_DOC)
+    (root / "data").mkdir()
+    for split in ("train", "test", "new"):
+        shutil.copy(EXAMPLES / f"bibtex.{split}.csv", root / "data")
+    (root / "configs" / "experiments").mkdir()
+    (root / "configs" / "leml.yaml").write_text(yaml.safe_dump(LEML))
+    (root / "configs" / "experiments" / "bad-column.yaml").write_text(yaml.safe_dump(EXPERIMENT))
+    shutil.copytree(SAVED, root / "data" / "runs" / MODEL)
+    (root / "exists.parquet").write_bytes(b"the user's file\n")
+    (root / "no-text.csv").write_text("title,tags\na,b\n")
+    return root
+
+
+def refused_lightly(project: Path, tmp_path: Path, *args: str) -> str:
+    """``scarce ARGS`` in a fresh process: exit 2, one line ``error: ...``, nothing on stdout,
+    and none of :data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START` imported; returns the line."""
+    out = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "SCARCE_"))}
+    env.update(SCARCE_ROOT=str(project), PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO),
+               MODULES_OUT=str(out))
+    done = subprocess.run([sys.executable, "-c", CHECK_WRAPPER, *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
+    said = f"scarce {' '.join(args)}:\n{done.stderr[-3000:]}"
+    assert done.returncode == 2, said
+    assert done.stdout == "", said
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), said
+    assert json.loads(out.read_text()) == [], said  # (of FORBIDDEN_BEFORE_START)
+    assert not (tmp_path / "prefect-home").exists(), said  # (no server looked for)
+    return lines[0]
+
+
+def test_the_commands_that_check_before_start_up_are_the_cases_here():
+    assert sorted(FLOW_COMMANDS) == ["apply", "rerun", "run"]
+    assert TRAIN == ["leml", "relations", "strip"]
+    assert APPLY == [f"apply-{flow}" for flow in TRAIN]
+    assert sorted(FLOWS) == sorted([*TRAIN, *APPLY, "experiment"])
+
+
+# -- scarce run -------------------------------------------------------------------------------
+@pytest.mark.parametrize("flow", [*TRAIN, "all"])
+def test_run_with_an_unknown_key(project, tmp_path, flow):
+    line = refused_lightly(project, tmp_path, "run", flow, "--set", "no_such_key=1")
+    assert "key 'no_such_key': --set: unknown key" in line
+
+
+RUN_INPUTS = [(flow, key, many) for flow in TRAIN
+              for key, many in input_keys(FLOWS[flow].load_model())]
+
+
+@pytest.mark.parametrize("flow, key, many", RUN_INPUTS,
+                         ids=[f"{f}-{k}" for f, k, _ in RUN_INPUTS])
+def test_run_with_a_missing_input(project, tmp_path, flow, key, many):
+    value = "[gone/missing]" if many else "gone/missing"
+    line = refused_lightly(project, tmp_path, "run", flow, "--set", f"{key}={value}")
+    assert "gone/missing" in line and "not found" in line and f"key '{key}" in line
+
+
+@pytest.mark.parametrize("key", ["dataset.table.labels_column", "dataset.table.text_column"])
+def test_run_leml_on_a_table_without_the_named_column(project, tmp_path, key):
+    line = refused_lightly(project, tmp_path, "run", "leml", "--set", f"{key}=nope")
+    assert line == (f"error: {project}/data/bibtex.train.csv: key 'dataset.train': no column "
+                    "'nope' (the file's columns: ['text', 'tags'])")
+
+
+def test_run_leml_on_labels_joined_by_another_separator(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "run", "leml", "--set",
+                           "dataset.table.label_separator=;")
+    assert "key 'dataset.table.label_separator'" in line
+
+
+def test_run_experiment_whose_points_all_lack_a_column(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "run", "experiment", "bad-column")
+    assert "none of the 2 grid points can run" in line and "no column 'nope'" in line
+
+
+def test_run_experiment_with_an_unknown_key(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "run", "experiment", "bad-column", "--set",
+                           "no_such_key=1")
+    assert "key 'no_such_key': --set: unknown key" in line
+
+
+# -- scarce apply -----------------------------------------------------------------------------
+@pytest.mark.parametrize("flow", APPLY)
+def test_apply_of_a_run_that_is_not_there(project, tmp_path, flow):
+    trained = FLOWS[flow].applies
+    line = refused_lightly(project, tmp_path, "apply", "latest:nobody", "--flow", trained,
+                           "--input", "data/bibtex.new.csv")
+    assert f"no finished {trained} run named 'nobody'" in line and "key 'model_run'" in line
+
+
+def test_apply_with_an_unknown_key(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "apply", MODEL, "--input", "data/bibtex.new.csv",
+                           "--set", "no_such_key=1")
+    assert "key 'no_such_key': --set: unknown key" in line
+
+
+def test_apply_to_an_output_that_exists(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "apply", MODEL, "--input", "data/bibtex.new.csv",
+                           "--output", "exists.parquet")
+    assert "the output file exists; give --force (or force: true) to replace it" in line
+    assert (project / "exists.parquet").read_bytes() == b"the user's file\n"
+
+
+def test_apply_leml_to_a_table_without_its_text_column(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "apply", MODEL, "--input", "no-text.csv")
+    assert line == (f"error: {project}/no-text.csv: key 'input': no column 'text' (the file's "
+                    "columns: ['title', 'tags'])")
+
+
+# -- scarce rerun -----------------------------------------------------------------------------
+def test_rerun_of_a_run_whose_input_is_gone(project, tmp_path):
+    line = refused_lightly(project, tmp_path, "rerun", MODEL)
+    assert f"{project}/train.csv" in line and "not found" in line
