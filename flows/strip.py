@@ -80,7 +80,7 @@ def strip_flow(config: StripConfig, options: RunOptions | None = None) -> dict:
 def train_variants(ctx: RunContext, config: StripConfig, train: list[str]) -> dict:
     """grow -> prune -> optimize for every variant at every loss ratio: ``{(variant, ratio):
     {"rules": ref, "timings": [refs]}}``.  The steps read the training files and prepare a
-    model's problem once between them (``tasks.strip._prepare``), dropped at the end."""
+    model's problem once between them (``tasks.strip.training._prepare``), dropped at the end."""
     ratios = config.ratios()
     progress = ctx.artifacts.progress(
         "training", 3 * len(config.variants) * len(ratios),

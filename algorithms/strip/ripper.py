@@ -1,8 +1,5 @@
 """RIPPER (Cohen, 1995) over a coverage oracle, and StRip (Stoyanov and Cardie, 2006).
 
-Kept as one module: grow, prune and optimise share the rule representation and the coverage
-oracle's state, and read as the paper's one algorithm.
-
 RIPPER learns an ordered set of rules for the positive class ("the two NPs corefer").  StRip is the
 same learner where every rule-quality computation — FOIL information gain while growing, the
 pruning metric, the description length — counts as covered every labelled pair whose two NPs fall
@@ -38,14 +35,14 @@ The paper's three training set-ups are settings of two parameters (:data:`VARIAN
 (plain coverage, labelled pairs), ``strip-labeled`` (closure, labelled pairs) and
 ``strip-partial`` (closure, all pairs: the unknown ones join the closure but are never counted).
 
-Description length follows Cohen (1995) as implemented in Weka's JRip: a rule with ``k`` of the
-``N`` possible conditions costs ``0.5 * (log2 k + 2 log2 log2 k + S(N, k, k/N))`` bits, and the
-exceptions cost ``log2(cover + uncover + 1)`` plus the subset codes of the false positives among
-the covered and the false negatives among the uncovered examples, where
-``S(t, k, p) = -k log2 p - (t - k) log2(1 - p)``.  The loss ratio ``L`` (cost of a false positive
-over a false negative) weights every counted negative by ``L`` (gain uses ``p / (p + L n)``, the
-pruning metric ``(p - L n) / (p + L n)``) and sets the expected share of false positives among
-the errors in the data code to ``1 / (1 + L)``.
+The loss ratio ``L`` (cost of a false positive over a false negative) weights every counted
+negative: FOIL gain uses ``p / (p + L n)``, the pruning metric ``(p - L n) / (p + L n)``, and the
+description length (:mod:`algorithms.strip.description_length`: Cohen's, as in Weka's JRip)
+weights every counted false positive by ``L``.
+
+The encoded pairs and the pairs a rule fires on are :mod:`algorithms.strip.problem`; the rule
+table (what every phase returns), what a table fires on and what it covers are
+:mod:`algorithms.strip.rule_table`, whose functions are importable from here too.
 
 References
 ----------
@@ -57,7 +54,6 @@ summarization through structured rule learning. EMNLP, 336-344.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -65,16 +61,30 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
 from scarce.algorithms.strip.closure import PairGraph
+from scarce.algorithms.strip.description_length import description_length, ruleset_dl
+from scarce.algorithms.strip.problem import (
+    RuleProblem,
+    as_frame,
+    cond_mask,
+    encode,
+    rule_mask,
+    ruleset_mask,
+)
+from scarce.algorithms.strip.rule_table import (
+    RULE_COLUMNS,
+    RULE_COVERAGE_COLUMNS,
+    from_frame,
+    rule_count,
+    rule_coverage,
+    rules_fire,
+    rules_to_text,
+    to_frame,
+)
 
 __all__ = [
     "RULE_COLUMNS", "RULE_COVERAGE_COLUMNS", "VARIANTS", "RuleProblem", "description_length",
     "rule_count", "rules_fire", "rules_to_text", "rule_coverage", "StRip",
 ]
-
-RULE_COLUMNS = ["rule_id", "antecedent_index", "feature", "op", "value", "pruned"]
-RULE_COVERAGE_COLUMNS = ["rule_id", "rule", "fires", "fires_pos", "fires_neg", "new_pos",
-                         "new_neg", "covered_pos", "covered_neg"]
-_OPS = ("==", "<=", ">=")
 
 # The training set-ups compared by Stoyanov and Cardie (2006), as StRip parameters.
 VARIANTS = {
@@ -82,348 +92,6 @@ VARIANTS = {
     "strip-labeled": {"closure": True, "use_unlabeled": False},
     "strip-partial": {"closure": True, "use_unlabeled": True},  # partial supervision
 }
-
-
-# ----------------------------------------------------------------------------- problem
-@dataclass
-class RuleProblem:
-    """Encoded training pairs for the rule learner (built by :meth:`StRip.prepare`)."""
-
-    names: list[str]
-    nominal: list[bool]
-    columns: list[np.ndarray]  # int codes (nominal) or float64 values (numeric)
-    categories: list[np.ndarray | None]
-    thresholds: list[np.ndarray | None]
-    y: np.ndarray
-    groups: np.ndarray
-    graph: PairGraph
-    loss_ratio: float
-    n_conditions: int
-    doc_codes: np.ndarray = field(repr=False)
-    n_docs: int = 0
-    _fire_cache: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def n_pairs(self) -> int:
-        """Training pairs (labelled or not)."""
-        return self.y.size
-
-    @property
-    def n_labeled(self) -> int:
-        """Training pairs with a known label (1 or 0)."""
-        return int(np.count_nonzero(self.y >= 0))
-
-    @property
-    def n_positive(self) -> int:
-        """Training pairs labelled coreferent."""
-        return int(np.count_nonzero(self.y == 1))
-
-
-def _encode_column(col: pd.Series, max_thresholds: int):
-    if (pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col)):
-        codes, cats = pd.factorize(col.astype(str), sort=True)
-        return True, codes.astype(np.int64), np.asarray(cats, dtype=object), None
-    vals = col.to_numpy(dtype=np.float64)
-    uniq = np.unique(vals[~np.isnan(vals)])
-    if uniq.size > max_thresholds:
-        q = np.quantile(vals[~np.isnan(vals)], np.linspace(0, 1, max_thresholds + 2)[1:-1],
-                        method="lower")
-        uniq = np.unique(q)
-    return False, vals, None, uniq
-
-
-def _as_frame(X) -> pd.DataFrame:
-    """``X`` as a DataFrame; a numpy array is all numeric with columns ``x0, x1, ...``."""
-    if isinstance(X, pd.DataFrame):
-        return X
-    arr = np.asarray(X, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(f"X must be 2-d; got shape {arr.shape}")
-    return pd.DataFrame(arr, columns=[f"x{k}" for k in range(arr.shape[1])])
-
-
-def _encode(X: pd.DataFrame, y: np.ndarray, groups: np.ndarray, mention_i, mention_j, *,
-            closure: bool, loss_ratio: float, max_thresholds: int) -> RuleProblem:
-    """The :class:`RuleProblem` of validated pairs (see :meth:`StRip.prepare`)."""
-    graph = PairGraph(groups, mention_i, mention_j, closure=closure)
-    names, nominal, columns, cats, thr = [], [], [], [], []
-    n_cond = 0
-    for name in X.columns:
-        is_nom, col, cat, t = _encode_column(X[name], max_thresholds)
-        names.append(str(name))
-        nominal.append(is_nom)
-        columns.append(col)
-        cats.append(cat)
-        thr.append(t)
-        n_cond += cat.size if is_nom else 2 * t.size
-    _, doc_codes = np.unique(groups, return_inverse=True)
-    return RuleProblem(
-        names=names, nominal=nominal, columns=columns, categories=cats, thresholds=thr,
-        y=y.astype(np.int64), groups=groups, graph=graph, loss_ratio=float(loss_ratio),
-        n_conditions=max(n_cond, 1), doc_codes=doc_codes.astype(np.int64),
-        n_docs=int(doc_codes.max()) + 1 if doc_codes.size else 0)
-
-
-# ----------------------------------------------------------------------------- rules
-# A condition is (feature index, op, value) with value a category code (==) or a float.
-Rule = list
-
-
-def _cond_mask(problem: RuleProblem, cond, idx=None) -> np.ndarray:
-    f, op, val = cond
-    col = problem.columns[f] if idx is None else problem.columns[f][idx]
-    if op == "==":
-        return col == val
-    if op == "<=":
-        return col <= val
-    return col >= val
-
-
-def _rule_mask(problem: RuleProblem, rule) -> np.ndarray:
-    key = tuple(rule)
-    hit = problem._fire_cache.get(key)
-    if hit is not None:
-        return hit
-    mask = np.ones(problem.n_pairs, dtype=bool)
-    for cond in rule:
-        mask &= _cond_mask(problem, cond)
-    if len(problem._fire_cache) > 4096:
-        problem._fire_cache.clear()
-    problem._fire_cache[key] = mask
-    return mask
-
-
-def _ruleset_mask(problem: RuleProblem, rules) -> np.ndarray:
-    mask = np.zeros(problem.n_pairs, dtype=bool)
-    for r in rules:
-        mask |= _rule_mask(problem, r)
-    return mask
-
-
-def _cond_text(problem, cond) -> tuple[str, str, str]:
-    f, op, val = cond
-    if op == "==":
-        return problem.names[f], op, str(problem.categories[f][val])
-    return problem.names[f], op, repr(float(val))
-
-
-def _to_frame(problem: RuleProblem, rules, pruned_tails=None) -> pd.DataFrame:
-    rows = []
-    for rid, rule in enumerate(rules):
-        tail = [] if pruned_tails is None else pruned_tails[rid]
-        for a, cond in enumerate(list(rule) + list(tail)):
-            feat, op, val = _cond_text(problem, cond)
-            rows.append((rid, a, feat, op, val, a >= len(rule)))
-    frame = pd.DataFrame(rows, columns=RULE_COLUMNS)
-    return frame.astype({"rule_id": np.int64, "antecedent_index": np.int64, "feature": object,
-                         "op": object, "value": object, "pruned": bool})
-
-
-def _check_table(rules: pd.DataFrame) -> pd.DataFrame:
-    if not isinstance(rules, pd.DataFrame):
-        raise ValueError(f"rules must be a DataFrame with columns {RULE_COLUMNS}; got "
-                         f"{type(rules).__name__}")
-    missing = [c for c in RULE_COLUMNS[:5] if c not in rules.columns]
-    if missing:
-        raise ValueError(f"rule table lacks columns {missing}; expected {RULE_COLUMNS}")
-    bad = set(rules["op"]) - set(_OPS)
-    if bad:
-        raise ValueError(f"unknown ops {sorted(bad)} in rule table; expected one of {_OPS}")
-    return rules
-
-
-def _kept(rules: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a (checked) rule table that the rules use: ``pruned`` rows left out."""
-    rules = _check_table(rules)
-    if "pruned" in rules.columns:
-        rules = rules[~rules["pruned"].astype(bool)]
-    return rules
-
-
-def _from_frame(problem: RuleProblem, rules: pd.DataFrame):
-    rules = _kept(rules)
-    index = {n: k for k, n in enumerate(problem.names)}
-    out = []
-    for _, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id",
-                                                                             sort=True):
-        rule = []
-        for feat, op, val in zip(grp["feature"], grp["op"], grp["value"], strict=True):
-            if feat not in index:
-                raise ValueError(f"rule uses feature '{feat}' absent from X (features: "
-                                 f"{problem.names[:8]}...)")
-            f = index[feat]
-            if op == "==":
-                if not problem.nominal[f]:
-                    raise ValueError(f"'{feat} == {val}' on a numeric feature")
-                hits = np.flatnonzero(problem.categories[f] == str(val))
-                rule.append((f, op, int(hits[0]) if hits.size else -1))
-            else:
-                if problem.nominal[f]:
-                    raise ValueError(f"'{feat} {op} {val}' on a nominal feature")
-                rule.append((f, op, float(val)))
-        if rule:
-            out.append(rule)
-    return out
-
-
-def rules_fire(rules: pd.DataFrame, X: pd.DataFrame) -> np.ndarray:
-    """Pairs (rows of ``X``) on which at least one rule of the table fires (no closure).
-
-    Parameters
-    ----------
-    rules : DataFrame
-        Rule table (rows with ``pruned=True`` are ignored).
-    X : DataFrame
-        Pair features with the columns the rules name.
-
-    Returns
-    -------
-    ndarray of bool, shape (len(X),)
-    """
-    out = np.zeros(len(X), dtype=bool)
-    for _, _, fired in _rule_masks(rules, X):
-        out |= fired
-    return out
-
-
-def _antecedents(grp: pd.DataFrame) -> str:
-    """One rule's antecedents (its rows of a rule table) as ``a AND b``."""
-    return " AND ".join(f"{f} {o} {v}" for f, o, v in
-                        zip(grp["feature"], grp["op"], grp["value"], strict=True))
-
-
-def _rule_masks(rules: pd.DataFrame, X: pd.DataFrame) -> list[tuple[int, str, np.ndarray]]:
-    """(rule id, text, mask of the rows of ``X`` the rule fires on) per rule, in rule order."""
-    rules = _kept(rules)
-    out = []
-    for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id",
-                                                                             sort=True):
-        m = np.ones(len(X), dtype=bool)
-        for feat, op, val in zip(grp["feature"], grp["op"], grp["value"], strict=True):
-            if feat not in X.columns:
-                raise ValueError(f"rule uses feature '{feat}' absent from X")
-            col = X[feat]
-            if op == "==":
-                m &= (col.astype(str) == str(val)).to_numpy()
-            elif op == "<=":
-                m &= (col.to_numpy(dtype=np.float64) <= float(val))
-            else:
-                m &= (col.to_numpy(dtype=np.float64) >= float(val))
-        out.append((int(rid), _antecedents(grp), m))
-    return out
-
-
-def rule_coverage(rules: pd.DataFrame, X: pd.DataFrame, y, groups, mention_i,
-                  mention_j) -> pd.DataFrame:
-    """What each rule of an ordered rule set covers on labelled pairs, alone and after closure.
-
-    For rule ``r`` (in order), with ``y`` in {1, 0, -1 = unknown}:
-
-    * ``fires``: pairs the rule fires on (any label); ``fires_pos`` / ``fires_neg``: the
-      labelled coreferent / non-coreferent ones among them;
-    * ``new_pos`` / ``new_neg``: labelled pairs covered by rules ``0..r`` after the transitive
-      closure within each document (the clustering of the rule set's decisions) and not by rules
-      ``0..r-1``: what adding the rule brings to the chains, links through unknown pairs included;
-    * ``covered_pos`` / ``covered_neg``: the cumulative counts after rule ``r``.
-
-    Returns
-    -------
-    DataFrame
-        One row per rule: ``rule_id, rule, fires, fires_pos, fires_neg, new_pos, new_neg,
-        covered_pos, covered_neg``; the text of a rule is its antecedents joined by ``AND``.
-    """
-    y = np.asarray(y)
-    if y.shape != (len(X),):
-        raise ValueError(f"y must have one label per row of X ({len(X)}); got shape {y.shape}")
-    graph = PairGraph(groups, mention_i, mention_j, closure=True)
-    pos, neg = y == 1, y == 0
-    positive = np.zeros(len(X), dtype=bool)
-    before = np.zeros(len(X), dtype=bool)
-    rows = []
-    for rid, text, fired in _rule_masks(rules, X):
-        positive |= fired
-        covered = graph.covered(positive)
-        new = covered & ~before
-        rows.append({
-            "rule_id": rid, "rule": text, "fires": int(fired.sum()),
-            "fires_pos": int((fired & pos).sum()), "fires_neg": int((fired & neg).sum()),
-            "new_pos": int((new & pos).sum()), "new_neg": int((new & neg).sum()),
-            "covered_pos": int((covered & pos).sum()), "covered_neg": int((covered & neg).sum()),
-        })
-        before = covered
-    return pd.DataFrame(rows, columns=RULE_COVERAGE_COLUMNS).astype(
-        {c: np.int64 for c in RULE_COVERAGE_COLUMNS if c != "rule"})
-
-
-def rule_count(rules: pd.DataFrame) -> int:
-    """Rules in a rule table (rows with ``pruned=True`` are ignored)."""
-    return int(_kept(rules)["rule_id"].nunique())
-
-
-def rules_to_text(rules: pd.DataFrame) -> str:
-    """Readable rules, one per line: ``IF a AND b THEN coreferent``."""
-    rules = _kept(rules)
-    lines = []
-    for rid, grp in rules.sort_values(["rule_id", "antecedent_index"]).groupby("rule_id"):
-        lines.append(f"R{rid}: IF {_antecedents(grp)} THEN coreferent")
-    lines.append("DEFAULT: not coreferent")
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- description length
-def _log2(x):
-    return math.log2(x) if x > 0 else 0.0
-
-
-def _subset_dl(t: float, k: float, p: float) -> float:
-    p = min(max(p, 1e-12), 1 - 1e-12)
-    return -k * math.log2(p) - (t - k) * math.log2(1 - p)
-
-
-def _theory_dl(k: int, n_conditions: int) -> float:
-    if k == 0:
-        return 0.0
-    tdl = _log2(k)
-    if k > 1:
-        tdl += 2.0 * _log2(tdl)
-    tdl += _subset_dl(n_conditions, k, k / n_conditions)
-    return 0.5 * tdl
-
-
-def _data_dl(exp_fp_over_err, cover, uncover, fp, fn) -> float:
-    bits = math.log2(cover + uncover + 1)
-    if cover > uncover:
-        exp_err = exp_fp_over_err * (fp + fn)
-        bits += _subset_dl(cover, fp, exp_err / cover)
-        bits += _subset_dl(uncover, fn, fn / uncover) if uncover > 0 else 0.0
-    else:
-        exp_err = (1 - exp_fp_over_err) * (fp + fn)
-        bits += _subset_dl(cover, fp, fp / cover) if cover > 0 else 0.0
-        bits += _subset_dl(uncover, fn, exp_err / uncover) if uncover > 0 else 0.0
-    return bits
-
-
-def _dl(problem: RuleProblem, rules, subset=None) -> float:
-    covered = problem.graph.covered(_ruleset_mask(problem, rules))
-    lab = problem.y >= 0
-    if subset is not None:
-        lab = lab & subset
-    pos = problem.y == 1
-    tp = float(np.count_nonzero(covered & lab & pos))
-    fp = float(np.count_nonzero(covered & lab & ~pos)) * problem.loss_ratio  # weighted
-    fn = float(np.count_nonzero(~covered & lab & pos))
-    uncover = float(np.count_nonzero(~covered & lab))
-    theory = sum(_theory_dl(len(r), problem.n_conditions) for r in rules)
-    return theory + _data_dl(1.0 / (1.0 + problem.loss_ratio), tp + fp, uncover, fp, fn)
-
-
-def description_length(problem: RuleProblem, rules: pd.DataFrame) -> float:
-    """Total description length in bits of a rule table on the problem (Cohen 1995, JRip).
-
-    Coverage is counted after the closure when the problem was made with ``closure=True``;
-    unknown pairs are not counted.
-    """
-    return _dl(problem, _from_frame(problem, rules))
 
 
 # ------------------------------------------------------------- grow and prune one rule
@@ -442,7 +110,7 @@ def _grow_rule(problem: RuleProblem, base_positive, subset, start=()):
     wp, wn = _weights(problem, subset)
     ctx = problem.graph.context(base_positive, wp, wn)
     rule = list(start)
-    idx = np.flatnonzero(subset & _rule_mask(problem, rule))
+    idx = np.flatnonzero(subset & rule_mask(problem, rule))
     p0, n0 = ctx.counts(idx)
     if p0 <= 0:
         return rule if start else []
@@ -481,7 +149,7 @@ def _grow_rule(problem: RuleProblem, base_positive, subset, start=()):
         rule.append(cond)
         if cond[1] == "==":
             used_nominal.add(cond[0])
-        idx = idx[_cond_mask(problem, cond, idx)]
+        idx = idx[cond_mask(problem, cond, idx)]
         p0, n0 = best[2], best[3]
     return rule
 
@@ -506,7 +174,7 @@ def _prune_rule(problem: RuleProblem, base_positive, subset, rule, metric="rule"
     mask = np.ones(problem.n_pairs, dtype=bool) & subset
     prefix_masks = []
     for cond in rule:
-        mask = mask & _cond_mask(problem, cond)
+        mask = mask & cond_mask(problem, cond)
         prefix_masks.append(mask)
     for m in range(max(keep_min, 1), len(rule) + 1):
         p, n = ctx.counts(np.flatnonzero(prefix_masks[m - 1]))
@@ -535,7 +203,7 @@ def _split(problem: RuleProblem, rng, docs_mask=None):
 
 
 def _remaining(problem: RuleProblem, rules) -> np.ndarray:
-    covered = problem.graph.covered(_ruleset_mask(problem, rules))
+    covered = problem.graph.covered(ruleset_mask(problem, rules))
     return (problem.y == 1) & ~covered
 
 
@@ -543,7 +211,7 @@ def _cover(problem: RuleProblem, rules, rng, dl_surplus, tails=None):
     """IREP* loop: add grown-and-pruned rules while the stopping criteria allow."""
     rules = list(rules)
     tails = list(tails) if tails is not None else [[] for _ in rules]
-    min_dl = _dl(problem, rules)
+    min_dl = ruleset_dl(problem, rules)
     while True:
         rem = _remaining(problem, rules)
         if not rem.any():
@@ -555,7 +223,7 @@ def _cover(problem: RuleProblem, rules, rng, dl_surplus, tails=None):
             g, pmask = _split(problem, rng, docs_left)
             if not (rem & g).any():
                 break
-        base = _ruleset_mask(problem, rules)
+        base = ruleset_mask(problem, rules)
         grown = _grow_rule(problem, base, g)
         if not grown:
             break
@@ -564,12 +232,12 @@ def _cover(problem: RuleProblem, rules, rng, dl_surplus, tails=None):
         # error of the rule on the prune set (Cohen 1995; JRip stops at >= 1/2)
         wp, wn = _weights(problem, pmask)
         p, n = problem.graph.context(base, wp, wn).counts(
-            np.flatnonzero(pmask & _rule_mask(problem, rule)))
+            np.flatnonzero(pmask & rule_mask(problem, rule)))
         if p + n > 0 and n / (p + n) >= 0.5:
             break
         rules.append(rule)
         tails.append(grown[keep:])
-        dl = _dl(problem, rules)
+        dl = ruleset_dl(problem, rules)
         min_dl = min(min_dl, dl)
         if dl > min_dl + dl_surplus:
             break
@@ -581,7 +249,7 @@ def _reduce_dl(problem: RuleProblem, rules):
     rules = list(rules)
     for i in range(len(rules) - 1, -1, -1):
         without = rules[:i] + rules[i + 1:]
-        if _dl(problem, without) < _dl(problem, rules):
+        if ruleset_dl(problem, without) < ruleset_dl(problem, rules):
             rules = without
     return rules
 
@@ -591,7 +259,7 @@ def _optimize_round(problem: RuleProblem, rules, rng, dl_surplus):
     current = list(rules)
     for i in range(len(current)):
         others = current[:i] + current[i + 1:]
-        base = _ruleset_mask(problem, others)
+        base = ruleset_mask(problem, others)
         g, pmask = _split(problem, rng)
         variants = [current[i]]
         rep = _grow_rule(problem, base, g)
@@ -600,7 +268,7 @@ def _optimize_round(problem: RuleProblem, rules, rng, dl_surplus):
         rev = _grow_rule(problem, base, g, start=current[i])
         if len(rev) > len(current[i]):
             variants.append(rev[:_prune_rule(problem, base, pmask, rev, "ruleset")])
-        dls = [_dl(problem, current[:i] + [v] + current[i + 1:]) for v in variants]
+        dls = [ruleset_dl(problem, current[:i] + [v] + current[i + 1:]) for v in variants]
         current = current[:i] + [variants[int(np.argmin(dls))]] + current[i + 1:]
     current, _ = _cover(problem, current, rng, dl_surplus)
     return _reduce_dl(problem, current)
@@ -702,7 +370,7 @@ class StRip(BaseEstimator):
             The training pairs (all of them, or the labelled ones when ``use_unlabeled`` is
             False), encoded.
         """
-        X = _as_frame(X)
+        X = as_frame(X)
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != len(X):
             raise ValueError(f"y must be 1-d with {len(X)} entries (one per row of X); got shape "
@@ -721,7 +389,7 @@ class StRip(BaseEstimator):
             keep = y >= 0
             X = X[keep].reset_index(drop=True)
             y, groups, mention_i, mention_j = (a[keep] for a in (y, groups, mention_i, mention_j))
-        return _encode(X, y, groups, mention_i, mention_j, closure=bool(self.closure),
+        return encode(X, y, groups, mention_i, mention_j, closure=bool(self.closure),
                        loss_ratio=loss_ratio, max_thresholds=int(self.max_thresholds))
 
     def grow(self, problem: RuleProblem) -> tuple[pd.DataFrame, np.random.RandomState]:
@@ -741,7 +409,7 @@ class StRip(BaseEstimator):
         """
         rng = check_random_state(self.random_state)
         rules, tails = _cover(problem, [], rng, float(self.dl_surplus))
-        return _to_frame(problem, rules, tails), rng
+        return to_frame(problem, rules, tails), rng
 
     def prune(self, problem: RuleProblem, rules: pd.DataFrame) -> pd.DataFrame:
         """Drop pruned antecedents, then delete rules whose removal lowers the description length.
@@ -751,7 +419,7 @@ class StRip(BaseEstimator):
         DataFrame
             Rule table without pruned rows, rules renumbered from 0.
         """
-        return _to_frame(problem, _reduce_dl(problem, _from_frame(problem, rules)))
+        return to_frame(problem, _reduce_dl(problem, from_frame(problem, rules)))
 
     def optimize(self, problem: RuleProblem, rules: pd.DataFrame,
                  rng: np.random.RandomState) -> pd.DataFrame:
@@ -779,10 +447,10 @@ class StRip(BaseEstimator):
         """
         if int(self.k_optimize) < 0:
             raise ValueError(f"k_optimize must be >= 0; got {self.k_optimize}")
-        current = _from_frame(problem, rules)
+        current = from_frame(problem, rules)
         for _ in range(int(self.k_optimize)):
             current = _optimize_round(problem, current, rng, float(self.dl_surplus))
-        return _to_frame(problem, current)
+        return to_frame(problem, current)
 
     def fit(self, X, y, groups, mention_i, mention_j):
         """Learn the rule set: :meth:`prepare`, :meth:`grow`, :meth:`prune`, :meth:`optimize`.
@@ -805,7 +473,7 @@ class StRip(BaseEstimator):
     def _check_X(self, X):
         if not hasattr(self, "rules_"):
             raise ValueError("this StRip instance is not fitted; call fit first")
-        return _as_frame(X)
+        return as_frame(X)
 
     def predict(self, X) -> np.ndarray:
         """Pair decisions (1 coreferent, 0 not) of the rules, before any closure."""

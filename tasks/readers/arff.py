@@ -27,6 +27,11 @@ a missing value ``?``, a label that is not 0 or 1, an attribute declared twice, 
 names that are not attributes or are named twice.  Indices and values have the syntax of
 :mod:`tasks.readers.numbers` (an index is digits only).  :func:`read_arff_header` reads
 the header alone (up to ``@data``), so that a caller can compare files before reading them.
+
+Not liac-arff (``import arff``), though its parser is faster and its errors name the line: it
+keeps the last value of a sparse index given twice without a word (its result no longer shows
+the repeat), reads ``?`` as None, ``nan`` as a number and a ``@data`` section without rows,
+and its sparse mode refuses dense rows (its dense mode holds every zero).
 """
 
 from __future__ import annotations

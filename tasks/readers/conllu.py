@@ -27,12 +27,16 @@ and a document (``# newdoc``) without a sentence, are errors: there is nothing t
 
 Never use ``etype``, ``infstat``, ``link`` or ``identity`` as classifier features: they are
 assigned per entity and leak the coreference answer.
+
+Not udapi: it took several times as long on GUM, its errors name no line, and it reads a
+token line of nine columns, token ids that skip a number, two ``Entity=`` items and a mention
+never closed (dropped) without a word.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -116,167 +120,258 @@ def _mention_head(span_heads: np.ndarray, start: int, minspan: str, path, lineno
     return ids[0]
 
 
-def _parse(lines: Iterable[str], path: Path):
-    tok_rows: list[tuple] = []
-    men_rows: list[tuple] = []
-    doc: _Doc | None = None
-    fields = list(_DEFAULT_ENTITY_FIELDS)
-    sent_tokens: list[tuple] = []  # (lineno, cols)
-    speaker = None
+def _token_head(text: str, k: int, n: int, path: Path, lineno: int) -> int:
+    """The HEAD column of token ``k`` of a sentence of ``n`` tokens: 0 (the root) to ``n``, not
+    ``k`` itself; -1 for ``_``."""
+    if text == "_":
+        return -1
+    try:
+        head = parse_index(text)
+    except ValueError as exc:
+        raise InputError(f"HEAD {exc}", path=path, line=lineno) from None
+    if not 0 <= head <= n:
+        raise InputError(f"HEAD {text} outside the sentence of {n} tokens", path=path,
+                         line=lineno)
+    if head == k:
+        raise InputError(f"HEAD {text} is the token itself (a token's head is another "
+                         "token, or 0 for the root)", path=path, line=lineno)
+    return head
 
-    doc_lines: dict[str, int] = {}
 
-    def new_doc(doc_id, lineno=None):
-        nonlocal doc
-        finish_doc()
-        if doc_id in doc_lines:
-            raise InputError(f"document {doc_id[:60]!r} appears twice in the file (first at "
-                             f"line {doc_lines[doc_id]})", path=path, line=lineno)
-        doc_lines[doc_id] = lineno or 0
-        doc = _Doc(doc_id, list(fields))
+def _entity_value(misc: str, path: Path, lineno: int) -> str | None:
+    """The value of the MISC column's ``Entity=`` item, None when it has none; two such items
+    are refused (every bracket of a token belongs in its one value)."""
+    if "Entity=" not in misc:
+        return None
+    values = [item[len("Entity="):] for item in misc.split("|") if item.startswith("Entity=")]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise InputError(f"{len(values)} Entity= items in the MISC column; the brackets "
+                         "of a token belong in one Entity= value", path=path, line=lineno)
+    return values[0]
 
-    def finish_doc():
-        nonlocal doc
-        if doc is None:
+
+def _brackets(value: str, path: Path, lineno: int) -> Iterator[re.Match]:
+    """The brackets of an ``Entity=`` value in order (:data:`_BRACKET`), each checked to
+    follow the one before it; text that is no bracket is refused where it stands."""
+    pos = 0
+    for m in _BRACKET.finditer(value):
+        if m.start() != pos:
+            raise InputError(f"malformed Entity value '{value}' at character {pos}",
+                             path=path, line=lineno)
+        pos = m.end()
+        yield m
+    if pos != len(value):
+        raise InputError(f"malformed Entity value '{value}' at character {pos}", path=path,
+                         line=lineno)
+
+
+class _Sentence:
+    """One sentence's mentions while its tokens are read: the HEADs so far and the mentions
+    open, by entity (a closing bracket closes the most recent open mention of its entity)."""
+
+    def __init__(self, doc: _Doc, n_tokens: int, path: Path):
+        self.doc = doc
+        self.index = doc.n_sent
+        self.base = doc.position  # position of the sentence's first token in the document
+        self.path = path
+        self.heads = np.empty(n_tokens + 1, dtype=np.int64)
+        self.heads[0] = -1
+        self.open: dict[str, list] = {}
+        self.n_opened = 0
+
+    def read_entities(self, k: int, misc: str, lineno: int) -> None:
+        """Open and close the mentions that the MISC column of token ``k`` marks."""
+        value = _entity_value(misc, self.path, lineno)
+        if value is None:
             return
-        if doc.n_sent == 0:
-            raise InputError(f"document {doc.id[:60]!r} has no sentence (no token line before "
-                             "the next document or the end of the file)", path=path,
-                             line=doc_lines[doc.id] or None)
-        mentions = sorted(doc.mentions, key=lambda m: (m[6], m[7], -m[8], m[-1]))
-        for k, m in enumerate(mentions):
-            men_rows.append((doc.id, k) + m[:-1])
-        doc = None
-
-    def finish_sentence():
-        nonlocal sent_tokens, speaker
-        if not sent_tokens:
-            return
-        if doc is None:
-            new_doc(_doc_name(path))
-        if doc.paragraph < 0:
-            doc.paragraph = 0
-        s = doc.n_sent
-        n = len(sent_tokens)
-        heads = np.empty(n + 1, dtype=np.int64)
-        heads[0] = -1
-        open_stack: dict[str, list] = {}
-        open_order = 0
-        base = doc.position
-        for k, (lineno, cols) in enumerate(sent_tokens, start=1):
-            if cols[0] != str(k):
-                raise InputError(f"token id '{cols[0]}' where {k} was expected (ids must be "
-                                 "consecutive from 1 in each sentence)", path=path, line=lineno)
-            h = cols[6]
-            if h == "_":
-                heads[k] = -1
+        for m in _brackets(value, self.path, lineno):
+            if m.group(1) is not None:
+                self._open(m.group(1), bool(m.group(2)), k, lineno)
             else:
-                try:
-                    heads[k] = parse_index(h)
-                except ValueError as exc:
-                    raise InputError(f"HEAD {exc}", path=path, line=lineno) from None
-                if not 0 <= heads[k] <= n:
-                    raise InputError(f"HEAD {h} outside the sentence of {n} tokens", path=path,
-                                     line=lineno)
-                if heads[k] == k:
-                    raise InputError(f"HEAD {h} is the token itself (a token's head is another "
-                                     "token, or 0 for the root)", path=path, line=lineno)
-            tok_rows.append((doc.id, s, k, base + k - 1, cols[1], cols[2], cols[3], cols[4],
-                             cols[5], int(heads[k]), cols[7], cols[9], doc.paragraph, speaker))
-            misc = cols[9]
-            if "Entity=" not in misc:
-                continue
-            values = [item[len("Entity="):] for item in misc.split("|")
-                      if item.startswith("Entity=")]
-            if not values:
-                continue
-            if len(values) > 1:
-                raise InputError(f"{len(values)} Entity= items in the MISC column; the brackets "
-                                 "of a token belong in one Entity= value", path=path,
-                                 line=lineno)
-            value = values[0]
-            pos = 0
-            for m in _BRACKET.finditer(value):
-                if m.start() != pos:
-                    raise InputError(f"malformed Entity value '{value}' at character {pos}",
-                                     path=path, line=lineno)
-                pos = m.end()
-                if m.group(1) is not None:
-                    eid, attrs = _parse_entity_attrs(m.group(1), doc, path, lineno)
-                    rec = [eid, attrs, k, lineno, open_order]
-                    open_order += 1
-                    if m.group(2):  # single-token mention
-                        _close(rec, k, doc, s, heads, base, path, lineno)
-                    else:
-                        open_stack.setdefault(eid, []).append(rec)
-                else:
-                    eid = m.group(3)
-                    if "[" in eid:
-                        raise InputError(f"discontinuous mention '{eid})' is not supported",
-                                         path=path, line=lineno)
-                    stack = open_stack.get(eid)
-                    if not stack:
-                        raise InputError(f"closing bracket '{eid})' without an open mention of "
-                                         f"entity {eid} in this sentence", path=path, line=lineno)
-                    _close(stack.pop(), k, doc, s, heads, base, path, lineno)
-            if pos != len(value):
-                raise InputError(f"malformed Entity value '{value}' at character {pos}",
-                                 path=path, line=lineno)
-        for eid, stack in open_stack.items():
+                self._close_entity(m.group(3), k, lineno)
+
+    def _open(self, text: str, single: bool, k: int, lineno: int) -> None:
+        eid, attrs = _parse_entity_attrs(text, self.doc, self.path, lineno)
+        rec = [eid, attrs, k, lineno, self.n_opened]
+        self.n_opened += 1
+        if single:  # a single-token mention
+            self._add(rec, k)
+        else:
+            self.open.setdefault(eid, []).append(rec)
+
+    def _close_entity(self, eid: str, k: int, lineno: int) -> None:
+        if "[" in eid:
+            raise InputError(f"discontinuous mention '{eid})' is not supported",
+                             path=self.path, line=lineno)
+        stack = self.open.get(eid)
+        if not stack:
+            raise InputError(f"closing bracket '{eid})' without an open mention of "
+                             f"entity {eid} in this sentence", path=self.path, line=lineno)
+        self._add(stack.pop(), k)
+
+    def _add(self, rec: list, end: int) -> None:
+        """The mention ``rec`` (opened at its token and line), ending at token ``end``, added
+        to the document with its head."""
+        eid, attrs, start, open_line, order = rec
+        minspan = attrs.get("minspan", "")
+        given = attrs.get("head", "")
+        if given and given != "_":  # CorefUD's own head field (1-based in the mention), as written
+            if not is_index(given) or not 1 <= parse_index(given) <= end - start + 1:
+                raise InputError(f"head '{given}' outside a mention of {end - start + 1} tokens",
+                                 path=self.path, line=open_line)
+            head = start + parse_index(given) - 1
+        else:
+            head = _mention_head(self.heads[start:end + 1], start, minspan, self.path,
+                                 open_line)
+        base = self.base
+        self.doc.mentions.append((
+            eid, attrs.get("etype", ""), attrs.get("infstat", ""), minspan, attrs.get("link", ""),
+            attrs.get("identity", ""), self.index, start, end, head, base + start - 1,
+            base + end - 1, base + head - 1, order,
+        ))
+
+    def check_closed(self) -> None:
+        """Every mention opened in the sentence was closed in it."""
+        for eid, stack in self.open.items():
             if stack:
                 raise InputError(f"mention of entity {eid} opened at line {stack[0][3]} is not "
-                                 "closed in its sentence (unbalanced brackets)", path=path,
+                                 "closed in its sentence (unbalanced brackets)", path=self.path,
                                  line=stack[0][3])
-        _check_acyclic(heads, sent_tokens, path)
-        doc.position += n
-        doc.n_sent += 1
-        sent_tokens = []
-        speaker = None
 
-    for lineno, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\n").rstrip("\r")
+
+class _Parser:
+    """Reads a CoNLL-U file line by line into token and mention rows (:func:`_parse`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tok_rows: list[tuple] = []
+        self.men_rows: list[tuple] = []
+        self.doc: _Doc | None = None
+        self.fields = list(_DEFAULT_ENTITY_FIELDS)  # of the last # global.Entity
+        self.sent_tokens: list[tuple] = []  # (lineno, cols) of the sentence being read
+        self.speaker = None
+        self.doc_lines: dict[str, int] = {}  # the line of each document's # newdoc
+
+    def line(self, lineno: int, line: str) -> None:
+        """Take one line: a blank line ends a sentence, ``#`` starts a comment, the rest are
+        token lines."""
         if not line.strip():
-            finish_sentence()
-            continue
-        if line.startswith("#"):
-            if sent_tokens:
-                raise InputError("comment line inside a sentence", path=path, line=lineno)
-            key, eq, val = line[1:].partition("=")
-            key = key.strip()
-            val = val.strip()
-            if key == "newdoc id" or key == "newdoc":
-                new_doc(val if eq and val else f"{_doc_name(path)}#{len(men_rows)}", lineno)
-            elif key == "global.Entity" and eq:
-                fields = val.split("-")
-                if doc is not None:
-                    doc.fields = list(fields)
-            elif key == "newpar" or key.startswith("newpar id"):
-                if doc is None:
-                    new_doc(_doc_name(path))
-                doc.paragraph += 1
-            elif key == "speaker" and eq:
-                speaker = val
-            continue
+            self.end_sentence()
+        elif line.startswith("#"):
+            self.comment(lineno, line)
+        else:
+            self.token_line(lineno, line)
+
+    def comment(self, lineno: int, line: str) -> None:
+        """A comment line: a new document or paragraph, the entity fields, the speaker."""
+        if self.sent_tokens:
+            raise InputError("comment line inside a sentence", path=self.path, line=lineno)
+        key, eq, val = line[1:].partition("=")
+        key = key.strip()
+        val = val.strip()
+        if key == "newdoc id" or key == "newdoc":
+            self.start_doc(val if eq and val else f"{_doc_name(self.path)}#{len(self.men_rows)}",
+                           lineno)
+        elif key == "global.Entity" and eq:
+            self.fields = val.split("-")
+            if self.doc is not None:
+                self.doc.fields = list(self.fields)
+        elif key == "newpar" or key.startswith("newpar id"):
+            self.current_doc().paragraph += 1
+        elif key == "speaker" and eq:
+            self.speaker = val
+
+    def token_line(self, lineno: int, line: str) -> None:
+        """A token line, kept for its sentence; multiword tokens and empty nodes are skipped."""
         cols = line.split("\t")
         if len(cols) != 10:
             raise InputError(f"{len(cols)} tab-separated columns where CoNLL-U has 10",
-                             path=path, line=lineno)
+                             path=self.path, line=lineno)
         tid = cols[0]
         if "-" in tid or "." in tid:
             a, _, b = tid.replace(".", "-").partition("-")
             if not (is_index(a) and is_index(b)):
-                raise InputError(f"bad token id '{tid}'", path=path, line=lineno)
-            continue  # multiword token or empty node
+                raise InputError(f"bad token id '{tid}'", path=self.path, line=lineno)
+            return  # multiword token or empty node
         if not is_index(tid):
-            raise InputError(f"bad token id '{tid}' (expected a positive integer)", path=path,
-                             line=lineno)
-        sent_tokens.append((lineno, cols))
-    finish_sentence()
-    finish_doc()
-    if not tok_rows:
-        raise InputError("no token line in the file (empty, or comments only): a CoNLL-U "
-                         "document has at least one sentence", path=path)
-    return tok_rows, men_rows
+            raise InputError(f"bad token id '{tid}' (expected a positive integer)",
+                             path=self.path, line=lineno)
+        self.sent_tokens.append((lineno, cols))
+
+    def start_doc(self, doc_id: str, lineno: int | None = None) -> None:
+        """End the document being read and start ``doc_id`` (``lineno``: its # newdoc line)."""
+        self.end_doc()
+        if doc_id in self.doc_lines:
+            raise InputError(f"document {doc_id[:60]!r} appears twice in the file (first at "
+                             f"line {self.doc_lines[doc_id]})", path=self.path, line=lineno)
+        self.doc_lines[doc_id] = lineno or 0
+        self.doc = _Doc(doc_id, list(self.fields))
+
+    def current_doc(self) -> _Doc:
+        """The document being read; one named after the file when none was started."""
+        if self.doc is None:
+            self.start_doc(_doc_name(self.path))
+        return self.doc
+
+    def end_doc(self) -> None:
+        """The document's mentions, in order of position, added to the mention rows."""
+        doc = self.doc
+        if doc is None:
+            return
+        if doc.n_sent == 0:
+            raise InputError(f"document {doc.id[:60]!r} has no sentence (no token line before "
+                             "the next document or the end of the file)", path=self.path,
+                             line=self.doc_lines[doc.id] or None)
+        mentions = sorted(doc.mentions, key=lambda m: (m[6], m[7], -m[8], m[-1]))
+        for k, m in enumerate(mentions):
+            self.men_rows.append((doc.id, k) + m[:-1])
+        self.doc = None
+
+    def end_sentence(self) -> None:
+        """The sentence's tokens checked and added, its mentions read."""
+        tokens = self.sent_tokens
+        if not tokens:
+            return
+        doc = self.current_doc()
+        if doc.paragraph < 0:
+            doc.paragraph = 0
+        n = len(tokens)
+        sentence = _Sentence(doc, n, self.path)
+        for k, (lineno, cols) in enumerate(tokens, start=1):
+            if cols[0] != str(k):
+                raise InputError(f"token id '{cols[0]}' where {k} was expected (ids must be "
+                                 "consecutive from 1 in each sentence)", path=self.path,
+                                 line=lineno)
+            head = sentence.heads[k] = _token_head(cols[6], k, n, self.path, lineno)
+            self.tok_rows.append((doc.id, sentence.index, k, doc.position + k - 1, cols[1],
+                                  cols[2], cols[3], cols[4], cols[5], head, cols[7], cols[9],
+                                  doc.paragraph, self.speaker))
+            sentence.read_entities(k, cols[9], lineno)
+        sentence.check_closed()
+        _check_acyclic(sentence.heads, tokens, self.path)
+        doc.position += n
+        doc.n_sent += 1
+        self.sent_tokens = []
+        self.speaker = None
+
+    def end(self) -> tuple[list[tuple], list[tuple]]:
+        """The token and mention rows, once every line was taken."""
+        self.end_sentence()
+        self.end_doc()
+        if not self.tok_rows:
+            raise InputError("no token line in the file (empty, or comments only): a CoNLL-U "
+                             "document has at least one sentence", path=self.path)
+        return self.tok_rows, self.men_rows
+
+
+def _parse(lines: Iterable[str], path: Path):
+    """Token rows and mention rows of the lines of a CoNLL-U file (:func:`read_conllu`)."""
+    parser = _Parser(path)
+    for lineno, raw in enumerate(lines, start=1):
+        parser.line(lineno, raw.rstrip("\n").rstrip("\r"))
+    return parser.end()
 
 
 def _check_acyclic(heads: np.ndarray, sent_tokens: list[tuple], path: Path) -> None:
@@ -299,24 +394,6 @@ def _check_acyclic(heads: np.ndarray, sent_tokens: list[tuple], path: Path) -> N
                              "reaches the root 0 from every token)", path=path,
                              line=sent_tokens[min(cycle) - 1][0])
         state[chain] = 2
-
-
-def _close(rec, end, doc: _Doc, s, heads, base, path, lineno):
-    eid, attrs, start, open_line, order = rec
-    minspan = attrs.get("minspan", "")
-    given = attrs.get("head", "")
-    if given and given != "_":  # CorefUD's own head field (1-based in the mention), as written
-        if not is_index(given) or not 1 <= parse_index(given) <= end - start + 1:
-            raise InputError(f"head '{given}' outside a mention of {end - start + 1} tokens",
-                             path=path, line=open_line)
-        head = start + parse_index(given) - 1
-    else:
-        head = _mention_head(heads[start:end + 1], start, minspan, path, open_line)
-    doc.mentions.append((
-        eid, attrs.get("etype", ""), attrs.get("infstat", ""), minspan, attrs.get("link", ""),
-        attrs.get("identity", ""), s, start, end, head, base + start - 1, base + end - 1,
-        base + head - 1, order,
-    ))
 
 
 def _frames(tok_rows, men_rows):

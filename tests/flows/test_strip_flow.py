@@ -401,8 +401,8 @@ def test_the_training_steps_read_and_prepare_once_per_model_and_learn_the_same_r
     store.write("t/b", table.iloc[len(table) // 2:].reset_index(drop=True))
     train = [str(store.path("t/a")), str(store.path("t/b"))]
     reads, prepares = [], []
-    real_read, real_prepare = tasks_strip.read_parquet_entry, StRip.prepare
-    monkeypatch.setattr(tasks_strip, "read_parquet_entry", lambda p: reads.append(p) or
+    real_read, real_prepare = tasks_strip.training.read_parquet_entry, StRip.prepare
+    monkeypatch.setattr(tasks_strip.training, "read_parquet_entry", lambda p: reads.append(p) or
                         real_read(p))
     monkeypatch.setattr(StRip, "prepare", lambda self, *a: prepares.append(1) or
                         real_prepare(self, *a))

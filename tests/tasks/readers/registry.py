@@ -20,7 +20,7 @@ from scarce.tasks.readers.jsonl import read_jsonl
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.readers.table import read_delimited, read_table, table_columns
 from scarce.tasks.readers.xmc import read_xmc, read_xmc_header
-from scarce.tasks.strip import _read_splits
+from scarce.tasks.strip.documents import _read_splits
 
 
 @dataclass(frozen=True)

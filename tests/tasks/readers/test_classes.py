@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+import scarce.tasks
 import scarce.tasks.readers
 from scarce.tasks.errors import InputError
 from tests.tasks.readers.registry import NOT_TEXT_READERS, TEXT_READERS
@@ -20,9 +21,10 @@ from tests.tasks.readers.registry import NOT_TEXT_READERS, TEXT_READERS
 # A call of a reading helper (not a method: ``path.read_text()`` reads no input file).
 READ_CALLS = re.compile(r"(?<![\w.])(read_text|read_bytes|read_lines|iter_lines|decode_text|"
                         r"read_delimited)\(|\bpd\.read_(csv|json)\(")
-# Modules outside the readers package whose functions read input files.
-OTHER_MODULES = ("scarce.tasks.leml_table", "scarce.tasks.strip", "scarce.tasks.leml",
-                 "scarce.tasks.leml_files", "scarce.tasks.relations")
+# Every other module of the tasks package (any of them may read an input file), found by
+# walking the package so that a module split off or added is searched too.
+OTHER_MODULES = tuple(m.name for m in pkgutil.walk_packages(scarce.tasks.__path__, "scarce.tasks.")
+                      if not m.name.startswith("scarce.tasks.readers."))
 # Functions that call a reading helper but are not readers of their own.
 HELPERS = {
     "scarce.tasks.readers.xmc._numbers": "parses text read_xmc has read",
@@ -240,14 +242,14 @@ def _label_list(tmp_path):
 
 
 def _splits(tmp_path):
-    from scarce.tasks.strip import _read_splits
+    from scarce.tasks.strip.documents import _read_splits
 
     (tmp_path / "s.tsv").write_text("doc_id\tsplit\nd\ttrain\nd\ttest\n")
     return lambda: _read_splits(tmp_path / "s.tsv"), "'d' listed twice"
 
 
 def _splits_header(tmp_path):
-    from scarce.tasks.strip import _read_splits
+    from scarce.tasks.strip.documents import _read_splits
 
     (tmp_path / "s.tsv").write_text("doc_id\tsplit\tsplit\nd\ttrain\ttest\n")
     return lambda: _read_splits(tmp_path / "s.tsv"), "'split' is named twice"

@@ -1,0 +1,80 @@
+"""StRip's Prefect steps: preprocess -> grow -> prune -> optimize -> evaluate -> write chains.
+
+Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
+through Structured Rule Learning", EMNLP 2006.  Thin wrappers: the rule learner is
+:class:`algorithms.strip.ripper.StRip` (over :mod:`algorithms.strip.closure`), the pair features
+:mod:`algorithms.strip.features`, the scores :mod:`algorithms.metrics.coref` and the reader
+:mod:`tasks.readers.conllu`.  The metrics table never holds a time.
+
+One job per module (each name below is importable from here too):
+
+- :mod:`~tasks.strip.documents`: the documents each role reads, from the splits file, and the
+  run's document table (``record_documents``);
+- :mod:`~tasks.strip.pairs`: one file's mentions and candidate pairs (``preprocess``) and the
+  parts of a pair table;
+- :mod:`~tasks.strip.training`: ``grow``, ``prune`` and ``optimize``, the estimator's phases,
+  the training pairs kept between them and the memory they need;
+- :mod:`~tasks.strip.evaluation`: chains from pair decisions, their scores (``evaluate``) and
+  each variant's loss ratio chosen on dev (``select_loss_ratio``);
+- :mod:`~tasks.strip.outputs`: the rules as text and the CoNLL-U files with the predicted chains
+  (``write_predicted``);
+- :mod:`~tasks.strip.apply`: a run's rules applied to new files (``load_rules``,
+  ``apply_rules``, ``count_chains``), for the ``apply-strip`` flow.
+"""
+
+from scarce.tasks.strip.apply import apply_rules, count_chains, load_rules
+from scarce.tasks.strip.documents import (
+    DOC_SUFFIXES,
+    DOCUMENT_COLUMNS,
+    conllu_name,
+    record_documents,
+    select_documents,
+)
+from scarce.tasks.strip.evaluation import (
+    CLUSTER_COLUMNS,
+    SCORE_NAMES,
+    SELECT_BY,
+    chain_scores,
+    chains,
+    choose_loss_ratio,
+    evaluate,
+    has_gold_chains,
+    headline,
+    select_loss_ratio,
+)
+from scarce.tasks.strip.outputs import (
+    MODEL_VERSION,
+    chain_etypes,
+    number_chains,
+    output_name,
+    rules_text,
+    write_predicted,
+)
+from scarce.tasks.strip.pairs import (
+    MENTION_KEYS,
+    PAIR_KEYS,
+    feature_kinds,
+    features,
+    pair_ends,
+    preprocess,
+)
+from scarce.tasks.strip.training import (
+    check_training_memory,
+    grow,
+    optimize,
+    prune,
+    release_training_pairs,
+    training_memory,
+)
+
+__all__ = [
+    "DOC_SUFFIXES", "DOCUMENT_COLUMNS", "conllu_name", "record_documents", "select_documents",
+    "MENTION_KEYS", "PAIR_KEYS", "feature_kinds", "features", "pair_ends", "preprocess",
+    "check_training_memory", "grow", "optimize", "prune", "release_training_pairs",
+    "training_memory",
+    "CLUSTER_COLUMNS", "SCORE_NAMES", "SELECT_BY", "chain_scores", "chains", "choose_loss_ratio",
+    "evaluate", "has_gold_chains", "headline", "select_loss_ratio",
+    "MODEL_VERSION", "chain_etypes", "number_chains", "output_name", "rules_text",
+    "write_predicted",
+    "apply_rules", "count_chains", "load_rules",
+]
