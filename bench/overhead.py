@@ -24,9 +24,11 @@ adds to that work (the store's reads and writes, keys, task states):
 
 * LEML: ``LEML.fit`` on the run's training file (read and normalised by the flow's
   ``load``), against the start and every half-step (``initial factors``,
-  ``alternate-W/H iter=i``).  The bare fit needs what ``LEML.fit`` takes: one training file,
-  every label observed, no validation split, the local backend; other configs are measured
-  without it.  The baselines, the evaluation and the model's outputs are in neither.
+  ``alternate-W/H iter=i``) and, with early stopping, the rows it holds out (``hold out for
+  early stopping``) and the alternation on the others, as ``LEML.fit`` does them.  The bare
+  fit needs what ``LEML.fit`` takes: one training file, every label observed, no validation
+  split, the local backend; other configs are measured without it.  The baselines, the
+  evaluation and the model's outputs are in neither.
 * relations: ``RelationDiscovery.fit`` on the pairs' context matrix (parsed, sampled and
   featurised by the flow's ``parse``, ``combine`` and ``extract_features``): the ranking,
   the subset search, the stability search and the choice of k, the DCM labels and the
@@ -220,7 +222,8 @@ class Bare:
 #: Each flow's bare side (see the module's docstring for what each covers).
 BARE = {
     "leml": Bare("LEML.fit", LEML_FIT,
-                 re.compile(r"^(initial factors|alternate-[WH] iter=\d+)$"), leml_why_not),
+                 re.compile(r"^(hold out for early stopping|hold out the mask's rows"
+                            r"|initial factors|alternate-[WH] iter=\d+)$"), leml_why_not),
     "relations": Bare("RelationDiscovery.fit", RELATIONS_FIT, re.compile(
         r"^(rank \w+|stability-search|candidate k=\d+ F=\d+|choose F_k"
         r"|reference k=\d+ r=\d+ F=\d+|stability k=\d+ sample=\d+ F=\d+|choose k \(F_k\)"
