@@ -365,6 +365,12 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
                 times[row.name][mode].append(done.wall)
                 if done.work is not None:
                     times[row.name]["work"].append(done.work)
+        # a long run's figures so far, in case it cannot finish
+        _say(f"medians after repeat {r + 1}: " + "; ".join(
+            f"{name} cold {statistics.median(t['cold']):.2f} s, warm "
+            f"{statistics.median(t['warm']):.2f} s"
+            + (f", work {statistics.median(t['work']):.2f} s" if t["work"] else "")
+            for name, t in times.items()))
     floor = statistics.median(times[PEER]["cold"] + times[PEER]["warm"])
     table = []
     for row in order:

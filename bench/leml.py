@@ -71,7 +71,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -86,13 +85,21 @@ from scarce.algorithms.leml import (
     prepare_data,
 )
 from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from scarce.bench.leml_common import (
+    _best_time,
+    _load,
+    _mask,
+    _one_w_step,
+    _preprocess,
+    _say,
+    _timed,
+)
 from scarce.bench.leml_peer_child import omikuji_top_k, write_xc
 from scarce.bench.leml_peers import as_ranking
 from scarce.bench.leml_peers import run_section as peers_section
 from scarce.bench.synthetic import WIKI, synthetic_wikipedia
 from scarce.flows.published import LEML_XC
-from scarce.tasks.leml import observe, validation_rows
-from scarce.tasks.readers.xmc import read_xmc
+from scarce.tasks.leml import validation_rows
 
 SECTIONS = ("accuracy", "missing", "speed", "peers", "scaling", "synthetic", "w-step",
             "distributed", "partition")
@@ -187,41 +194,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="partition section: the block read (0-based)")
 
 
-def _say(*parts) -> None:
-    print("[bench leml]", *parts, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- data
-def _load(data_dir: Path, name: str, split: str = "xmlrepo"):
-    folder = data_dir / "xmc" / name
-    paths = [folder / f"{name}_{split}_{part}.txt.gz" for part in ("train", "test")]
-    if not all(p.exists() for p in paths):
-        return None
-    (Xtr, Ytr), (Xte, Yte) = (read_xmc(p) for p in paths)
-    return Xtr, Ytr, Xte, Yte
-
-
-def _preprocess(kind: str, Xtr, Xte):
-    if kind == "raw":
-        return Xtr, Xte
-    if kind == "l2":
-        from sklearn.preprocessing import normalize
-
-        return normalize(Xtr).astype(Xtr.dtype), normalize(Xte).astype(Xte.dtype)
-    from sklearn.feature_extraction.text import TfidfTransformer
-
-    tf = TfidfTransformer().fit(Xtr)
-    return tf.transform(Xtr).astype(Xtr.dtype), tf.transform(Xte).astype(Xte.dtype)
-
-
 # The flow's own split and mask (the plain functions of its steps), so the bench chooses on
 # the validation rows a run holds out.
 _split = validation_rows
-
-
-def _mask(shape, fraction: float, seed: int) -> sp.csr_matrix:
-    """Each entry observed with probability ``fraction``: ``tasks.leml.observe``."""
-    return observe(sp.csr_matrix(shape, dtype=np.float32), fraction, seed)
 
 
 # --------------------------------------------------------------------------- scoring
@@ -235,12 +211,6 @@ def _scores(model, X, Y) -> dict[str, float]:
 def _p1(model, X, Y) -> float:
     top = model.predict_top_k(X, 1)
     return 100 * float(precision_at_k(Y, top, ks=(1,))[1])
-
-
-def _timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
 
 
 def _mean_sq_norm(X) -> float:
@@ -496,20 +466,6 @@ def _speed(ds, args, grid, rows, chosen):
              ("speed", name, "omikuji", setting, "P@1", p1)]
     _say(f"RESULT speed {name} | omikuji | {setting} | {sec:.2f}s ({sec / base:.2f}x LEML) "
          f"P@1={p1:.2f}")
-
-
-def _best_time(fn, repeats):
-    best, out = np.inf, None
-    for _ in range(repeats):
-        out, sec = _timed(fn)
-        best = min(best, sec)
-    return best, out
-
-
-def _one_w_step(model: LEML, data, H, backend=None):
-    """``model.w_step`` from ``W = 0``: ``(W, info)``."""
-    return model.w_step(data, np.zeros((data.n_features, H.shape[1]), data.dtype), H,
-                        backend=backend)
 
 
 def _scaling(ds, args, grid, rows):

@@ -17,7 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from scarce.algorithms.leml import LEML, prepare_data
-from scarce.bench.leml import _best_time, _load, _mask, _one_w_step, _preprocess, _say, _timed
+from scarce.bench.leml_common import (
+    _best_time,
+    _load,
+    _mask,
+    _one_w_step,
+    _preprocess,
+    _say,
+    _timed,
+)
 from scarce.bench.synthetic import WIKI, synthetic_wikipedia
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from scarce.bench import leml as bench
+from scarce.tasks.readers.xmc import read_xmc
 
 BIBTEX = Path(__file__).resolve().parents[2] / "data" / "xmc" / "bibtex"
 
@@ -111,7 +112,7 @@ def test_early_stopping_reaches_leml_and_each_split_reads_its_own_files():
     data = BIBTEX.parents[1]
     for split in ("xmlrepo", "mulan"):
         Xtr, Ytr, Xte, Yte = bench._load(data, "bibtex", split)
-        want = [bench.read_xmc(BIBTEX / f"bibtex_{split}_{part}.txt.gz") for part in
+        want = [read_xmc(BIBTEX / f"bibtex_{split}_{part}.txt.gz") for part in
                 ("train", "test")]
         assert (Xtr != want[0][0]).nnz == 0 and (Yte != want[1][1]).nnz == 0
     # the two splits hold different rows (of the same sizes)
