@@ -406,6 +406,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         first, busy = statistics.median(firsts), statistics.median(busys)
+        fixed = statistics.median(f - b for f, b in zip(firsts, busys, strict=True))
         rows += [
             (name, "first", first, "task runs computed", completed),
             (name, "first", first, "seconds inside task runs (union)", busy),
@@ -414,8 +415,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             (name, "cached", again, "outputs recomputed", len(outputs) - reused),
             (name, "cached", again, "task runs (cached, recomputed)", prefect_cached + recomputed),
             (name, "cached", again, "time / first run", again / first),
-            (name, "first", first, "fixed cost seconds (wall less inside task runs)",
-             statistics.median(f - b for f, b in zip(firsts, busys, strict=True))),
+            (name, "first", first, "fixed cost seconds (wall less inside task runs)", fixed),
         ]
         if bares:
             bare, train = statistics.median(bares), statistics.median(trains)
@@ -427,7 +427,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             _say(f"RESULT {name}: training {train:.1f}s in the flow ({n_training} task runs), "
                  f"{bare:.1f}s bare (median of {args.repeats} pairs' ratios {ratio:.2f}x: "
                  + ", ".join(f"{t / b:.2f}" for t, b in zip(trains, bares, strict=True))
-                 + f"); fixed cost {first - busy:.1f}s")
+                 + f"); fixed cost {fixed:.1f}s")
         _say(f"RESULT {name}: first {first:.1f}s ({completed} tasks, {busy:.1f}s inside them, "
              f"orchestration {1 - busy / first:.0%}); cached {again:.1f}s = "
              f"{again / first:.1%} of the first ({reused} of {len(outputs)} outputs reused; "
