@@ -1,7 +1,8 @@
 """Benchmarks: ``scarce bench NAME [options]`` prints a table and writes it as Parquet.
 
 Each module here has ``add_arguments(parser)`` and ``run(args) -> pandas.DataFrame``;
-the command line prints the table (markdown, for README) and saves it under
+a module with ``USES_PREFECT = False`` runs without a Prefect API of its own; the command
+line prints the table (markdown, for README) and saves it under
 ``data/bench/<name>-<timestamp>.parquet``.  Timings are reported as ratios to a
 peer measured in the same run, since these machines are shared and noisy.
 
@@ -67,5 +68,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("apply", "scarce.bench.apply"),
         Benchmark("load", "scarce.bench.load"),
         Benchmark("store", "scarce.bench.store"),
+        Benchmark("latency", "scarce.bench.latency"),
     )
 }

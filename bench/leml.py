@@ -1,6 +1,7 @@
 """LEML against the published row, ridge, binary relevance and extreme-classification libraries.
 
-Kept as one module: its sections share one data set, one grid and one table.
+Its sections share one data set, one grid and one table; the sections that need no grid live in
+modules of their own (peers, w-step, distributed, partition).
 
 Sections (``--sections``, comma-separated):
 
@@ -16,8 +17,8 @@ Sections (``--sections``, comma-separated):
   AUC on the fully labelled test set.  Settings are chosen on the validation rows
   scored against their *observed* labels only (the unobserved ones are unknown to a
   user too).
-* ``speed``: training seconds of LEML (at the setting chosen in ``accuracy``, or
-  ``--speed-rank`` / ``--speed-lam``, by default LEML's), one-vs-rest ridge (every label at
+* ``speed``: training seconds of LEML (at the setting chosen in ``accuracy``, or the rank and
+  ``lam`` of ``--set``, by default LEML's), one-vs-rest ridge (every label at
   once in closed form) and logistic regression (scikit-learn), full-rank ridge and omikuji,
   one BLAS thread each, in the same run; as ratios to LEML, with the test P@1 each reaches.
   ``scarce bench baselines`` times BR ridge against a plain closed-form ridge.
@@ -41,7 +42,7 @@ Sections (``--sections``, comma-separated):
   sensitivity (the single-process solve with its right-hand side and every product
   moved by one ulp; relative differences are printed times 1e6)
   and each worker's peak RSS.  A fresh cluster per problem, so the peaks are that
-  problem's.
+  problem's (:mod:`bench.leml_w_step`).
 * ``distributed``: the whole LEML flow (``scarce run leml``, 3 iterations, k = 50) on the
   synthetic problem written as folders of Parquet parts, in one process and on 1 and 2 Dask
   workers: wall and iteration seconds, the peak RSS of the flow's process and of each
@@ -50,10 +51,10 @@ Sections (``--sections``, comma-separated):
   (``tasks.store.read_rows``) against the whole entry read and sliced, each in a fresh
   process: seconds and peak RSS (:mod:`bench.leml_partition`).
 
-LEML's solver options for the logistic and squared-hinge losses (``--newton-iter``,
-``--h-solver``, ``--w-solver``, ``--squared-init``: see :class:`algorithms.leml.LEML`)
-apply to every section; the squared loss ignores them.  So do the CG options of every loss
-(``--cg-max-iter``, ``--cg-preconditioner``).  An option not given keeps the estimator's
+LEML's parameters are given by ``--set KEY=VALUE`` (repeatable; the keys of the config's
+``model`` section, checked as ``scarce run --set model.KEY=VALUE`` checks them) and apply to
+every section's fits, but for what a section chooses itself (the grids' rank, ``lam``, loss
+and iterations, chosen without early stopping).  A parameter not given keeps the estimator's
 default (``LEML``'s signature is the one source of defaults).
 
 Features are preprocessed by ``--features`` (``raw``, ``l2``: rows scaled to unit
@@ -70,7 +71,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -79,22 +79,27 @@ import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
 from scarce.algorithms.leml import (
-    H_SOLVERS,
     LEML,
-    PRECONDITIONERS,
-    W_SOLVERS,
     BinaryRelevance,
     ClosedFormLowRank,
     prepare_data,
 )
 from scarce.algorithms.metrics.multilabel import multilabel_scores, precision_at_k
+from scarce.bench.leml_common import (
+    _best_time,
+    _load,
+    _mask,
+    _one_w_step,
+    _preprocess,
+    _say,
+    _timed,
+)
 from scarce.bench.leml_peer_child import omikuji_top_k, write_xc
 from scarce.bench.leml_peers import as_ranking
 from scarce.bench.leml_peers import run_section as peers_section
 from scarce.bench.synthetic import WIKI, synthetic_wikipedia
 from scarce.flows.published import LEML_XC
-from scarce.tasks.leml import observe, validation_rows
-from scarce.tasks.readers.xmc import read_xmc
+from scarce.tasks.leml import validation_rows
 
 SECTIONS = ("accuracy", "missing", "speed", "peers", "scaling", "synthetic", "w-step",
             "distributed", "partition")
@@ -126,6 +131,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--validation-fraction", type=key("dataset.validation_fraction"),
                         default=0.2)
     parser.add_argument("--features", choices=["raw", "l2", "tfidf"], default="l2")
+    parser.add_argument("--set", dest="estimator", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="a parameter of LEML for every fit of the bench (a key of the "
+                        "config's model section, checked as `scarce run --set model.KEY` is: "
+                        "loss, rank, lam, outer_iterations, early_stopping, cg_max_iter, "
+                        "h_solver, ...); the grids of accuracy and missing choose rank, lam, "
+                        "loss and the iterations themselves (from --ranks, --lams, --losses, "
+                        "at most outer_iterations: default 15, 4 with --quick; no early "
+                        "stopping)")
     parser.add_argument("--losses", type=_names, default=None,
                         help="LEML losses in the accuracy and missing sections "
                         "(default squared; e.g. squared,logistic,sqhinge)")
@@ -135,10 +149,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LEML lam values to try (times the mean squared row norm of X)")
     parser.add_argument("--alphas", type=NumberList(key("baseline_alpha")), default=None,
                         help="ridge penalties to try (times the mean squared row norm of X)")
-    parser.add_argument("--outer-iterations", "--max-iter", dest="outer_iterations",
-                        type=key("model.outer_iterations"),
-                        default=None, help="LEML outer iterations: the largest T of the "
-                        "early-stopping search (default 15; 4 with --quick)")
     parser.add_argument("--observed", type=NumberList(key("observed_fraction")),
                         default=[0.2, 0.4],
                         help="observed fractions in the missing-label section")
@@ -148,41 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also fit BR ridge in the accuracy section")
     parser.add_argument("--br-logistic", action=argparse.BooleanOptionalAction, default=True,
                         help="time scikit-learn BR logistic in the speed section")
-    parser.add_argument("--speed-rank", type=key("model.rank"), default=None,
-                        help="LEML rank in the speed section without accuracy (default LEML's)")
-    parser.add_argument("--speed-lam", type=key("model.lam"), default=None,
-                        help="LEML lam in the speed section without accuracy (default LEML's)")
-    parser.add_argument("--speed-loss", choices=["squared", "logistic", "sqhinge"],
-                        default="squared", help="LEML loss timed in the speed section")
-    parser.add_argument("--h-solver", choices=H_SOLVERS, default=None,
-                        help="LEML H-step solver for the logistic and squared-hinge "
-                        "losses: Newton with explicit per-label Hessians or with CG, or "
-                        "steps on the quadratic curvature bound (LEML h_solver)")
-    parser.add_argument("--w-solver", choices=W_SOLVERS, default=None,
-                        help="LEML W-step solver for the logistic and squared-hinge losses: "
-                        "TRON or steps on the quadratic curvature bound (LEML w_solver)")
-    parser.add_argument("--squared-init", type=key("model.squared_init_iter"), default=None,
-                        help="LEML logistic / squared hinge: start from this many squared-loss "
-                        "iterations mapped to margins (LEML squared_init_iter; 0 = random)")
-    parser.add_argument("--cg-max-iter", type=key("model.cg_max_iter"), default=None,
-                        help="LEML CG iterations per W-step or Newton step (LEML cg_max_iter; "
-                        "default LEML's)")
-    parser.add_argument("--cg-preconditioner", choices=PRECONDITIONERS, default=None,
-                        help="LEML squared loss: plain or preconditioned CG in the W-step "
-                        "(LEML cg_preconditioner; default LEML's)")
-    parser.add_argument("--early-stopping", action="store_const", const=True, default=None,
-                        help="LEML in the speed and peers sections: the number of outer "
-                        "iterations chosen on held-out training rows, then every row trained "
-                        "for it (LEML early_stopping; its cost is in the training time), as "
-                        "the bundled config does; --outer-iterations is then the most")
-    parser.add_argument("--n-iter-no-change", type=key("model.n_iter_no_change"), default=None,
-                        help="with --early-stopping: iterations without a held-out gain that "
-                        "end it (LEML n_iter_no_change; default LEML's)")
     parser.add_argument("--split", choices=["xmlrepo", "mulan"], default="xmlrepo",
                         help="the public train / test split read: <name>_<split>_{train,test}"
                         ".txt.gz (the Extreme Classification Repository's or Mulan's)")
-    parser.add_argument("--newton-iter", type=key("model.newton_max_iter"), default=None,
-                        help="LEML Newton (TRON) steps per half-step, non-squared losses")
     parser.add_argument("--repeats", type=POSITIVE, default=3,
                         help="timing repeats (best kept; the median in the peers section)")
     parser.add_argument("--peer-python", type=Path, default=None,
@@ -216,41 +194,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="partition section: the block read (0-based)")
 
 
-def _say(*parts) -> None:
-    print("[bench leml]", *parts, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- data
-def _load(data_dir: Path, name: str, split: str = "xmlrepo"):
-    folder = data_dir / "xmc" / name
-    paths = [folder / f"{name}_{split}_{part}.txt.gz" for part in ("train", "test")]
-    if not all(p.exists() for p in paths):
-        return None
-    (Xtr, Ytr), (Xte, Yte) = (read_xmc(p) for p in paths)
-    return Xtr, Ytr, Xte, Yte
-
-
-def _preprocess(kind: str, Xtr, Xte):
-    if kind == "raw":
-        return Xtr, Xte
-    if kind == "l2":
-        from sklearn.preprocessing import normalize
-
-        return normalize(Xtr).astype(Xtr.dtype), normalize(Xte).astype(Xte.dtype)
-    from sklearn.feature_extraction.text import TfidfTransformer
-
-    tf = TfidfTransformer().fit(Xtr)
-    return tf.transform(Xtr).astype(Xtr.dtype), tf.transform(Xte).astype(Xte.dtype)
-
-
 # The flow's own split and mask (the plain functions of its steps), so the bench chooses on
 # the validation rows a run holds out.
 _split = validation_rows
-
-
-def _mask(shape, fraction: float, seed: int) -> sp.csr_matrix:
-    """Each entry observed with probability ``fraction``: ``tasks.leml.observe``."""
-    return observe(sp.csr_matrix(shape, dtype=np.float32), fraction, seed)
 
 
 # --------------------------------------------------------------------------- scoring
@@ -266,55 +213,56 @@ def _p1(model, X, Y) -> float:
     return 100 * float(precision_at_k(Y, top, ks=(1,))[1])
 
 
-def _timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
-
-
 def _mean_sq_norm(X) -> float:
     return float(X.multiply(X).sum() / X.shape[0]) if sp.issparse(X) else float(
         (X * X).sum() / X.shape[0])
 
 
-# LEML's solver options on the command line: parameter -> argparse dest (None: not given).
-SOLVER_OPTIONS = {"newton_max_iter": "newton_iter", "h_solver": "h_solver",
-                  "w_solver": "w_solver", "squared_init_iter": "squared_init",
-                  "cg_max_iter": "cg_max_iter", "cg_preconditioner": "cg_preconditioner",
-                  "early_stopping": "early_stopping", "n_iter_no_change": "n_iter_no_change"}
+def estimator_params(texts: list[str]) -> dict:
+    """The LEML parameters ``--set KEY=VALUE`` gives (only those), checked as ``scarce run
+    --set model.KEY`` is: a key of the config's model section, its type, bounds and choices,
+    and the estimator's own checks of them together.
 
+    Raises
+    ------
+    InputError
+        One line naming the key: an unknown key, a value out of bounds or of a wrong type.
+    """
+    from scarce.flows.config import apply_overrides, validate_config
+    from scarce.flows.leml import LemlConfig
 
-def _solver_options(args) -> dict:
-    """The command-line solver options that were given, as LEML parameters."""
-    return {name: getattr(args, dest) for name, dest in SOLVER_OPTIONS.items()
-            if getattr(args, dest, None) is not None}
+    section = LemlConfig.model_fields["model"].annotation
+    given = apply_overrides({}, texts, section)  # an unknown key: its one line
+    checked = validate_config(given, section, None)
+    return {name: getattr(checked, name) for name in given}
 
 
 def _leml(args, **params) -> LEML:
-    """LEML with the command-line solver options that were given (``params`` on top); the
-    others keep the estimator's defaults."""
-    return LEML(random_state=args.seed, **{**_solver_options(args), **params})
+    """LEML of the grids with the ``--set`` parameters (``params`` on top), early stopping
+    off (the grid chooses the iterations); the others keep the estimator's defaults."""
+    return LEML(random_state=args.seed, **{**args.params, "early_stopping": False, **params})
 
 
 def leml_setting(name: str, args, grid: dict, chosen: dict) -> tuple[dict, str]:
     """LEML's parameters in the speed and peers sections, and their description.
 
     The rank, ``lam`` and outer iterations chosen in ``accuracy`` when it ran on ``name``,
-    else ``--speed-rank`` / ``--speed-lam`` (by default LEML's) and ``--outer-iterations``;
-    the loss ``--speed-loss``; the solver options given.  Plain values (JSON), so that a
+    else those ``--set`` gives (by default LEML's rank and ``lam``, the grid's iterations);
+    the other ``--set`` parameters (the loss among them).  Plain values (JSON), so that a
     child process can build the same estimator.
     """
     default = LEML()
-    rank, lam, T = chosen.get(name, (args.speed_rank or default.rank,
-                                     grid["scale"] * (args.speed_lam or default.lam),
+    given = args.params
+    rank, lam, T = chosen.get(name, (given.get("rank", default.rank),
+                                     grid["scale"] * given.get("lam", default.lam),
                                      grid["outer_iterations"]))
-    params = {**_solver_options(args), "rank": int(rank), "lam": float(lam),
-              "outer_iterations": int(T), "loss": args.speed_loss, "random_state": args.seed}
+    params = {**given, "rank": int(rank), "lam": float(lam), "outer_iterations": int(T),
+              "loss": given.get("loss", "squared"), "random_state": args.seed}
     setting = f"k={rank} lam={lam:.3g} T={T}"
-    for name in ("cg_max_iter", "cg_preconditioner", "early_stopping", "n_iter_no_change"):
-        if name in params:
-            setting += f" {name}={params[name]}"
-    if args.speed_loss != "squared":
+    for key, value in given.items():
+        if key not in ("rank", "lam", "outer_iterations", "loss"):
+            setting += f" {key}={value}"
+    if params["loss"] != "squared":
         leml = LEML(**params)
         solvers = leml.resolved_params()  # what "auto" runs with
         setting += (f" newton={leml.newton_max_iter} h_solver={solvers['h_solver']} "
@@ -482,7 +430,7 @@ def _speed(ds, args, grid, rows, chosen):
     params, setting = leml_setting(name, args, grid, chosen)
     leml = LEML(**params)
     peers = [
-        (f"LEML {args.speed_loss}", setting, lambda: leml),
+        (f"LEML {params['loss']}", setting, lambda: leml),
         ("full-rank ridge (closed form)", f"alpha={alpha:.3g}",
          lambda: ClosedFormLowRank(alpha=alpha, fit_intercept=True)),
         ("BR ridge (closed form, unpenalised intercept)", f"alpha={alpha:.3g}",
@@ -518,20 +466,6 @@ def _speed(ds, args, grid, rows, chosen):
              ("speed", name, "omikuji", setting, "P@1", p1)]
     _say(f"RESULT speed {name} | omikuji | {setting} | {sec:.2f}s ({sec / base:.2f}x LEML) "
          f"P@1={p1:.2f}")
-
-
-def _best_time(fn, repeats):
-    best, out = np.inf, None
-    for _ in range(repeats):
-        out, sec = _timed(fn)
-        best = min(best, sec)
-    return best, out
-
-
-def _one_w_step(model: LEML, data, H, backend=None):
-    """``model.w_step`` from ``W = 0``: ``(W, info)``."""
-    return model.w_step(data, np.zeros((data.n_features, H.shape[1]), data.dtype), H,
-                        backend=backend)
 
 
 def _scaling(ds, args, grid, rows):
@@ -606,95 +540,6 @@ def _synthetic(args, rows):
     _say(f"{name}: W-step {w_sec:.1f}s, H-step {h_sec:.1f}s, peak RSS {peak:.2f} GiB")
 
 
-def _cg_sensitivity(data, H, lam, cg_max_iter, W_single) -> float:
-    """max |W - W'| / max |W| for the single-process solve with ``-grad`` and every
-    Hessian-vector product moved by one ulp (the size of a change of summation order)."""
-    from scarce.algorithms.leml import w_gradient
-    from scarce.algorithms.leml.solvers import conjugate_gradient
-
-    grad, hess_vec = w_gradient(data, H, np.zeros_like(W_single), lam, "squared")
-    up = np.array(np.inf, dtype=grad.dtype)
-    W_moved, _ = conjugate_gradient(lambda v: np.nextafter(hess_vec(v), up),
-                                    np.nextafter(-grad, up), tol=1e-3, max_iter=cg_max_iter)
-    return float(np.abs(W_moved - W_single).max() / np.abs(W_single).max())
-
-
-def _w_step_dask(args, rows, scale):
-    """One W-step on 1 and 2 Dask workers against the single-process solver."""
-    from distributed import Client, LocalCluster
-
-    from scarce.tasks.leml_dask import N_BLOCKS, RowBlockBackend, worker_peak_memory
-
-    k, lam, cg = 50, 1.0, 10
-    model = LEML(rank=k, lam=lam, cg_max_iter=cg, cg_tol=1e-3, random_state=args.seed)
-    problems = []
-    loaded = _load(Path(args.data), "bibtex", args.split)
-    if loaded is None:
-        _say("w-step: no bibtex under --data: Bibtex rows skipped")
-    else:
-        Xtr, Ytr, Xte, _ = loaded
-        Xtr, _ = _preprocess(args.features, Xtr, Xte)
-        problems += [
-            ("bibtex", "fully observed", lambda: model.prepare(Xtr, Ytr)),
-            ("bibtex", "fully observed",
-             lambda: LEML(dtype="float64").prepare(Xtr, Ytr)),
-            ("bibtex", "20% observed", lambda: prepare_data(
-                Xtr, Ytr, _mask(Ytr.shape, 0.2, args.seed), fit_intercept=True,
-                dtype=model.dtype, entries="sparse")),
-        ]
-    n, d, n_labels = (max(64, int(round(v * scale))) for v in WIKI)
-    problems.append((f"synthetic Wikipedia-shaped ({scale:g}x)", "fully observed",
-                     lambda: LEML(fit_intercept=False).prepare(
-                         *synthetic_wikipedia(n, d, n_labels, seed=args.seed))))
-    for name, case, make in problems:
-        data = make()
-        _, H = model.start(data)
-        sec_single, (W_single, info) = _best_time(
-            lambda d=data, h=H: _one_w_step(model, d, h), args.repeats)
-        sens = _cg_sensitivity(data, H, lam, cg, W_single)
-        setting = (f"{case}, n={data.n_samples} d'={data.n_features} L={data.n_labels} "
-                   f"nnz(X)={data.X.nnz}, k={k}, {info['cg_iter']} CG, {data.dtype}, "
-                   f"{N_BLOCKS} row blocks")
-        rows += [("w-step", name, "LEML W-step (single process)", setting, "seconds",
-                  sec_single),
-                 ("w-step", name, "LEML W-step (single process)", setting,
-                  "CG sensitivity to 1 ulp (x1e-6)", 1e6 * sens)]
-        _say(f"RESULT w-step {name} | single process | {setting} | {sec_single:.3f}s, "
-             f"1-ulp CG sensitivity {sens:.2e}")
-        W_one = None
-        for n_workers in (1, 2):
-            with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                              memory_limit=args.dask_memory_limit,
-                              dashboard_address=None) as cluster, Client(cluster) as client:
-                client.wait_for_workers(n_workers)
-                base = worker_peak_memory(client)
-                ws, setup = _timed(lambda c=client, d=data: RowBlockBackend(c, d))
-                with ws:
-                    sec, (W, _) = _best_time(
-                        lambda w=ws, d=data, h=H: _one_w_step(model, d, h, backend=w),
-                        args.repeats)
-                    peaks = worker_peak_memory(client)
-            W_one = W if W_one is None else W_one
-            err = float(np.abs(W - W_single).max() / np.abs(W_single).max())
-            method = f"LEML W-step (Dask, {n_workers} worker{'s' * (n_workers > 1)})"
-            rows += [("w-step", name, method, setting, "seconds", sec),
-                     ("w-step", name, method, setting, "split + scatter seconds", setup),
-                     ("w-step", name, method, setting,
-                      "max|dW|/max|W| vs single (x1e-6)", 1e6 * err),
-                     ("w-step", name, method, setting, "bit-identical to 1 worker",
-                      float(np.array_equal(W, W_one)))]
-            for i, addr in enumerate(sorted(peaks)):
-                rows += [("w-step", name, method, setting, f"worker {i} RSS MiB at start",
-                          base[addr] / 2**20),
-                         ("w-step", name, method, setting, f"worker {i} peak RSS MiB",
-                          peaks[addr] / 2**20)]
-            _say(f"RESULT w-step {name} | {method} | {case} | {sec:.3f}s "
-                 f"(single {sec_single:.3f}s), setup {setup:.2f}s, rel. diff {err:.2e}, "
-                 f"same as 1 worker: {np.array_equal(W, W_one)}, peak RSS MiB "
-                 + ", ".join(f"{peaks[a] / 2**20:.0f}" for a in sorted(peaks)))
-        del data
-
-
 # --------------------------------------------------------------------------- run
 def _grid(args, Xtr) -> dict:
     quick = args.quick
@@ -706,7 +551,7 @@ def _grid(args, Xtr) -> dict:
         "ranks": args.ranks or ([16] if quick else [50, 100]),
         "lams": args.lams or ([0.3] if quick else [0.1, 0.3, 1.0]),
         "alphas": args.alphas or ([0.3, 1.0] if quick else [0.1, 0.3, 1.0, 3.0]),
-        "outer_iterations": args.outer_iterations or (4 if quick else 15),
+        "outer_iterations": args.params.get("outer_iterations", 4 if quick else 15),
         "br_ridge": args.br_accuracy and not quick,
         "br_logistic": args.br_logistic and not quick,
         "scaling_rank": 16 if quick else 50,
@@ -717,6 +562,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown sections {sorted(unknown)}; expected some of {SECTIONS}")
+    args.params = estimator_params(args.estimator)  # checked before any data is read
     if args.quick:
         args.observed = args.observed[:1]
         args.scales = [c for c in args.scales if c <= 2]
@@ -754,7 +600,9 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
                 args.synthetic_scale = min(args.synthetic_scale, 0.01)
             _synthetic(args, rows)
         if "w-step" in args.sections:
-            _w_step_dask(args, rows, min(distributed_scale, 0.01) if args.quick
+            from scarce.bench.leml_w_step import run_section as w_step_section
+
+            w_step_section(args, rows, min(distributed_scale, 0.01) if args.quick
                          else distributed_scale)
         if "distributed" in args.sections:
             from scarce.bench.leml_cluster import run_section

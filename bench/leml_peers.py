@@ -8,8 +8,8 @@ libraries a user would otherwise reach for, on each dataset's preprocessed split
 * napkinXC PLT (``napkinxc``) with its defaults;
 * omikuji with its defaults (its training reads the Extreme Classification Repository's
   text format, so its training seconds include parsing that file);
-* LEML at the setting of the ``speed`` section (``--speed-loss``, ``--speed-rank``,
-  ``--speed-lam``, the solver options; the one chosen in ``accuracy`` when that section ran).
+* LEML at the setting of the ``speed`` section (the parameters ``--set`` gives; the rank,
+  ``lam`` and iterations chosen in ``accuracy`` when that section ran).
 
 Each run is a fresh process (:mod:`bench.leml_peer_child`) with one BLAS / OpenMP / Rayon
 thread and ``threads=1`` passed to the library, reading the split that this process wrote

@@ -17,16 +17,19 @@ overrides) three times in a fresh temporary store, through Prefect exactly as
 
 Each flow's work is also done bare, side by side (:data:`BARE`): the estimator call that the
 flow's computing steps split into tasks, with the run's parameters and seed, in a fresh
-Python process with one BLAS thread, before the first run; its inputs are prepared by the
+Python process with one BLAS thread, just before each first run (``--repeats`` pairs, each
+pair's ratio taken and the medians reported); its inputs are prepared by the
 flow's own task functions (their ``.fn``, not timed).  The union of the Running intervals
 of the first run's task runs that do the same work, over the bare seconds, is what the flow
 adds to that work (the store's reads and writes, keys, task states):
 
 * LEML: ``LEML.fit`` on the run's training file (read and normalised by the flow's
   ``load``), against the start and every half-step (``initial factors``,
-  ``alternate-W/H iter=i``).  The bare fit needs what ``LEML.fit`` takes: one training file,
-  every label observed, no validation split, the local backend; other configs are measured
-  without it.  The baselines, the evaluation and the model's outputs are in neither.
+  ``alternate-W/H iter=i``) and, with early stopping, the rows it holds out (``hold out for
+  early stopping``) and the alternation on the others, as ``LEML.fit`` does them.  The bare
+  fit needs what ``LEML.fit`` takes: one training file, every label observed, no validation
+  split, the local backend; other configs are measured without it.  The baselines, the
+  evaluation and the model's outputs are in neither.
 * relations: ``RelationDiscovery.fit`` on the pairs' context matrix (parsed, sampled and
   featurised by the flow's ``parse``, ``combine`` and ``extract_features``): the ranking,
   the subset search, the stability search and the choice of k, the DCM labels and the
@@ -60,6 +63,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,11 +80,17 @@ COLUMNS = ["flow", "run", "seconds", "metric", "value"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from scarce.flows.commands.types import POSITIVE
+
     parser.add_argument("--flows", default=",".join(FLOWS),
                         help="comma-separated flows to measure (default: all three)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="FLOW:KEY=VALUE",
                         help="a config override for one flow, e.g. leml:model.rank=16")
+    parser.add_argument("--repeats", type=POSITIVE, default=1,
+                        help="first runs per flow, each beside its own bare run just before "
+                        "it (the pair's ratio taken, the medians reported; the cached rerun "
+                        "follows the last): on a shared machine one pair is noise")
     parser.add_argument("--quick", action="store_true",
                         help="small configs (LEML rank 16 and 3 iterations, 400 relation "
                         "pairs with k in 2..6, StRip window 5) for a check in a few minutes")
@@ -220,7 +230,8 @@ class Bare:
 #: Each flow's bare side (see the module's docstring for what each covers).
 BARE = {
     "leml": Bare("LEML.fit", LEML_FIT,
-                 re.compile(r"^(initial factors|alternate-[WH] iter=\d+)$"), leml_why_not),
+                 re.compile(r"^(hold out for early stopping|hold out the mask's rows"
+                            r"|initial factors|alternate-[WH] iter=\d+)$"), leml_why_not),
     "relations": Bare("RelationDiscovery.fit", RELATIONS_FIT, re.compile(
         r"^(rank \w+|stability-search|candidate k=\d+ F=\d+|choose F_k"
         r"|reference k=\d+ r=\d+ F=\d+|stability k=\d+ sample=\d+ F=\d+|choose k \(F_k\)"
@@ -358,30 +369,44 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     for name in names:
         spec = FLOWS[name]
         config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides[name])
-        bare, work = None, BARE[name]
+        work = BARE[name]
         why_not = work.why_not(config)
-        if why_not is None:
-            _say(f"{name}: the same work bare ({work.call} in a fresh process)")
-            bare, result = bare_seconds(name, config)
-            if result:
-                _say(f"{name}: bare {bare:.1f}s: {json.dumps(result)}")
-        else:
+        if why_not is not None:
             _say(f"{name}: no bare run: {why_not}")
-        tmp = Path(tempfile.mkdtemp(prefix=f"scarce-overhead-{name}-"))
-        try:
-            opts = {"store": str(tmp / "cache"), "runs": str(tmp / "runs")}
-            _say(f"{name}: first run (every step computed)")
-            first, first_id, _ = _timed_run(spec, config, RunOptions(**opts))
-            _say(f"{name}: first run {first:.1f}s; cached run")
-            again, again_id, manifest = _timed_run(spec, config, RunOptions(**opts))
-            intervals, ran, _ = _task_intervals(first_id)
-            _, ran_again, prefect_cached = _task_intervals(again_id)
-            completed, recomputed = len(ran), len(ran_again)
-            outputs = manifest["outputs"]
-            reused = sum(o["cached"] for o in outputs)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        busy = busy_seconds(intervals)
+        bares, trains, firsts, busys = [], [], [], []
+        for r in range(args.repeats):
+            bare = None
+            if why_not is None:
+                _say(f"{name}: the same work bare ({work.call} in a fresh process), "
+                     f"repeat {r + 1} of {args.repeats}")
+                bare, result = bare_seconds(name, config)
+                bares.append(bare)
+                if result:
+                    _say(f"{name}: bare {bare:.1f}s: {json.dumps(result)}")
+            tmp = Path(tempfile.mkdtemp(prefix=f"scarce-overhead-{name}-"))
+            try:
+                opts = {"store": str(tmp / "cache"), "runs": str(tmp / "runs")}
+                _say(f"{name}: first run (every step computed), repeat {r + 1} of "
+                     f"{args.repeats}")
+                first, first_id, _ = _timed_run(spec, config, RunOptions(**opts))
+                intervals, ran, _ = _task_intervals(first_id)
+                firsts.append(first)
+                busys.append(busy_seconds(intervals))
+                if bare is not None:
+                    trains.append(training_seconds(intervals, ran, work.training))
+                    _say(f"{name}: training {trains[-1]:.1f}s in the flow, {bare:.1f}s bare "
+                         f"({trains[-1] / bare:.2f}x)")
+                if r == args.repeats - 1:
+                    _say(f"{name}: first run {first:.1f}s; cached run")
+                    again, again_id, manifest = _timed_run(spec, config, RunOptions(**opts))
+                    _, ran_again, prefect_cached = _task_intervals(again_id)
+                    completed, recomputed = len(ran), len(ran_again)
+                    outputs = manifest["outputs"]
+                    reused = sum(o["cached"] for o in outputs)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        first, busy = statistics.median(firsts), statistics.median(busys)
+        fixed = statistics.median(f - b for f, b in zip(firsts, busys, strict=True))
         rows += [
             (name, "first", first, "task runs computed", completed),
             (name, "first", first, "seconds inside task runs (union)", busy),
@@ -390,17 +415,19 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             (name, "cached", again, "outputs recomputed", len(outputs) - reused),
             (name, "cached", again, "task runs (cached, recomputed)", prefect_cached + recomputed),
             (name, "cached", again, "time / first run", again / first),
-            (name, "first", first, "fixed cost seconds (wall less inside task runs)",
-             first - busy),
+            (name, "first", first, "fixed cost seconds (wall less inside task runs)", fixed),
         ]
-        if bare is not None:
-            train = training_seconds(intervals, ran, work.training)
+        if bares:
+            bare, train = statistics.median(bares), statistics.median(trains)
+            ratio = statistics.median(t / b for t, b in zip(trains, bares, strict=True))
             n_training = sum(bool(work.training.match(n)) for n in ran)
             rows += [(name, "bare", bare, f"{work.call} seconds, fresh process", bare),
                      (name, "first", first, "training task runs seconds (union)", train),
-                     (name, "first", first, "in-flow training / bare fit", train / bare)]
+                     (name, "first", first, "in-flow training / bare fit", ratio)]
             _say(f"RESULT {name}: training {train:.1f}s in the flow ({n_training} task runs), "
-                 f"{bare:.1f}s bare ({train / bare:.2f}x); fixed cost {first - busy:.1f}s")
+                 f"{bare:.1f}s bare (median of {args.repeats} pairs' ratios {ratio:.2f}x: "
+                 + ", ".join(f"{t / b:.2f}" for t, b in zip(trains, bares, strict=True))
+                 + f"); fixed cost {fixed:.1f}s")
         _say(f"RESULT {name}: first {first:.1f}s ({completed} tasks, {busy:.1f}s inside them, "
              f"orchestration {1 - busy / first:.0%}); cached {again:.1f}s = "
              f"{again / first:.1%} of the first ({reused} of {len(outputs)} outputs reused; "

@@ -418,20 +418,6 @@ def build(deployment: Deployment) -> Any:
     return flow.to_deployment(**options)
 
 
-def require_server() -> str:
-    """The API URL of the Prefect server in use; an error when none is configured."""
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    if not url:
-        raise InputError(
-            "PREFECT_API_URL is not set: start a server with `scarce ui` and "
-            "export PREFECT_API_URL=http://127.0.0.1:4200/api (deployments need a server "
-            "that outlives this command)"
-        )
-    return url
-
-
 def register(deployments: list[Deployment]) -> dict[str, Any]:
     """Create or update each deployment on the server; ``{full name: deployment id}``."""
     return {d.full_name: build(d).apply() for d in deployments}

@@ -13,7 +13,8 @@ home (``PREFECT_HOME``, where the server's database is), and starts it only when
   a session of its own, not killed with the command that started it, which runs the server
   (uvicorn with Prefect's app, as Prefect's own temporary server runs it; the server dies with
   the supervisor) and stops it after ``SCARCE_SERVER_IDLE_MINUTES`` without a command using it.
-  Or the owner is ``scarce ui``, whose server the commands use while it runs.
+  Or the owner is ``scarce ui`` or ``scarce serve`` (:func:`scheduling`), whose server the
+  commands use while it runs.
 * A command holds a lease while it uses the server: a file under ``leases/`` that it keeps an
   exclusive ``flock`` on, so that the kernel releases it however the command ends (SIGKILL
   included), and the supervisor never stops the server under a running command.  The idle stop
@@ -105,12 +106,13 @@ class Record:
         which tells it from a later process given the same pid.
     url : str
         The Prefect API, ``http://127.0.0.1:PORT/api``.
-    kind : {"background", "ui"}
-        Who owns it.
+    kind : {"background", "ui", "serve"}
+        Who owns it: the supervisor, ``scarce ui`` or ``scarce serve``.
     started : float
         When it was started (seconds since the epoch).
     idle_minutes : float or None
-        The background server's idle time; None for ``scarce ui``'s, which runs until stopped.
+        The background server's idle time; None for ``scarce ui``'s and ``scarce serve``'s,
+        which run until stopped.
     """
 
     pid: int
@@ -416,6 +418,93 @@ def unregister_ui(home: str | os.PathLike[str]) -> None:
     place = Place(home)
     with place.locked():
         place.remove(os.getpid())
+
+
+# -- scarce serve: a server that runs the schedules -------------------------------------------
+#: The kinds of server whose Prefect services run (the scheduler among them): a background
+#: server runs as Prefect's temporary server does, without them.
+SCHEDULING = ("ui", "serve")
+
+
+@contextlib.contextmanager
+def scheduling(home: str | os.PathLike[str], env: dict[str, str], timeout: float,
+               record: bool = True, log: Any = None) -> Iterator[str]:
+    """The URL of a server of ``home`` that runs Prefect's services, for ``scarce serve``.
+
+    A background server runs without them (as Prefect's temporary server does): its
+    deployments' schedules would never create a run.  So the recorded server is used (leased
+    for the block) only when it is ``scarce ui``'s or another ``scarce serve``'s; else a
+    ``prefect server start`` (no UI) is started here, on a free port, with the environment
+    ``env``, and, when ``record``, recorded as the shared server while the block runs (the
+    commands use it; a background server it replaces stops once its commands are done).  It
+    stops when the block ends, and with this process however it ends.
+
+    Raises
+    ------
+    SharedServerError
+        When the server started here exits or does not answer within ``timeout`` seconds.
+    """
+    from scarce.flows.server_process import launch_server
+
+    place = Place(home)
+    with place.locked():
+        found = _usable(place, timeout) if record else None
+        if found is not None and found.kind in SCHEDULING:
+            if log is not None:
+                log(f"Using the Prefect server of {found.kind} (pid {found.pid}) at {found.url}")
+            lease = place.lease(found.pid)
+        else:
+            lease = None
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/api"
+            if log is not None:
+                log(f"Starting a Prefect server with its scheduler on {url} while this "
+                    "command runs")
+            server_log = place.folder / f"serve-{os.getpid()}.log"
+            # (the lock a temporary server starts under: two servers that migrate one
+            # database at once collide on its schema)
+            start_lock = os.open(place.home / "scarce-server-start.lock",
+                                 os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(start_lock, fcntl.LOCK_EX)
+            with open(server_log, "wb") as out:
+                server = launch_server(
+                    [sys.executable, "-m", "prefect", "server", "start", "--host",
+                     "127.0.0.1", "--port", str(port), "--no-ui", "--analytics-off"],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    env={k: v for k, v in env.items() if k != "PREFECT_API_URL"},
+                    cwd=place.folder)
+            found = Record(pid=os.getpid(), start=process_start(os.getpid()) or "", url=url,
+                           kind="serve", started=time.time())
+            try:
+                deadline = time.monotonic() + timeout
+                while server.poll() is None and not found.answers(timeout=2):
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                if server.poll() is not None or not found.answers(timeout=2):
+                    lines = server_log.read_text(errors="replace").splitlines()
+                    raise SharedServerError(
+                        f"the Prefect server of scarce serve did not start: {last_error(lines)}"
+                        f" (its log: {server_log})", path=place.home)
+                if record:
+                    place.write(found)
+            except BaseException:
+                _stop_child(server)
+                raise
+            finally:
+                os.close(start_lock)
+    try:
+        yield found.url
+    finally:
+        if lease is not None:
+            lease.release()
+        else:
+            try:
+                if record:
+                    with place.locked():
+                        place.remove(os.getpid())  # before it stops: no command waits for it
+            finally:
+                _stop_child(server)
 
 
 # -- scarce server status | stop -------------------------------------------------------------

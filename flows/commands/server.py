@@ -18,8 +18,8 @@ def _home() -> str:
 
 
 def _owner(record) -> str:
-    if record.kind == "ui":
-        return f"scarce ui, pid {record.pid}"
+    if record.kind in ("ui", "serve"):
+        return f"scarce {record.kind}, pid {record.pid}"
     return f"background, pid {record.pid}"
 
 
@@ -49,7 +49,7 @@ def status(args: argparse.Namespace) -> int:
               "one in the background")
         return EXIT_OK
     minutes = (time.time() - record.started) / 60
-    stops = ("runs until scarce ui stops" if record.idle_minutes is None else
+    stops = (f"runs until scarce {record.kind} stops" if record.idle_minutes is None else
              f"stops after {record.idle_minutes:g} min without a command")
     use = f"in use by {_commands(users)}" if users else "not in use"
     print(f"shared server: {record.url} ({_owner(record)}, up {minutes:.0f} min, "

@@ -20,8 +20,8 @@ from tests.bench.tables import leml_table
 from tests.bench.test_leml import BIBTEX, _head
 
 # LEML at an explicit setting, so the test can fit the same estimator itself.
-SETTING = ["--datasets", "bibtex", "--sections", "peers", "--speed-rank", "16",
-           "--speed-lam", "0.3", "--outer-iterations", "3"]
+SETTING = ["--datasets", "bibtex", "--sections", "peers", "--set", "rank=16",
+           "--set", "lam=0.3", "--set", "outer_iterations=3"]
 PEERS = {"pecos": "libpecos", "napkinxc": "napkinxc", "omikuji": "omikuji"}
 METRICS = ["train seconds", "predict ms per 1,000 test rows", "peak added RSS MiB", "P@1",
            "P@3", "P@5", "train time / LEML", "peak / LEML"]

@@ -76,6 +76,24 @@ def _relations_names() -> tuple[list[str], list[str]]:
     return work, rest
 
 
+def _leml_names() -> tuple[list[str], list[str]]:
+    """Task run names of a LEML run: those of LEML.fit's work (early stopping's hold-out, its
+    alternation and the refit's), the rest."""
+    from scarce.tasks import leml
+
+    work = [task_name(leml.early_split), task_name(leml.early_split_mask),
+            task_name(leml.initialise)]
+    work += [task_name(st, iteration=i) for i in (1, 12) for st in (leml.alternate_W,
+                                                                    leml.alternate_H)]
+    rest = [task_name(leml.load, path=BIBTEX / "bibtex_xmlrepo_train.txt.gz"),
+            task_name(leml.split, validation_fraction=0.2),
+            task_name(leml.observe, observed_fraction=0.2),
+            task_name(leml.propensity, a=0.55, b=1.5), task_name(leml.evaluate),
+            task_name(leml.baseline, method="br-ridge"), task_name(leml.collect),
+            task_name(leml.predict, top_k=5), task_name(leml.tune)]
+    return work, rest
+
+
 def _strip_names() -> tuple[list[str], list[str]]:
     """Task run names of a StRip run: those of StRipClassifier.fit's work, the rest."""
     work = [task_name(st, variant=v, loss_ratio=r)
@@ -91,6 +109,7 @@ def _strip_names() -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize(("flow", "names", "one_of_work", "one_of_rest"), [
+    ("leml", _leml_names, "hold out for early stopping", "split validation=0.2"),
     ("relations", _relations_names, "reference k=6 r=2 F=46", "reference k=9 r=0 all words"),
     ("strip", _strip_names, "grow ripper L=0.5", "select loss ratio (b3)"),
 ])

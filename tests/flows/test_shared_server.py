@@ -339,3 +339,72 @@ def test_a_stale_record_is_replaced(home, tmp_path):
     record = Place(path).read()
     assert record is not None and record.url == url and record.pid != dead.pid
     a.release()
+
+
+def _deploy_project(root: Path) -> Path:
+    """A project with 50 training and test rows of Bibtex and one LEML deployment."""
+    import gzip
+
+    from tests.flows.test_deployments import TINY
+
+    (root / "configs").mkdir(parents=True)
+    with gzip.open(REPO / "data" / "xmc" / "bibtex" / "bibtex_xmlrepo_train.txt.gz", "rt") as fh:
+        lines = fh.read().splitlines()
+    _, d, labels = lines[0].split()
+    for name in ("train", "test"):
+        (root / f"{name}.txt").write_text("\n".join([f"50 {d} {labels}", *lines[1:51]]) + "\n")
+    (root / "configs" / "leml.yaml").write_text(TINY)
+    (root / "configs" / "deployments.yaml").write_text(
+        "deployments:\n  tiny:\n    flow: leml\n    config: configs/leml.yaml\n"
+        "    schedule: {cron: '15 6 1 * *', timezone: UTC}\n")
+    return root
+
+
+def test_deploy_and_serve_without_an_api_url_share_a_server_no_idle_stop_ends(home, tmp_path):
+    """Without PREFECT_API_URL, ``scarce deploy`` uses the shared server as any command does;
+    ``scarce serve`` needs the scheduler, which a background server does not run, so it runs
+    a server of its own, recorded as the shared one while it serves: the commands use it, the
+    background server it replaced stops once its command is done and idle, and serve's server
+    stays up however long it is idle, until Ctrl-C stops serve and it."""
+    path, holders = home
+    project = _deploy_project(tmp_path / "project")
+    env = _env(path, idle=SHORT_IDLE, SCARCE_ROOT=str(project))
+    holders.append(a := Holder(tmp_path, "a", env))
+    background = a.url()
+    cli = [sys.executable, "-m", "scarce.flows.cli"]
+    deploy = subprocess.run([*cli, "deploy"], cwd=project, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert deploy.returncode == 0, deploy.stderr[-3000:]
+    assert f"registered 1 deployment(s) with {background}" in deploy.stdout
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        serve = subprocess.Popen([*cli, "serve"], cwd=project, env=env, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait(lambda: (r := Place(path).read()) is not None and r.kind == "serve"
+              or serve.poll() is not None, "scarce serve to record its server")
+        record = Place(path).read()
+        assert serve.poll() is None, log.read_text()[-3000:]
+        assert record.pid == serve.pid and record.url != background
+        _wait(lambda: f"against {record.url};" in log.read_text() or serve.poll() is not None,
+              "scarce serve to serve")
+        assert serve.poll() is None, log.read_text()[-3000:]
+        holders.append(b := Holder(tmp_path, "b", env))
+        assert b.url() == record.url  # the commands use serve's server while it runs
+        b.release()
+        a.release()  # the replaced background server: stopped once idle
+        _wait(lambda: not supervisors(path), "the replaced background server to stop")
+        assert not _listening(background)
+        assert serve.poll() is None and Place(path).read() == record and _listening(record.url)
+        status = subprocess.run([*cli, "server", "status"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert f"(scarce serve, pid {serve.pid}" in status.stdout, status.stdout
+        assert "runs until scarce serve stops" in status.stdout
+        os.killpg(serve.pid, signal.SIGINT)
+        assert serve.wait(300) == 0, log.read_text()[-3000:]
+        assert Place(path).read() is None
+        assert not _listening(record.url)
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.wait(30)
