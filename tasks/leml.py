@@ -37,6 +37,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank
+from scarce.algorithms.leml.data import validation_rows
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.metrics.multilabel import (
     multilabel_scores,
@@ -83,7 +84,7 @@ __all__ = ["BASELINES", "PART_PATTERNS", "TOP_K", "alternate_H", "alternate_W", 
            "initialise", "input_parts", "load", "observe", "partition", "partition_files",
            "partition_masked", "predict", "predictions_table", "propensity",
            "release_training_data", "score", "split", "stack", "stored_nonzeros",
-           "task_params", "tune"]
+           "task_params", "tune", "validation_rows"]
 
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5

@@ -83,7 +83,7 @@ class Placed:
 
 
 @dataclass(frozen=True)
-class TestSet:
+class ScoredRows:
     """The rows a run scores: ``here``, their refs scored in this process (None when
     ``blocks`` is given), ``blocks``, their row blocks scored on the workers, and ``whole``,
     their refs whenever a step here needs them (the baselines)."""
@@ -223,7 +223,7 @@ class LemlPlan:
         return Placed(blocks=blocks, validation_blocks=None if validation is None
                       else self.partition(validation))
 
-    def test_set(self, parts: list[dict], whole: bool) -> TestSet:
+    def test_set(self, parts: list[dict], whole: bool) -> ScoredRows:
         """The loaded test ``parts`` as the scoring steps take them: over row blocks, the
         parts of a folder or else ``row_blocks`` blocks of the one file; on the whole data,
         or when a step here needs them (``whole``: the baselines), the rows stacked."""
@@ -233,7 +233,7 @@ class LemlPlan:
                       else self.partition(xy(parts[0])))
         if not self.blocked or whole:
             stacked = self.stacked(parts)
-        return TestSet(here=None if blocks else stacked, blocks=blocks, whole=stacked)
+        return ScoredRows(here=None if blocks else stacked, blocks=blocks, whole=stacked)
 
     def propensity(self, placed: Placed, a: float, b: float) -> str:
         """The labels' inverse propensities (``leml-propensity``) from the training labels
@@ -269,7 +269,7 @@ class LemlPlan:
             self.ctx.record.note("w_step", {"scheduler": where["scheduler"],
                                             "workers": int(where["workers"])})
 
-    def evaluate(self, model: LEML, test: TestSet, factors: dict, **scored) -> dict:
+    def evaluate(self, model: LEML, test: ScoredRows, factors: dict, **scored) -> dict:
         """The test metrics and the convergence table (``leml-evaluate``), of the test rows
         here or of their blocks on the workers; ``scored``: the traces, timings, propensities,
         dataset, method and batch size."""
@@ -277,7 +277,7 @@ class LemlPlan:
                             params=task_params(model, evaluate), partition=test.blocks,
                             cluster=self.cluster)
 
-    def predict(self, model: LEML, test: TestSet, factors: dict, **scored) -> str:
+    def predict(self, model: LEML, test: ScoredRows, factors: dict, **scored) -> str:
         """The test rows' top labels (``leml-predict``), here or on the workers; ``scored``:
         the label map, ``top_k`` and the batch size."""
         return self.ctx.run(predict, test=test.here, **factors, **scored,
