@@ -1,6 +1,8 @@
 """The LEML flow: load -> (alternate-W -> alternate-H) x T -> evaluate -> predict.
 
-Kept as one module: the flow's config schema and the flow that reads it change together.
+The config schema and the flow are here; the flow's stages are in :mod:`flows.leml_training`,
+its report in :mod:`flows.leml_report`, and where the data lives in the run's plan
+(:class:`tasks.leml_plan.LemlPlan`), through which every step runs.
 
 Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
 Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
