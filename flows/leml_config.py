@@ -40,7 +40,7 @@ from scarce.flows.config import (
     input_path,
     resolve_path,
 )
-from scarce.tasks.leml_checks import check_inputs, input_parts
+from scarce.tasks.leml_inputs import check_inputs, input_parts
 from scarce.tasks.leml_table import check_table_columns, check_table_labels, read_label_list
 
 if TYPE_CHECKING:
@@ -444,7 +444,7 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
     """What the input files tell before any is read in full, checked before the flow's first
     step and before a command starts its server (:meth:`LemlConfig.check_before_run`): the
     parts of a folder; the heads' numbers of features and labels agree, the training rows
-    are enough and the factors fit (:func:`tasks.leml_checks.check_inputs`); of a table, its columns
+    are enough and the factors fit (:func:`tasks.leml_inputs.check_inputs`); of a table, its columns
     and the label cells of the training table's head (its space is learned from the
     training table: :func:`tasks.leml_table.check_table_labels`).  Returns the files of
     ``train`` and ``test`` (a file, or the parts of a folder)."""
@@ -468,6 +468,6 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
 
 def _input_files(d: DatasetConfig, which: str) -> list:
     """The files of ``dataset.train`` or ``dataset.test`` (``which``): the file, or the parts
-    of a folder of parts (:func:`tasks.leml_checks.input_parts`)."""
+    of a folder of parts (:func:`tasks.leml_inputs.input_parts`)."""
     path = resolve_path(getattr(d, which))
     return input_parts(path, d.format, key=f"dataset.{which}") or [path]

@@ -1,8 +1,10 @@
-"""LEML's Prefect steps: load, split, mask, partition (row blocks for Dask), initial factors,
-alternate-W, alternate-H, evaluate, predict, baselines; and score, the step of ``apply-leml``.
+"""LEML's Prefect steps that learn and score: initial factors, alternate-W, alternate-H,
+evaluate, predict, tuning, baselines; and score, the step of ``apply-leml``.
 
-Kept as one module: LEML's steps and the helpers that say where each runs and which row
-blocks it reads change together.
+The steps over the rows (load, split, mask, partition, propensities) are in
+:mod:`tasks.leml_data`, the checks of the input files before any step in
+:mod:`tasks.leml_inputs`; both are re-exported here.  Where a run's data lives, and so which
+arguments each step is given, is :mod:`tasks.leml_plan`'s alone.
 
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
@@ -32,57 +34,58 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank, row_block_bounds
+from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank
 from scarce.algorithms.leml.data import validation_rows
-from scarce.algorithms.leml.params import TOP_K as TOP_K  # (re-exported)
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
-from scarce.algorithms.memory import check_allocation
 from scarce.algorithms.metrics.multilabel import (
-    inverse_propensity_from_counts,
     multilabel_scores,
     ndcg_at_k,
     precision_at_k,
     psprecision_at_k,
 )
-from scarce.tasks.errors import InputError
-from scarce.tasks.leml_checks import PART_PATTERNS as PART_PATTERNS  # (re-exported: tests and
-from scarce.tasks.leml_checks import check_inputs as check_inputs  # benchmarks read these here)
-from scarce.tasks.leml_checks import declared_shape as declared_shape
-from scarce.tasks.leml_checks import input_parts as input_parts
-from scarce.tasks.leml_dask.clients import CLIENTS, in_dask_worker
+from scarce.tasks.leml_dask.clients import CLIENTS
+from scarce.tasks.leml_data import (
+    data_client,
+    early_split,
+    early_split_mask,
+    load,
+    observe,
+    partition,
+    partition_files,
+    partition_masked,
+    propensity,
+    split,
+    stack,
+)
 from scarce.tasks.leml_files import (
     check_training_rows,
     in_feature_space,
     named_predictions,
-    parquet_pair,
-    read_dataset,
     read_factor,
     read_label_map,
 )
-from scarce.tasks.readers import names as name_rules
-from scarce.tasks.steps import cached_file_sha256, content_only, log_both, step
-from scarce.tasks.store.encoding import entry_shape, read_parquet_entry, read_rows
+from scarce.tasks.leml_inputs import (
+    PART_PATTERNS,
+    check_inputs,
+    check_parts,
+    declared_shape,
+    input_parts,
+    stored_nonzeros,
+)
+from scarce.tasks.steps import content_only, log_both, step
+from scarce.tasks.store.encoding import read_parquet_entry
 
+# The steps and checks of the modules beside this one, imported from here by callers
+__all__ = ["BASELINES", "PART_PATTERNS", "TOP_K", "alternate_H", "alternate_W", "baseline",
+           "baseline_params", "check_inputs", "check_parts", "check_training_rows",
+           "collect", "declared_shape", "early_split", "early_split_mask", "evaluate",
+           "initialise", "input_parts", "load", "observe", "partition", "partition_files",
+           "partition_masked", "predict", "predictions_table", "propensity",
+           "release_training_data", "score", "split", "stack", "stored_nonzeros",
+           "task_params", "tune", "validation_rows"]
 
-@contextmanager
-def _data_client(cluster: dict | None):
-    """Where a step over the training or test data runs (``where`` of :func:`load`,
-    :func:`observe` and the partition steps): on the W-step's Dask cluster when the flow
-    names one (``compute.backend: dask``), so that the flow's process never holds the data,
-    once a worker there can start it (:func:`tasks.leml_dask.check_workers_can_run`); here
-    (a client of None) for the other runners, and inside a Dask worker (where a
-    ``--runner dask`` task already runs)."""
-    if not cluster or cluster.get("in_process") or in_dask_worker():
-        yield None
-        return
-    from scarce.tasks.leml_dask import check_workers_can_run
-
-    with CLIENTS.client(cluster) as client:
-        check_workers_can_run(client)
-        yield client
 
 
 @contextmanager
@@ -97,112 +100,8 @@ def _driver_client(cluster: dict | None):
     if not cluster or cluster.get("solvers") != "worker":
         yield None
         return
-    with _data_client(cluster) as client:
+    with data_client(cluster) as client:
         yield client
-
-
-def _name_read(path: Path, call: dict):
-    """What :func:`load` takes from the name of ``path`` (its key's :data:`tasks.steps.NameRule`):
-    gzip for the text formats; for a Parquet pair, the files the name sends it to (X, and Y
-    unless ``with_labels`` is off: ``<name>.X.parquet`` and ``<name>.Y.parquet`` whichever
-    of the two ``path`` names), each by its bytes when it is not ``path`` itself.  The whole
-    name for any other format."""
-    fmt = call.get("format")
-    if fmt in ("xmc", "arff"):
-        return {"gzip": name_rules.gzip_by_name(path)}
-    if fmt != "parquet":
-        return Path(path).name
-
-    def read(sibling: Path) -> str | None:  # path itself is keyed by its bytes already
-        if sibling == Path(path):
-            return None
-        return cached_file_sha256(sibling) if sibling.is_file() else "missing"
-
-    x_path, y_path = parquet_pair(path)
-    return {"X": read(x_path), "Y": read(y_path) if call.get("with_labels", True) else None}
-
-
-@step("leml-load", files={"path": _name_read, "labels_file": content_only},
-      outputs=("X", "Y", "features", "labels"),
-      run_name="load {path.name}", runtime=("labelled",),
-      where=("cluster", _data_client))
-def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
-         labels_file: Path | None = None, cluster: dict | None = None,
-         labelled: bool = False, with_labels: bool = True) -> dict:
-    """Read a multi-label dataset: Extreme Classification text, Mulan ARFF or Parquet.
-
-    ``cluster``: where the step runs (:func:`_data_client`), not what it computes.
-    ``labelled``: the file is the whole training or test set, refused (before anything is
-    stored) when none of its points has a label or none a feature
-    (:func:`~tasks.leml_files.check_rows`).  A check, not part of what the step computes: left
-    out of its key.
-
-    ``labels_file`` is :func:`~tasks.leml_files.label_file` of ``path`` (the Y of a Parquet
-    pair): a declared input file, so a changed Y recomputes the step even when X is unchanged.
-    Without ``with_labels`` a Parquet X is read alone (new rows to label: Y has no column).
-
-    ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
-    operation, so train and test are treated alike without shared statistics).
-    ``features`` and ``labels`` are the index maps of X's and Y's columns
-    (:func:`~tasks.leml_files.index_map`; names from an ARFF header, none for the other
-    formats).  The reading is :func:`~tasks.leml_files.read_dataset`'s.
-    """
-    return read_dataset(path, format, dtype, n_labels, normalize, labelled=labelled,
-                        with_labels=with_labels)
-
-
-def stored_nonzeros(path: Path) -> int:
-    """The entries a sparse store entry holds, from its footer (one Parquet row each)."""
-    return int(pq.ParquetFile(path).metadata.num_rows)
-
-
-def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str) -> None:
-    """The parts of a folder (their store entries ``x_files`` and ``y_files``: the X and Y of
-    each part, as loaded), checked as :func:`~tasks.leml_files.check_rows` checks one file: at
-    least one label and one feature among them all (a part alone may have none), from the
-    footers only."""
-    for files, what in ((y_files, "label"), (x_files, "feature")):
-        if not sum(stored_nonzeros(f) for f in files):
-            raise InputError(f"none of the {len(files)} parts has a {what}: a training or "
-                             f"test set needs {what}s", path=folder, key=key)
-
-
-@step("leml-split", inputs=("train",), outputs=("X_fit", "Y_fit", "X_val", "Y_val"),
-      run_name="split validation={validation_fraction}",
-      where=("cluster", _data_client))
-def split(train: dict, validation_fraction: float, seed: int,
-          cluster: dict | None = None) -> dict:
-    """Hold out a seeded random part of the training set for validation.  ``cluster``:
-    where the step runs (:func:`_data_client`)."""
-    X, Y = train["X"], train["Y"]
-    check_training_rows(X.shape[0], validation_fraction, None)
-    fit_rows, val_rows = validation_rows(X.shape[0], validation_fraction, seed)
-    return {"X_fit": X[fit_rows], "Y_fit": Y[fit_rows], "X_val": X[val_rows], "Y_val": Y[val_rows]}
-
-
-@step("leml-early-split", inputs=("train", "mask"),
-      outputs=("X_fit", "Y_fit", "X_val", "Y_val"), run_name="hold out for early stopping",
-      where=("cluster", _data_client))
-def early_split(train: dict, mask, params: dict, cluster: dict | None = None) -> dict:
-    """The rows :class:`~algorithms.leml.LEML`'s ``early_stopping`` fits on and those it holds
-    out, as its own :meth:`~algorithms.leml.LEML.early_stopping_split` draws them (``Y_val``:
-    the held-out rows' observed labels).  ``cluster``: where the step runs."""
-    try:
-        X_fit, Y_fit, _, X_val, Y_val = LEML(**params).early_stopping_split(
-            train["X"], train["Y"], mask)
-    except ValueError as exc:
-        raise InputError(str(exc), key="model.validation_fraction") from None
-    return {"X_fit": X_fit, "Y_fit": Y_fit, "X_val": X_val,
-            "Y_val": sp.csr_matrix(Y_val, dtype=np.float32)}
-
-
-@step("leml-early-split-mask", inputs=("mask",), run_name="hold out the mask's rows",
-      where=("cluster", _data_client))
-def early_split_mask(mask: sp.csr_matrix, params: dict,
-                     cluster: dict | None = None) -> sp.csr_matrix:
-    """The mask's rows that :func:`early_split` keeps for fitting."""
-    fit_rows, _ = LEML(**params).early_stopping_rows(mask.shape[0])
-    return sp.csr_matrix(mask)[fit_rows]
 
 
 @step("leml-tune", inputs=("train", "mask", "validation"), outputs=("table",),
@@ -230,127 +129,6 @@ def tune(train: dict, mask, validation: dict, params: dict, grid: list[dict],
     table["chosen"] = table.index == int(np.argmax(table["score"].to_numpy()))
     return {"table": table, "timings": pd.DataFrame({**{c: table[c] for c in grid[0]},
                                                      "seconds": seconds})}
-
-
-@step("leml-mask", inputs=("Y",), run_name="mask observed={observed_fraction}",
-      where=("cluster", _data_client))
-def observe(Y: sp.csr_matrix, observed_fraction: float, seed: int,
-            part: int | None = None, cluster: dict | None = None) -> sp.csr_matrix:
-    """The observed set Omega: each entry of the n x L label matrix kept with the given
-    probability, uniformly at random (the paper's missing-label experiment).  ``part``: the
-    index of ``Y``'s part in a folder of parts, drawn from its own stream (``seed``,
-    ``part``), so each part's mask is made without the others.  ``cluster``: where the step
-    runs (:func:`_data_client`).
-
-    For a whole training set (``part`` None), a mask that observes no entry, or none of the
-    labels ``Y`` holds, is an :class:`InputError` naming ``observed_fraction``: the model
-    would learn from nothing (a part of a folder may observe none of its own labels)."""
-    n, n_labels = Y.shape
-    rng = np.random.default_rng(np.random.SeedSequence(
-        [seed, 202] if part is None else [seed, 202, part]))
-    rows, cols = [], []
-    block = max(1, (1 << 22) // max(n_labels, 1))
-    check_allocation((min(block, n), n_labels), np.float64, copies=2,
-                     what="the uniform draws of a row block of the mask",
-                     advice="check the number of labels the training file declares")
-    for start in range(0, n, block):
-        stop = min(start + block, n)
-        keep = rng.random((stop - start, n_labels)) < observed_fraction
-        r, c = np.nonzero(keep)
-        rows.append(r + start)
-        cols.append(c)
-    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-    mask = sp.csr_matrix((np.ones(r.size, dtype=bool), (r, c)), shape=(n, n_labels))
-    mask.sort_indices()
-    if part is None:
-        _check_observed(mask, Y, observed_fraction)
-    return mask
-
-
-def _check_observed(mask: sp.csr_matrix, Y: sp.csr_matrix, observed_fraction: float) -> None:
-    """An :class:`InputError` naming ``observed_fraction`` when ``mask`` observes no entry of
-    the training labels ``Y``, or none of its positive labels, with the fraction at which
-    one label would be observed on average."""
-    n, n_labels = Y.shape
-    positives = int(sp.csr_matrix(Y).count_nonzero())
-    if mask.nnz == 0:
-        raise InputError(f"{observed_fraction:g} observes none of the {n:,} x {n_labels:,} "
-                         "entries of the training labels, so there is nothing to learn from "
-                         f"(at 1/{n * n_labels:,} one entry is observed on average)",
-                         key="observed_fraction")
-    if positives and not mask.multiply(sp.csr_matrix(Y)).count_nonzero():
-        raise InputError(f"{observed_fraction:g} observes {mask.nnz:,} of the {n:,} x "
-                         f"{n_labels:,} entries of the training labels but none of its "
-                         f"{positives:,} positive labels, so there is nothing to learn from "
-                         f"(at 1/{positives:,} one positive label is observed on average)",
-                         key="observed_fraction")
-
-
-@step("leml-stack", inputs=("parts",), run_name="stack {what} of the parts")
-def stack(parts: list, what: str):
-    """The rows of the ``parts`` (sparse matrices of one width: the X, Y or masks of the
-    parts of a folder) stacked in part order, for the steps that need the whole."""
-    return sp.vstack(parts, format="csr")
-
-
-def partition_files(train: dict, block: int, blocks: int, mask=None,
-                    cluster: dict | None = None) -> dict:
-    """Row block ``block`` of ``blocks`` of the training data: its rows of ``X`` and ``Y``
-    (and of the observed-entries ``mask``), the rows
-    :func:`~algorithms.leml.data.row_block_bounds` gives it, read from the store files
-    (``train``: ``{"X", "Y"}`` paths; ``mask``: a path or None) by
-    :func:`tasks.store.encoding.read_rows`, which reads only the row groups that hold the block: no
-    partition task holds the whole training set.
-
-    Each block is its own store entries, read by the worker that builds that block of the
-    distributed W-step (:class:`tasks.leml_dask.PartitionedData`).  The number of blocks is
-    fixed by the config, not by the number of workers, so sums in block order are the same
-    bits for any number of workers.  ``cluster``: where the step runs (:func:`_data_client`).
-    """
-    n_rows = entry_shape(train["X"])[0]
-    bounds = row_block_bounds(n_rows, blocks)
-    if not 0 <= block < len(bounds):
-        raise ValueError(f"block {block} of {blocks}: {n_rows} rows make {len(bounds)} blocks")
-    start, stop = bounds[block]
-    out = {"X": read_rows(train["X"], start, stop), "Y": read_rows(train["Y"], start, stop)}
-    if mask is not None:
-        out["mask"] = read_rows(mask, start, stop)
-    return out
-
-
-#: :func:`partition_files` of fully observed training data, and with a mask.
-partition = step("leml-partition", paths=("train",), outputs=("X", "Y"),
-                 run_name="partition block {block} of {blocks}",
-                 where=("cluster", _data_client))(partition_files)
-partition_masked = step("leml-partition-masked", paths=("train", "mask"),
-                        outputs=("X", "Y", "mask"),
-                        run_name="partition block {block} of {blocks}",
-                        where=("cluster", _data_client))(partition_files)
-
-
-@step("leml-propensity", paths=("train", "mask", "partition"),
-      where=("cluster", _data_client), run_name="label propensities A={a} B={b}")
-def propensity(a: float, b: float, train: dict | None = None, mask=None,
-               partition: list | None = None, cluster: dict | None = None) -> np.ndarray:
-    """The labels' inverse propensities for PSP@k
-    (:func:`~algorithms.metrics.multilabel.inverse_propensity_from_counts`, ``A = a``,
-    ``B = b``) from the training labels the model sees: the entries of ``Y`` that ``mask``
-    observes (all of ``Y`` without one).  Read from the store files of ``train`` (``{"X",
-    "Y"}``) and ``mask``, or of the row blocks ``partition`` (their counts added), only their
-    label matrices; on the data's cluster when ``cluster`` names one (:func:`_data_client`).
-    """
-    blocks = partition if partition is not None else [{"Y": train["Y"], "mask": mask}]
-    counts, rows = None, 0
-    for files in blocks:
-        Y = sp.csr_matrix(read_parquet_entry(files["Y"]))
-        if files.get("mask") is not None:
-            Y = Y.multiply(sp.csr_matrix(read_parquet_entry(files["mask"]))).tocsr()
-        Y.eliminate_zeros()
-        here = np.bincount(Y.indices, minlength=Y.shape[1])
-        counts = here if counts is None else counts + here
-        rows += Y.shape[0]
-    return inverse_propensity_from_counts(counts, rows, a, b)
 
 
 # The training data as the last step prepared it, kept for the next: every W- and H-step of a

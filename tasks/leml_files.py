@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.data import held_out_rows
+from scarce.algorithms.leml.normalize import normalize_rows, unit_rows  # noqa: F401 (re-exported)
 from scarce.algorithms.memory import check_allocation
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.arff import read_arff
@@ -199,38 +200,6 @@ def _row_place(path: Path, format: str, row: int) -> str:
     ARFF), else its row (1-based)."""
     line = data_line(path, format, row)
     return f"line {line}" if line is not None else f"row {row + 1}"
-
-
-def normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
-    """Every row of ``X`` scaled to unit L2 norm, in ``X``'s dtype.  Rows whose sum of
-    squares would overflow that dtype (float32 values above about 1e19) are scaled in
-    float64, where it cannot: in float32 their norm would be infinite and the row zero."""
-    dt = X.dtype
-    large = float(np.sqrt(np.finfo(dt).max / max(1, int(np.diff(X.indptr).max(initial=0)))))
-    if X.nnz and float(np.abs(X.data).max()) >= large:
-        return unit_rows(X.astype(np.float64)).astype(dt)
-    return unit_rows(X).astype(dt)
-
-
-def unit_rows(X: sp.csr_matrix) -> sp.csr_matrix:
-    """scikit-learn's ``normalize(X, norm="l2")`` of a float CSR matrix, to the last bit.
-
-    Its arithmetic step for step (``inplace_csr_row_normalize_l2``): each stored value squared
-    in ``X``'s dtype, a row's squares summed in float64 in storage order, each value divided by
-    the root of the sum in float64 and rounded back to ``X``'s dtype, a row whose sum is zero
-    left as it is.  Not scikit-learn's own because importing it takes longer than a model
-    loaded into Python takes to read a file and score it; a test checks the bits against it.
-    """
-    X = sp.csr_matrix(X)
-    counts = np.diff(X.indptr)
-    squares = X.data * X.data
-    # bincount adds its weights one by one in float64, in the order given
-    sums = np.bincount(np.repeat(np.arange(X.shape[0]), counts), weights=squares,
-                       minlength=X.shape[0]).astype(np.float64)  # (int64 when X has none)
-    roots = np.sqrt(sums, out=np.ones_like(sums), where=sums != 0)
-    out = X.copy()
-    out.data = (X.data / np.repeat(roots, counts)).astype(X.dtype)
-    return out
 
 
 #: The fewest rows a model is fitted on: the labels' propensities (PSP@k) take the log of

@@ -858,6 +858,7 @@ def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeyp
     import logging
 
     import scarce.tasks.leml as tl
+    import scarce.tasks.leml_data as td  # where the partition steps read their rows
 
     said: list[tuple[int, str]] = []  # the steps' messages (a log handler may hold another
     real_log = tl.log_both             # stderr)
@@ -868,14 +869,14 @@ def test_newton_h_steps_and_the_squared_start_run_on_the_blocks(project, monkeyp
 
     monkeypatch.setattr(tl, "log_both", saying)
     rows_read: list[tuple[str, int, int]] = []
-    real_rows = tl.read_rows
+    real_rows = td.read_rows
 
     def reading_rows(path, start, stop):
         rows_read.append((Path(path).name, start, stop))
         return real_rows(path, start, stop)
 
     with _store_reads(monkeypatch) as reads, monkeypatch.context() as patch:
-        patch.setattr(tl, "read_rows", reading_rows)
+        patch.setattr(td, "read_rows", reading_rows)
         assert main(["run", "leml", *over, "--refresh"]) == 0
     assert all(level < logging.WARNING for level, _ in said)
     said.clear()

@@ -1,4 +1,6 @@
-"""What LEML's input files tell from their heads, checked before any is read in full.
+"""What LEML's input files tell before they are read in full: their declared shapes, the parts
+of a folder of parts, and the checks made on them before any step runs (or, for the parts'
+store entries, from their footers only).
 
 Apart from the steps (:mod:`tasks.leml`), which import the estimator, scikit-learn and the Dask
 backends: a command checks a config's files with these before it starts anything
@@ -10,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml_files import _parquet_shapes, check_training_rows
 from scarce.tasks.readers.arff import read_arff_header
 from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.readers.xmc import read_xmc_header
-
-__all__ = ["PART_PATTERNS", "check_inputs", "declared_shape", "input_parts"]
 
 
 def declared_shape(path: str | Path, format: str,
@@ -102,3 +104,19 @@ def input_parts(path: Path, format: str, key: str | None = None) -> list[Path] |
         raise InputError(f"a folder without parts: no {' or '.join(PART_PATTERNS[format])} "
                          "files in it", path=path, key=key)
     return parts
+
+
+def stored_nonzeros(path: Path) -> int:
+    """The entries a sparse store entry holds, from its footer (one Parquet row each)."""
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str) -> None:
+    """The parts of a folder (their store entries ``x_files`` and ``y_files``: the X and Y of
+    each part, as loaded), checked as :func:`~tasks.leml_files.check_rows` checks one file: at
+    least one label and one feature among them all (a part alone may have none), from the
+    footers only."""
+    for files, what in ((y_files, "label"), (x_files, "feature")):
+        if not sum(stored_nonzeros(f) for f in files):
+            raise InputError(f"none of the {len(files)} parts has a {what}: a training or "
+                             f"test set needs {what}s", path=folder, key=key)
