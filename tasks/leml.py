@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank
 from scarce.algorithms.leml.data import validation_rows
+from scarce.algorithms.leml.params import TOP_K
 from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
 from scarce.algorithms.metrics.multilabel import (
     multilabel_scores,
