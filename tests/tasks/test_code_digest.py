@@ -79,8 +79,9 @@ def _edit_a_function(path: Path) -> None:
 
 
 def test_the_step_modules_are_found():
-    assert {"scarce.tasks.leml", "scarce.tasks.relations", "scarce.tasks.strip",
+    assert {"scarce.tasks.leml", "scarce.tasks.leml_data", "scarce.tasks.relations",
             "scarce.tasks.experiment"} <= set(STEP_MODULES)
+    assert {"scarce.tasks.strip.training", "scarce.tasks.strip.evaluation"} <= set(STEP_MODULES)
 
 
 def test_the_union_find_kernel_is_in_the_key_of_every_strip_step(tree):
