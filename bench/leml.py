@@ -48,7 +48,7 @@ Sections (``--sections``, comma-separated):
   workers: wall and iteration seconds, the peak RSS of the flow's process and of each
   worker, P@k, and the factors against the one-process run (:mod:`bench.leml_cluster`).
 * ``partition``: one row block of a stored CSR matrix read as a partition task reads it
-  (``tasks.store.read_rows``) against the whole entry read and sliced, each in a fresh
+  (``tasks.store.encoding.read_rows``) against the whole entry read and sliced, each in a fresh
   process: seconds and peak RSS (:mod:`bench.leml_partition`).
 
 LEML's parameters are given by ``--set KEY=VALUE`` (repeatable; the keys of the config's
