@@ -37,7 +37,7 @@ SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz")
 
 class ApplyRelationsConfig(ApplyConfig):
     """Options of ``apply-relations`` (``configs/apply-relations.yaml``): the model run, the
-    input and output of :class:`~flows.apply.ApplyConfig`, and the input format."""
+    input and output of :class:`~scarce.flows.apply.ApplyConfig`, and the input format."""
 
     format: Literal[("auto", *rel.READERS)] = Field(
         "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json).")

@@ -208,7 +208,7 @@ class ExperimentConfig(FlowConfig):
 
     def check_before_run(self, runs: Path, store: Path) -> None:
         """The grid points as their flow checks them before it starts
-        (:meth:`flows.config.FlowConfig.check_before_run`): refused when no point could run,
+        (:meth:`scarce.flows.config.FlowConfig.check_before_run`): refused when no point could run,
         naming the first point's error.  A point that cannot run while others can is a row
         of the table with its error, as when its run fails; so the points are checked only
         until one passes.  (The base file is not looked for: its content was read with the
@@ -321,7 +321,7 @@ def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
 
 def shown_point(values: dict[str, Any]) -> str:
     """Settings as the logs and tables show them: ``key=value, ...`` (values by
-    :func:`tasks.experiment.cell`)."""
+    :func:`scarce.tasks.experiment.cell`)."""
     return ", ".join(f"{k}={exp.cell(v)}" for k, v in values.items())
 
 
@@ -341,7 +341,7 @@ def point_config(config: ExperimentConfig, point: dict[str, Any], spec: Any = No
 
 def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], options: dict,
               refit: bool = False) -> dict:
-    """Run the child flow (``spec``, a :class:`~flows.registry.FlowSpec`, which travels to a
+    """Run the child flow (``spec``, a :class:`~scarce.flows.registry.FlowSpec`, which travels to a
     Dask worker by its import paths) of one grid point (with ``refit``, the selection's final
     run); its run id, metrics ref and outputs, or the error that stopped it (the other points
     go on)."""
@@ -460,8 +460,8 @@ def _select_and_refit(ctx: RunContext, config: ExperimentConfig, spec: Any, tabl
 
 
 def _axis_value(config: ExperimentConfig, axis: str, shown: str) -> Any:
-    """The value of ``axis`` that the tables show as ``shown`` (:func:`tasks.experiment.cell`;
-    a named axis by its name)."""
+    """The value of ``axis`` that the tables show as ``shown``
+    (:func:`scarce.tasks.experiment.cell`; a named axis by its name)."""
     values = config.axes[axis]
     return next(v for v in values if exp.cell(v) == shown)
 
