@@ -143,7 +143,7 @@ def open_model(run_dir: Path, flow: str, version: int, required: tuple[str, ...]
 def input_files(path: Path, suffixes: tuple[str, ...], allow_empty: bool = False) -> list[Path]:
     """The input file, or every file of a folder whose name ends in one of ``suffixes`` (none
     is an error unless ``allow_empty``; a file there both plain and gzipped, ``x`` and
-    ``x.gz``, is an error naming both: :func:`tasks.readers.text.check_no_gzip_twin`)."""
+    ``x.gz``, is an error naming both: :func:`scarce.tasks.readers.text.check_no_gzip_twin`)."""
     if path.is_file():
         return [path]
     if path.is_dir():
@@ -183,7 +183,7 @@ def output_target(target: Path, names: list[str], *, inputs: list[Path], source:
     """``output``, checked before anything runs: a ``.parquet`` or ``.csv`` file for one input
     file, a folder for a folder of inputs (either created with its parent folders when
     absent); every file it would write passes the output guard
-    (:func:`flows.outputs.check_targets`)."""
+    (:func:`scarce.flows.outputs.check_targets`)."""
     protected = Protected.of(store_root, runs_root)
     if len(names) == 1 and "/" not in names[0]:
         if target.is_dir():

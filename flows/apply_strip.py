@@ -8,12 +8,13 @@
 sentence limit, sources), so the pairs and features of a new document are built exactly as in
 training (a document the training run read is a cache hit); ``apply rules`` fires the chosen
 variant's rules on the pairs and clusters the positive ones by single link
-(:func:`tasks.strip.chains`, the function the training run's ``evaluate`` scores); ``write chains``
-writes the file's CoNLL-U with the chains as CorefUD ``Entity=`` annotations.  Nothing is learned.
-``count chains`` records the counts of chains and, for the files whose mentions carry gold chains
-(some entity id with two mentions or more, :func:`tasks.strip.has_gold_chains`), the scores the
-training run's ``evaluate`` records (:func:`tasks.strip.chain_scores`); a file whose mentions are
-all singletons has no gold and is counted only.
+(:func:`scarce.tasks.strip.chains`, the function the training run's ``evaluate`` scores);
+``write chains`` writes the file's CoNLL-U with the chains as CorefUD ``Entity=``
+annotations.  Nothing is learned. ``count chains`` records the counts of chains and, for the
+files whose mentions carry gold chains (some entity id with two mentions or more,
+:func:`scarce.tasks.strip.has_gold_chains`), the scores the training run's ``evaluate``
+records (:func:`scarce.tasks.strip.chain_scores`); a file whose mentions are all singletons
+has no gold and is counted only.
 
 The mentions are those the input marks (its ``Entity=`` spans: gold mentions, or the mentions of
 another system written in the same format); the input's entity ids are used only to score the

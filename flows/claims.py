@@ -1,5 +1,5 @@
 """Chen et al.'s claims checked on a relation-discovery experiment: ``scarce claims RUN_ID``
-(LEML's and StRip's: :mod:`flows.paper_claims`).
+(LEML's and StRip's: :mod:`scarce.flows.paper_claims`).
 
 Chen, Ji, Tan and Niu (2005) make four claims a reader can check on any labelled corpus
 without giving the method the answer:

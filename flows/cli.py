@@ -1,11 +1,11 @@
 """The ``scarce`` command line: its parser, and the entry point that runs a command's handler
-(:mod:`flows.commands`) and turns its outcome into an exit code.
+(:mod:`scarce.flows.commands`) and turns its outcome into an exit code.
 
 ::
 
     scarce run FLOW [NAME] [--config PATH] [--set KEY=VALUE ...] [--runner local|dask]
-                    [--dask-address ADDR] [--refresh] [--dry-run]
-    scarce rerun RUN_ID [--use-cache] [--verbose]
+                    [--dask-address ADDR] [--refresh | --no-refresh] [--dry-run]
+    scarce rerun RUN_ID [--refresh | --no-refresh] [--verbose]
     scarce diff RUN_A RUN_B [--verbose]
     scarce apply RUN_ID --input PATH [--output PATH] [--force] [--flow FLOW]
     scarce runs [RUN_ID] [--flow FLOW] [--tag TAG] [--where KEY=VALUE] [--columns C,...]
@@ -14,8 +14,8 @@
     scarce cache ls | scarce cache gc [--dry-run]
     scarce bench NAME [options of the benchmark]
     scarce claims RUN_ID [RUN_ID ...]
-    scarce deploy [--file PATH] [--only NAME ...]
-    scarce serve [--file PATH] [--only NAME ...] [--limit N]
+    scarce deploy [--config PATH] [--only NAME ...]
+    scarce serve [--config PATH] [--only NAME ...] [--limit N]
     scarce ui [--host HOST] [--port PORT]
     scarce server status | scarce server stop [--force]
 
@@ -138,15 +138,14 @@ def _add_run(add: Any) -> None:
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set model.rank=64 (repeatable)")
     _runner_args(r, "local")
-    r.add_argument("--refresh", action="store_true", help="ignore the cache; recompute every step")
+    _refresh_arg(r, default=False)
 
 
 def _add_rerun(add: Any) -> None:
     rr = add("rerun", rerun.rerun, "run again from a run's manifest and compare outputs")
     rr.add_argument("run_id", metavar="RUN_ID",
                     help="the run to repeat (an id `scarce runs` lists)")
-    rr.add_argument("--use-cache", action="store_true",
-                    help="allow cached results (default: every step recomputed)")
+    _refresh_arg(rr, default=True)
     rr.add_argument("--verbose", action="store_true",
                     help="list every store entry that differs (default: their count)")
     _runner_args(rr, "the run's own")
@@ -169,9 +168,9 @@ def _add_apply(add: Any) -> None:
     ap.add_argument("--force", action="store_true",
                     help="replace files that already exist at --output (without it an existing "
                          "file is an error and nothing is written)")
-    ap.add_argument("--flow", choices=trained,
-                    help="the training flow, for 'latest' / 'latest:NAME' (default: the run's "
-                         "own)")
+    ap.add_argument("--flow", choices=trained, metavar="FLOW",
+                    help=f"the training flow, for 'latest' / 'latest:NAME': {', '.join(trained)} "
+                         "(default: the run's own)")
     ap.add_argument("--top-k", type=types.POSITIVE, metavar="K",
                     help="LEML: labels per row (default: 5)")
     ap.add_argument("--keep-column", dest="keep_columns", action="append", default=[],
@@ -193,7 +192,7 @@ def _add_runs(add: Any) -> None:
              "From Python: scarce.runs(...), a DataFrame.")
     ru.add_argument("run_id", nargs="?", metavar="RUN_ID",
                     help="show this run in detail (default: the table of them all)")
-    ru.add_argument("--flow", metavar="FLOW",
+    ru.add_argument("--flow", choices=list(FLOWS), metavar="FLOW",
                     help=f"only the runs of this flow: {', '.join(FLOWS)} (default: every flow)")
     ru.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",
                     help="only the runs with this tag, e.g. dataset:bibtex, experiment:NAME, "
@@ -285,7 +284,9 @@ def _add_deploy(add: Any) -> None:
     dep = add("deploy", deploy.deploy, "register configs/deployments.yaml with the server")
     srv = add("serve", deploy.serve, "register the deployments and run them on schedule")
     for q in (dep, srv):
-        q.add_argument("--file", metavar="PATH",
+        # --config names the file a command reads its settings from, as `scarce run --config`
+        # does; the handler reads it as args.file.
+        q.add_argument("--config", dest="file", metavar="PATH",
                        help="deployments YAML (default: configs/deployments.yaml)")
         q.add_argument("--only", action="append", metavar="NAME",
                        help="only this deployment (repeatable; default: every deployment)")
@@ -315,6 +316,16 @@ def _add_server(add: Any, common: argparse.ArgumentParser) -> None:
     sp.add_argument("--force", action="store_true",
                     help="stop it even while commands use it (they fail)")
     sp.set_defaults(func=server.stop)
+
+
+def _refresh_arg(p: argparse.ArgumentParser, default: bool) -> None:
+    """``--refresh`` / ``--no-refresh``: whether the steps recompute or take the store's
+    cached results (one option for one idea; ``run`` takes the cache by default, ``rerun``
+    recomputes, since its point is to check that the code still gives the recorded bytes)."""
+    p.add_argument("--refresh", action=argparse.BooleanOptionalAction, default=default,
+                   help="ignore the cache and recompute every step; --no-refresh takes the "
+                        "store's cached results (default: "
+                        f"{'recompute' if default else 'cached results'})")
 
 
 def _runner_args(p: argparse.ArgumentParser, default: str) -> None:
@@ -446,7 +457,7 @@ def _exit_without_teardown(code: int) -> None:
     After an interruption (Ctrl-C, SIGTERM) the command has reported, released its leases and
     stopped its server, but the interpreter would still wait for every thread before exiting:
     a step still computing in the flow's thread pool, or an experiment's child flow run, for
-    minutes (:func:`flows.runners.interruptible` leaves them running).
+    minutes (:func:`scarce.flows.runners.interruptible` leaves them running).
 
     After Ctrl-C, `scarce serve` has stopped its runner and paused its schedules within about
     a second, but tearing down the interpreter (a process holding Prefect, numpy, pandas and

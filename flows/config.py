@@ -146,7 +146,7 @@ class FlowConfig(Strict):
         model and output).
 
         Called by the commands before they start a Prefect server or anything else
-        (:func:`flows.commands.running.check_runs`), so that bad input is one line within
+        (:func:`scarce.flows.commands.running.check_runs`), so that bad input is one line within
         the command's start-up, and by the flow itself (a deployment's run, an experiment's
         child).  ``runs`` and ``store`` are the runs folder and the store root the run would
         use.
@@ -265,19 +265,19 @@ def project_root() -> Path:
     Raises
     ------
     InputError
-        When ``SCARCE_ROOT`` is set but names no folder (:func:`flows.environment.root`).
+        When ``SCARCE_ROOT`` is set but names no folder (:func:`scarce.flows.environment.root`).
     """
     return environment.root() or Path.cwd()
 
 
 def default_store_root() -> str | Path:
     """``$SCARCE_STORE`` (a path or a ``file://`` URL, checked by
-    :func:`flows.environment.store`) or the project's ``data/cache``."""
+    :func:`scarce.flows.environment.store`) or the project's ``data/cache``."""
     return environment.store() or project_root() / "data" / "cache"
 
 
 def default_runs_root() -> Path:
-    """``$SCARCE_RUNS`` (checked by :func:`flows.environment.runs`) or the project's
+    """``$SCARCE_RUNS`` (checked by :func:`scarce.flows.environment.runs`) or the project's
     ``data/runs``."""
     return environment.runs() or project_root() / "data" / "runs"
 

@@ -1,6 +1,6 @@
 """Render the config reference (``docs/reference/configs.md``) from the flows' pydantic models.
 
-Every flow of :data:`flows.registry.FLOWS` gets a table of its keys (dotted for nested
+Every flow of :data:`scarce.flows.registry.FLOWS` gets a table of its keys (dotted for nested
 sections), each with its type and constraints, its default and its description, read from the
 model classes themselves, so the page cannot drift from what ``scarce run`` accepts
 (``tests/flows/test_config_reference.py`` compares the page with :func:`render`).  Regenerate

@@ -21,7 +21,7 @@ flow's validated config, with ``enforce_parameter_schema=True`` so that the
 server rejects an invalid value before a run starts; :func:`register` applies
 them to the server in use and :func:`serve` serves them (``prefect.serve``).
 
-Deployments carry the tags of :mod:`flows.tags`.
+Deployments carry the tags of :mod:`scarce.flows.tags`.
 
 A run may change a few values and keep the deployment's others: the UI form or the API may send
 ``{"config": {"model": {"rank": 50}}}``.  Prefect merges a run's parameters with the
@@ -380,7 +380,7 @@ class ServedFlow(Flow):
 
 def _with_partial_schema(deployment: Any) -> Any:
     """``deployment`` sending :func:`partial_schema` of its schema (through the one adapter
-    of Prefect's private API, :mod:`flows.prefect_adapter`)."""
+    of Prefect's private API, :mod:`scarce.flows.prefect_adapter`)."""
     return with_schema(deployment, partial_schema(deployment_schema(deployment)))
 
 

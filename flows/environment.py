@@ -6,9 +6,9 @@
                         ``data/cache`` of the project)
 ``SCARCE_RUNS``         the runs folder (default ``data/runs`` of the project)
 ``SCARCE_MEMORY_LIMIT_GB``  a ceiling for the memory guards, in GiB
-                        (:func:`algorithms.memory.memory_cap`)
+                        (:func:`scarce.algorithms.memory.memory_cap`)
 ``SCARCE_SERVER``       ``shared`` (default) or ``temporary``: the Prefect server of a command
-                        without ``PREFECT_API_URL`` (:mod:`flows.shared_server`)
+                        without ``PREFECT_API_URL`` (:mod:`scarce.flows.shared_server`)
 ``SCARCE_SERVER_IDLE_MINUTES``  minutes without a command after which the shared background
                         server stops (default 30)
 ======================  =================================================================
@@ -155,7 +155,7 @@ def memory_limit() -> None:
 
 def server() -> str:
     """``SCARCE_SERVER``: ``shared`` (the default) or ``temporary``
-    (:mod:`flows.shared_server`).
+    (:mod:`scarce.flows.shared_server`).
 
     Raises
     ------

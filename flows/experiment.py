@@ -81,7 +81,7 @@ __all__ = ["EXPERIMENTS", "ExperimentConfig", "SelectSpec", "TableSpec", "axis_n
 
 def run_point(spec: Any, config: ExperimentConfig, point: dict[str, Any], options: dict,
               refit: bool = False) -> dict:
-    """Run the child flow (``spec``, a :class:`~flows.registry.FlowSpec`, which travels to a
+    """Run the child flow (``spec``, a :class:`~scarce.flows.registry.FlowSpec`, which travels to a
     Dask worker by its import paths) of one grid point (with ``refit``, the selection's final
     run); its run id, metrics ref and outputs, or the error that stopped it (the other points
     go on)."""
@@ -200,8 +200,8 @@ def _select_and_refit(ctx: RunContext, config: ExperimentConfig, spec: Any, tabl
 
 
 def _axis_value(config: ExperimentConfig, axis: str, shown: str) -> Any:
-    """The value of ``axis`` that the tables show as ``shown`` (:func:`tasks.experiment.cell`;
-    a named axis by its name)."""
+    """The value of ``axis`` that the tables show as ``shown``
+    (:func:`scarce.tasks.experiment.cell`; a named axis by its name)."""
     values = config.axes[axis]
     return next(v for v in values if exp.cell(v) == shown)
 

@@ -3,8 +3,8 @@
 The model is read from the run's ``outputs/model/`` (Parquet and ``model.json``, never a
 pickle), with the featurisation the run used, so that a notebook gets the same numbers as
 ``scarce apply`` on the same input.  Reading the model and scoring rows import neither Prefect
-nor scikit-learn (the factors score through :class:`~algorithms.leml.predict.FactorModel`, a
-file is read by :mod:`tasks.leml_files`): the estimator, and a table's vectoriser, are
+nor scikit-learn (the factors score through :class:`~scarce.algorithms.leml.predict.FactorModel`, a
+file is read by :mod:`scarce.tasks.leml_files`): the estimator, and a table's vectoriser, are
 imported when they are used.
 """
 

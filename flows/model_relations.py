@@ -84,7 +84,7 @@ class RelationsModel:
         return len(self.clusters_)
 
     def mentions(self, pairs: Any, format: str = "auto", source: str = "pairs") -> pd.DataFrame:
-        """The mentions table of ``pairs`` (:func:`tasks.relations.parse`'s columns), every
+        """The mentions table of ``pairs`` (:func:`scarce.tasks.relations.parse`'s columns), every
         pair kept, ``gold`` the label as the training run read its labels (directed or not).
 
         ``format`` (``auto``, ``semeval``, ``jsonl``) is for a path; ``source`` names a list
@@ -125,7 +125,7 @@ class RelationsModel:
 
 
 def _records(pairs: Any) -> pd.DataFrame:
-    """The pairs table of a list of dicts (:func:`tasks.readers.jsonl.read_records`); a
+    """The pairs table of a list of dicts (:func:`scarce.tasks.readers.jsonl.read_records`); a
     ``pairs`` that is no list of dicts, or a bad record, is one :class:`InputError` naming
     ``pairs`` and the record (``pairs[2]: ...``)."""
     if isinstance(pairs, Mapping | str | bytes) or not isinstance(pairs, Iterable):

@@ -80,7 +80,7 @@ class ModelVariant:
 
 def open_strip_model(model_run: str, variant: str | None, runs_root: Path,
                      announce: bool = True) -> ModelVariant:
-    """The model of the StRip run ``model_run`` (see :func:`flows.apply.resolve_model_run`),
+    """The model of the StRip run ``model_run`` (see :func:`scarce.flows.apply.resolve_model_run`),
     with the rules of ``variant`` (default: :data:`PAPER_VARIANT` when trained, else the run's
     first variant).
 
@@ -137,7 +137,7 @@ class StripModel:
     -----
     ``documents`` is a CoNLL-U path (``.conllu`` or ``.conllu.gz``, CorefUD ``Entity=`` spans
     marking the mentions), a ``(tokens, mentions)`` pair as
-    :func:`tasks.readers.conllu.read_conllu` returns it, or a list of either.  Each is one
+    :func:`scarce.tasks.readers.conllu.read_conllu` returns it, or a list of either.  Each is one
     file: its mentions are linked as ``scarce apply`` links them (its entity ids are used only
     by :meth:`evaluate`).
     """
@@ -228,7 +228,7 @@ class StripModel:
             ``.conllu``) unless it is an existing folder, else to ``output/<name>`` (the
             input's name without ``.gz``).  Needs paths (the writer copies the input's lines).
             Checked before anything is computed by the output guard of the command line
-            (:mod:`flows.outputs`): never an input, nor inside the store or the runs folder.
+            (:mod:`scarce.flows.outputs`): never an input, nor inside the store or the runs folder.
         force : bool, default False
             Replace files that exist at ``output`` (without it an existing file is an error
             and nothing is written).
@@ -269,7 +269,7 @@ class StripModel:
         """The metrics ``scarce apply`` records on these documents: the counts of chains and,
         for the files whose mentions carry gold chains, MUC, B³, CEAF-e and pairwise P / R / F1
         over the source mentions and over all (``all_*``), as the training run's ``evaluate``
-        (:func:`tasks.strip.count_chains`).  Columns ``dataset, method, metric, value``."""
+        (:func:`scarce.tasks.strip.count_chains`).  Columns ``dataset, method, metric, value``."""
         done = [self._apply(name, path, frames) for name, path, frames in self._files(documents)]
         return strip.count_chains.fn(clusters=[c for _, c in done],
                                      mentions=[m for m, _ in done], dataset="python")

@@ -13,12 +13,12 @@ Stoyanov and Cardie (2006) claim that StRip with partial supervision
   (s) is ahead of RIPPER on B³ F1 and on pairwise F1, judged on an experiment over ``strip``
       (``strip-loss-ratio.yaml``): ``strip-partial`` against ``ripper``.
 
-The verdict rule is that of Chen et al.'s claims (:func:`flows.claims.verdict`): a comparison
+The verdict rule is that of Chen et al.'s claims (:func:`scarce.flows.claims.verdict`): a comparison
 *holds* when the mean over the seeds is ahead by more than the seed-to-seed spread (the larger
 of the two standard deviations; a published figure has no spread of its own, so the seeds'
 alone), *fails* when it is behind by more, and is *level* otherwise.  The repetitions are the
 seeds: every other axis of the experiment makes a group of its own.  Fewer than two seeds have
-no spread to be beyond, and the verdict is *one run* (:data:`flows.claims.ONE_RUN`), never
+no spread to be beyond, and the verdict is *one run* (:data:`scarce.flows.claims.ONE_RUN`), never
 *holds*.
 
 A verdict whose settings were chosen on the corpus it is judged on says so
@@ -103,7 +103,7 @@ def tuning(flow: str, configs: Path | None = None) -> tuple[dict[str, Any], set[
     """What the flow's tuning experiment (:data:`TUNED_BY`) chose: the bundled value of each
     setting it chooses (dotted key: the value in the package's config) and the data sets it
     chose them on.  Both are read from the files shipped with the package (``configs``, by
-    default :func:`flows.config.packaged_configs`), never from a project's own copies, which
+    default :func:`scarce.flows.config.packaged_configs`), never from a project's own copies, which
     hold the user's values.  ``({}, set())`` for a flow without one."""
     from scarce.flows.config import apply_values, load_config, packaged_configs, read_yaml
     from scarce.flows.experiment_config import ExperimentConfig, grid, settings
@@ -289,7 +289,7 @@ def splits_claims(run_dir: Path) -> pd.DataFrame:
 def published_claims(run_dir: Path) -> pd.DataFrame:
     """Claim (p) on one LEML run of Bibtex or Delicious: each P@k of the run's LEML method
     beside the published figure (in %).  One run has no seed spread: the verdict is
-    :data:`flows.claims.ONE_RUN`, and the figure names the experiment that judges it."""
+    :data:`scarce.flows.claims.ONE_RUN`, and the figure names the experiment that judges it."""
     path = run_dir / "manifest.json"
     config = _manifest(run_dir).get("config") or {}
     dataset = _comparable(config, "this run", path)

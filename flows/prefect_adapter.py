@@ -4,7 +4,7 @@ Prefect's ``RunnerDeployment`` keeps the schema of the flow's parameters, which 
 server and the UI builds its form from, in the private attribute ``_parameter_openapi_schema``
 (set from the flow's signature); Prefect has no public way to send another.  The deployments
 of this project send a schema whose nested sections require nothing
-(:func:`flows.deploy.partial_schema`), so that a run from the UI may give part of a config.
+(:func:`scarce.flows.deploy.partial_schema`), so that a run from the UI may give part of a config.
 Everything else about deployments goes through Prefect's public API.
 ``tests/flows/test_prefect_adapter.py`` fails on the pinned Prefect if the attribute moves or
 stops being what the deployment sends.

@@ -7,8 +7,8 @@ differ (``metrics.parquet``, the named outputs), and a count of the store entrie
 listed one by one only when asked (``--verbose``): a changed input renames every entry
 downstream of it, and those lines would hide the one that says why.
 
-Outputs are compared by what they hold (:func:`flows.manifest.compare_runs`): a Parquet file by
-its table, so that a file whose only change is a store key in its footer (its step's code
+Outputs are compared by what they hold (:func:`scarce.flows.manifest.compare_runs`): a Parquet
+file by its table, so that a file whose only change is a store key in its footer (its step's code
 changed, not its result) is identical, its metadata named apart (``metadata differs: ...``).
 """
 
@@ -104,7 +104,7 @@ def outcome(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Pa
 def compare(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Path,
             verbose: bool = False) -> tuple[list[str], list[str]]:
     """:func:`outcome`, and apart from it what holds the same with other metadata
-    (:func:`flows.manifest.compare_runs`): ``metadata differs: NAME (KEYS)`` per file, the
+    (:func:`scarce.flows.manifest.compare_runs`): ``metadata differs: NAME (KEYS)`` per file, the
     store's entries counted (listed by step and part with ``verbose``)."""
     lines, metadata = mf.compare_runs(old, new, old_dir, new_dir)
     files = [line for line in lines if line.endswith("metrics.parquet")

@@ -147,7 +147,7 @@ class RunRecord:
         """Everything of the run folder, written into ``folder``; returns the manifest.
 
         ``plots`` and ``plot_refs`` are the run's figures and their store memos
-        (:class:`flows.artifacts.Artifacts`); ``run`` the facts of the Prefect run it was
+        (:class:`scarce.flows.artifacts.Artifacts`); ``run`` the facts of the Prefect run it was
         (flow run id, deployment, task runner)."""
         from scarce.flows.artifacts import PLOTS
 

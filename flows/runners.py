@@ -4,8 +4,8 @@ with ``SCARCE_SERVER=temporary`` the command's own).
 
 ``scarce run --runner dask`` runs a flow's tasks on a local ``dask.distributed`` cluster (two
 single-threaded worker processes), ``--dask-address`` on an existing one; deployments take the
-same two settings (:mod:`flows.deploy`).  Nothing here is imported by the flows themselves: the
-runner is chosen by whoever starts a flow.
+same two settings (:mod:`scarce.flows.deploy`).  Nothing here is imported by the flows
+themselves: the runner is chosen by whoever starts a flow.
 
 The Dask runner is :data:`DaskTaskRunner`, prefect-dask's runner that also hands the command's
 Prefect API to the workers it connects to (:data:`PrefectAPIPlugin`): the task runs executed
@@ -33,7 +33,7 @@ from scarce.tasks.errors import InputError
 
 log = logging.getLogger("scarce.run")
 
-#: The signals (SIGINT, SIGTERM) this command has received, as :func:`flows.cli.main` records
+#: The signals (SIGINT, SIGTERM) this command has received, as :func:`scarce.flows.cli.main` records
 #: them: an interruption, whatever exception it surfaced as inside a library.
 SIGNALS: list[int] = []
 
@@ -213,7 +213,7 @@ def prefect_api() -> Iterator[str | None]:
     """The Prefect API of one command, the one place where it is chosen:
 
     * ``PREFECT_API_URL`` when it is set;
-    * else the shared local server of the Prefect home (:mod:`flows.shared_server`): the one
+    * else the shared local server of the Prefect home (:mod:`scarce.flows.shared_server`): the one
       ``scarce ui`` runs, or the one a command started in the background, which outlives the
       command and stops when idle; started here when there is none, and leased while the
       command uses it (an interruption ends the command, not the server);
@@ -333,7 +333,7 @@ def _thread_pool_class() -> type:
         even marked crashed: Ctrl-C held the command for as long as a step or a whole child
         run took.  Here the tasks not started are cancelled and the running ones left to die
         with the process, which reports, stops its server and exits at once
-        (:func:`flows.cli.entrypoint`), leaving the store as a killed run does: every entry
+        (:func:`scarce.flows.cli.entrypoint`), leaving the store as a killed run does: every entry
         either whole or absent.  Recorded by its class name, ``ThreadPoolTaskRunner``, in the
         manifest, as Prefect's.
         """
@@ -575,8 +575,8 @@ def with_runner(flow_fn: Any, runner: str, address: str | None) -> Any:
 
 def check_scheduler(address: str, timeout: float = 10.0) -> None:
     """Reach the Dask scheduler at ``address`` once, before any work: an address with nothing
-    listening is an :class:`~tasks.errors.InputError` naming it (otherwise a run whose steps are
-    all cached would finish without ever noticing)."""
+    listening is an :class:`~scarce.tasks.errors.InputError` naming it (otherwise a run whose
+    steps are all cached would finish without ever noticing)."""
     import socket
     from urllib.parse import urlsplit
 

@@ -97,7 +97,7 @@ def manifest_tags(m: dict[str, Any]) -> list[str]:
 
 def _headline(m: dict[str, Any]) -> dict[str, Any]:
     """``method`` and the own method's headline metrics of a manifest (``dataset/method/
-    metric`` keys, checked by :func:`flows.manifest.read_manifest`)."""
+    metric`` keys, checked by :func:`scarce.flows.manifest.read_manifest`)."""
     headline = m.get("headline")
     if not headline:
         return {}

@@ -10,10 +10,10 @@ A flow opens a :class:`RunContext` first and calls its steps through it::
     return ctx.finish(metrics)
 
 ``run``, ``submit``/``gather`` and ``map`` take a step from the store when it is a clean
-cache hit (:meth:`tasks.steps.Step.clean_hit`, the one cache-hit decision), else submit its
+cache hit (:meth:`scarce.tasks.steps.Step.clean_hit`, the one cache-hit decision), else submit its
 Prefect task.  What the run read and wrote goes to its record (``ctx.record``,
-:mod:`flows.run_record`), what the UI shows to its artifacts (``ctx.artifacts``,
-:mod:`flows.artifacts`); :meth:`RunContext.finish` writes the run folder from both.
+:mod:`scarce.flows.run_record`), what the UI shows to its artifacts (``ctx.artifacts``,
+:mod:`scarce.flows.artifacts`); :meth:`RunContext.finish` writes the run folder from both.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _flow_run_id() -> str | None:
 
 def _flow_run_tags(flow: str, config: FlowConfig, options: RunOptions) -> list[str]:
     """The tags of this flow run (those it was started with, an experiment's among them) and
-    the run's own (:func:`flows.tags.run_tags`), for ``scarce runs --tag``."""
+    the run's own (:func:`scarce.flows.tags.run_tags`), for ``scarce runs --tag``."""
     from prefect.runtime import flow_run
 
     return unique([*flow_run.tags, *run_tags(flow, config, options)])
@@ -185,7 +185,7 @@ class RunContext:
         A Prefect task run costs a few API calls even when cached, which made a cached rerun
         of the relations flow, with its hundreds of small stability units, take over half
         the first run's time.  A step whose cache record exists and whose entries all pass
-        their checksums and file hashes (:meth:`tasks.steps.Step.clean_hit`) is resolved
+        their checksums and file hashes (:meth:`scarce.tasks.steps.Step.clean_hit`) is resolved
         here, without a task run (the run's ``cache-hits`` artifact and log list it).
         Anything else -- no record, a damaged entry, ``--refresh`` -- goes through Prefect,
         whose cache policy logs and repairs the damage.

@@ -1,6 +1,6 @@
 """A Prefect server process that outlives no command, and why one did not start: shared by a
-command's temporary server (:mod:`flows.runners`), the shared server's supervisor
-(:mod:`flows.shared_server`) and ``scarce ui``.  Imports nothing of Prefect."""
+command's temporary server (:mod:`scarce.flows.runners`), the shared server's supervisor
+(:mod:`scarce.flows.shared_server`) and ``scarce ui``.  Imports nothing of Prefect."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ home (``PREFECT_HOME``, where the server's database is), and starts it only when
   starting (its starter was killed while waiting), waited for.
 
 ``SCARCE_SERVER=temporary`` gives each command its own temporary server instead, stopped when
-the command ends (:func:`flows.runners.prefect_api`), for CI and tests that want no process
+the command ends (:func:`scarce.flows.runners.prefect_api`), for CI and tests that want no process
 outliving them.  Nothing here imports Prefect, so that the supervisor stays a small process.
 """
 
@@ -60,14 +60,14 @@ STOP_GRACE = 10.0
 
 # -- the settings ----------------------------------------------------------------------------
 def mode() -> str:
-    """``SCARCE_SERVER``: ``shared`` or ``temporary`` (:func:`flows.environment.server`)."""
+    """``SCARCE_SERVER``: ``shared`` or ``temporary`` (:func:`scarce.flows.environment.server`)."""
     from scarce.flows.environment import server
 
     return server()
 
 
 def idle_minutes() -> float:
-    """``SCARCE_SERVER_IDLE_MINUTES`` (:func:`flows.environment.server_idle_minutes`)."""
+    """``SCARCE_SERVER_IDLE_MINUTES`` (:func:`scarce.flows.environment.server_idle_minutes`)."""
     from scarce.flows.environment import server_idle_minutes
 
     return server_idle_minutes()

@@ -3,7 +3,7 @@
 ``flow:<flow>``, ``dataset:<name>``, one ``method:<m>`` per method the run applies,
 ``model-run:<id or latest:NAME>`` for an apply flow, ``runner:<local|dask>``, and
 ``rerun-of:<run id>`` for a ``scarce rerun``.  Deployments carry
-the same tags (:mod:`flows.deploy`), and :func:`tag_flow_run` adds them to the flow run in
+the same tags (:mod:`scarce.flows.deploy`), and :func:`tag_flow_run` adds them to the flow run in
 progress however it was started, and gives it a name no other run has (:func:`run_title`).
 """
 

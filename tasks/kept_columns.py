@@ -3,7 +3,7 @@
 A table's rows are scored by position (the predictions' ``row``); a column the user names
 (an id, a title) is copied onto every line of its row, so that the predictions can be joined
 back to the table without counting rows.  The table is read by the table reader
-(:func:`tasks.readers.table.read_table`), so a kept value is what the reader gives: text from
+(:func:`scarce.tasks.readers.table.read_table`), so a kept value is what the reader gives: text from
 a CSV or TSV (an id ``007`` stays ``007``), the file's own type from Parquet or JSON Lines.
 """
 
@@ -35,8 +35,8 @@ def check_kept_columns(files: Sequence[Path], columns: Sequence[str]) -> None:
 
 
 def _table_name(path: Path, call: dict):
-    """What :func:`tasks.readers.table.read_table` takes from the table's name (the key's
-    :data:`tasks.steps.NameRule`)."""
+    """What :func:`scarce.tasks.readers.table.read_table` takes from the table's name (the key's
+    :data:`scarce.tasks.steps.NameRule`)."""
     return name_rules.table(path)
 
 

@@ -4,7 +4,7 @@ Kept as one module: the relation flow's steps are thin and share the mentions ta
 pass along.
 
 Store-backed wrappers over the readers and the steps of
-:class:`algorithms.relations.model.RelationDiscovery`::
+:class:`scarce.algorithms.relations.model.RelationDiscovery`::
 
     parse -> combine -> extract_features -> rank_features
           -> score_candidate (per (k, prefix)) -> choose_subsets
@@ -18,14 +18,14 @@ and the apply flow's (``flows/apply_relations.py``), which learns nothing::
 
 ``assign_pairs`` is the one way a pair gets a cluster, in the training run and when a model
 is applied: the pair's context weighted with the model's vocabulary and idf
-(:func:`~algorithms.relations.contexts.transform_contexts`), then the nearest centroid in the
+(:func:`~scarce.algorithms.relations.contexts.transform_contexts`), then the nearest centroid in the
 space of the final clustering (:meth:`RelationDiscovery.assign`).
 
 A step of the method takes ``params``, the estimator's parameters that its method reads
 (:meth:`RelationDiscovery.step_params`), builds the estimator from them and calls that one
 method: every loop, rule and default is the estimator's, and a unit's cache key covers
 exactly what it computes with.  All randomness is derived from ``(seed, k, mu)``
-(:mod:`algorithms.relations.stability`), so the units run in any order on any task runner
+(:mod:`scarce.algorithms.relations.stability`), so the units run in any order on any task runner
 and give the same numbers; adding subsamples only runs the new units.  With
 ``all_features`` the reference and subsample units use every word: RLBaseline's search
 and the k-means baseline at the true k.
@@ -95,9 +95,9 @@ def _parse_name(parameters: dict) -> str:
 
 
 def _name_read(path: Path, call: dict) -> dict:
-    """What :func:`parse` takes from the file's name (its key's :data:`tasks.steps.NameRule`):
-    the format (``fmt: auto`` guesses it from the name), gzip, and the ``source`` the pairs
-    are listed under when none is given (the name itself)."""
+    """What :func:`parse` takes from the file's name (its key's
+    :data:`scarce.tasks.steps.NameRule`): the format (``fmt: auto`` guesses it from the name),
+    gzip, and the ``source`` the pairs are listed under when none is given (the name itself)."""
     return {"format": detect_format(path, call.get("fmt", "auto")),
             "gzip": name_rules.gzip_by_name(path),
             "source": Path(path).name if call.get("source") is None else None}
@@ -207,7 +207,7 @@ def combine(parts: list[pd.DataFrame], max_pairs: int | None, seed: int) -> dict
 def extract_features(mentions: pd.DataFrame, window: str, weighting: str, position_tags: bool,
                      lowercase: bool, min_df: int) -> dict:
     """Pre-mid-post contexts -> sparse X (pairs x words), the vocabulary and the contexts
-    (:func:`algorithms.relations.contexts.build_contexts`).
+    (:func:`scarce.algorithms.relations.contexts.build_contexts`).
 
     ``vocabulary`` has ``feature`` (column index), ``word``, ``df`` (pairs containing it) and
     ``idf`` (the tf-idf weight of the word; NaN with binary weighting); ``contexts`` has the
@@ -231,7 +231,7 @@ def extract_features(mentions: pd.DataFrame, window: str, weighting: str, positi
 def context_docs(mentions: pd.DataFrame, *, window: str, lowercase: bool, position_tags: bool,
                  drop_punctuation: bool) -> list[list[str]]:
     """The context words of every pair of a mentions table
-    (:func:`~algorithms.relations.contexts.pair_contexts`); the training run and the apply
+    (:func:`~scarce.algorithms.relations.contexts.pair_contexts`); the training run and the apply
     flow both make their contexts here."""
     e1, e2 = spans(mentions)
     return pair_contexts([list(t) for t in mentions["tokens"]], e1, e2, window,
@@ -464,7 +464,7 @@ def assign_pairs(mentions: pd.DataFrame, vocabulary: pd.DataFrame, features: pd.
 
     The pair's context (``contexts``: ``window``, ``lowercase``, ``position_tags``,
     ``drop_punctuation``, ``weighting``) is weighted with the model's vocabulary and idf
-    (:func:`~algorithms.relations.contexts.transform_contexts`), then assigned by
+    (:func:`~scarce.algorithms.relations.contexts.transform_contexts`), then assigned by
     :meth:`RelationDiscovery.assign` (``params``: its ``row_norm``).  A pair depends on
     nothing but itself and the model.
 

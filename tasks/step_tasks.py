@@ -1,9 +1,9 @@
 """A step as a Prefect task: its binding to a result store and its cache policy.
 
-Kept apart from :mod:`tasks.steps` so that declaring a step, keying it and calling its plain
+Kept apart from :mod:`scarce.tasks.steps` so that declaring a step, keying it and calling its plain
 function import no Prefect: a model loaded into Python (:func:`scarce.load_model`) calls the
 steps' functions of its flow, and importing Prefect costs more than the whole load and predict.
-Only the flows' runtime binds steps (:meth:`flows.runtime.RunContext`).
+Only the flows' runtime binds steps (:meth:`scarce.flows.runtime.RunContext`).
 """
 
 from __future__ import annotations

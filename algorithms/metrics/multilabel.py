@@ -452,7 +452,7 @@ def multilabel_scores(Y_true, score_rows: Callable[[int, int], np.ndarray], *,
     score_rows : callable
         ``score_rows(start, stop)`` returns the dense decision values of rows
         ``start:stop`` (so at most ``batch_size x L`` scores exist at once; fewer rows
-        when that exceeds :data:`~algorithms.memory.SCORES_PER_BATCH`).
+        when that exceeds :data:`~scarce.algorithms.memory.SCORES_PER_BATCH`).
     threshold : float
         Decision values above it are predicted labels (Hamming loss).
     batch_size : int, default=2048

@@ -7,7 +7,7 @@
   only; Hasegawa et al. used at most 5 intervening words).
 * :func:`kmeans_baseline` - k-means on all features at a given k (the true k).  RLBaseline,
   the k estimated by stability on all features and k-means at that k, is the estimator's
-  :meth:`~algorithms.relations.model.RelationDiscovery.select_k` on all words.
+  :meth:`~scarce.algorithms.relations.model.RelationDiscovery.select_k` on all words.
 * :func:`frequency_ranking` and :func:`chi2_ranking` - the ranking ablations.  The chi^2
   statistic needs class labels; the paper does not say where they come from in its
   unsupervised setting.  :func:`chi2_ranking` takes any labels; :func:`chi2_pseudo_ranking`

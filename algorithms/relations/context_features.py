@@ -1,10 +1,10 @@
 """Entity-pair contexts as a scikit-learn transformer: pairs in, the context matrix out.
 
 :class:`ContextFeatures` learns the vocabulary and idf of the pairs' pre-mid-post contexts
-(:func:`~algorithms.relations.contexts.pair_contexts`, then
-:func:`~algorithms.relations.contexts.fit_contexts`, as the relation discovery flow's feature
+(:func:`~scarce.algorithms.relations.contexts.pair_contexts`, then
+:func:`~scarce.algorithms.relations.contexts.fit_contexts`, as the relation discovery flow's feature
 step does) and weights new pairs with them
-(:func:`~algorithms.relations.contexts.transform_contexts`, as a model applied to new pairs
+(:func:`~scarce.algorithms.relations.contexts.transform_contexts`, as a model applied to new pairs
 does), so that::
 
     make_pipeline(ContextFeatures(), RelationDiscovery(k_low=3, k_high=8))
@@ -68,7 +68,7 @@ class ContextFeatures(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     window : str or 3-tuple of int, default "0-10-0"
-        ``pre-mid-post`` sizes (:func:`~algorithms.relations.contexts.context_words`).
+        ``pre-mid-post`` sizes (:func:`~scarce.algorithms.relations.contexts.context_words`).
     lowercase : bool, default True
         Lowercase the context words.
     position_tags : bool, default True
@@ -81,7 +81,7 @@ class ContextFeatures(TransformerMixin, BaseEstimator):
         Drop tokens made only of punctuation before windowing.
     dtype : numpy dtype, default numpy.float64
 
-    The defaults are those of :func:`~algorithms.relations.contexts.build_contexts`.
+    The defaults are those of :func:`~scarce.algorithms.relations.contexts.build_contexts`.
 
     Attributes
     ----------
@@ -99,7 +99,7 @@ class ContextFeatures(TransformerMixin, BaseEstimator):
     table with the columns ``tokens``, ``e1_start``, ``e1_end``, ``e2_start``, ``e2_end``.
     ``fit_transform`` returns the matrix the vocabulary was learned on (the flow's feature
     matrix); ``transform`` weights each pair on its own with the learned vocabulary and idf,
-    equal to it up to rounding (:func:`~algorithms.relations.contexts.transform_contexts`).
+    equal to it up to rounding (:func:`~scarce.algorithms.relations.contexts.transform_contexts`).
 
     References
     ----------

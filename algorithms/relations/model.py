@@ -132,7 +132,7 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         k-means restarts of the subsample clusterings C^mu; None: ``n_init``.
     n_references : int, default 1
         R, reference clusterings C_1..C_R per k, each with its own seed; Eq. 2 is averaged
-        over them (1: the paper's single C; :mod:`algorithms.relations.stability`).
+        over them (1: the paper's single C; :mod:`scarce.algorithms.relations.stability`).
     n_label_words : int, default 2
         DCM words reported per cluster.
     random_state : int, RandomState or None, default 0

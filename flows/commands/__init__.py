@@ -1,6 +1,6 @@
 """The handlers of the ``scarce`` subcommands, one module a command (or a pair of commands).
 
-Each handler takes the parsed arguments and returns the exit code; :mod:`flows.cli` parses,
+Each handler takes the parsed arguments and returns the exit code; :mod:`scarce.flows.cli` parses,
 picks the handler (``set_defaults(func=...)``) and turns exceptions into exit codes.  The
 modules import their heavy dependencies inside the handlers, so building the parser stays fast.
 Here: the exit codes and the help format every parser of the command line shares.

@@ -11,8 +11,8 @@ from scarce.flows.commands import EXIT_OK
 
 
 def claims(args: argparse.Namespace) -> int:
-    """The claims of the paper of each run's flow: see :mod:`flows.claims` and
-    :mod:`flows.paper_claims`."""
+    """The claims of the paper of each run's flow: see :mod:`scarce.flows.claims` and
+    :mod:`scarce.flows.paper_claims`."""
     from scarce.flows import paper_claims as pc
     from scarce.flows.claims import claims as check_claims
     from scarce.flows.claims import claims_markdown, read_experiments

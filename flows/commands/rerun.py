@@ -65,7 +65,7 @@ def rerun(args: argparse.Namespace) -> int:
     options = RunOptions(
         runs=str(runs),
         run_id=new_run_id(old["flow"], "rerun"),
-        refresh=not args.use_cache,
+        refresh=args.refresh,
         rerun_of=args.run_id,
         runner=runner,
         dask_address=args.dask_address,
@@ -102,7 +102,7 @@ def explain(old: dict, new: dict, old_dir: Path, new_dir: Path,
             verbose: bool) -> tuple[list[str], list[str]]:
     """Why the outputs of two runs differ, then how (empty when they hold the same); and apart,
     the files and entries that hold the same with other metadata
-    (:func:`flows.run_diff.compare`)."""
+    (:func:`scarce.flows.run_diff.compare`)."""
     from scarce.flows.run_diff import causes, compare
 
     differs, notes = compare(old, new, old_dir, new_dir, verbose)

@@ -72,7 +72,7 @@ def preflight(address: str | None) -> None:
 
 def check_runs(configs: list[Any], runs: Path | None = None) -> None:
     """Check every run the command will start, before its Prefect server starts or a flow
-    runs (:meth:`flows.config.FlowConfig.check_before_run`: a config's input paths, the
+    runs (:meth:`scarce.flows.config.FlowConfig.check_before_run`: a config's input paths, the
     heads of its data, an apply run's model, input and output): bad input is one ``error:``
     line, and no server is started for a run that cannot go.  ``runs``: the runs folder (a
     rerun's), else the environment's."""
@@ -100,7 +100,7 @@ def address_space_limits() -> dict[str, int]:
 def execute(spec: Any, config: Any, options: Any, runner: str, address: str | None) -> dict:
     """Run one registered flow with a validated config; returns its summary.  An interruption
     (Ctrl-C, SIGTERM) ends it at once, the steps still running left behind
-    (:func:`flows.runners.interruptible`)."""
+    (:func:`scarce.flows.runners.interruptible`)."""
     from scarce.flows.runners import interruptible, with_runner
     from scarce.flows.runtime import release_leases
 

@@ -1,5 +1,5 @@
 """``scarce server status | stop``: the shared local Prefect server that the commands use
-(:mod:`flows.shared_server`)."""
+(:mod:`scarce.flows.shared_server`)."""
 
 from __future__ import annotations
 

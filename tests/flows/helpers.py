@@ -1,14 +1,70 @@
-"""Helpers shared by the end-to-end flow tests."""
+"""Helpers shared by the end-to-end flow tests.
+
+A project is a folder made by :func:`new_project` (the ``make_project`` fixture of
+``tests/flows/conftest.py`` makes one under pytest's temporary folders); the runs a command made
+there are :func:`made_runs`' (or, for one ``scarce`` command that must succeed,
+:func:`made_run`'s).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 
 def runs(project):
     """Run ids under the project's data/runs, sorted by name (creation time)."""
     d = project / "data" / "runs"
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def new_project(root: Path, configs: Mapping[str, str | dict] | None = None,
+                files: Mapping[str, str | bytes] | None = None) -> Path:
+    """A project folder at ``root`` (made if missing) with ``configs/``: each of ``configs``
+    (file name -> YAML text, or a mapping written as YAML) in it and each of ``files``
+    (path relative to ``root`` -> text or bytes); returns ``root``."""
+    import yaml
+
+    (root / "configs").mkdir(parents=True, exist_ok=True)
+    for name, config in (configs or {}).items():
+        text = config if isinstance(config, str) else yaml.safe_dump(config)
+        (root / "configs" / name).write_text(text)
+    for name, data in (files or {}).items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data)
+    return root
+
+
+@contextlib.contextmanager
+def made_runs(project: Path) -> Iterator[list[str]]:
+    """The ids of the runs made in ``project`` inside the ``with`` block, oldest first (the
+    list is filled when the block ends)::
+
+        with made_runs(project) as made:
+            main(["run", "digits"])
+        (run_id,) = made
+    """
+    before = set(runs(project))
+    made: list[str] = []
+    try:
+        yield made
+    finally:
+        made.extend(r for r in runs(project) if r not in before)
+
+
+def made_run(project: Path, *args: str) -> str:
+    """``scarce ARGS`` in the project folder (see :func:`run_in`), which must succeed and make
+    one run: its id."""
+    with made_runs(project) as made:
+        run_in(project, *args)
+    (run_id,) = made
+    return run_id
 
 
 def manifest(project, run_id):
@@ -21,14 +77,11 @@ def digits_project(root, n_samples=200, k=10):
     import pandas as pd
     from sklearn.datasets import load_digits
 
-    (root / "configs").mkdir(parents=True)
     digits = load_digits()
     frame = pd.DataFrame(digits.data[:n_samples], columns=[f"p{i}" for i in range(64)])
     frame["label"] = digits.target[:n_samples]
-    frame.to_csv(root / "digits.csv", index=False)
-    (root / "configs" / "digits.yaml").write_text(
-        f"data: digits.csv\nn_samples: {n_samples}\nk: {k}\n")
-    return root
+    return new_project(root, {"digits.yaml": f"data: digits.csv\nn_samples: {n_samples}\nk: {k}\n"},
+                       {"digits.csv": frame.to_csv(index=False)})
 
 
 def rerun(run_id, capsys, runner):
@@ -65,13 +118,10 @@ def strip_project(root, data_dir, train: list[str], test: str):
     """A StRip project over the documents of ``data_dir``: ``splits.tsv`` (``train`` and the
     one ``test`` document) and a small ``configs/strip.yaml`` (window 10, ripper and
     strip-partial, no dev split); returns ``root``."""
-    (root / "configs").mkdir(parents=True, exist_ok=True)
-    (root / "splits.tsv").write_text("doc_id\tsplit\n" + "".join(
-        [f"{d}\ttrain\n" for d in train] + [f"{test}\ttest\n"]))
-    (root / "configs" / "strip.yaml").write_text(
+    splits = "doc_id\tsplit\n" + "".join([f"{d}\ttrain\n" for d in train] + [f"{test}\ttest\n"])
+    return new_project(root, {"strip.yaml": (
         f"data_dir: {data_dir}\nsplits_file: splits.tsv\nwindow: 10\nk_optimize: 1\n"
-        "variants: [ripper, strip-partial]\ndev_splits: []\n")
-    return root
+        "variants: [ripper, strip-partial]\ndev_splits: []\n")}, {"splits.tsv": splits})
 
 
 def run_with_store(project, store, args: list[str], capsys=None):
@@ -81,8 +131,7 @@ def run_with_store(project, store, args: list[str], capsys=None):
 
     from scarce.flows.cli import main
 
-    before = set(runs(project))
-    with pytest.MonkeyPatch.context() as env:
+    with pytest.MonkeyPatch.context() as env, made_runs(project) as made:
         env.chdir(project)
         env.setenv("SCARCE_ROOT", str(project))
         env.setenv("SCARCE_STORE", str(store))
@@ -90,9 +139,36 @@ def run_with_store(project, store, args: list[str], capsys=None):
         if capsys is not None:
             capsys.readouterr()
         code = main(list(args))
-    made = set(runs(project)) - before
     err = capsys.readouterr().err if capsys is not None else ""
     return code, (project / "data" / "runs" / made.pop()) if made else None, err
+
+
+def run_flow_with_store(project, flow: str, store, settings: list[str], capsys=None):
+    """``scarce run FLOW --set S ...`` for each of ``settings``, as :func:`run_with_store`."""
+    args = ["run", flow, *[a for s in settings for a in ("--set", s)]]
+    return run_with_store(project, store, args, capsys)
+
+
+def every_command_in_one_store(project, flow: str, commands) -> dict:
+    """Each of ``commands`` (``(name, --set values, whether it reads)``) run in turn in one
+    store, ``project/shared-store``: name -> (exit code, run folder, error output)."""
+    return {name: run_flow_with_store(project, flow, project / "shared-store", settings)
+            for name, settings, _ in commands}
+
+
+def again_in_a_fresh_store(project, flow: str, shared: dict, name: str, settings: list[str],
+                           reads: bool, store, capsys):
+    """Command ``name`` of ``shared`` (:func:`every_command_in_one_store`) run again in the
+    empty ``store``: it succeeds exactly when it ``reads``, with the exit code it had beside
+    the others, and makes a run folder only then. Returns (its folder in the shared store,
+    its folder in the fresh one, the fresh run's error output)."""
+    code, folder, _ = shared[name]
+    assert (code == 0) == reads, name
+    again, fresh, err = run_flow_with_store(project, flow, store, settings, capsys)
+    assert again == code, err
+    if not reads:
+        assert fresh is None
+    return folder, fresh, err
 
 
 def assert_same_outputs(folder, expected) -> None:

@@ -21,7 +21,7 @@ from scarce.flows.apply_leml import ApplyLemlConfig
 from scarce.flows.cli import main
 from scarce.flows.config import validate_config
 from scarce.tasks.errors import InputError
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import made_runs, manifest
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -48,16 +48,15 @@ def project(tmp_path_factory, prefect_server):
 
 def _apply(project: Path, *args: str) -> tuple[int, str, Path | None]:
     """``scarce apply`` in the project: the exit code, stderr and the new run's folder."""
-    before = set(runs(project))
-    err = io.StringIO()
-    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stderr(err), \
-            contextlib.redirect_stdout(io.StringIO()):
-        env.chdir(project)
-        env.setenv("SCARCE_ROOT", str(project))
-        env.delenv("SCARCE_STORE", raising=False)
-        env.delenv("SCARCE_RUNS", raising=False)
-        code = main(["apply", MODEL, *args])
-    new = sorted(set(runs(project)) - before)
+    with made_runs(project) as new:
+        err = io.StringIO()
+        with pytest.MonkeyPatch.context() as env, contextlib.redirect_stderr(err), \
+                contextlib.redirect_stdout(io.StringIO()):
+            env.chdir(project)
+            env.setenv("SCARCE_ROOT", str(project))
+            env.delenv("SCARCE_STORE", raising=False)
+            env.delenv("SCARCE_RUNS", raising=False)
+            code = main(["apply", MODEL, *args])
     return code, err.getvalue(), (project / "data" / "runs" / new[0]) if new else None
 
 

@@ -23,7 +23,7 @@ from scarce.tasks.leml import load
 from scarce.tasks.leml_files import data_line, in_feature_space
 from scarce.tasks.readers.arff import read_arff
 from scarce.tasks.readers.xmc import read_xmc
-from tests.flows.helpers import run_in, runs
+from tests.flows.helpers import made_run
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head, _task_run_names, check_top_k
 
 through_prefect = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -34,21 +34,17 @@ TRAINING_STEPS = {"leml-init", "leml-alternate-W", "leml-alternate-H", "leml-bas
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("apply-leml")
-    (root / "configs").mkdir()
+def project(make_project):
+    root = make_project("apply-leml", {"leml.yaml": CONFIG,
+                                       "apply-leml.yaml": "model_run: latest\ninput: test.txt\n"})
     _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", root / "train.txt", 400)
     _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 200)
-    (root / "configs" / "leml.yaml").write_text(CONFIG)
-    (root / "configs" / "apply-leml.yaml").write_text("model_run: latest\ninput: test.txt\n")
     return root
 
 
 def _made_by(project, *args: str) -> Path:
     """The folder of the one run ``scarce ARGS`` makes in the project."""
-    before = set(runs(project))
-    run_in(project, *args)
-    (run_id,) = set(runs(project)) - before
+    run_id = made_run(project, *args)
     return project / "data" / "runs" / run_id
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from scarce.algorithms.metrics.clustering import clustering_scores
 from scarce.algorithms.relations.contexts import context_words
@@ -24,7 +23,7 @@ from scarce.flows.apply import model_document
 from scarce.flows.cli import main
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.store.atomic import file_sha256
-from tests.flows.helpers import manifest, run_in, runs
+from tests.flows.helpers import made_runs, manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -50,12 +49,9 @@ def _semeval_pairs(path: Path, first: int, last: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("apply-relations")
-    (root / "configs").mkdir()
-    (root / "configs" / "relations.yaml").write_text(yaml.safe_dump(CONFIG))
-    (root / "configs" / "apply-relations.yaml").write_text(
-        "model_run: latest\ninput: test.txt\n")
+def project(make_project):
+    root = make_project("apply-relations", {
+        "relations.yaml": CONFIG, "apply-relations.yaml": "model_run: latest\ninput: test.txt\n"})
     (root / "train.txt").write_text(_semeval_pairs(SEMEVAL / "TRAIN_FILE.TXT", 0, 300))
     (root / "test.txt").write_text(_semeval_pairs(SEMEVAL / "TEST_FILE_FULL.TXT", 0, 40))
     (root / "more.txt").write_text(_semeval_pairs(SEMEVAL / "TEST_FILE_FULL.TXT", 40, 50))
@@ -77,10 +73,9 @@ def trained(project, prefect_server):
 
 def cli(project, capsys, *args):
     """Exit code, manifest of the run it made (None if none) and stderr of ``scarce args``."""
-    before = set(runs(project))
-    code = main([str(a) for a in args])
-    err = capsys.readouterr().err
-    new = sorted(set(runs(project)) - before)
+    with made_runs(project) as new:
+        code = main([str(a) for a in args])
+        err = capsys.readouterr().err
     assert len(new) <= 1
     return code, (manifest(project, new[0]) if new else None), err
 

@@ -26,7 +26,7 @@ from scarce.flows.cli import main
 from scarce.tasks import strip as tasks_strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import made_runs, manifest, runs
 
 ROOT = Path(__file__).resolve().parents[2]
 GUM = ROOT / "data" / "coref" / "gum"
@@ -39,23 +39,21 @@ flow_test = pytest.mark.usefixtures("prefect_server", "in_project")
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("apply-strip-project")
-    (root / "configs").mkdir()
+def project(make_project):
+    root = make_project("apply-strip-project", {"strip.yaml": (
+        f"data_dir: {GUM}\nsplits_file: splits.tsv\nwindow: {WINDOW}\nk_optimize: 1\n"
+        "variants: [ripper, strip-partial]\ndev_splits: []\n")})
     (root / "splits.tsv").write_text("doc_id\tsplit\n" + "".join(
         [f"{d}\ttrain\n" for d in TRAIN] + [f"{d}\ttest\n" for d in TEST]))
-    (root / "configs" / "strip.yaml").write_text(
-        f"data_dir: {GUM}\nsplits_file: splits.tsv\nwindow: {WINDOW}\nk_optimize: 1\n"
-        "variants: [ripper, strip-partial]\ndev_splits: []\n")
     return root
 
 
 def cli(project, capsys, *argv):
     """``scarce ARGV``: exit code, stderr, and the manifests of the runs it added."""
-    before = set(runs(project))
-    code = main(list(argv))
-    err = capsys.readouterr().err
-    return code, err, [manifest(project, r) for r in sorted(set(runs(project)) - before)]
+    with made_runs(project) as created:
+        code = main(list(argv))
+        err = capsys.readouterr().err
+    return code, err, [manifest(project, r) for r in created]
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +77,10 @@ def made(project, prefect_server, tmp_path_factory) -> dict:
                                      str(project / "configs" / "strip.yaml")]),
                           ("applied", ["apply", "{train}", "--input", str(docs),
                                        "--output", str(made["out"])])):
-            before = set(runs(project))
-            argv = [a.format(train=made.get("train", {}).get("run_id")) for a in argv]
-            assert main(argv) == 0
-            (run_id,) = set(runs(project)) - before
+            with made_runs(project) as created:
+                argv = [a.format(train=made.get("train", {}).get("run_id")) for a in argv]
+                assert main(argv) == 0
+            (run_id,) = created
             made[key] = manifest(project, run_id)
     return made
 

@@ -20,7 +20,7 @@ from scarce.bench import strip as bench_strip
 from scarce.flows.cli import main
 from scarce.tasks import strip as tasks_strip
 from scarce.tasks.readers.conllu import read_conllu
-from tests.flows.helpers import manifest, run_in, runs, strip_project
+from tests.flows.helpers import made_runs, manifest, run_in, runs, strip_project
 from tests.scorer import needs_scorer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +47,9 @@ def trained(project) -> str:
 
 def apply(project, inputs: Path, *extra: str) -> tuple[pd.Series, Path]:
     """``scarce apply`` of the trained run: its metrics by name, and its run folder."""
-    before = set(runs(project))
-    assert main(["apply", trained(project), "--input", str(inputs), *extra]) == 0
-    (run_id,) = sorted(set(runs(project)) - before)
+    with made_runs(project) as made:
+        assert main(["apply", trained(project), "--input", str(inputs), *extra]) == 0
+    (run_id,) = made
     assert manifest(project, run_id)["flow"] == "apply-strip"
     run_dir = project / "data" / "runs" / run_id
     return pd.read_parquet(run_dir / "metrics.parquet").set_index("metric")["value"], run_dir

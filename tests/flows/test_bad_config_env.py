@@ -89,7 +89,7 @@ DEEP_CASES = [
     Bad("experiment-deep", ("run", "experiment", "--config", "mine/exp.yaml"),
         ("mine/exp.yaml:6: invalid YAML: nested deeper than 50 levels",),
         (("mine/exp.yaml", EXPERIMENT + f"set: {{model.rank: {DEEP}}}\n"),)),
-    Bad("deployments-deep", ("deploy", "--file", "mine/dep.yaml"),
+    Bad("deployments-deep", ("deploy", "--config", "mine/dep.yaml"),
         ("mine/dep.yaml:", "invalid YAML: nested deeper than 50 levels"),
         (("mine/dep.yaml", deep_mappings("deployments")),)),
 ]
@@ -117,7 +117,7 @@ DUPLICATE_CASES = [
         ("mine/base.yaml:4: key 'seed': invalid YAML: the key is given twice",),
         (("mine/exp.yaml", EXPERIMENT.replace("configs/leml.yaml", "mine/base.yaml")),
          ("mine/base.yaml", LEML + "seed: 1\n"))),
-    Bad("deployments-twice", ("deploy", "--file", "mine/dep.yaml"),
+    Bad("deployments-twice", ("deploy", "--config", "mine/dep.yaml"),
         ("mine/dep.yaml:5: key 'deployments.nightly': invalid YAML: the key is given twice",),
         (("mine/dep.yaml", "deployments:\n  nightly:\n    flow: leml\n"
                            "    config: configs/leml.yaml\n  nightly:\n    flow: strip\n"),)),

@@ -21,10 +21,9 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scarce.flows.cli import main
 from scarce.tasks.readers.xmc import read_xmc
 from scarce.tasks.store import Store
-from tests.flows.helpers import runs
+from tests.flows.helpers import again_in_a_fresh_store, every_command_in_one_store
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -79,10 +78,8 @@ def _pair(root: Path, name: str, X, Y) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("keys")
-    (root / "configs").mkdir()
-    (root / "configs" / "leml.yaml").write_text(BASE)
+def project(make_project):
+    root = make_project("keys", {"leml.yaml": BASE})
     for split, src, rows in (("train", "bibtex_xmlrepo_train.txt.gz", 60),
                              ("test", "bibtex_xmlrepo_test.txt.gz", 20)):
         text = _xc_head(BIBTEX / src, rows)
@@ -128,33 +125,14 @@ COMMANDS = [
 ]
 
 
-def _run(project: Path, store: Path, settings: list[str], capsys=None
-         ) -> tuple[int, Path | None, str]:
-    """``scarce run leml --set ...`` in the project with ``store``: its exit code, its run
-    folder (None when it failed) and, given ``capsys``, its error output."""
-    before = set(runs(project))
-    with pytest.MonkeyPatch.context() as env:
-        env.chdir(project)
-        env.setenv("SCARCE_ROOT", str(project))
-        env.setenv("SCARCE_STORE", str(store))
-        env.delenv("SCARCE_RUNS", raising=False)
-        if capsys is not None:
-            capsys.readouterr()
-        code = main(["run", "leml", *[a for s in settings for a in ("--set", s)]])
-    made = set(runs(project)) - before
-    err = capsys.readouterr().err if capsys is not None else ""
-    return code, (project / "data" / "runs" / made.pop()) if made else None, err
-
-
 @pytest.fixture(scope="module")
 def shared(project):
     """Every command of :data:`COMMANDS` run in turn in one store: name -> (exit code, run
     folder, error output)."""
-    return {name: _run(project, project / "shared-store", settings)
-            for name, settings, _ in COMMANDS}
+    return every_command_in_one_store(project, "leml", COMMANDS)
 
 
-def test_the_reported_case_fails_as_a_fresh_store_would(shared):
+def test_a_tab_separated_file_named_csv_fails_after_the_tsv_was_read(shared):
     code, folder, _ = shared["tsv-named-csv"]
     assert code == 2 and folder is None
 
@@ -162,12 +140,9 @@ def test_the_reported_case_fails_as_a_fresh_store_would(shared):
 @pytest.mark.parametrize("name,settings,reads", COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_a_runs_command_in_a_fresh_store_gives_its_outputs(project, shared, name, settings,
                                                           reads, tmp_path, capsys):
-    code, folder, _ = shared[name]
-    assert (code == 0) == reads, name
-    again, fresh, err = _run(project, tmp_path / "fresh-store", settings, capsys)
-    assert again == code, err
+    folder, fresh, err = again_in_a_fresh_store(project, "leml", shared, name, settings, reads,
+                                                tmp_path / "fresh-store", capsys)
     if not reads:
-        assert fresh is None
         if name == "tsv-named-csv":
             assert re.search(r"no column 'text'", err), err
         return

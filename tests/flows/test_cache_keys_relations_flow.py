@@ -23,7 +23,11 @@ import pytest
 
 from scarce.tasks import relations as rel
 from scarce.tasks.readers.semeval import read_semeval
-from tests.flows.helpers import assert_same_outputs, run_with_store
+from tests.flows.helpers import (
+    again_in_a_fresh_store,
+    assert_same_outputs,
+    every_command_in_one_store,
+)
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -97,10 +101,8 @@ COMMANDS = _commands()
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("relations-keys")
-    (root / "configs").mkdir()
-    (root / "configs" / "relations.yaml").write_text(CONFIG)
+def project(make_project):
+    root = make_project("relations-keys", {"relations.yaml": CONFIG})
     (root / "pairs.txt").write_bytes(_semeval_sample())
     samples = {"semeval": _semeval_sample(), "jsonl": _jsonl_sample(root / "pairs.txt")}
     assert set(samples) == set(rel.READERS)
@@ -119,17 +121,11 @@ def project(tmp_path_factory):
     return root
 
 
-def _run(project: Path, store: Path, settings: list[str], capsys=None):
-    args = ["run", "relations", *[a for s in settings for a in ("--set", s)]]
-    return run_with_store(project, store, args, capsys)
-
-
 @pytest.fixture(scope="module")
 def shared(project):
     """Every command of :data:`COMMANDS` run in turn in one store: name -> (exit code, run
     folder, error output)."""
-    return {name: _run(project, project / "shared-store", settings)
-            for name, settings, _ in COMMANDS}
+    return every_command_in_one_store(project, "relations", COMMANDS)
 
 
 def test_a_file_read_as_before_is_served_from_the_store(shared):
@@ -156,11 +152,9 @@ def test_the_commands_cover_every_format_and_name_rule():
 @pytest.mark.parametrize("name,settings,reads", COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_a_runs_command_in_a_fresh_store_gives_its_outputs(project, shared, name, settings,
                                                           reads, tmp_path, capsys):
-    code, folder, _ = shared[name]
-    assert (code == 0) == reads, name
-    again, fresh, err = _run(project, tmp_path / "fresh-store", settings, capsys)
-    assert again == code, err
+    folder, fresh, _ = again_in_a_fresh_store(project, "relations", shared, name, settings, reads,
+                                              tmp_path / "fresh-store", capsys)
     if not reads:
-        assert fresh is None and code == 2
+        assert shared[name][0] == 2
         return
     assert_same_outputs(fresh, folder)

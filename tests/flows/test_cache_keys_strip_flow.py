@@ -24,7 +24,12 @@ import pytest
 
 from scarce.tasks import strip
 from scarce.tasks.store import Store
-from tests.flows.helpers import assert_same_outputs, run_with_store, strip_project
+from tests.flows.helpers import (
+    again_in_a_fresh_store,
+    assert_same_outputs,
+    every_command_in_one_store,
+    strip_project,
+)
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -103,17 +108,11 @@ def project(tmp_path_factory):
     return root
 
 
-def _run(project: Path, store: Path, settings: list[str], capsys=None):
-    args = ["run", "strip", *[a for s in settings for a in ("--set", s)]]
-    return run_with_store(project, store, args, capsys)
-
-
 @pytest.fixture(scope="module")
 def shared(project):
     """Every command of :data:`COMMANDS` run in turn in one store: name -> (exit code, run
     folder, error output)."""
-    return {name: _run(project, project / "shared-store", settings)
-            for name, settings, _ in COMMANDS}
+    return every_command_in_one_store(project, "strip", COMMANDS)
 
 
 def test_documents_read_as_before_are_served_from_the_store(shared):
@@ -137,11 +136,9 @@ def test_documents_named_by_their_files_take_the_files_names(project, shared):
 @pytest.mark.parametrize("name,settings,reads", COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_a_runs_command_in_a_fresh_store_gives_its_outputs(project, shared, name, settings,
                                                           reads, tmp_path, capsys):
-    code, folder, _ = shared[name]
-    assert (code == 0) == reads, name
-    again, fresh, err = _run(project, tmp_path / "fresh-store", settings, capsys)
-    assert again == code, err
+    folder, fresh, _ = again_in_a_fresh_store(project, "strip", shared, name, settings, reads,
+                                              tmp_path / "fresh-store", capsys)
     if not reads:
-        assert fresh is None and code == 2
+        assert shared[name][0] == 2
         return
     assert_same_outputs(fresh, folder)

@@ -20,7 +20,7 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import file_sha256
-from tests.flows.helpers import manifest, run_in, runs
+from tests.flows.helpers import made_run, made_runs, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -44,10 +44,7 @@ def project(tmp_path_factory):
 
 def make_run(project, *args: str) -> str:
     """``scarce run digits ARGS`` on the module's project; the id of the run it made."""
-    before = set(runs(project))
-    run_in(project, "run", "digits", *args)
-    (new,) = set(runs(project)) - before
-    return new
+    return made_run(project, "run", "digits", *args)
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +99,10 @@ def test_run_writes_manifest_metrics_and_store_entries(tmp_path, monkeypatch, ca
 
 
 def test_rerun_with_same_config_hits_cache(project, first, capsys):
-    before = set(runs(project))
-    code, out, _ = run_cli(capsys, "run", "digits")
-    assert code == 0
-    (second,) = set(runs(project)) - before
+    with made_runs(project) as made:
+        code, out, _ = run_cli(capsys, "run", "digits")
+        assert code == 0
+    (second,) = made
     m1, m2 = manifest(project, first), manifest(project, second)
     assert m2["cache_hits"] == ["digits-cluster", "digits-evaluate", "digits-load"]
     assert all(o["cached"] for o in m2["outputs"])
@@ -114,10 +111,10 @@ def test_rerun_with_same_config_hits_cache(project, first, capsys):
 
 
 def test_changed_parameter_reruns_only_what_depends_on_it(project, capsys):
-    before = set(runs(project))
-    code, _, _ = run_cli(capsys, "run", "digits", "--set", "k=5")
-    assert code == 0
-    (new,) = set(runs(project)) - before
+    with made_runs(project) as made:
+        code, _, _ = run_cli(capsys, "run", "digits", "--set", "k=5")
+        assert code == 0
+    (new,) = made
     m = manifest(project, new)
     assert m["config"]["k"] == 5
     assert m["cache_hits"] == ["digits-load"]
@@ -130,12 +127,12 @@ def test_corrupted_entry_is_detected_and_recomputed(project, first, capsys, capl
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    before = set(runs(project))
-    with caplog.at_level(logging.WARNING, logger="scarce.store"):
-        code, _, _ = run_cli(capsys, "run", "digits")
-    assert code == 0
-    assert any("damaged" in r.getMessage() for r in caplog.records)
-    (new,) = set(runs(project)) - before
+    with made_runs(project) as made:
+        with caplog.at_level(logging.WARNING, logger="scarce.store"):
+            code, _, _ = run_cli(capsys, "run", "digits")
+        assert code == 0
+        assert any("damaged" in r.getMessage() for r in caplog.records)
+    (new,) = made
     m = manifest(project, new)
     assert "digits-cluster" not in m["cache_hits"]
     assert "digits-load" in m["cache_hits"]

@@ -56,20 +56,20 @@ def test_version_prints_the_package_version(capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["--debug", "runs", "--flow", "bogus"],
-    ["runs", "--flow", "bogus", "--debug"],
-    ["runs", "--debug", "--flow", "bogus"],
+    ["--debug", "runs", "no/such"],
+    ["runs", "no/such", "--debug"],
+    ["runs", "--debug", "no/such"],
 ], ids=["before", "after", "between"])
 def test_debug_before_or_after_the_command_shows_the_traceback(argv):
-    with pytest.raises(InputError, match="unknown flow 'bogus'"):
+    with pytest.raises(InputError, match="not a run id: 'no/such'"):
         main(argv)
 
 
 def test_without_debug_bad_input_is_one_error_line_and_exit_2(capsys):
-    assert main(["runs", "--flow", "bogus"]) == 2
+    assert main(["runs", "no/such"]) == 2
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
-    assert "unknown flow 'bogus'" in line and "Traceback" not in err
+    assert "not a run id: 'no/such'" in line and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv, debug", [

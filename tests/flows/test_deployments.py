@@ -180,19 +180,17 @@ def server(server_process):
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(make_project):
     """A project with 300 training and 150 test rows of Bibtex and the tiny deployment."""
-    root = tmp_path_factory.mktemp("deploy-project")
-    (root / "configs").mkdir()
+    root = make_project("deploy-project", {
+        "leml.yaml": TINY, "apply-leml.yaml": "model_run: latest\ninput: test.txt\n",
+        "deployments.yaml": TINY_DEPLOYMENTS})
     for name, rows in (("train", 300), ("test", 150)):
         with gzip.open(BIBTEX / f"bibtex_xmlrepo_{name}.txt.gz", "rt") as fh:
             lines = fh.read().splitlines()
         _, d, labels = lines[0].split()
         (root / f"{name}.txt").write_text("\n".join([f"{rows} {d} {labels}", *lines[1 : rows + 1]]))
-    (root / "configs" / "leml.yaml").write_text(TINY)
-    (root / "configs" / "apply-leml.yaml").write_text("model_run: latest\ninput: test.txt\n")
     (root / "inbox").mkdir()
-    (root / "configs" / "deployments.yaml").write_text(TINY_DEPLOYMENTS)
     return root
 
 
@@ -314,7 +312,7 @@ def test_repository_deployments_register_with_schedules_tags_and_typed_parameter
     declared = yaml.safe_load(path.read_text())["deployments"]
     assert {d["flow"] for d in declared.values()} == {"leml", "relations", "strip", "apply-leml"}
 
-    assert main(["deploy", "--file", str(path)]) == 0
+    assert main(["deploy", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert server in out
 

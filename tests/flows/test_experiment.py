@@ -12,7 +12,7 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.flows.experiment import experiment_file, load_experiment, plan
 from scarce.tasks.store import Store
-from tests.flows.helpers import digits_project, manifest, runs
+from tests.flows.helpers import digits_project, made_runs, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -116,9 +116,9 @@ def test_one_more_seed_computes_only_the_new_children(project, grid, capsys):
     out = capsys.readouterr().out
     assert "6 child runs of digits: 4 cached (0 uncached steps), 0 partly cached" in out
     assert "2 to run (at most ~6 steps, counted on the nearest earlier runs)" in out
-    before = set(runs(project))
-    assert main(["run", "experiment", "grid", "--set", "axes.seed=[0, 1, 2]"]) == 0
-    new_children = [r for r in set(runs(project)) - before
+    with made_runs(project) as made:
+        assert main(["run", "experiment", "grid", "--set", "axes.seed=[0, 1, 2]"]) == 0
+    new_children = [r for r in made
                     if manifest(project, r)["flow"] == "digits"]
     assert len(new_children) == 6
     every_step = {"digits-load", "digits-cluster", "digits-evaluate"}

@@ -23,7 +23,7 @@ from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.store import Store
 from scarce.tasks.store.layout import SEAL_SUFFIX
 from tests.flows import procs
-from tests.flows.helpers import digits_project, manifest, runs
+from tests.flows.helpers import digits_project, made_runs, manifest, runs
 
 
 @pytest.fixture
@@ -81,9 +81,9 @@ def test_gc_leaves_the_records_of_the_entries_it_keeps(project, capsys):
     assert "removed 1 entries" in out and orphan in out
     assert not store.exists(orphan)
 
-    before = set(runs(project))
-    cli(capsys, "run", "digits")
-    (second,) = (manifest(project, r) for r in set(runs(project)) - before)
+    with made_runs(project) as made:
+        cli(capsys, "run", "digits")
+    (second,) = (manifest(project, r) for r in made)
     assert second["cache_hits"] == ["digits-cluster", "digits-evaluate", "digits-load"]
     assert all(o["cached"] for o in second["outputs"])
 

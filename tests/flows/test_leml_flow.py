@@ -26,7 +26,7 @@ from scarce.tasks.leml_dask import PartitionedData
 from scarce.tasks.readers.xmc import read_xmc
 from scarce.tasks.store import Store
 from scarce.tasks.store.encoding import read_checked_value
-from tests.flows.helpers import manifest, run_in, runs
+from tests.flows.helpers import made_run, manifest
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -59,12 +59,10 @@ baseline_alpha: 10.0
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("leml")
-    (root / "configs").mkdir()
+def project(make_project):
+    root = make_project("leml", {"leml.yaml": CONFIG})
     _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", root / "train.txt", 400)
     _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 200)
-    (root / "configs" / "leml.yaml").write_text(CONFIG)
     return root
 
 
@@ -72,10 +70,7 @@ def project(tmp_path_factory):
 def first(project, prefect_server):
     """The id of the module's first run of ``scarce run leml``, every step computed: the run
     the tests read, rerun and resume from, made here whichever of them runs first or alone."""
-    before = set(runs(project))
-    run_in(project, "run", "leml")
-    (run_id,) = set(runs(project)) - before
-    return run_id
+    return made_run(project, "run", "leml")
 
 
 @pytest.fixture(scope="module", autouse=True)

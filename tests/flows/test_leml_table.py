@@ -22,7 +22,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 import scarce
 from scarce.flows.cli import main
-from tests.flows.helpers import runs
+from tests.flows.helpers import made_runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -71,9 +71,10 @@ def _as_table(lines: list[str], names: list[str], path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("leml-table")
-    (root / "configs").mkdir()
+def project(make_project):
+    root = make_project("leml-table", {"text.yaml": (
+        "name: text\ndataset:\n  name: text\n  format: table\n  train: text.train.csv\n"
+        "  test: text.test.csv\n  table:\n    labels_column: tags\n" + MODEL)})
     bib_names = re.findall(r'<label name="([^"]*)"', (BIBTEX / "bibtex.xml").read_text())
     del_names = (DELICIOUS / "labels.txt").read_text().splitlines()
     sets = {
@@ -100,18 +101,15 @@ def project(tmp_path_factory):
             f"    label_list: {name}.labels.txt\n" + MODEL)
     for split in ("train", "test", "new"):
         shutil.copy(EXAMPLES / f"bibtex.{split}.csv", root / f"text.{split}.csv")
-    (root / "configs" / "text.yaml").write_text(
-        "name: text\ndataset:\n  name: text\n  format: table\n  train: text.train.csv\n"
-        "  test: text.test.csv\n  table:\n    labels_column: tags\n" + MODEL)
     return root
 
 
 def _made_by(project, *argv: str) -> Path:
     """The folder of the one run ``scarce ARGV`` makes (run ids sort by their name, so the
     newest is not the last when names differ)."""
-    before = set(runs(project))
-    assert main(list(argv)) == 0
-    (run,) = set(runs(project)) - before
+    with made_runs(project) as made:
+        assert main(list(argv)) == 0
+    (run,) = made
     return project / "data" / "runs" / run
 
 

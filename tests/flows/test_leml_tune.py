@@ -58,12 +58,10 @@ def test_the_grid_tries_each_rank_once_at_most_the_space_allows():
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, prefect_server):
-    root = tmp_path_factory.mktemp("tune")
-    (root / "configs").mkdir()
+def project(make_project, prefect_server):
+    root = make_project("tune", {"leml.yaml": CONFIG})
     shutil.copy(EXAMPLES / "bibtex.train.csv", root / "train.csv")
     shutil.copy(EXAMPLES / "bibtex.test.csv", root / "test.csv")
-    (root / "configs" / "leml.yaml").write_text(CONFIG)
     return root
 
 

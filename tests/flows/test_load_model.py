@@ -25,12 +25,10 @@ pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, prefect_server):
-    root = tmp_path_factory.mktemp("load-model")
-    (root / "configs").mkdir()
+def project(make_project, prefect_server):
+    root = make_project("load-model", {"leml.yaml": CONFIG})
     _head(BIBTEX / "bibtex_xmlrepo_train.txt.gz", root / "train.txt", 300)
     _head(BIBTEX / "bibtex_xmlrepo_test.txt.gz", root / "test.txt", 60)
-    (root / "configs" / "leml.yaml").write_text(CONFIG)
     run_in(root, "run", "leml")
     return root
 

@@ -26,7 +26,7 @@ from scarce.flows.cli import main
 from scarce.flows.model_relations import RelationsModel
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.semeval import read_semeval
-from tests.flows.helpers import manifest, run_in, runs
+from tests.flows.helpers import made_runs, manifest, run_in, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -54,10 +54,8 @@ def _jsonl(path: Path, pairs: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("model-relations")
-    (root / "configs").mkdir()
-    (root / "configs" / "relations.yaml").write_text(yaml.safe_dump(CONFIG))
+def project(make_project):
+    root = make_project("model-relations", {"relations.yaml": yaml.safe_dump(CONFIG)})
     train = (SEMEVAL / "TRAIN_FILE.TXT").read_text(encoding="utf-8-sig").splitlines()
     (root / "train.txt").write_text("\n".join(train[: 4 * 60]) + "\n")
     test = (SEMEVAL / "TEST_FILE_FULL.TXT").read_text(encoding="utf-8-sig").splitlines()
@@ -80,11 +78,11 @@ def trained(project, prefect_server):
 
 def apply(project, capsys, trained, source) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``scarce apply`` of ``source``: its assignments and its metrics (indexed by metric)."""
-    before = set(runs(project))
-    code = main(["apply", trained, "--input", str(source)])
-    err = capsys.readouterr().err
-    assert code == 0, err
-    (run_id,) = sorted(set(runs(project)) - before)
+    with made_runs(project) as made:
+        code = main(["apply", trained, "--input", str(source)])
+        err = capsys.readouterr().err
+        assert code == 0, err
+    (run_id,) = made
     assert manifest(project, run_id)["flow"] == "apply-relations"
     folder = project / "data" / "runs" / run_id
     metrics = pd.read_parquet(folder / "metrics.parquet").set_index("metric")["value"]

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from scarce.algorithms.metrics.clustering import clustering_scores
 from scarce.algorithms.relations.baselines import hasegawa_clustering, kmeans_baseline
@@ -25,7 +24,7 @@ from scarce.flows.cli import main
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import file_sha256
-from tests.flows.helpers import manifest, rerun, run_in, runs
+from tests.flows.helpers import made_run, made_runs, manifest, rerun, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -44,40 +43,28 @@ ESTIMATOR = dict(k_low=3, k_high=5, n_prefixes=4, min_prefix=20, theta=0.5, n_in
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("relations")
-    (root / "configs").mkdir()
-    (root / "configs" / "relations.yaml").write_text(yaml.safe_dump(CONFIG))
-    return root
-
-
-def made_run(project, *args: str) -> str:
-    """``scarce run relations ARGS`` on the module's project; the id of the run it made."""
-    before = set(runs(project))
-    run_in(project, "run", "relations", *args)
-    (new,) = set(runs(project)) - before
-    return new
+def project(make_project):
+    return make_project("relations", {"relations.yaml": CONFIG})
 
 
 @pytest.fixture(scope="module")
 def first(project, prefect_server):
     """The id of the module's first run of its config, made by the first test that reads it
     (whichever runs first, or alone)."""
-    return made_run(project)
+    return made_run(project, "run", "relations")
 
 
 @pytest.fixture(scope="module")
 def second(project, first):
     """The id of a second run of the module's config, after ``first`` (its steps from the
     store)."""
-    return made_run(project)
+    return made_run(project, "run", "relations")
 
 
 def run(project, capsys, *args):
-    before = set(runs(project))
-    code = main(["run", "relations", *args])
-    err = capsys.readouterr().err
-    new = sorted(set(runs(project)) - before)
+    with made_runs(project) as new:
+        code = main(["run", "relations", *args])
+        err = capsys.readouterr().err
     m = json.loads((project / "data" / "runs" / new[0] / "manifest.json").read_text()) if new \
         else None
     return code, m, err

@@ -8,7 +8,7 @@ import pytest
 import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.bench.overhead import busy_seconds
 from scarce.flows.cli import main
-from tests.flows.helpers import digits_project, manifest, run_in, runs
+from tests.flows.helpers import digits_project, made_run, made_runs, manifest, runs
 
 
 def test_busy_seconds_is_the_length_of_the_union():
@@ -30,10 +30,7 @@ def project(tmp_path_factory):
 @pytest.fixture(scope="module")
 def first(project, prefect_server):
     """The id of the module's first run of ``digits``, made by the first test that reads it."""
-    before = set(runs(project))
-    run_in(project, "run", "digits")
-    (new,) = set(runs(project)) - before
-    return new
+    return made_run(project, "run", "digits")
 
 
 def _task_runs_of_last_flow_run():
@@ -81,12 +78,12 @@ def test_a_damaged_entry_goes_back_through_prefect_and_is_rewritten(project, fir
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     path.write_bytes(bytes(raw))
-    before = set(runs(project))
-    with caplog.at_level("WARNING", logger="scarce.store"):
-        assert main(["run", "digits"]) == 0
-    assert f"store entry {ref} is damaged" in caplog.text
-    names = sorted(tr.name.split(" ")[0] for tr in _task_runs_of_last_flow_run())
-    assert len(names) >= 1  # the damaged step ran as a task again
-    (last,) = (manifest(project, r) for r in set(runs(project)) - before)
+    with made_runs(project) as made:
+        with caplog.at_level("WARNING", logger="scarce.store"):
+            assert main(["run", "digits"]) == 0
+        assert f"store entry {ref} is damaged" in caplog.text
+        names = sorted(tr.name.split(" ")[0] for tr in _task_runs_of_last_flow_run())
+        assert len(names) >= 1  # the damaged step ran as a task again
+    (last,) = (manifest(project, r) for r in made)
     assert {o["ref"]: o["sha256"] for o in last["outputs"]} == {
         o["ref"]: o["sha256"] for o in first["outputs"]}

@@ -21,7 +21,7 @@ from scarce.algorithms.strip.ripper import StRip
 from scarce.flows.cli import main
 from scarce.flows.strip import StripConfig, claims_line
 from scarce.tasks.readers.conllu import read_conllu_files
-from tests.flows.helpers import manifest, runs
+from tests.flows.helpers import made_runs, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
@@ -33,14 +33,12 @@ VARIANTS = {"ripper": (False, True), "strip-labeled": (True, True), "strip-parti
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("strip-dev")
-    (root / "configs").mkdir()
+def project(make_project):
+    root = make_project("strip-dev", {"strip.yaml": (
+        f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\nwindow: {WINDOW}\n"
+        f"k_optimize: {K_OPT}\nloss_ratios: {RATIOS}\n")})
     rows = [f"{d}\t{split}" for split, docs in SPLITS.items() for d in docs]
     (root / "splits.tsv").write_text("doc_id\tsplit\n" + "\n".join(rows) + "\n")
-    (root / "configs" / "strip.yaml").write_text(
-        f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\nwindow: {WINDOW}\n"
-        f"k_optimize: {K_OPT}\nloss_ratios: {RATIOS}\n")
     return root
 
 
@@ -127,10 +125,10 @@ def test_the_selection_is_an_artifact_and_the_model_records_each_ratio(project, 
 
 
 def test_without_dev_every_variant_uses_loss_ratio(project, first, capsys):
-    before = set(runs(project))
-    assert main(["run", "strip", "--config", str(project / "configs" / "strip.yaml"),
-                 "--set", "dev_splits=[]", "--set", "loss_ratio=4"]) == 0
-    (run_id,) = set(runs(project)) - before
+    with made_runs(project) as made:
+        assert main(["run", "strip", "--config", str(project / "configs" / "strip.yaml"),
+                     "--set", "dev_splits=[]", "--set", "loss_ratio=4"]) == 0
+    (run_id,) = made
     m = manifest(project, run_id)
     assert "strip-select-loss-ratio" not in {o["step"] for o in m["outputs"]}
     metrics = pd.read_parquet(project / "data" / "runs" / run_id / "metrics.parquet")

@@ -30,7 +30,7 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu, read_conllu_files
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import file_sha256
-from tests.flows.helpers import manifest, rerun, run_in, runs
+from tests.flows.helpers import made_run, made_runs, manifest, rerun, runs
 from tests.scorer import needs_scorer
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -47,13 +47,11 @@ def write_splits(path: Path, train, test) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("strip-project")
-    (root / "configs").mkdir()
-    write_splits(root / "splits.tsv", TRAIN, TEST)
-    (root / "configs" / "strip.yaml").write_text(
+def project(make_project):
+    root = make_project("strip-project", {"strip.yaml": (
         f"dataset: gum-small\ndata_dir: {GUM}\nsplits_file: splits.tsv\n"
-        f"window: {WINDOW}\nk_optimize: {K_OPT}\ndev_splits: []\n")
+        f"window: {WINDOW}\nk_optimize: {K_OPT}\ndev_splits: []\n")})
+    write_splits(root / "splits.tsv", TRAIN, TEST)
     return root
 
 
@@ -61,17 +59,13 @@ def project(tmp_path_factory):
 def first(project, prefect_server):
     """The id of the module's first run of its config, made by the first test that reads it
     (whichever runs first, or alone)."""
-    before = set(runs(project))
-    run_in(project, "run", "strip", "--config", str(project / "configs" / "strip.yaml"))
-    (new,) = set(runs(project)) - before
-    return new
+    return made_run(project, "run", "strip", "--config", str(project / "configs" / "strip.yaml"))
 
 
 def run(project, capsys, *extra, config="configs/strip.yaml"):
-    before = set(runs(project))
-    code = main(["run", "strip", "--config", str(project / config), *extra])
-    out = capsys.readouterr()
-    new = sorted(set(runs(project)) - before)
+    with made_runs(project) as new:
+        code = main(["run", "strip", "--config", str(project / config), *extra])
+        out = capsys.readouterr()
     return code, out.err, (manifest(project, new[0]) if new else None)
 
 

@@ -33,7 +33,7 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.flows.outputs import Protected, check_targets
 from scarce.tasks.errors import InputError
-from tests.flows.helpers import digits_project, manifest, run_in, runs
+from tests.flows.helpers import digits_project, made_runs, manifest, run_in, runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -160,17 +160,17 @@ def test_apply_output_the_disk_refuses_after_the_work_keeps_the_run(leml, capsys
     import scarce.flows.apply as apply_module
 
     root, run = leml
-    before = set(runs(root))
 
     def full(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(apply_module, "atomic_write_bytes", full)
-    code, _, err = _cli(capsys, "apply", run, "--input", "test.txt", "--output", "late.csv")
+    with made_runs(root) as made:
+        code, _, err = _cli(capsys, "apply", run, "--input", "test.txt", "--output", "late.csv")
     assert code == 2, err[-2000:]
     line = _one_error(err)
     assert "No space left on device" in line and "results are kept in" in line, line
-    (new,) = set(runs(root)) - before
+    (new,) = made
     assert new in line
     assert len(pd.read_parquet(root / "data" / "runs" / new / "outputs"
                                / "predictions.parquet")) > 0
@@ -385,10 +385,12 @@ def test_a_runs_folder_that_cannot_be_written_is_refused_before_the_run(
 
 # -- small commands ------------------------------------------------------------------------
 @pytest.mark.parametrize("flow", ["bogus", "LEML", "leml-"])
-def test_runs_of_an_unknown_flow_is_an_error(digits, capsys, flow):
-    code, out, err = _cli(capsys, "runs", "--flow", flow)
-    assert code == 2 and out == ""
-    assert f"unknown flow {flow!r}" in _one_error(err)
+def test_runs_of_an_unknown_flow_is_a_usage_error(capsys, flow):
+    with pytest.raises(SystemExit) as exit_:
+        main(["runs", "--flow", flow])
+    assert exit_.value.code == 2
+    out = capsys.readouterr()
+    assert out.out == "" and f"argument --flow: invalid choice: {flow!r}" in out.err
 
 
 class _ClosedPipe(io.StringIO):

@@ -522,7 +522,7 @@ def test_calls_that_read_differently_have_different_keys(case, tmp_path):
     assert any(o != '"fails"' for o in outcomes), "no name of this case is read at all"
 
 
-def test_the_reported_case_tsv_and_tabs_csv_differ(tmp_path):
+def test_a_tsv_and_the_same_bytes_named_csv_have_different_keys(tmp_path):
     """``train.tsv`` and a byte-identical ``train_tabs.csv``: the CSV has no column ``text``
     (it fails), so the two calls cannot share an entry."""
     st = STEPS["leml-table-space"]
