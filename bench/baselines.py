@@ -1,6 +1,6 @@
 """The BR ridge baseline against a plain closed-form ridge on the same matrices.
 
-The LEML flow's ``br-ridge`` baseline (:class:`algorithms.leml.BinaryRelevance` with
+The LEML flow's ``br-ridge`` baseline (:class:`scarce.algorithms.leml.BinaryRelevance` with
 ``model="ridge"``, fully observed labels) is timed beside its peers on the same ``X`` and
 ``Y``, in one process with one BLAS thread; each problem's methods run ``--repeats`` times
 with their order rotated, and the table holds the median wall-clock seconds, the median
@@ -12,7 +12,7 @@ same run:
 * ``cholesky``: the peer, a plain closed-form ridge with scipy: the constant column appended
   (its weight penalised like the others), the smaller of the ``d x d`` and ``n x n`` normal
   equations formed from sparse products, one Cholesky factorisation, all labels solved at once;
-* ``closed-form``: :class:`algorithms.leml.ClosedFormLowRank` at full rank (the flow's
+* ``closed-form``: :class:`scarce.algorithms.leml.ClosedFormLowRank` at full rank (the flow's
   ``closed-form`` baseline: the ``d x d`` system with the constant column);
 * ``sklearn``: ``sklearn.linear_model.Ridge`` on sparse ``X`` with an intercept, one
   multi-output fit (its iterative solver, one label at a time).
@@ -24,7 +24,7 @@ from sparse products: how close to the exact solution it got.
 Problems (``--problems``): ``text`` is a table of ``--rows`` short texts (real sentences: the
 FewRel validation set and the SemEval-2010 Task 8 training and test sets shipped under
 ``data/relations``, in that order) as TF-IDF rows over the ``--features`` most frequent words
-(the project's vectoriser, :func:`algorithms.leml.text.fit_vocabulary`), with the tag sets of
+(the project's vectoriser, :func:`scarce.algorithms.leml.text.fit_vocabulary`), with the tag sets of
 the Delicious bookmarks (training then test rows, repeated from the top when there are more
 texts) kept to their ``--tags`` most frequent tags, or Bibtex's tags when ``--data`` has no
 Delicious; the texts and the tags are real, their pairing is not (no data set here has both),

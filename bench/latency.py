@@ -19,7 +19,7 @@ The rows (``--commands``, comma-separated; :data:`ROWS`):
   (with ``--quick``, the small settings of ``scarce bench overhead --quick``; ``--set
   FLOW:KEY=VALUE`` overrides), each time in an empty store and runs folder;
 * ``apply-leml``, ``apply-relations``, ``apply-strip``: ``scarce apply RUN --input ...`` on
-  the rows the training run evaluated (:func:`bench.apply._inputs`), each time in an empty
+  the rows the training run evaluated (:func:`scarce.bench.apply._inputs`), each time in an empty
   store;
 * ``rerun``: ``scarce rerun RUN`` of the LEML run (every step recomputed and compared);
 * ``runs``: ``scarce runs`` (the table of the runs folder's runs);
@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pandas as pd
 
-#: The training flows of the project (those of :data:`flows.registry.FLOWS`; a test checks).
+#: The training flows of the project (those of :data:`scarce.flows.registry.FLOWS`; a test checks).
 FLOWS = ("leml", "relations", "strip")
 #: The rows ``--commands`` chooses from, in the table's order.
 ROWS = (*(f"run-{f}" for f in FLOWS), *(f"apply-{f}" for f in FLOWS), "rerun", "runs",

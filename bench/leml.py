@@ -27,7 +27,7 @@ Sections (``--sections``, comma-separated):
   milliseconds per 1,000 test rows, the peak memory training adds, P@1/3/5, ratios to LEML;
   medians over ``--repeats`` with the order rotated.  The peers run with the interpreter
   ``--peer-python`` (an environment with ``pip install libpecos napkinxc omikuji``;
-  libpecos pulls in torch, so it is not in the ``bench`` extra) (:mod:`bench.leml_peers`).
+  libpecos pulls in torch, so it is not in the ``bench`` extra) (:mod:`scarce.bench.leml_peers`).
 * ``scaling``: one W-step on 1x, 2x, 4x stacked copies of the training data, fully
   observed squared loss and 20% observed; its time ratio against the growth of
   ``nnz(X) + nnz(Y)`` (fully observed) or ``nnz(X) + |Omega|``, and against the bare
@@ -42,14 +42,14 @@ Sections (``--sections``, comma-separated):
   sensitivity (the single-process solve with its right-hand side and every product
   moved by one ulp; relative differences are printed times 1e6)
   and each worker's peak RSS.  A fresh cluster per problem, so the peaks are that
-  problem's (:mod:`bench.leml_w_step`).
+  problem's (:mod:`scarce.bench.leml_w_step`).
 * ``distributed``: the whole LEML flow (``scarce run leml``, 3 iterations, k = 50) on the
   synthetic problem written as folders of Parquet parts, in one process and on 1 and 2 Dask
   workers: wall and iteration seconds, the peak RSS of the flow's process and of each
-  worker, P@k, and the factors against the one-process run (:mod:`bench.leml_cluster`).
+  worker, P@k, and the factors against the one-process run (:mod:`scarce.bench.leml_cluster`).
 * ``partition``: one row block of a stored CSR matrix read as a partition task reads it
   (``tasks.store.encoding.read_rows``) against the whole entry read and sliced, each in a fresh
-  process: seconds and peak RSS (:mod:`bench.leml_partition`).
+  process: seconds and peak RSS (:mod:`scarce.bench.leml_partition`).
 
 LEML's parameters are given by ``--set KEY=VALUE`` (repeatable; the keys of the config's
 ``model`` section, checked as ``scarce run --set model.KEY=VALUE`` checks them) and apply to

@@ -2,11 +2,11 @@
 
 ``scarce bench leml-blocks [--data DIR] [--repeats 3]``: on the Bibtex training set (rows
 unit-norm, intercept, k = 100, lambda = 1), fully observed and 20% observed, the H-step at a
-seeded random W by :func:`algorithms.leml.update_H` (the whole data), by
-:func:`algorithms.leml.update_H_by_blocks` over 4 row blocks in this process
-(:class:`algorithms.leml.LocalBlocks`; the split is not timed), and, in float32, on a Dask
+seeded random W by :func:`scarce.algorithms.leml.update_H` (the whole data), by
+:func:`scarce.algorithms.leml.update_H_by_blocks` over 4 row blocks in this process
+(:class:`scarce.algorithms.leml.LocalBlocks`; the split is not timed), and, in float32, on a Dask
 LocalCluster of single-threaded worker processes with 1 and then 2 workers
-(:class:`tasks.leml_dask.RowBlockBackend`, blocks scattered once, not timed).  Best of
+(:class:`scarce.tasks.leml_dask.RowBlockBackend`, blocks scattered once, not timed).  Best of
 ``--repeats``, one BLAS thread everywhere; one row per problem and way: the seconds, the ratio
 to ``update_H`` measured in the same run, the largest difference to ``update_H`` relative to
 ``max|H|``, and whether 1 and 2 workers gave the same bits.

@@ -4,7 +4,7 @@ Kept as one module: the cluster benchmark's set-up, runs and table share one syn
 problem.
 
 Section ``distributed`` of ``scarce bench leml``.  The synthetic Wikipedia-shaped problem of
-:func:`bench.synthetic.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et
+:func:`scarce.bench.synthetic.synthetic_wikipedia` at ``--synthetic-scale`` (1 is the size of Yu et
 al.'s Wikipedia set: 881,805 x 366,932, 213,707 labels; 10,000 test points) is written as
 two folders of Parquet parts, ``--parts`` each (training and test), one part generated at a
 time from its own seed stream, so this process never holds the whole X either.  Then, for
@@ -81,7 +81,7 @@ def _say(*parts) -> None:
 def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: int,
                 stream: int) -> dict:
     """``parts`` Parquet pairs ``part-NNN.X.parquet`` / ``.Y.parquet`` of ``n`` points in
-    all, part ``i`` drawn by :func:`bench.synthetic.synthetic_wikipedia` from the seed stream
+    all, part ``i`` drawn by :func:`scarce.bench.synthetic.synthetic_wikipedia` from the seed stream
     (``stream``, ``i``): one part in memory at a time.  Returns the counts."""
     from scarce.bench.synthetic import synthetic_wikipedia
     from scarce.tasks.store.atomic import atomic_write_parquet
@@ -194,7 +194,7 @@ BETWEEN_TASKS = "between tasks"
 def task_kind(key) -> str:
     """What a task of the flow does, from its key: ``w-block`` (the read of a row block,
     ``leml-w-block-<token>-<b>of<n>``), ``w-block_products``, ``h-...``, ``e-...`` (the
-    function a block task runs, :meth:`tasks.leml_dask.RowBlockBackend._key`), or Dask's own
+    function a block task runs, :meth:`scarce.tasks.leml_dask.RowBlockBackend._key`), or Dask's own
     key prefix for any other task."""
     import re
 
@@ -402,7 +402,7 @@ def run_section(args, rows: list[tuple], scale: float) -> None:
 def block_bytes(train: Path) -> list[int]:
     """The bytes of each row block of the training parts in ``train`` once a worker has
     prepared it (its ``X``, ``X^T``, ``Y`` and ``Y^T``; estimated from the files' footers by
-    :meth:`~tasks.leml_dask.PartitionedData.block_nbytes`), as the benchmark's flow
+    :meth:`~scarce.tasks.leml_dask.PartitionedData.block_nbytes`), as the benchmark's flow
     prepares them (float32, no constant feature)."""
     from scarce.tasks.leml import input_parts
     from scarce.tasks.leml_dask import PartitionedData

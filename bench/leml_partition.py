@@ -1,11 +1,11 @@
 """A partition task's read: one row block of a stored CSR matrix, read whole then sliced
-against :func:`tasks.store.encoding.read_rows`.
+against :func:`scarce.tasks.store.encoding.read_rows`.
 
 Section ``partition`` of ``scarce bench leml``.  A random CSR matrix of
 ``--partition-shape`` (rows x features, float32, ``--partition-row-nnz`` entries a row at
 seeded random columns) is written as a store entry (the store's Parquet format, as
 ``leml-load`` writes the training X), then block ``--partition-block`` of
-``--partition-blocks`` row blocks (:func:`tasks.leml_dask.row_block_bounds`, as
+``--partition-blocks`` row blocks (:func:`scarce.algorithms.leml.data.row_block_bounds`, as
 ``leml-partition`` cuts it) is read in a fresh process each way, ``--repeats`` times:
 
 * ``whole``: ``read_parquet_entry(path)[start:stop]``, what a partition task did at first

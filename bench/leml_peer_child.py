@@ -1,6 +1,6 @@
 """One method of the ``peers`` section of ``scarce bench leml``, trained and run in this process.
 
-Run as ``PYTHON leml_peer_child.py METHOD WORKDIR PARAMS_JSON`` by :mod:`bench.leml_peers`,
+Run as ``PYTHON leml_peer_child.py METHOD WORKDIR PARAMS_JSON`` by :mod:`scarce.bench.leml_peers`,
 with ``METHOD`` one of :data:`METHODS`.  ``WORKDIR`` holds the preprocessed split as
 ``train_X.npz``, ``train_Y.npz`` and ``test_X.npz`` (``scipy.sparse.save_npz``); the
 child writes its top-5 label indices, best first, as ``top5.npy`` there (``-1`` where a

@@ -11,13 +11,13 @@ libraries a user would otherwise reach for, on each dataset's preprocessed split
 * LEML at the setting of the ``speed`` section (the parameters ``--set`` gives; the rank,
   ``lam`` and iterations chosen in ``accuracy`` when that section ran).
 
-Each run is a fresh process (:mod:`bench.leml_peer_child`) with one BLAS / OpenMP / Rayon
+Each run is a fresh process (:mod:`scarce.bench.leml_peer_child`) with one BLAS / OpenMP / Rayon
 thread and ``threads=1`` passed to the library, reading the split that this process wrote
 once per dataset as ``.npz`` files.  Rows per method: training seconds, prediction
 milliseconds per 1,000 test rows (top 5), the peak resident memory that training added to
 the process (MiB; data loaded and library imported before the peak is reset; NaN without
 ``/proc``), P@1/3/5 in % on the test split, computed here from each method's top 5 with
-:func:`algorithms.metrics.multilabel.precision_at_k` (a method ranking fewer than 5 labels
+:func:`scarce.algorithms.metrics.multilabel.precision_at_k` (a method ranking fewer than 5 labels
 for a row is charged a miss for each one absent), and training time and peak as ratios to
 LEML.  Each figure is the median over ``--repeats`` repeats; the order of the methods is
 rotated between repeats (repeat ``r`` starts at method ``r mod m``) so that drift of a

@@ -10,7 +10,7 @@ of the 9 undirected relation types without Other (TRAIN + TEST: 8,853 pairs), on
 * ``frequency``, ``chi2``, ``entropy``: the full method (subset search under coverage >= theta,
   stability over k, k-means at the chosen k) with the words ranked by document frequency, by
   chi^2 against k-means pseudo-labels (label-free; k = the middle of [K_low, K_high]) and by
-  the entropy measure (Dash et al.; :mod:`algorithms.relations.entropy`).
+  the entropy measure (Dash et al.; :mod:`scarce.algorithms.relations.entropy`).
 
 Contexts: position-tagged lower-cased words, tf-idf, minimum document frequency 2 (the flow's
 defaults, ``configs/relations.yaml``); the entropy ranking uses the binarised matrix (the exact
@@ -21,7 +21,8 @@ only to score the final clusterings (mapped accuracy of Chen et al. Sec. 3.3, AR
 Method settings: ``--k-low``, ``--k-high``, ``--n-prefixes``, ``--min-prefix``, ``--theta``,
 ``--reg``, ``--n-init``, ``--n-subsamples``, ``--rho``, ``--n-init-reference``,
 ``--n-init-subsample`` and ``--n-references`` are the parameters of
-:class:`~algorithms.relations.model.RelationDiscovery` under the same names, with its defaults
+:class:`~scarce.algorithms.relations.model.RelationDiscovery` under the same names, with its
+defaults
 (but ``--min-prefix 20``); the k-means baselines and RLBaseline are run with the same
 estimator's steps (:meth:`~RelationDiscovery.cluster_reference` on all words at the true k,
 :meth:`~RelationDiscovery.select_k` on all words).  With ridge 1e-3 the invariant criterion

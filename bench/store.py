@@ -7,7 +7,7 @@ memory (a CSR entry's values, indices and row pointers; a dense entry's array):
 
 * ``traced_peak``: the peak of the allocations ``tracemalloc`` sees (numpy's and Python's, not
   Arrow's pool) during the operation.  A sparse read builds the matrix on its three columns
-  (:func:`tasks.store.encoding.read_checked_value`), so it holds the columns (12 bytes an
+  (:func:`scarce.tasks.store.encoding.read_checked_value`), so it holds the columns (12 bytes an
   entry here, 1.5 times the CSR matrix's 8) and the row pointers, and no conversion's copy of
   the indices and values beside them (a COO conversion would add 8 bytes an entry, an int64
   copy of the row indices 8 more);
@@ -16,7 +16,7 @@ memory (a CSR entry's values, indices and row pointers; a dense entry's array):
 * ``rss_peak``: how far the process's peak resident memory rose above what it held before;
 * ``rss_after``: what the process holds once the operation returned, above what it held
   before (a read holds the value it returns: near 1 when Arrow's pool gave back what it no
-  longer uses, :func:`tasks.store.encoding.release_arrow_memory`).
+  longer uses, :func:`scarce.tasks.store.encoding.release_arrow_memory`).
 
 The read is also measured with ``release_arrow_memory`` left out (``read, pool kept``): the
 peer that shows what giving the pool back saves.  ``--rows``, ``--cols`` and ``--density``

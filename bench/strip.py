@@ -26,7 +26,8 @@ more supervision than StRip and its scores are an oracle, not a baseline).  ``ti
 method's training seconds over its peer's.
 
 Outside referee: the test chains of each method are written as CorefUD CoNLL-U by the
-flow's own writer (:func:`tasks.strip.write_predicted`) and scored by the official CRAC scorer
+flow's own writer (:func:`scarce.tasks.strip.write_predicted`) and scored by the official CRAC
+scorer
 (``../shared/tools/corefud-scorer`` beside the project; :func:`official_scores`), exact mention
 match, singletons kept: its MUC, B³ and CEAF-e precision, recall and F1 against ours, once on the
 source mentions (key and response both restricted to them, as our scores are) and once on all
@@ -37,7 +38,7 @@ MUC equals our ``all_muc_f`` (a singleton holds no link), B³ and CEAF-e are low
 which count every mention.  NaN when the scorer is absent.
 
 Apply throughput: ``apply_docs_per_s`` is the test documents per second of the apply flow's rule
-application (:func:`tasks.strip.apply_rules`, one call per document), ``apply_speedup`` the
+application (:func:`scarce.tasks.strip.apply_rules`, one call per document), ``apply_speedup`` the
 seconds of the training run's ``evaluate`` step on the same documents and rules over those
 (best of five each, in this process).
 
@@ -232,9 +233,10 @@ def referee_files(path: Path, mentions: pd.DataFrame, response: np.ndarray,
 
     ``mentions`` are ``preprocess``'s mentions of the file (``doc, mention, entity, source``)
     and ``response`` their predicted chains.  ``all``: the gold file itself as the key, the
-    response written by the flow's writer (:func:`tasks.strip.write_predicted`); ``sources``:
+    response written by the flow's writer (:func:`scarce.tasks.strip.write_predicted`); ``sources``:
     key and response restricted to the source mentions (gold entities and predicted chains
-    written back with :func:`tasks.readers.conllu.write_chains`), the mentions our scores count.
+    written back with :func:`scarce.tasks.readers.conllu.write_chains`), the mentions our scores
+    count.
     """
     folder.mkdir(parents=True, exist_ok=True)
     stem = tasks_strip.output_name(path).removesuffix(".conllu")

@@ -13,7 +13,7 @@ then with two (``--workers``), and on each cluster runs, through Prefect:
   ``stability`` task runs, read from the Prefect API), without parsing, contexts, ranking,
   labelling and the baselines around the search.
 * ``leml-sweep``: a flow defined here mapping one task per (rank, lam) point of a grid
-  (``--ranks`` x ``--lams``); each fits :class:`algorithms.leml.LEML` (squared loss) on the
+  (``--ranks`` x ``--lams``); each fits :class:`scarce.algorithms.leml.LEML` (squared loss) on the
   bundled Bibtex training set (rows scaled to unit L2 norm) less a seeded validation part
   (``--validation-fraction``, the split of ``tasks.leml.split``) and returns the validation
   P@1.  The point of best P@1 (first in grid order on ties) is the selection.

@@ -1,6 +1,7 @@
 """The ``apply-leml`` flow's config schema and the checks of an apply run before it starts.
 
-Apart from the flow (:mod:`flows.apply_leml`), and importing neither Prefect, scikit-learn nor
+Apart from the flow (:mod:`scarce.flows.apply_leml`), and importing neither Prefect, scikit-learn
+nor
 Dask, so that ``scarce apply`` checks the model, the input tables (their columns and label
 cells) and the output before it imports the flow or starts a server.
 """

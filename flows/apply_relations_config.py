@@ -1,6 +1,6 @@
 """The ``apply-relations`` flow's config schema and the checks of an apply run before it starts.
 
-Apart from the flow (:mod:`flows.apply_relations`), and importing neither Prefect,
+Apart from the flow (:mod:`scarce.flows.apply_relations`), and importing neither Prefect,
 scikit-learn nor Dask, so that ``scarce apply`` checks the model, the input and the output
 before it imports the flow or starts a server.
 """
@@ -30,7 +30,7 @@ SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz")
 
 class ApplyRelationsConfig(ApplyConfig):
     """Options of ``apply-relations`` (``configs/apply-relations.yaml``): the model run, the
-    input and output of :class:`~flows.apply.ApplyConfig`, and the input format."""
+    input and output of :class:`~scarce.flows.apply.ApplyConfig`, and the input format."""
 
     format: Literal[("auto", *INPUT_FORMATS)] = Field(
         "auto", description="Input format; 'auto' guesses from the name (.jsonl/.json).")

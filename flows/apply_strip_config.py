@@ -1,8 +1,9 @@
 """The ``apply-strip`` flow's config schema and the checks of an apply run before it starts.
 
-Apart from the flow (:mod:`flows.apply_strip`), and importing neither Prefect nor Dask.  The
+Apart from the flow (:mod:`scarce.flows.apply_strip`), and importing neither Prefect nor Dask.  The
 schema imports nothing of the learner; the checks (:func:`prepare`) read the model with
-:mod:`flows.model_strip` and the document names of :mod:`tasks.strip`, which import it.
+:mod:`scarce.flows.model_strip` and the document names of :mod:`scarce.tasks.strip`, which import
+it.
 """
 
 from __future__ import annotations

@@ -165,8 +165,8 @@ C = TypeVar("C", bound=FlowConfig)
 def from_declared(estimator: str, param: str, default: Any, **field: Any) -> Any:
     """A config field holding the parameter ``param`` of ``estimator`` (its dotted name), with
     the ``default`` (and the bounds, in ``field``) declared for it in a light module of its
-    own (:mod:`algorithms.leml.params`, :mod:`algorithms.relations.params`,
-    :mod:`algorithms.strip.params`), which the estimator's signature and checks read too.
+    own (:mod:`scarce.algorithms.leml.params`, :mod:`scarce.algorithms.relations.params`,
+    :mod:`scarce.algorithms.strip.params`), which the estimator's signature and checks read too.
 
     One declaration of a method's defaults and bounds: the config schema, the bundled YAML
     (whose comments name any value it changes: ``# default 50; chosen on ...``) and the

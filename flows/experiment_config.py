@@ -1,7 +1,8 @@
 """The experiment's config schema (``configs/experiments/<name>.yaml``), its grid and the
 configs of its points.
 
-Apart from the flow (:mod:`flows.experiment`), and importing neither Prefect, scikit-learn nor
+Apart from the flow (:mod:`scarce.flows.experiment`), and importing neither Prefect, scikit-learn
+nor
 Dask, so that ``scarce run experiment`` validates the experiment and checks its grid points
 (each by its flow's own checks) before it imports the flow or starts a server.
 """
@@ -165,7 +166,7 @@ class ExperimentConfig(FlowConfig):
 
     def check_before_run(self, runs: Path, store: Path) -> None:
         """The grid points as their flow checks them before it starts
-        (:meth:`flows.config.FlowConfig.check_before_run`): refused when no point could run,
+        (:meth:`scarce.flows.config.FlowConfig.check_before_run`): refused when no point could run,
         naming the first point's error.  A point that cannot run while others can is a row
         of the table with its error, as when its run fails; so the points are checked only
         until one passes.  (The base file is not looked for: its content was read with the
@@ -278,7 +279,7 @@ def settings(config: ExperimentConfig, point: dict[str, Any]) -> dict[str, Any]:
 
 def shown_point(values: dict[str, Any]) -> str:
     """Settings as the logs and tables show them: ``key=value, ...`` (values by
-    :func:`tasks.experiment.cell`)."""
+    :func:`scarce.tasks.experiment.cell`)."""
     return ", ".join(f"{k}={exp.cell(v)}" for k, v in values.items())
 
 

@@ -1,20 +1,21 @@
 """The LEML flow: load -> (alternate-W -> alternate-H) x T -> evaluate -> predict.
 
-The flow is here; its config schema in :mod:`flows.leml_config`, its stages in
-:mod:`flows.leml_training`, its report in :mod:`flows.leml_report`, and where the data lives
-in the run's plan (:class:`tasks.leml_plan.LemlPlan`), through which every step runs.
+The flow is here; its config schema in :mod:`scarce.flows.leml_config`, its stages in
+:mod:`scarce.flows.leml_training`, its report in :mod:`scarce.flows.leml_report`, and where the data
+lives
+in the run's plan (:class:`scarce.tasks.leml_plan.LemlPlan`), through which every step runs.
 
 Yu, Jain, Kar and Dhillon, "Large-scale Multi-label Learning with Missing
-Labels", ICML 2014.  The flow drives the step methods of :class:`algorithms.leml.LEML`,
+Labels", ICML 2014.  The flow drives the step methods of :class:`scarce.algorithms.leml.LEML`,
 one task per step with the store between them (``LEML.fit`` is the same loop in one
 process); the model's options and their defaults are the estimator's
-(:class:`~flows.leml_config.ModelConfig`), the bundled values are in ``configs/leml.yaml``.
+(:class:`~scarce.flows.leml_config.ModelConfig`), the bundled values are in ``configs/leml.yaml``.
 With ``compute.backend: dask`` the training data is first written as ``compute.row_blocks``
 row blocks (``leml-partition``), from which each Dask worker reads its own blocks.
 
 Every run names its outputs (:func:`name_outputs`): ``outputs/predictions.parquet`` (the test
 set's top labels) and ``outputs/model/`` (the factors, the index maps, the config and
-``model.json``), which the ``apply-leml`` flow (:mod:`flows.apply_leml`) applies to new data.
+``model.json``), which the ``apply-leml`` flow (:mod:`scarce.flows.apply_leml`) applies to new data.
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ __all__ = ["BACKENDS", "DEFAULTS_CHOSEN_ON", "MIN_TUNING_ROWS", "ComputeConfig",
 @flow(name="leml", flow_run_name=namer("leml"))
 def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
     """load -> (alternate-W -> alternate-H) x T -> evaluate -> predict: the steps of
-    :class:`algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
+    :class:`scarce.algorithms.leml.LEML` as tasks, with the optional validation split, missing-label
     mask and baselines; the model and the test set's predictions as named outputs.  Every
     step runs through the run's plan of where the data lives
-    (:class:`tasks.leml_plan.LemlPlan`), which closes the Dask clients the run opened and
+    (:class:`scarce.tasks.leml_plan.LemlPlan`), which closes the Dask clients the run opened and
     releases the data the steps kept when the run ends, however it ends."""
     check_input_paths(config)  # a missing input refused before any step (a rerun, a grid point)
     ctx = RunContext.open("leml", config, options)
@@ -113,7 +114,7 @@ def leml_flow(config: LemlConfig, options: RunOptions | None = None) -> dict:
 
 def publish(ctx: RunContext, config: LemlConfig, metrics: pd.DataFrame,
             convergence: pd.DataFrame, model: LEML | None = None, tuned: bool = False) -> None:
-    """The run's artifacts (:func:`flows.leml_report.publish`) from its ``config``: the
+    """The run's artifacts (:func:`scarce.flows.leml_report.publish`) from its ``config``: the
     estimator ``model`` it trained (default: the config's), ``tuned`` when a tuning chose its
     values."""
     report.publish(ctx, metrics, convergence,

@@ -1,10 +1,11 @@
 """The LEML flow's config schema (``configs/leml.yaml``) and the checks of a run before it starts.
 
-Apart from the flow (:mod:`flows.leml`), and importing neither Prefect, scikit-learn nor Dask,
+Apart from the flow (:mod:`scarce.flows.leml`), and importing neither Prefect, scikit-learn nor
+Dask,
 so that a command validates a config and checks its input files (their heads, a table's
 columns and label cells) in a fraction of the flow's import time, before it starts a server.
 The model's options, defaults and bounds are the estimator's, declared once in
-:mod:`algorithms.leml.params`.
+:mod:`scarce.algorithms.leml.params`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ ESTIMATOR = "scarce.algorithms.leml.model.LEML"
 
 def from_params(name: str, bounds: bool = True, **field) -> object:
     """A ``model`` field: the default and (with ``bounds``) the bounds of the estimator's
-    parameter ``name`` (:data:`algorithms.leml.params.PARAMS`)."""
+    parameter ``name`` (:data:`scarce.algorithms.leml.params.PARAMS`)."""
     param = PARAMS[name]
     return from_declared(ESTIMATOR, name, param.default,
                          **(param.bounds() if bounds else {}), **field)
@@ -180,7 +181,7 @@ class DatasetConfig(Strict):
 
 
 class ModelConfig(Strict):
-    """The parameters of :class:`algorithms.leml.LEML` (its defaults, its checks)."""
+    """The parameters of :class:`scarce.algorithms.leml.LEML` (its defaults, its checks)."""
 
     loss: Literal[LOSS_NAMES] = from_params(
         "loss", description="Loss: squared (0/1 targets), logistic or squared hinge (+-1 "
@@ -248,7 +249,7 @@ class ModelConfig(Strict):
 
     def check_memory(self, n_samples: int, n_features: int, n_labels: int, *,
                      fully_observed: bool = True, what: str = "") -> ModelConfig:
-        """:meth:`algorithms.leml.LEML.check_memory` of these parameters, without the
+        """:meth:`scarce.algorithms.leml.LEML.check_memory` of these parameters, without the
         estimator (for the checks before a run: :func:`check_data`)."""
         check_factor_memory(n_samples, int(n_features) + int(self.fit_intercept), n_labels,
                             self.rank, self.dtype, fully_observed, what)
@@ -444,9 +445,10 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
     """What the input files tell before any is read in full, checked before the flow's first
     step and before a command starts its server (:meth:`LemlConfig.check_before_run`): the
     parts of a folder; the heads' numbers of features and labels agree, the training rows
-    are enough and the factors fit (:func:`tasks.leml_inputs.check_inputs`); of a table, its columns
+    are enough and the factors fit (:func:`scarce.tasks.leml_inputs.check_inputs`); of a table, its
+    columns
     and the label cells of the training table's head (its space is learned from the
-    training table: :func:`tasks.leml_table.check_table_labels`).  Returns the files of
+    training table: :func:`scarce.tasks.leml_table.check_table_labels`).  Returns the files of
     ``train`` and ``test`` (a file, or the parts of a folder)."""
     d = config.dataset
     files = {which: _input_files(d, which) for which in ("train", "test")}
@@ -468,6 +470,6 @@ def check_data(config: LemlConfig) -> dict[str, list[Path]]:
 
 def _input_files(d: DatasetConfig, which: str) -> list:
     """The files of ``dataset.train`` or ``dataset.test`` (``which``): the file, or the parts
-    of a folder of parts (:func:`tasks.leml_inputs.input_parts`)."""
+    of a folder of parts (:func:`scarce.tasks.leml_inputs.input_parts`)."""
     path = resolve_path(getattr(d, which))
     return input_parts(path, d.format, key=f"dataset.{which}") or [path]

@@ -29,7 +29,7 @@ def name_outputs(ctx: RunContext, config: dict, d: Any, model: LEML, factors: di
     The Parquet files are the store entries of the final ``W`` and ``H``, of the training
     file's index maps, of the labels' inverse propensities (apply's PSP@k) and of the
     predictions; ``model/config.json`` is the run's config and
-    ``model/model.json`` (:func:`flows.apply.model_document`, version :data:`MODEL_VERSION`)
+    ``model/model.json`` (:func:`scarce.flows.apply.model_document`, version :data:`MODEL_VERSION`)
     what ``apply-leml`` needs to use them: the factors' shapes, the prediction parameters and
     how the input is read (format, dtype, row normalisation), and every parameter of the
     estimator ``model`` the run trained (``params``), so that a loaded model's estimator is

@@ -2,7 +2,7 @@
 chosen (a tuning, early stopping, or the config's), the alternation run, the baselines.
 
 Each stage takes the run (``ctx``), the plan of where the data lives
-(:class:`tasks.leml_plan.LemlPlan`, through which every step runs) and the parts of the
+(:class:`scarce.tasks.leml_plan.LemlPlan`, through which every step runs) and the parts of the
 config it reads; none branches on where the data lives.
 """
 
@@ -89,7 +89,7 @@ def load_sets(ctx, plan: LemlPlan, d: Any, dtype: str, files: dict) -> Loaded:
 def _load_parts(ctx, plan: LemlPlan, d: Any, dtype: str, files: list,
                 labelled: bool = False) -> list[dict]:
     """The ``leml-load`` refs of ``files`` (already checked to agree on the numbers of
-    features and labels by :func:`tasks.leml.check_inputs`), each read on its own where the
+    features and labels by :func:`scarce.tasks.leml.check_inputs`), each read on its own where the
     data lives; ``labelled``: the one file is the training set, refused when no point has a
     label (a part of a folder may have none)."""
     if d.format == "table":

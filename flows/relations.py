@@ -9,7 +9,7 @@ The flow function reads as the method's outline::
 ``stability-search`` is one task run holding its mapped units: the (k, prefix) candidates,
 the choice of F_k, the reference clusterings, the (k, subsample) scores and the choice of k;
 RLBaseline's search on all words is another (``rl-baseline-search``).  Every unit is a step
-of :class:`~algorithms.relations.model.RelationDiscovery` run as its own cached task, so a
+of :class:`~scarce.algorithms.relations.model.RelationDiscovery` run as its own cached task, so a
 Dask task runner spreads them; the estimator's ``fit`` is the same loop in one process.
 
 Every run names its results in ``outputs/`` (:func:`name_outputs`): ``assignments.parquet``,

@@ -1,8 +1,8 @@
 """The relation discovery flow's config schema (``configs/relations.yaml``).
 
-Apart from the flow (:mod:`flows.relations`), and importing neither Prefect, scikit-learn nor
+Apart from the flow (:mod:`scarce.flows.relations`), and importing neither Prefect, scikit-learn nor
 Dask, so that a command validates a config before it imports the method.  The method's options,
-defaults and bounds are declared once in :mod:`algorithms.relations.params`.
+defaults and bounds are declared once in :mod:`scarce.algorithms.relations.params`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ WINDOW_PATTERN = r"^[0-9]+-[0-9]+-[0-9]+$"
 
 
 def from_params(table: dict[str, Param], name: str, **field) -> object:
-    """A field holding the parameter ``name`` of ``table`` (:data:`algorithms.relations.params.
-    PARAMS`, the estimator's; :data:`~algorithms.relations.params.CONTEXT_PARAMS`, the
+    """A field holding the parameter ``name`` of ``table``
+    (:data:`scarce.algorithms.relations.params.
+    PARAMS`, the estimator's; :data:`~scarce.algorithms.relations.params.CONTEXT_PARAMS`, the
     contexts'): its default and bounds."""
     param = table[name]
     return from_declared(_OWNER[id(table)], name, param.default, **param.bounds(), **field)
@@ -53,7 +54,7 @@ class RelationsConfig(FlowConfig):
 
     The method's options are :class:`RelationDiscovery`'s parameters under the same names
     (``seed`` is its ``random_state``), with its defaults; the contexts' are those of
-    :func:`~algorithms.relations.contexts.build_contexts`.
+    :func:`~scarce.algorithms.relations.contexts.build_contexts`.
     """
 
     dataset: str = Field("semeval-9", pattern=DATASET_NAME, max_length=NAME_LENGTH,
@@ -185,7 +186,8 @@ class RelationsConfig(FlowConfig):
         return self
 
     def method_params(self) -> dict:
-        """The method's parameters in this config (:data:`algorithms.relations.params.PARAMS`)."""
+        """The method's parameters in this config
+        (:data:`scarce.algorithms.relations.params.PARAMS`)."""
         return {name: getattr(self, name) for name in PARAMS}
 
     def estimator(self) -> RelationDiscovery:

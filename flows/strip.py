@@ -7,8 +7,10 @@ through Structured Rule Learning" (EMNLP 2006)::
         -> write chains (per test file)
 
 Each training step calls the same-named step method of
-:class:`~algorithms.strip.ripper.StRip` (``StRip.fit`` is the loop over them); the variants are
-:data:`algorithms.strip.ripper.VARIANTS`, the learner's defaults its signature.  Options live in
+:class:`~scarce.algorithms.strip.ripper.StRip` (``StRip.fit`` is the loop over them); the variants
+are
+:data:`scarce.algorithms.strip.ripper.VARIANTS`, the learner's defaults its signature.  Options live
+in
 ``configs/strip.yaml``.
 
 Named outputs (``data/runs/<run-id>/outputs/``, listed in the manifest, compared by ``scarce
@@ -160,7 +162,7 @@ def preprocess(ctx: RunContext, config: StripConfig
                ) -> tuple[pd.DataFrame, dict[str, list[dict[str, str]]]]:
     """One ``preprocess`` step per CoNLL-U file, per role (``train``, ``test``).
 
-    Returns the document table (:func:`tasks.strip.select_documents`) and, per role, the refs
+    Returns the document table (:func:`scarce.tasks.strip.select_documents`) and, per role, the refs
     of its files' steps.
 
     The splits file is read once; the document table is stored after every document has been
@@ -191,9 +193,9 @@ def ratio_text(chosen: dict[str, float], config: StripConfig) -> str:
 def claims_line(scores: pd.DataFrame, config: StripConfig) -> str | None:
     """One line: the margins of each StRip variant over RIPPER in B³ and pairwise F1 over the
     sources, the paper's claims in this run.  One run has no seed spread, so the line judges
-    none of them (the rule of ``scarce claims``, :func:`flows.claims.verdict`, says ``holds``
+    none of them (the rule of ``scarce claims``, :func:`scarce.flows.claims.verdict`, says ``holds``
     only beyond it) and names where they are judged over seeds; it says where the loss ratios
-    were chosen on this corpus (:func:`flows.paper_claims.chosen_here`)."""
+    were chosen on this corpus (:func:`scarce.flows.paper_claims.chosen_here`)."""
     wide = scores.set_index("method")
     if "ripper" not in wide.index:
         return None
@@ -264,7 +266,7 @@ def rules_markdown(rule_tables: dict[str, pd.DataFrame], header: str = "") -> st
     Parameters
     ----------
     rule_tables : dict of str to DataFrame
-        Per method, its rule table (:data:`algorithms.strip.ripper.RULE_COLUMNS`); rows with
+        Per method, its rule table (:data:`scarce.algorithms.strip.ripper.RULE_COLUMNS`); rows with
         ``pruned`` set are not part of a rule and are left out.
     header : str
         Markdown put first (a title, the scores table).

@@ -1,8 +1,8 @@
 """The StRip flow's config schema (``configs/strip.yaml``).
 
-Apart from the flow (:mod:`flows.strip`), and importing neither Prefect, scikit-learn, numba
+Apart from the flow (:mod:`scarce.flows.strip`), and importing neither Prefect, scikit-learn, numba
 nor Dask, so that a command validates a config before it imports the learner.  The learner's
-options, defaults and bounds are in :mod:`algorithms.strip.params`.
+options, defaults and bounds are in :mod:`scarce.algorithms.strip.params`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ Variant = Literal[VARIANTS]
 
 def from_params(name: str, **field) -> object:
     """A field holding the learner's parameter ``name``: its default and bounds
-    (:data:`algorithms.strip.params.PARAMS`)."""
+    (:data:`scarce.algorithms.strip.params.PARAMS`)."""
     param = PARAMS[name]
     return from_declared(ESTIMATOR, name, param.default, **param.bounds(), **field)
 

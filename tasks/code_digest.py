@@ -3,7 +3,7 @@
 The reached modules are found by reading the import statements of the source files (nothing is
 imported), from the module that declares the step and, transitively, through every module of
 :data:`CODE_PACKAGES` it imports, so a helper module called by a step is covered without being
-named anywhere.  A step's key holds the digest (:meth:`tasks.steps.Step.key`), so an edit to
+named anywhere.  A step's key holds the digest (:meth:`scarce.tasks.steps.Step.key`), so an edit to
 any of those modules gives the step new entries.
 """
 

@@ -2,24 +2,24 @@
 evaluate, predict, tuning, baselines; and score, the step of ``apply-leml``.
 
 The steps over the rows (load, split, mask, partition, propensities) are in
-:mod:`tasks.leml_data`, the checks of the input files before any step in
-:mod:`tasks.leml_inputs`; both are re-exported here.  Where a run's data lives, and so which
-arguments each step is given, is :mod:`tasks.leml_plan`'s alone.
+:mod:`scarce.tasks.leml_data`, the checks of the input files before any step in
+:mod:`scarce.tasks.leml_inputs`; both are re-exported here.  Where a run's data lives, and so which
+arguments each step is given, is :mod:`scarce.tasks.leml_plan`'s alone.
 
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
-``set_factors``): the mathematics, its defaults and its rules live in :mod:`algorithms.leml`
+``set_factors``): the mathematics, its defaults and its rules live in :mod:`scarce.algorithms.leml`
 only.  ``params`` holds the parameters of the step methods the task calls
-(:func:`task_params`, from the estimator's own :meth:`~algorithms.leml.LEML.step_params`),
+(:func:`task_params`, from the estimator's own :meth:`~scarce.algorithms.leml.LEML.step_params`),
 so a step's cache key holds exactly the parameters it reads; a baseline's key holds the
 parameters its estimator takes (:func:`baseline_params`).  Each outer iteration's ``W`` and
 ``H`` are store entries keyed by the previous iteration's, so a run killed at iteration ``t``
 finds iterations ``1..t-1`` cached and resumes at ``t``.  The readers are in
-:mod:`tasks.readers`.
+:mod:`scarce.tasks.readers`.
 
 :func:`predict` (the training run's test set) and :func:`score` (a stored model on a new file,
 the ``apply-leml`` flow) write the same table,
-:func:`~algorithms.leml.predict.predictions_table`: the ``top_k`` labels of every row with
+:func:`~scarce.algorithms.leml.predict.predictions_table`: the ``top_k`` labels of every row with
 their decision values.
 """
 
@@ -111,7 +111,7 @@ def tune(train: dict, mask, validation: dict, params: dict, grid: list[dict],
          k: int) -> dict:
     """Each setting of ``grid`` (values over ``params``) trained on ``train`` and ``mask``
     from a fresh start, P@``k`` of the ``validation`` rows after each outer iteration, while
-    it rises (:meth:`algorithms.leml.LEML.held_out_pass`): per setting its values, the
+    it rises (:meth:`scarce.algorithms.leml.LEML.held_out_pass`): per setting its values, the
     iteration its score peaked at (``best_iteration``), that ``score``, the iterations run and
     why they stopped; ``chosen`` marks the best score (the first in grid order among equals).
     Each setting starts cold, so its score is what a run with its values gives.  ``timings``:
@@ -178,7 +178,7 @@ def _estimator(params: dict, train: dict | None, mask, partition: list | None = 
     (``{"X", "Y", ...}``) and ``mask`` (kept for the next step, :func:`_prepared`), or,
     when ``partition`` names the files of the data's row blocks (``{"X", "Y", "mask"}`` per
     block, written by :data:`partition`), described by
-    :class:`tasks.leml_dask.PartitionedData` from their footers only: this process reads
+    :class:`scarce.tasks.leml_dask.PartitionedData` from their footers only: this process reads
     none of them, the Dask workers read their own blocks."""
     model = LEML(**params)
     if partition is not None:
@@ -198,7 +198,7 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
       where=("cluster", _driver_client), run_name="initial factors")
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
                row_blocks: int | None = None, cluster: dict | None = None) -> dict:
-    """The starting factors, :meth:`algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
+    """The starting factors, :meth:`scarce.algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
     or the squared-loss start of a margin loss (``squared_init_iter`` alternating squared-loss
     iterations).  With ``partition`` (the row-block files, see :func:`_estimator`) this
     process reads only their shapes; the squared-loss start then takes its products and sums
@@ -244,14 +244,14 @@ def alternate_W(
     train: dict | None, mask, W: np.ndarray, H: np.ndarray, iteration: int, params: dict,
     row_blocks: int | None, cluster: dict | None = None, partition: list | None = None,
 ) -> dict:
-    """One W-step with H fixed, :meth:`algorithms.leml.LEML.w_step`.
+    """One W-step with H fixed, :meth:`scarce.algorithms.leml.LEML.w_step`.
 
     ``row_blocks``: None (this process, the whole data) or the number of row blocks of X over
     which the gradient and Hessian-vector products run (any number of workers gives the same
     W bit for bit).  ``partition`` (the training data's row blocks, in place of ``train`` and
     ``mask``): the workers read them, this process reads none (:func:`_estimator`).
     ``cluster`` (a runtime parameter: not in the key) says where
-    (:meth:`tasks.leml_dask.clients.DaskClients.backend`); ``timings`` records where it ran
+    (:meth:`scarce.tasks.leml_dask.clients.DaskClients.backend`); ``timings`` records where it ran
     (``scheduler``, ``workers``).
     """
     model, data = _estimator(params, train, mask, partition)
@@ -279,22 +279,22 @@ def alternate_H(
     iteration: int, params: dict, row_blocks: int | None = None, cluster: dict | None = None,
     partition: list | None = None, validation_partition: list | None = None,
 ) -> dict:
-    """One H-step with W fixed (:meth:`algorithms.leml.LEML.h_step`), then the iteration's
+    """One H-step with W fixed (:meth:`scarce.algorithms.leml.LEML.h_step`), then the iteration's
     objective and validation P@1.
 
     ``row_blocks``: None (this process, on the whole data) or the number of row blocks (the
     W-step's) over which the H-step's sums are taken, for every loss
-    and H-step solver (:func:`algorithms.leml.h_step.update_H_by_blocks`,
-    :func:`~algorithms.leml.h_step.update_H_bound_by_blocks`,
-    :func:`~algorithms.leml.h_step.update_H_newton_by_blocks`; the same bits for any number
+    and H-step solver (:func:`scarce.algorithms.leml.h_step.update_H_by_blocks`,
+    :func:`~scarce.algorithms.leml.h_step.update_H_bound_by_blocks`,
+    :func:`~scarce.algorithms.leml.h_step.update_H_newton_by_blocks`; the same bits for any number
     of workers, equal to the whole-data H-step up to rounding).  ``cluster`` (runtime, not in
     the key) says where, as for :func:`alternate_W`; the objective's loss term is then summed
-    over the same blocks (:func:`algorithms.leml.objective.objective_by_blocks`).  With
+    over the same blocks (:func:`scarce.algorithms.leml.objective.objective_by_blocks`).  With
     ``partition`` in place of ``train`` and ``mask`` (as for :func:`alternate_W`) this
     process reads none of the training data.  The validation P@1 is computed here on the
     whole ``validation`` set or, given its row blocks' files in ``validation_partition``
     (the Dask runner), on the workers as the test metrics are
-    (:func:`tasks.leml_dask.evaluate_on_blocks`: the same counts, so the same P@1).
+    (:func:`scarce.tasks.leml_dask.evaluate_on_blocks`: the same counts, so the same P@1).
     """
     model, data = _estimator(params, train, mask, partition)
     t0 = time.perf_counter()
@@ -353,12 +353,13 @@ def evaluate(
 ) -> dict:
     """Test metrics (P@1/3/5, Hamming loss, per-instance AUC, nDCG@1/3/5 and PSP@1/3/5 by
     the training labels' inverse propensities ``propensity``, :func:`propensity`) of the
-    factors, predicted by :meth:`algorithms.leml.LEML.set_factors`, and the convergence table.
+    factors, predicted by :meth:`scarce.algorithms.leml.LEML.set_factors`, and the convergence
+    table.
 
     ``test`` (the whole test set, scored here batch by batch) or ``partition`` (the Dask
     runner of the W-step): the files of the test set's row blocks, each read and scored on
     a worker of the W-step's cluster (``cluster``, runtime, not in the key), none read here
-    (:func:`tasks.leml_dask.evaluate_on_blocks`; precision@k and the Hamming loss equal to
+    (:func:`scarce.tasks.leml_dask.evaluate_on_blocks`; precision@k and the Hamming loss equal to
     the last bit, the AUC to rounding).
     """
     if partition is None:
@@ -385,10 +386,11 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFram
             params: dict, top_k: int, batch_size: int, partition: list | None = None,
             cluster: dict | None = None) -> pd.DataFrame:
     """The test set's top labels by the final factors, named by the training file's label
-    map ``labels`` (:func:`predictions_table`, :func:`~tasks.leml_files.named_predictions`): of
+    map ``labels`` (:func:`predictions_table`, :func:`~scarce.tasks.leml_files.named_predictions`):
+    of
     ``test``, here, or (the Dask runner) of the test set's row blocks ``partition``, each
     block predicted on a worker of ``cluster`` (runtime, not in the key) and none read here
-    (:func:`tasks.leml_dask.predict_on_blocks`, the same table end to end)."""
+    (:func:`scarce.tasks.leml_dask.predict_on_blocks`, the same table end to end)."""
     if partition is None:
         model = LEML(**params).set_factors(W, H)
         return named_predictions(predictions_table(model, test["X"], top_k, batch_size),
@@ -413,9 +415,10 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
 
     ``X`` and ``Y`` are the file ``path`` as :func:`load` read it; ``W`` and ``H`` the
     model's factor files, of the ``shapes`` its ``model.json`` gives, ``labels`` its label
-    map (the predictions name their labels, :func:`~tasks.leml_files.named_predictions`);
+    map (the predictions name their labels, :func:`~scarce.tasks.leml_files.named_predictions`);
     ``params`` the estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the
-    model's feature space (:func:`~tasks.leml_files.in_feature_space`).  ``metrics``: the rows
+    model's feature space (:func:`~scarce.tasks.leml_files.in_feature_space`).  ``metrics``: the
+    rows
     scored and, when the file has labels in the model's label space, P@k and nDCG@k for k = 1,
     3, 5 (those ``k <= top_k``), and PSP@k by the training labels' inverse propensities when
     the model has them (``propensity``: a model written before them has none), named
@@ -455,7 +458,7 @@ CALLS = {
 
 def task_params(model: LEML, task) -> dict:
     """The parameters of ``model`` that ``task`` reads: those of the step methods it calls
-    (:meth:`algorithms.leml.LEML.step_params`), which are what its cache key holds."""
+    (:meth:`scarce.algorithms.leml.LEML.step_params`), which are what its cache key holds."""
     return {name: value for method in CALLS[task.name]
             for name, value in model.step_params(method).items()}
 

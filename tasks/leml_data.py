@@ -4,8 +4,9 @@ blocks, count the labels' propensities.
 Each runs where the run's data lives (:func:`data_client`: on the Dask cluster with
 ``compute.backend: dask``, so that the flow's process never holds the data; else here).  The
 mathematics of the masks, the held-out rows and the row normalisation is in
-:mod:`algorithms.leml` (:mod:`~algorithms.leml.observed`, :mod:`~algorithms.leml.data`,
-:mod:`~algorithms.leml.normalize`); these steps read, call and store.
+:mod:`scarce.algorithms.leml` (:mod:`~scarce.algorithms.leml.observed`,
+:mod:`~scarce.algorithms.leml.data`,
+:mod:`~scarce.algorithms.leml.normalize`); these steps read, call and store.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def data_client(cluster: dict | None):
     """Where a step over the training or test data runs (``where`` of :func:`load`,
     :func:`observe` and the partition steps): on the W-step's Dask cluster when the flow
     names one (``compute.backend: dask``), so that the flow's process never holds the data,
-    once a worker there can start it (:func:`tasks.leml_dask.check_workers_can_run`); here
+    once a worker there can start it (:func:`scarce.tasks.leml_dask.check_workers_can_run`); here
     (a client of None) for the other runners, and inside a Dask worker (where a
     ``--runner dask`` task already runs)."""
     if not cluster or cluster.get("in_process") or in_dask_worker():
@@ -47,7 +48,8 @@ def data_client(cluster: dict | None):
 
 
 def _name_read(path: Path, call: dict):
-    """What :func:`load` takes from the name of ``path`` (its key's :data:`tasks.steps.NameRule`):
+    """What :func:`load` takes from the name of ``path`` (its key's
+    :data:`scarce.tasks.steps.NameRule`):
     gzip for the text formats; for a Parquet pair, the files the name sends it to (X, and Y
     unless ``with_labels`` is off: ``<name>.X.parquet`` and ``<name>.Y.parquet`` whichever
     of the two ``path`` names), each by its bytes when it is not ``path`` itself.  The whole
@@ -79,18 +81,19 @@ def load(path: Path, format: str, dtype: str, n_labels: int | None, normalize: s
     ``cluster``: where the step runs (:func:`data_client`), not what it computes.
     ``labelled``: the file is the whole training or test set, refused (before anything is
     stored) when none of its points has a label or none a feature
-    (:func:`~tasks.leml_files.check_rows`).  A check, not part of what the step computes: left
+    (:func:`~scarce.tasks.leml_files.check_rows`).  A check, not part of what the step computes:
+    left
     out of its key.
 
-    ``labels_file`` is :func:`~tasks.leml_files.label_file` of ``path`` (the Y of a Parquet
+    ``labels_file`` is :func:`~scarce.tasks.leml_files.label_file` of ``path`` (the Y of a Parquet
     pair): a declared input file, so a changed Y recomputes the step even when X is unchanged.
     Without ``with_labels`` a Parquet X is read alone (new rows to label: Y has no column).
 
     ``normalize="l2"`` scales every row of X to unit Euclidean norm (a per-row
     operation, so train and test are treated alike without shared statistics).
     ``features`` and ``labels`` are the index maps of X's and Y's columns
-    (:func:`~tasks.leml_files.index_map`; names from an ARFF header, none for the other
-    formats).  The reading is :func:`~tasks.leml_files.read_dataset`'s.
+    (:func:`~scarce.tasks.leml_files.index_map`; names from an ARFF header, none for the other
+    formats).  The reading is :func:`~scarce.tasks.leml_files.read_dataset`'s.
     """
     return read_dataset(path, format, dtype, n_labels, normalize, labelled=labelled,
                         with_labels=with_labels)
@@ -113,8 +116,9 @@ def split(train: dict, validation_fraction: float, seed: int,
       outputs=("X_fit", "Y_fit", "X_val", "Y_val"), run_name="hold out for early stopping",
       where=("cluster", data_client))
 def early_split(train: dict, mask, params: dict, cluster: dict | None = None) -> dict:
-    """The rows :class:`~algorithms.leml.LEML`'s ``early_stopping`` fits on and those it holds
-    out, as its own :meth:`~algorithms.leml.LEML.early_stopping_split` draws them (``Y_val``:
+    """The rows :class:`~scarce.algorithms.leml.LEML`'s ``early_stopping`` fits on and those it
+    holds
+    out, as its own :meth:`~scarce.algorithms.leml.LEML.early_stopping_split` draws them (``Y_val``:
     the held-out rows' observed labels).  ``cluster``: where the step runs."""
     try:
         X_fit, Y_fit, _, X_val, Y_val = LEML(**params).early_stopping_split(
@@ -165,13 +169,14 @@ def partition_files(train: dict, block: int, blocks: int, mask=None,
                     cluster: dict | None = None) -> dict:
     """Row block ``block`` of ``blocks`` of the training data: its rows of ``X`` and ``Y``
     (and of the observed-entries ``mask``), the rows
-    :func:`~algorithms.leml.data.row_block_bounds` gives it, read from the store files
+    :func:`~scarce.algorithms.leml.data.row_block_bounds` gives it, read from the store files
     (``train``: ``{"X", "Y"}`` paths; ``mask``: a path or None) by
-    :func:`tasks.store.encoding.read_rows`, which reads only the row groups that hold the block: no
+    :func:`scarce.tasks.store.encoding.read_rows`, which reads only the row groups that hold the
+    block: no
     partition task holds the whole training set.
 
     Each block is its own store entries, read by the worker that builds that block of the
-    distributed W-step (:class:`tasks.leml_dask.PartitionedData`).  The number of blocks is
+    distributed W-step (:class:`scarce.tasks.leml_dask.PartitionedData`).  The number of blocks is
     fixed by the config, not by the number of workers, so sums in block order are the same
     bits for any number of workers.  ``cluster``: where the step runs (:func:`data_client`).
     """
@@ -201,7 +206,7 @@ partition_masked = step("leml-partition-masked", paths=("train", "mask"),
 def propensity(a: float, b: float, train: dict | None = None, mask=None,
                partition: list | None = None, cluster: dict | None = None) -> np.ndarray:
     """The labels' inverse propensities for PSP@k
-    (:func:`~algorithms.metrics.multilabel.inverse_propensity_from_counts`, ``A = a``,
+    (:func:`~scarce.algorithms.metrics.multilabel.inverse_propensity_from_counts`, ``A = a``,
     ``B = b``) from the training labels the model sees: the entries of ``Y`` that ``mask``
     observes (all of ``Y`` without one).  Read from the store files of ``train`` (``{"X",
     "Y"}``) and ``mask``, or of the row blocks ``partition`` (their counts added), only their

@@ -1,6 +1,6 @@
 """LEML's files: a dataset file read into rows, and the arrays and label map of a stored model.
 
-What the ``leml-load`` and ``leml-score`` steps (:mod:`tasks.leml`) and a LEML model loaded
+What the ``leml-load`` and ``leml-score`` steps (:mod:`scarce.tasks.leml`) and a LEML model loaded
 into Python (:func:`scarce.load_model`) read with, so that both read a file alike.  Kept apart
 from the steps, which import the estimator and its scikit-learn, the Dask backends and
 Prefect's step machinery: a loaded model imports this module and none of those.
@@ -43,9 +43,9 @@ def parquet_pair(path: str | Path) -> tuple[Path, Path]:
 
 def label_file(path: str | Path, format: str, required: bool = True) -> Path | None:
     """The second file a dataset in ``format`` is read from (the Y of a Parquet pair; None for
-    the one-file formats), passed to :func:`~tasks.leml.load` so that its bytes enter the
+    the one-file formats), passed to :func:`~scarce.tasks.leml.load` so that its bytes enter the
     step's key.  Not ``required`` (new rows to label): None when that file does not exist, and
-    :func:`~tasks.leml.load` reads X alone."""
+    :func:`~scarce.tasks.leml.load` reads X alone."""
     if format != "parquet":
         return None
     y_path = parquet_pair(path)[1]
@@ -53,7 +53,7 @@ def label_file(path: str | Path, format: str, required: bool = True) -> Path | N
 
 
 def new_rows_labels(path: str | Path, format: str) -> dict:
-    """The label arguments of :func:`~tasks.leml.load` for new rows to label (``apply-leml``,
+    """The label arguments of :func:`~scarce.tasks.leml.load` for new rows to label (``apply-leml``,
     a loaded model): the Y of a Parquet pair when it exists, else X read alone."""
     labels = label_file(path, format, required=False)
     return {"labels_file": labels, "with_labels": format != "parquet" or labels is not None}
@@ -196,7 +196,8 @@ def check_rows(X: sp.csr_matrix, Y, path: Path, labelled: bool, place,
 
 
 def _row_place(path: Path, format: str, row: int) -> str:
-    """Where data row ``row`` (0-based) of a file read by :func:`~tasks.leml.load` is: its line (XC,
+    """Where data row ``row`` (0-based) of a file read by :func:`~scarce.tasks.leml.load` is: its
+    line (XC,
     ARFF), else its row (1-based)."""
     line = data_line(path, format, row)
     return f"line {line}" if line is not None else f"row {row + 1}"
@@ -245,7 +246,7 @@ def named_predictions(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.Dat
 
 def data_line(path: Path, format: str, row: int) -> int | None:
     """The 1-based line of data row ``row`` (0-based) of a file read by
-    :func:`~tasks.leml.load`: the row's own line in an Extreme Classification file (after the
+    :func:`~scarce.tasks.leml.load`: the row's own line in an Extreme Classification file (after the
     header) or in the ``@data`` section of an ARFF file (blank and ``%`` lines skipped, as the
     reader skips them); None for Parquet, which has no lines."""
     if format == "xmc":
@@ -270,7 +271,7 @@ def data_line(path: Path, format: str, row: int) -> int | None:
 def read_dataset(path: Path, format: str, dtype: str, n_labels: int | None, normalize: str,
                  *, labelled: bool = False, with_labels: bool = True) -> dict:
     """A multi-label dataset file read into ``X``, ``Y`` and the index maps of their columns:
-    what the ``leml-load`` step (:func:`tasks.leml.load`, whose docstring has the arguments)
+    what the ``leml-load`` step (:func:`scarce.tasks.leml.load`, whose docstring has the arguments)
     stores, and what a loaded model reads a file with."""
     dt = np.dtype(dtype).type
     names: tuple = (None, None)

@@ -2,9 +2,10 @@
 of a folder of parts, and the checks made on them before any step runs (or, for the parts'
 store entries, from their footers only).
 
-Apart from the steps (:mod:`tasks.leml`), which import the estimator, scikit-learn and the Dask
+Apart from the steps (:mod:`scarce.tasks.leml`), which import the estimator, scikit-learn and the
+Dask
 backends: a command checks a config's files with these before it starts anything
-(:meth:`flows.leml_config.LemlConfig.check_before_run`).
+(:meth:`scarce.flows.leml_config.LemlConfig.check_before_run`).
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def check_inputs(model: Any, files: dict[str, list[Path]], format: str, n_labels
     anything is stored): every file of ``files["train"]`` and ``files["test"]`` (a file, or
     the parts of a folder) declares the first training file's numbers of features and
     labels; the training rows (less a validation split) are enough to fit
-    (:func:`~tasks.leml_files.check_training_rows`); and the model's factors at the training
-    file's sizes fit in memory (``model.check_memory``: :meth:`algorithms.leml.LEML.check_memory`,
-    or the config's :meth:`flows.leml_config.ModelConfig.check_memory`), checked first: an
+    (:func:`~scarce.tasks.leml_files.check_training_rows`); and the model's factors at the training
+    file's sizes fit in memory (``model.check_memory``:
+    :meth:`scarce.algorithms.leml.LEML.check_memory`,
+    or the config's :meth:`scarce.flows.leml_config.ModelConfig.check_memory`), checked first: an
     absurd header is named for what it declares.
 
     Raises
@@ -113,7 +115,8 @@ def stored_nonzeros(path: Path) -> int:
 
 def check_parts(x_files: list[Path], y_files: list[Path], folder: Path, key: str) -> None:
     """The parts of a folder (their store entries ``x_files`` and ``y_files``: the X and Y of
-    each part, as loaded), checked as :func:`~tasks.leml_files.check_rows` checks one file: at
+    each part, as loaded), checked as :func:`~scarce.tasks.leml_files.check_rows` checks one file:
+    at
     least one label and one feature among them all (a part alone may have none), from the
     footers only."""
     for files, what in ((y_files, "label"), (x_files, "feature")):

@@ -3,12 +3,12 @@
 ``compute.backend`` places the data one of three ways:
 
 * ``local``: the whole training set as store entries, which the W- and H-steps read and
-  prepare once between them (:func:`tasks.leml.release_training_data` drops them);
+  prepare once between them (:func:`scarce.tasks.leml.release_training_data` drops them);
 * ``local-blocks``: the training set cut into ``row_blocks`` row blocks (``leml-partition``,
   each block its own store entries), whose tasks run in this process without Dask;
 * ``dask``: the same row blocks, each read and kept by a Dask worker; the steps over the data
   (loading, the masks, the partitions, the propensities) run on the cluster too, so that the
-  flow's process holds none of it (:data:`tasks.leml_dask.CLIENTS` opens the clients).
+  flow's process holds none of it (:data:`scarce.tasks.leml_dask.CLIENTS` opens the clients).
 
 :class:`LemlPlan` holds that choice and is the one place that reads it: the flow calls
 ``plan.load``, ``plan.place``, ``plan.initialise``, ``plan.w_step``, ``plan.h_step``,

@@ -5,16 +5,17 @@ learned from the training table, and every table read in that space.
 order of ``label_list``) and the features (a vocabulary with its idf, fitted by the
 vectoriser on the training table only, or the width of a sparse feature column).
 ``leml-load-table`` reads any table (training, test, or new rows for ``apply-leml``) in that
-space: its text through the rebuilt vectoriser (:func:`algorithms.leml.text.vectorize`), its
+space: its text through the rebuilt vectoriser (:func:`scarce.algorithms.leml.text.vectorize`), its
 labels to the space's columns.  The space is two Parquet files, the model's
 ``features.parquet`` and ``labels.parquet``: the training flow passes its store entries,
 ``apply-leml`` and :func:`scarce.load_model` the model's copies, so every route reads a text
-into the same row.  The cells' forms are :mod:`tasks.readers.table`'s.
+into the same row.  The cells' forms are :mod:`scarce.tasks.readers.table`'s.
 
 What a table must hold is checked where it is first known: the columns from the tables'
 heads before anything runs (:func:`check_table_columns`); at least two rows and a feature in
 the training table before its space is stored; a label and a feature in a training or test
-table as it is loaded (:func:`tasks.leml_files.check_rows`, which says rows without a feature).
+table as it is loaded (:func:`scarce.tasks.leml_files.check_rows`, which says rows without a
+feature).
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def _texts(cells: pd.Series, path: Path, column: str) -> list[str]:
 
 
 def _table_name(path: Path, call: dict):
-    """What :func:`tasks.readers.table.read_table` takes from the table's name (its key's
-    :data:`tasks.steps.NameRule`)."""
+    """What :func:`scarce.tasks.readers.table.read_table` takes from the table's name (its key's
+    :data:`scarce.tasks.steps.NameRule`)."""
     return name_rules.table(path)
 
 
@@ -102,7 +103,7 @@ def check_table_columns(files: dict[str, list[Path]], table: dict,
     [...]}``, by the key that names them), checked from their heads before anything is read
     in full: each has the feature (or text) column and, when ``labelled``, the label column,
     which the metrics of a test table need as much as training does
-    (:func:`tasks.readers.table.table_columns`; a JSON Lines table is checked as it is read).
+    (:func:`scarce.tasks.readers.table.table_columns`; a JSON Lines table is checked as it is read).
 
     Raises
     ------
@@ -128,7 +129,8 @@ HEAD_ROWS = 2000
 
 def check_table_labels(path: Path, table: dict, known: Collection[str] | None = None) -> None:
     """The label cells of the first :data:`HEAD_ROWS` rows of the table ``path`` read as the
-    run will read them (:func:`tasks.readers.table.label_names`, ``known``: the label names of
+    run will read them (:func:`scarce.tasks.readers.table.label_names`, ``known``: the label names
+    of
     the model or the label list, when there are some), before the run reads the whole table:
     a malformed row there, or cells joined by another separator than
     ``table["label_separator"]``.  A head that suggests another separator is confirmed on the
@@ -138,7 +140,7 @@ def check_table_labels(path: Path, table: dict, known: Collection[str] | None = 
     Raises
     ------
     InputError
-        As :func:`tasks.readers.table.read_table` and ``label_names`` give it.
+        As :func:`scarce.tasks.readers.table.read_table` and ``label_names`` give it.
     """
     column, separator = table["labels_column"], table["label_separator"]
     head = read_table(path, (), optional=[column], limit=HEAD_ROWS)
@@ -257,7 +259,8 @@ def table_labels(frame: pd.DataFrame, path: Path, table: dict,
 
 
 def _why_featureless(frame: pd.DataFrame, table: dict, X: sp.csr_matrix) -> str:
-    """Why rows of ``X`` have no feature, for :func:`tasks.leml_files.check_rows`' warning: how many
+    """Why rows of ``X`` have no feature, for :func:`scarce.tasks.leml_files.check_rows`' warning:
+    how many
     have an empty cell in the text or feature column, and how many (of text) only words
     outside the vocabulary."""
     source, column = _feature_source(table)

@@ -73,7 +73,7 @@ CLUSTER_COLUMNS = ["cluster", "size", "label", "words", "weights"]
 
 
 #: The readers of a file of entity-pair mentions, by the name of its format (the config's
-#: ``format``, beside ``auto``: :data:`algorithms.relations.params.INPUT_FORMATS`).
+#: ``format``, beside ``auto``: :data:`scarce.algorithms.relations.params.INPUT_FORMATS`).
 READERS = dict(zip(INPUT_FORMATS, (read_semeval, read_jsonl), strict=True))
 #: The endings (any case, ``.gz`` after them or not) that ``format: auto`` reads as JSON Lines;
 #: any other name is read as SemEval.

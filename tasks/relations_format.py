@@ -1,6 +1,6 @@
 """The relations model's format: its version and what ``model.json`` holds.
 
-Apart from the steps (:mod:`tasks.relations`), which import the method and scikit-learn, so
+Apart from the steps (:mod:`scarce.tasks.relations`), which import the method and scikit-learn, so
 that ``scarce apply`` checks a model before it imports them.
 """
 

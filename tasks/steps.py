@@ -4,14 +4,17 @@ Kept as one module: the step declaration, its key and its one cache-hit path are
 mechanism.
 
 A *step* is a plain function of data to data (Kedro's nodes) declared with
-:func:`step`.  Bound to a :class:`~tasks.store.Store` (:func:`tasks.step_tasks.bind`, the
+:func:`step`.  Bound to a :class:`~scarce.tasks.store.Store` (:func:`scarce.tasks.step_tasks.bind`,
+the
 one place that imports Prefect: declaring, keying and calling a step need none) it becomes a
 Prefect task that
 
 * takes its upstream inputs as store refs (small strings), loads them, calls
   the function, writes each output to the store and returns the refs;
-* is keyed by :class:`~tasks.step_tasks.StoreCachePolicy`: a hash of the step's name, version,
-  the source of every project module its code can reach (:func:`tasks.code_digest.code_digest`:
+* is keyed by :class:`~scarce.tasks.step_tasks.StoreCachePolicy`: a hash of the step's name,
+version,
+  the source of every project module its code can reach
+  (:func:`scarce.tasks.code_digest.code_digest`:
   the module that defines it and, transitively, every module of ``algorithms``
   and ``tasks`` imported from there, found by reading the imports, never listed
   by hand), its parameters, the refs of its inputs and, for each input file, its
@@ -129,7 +132,7 @@ def whole_name(path: Path, call: dict[str, Any]) -> str:
     """The default :data:`NameRule`: the file's whole name (not its folder).
 
     Whatever a reader infers from a name alone -- a table's kind from its suffix, gzip from
-    ``.gz`` (case-sensitively in :mod:`tasks.readers.text`, case-blind in pandas), a
+    ``.gz`` (case-sensitively in :mod:`scarce.tasks.readers.text`, case-blind in pandas), a
     document's id from the name without ``.gz`` and ``.conllu`` -- is a function of it, so a
     ``files`` parameter declared without a rule can never share an entry with a file its
     reader reads otherwise.  A step narrows it with its reader's own rule (``files={"path":
@@ -168,7 +171,7 @@ class Step:
     paths: tuple[str, ...] = ()
     where: tuple[str, Callable[[Any], Any]] | None = None
     write_behind: bool = False
-    #: Its Prefect tasks by store root (:func:`tasks.step_tasks.bind`).
+    #: Its Prefect tasks by store root (:func:`scarce.tasks.step_tasks.bind`).
     _bound: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -222,14 +225,14 @@ class Step:
 
     def lasting(self, refs: Any) -> Any:
         """``refs`` (an iterable of refs, or a mapping keyed by them) without the volatile
-        parts: what the call's seal records (:mod:`tasks.store.seals`)."""
+        parts: what the call's seal records (:mod:`scarce.tasks.store.seals`)."""
         if isinstance(refs, dict):
             return {r: v for r, v in refs.items() if not self.is_volatile(r)}
         return [r for r in refs if not self.is_volatile(r)]
 
     def damaged(self, store: Store, key: str) -> dict[str, str]:
         """ref -> reason for every damaged output of the call ``key`` (empty when all are
-        intact; :func:`tasks.store.seals.damaged_entries`)."""
+        intact; :func:`scarce.tasks.store.seals.damaged_entries`)."""
         return damaged_entries(store, key, _iter_refs(self.refs(key)))
 
     def refs(self, key: str) -> str | dict[str, str]:
@@ -244,7 +247,7 @@ class Step:
         """The refs of this call when the store holds it intact: its cache record exists and
         every entry passes its seal or its read (:meth:`damaged`); None otherwise (no
         record, a damaged entry, arguments that do not bind), and the call goes through
-        Prefect, whose cache policy (:class:`~tasks.step_tasks.StoreCachePolicy`) names and
+        Prefect, whose cache policy (:class:`~scarce.tasks.step_tasks.StoreCachePolicy`) names and
         repairs the damage.
 
         ``hold(refs)``: a context manager held while the entries are checked (a run's lease,
@@ -329,7 +332,7 @@ def step(
         that cluster, which must see the same store path (a shared filesystem), and only the
         refs come back: a step over data that the flow's process must never hold.
     write_behind : when the step runs in the flow's own process, its entries and seal are
-        written in the background (:meth:`tasks.store.Store.write_later`) while the next step
+        written in the background (:meth:`scarce.tasks.store.Store.write_later`) while the next step
         computes; every read of them waits for the write.  For the steps of an iterative
         loop, whose per-iteration checkpoints would otherwise add their write to every
         iteration.  A step run in a Dask worker writes before it returns, as every step does.

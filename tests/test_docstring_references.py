@@ -20,28 +20,6 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("algorithms", "tasks", "flows", "bench", "configs")
 ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|obj|exc):`~?([A-Za-z_][\w.]*)`")
 
-#: Files still referring by the folder path, in parts of the code other branches were changing
-#: when the rest were fixed; each is fixed with the move to ``scarce.``, then struck from here
-#: (``test_the_files_left_to_fix_still_need_it`` says when).
-LEFT_TO_FIX = frozenset({
-    "algorithms/leml/__init__.py", "algorithms/leml/data.py", "algorithms/leml/h_step.py",
-    "algorithms/leml/losses.py", "algorithms/leml/model.py", "algorithms/leml/objective.py",
-    "algorithms/leml/predict.py", "algorithms/leml/terms.py", "algorithms/leml/w_step.py",
-    "algorithms/strip/_kernels.py", "algorithms/strip/closure.py",
-    "algorithms/strip/features.py", "algorithms/strip/pipeline.py",
-    "bench/baselines.py", "bench/leml.py", "bench/leml_blocks.py", "bench/leml_cluster.py",
-    "bench/leml_partition.py", "bench/leml_peer_child.py", "bench/leml_peers.py",
-    "bench/relations.py", "bench/store.py", "bench/strip.py", "bench/workers.py",
-    "flows/leml.py", "flows/relations.py", "flows/strip.py",
-    "tasks/leml.py", "tasks/leml_files.py", "tasks/leml_table.py", "tasks/steps.py",
-    "tasks/store.py", "tasks/strip.py",
-    "tasks/leml_dask/__init__.py", "tasks/leml_dask/backend.py", "tasks/leml_dask/clients.py",
-    "tasks/leml_dask/cluster.py", "tasks/leml_dask/memory.py", "tasks/leml_dask/partition.py",
-    "tasks/leml_dask/scoring.py", "tasks/leml_dask/transport.py",
-    "tasks/readers/arff.py", "tasks/readers/jsonl.py", "tasks/readers/names.py",
-    "tasks/readers/semeval.py", "tasks/readers/table.py", "tasks/readers/text.py",
-    "tasks/readers/xmc.py",
-})
 
 
 def sources() -> list[Path]:
@@ -103,15 +81,7 @@ def test_the_checker_tells_an_old_name_and_a_missing_object_from_a_good_referenc
         "tasks/sample.py:1: scarce.tasks.errors.Nope (no such module or object)"]
 
 
-@pytest.mark.parametrize("path", [p for p in sources()
-                                  if p.relative_to(REPO).as_posix() not in LEFT_TO_FIX],
-                         ids=lambda p: p.relative_to(REPO).as_posix())
+@pytest.mark.parametrize("path", sources(), ids=lambda p: p.relative_to(REPO).as_posix())
 def test_every_reference_to_our_code_names_an_importable_module_or_object(path):
     assert not broken(path), "\n".join(broken(path))
 
-
-def test_the_files_left_to_fix_still_need_it():
-    """A file of ``LEFT_TO_FIX`` whose references all resolve is struck from the list, so the
-    check above covers it from then on."""
-    fixed = sorted(f for f in LEFT_TO_FIX if not (REPO / f).is_file() or not broken(REPO / f))
-    assert not fixed, f"no longer to fix: strike {fixed} from LEFT_TO_FIX"

@@ -1,14 +1,14 @@
 """LEML (Yu, Jain, Kar and Dhillon, ICML 2014) and its baselines.
 
-Modules by concern: :mod:`~algorithms.leml.data` (the training data and its observed
-label entries), :mod:`~algorithms.leml.objective`, :mod:`~algorithms.leml.w_step` and
-:mod:`~algorithms.leml.h_step` (the two half-steps), :mod:`~algorithms.leml.predict`
-(batched scoring), :mod:`~algorithms.leml.model` (:class:`LEML`, the method: its step
-methods and ``fit``, the loop over them), :mod:`~algorithms.leml.baselines`,
-:mod:`~algorithms.leml.losses` and :mod:`~algorithms.leml.solvers` (CG and TRON).
+Modules by concern: :mod:`~scarce.algorithms.leml.data` (the training data and its observed
+label entries), :mod:`~scarce.algorithms.leml.objective`, :mod:`~scarce.algorithms.leml.w_step` and
+:mod:`~scarce.algorithms.leml.h_step` (the two half-steps), :mod:`~scarce.algorithms.leml.predict`
+(batched scoring), :mod:`~scarce.algorithms.leml.model` (:class:`LEML`, the method: its step
+methods and ``fit``, the loop over them), :mod:`~scarce.algorithms.leml.baselines`,
+:mod:`~scarce.algorithms.leml.losses` and :mod:`~scarce.algorithms.leml.solvers` (CG and TRON).
 
 The names below are imported from their modules on first use, so that importing one module
-of the package (:mod:`~algorithms.leml.predict`, which a loaded model scores with) does not
+of the package (:mod:`~scarce.algorithms.leml.predict`, which a loaded model scores with) does not
 import the estimator and scikit-learn with it.
 """
 

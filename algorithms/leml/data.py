@@ -369,7 +369,7 @@ class LEMLData:
 
 #: The random streams of the two row splits, each drawn from ``(seed, stream)``: the data
 #: set's validation rows (chosen by a run's ``dataset.validation_fraction``) and the rows
-#: :class:`~algorithms.leml.LEML` holds out for early stopping, so that the two are not
+#: :class:`~scarce.algorithms.leml.LEML` holds out for early stopping, so that the two are not
 #: the same rows when both are asked for.
 VALIDATION_STREAM, EARLY_STOPPING_STREAM = 101, 303
 
@@ -498,7 +498,7 @@ def prepare_data(X, Y, mask=None, *, fit_intercept: bool, dtype,
                  entries: str = "auto") -> LEMLData:
     """Validate and convert training data once for the half-steps.
 
-    :meth:`algorithms.leml.LEML.prepare` calls it with the estimator's ``fit_intercept`` and
+    :meth:`scarce.algorithms.leml.LEML.prepare` calls it with the estimator's ``fit_intercept`` and
     ``dtype``.
 
     Parameters

@@ -31,7 +31,7 @@ _W_COPIES, _H_COPIES_F64, _N_COPIES, _GRAM_COPIES = 6, 2, 2, 2
 
 def check_factor_memory(n_samples: int, n_features: int, n_labels: int, rank: int, dtype,
                         fully_observed: bool = True, what: str = "") -> None:
-    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) unless the factors
+    """Stop with one line (:class:`~scarce.algorithms.memory.MemoryBudgetError`) unless the factors
     of rank ``rank`` fit for data of these sizes (``n_features`` with the intercept column):
     what :func:`check_factors` checks, for a caller that knows the sizes before the data
     (a file's header).  ``what`` opens the message (the file the sizes come from)."""
@@ -48,7 +48,7 @@ def check_factor_memory(n_samples: int, n_features: int, n_labels: int, rank: in
 
 
 def check_factors(data: LEMLData, rank: int) -> None:
-    """Stop with one line (:class:`~algorithms.memory.MemoryBudgetError`) before allocating
+    """Stop with one line (:class:`~scarce.algorithms.memory.MemoryBudgetError`) before allocating
     factors that cannot fit, and warn when the rank exceeds ``min(d', L)`` (``Z = W H^T``
     cannot use the extra columns, which only cost time and memory)."""
     d, n_labels = data.n_features, data.n_labels

@@ -119,7 +119,7 @@ def _bound_update_H(data: LEMLData, A, H, lam: float, loss, n_steps: int, iu, ju
     ``h_j - (c sum_{i in Omega_j} a_i a_i^T + lam I)^{-1} g_j``: the matrices are
     those of the squared loss's H-step, formed once (fully observed: one shared
     ``c A^T A + lam I``) and kept over the steps, so a step costs one gradient
-    ``O(|Omega| k)`` (a batch of rows at a time, :func:`~algorithms.leml.terms.loss_terms`);
+    ``O(|Omega| k)`` (a batch of rows at a time, :func:`~scarce.algorithms.leml.terms.loss_terms`);
     no label's objective increases.
     """
     c = float(loss.curvature_bound)
@@ -161,7 +161,7 @@ def update_H(data: LEMLData, W, lam: float, loss, *, H0=None, newton_max_iter: i
     products ``V -> (D'' o (A V^T))^T A + lam V`` of cost ``O(|Omega| k)`` each,
     never forming a Hessian (a truncated Newton method).  For ``k = 100`` one
     set of explicit Hessians costs about as much as 25 such products.
-    :meth:`algorithms.leml.LEML.h_step` calls it with the estimator's parameters (their
+    :meth:`scarce.algorithms.leml.LEML.h_step` calls it with the estimator's parameters (their
     defaults are documented there).
 
     Parameters
@@ -393,7 +393,7 @@ class LocalBlocks:
     ----------
     blocks : list of LEMLData
         Contiguous row blocks of the training data in row order
-        (:func:`~algorithms.leml.data.split_rows`, or read one by one from a partition).
+        (:func:`~scarce.algorithms.leml.data.split_rows`, or read one by one from a partition).
     """
 
     def __init__(self, blocks):

@@ -215,8 +215,8 @@ class Loss:
         ``c = sup_z second_derivative(y, z)`` for both labels: 2 (squared and squared
         hinge) and 1/4 (logistic, Bohning's bound).  Then ``loss(y, z + t) <= loss(y,
         z) + t derivative(y, z) + c t^2 / 2`` for every ``t``, the quadratic majoriser
-        of the ``"bound"`` solvers of :func:`algorithms.leml.w_step.update_W` and
-        :func:`~algorithms.leml.h_step.update_H`.
+        of the ``"bound"`` solvers of :func:`scarce.algorithms.leml.w_step.update_W` and
+        :func:`~scarce.algorithms.leml.h_step.update_H`.
     """
 
     name: str

@@ -2,8 +2,9 @@
 
 The estimator's step methods and its ``fit`` loop over them are this one scikit-learn class;
 what they rest on lives by job beside it: the parameters' declaration, checks and what each
-step reads (:mod:`algorithms.leml.params`), the factors' memory and the margin start
-(:mod:`algorithms.leml.factors`), when the alternation stops (:mod:`algorithms.leml.stopping`).
+step reads (:mod:`scarce.algorithms.leml.params`), the factors' memory and the margin start
+(:mod:`scarce.algorithms.leml.factors`), when the alternation stops
+(:mod:`scarce.algorithms.leml.stopping`).
 
 The model is ``Z = W H^T`` with ``W`` (d x k) and ``H`` (L x k); the decision
 value of label ``j`` for instance ``x_i`` is ``x_i^T W h_j``.  Training minimises
@@ -17,8 +18,8 @@ over the observed entries ``Omega`` of the label matrix
 
 by alternating minimisation (Sec. 3): with ``H`` fixed the problem in ``W`` is a
 ``d k``-dimensional regularised ERM over the features ``x~_ij = h_j (x) x_i``
-(:mod:`algorithms.leml.w_step`); with ``W`` fixed it splits into ``L`` independent
-``k``-dimensional problems, one per label (:mod:`algorithms.leml.h_step`).
+(:mod:`scarce.algorithms.leml.w_step`); with ``W`` fixed it splits into ``L`` independent
+``k``-dimensional problems, one per label (:mod:`scarce.algorithms.leml.h_step`).
 
 :class:`LEML` is the method.  Its step methods -- :meth:`~LEML.prepare`,
 :meth:`~LEML.start`, :meth:`~LEML.w_step`, :meth:`~LEML.h_step`, :meth:`~LEML.objective`
@@ -93,7 +94,7 @@ class LEML(BaseEstimator):
     lam : float, default=1.0
         Regularisation ``lam > 0``.
     loss : {"squared", "logistic", "sqhinge"}, default="squared"
-        See :mod:`algorithms.leml.losses`.  Squared loss fits the ``{0, 1}`` labels
+        See :mod:`scarce.algorithms.leml.losses`.  Squared loss fits the ``{0, 1}`` labels
         (threshold 0.5); logistic and squared hinge use ``{-1, +1}`` margins
         (threshold 0).
     outer_iterations : int, default=10
@@ -126,7 +127,7 @@ class LEML(BaseEstimator):
         The squared loss's W-step: plain CG, as in the paper, or CG preconditioned by
         ``c H^T H (x) diag(X^T X) + lam I``, the Hessian with ``X^T X`` kept to its
         diagonal (inverted exactly in the eigenbasis of ``H^T H``; see
-        :func:`~algorithms.leml.w_step.kronecker_preconditioner`); with missing labels
+        :func:`~scarce.algorithms.leml.w_step.kronecker_preconditioner`); with missing labels
         each row's squares weighted by the share of its labels observed, the Hessian's
         expectation when a row's observed labels are a uniform draw.  It reaches a given
         objective in far fewer Hessian-vector products, so fewer CG and outer iterations
@@ -150,7 +151,7 @@ class LEML(BaseEstimator):
         majorise-minimise steps on the quadratic bound of curvature
         ``c = loss.curvature_bound`` (1/4 logistic, 2 squared hinge), each one
         gradient and a solve with matrices formed once per H-step, see
-        :func:`~algorithms.leml.h_step.update_H`.  No effect on the squared loss.
+        :func:`~scarce.algorithms.leml.h_step.update_H`.  No effect on the squared loss.
     w_solver : {"auto", "tron", "bound"}, default="auto"
         ``"auto"``: ``"bound"`` with ``cg_preconditioner="diagonal"`` (``"tron"`` on a
         backend of row blocks: the bound W-step runs in one process), else ``"tron"``
@@ -160,7 +161,7 @@ class LEML(BaseEstimator):
         majorise-minimise steps on the same quadratic bound, each one gradient
         and an exact solve of ``c X^T X S H^T H + lam S = -grad`` through the
         eigendecomposition of ``X^T X`` (computed once per data), see
-        :func:`~algorithms.leml.w_step.update_W`.  No effect on the squared loss.
+        :func:`~scarce.algorithms.leml.w_step.update_W`.  No effect on the squared loss.
     squared_init_iter : int or "auto", default="auto"
         ``"auto"``: :data:`AUTO_SQUARED_INIT_ITER` for the logistic and squared-hinge
         losses with ``cg_preconditioner="diagonal"`` when ``fit_intercept=True`` and
@@ -284,7 +285,7 @@ class LEML(BaseEstimator):
 
     def check_memory(self, n_samples: int, n_features: int, n_labels: int, *,
                      fully_observed: bool = True, what: str = "") -> LEML:
-        """Raise :class:`~algorithms.memory.MemoryBudgetError` unless the factors at this
+        """Raise :class:`~scarce.algorithms.memory.MemoryBudgetError` unless the factors at this
         ``rank`` fit for data of these sizes (``n_features`` without the intercept): the
         check :meth:`start` makes, for a driver that knows the sizes before reading the data.
         ``what`` opens the message (where the sizes come from)."""
@@ -296,14 +297,14 @@ class LEML(BaseEstimator):
     def converged(self, objectives) -> str | None:
         """Why the alternation stops by ``tol`` after these objectives (one per completed
         outer iteration of this fit, oldest first), or None to go on
-        (:func:`algorithms.leml.stopping.converged`).  A driver that runs the steps itself
+        (:func:`scarce.algorithms.leml.stopping.converged`).  A driver that runs the steps itself
         (the flow) asks here after each iteration, as :meth:`fit` does."""
         return stopping.converged(objectives, self.tol)
 
     def no_gain(self, scores) -> str | None:
         """Why the held-out pass of ``early_stopping`` ends after these held-out P@1 scores
         (one per completed iteration, oldest first), or None to go on
-        (:func:`algorithms.leml.stopping.no_gain`).  A driver that runs the steps itself (the
+        (:func:`scarce.algorithms.leml.stopping.no_gain`).  A driver that runs the steps itself (the
         flow) asks here, as :meth:`fit` does."""
         return stopping.no_gain(scores, self.n_iter_no_change)
 
@@ -321,7 +322,7 @@ class LEML(BaseEstimator):
 
     def early_stopping_split(self, X, Y, mask=None):
         """The rows ``early_stopping`` fits on and those it holds out
-        (:func:`algorithms.leml.stopping.split_rows` of :meth:`early_stopping_rows`):
+        (:func:`scarce.algorithms.leml.stopping.split_rows` of :meth:`early_stopping_rows`):
         ``X_fit, Y_fit, mask_fit, X_val, Y_val``."""
         n = X.shape[0] if hasattr(X, "shape") else len(X)
         return stopping.split_rows(X, Y, mask, *self.early_stopping_rows(n))
@@ -329,13 +330,13 @@ class LEML(BaseEstimator):
     def resolved_params(self, *, distributed: bool = False) -> dict:
         """The values the steps use for ``squared_init_iter``, ``w_solver`` and ``h_solver``
         (``"auto"`` resolved by the rest of the setting):
-        :func:`algorithms.leml.params.resolved_params`."""
+        :func:`scarce.algorithms.leml.params.resolved_params`."""
         return params.resolved_params(self.get_params(deep=False), distributed=distributed)
 
     def interaction_warnings(self, *, distributed: bool = False) -> list[str]:
         """The settings that turn off something another setting relies on, one line each
         (what :meth:`fit` and the flow log as warnings):
-        :func:`algorithms.leml.params.interaction_warnings`."""
+        :func:`scarce.algorithms.leml.params.interaction_warnings`."""
         return params.interaction_warnings(self.get_params(deep=False), distributed=distributed)
 
     def resolve_params(self, *, distributed: bool = False) -> dict:
@@ -359,7 +360,7 @@ class LEML(BaseEstimator):
     def step_params(self, step: str, *, distributed: bool = False) -> dict:
         """The parameters that step ``step`` reads, with their values (``"auto"`` resolved):
         what a driver that stores the step's results keys them by
-        (:func:`algorithms.leml.params.step_params`, where each step's are listed).
+        (:func:`scarce.algorithms.leml.params.step_params`, where each step's are listed).
 
         Parameters
         ----------
@@ -384,7 +385,7 @@ class LEML(BaseEstimator):
         Returns
         -------
         LEMLData
-            See :func:`~algorithms.leml.data.prepare_data` (with this estimator's
+            See :func:`~scarce.algorithms.leml.data.prepare_data` (with this estimator's
             ``fit_intercept`` and ``dtype``).
         """
         self.check_params()
@@ -444,7 +445,7 @@ class LEML(BaseEstimator):
         H : ndarray of shape (L, k)
         backend : object, optional
             Where the products run (for example ``tasks.leml_dask.RowBlockBackend``, row
-            blocks on Dask workers); see :func:`~algorithms.leml.w_step.update_W`.
+            blocks on Dask workers); see :func:`~scarce.algorithms.leml.w_step.update_W`.
 
         Returns
         -------
@@ -472,13 +473,14 @@ class LEML(BaseEstimator):
             H-step is exact and does not use it).
         backend : object, optional
             Row blocks of ``data`` to take the sums from, block by block
-            (:class:`~algorithms.leml.h_step.LocalBlocks`, or ``tasks.leml_dask.RowBlockBackend``
+            (:class:`~scarce.algorithms.leml.h_step.LocalBlocks`, or
+            ``tasks.leml_dask.RowBlockBackend``
             on Dask workers): the squared loss
-            (:func:`~algorithms.leml.h_step.update_H_by_blocks`) and the margin losses'
+            (:func:`~scarce.algorithms.leml.h_step.update_H_by_blocks`) and the margin losses'
             bound steps, ``h_solver="bound"``
-            (:func:`~algorithms.leml.h_step.update_H_bound_by_blocks`), and their Newton
+            (:func:`~scarce.algorithms.leml.h_step.update_H_bound_by_blocks`), and their Newton
             steps, ``"direct"`` or ``"cg"``
-            (:func:`~algorithms.leml.h_step.update_H_newton_by_blocks`).  Equal to the
+            (:func:`~scarce.algorithms.leml.h_step.update_H_newton_by_blocks`).  Equal to the
             H-step without it up to rounding.
 
         Returns
@@ -512,7 +514,7 @@ class LEML(BaseEstimator):
 
         With ``backend`` (row blocks of ``data``, as for :meth:`h_step`) the loss term is
         summed block by block where the blocks are, in block order
-        (:func:`~algorithms.leml.objective.objective_by_blocks`): equal up to rounding.
+        (:func:`~scarce.algorithms.leml.objective.objective_by_blocks`): equal up to rounding.
         """
         self.check_params()
         if backend is not None:
@@ -621,12 +623,13 @@ class LEML(BaseEstimator):
         """The alternation on ``X, Y, mask`` from a fresh start, scoring P@``k`` of the
         held-out rows after each outer iteration until :meth:`no_gain` or :meth:`converged`
         says to stop: the scores, and why it stopped
-        (:func:`algorithms.leml.stopping.held_out_pass`)."""
+        (:func:`scarce.algorithms.leml.stopping.held_out_pass`)."""
         return stopping.held_out_pass(self, X, Y, mask, X_val, Y_val, k)
 
     def _fit_early_stopping(self, X, Y, mask, W_init, H_init, start_iter) -> LEML:
         """``fit`` with ``early_stopping``: the held-out pass, then all rows for
-        ``best_iteration_`` iterations (:func:`algorithms.leml.stopping.fit_early_stopping`)."""
+        ``best_iteration_`` iterations
+        (:func:`scarce.algorithms.leml.stopping.fit_early_stopping`)."""
         return stopping.fit_early_stopping(self, X, Y, mask, W_init, H_init, start_iter)
 
     # -- prediction

@@ -36,7 +36,7 @@ def loss_term(data: LEMLData, W, H, loss) -> float:
     ``Y H`` were three ``n x k`` arrays held at once (for a full-scale row block the
     highest a worker's memory rose outside a block's read).
     Otherwise it is summed a batch of rows at a time
-    (:func:`~algorithms.leml.terms.loss_terms`).  ``W`` and ``H`` are in ``data``'s dtype.
+    (:func:`~scarce.algorithms.leml.terms.loss_terms`).  ``W`` and ``H`` are in ``data``'s dtype.
     """
     loss = get_loss(loss)
     if data.fully_observed and loss.name == "squared":
@@ -87,7 +87,7 @@ def objective_by_blocks(backend, W, H, lam: float, loss) -> float:
     """:func:`objective` with its loss term summed over row blocks, in block order.
 
     Each block's term is :func:`loss_term` of its rows, computed where the block lives
-    (``backend``: :class:`~algorithms.leml.h_step.LocalBlocks`, or
+    (``backend``: :class:`~scarce.algorithms.leml.h_step.LocalBlocks`, or
     ``tasks.leml_dask.RowBlockBackend`` on Dask workers); the terms are added in block order, so
     any number of workers gives the same bits, and the result equals :func:`objective`
     up to the order of the additions.

@@ -1,7 +1,7 @@
 """The LEML estimator's parameters: their names, defaults, bounds and check.
 
 Declared once, here, in a module that imports neither scikit-learn nor SciPy, so that the
-estimator (:meth:`algorithms.leml.LEML.check_params`, its signature's defaults) and the LEML
+estimator (:meth:`scarce.algorithms.leml.LEML.check_params`, its signature's defaults) and the LEML
 config schema (``flows/leml_config.py``: each field's default and pydantic bounds) read the
 same table, and a config is checked before the estimator is imported.
 
@@ -30,27 +30,27 @@ from scarce.algorithms.params import AUTO, Param
 #: change the margin loss's validation P@1 on Bibtex or Delicious, docs/leml.md).
 AUTO_SQUARED_INIT_ITER = 3
 
-#: The losses (:data:`algorithms.leml.losses.LOSSES` holds their functions, in this order).
+#: The losses (:data:`scarce.algorithms.leml.losses.LOSSES` holds their functions, in this order).
 LOSS_NAMES = ("squared", "logistic", "sqhinge")
 #: The losses whose second derivative is constant: their W-step needs no bound or Newton step.
 CONSTANT_CURVATURE = ("squared",)
 #: Solvers of the H-step's Newton steps (logistic and squared hinge), see
-#: :func:`algorithms.leml.h_step.update_H`.
+#: :func:`scarce.algorithms.leml.h_step.update_H`.
 H_SOLVERS = ("direct", "cg", "bound")
 #: Solvers of the W-step of the logistic and squared-hinge losses, see
-#: :func:`algorithms.leml.w_step.update_W`.
+#: :func:`scarce.algorithms.leml.w_step.update_W`.
 W_SOLVERS = ("tron", "bound")
 #: The squared loss's CG: plain, or preconditioned (``kronecker_preconditioner``); the same
 #: names are the CG of the margin losses' bound W-step above its eigendecomposition's size.
 PRECONDITIONERS = ("none", "diagonal")
 #: The vectoriser kinds of a table's text column: TF-IDF (scikit-learn's TfidfVectorizer) or
-#: raw counts (CountVectorizer), see :mod:`algorithms.leml.text`.
+#: raw counts (CountVectorizer), see :mod:`scarce.algorithms.leml.text`.
 VECTORIZERS = ("tfidf", "count")
 #: The working floating types.
 DTYPES = ("float32", "float64")
 
 
-#: The parameters of :class:`algorithms.leml.LEML` with a default a config may set (the
+#: The parameters of :class:`scarce.algorithms.leml.LEML` with a default a config may set (the
 #: others, ``random_state``, ``verbose`` and ``callback``, belong to the caller), in the
 #: estimator's order.
 PARAMS: dict[str, Param] = {
@@ -79,10 +79,10 @@ TOP_K = 5
 #: The baselines a LEML run may fit beside it (``tasks.leml.BASELINES`` holds their estimators).
 BASELINES = ("br-ridge", "br-logistic", "closed-form")
 #: The ridge / inverse-C strength of the Binary Relevance baselines
-#: (:class:`algorithms.leml.baselines.BinaryRelevance`'s ``alpha``).
+#: (:class:`scarce.algorithms.leml.baselines.BinaryRelevance`'s ``alpha``).
 BASELINE_ALPHA = 1.0
 #: Row blocks of the training data on a backend of row blocks
-#: (:class:`tasks.leml_dask.RowBlockBackend`'s ``blocks``): fixed, so the reduction order
+#: (:class:`scarce.tasks.leml_dask.RowBlockBackend`'s ``blocks``): fixed, so the reduction order
 #: (and so ``W``, bit for bit) does not depend on the number of workers.  Each block costs one
 #: task per operator application, each paying Dask's per-task overhead, so few blocks: 4 keep
 #: 1, 2 or 4 workers evenly busy.

@@ -105,8 +105,8 @@ def predict_top_k_in_batches(score_rows: Callable, n_samples: int, k: int,
     return_scores : bool, default=False
         Also return the scores of the selected labels.
     n_labels : int, default=1
-        L: with ``batch_size x L`` over :data:`~algorithms.memory.SCORES_PER_BATCH`, fewer
-        rows are scored at a time (:func:`~algorithms.memory.rows_per_batch`).
+        L: with ``batch_size x L`` over :data:`~scarce.algorithms.memory.SCORES_PER_BATCH`, fewer
+        rows are scored at a time (:func:`~scarce.algorithms.memory.rows_per_batch`).
 
     Returns
     -------
@@ -136,7 +136,7 @@ def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,
                          batch_size: int = BATCH_SIZE, *, n_labels: int = 1) -> sp.csr_matrix:
     """Sparse 0/1 matrix ``scores > threshold``, scoring ``batch_size`` rows at a time (fewer
     over ``n_labels`` labels when they would exceed
-    :data:`~algorithms.memory.SCORES_PER_BATCH` scores)."""
+    :data:`~scarce.algorithms.memory.SCORES_PER_BATCH` scores)."""
     batch_size = rows_per_batch(batch_size, n_labels)
     parts = [sp.csr_matrix(score_rows(s, min(s + batch_size, n_samples)) > threshold,
                            dtype=np.int8)
@@ -149,7 +149,7 @@ def threshold_in_batches(score_rows: Callable, n_samples: int, threshold: float,
 class FactorModel:
     """A fitted LEML's predictions from its factors alone: ``x^T W H^T``, in row batches.
 
-    The products and the top-``k`` selection of :class:`~algorithms.leml.LEML`'s
+    The products and the top-``k`` selection of :class:`~scarce.algorithms.leml.LEML`'s
     ``predict_top_k`` and ``decision_function``, in the same order (so the same
     numbers, bit for bit), for rows already in ``W``'s dtype: without the estimator and the
     scikit-learn input checks, whose import costs more than a model loaded into Python takes
@@ -209,7 +209,7 @@ def predictions_table(model, X, top_k: int, batch_size: int) -> pd.DataFrame:
     Parameters
     ----------
     model : LEML or FactorModel
-        Fitted (:meth:`~algorithms.leml.LEML.set_factors`), or its factors.
+        Fitted (:meth:`~scarce.algorithms.leml.LEML.set_factors`), or its factors.
     X : sparse matrix of shape (n, n_features)
     top_k : int
         Labels per row (at most the model's label count).

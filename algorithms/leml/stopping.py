@@ -1,7 +1,7 @@
 """When LEML's alternation stops: the relative decrease of ``tol``, and ``early_stopping``'s
 held-out rows, its pass over them and the fit that follows.
 
-The rules are functions of the values they read, so that the estimator (:class:`algorithms.
+The rules are functions of the values they read, so that the estimator (:class:`scarce.algorithms.
 leml.LEML`, whose methods of the same names call these) and a driver that runs the steps
 itself (the flow) stop at the same iteration.
 """
@@ -69,7 +69,7 @@ def early_stopping_rows(n: int, validation_fraction: float,
                         random_state) -> tuple[np.ndarray, np.ndarray]:
     """The rows of ``n`` that ``early_stopping`` fits on and those it holds out (both
     sorted): ``round(validation_fraction n)`` rows, drawn from ``random_state`` (an int;
-    another value draws one from it) by :func:`~algorithms.leml.data.validation_rows` on the
+    another value draws one from it) by :func:`~scarce.algorithms.leml.data.validation_rows` on the
     early-stopping stream, so a driver holding the same seed holds out the same rows."""
     seed = random_state
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
@@ -106,7 +106,7 @@ def split_rows(X, Y, mask, fit_rows, val_rows):
 
 
 def held_out_pass(model, X, Y, mask, X_val, Y_val, k: int = 1) -> tuple[list[float], str]:
-    """The alternation of ``model`` (a :class:`~algorithms.leml.LEML`) on ``X, Y, mask``
+    """The alternation of ``model`` (a :class:`~scarce.algorithms.leml.LEML`) on ``X, Y, mask``
     from a fresh start, scoring P@``k`` of the held-out rows ``X_val`` against ``Y_val``
     after each outer iteration, until :func:`no_gain` or :func:`converged` says to stop or
     ``outer_iterations`` are done: the scores, and why it stopped.  What ``early_stopping``

@@ -4,7 +4,7 @@ at a time: the gradient products ``D H`` (W-step) and ``D^T A`` (H-step) and the
 With ``A = X W`` (n x k) and ``D`` the loss derivatives ``loss'(y_ij, a_i^T h_j)`` on
 ``Omega`` (zero elsewhere), the W-step's gradient is ``X^T (D H)`` and the H-step's
 ``D^T A``; the objective sums ``loss(y_ij, a_i^T h_j)`` over ``Omega``.  When the labels are
-dense (fully observed, or enough of them observed, see :mod:`algorithms.leml.data`) these
+dense (fully observed, or enough of them observed, see :mod:`scarce.algorithms.leml.data`) these
 touch all ``n L`` entries.  Formed whole, the decision values, their derivatives and the
 dense label copy were each an ``n x L`` array, held at once (three or four times the label
 matrix's dense size).  Here a batch of rows is formed at a time: its labels densified from
@@ -16,7 +16,7 @@ The batch is :data:`ENTRIES_PER_BATCH` entries, whatever the memory available: t
 fix the order of additions (``D^T A`` and the loss sum are accumulated batch after batch), so
 a batch shrunk to the memory free would give factors whose last bits depend on the machine's
 load or on ``SCARCE_MEMORY_LIMIT_GB``, under one store key.  When one batch's arrays do
-not fit, the memory guard stops with one line (:func:`algorithms.memory.check_allocation`).
+not fit, the memory guard stops with one line (:func:`scarce.algorithms.memory.check_allocation`).
 Results equal the whole-array products up to rounding.  Sparse entries (few observed) are
 already ``O(|Omega|)`` and are not batched.
 

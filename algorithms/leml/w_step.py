@@ -79,7 +79,7 @@ class WStepProducts:
     entries of ``X V H^T`` in ``Omega`` are computed.  For the squared loss on
     fully observed labels: ``2 X^T (X W H^T H - Y H)`` and ``V -> 2 X^T X V (H^T H)``, the
     latter through the dense ``X^T X`` when it is small beside ``X``
-    (:meth:`~algorithms.leml.data.LEMLData.gram`).
+    (:meth:`~scarce.algorithms.leml.data.LEMLData.gram`).
 
     Parameters
     ----------
@@ -251,7 +251,8 @@ class LocalWOperators:
 
 def check_w_solver(w_solver: str, loss, *, distributed: bool = False) -> None:
     """Raise a ValueError unless ``w_solver`` can run the W-step of ``loss`` (a name or a
-    :class:`~algorithms.leml.losses.Loss`): :func:`algorithms.leml.params.check_w_solver`."""
+    :class:`~scarce.algorithms.leml.losses.Loss`):
+    :func:`scarce.algorithms.leml.params.check_w_solver`."""
     _check_w_solver(w_solver, get_loss(loss).name, distributed=distributed)
 
 
@@ -393,7 +394,7 @@ def _bound_update_W(data: LEMLData, H, W, lam: float, loss, n_steps: int,
     expansion with curvature ``c``, so, adding the unobserved entries' squares too,
     ``J(W + S, H) <= J(W, H) + <G, S> + (c/2) ||X S H^T||_F^2 + lam <W, S> + lam ||S||^2 / 2``
     with ``G = X^T (D H)`` the loss gradient (``D H`` a batch of rows at a time,
-    :func:`~algorithms.leml.terms.loss_terms`).  Its minimiser solves
+    :func:`~scarce.algorithms.leml.terms.loss_terms`).  Its minimiser solves
     ``c X^T X S H^T H + lam S = -(G + lam W)`` (:func:`_w_bound_solver`), a system of
     the fully observed squared loss's structure, so a step costs one gradient
     (``O(|Omega| k)``) and no Hessian-vector product over ``Omega``; the objective
@@ -417,7 +418,7 @@ def update_W(data: LEMLData, H, lam: float, loss, *, W0=None, cg_max_iter: int,
     ``W0`` (so the only product spent outside CG is the gradient at ``W0``).
     Logistic and squared hinge: TRON with the same Hessian-vector product inside
     (Lin, Weng and Keerthi, 2008).  Products as in :func:`w_gradient`; the solver
-    is :func:`solve_w_step`.  :meth:`algorithms.leml.LEML.w_step` calls it with the
+    is :func:`solve_w_step`.  :meth:`scarce.algorithms.leml.LEML.w_step` calls it with the
     estimator's parameters (their defaults and meaning are documented there).
 
     Parameters

@@ -236,14 +236,14 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     # -- the units ------------------------------------------------------------------------
     def k_values(self, n_pairs: int | None = None) -> list[int]:
         """K_low..K_high, checked (against the number of pairs, when given):
-        :func:`algorithms.relations.params.k_values`."""
+        :func:`scarce.algorithms.relations.params.k_values`."""
         return k_values(self.k_low, self.k_high, n_pairs)
 
     def check_n_pairs(self, n_pairs: int) -> RelationDiscovery:
         """Raise :class:`TooFewPairsError` (naming the parameter) unless ``n_pairs`` pairs
         suffice for every clustering the method makes: ``k_high`` clusters of all pairs and
         of each subsample of ``round(rho * n_pairs)`` pairs, and ``chi2_k`` pseudo-labels
-        (:func:`algorithms.relations.params.check_n_pairs`).
+        (:func:`scarce.algorithms.relations.params.check_n_pairs`).
 
         Returns
         -------

@@ -1,9 +1,10 @@
 """The relation discovery method's parameters: names, defaults, bounds and checks.
 
 Declared once, here, in a module that imports neither scikit-learn nor SciPy: the estimator
-(:class:`algorithms.relations.model.RelationDiscovery`'s signature, :meth:`~RelationDiscovery.
+(:class:`scarce.algorithms.relations.model.RelationDiscovery`'s signature,
+:meth:`~RelationDiscovery.
 k_values`, :meth:`~RelationDiscovery.check_n_pairs`), the contexts
-(:func:`algorithms.relations.contexts.build_contexts`) and the flow's config schema
+(:func:`scarce.algorithms.relations.contexts.build_contexts`) and the flow's config schema
 (``flows/relations_config.py``) read the same table, and a config is checked before the
 estimator is imported.
 """
@@ -28,7 +29,7 @@ INPUT_FORMATS = ("semeval", "jsonl")
 
 _WINDOW_RE = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
-#: The options of :func:`algorithms.relations.contexts.build_contexts` a config may set.
+#: The options of :func:`scarce.algorithms.relations.contexts.build_contexts` a config may set.
 CONTEXT_PARAMS: dict[str, Param] = {
     "window": Param("0-10-0", "text"),
     "weighting": Param("tfidf", "choice", choices=("tfidf", "binary")),
@@ -37,7 +38,7 @@ CONTEXT_PARAMS: dict[str, Param] = {
     "min_df": Param(1, "count", ge=1),
 }
 
-#: The parameters of :class:`algorithms.relations.model.RelationDiscovery` (less
+#: The parameters of :class:`scarce.algorithms.relations.model.RelationDiscovery` (less
 #: ``random_state``), in its order.
 PARAMS: dict[str, Param] = {
     "k_low": Param(2, "count", ge=2),

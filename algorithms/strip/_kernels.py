@@ -1,7 +1,8 @@
 """Compiled inner loop of StRip's coverage counting (numba).
 
 StRip evaluates every candidate antecedent by the labelled pairs it would newly cover after the
-transitive closure (:class:`algorithms.strip.closure.CoverageContext`).  A candidate is a bag of
+transitive closure (:class:`scarce.algorithms.strip.closure.CoverageContext`).  A candidate is a bag
+of
 edges between the clusters of the current rule set (the *base* clusters); the count is the weight
 of the labelled, not yet covered pairs whose two base clusters the bag joins.  Growing one rule
 evaluates tens of thousands of such bags (every value of every nominal feature and every

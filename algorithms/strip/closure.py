@@ -17,7 +17,7 @@ the new clustering is the connected components of a graph over the touched clust
 newly covered labelled pairs are read from a sparse table of the labelled, not-yet-covered pairs
 between base clusters (rows indexed by cluster).  One candidate costs
 ``O(|B| + sum of table rows of the touched clusters)`` (a union-find over the touched clusters,
-compiled in :mod:`algorithms.strip._kernels`) instead of
+compiled in :mod:`scarce.algorithms.strip._kernels`) instead of
 ``O(n_mentions + n_pairs)`` for closing everything again; the base closure is paid once per
 refinement step.  For a nominal feature the candidate bags (one per value) are disjoint, so a whole
 feature costs ``O(|cover(rule)|)`` plus the table rows; thresholds of a numeric feature are nested

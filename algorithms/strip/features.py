@@ -1,6 +1,6 @@
 """Noun-phrase pair features after Ng and Cardie (2002), from tokens, POS tags and dependencies.
 
-Input: the ``tokens`` and ``mentions`` frames of :func:`tasks.readers.conllu.read_conllu`.
+Input: the ``tokens`` and ``mentions`` frames of :func:`scarce.tasks.readers.conllu.read_conllu`.
 :func:`make_pairs` lists candidate pairs (antecedent ``mention_i`` before anaphor ``mention_j`` in
 one document, within a window), :func:`pair_features` computes the features, :func:`source_mask`
 chooses the labelled ("source") mentions and :func:`pair_labels` gives 1 / 0 for pairs of two
@@ -471,7 +471,7 @@ def pair_table(tokens: pd.DataFrame, mentions: pd.DataFrame, *, window: int,
     Parameters
     ----------
     tokens, mentions : DataFrame
-        The reader's frames (:func:`tasks.readers.conllu.read_conllu`).
+        The reader's frames (:func:`scarce.tasks.readers.conllu.read_conllu`).
     window : int
         Pairs of mentions at most this many mentions apart (:func:`make_pairs`).
     max_sentence_distance : int or None

@@ -2,8 +2,8 @@
 
 In a module that imports neither scikit-learn nor numba, so that the StRip flow's config schema
 (``flows/strip_config.py``) is checked before the learner is imported.  The learner
-(:class:`algorithms.strip.ripper.StRip`) declares the same defaults in its signature and the
-same variants in :data:`algorithms.strip.ripper.VARIANTS`: ``tests/flows/test_defaults.py``
+(:class:`scarce.algorithms.strip.ripper.StRip`) declares the same defaults in its signature and the
+same variants in :data:`scarce.algorithms.strip.ripper.VARIANTS`: ``tests/flows/test_defaults.py``
 and ``tests/algorithms/strip/test_params.py`` fail when they differ.
 """
 
@@ -19,7 +19,7 @@ __all__ = ["PARAMS", "VARIANTS"]
 #: StRip on labelled pairs, StRip on all pairs (partial supervision).
 VARIANTS = ("ripper", "strip-labeled", "strip-partial")
 
-#: The parameters of :class:`algorithms.strip.ripper.StRip` a config sets, with their bounds.
+#: The parameters of :class:`scarce.algorithms.strip.ripper.StRip` a config sets, with their bounds.
 PARAMS: dict[str, Param] = {
     "loss_ratio": Param(1.0, "real", gt=0),
     "k_optimize": Param(2, "count", ge=0, le=10),

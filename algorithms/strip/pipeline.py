@@ -1,8 +1,8 @@
 """StRip as scikit-learn pipeline steps: documents to pair features, and the learner on them.
 
 :class:`PairFeatures` turns parsed documents into the pair table the flow's ``preprocess`` step
-builds (:func:`~algorithms.strip.features.pair_table`), and :class:`StRipClassifier` is
-:class:`~algorithms.strip.ripper.StRip` taking that table as ``fit(X, y=None)`` /
+builds (:func:`~scarce.algorithms.strip.features.pair_table`), and :class:`StRipClassifier` is
+:class:`~scarce.algorithms.strip.ripper.StRip` taking that table as ``fit(X, y=None)`` /
 ``predict(X)``, so that::
 
     from sklearn.pipeline import make_pipeline
@@ -46,7 +46,7 @@ class PairFeatures(TransformerMixin, BaseEstimator):
     """Candidate mention pairs of parsed documents, with their features and partial labels.
 
     The transform of the flow's ``preprocess`` step (the same function,
-    :func:`~algorithms.strip.features.pair_table`), on documents already read.
+    :func:`~scarce.algorithms.strip.features.pair_table`), on documents already read.
 
     Parameters
     ----------
@@ -68,10 +68,11 @@ class PairFeatures(TransformerMixin, BaseEstimator):
     Notes
     -----
     Nothing is learnt: ``fit`` checks the parameters.  ``transform(documents)`` takes a list of
-    ``(tokens, mentions)`` (one file each, as :func:`tasks.readers.conllu.read_conllu` returns
+    ``(tokens, mentions)`` (one file each, as :func:`scarce.tasks.readers.conllu.read_conllu`
+    returns
     them) and returns one DataFrame of all their pairs: ``doc, mention_i, mention_j, label``
     (1 / 0 for two sources, -1 unknown) then the features of
-    :func:`~algorithms.strip.features.pair_features`.
+    :func:`~scarce.algorithms.strip.features.pair_features`.
     """
 
     def __init__(self, window=20, max_sentence_distance=None, source_kind="etype",
@@ -135,7 +136,7 @@ def _split(X) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 class StRipClassifier(StRip):
-    """:class:`~algorithms.strip.ripper.StRip` on a pair table: ``fit(X, y=None)``.
+    """:class:`~scarce.algorithms.strip.ripper.StRip` on a pair table: ``fit(X, y=None)``.
 
     The parameters are StRip's (the same defaults); :meth:`StRip.from_variant` gives the
     paper's set-ups.  ``X`` is the table of :class:`PairFeatures`: its ``doc``, ``mention_i``
@@ -145,7 +146,7 @@ class StRipClassifier(StRip):
     Attributes
     ----------
     rules_, rules_grown_, rules_pruned_, feature_names_in_, n_features_in_, n_pairs_, n_labeled_
-        As :class:`~algorithms.strip.ripper.StRip`.
+        As :class:`~scarce.algorithms.strip.ripper.StRip`.
     """
 
     def fit(self, X, y=None):

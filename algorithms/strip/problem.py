@@ -3,7 +3,7 @@
 :class:`RuleProblem` is what :meth:`StRip.prepare <algorithms.strip.ripper.StRip.prepare>`
 builds and every phase of the learner reads: each feature as integer codes (nominal: bool,
 string, categorical) or float64 values with candidate thresholds (numeric), the labels, the
-documents and the closure's :class:`~algorithms.strip.closure.PairGraph`.  A condition is
+documents and the closure's :class:`~scarce.algorithms.strip.closure.PairGraph`.  A condition is
 ``(feature index, op, value)`` with ``value`` a category code (``==``) or a float (``<=``,
 ``>=``); a rule is a list of conditions.
 """

@@ -37,12 +37,12 @@ The paper's three training set-ups are settings of two parameters (:data:`VARIAN
 
 The loss ratio ``L`` (cost of a false positive over a false negative) weights every counted
 negative: FOIL gain uses ``p / (p + L n)``, the pruning metric ``(p - L n) / (p + L n)``, and the
-description length (:mod:`algorithms.strip.description_length`: Cohen's, as in Weka's JRip)
+description length (:mod:`scarce.algorithms.strip.description_length`: Cohen's, as in Weka's JRip)
 weights every counted false positive by ``L``.
 
-The encoded pairs and the pairs a rule fires on are :mod:`algorithms.strip.problem`; the rule
+The encoded pairs and the pairs a rule fires on are :mod:`scarce.algorithms.strip.problem`; the rule
 table (what every phase returns), what a table fires on and what it covers are
-:mod:`algorithms.strip.rule_table`, whose functions are importable from here too.
+:mod:`scarce.algorithms.strip.rule_table`, whose functions are importable from here too.
 
 References
 ----------

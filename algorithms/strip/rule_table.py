@@ -3,7 +3,7 @@
 A rule table has one row per antecedent, ``rule_id, antecedent_index, feature, op, value,
 pruned`` (:data:`RULE_COLUMNS`): the rules in order, each the conjunction of its rows that are
 not ``pruned`` (antecedents that pruning removed are kept to show what was grown).  The learner
-(:mod:`algorithms.strip.ripper`) writes one after every phase; a pipeline stores it, and
+(:mod:`scarce.algorithms.strip.ripper`) writes one after every phase; a pipeline stores it, and
 applying a model needs only the table and the pairs' features (:func:`rules_fire`), never the
 learner.
 """

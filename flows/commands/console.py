@@ -86,7 +86,7 @@ def quiet_input_errors() -> None:
 
 
 def prefect_started() -> None:
-    """Called by a command as it starts Prefect (:func:`flows.commands.running.prefect_api`):
+    """Called by a command as it starts Prefect (:func:`scarce.flows.commands.running.prefect_api`):
     the wrapping :func:`quiet_input_errors` asked for, if it did."""
     if _QUIET["asked"]:
         _wrap_prefect_handlers()

@@ -2,7 +2,7 @@
 registered with the Prefect server, or served on their schedules until Ctrl-C.
 
 Without ``PREFECT_API_URL`` both find their server as the other commands do (the shared local
-server of the Prefect home, :mod:`flows.shared_server`), but ``scarce serve`` needs one that
+server of the Prefect home, :mod:`scarce.flows.shared_server`), but ``scarce serve`` needs one that
 runs Prefect's scheduler, which a background server does not run: it uses ``scarce ui``'s
 server, or runs one of its own while it serves (which the other commands then use)."""
 
@@ -33,7 +33,7 @@ def deploy(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def scheduling_api() -> Iterator[str]:
     """The Prefect API ``scarce serve`` serves against: ``PREFECT_API_URL`` when it is set,
-    else a local server that runs the schedules (:func:`flows.shared_server.scheduling`,
+    else a local server that runs the schedules (:func:`scarce.flows.shared_server.scheduling`,
     recorded as the shared server unless ``SCARCE_SERVER=temporary``), set as the API of
     this process and of the flow-run processes it starts."""
     from pathlib import Path

@@ -19,7 +19,7 @@ def choose_runner(args: argparse.Namespace, recorded: str | None = None) -> str:
 
 
 def prefect_api() -> Any:
-    """One Prefect API for the command (:func:`flows.runners.prefect_api`), after every check
+    """One Prefect API for the command (:func:`scarce.flows.runners.prefect_api`), after every check
     the command makes before it (which import nothing of Prefect)."""
     from scarce.flows import runners
     from scarce.flows.commands.console import prefect_started

@@ -2,7 +2,8 @@
 
 The W-step's gradient and Hessian-vector product, the squared loss's H-step sums and the
 objective's loss term are sums over the rows of ``X`` (Yu et al., Sec. 3), so over row
-blocks.  The backend (:class:`~tasks.leml_dask.backend.RowBlockBackend`) cuts the training data
+blocks.  The backend (:class:`~scarce.tasks.leml_dask.backend.RowBlockBackend`) cuts the training
+data
 into a fixed number of contiguous row blocks, each held by one worker; the estimator's solver
 runs on the driver and asks the backend for the terms, which the blocks compute where they
 live and the driver adds in block order, so any number of workers gives the same bits.  How
@@ -10,14 +11,15 @@ it works, and its invariants: ``docs/design/leml-row-blocks.md``.
 
 One job per module:
 
-- :mod:`~tasks.leml_dask.partition`: the blocks described by their files, rebuilt on a worker;
-- :mod:`~tasks.leml_dask.backend`: the backend, its block tasks and the ordered sums;
-- :mod:`~tasks.leml_dask.transport`: arrays sent to workers, aligned once, one copy a worker;
-- :mod:`~tasks.leml_dask.memory`: the bytes of blocks and solvers, checked against workers;
-- :mod:`~tasks.leml_dask.cluster`: a cluster's workers, work stealing, this worker;
-- :mod:`~tasks.leml_dask.inline`: the same tasks in this process, without Dask;
-- :mod:`~tasks.leml_dask.scoring`: the test set scored block by block;
-- :mod:`~tasks.leml_dask.clients`: the clients a run opens and the blocks it keeps, closed
+- :mod:`~scarce.tasks.leml_dask.partition`: the blocks described by their files, rebuilt on a
+worker;
+- :mod:`~scarce.tasks.leml_dask.backend`: the backend, its block tasks and the ordered sums;
+- :mod:`~scarce.tasks.leml_dask.transport`: arrays sent to workers, aligned once, one copy a worker;
+- :mod:`~scarce.tasks.leml_dask.memory`: the bytes of blocks and solvers, checked against workers;
+- :mod:`~scarce.tasks.leml_dask.cluster`: a cluster's workers, work stealing, this worker;
+- :mod:`~scarce.tasks.leml_dask.inline`: the same tasks in this process, without Dask;
+- :mod:`~scarce.tasks.leml_dask.scoring`: the test set scored block by block;
+- :mod:`~scarce.tasks.leml_dask.clients`: the clients a run opens and the blocks it keeps, closed
   at the run's end.
 """
 

@@ -122,7 +122,7 @@ class _BlockProducts:
 
 
 class _BlockWOperators:
-    """``value`` / ``products`` of :func:`~algorithms.leml.w_step.solve_w_step`, one task per
+    """``value`` / ``products`` of :func:`~scarce.algorithms.leml.w_step.solve_w_step`, one task per
     row block."""
 
     def __init__(self, owner: RowBlockBackend, H, loss):
@@ -163,7 +163,8 @@ class _BlockWOperators:
 
 class RowBlockBackend:
     """The backend of every LEML step over the training rows: row blocks of the training
-    data held by Dask workers (or, with :class:`~tasks.leml_dask.inline.InlineClient`, by this
+    data held by Dask workers (or, with :class:`~scarce.tasks.leml_dask.inline.InlineClient`, by
+    this
     process), each step's sums taken block by block and added in block order.
 
     Pass it as ``backend=`` to ``LEML.w_step``, ``LEML.h_step`` and ``LEML.objective`` (and
@@ -181,7 +182,7 @@ class RowBlockBackend:
         each block is a task that reads that block's files only (recomputed elsewhere if its
         worker is lost), named by the files, so that a later ``RowBlockBackend`` on the same files
         reuses the blocks while :attr:`block_futures` of this one (or copies) are held.
-        :class:`~algorithms.leml.data.LEMLData` (from ``LEML.prepare``): the blocks are
+        :class:`~scarce.algorithms.leml.data.LEMLData` (from ``LEML.prepare``): the blocks are
         scattered from here, once (lost with their worker); the driver keeps only the
         shapes, ``data`` may be dropped afterwards.
     blocks : int, default=N_BLOCKS
@@ -339,7 +340,7 @@ class RowBlockBackend:
     # -- the backend of LEML.w_step
     def observed_gram_diagonal(self) -> np.ndarray:
         """``sum_i rho_i x_i^2`` (float64; the diagonal of ``X^T X`` when every label is
-        observed, see :func:`~algorithms.leml.w_step.observed_gram_diagonal`), the blocks'
+        observed, see :func:`~scarce.algorithms.leml.w_step.observed_gram_diagonal`), the blocks'
         terms added in block order: computed at the first call, then kept (the W-step's
         preconditioner)."""
         if self._observed_gram_diagonal is None:
@@ -349,7 +350,7 @@ class RowBlockBackend:
 
     def operators(self, H, loss):
         """The W-step's loss terms at ``H``, summed over the blocks (``H`` goes out once);
-        the operators of :func:`~algorithms.leml.w_step.solve_w_step`."""
+        the operators of :func:`~scarce.algorithms.leml.w_step.solve_w_step`."""
         return _BlockWOperators(self, H, get_loss(loss))
 
     def close(self) -> None:

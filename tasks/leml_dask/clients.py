@@ -141,7 +141,7 @@ class DaskClients:
         ``worker_client`` (the task leaves its worker's thread pool while it waits).  In the
         flow's process under a Dask task runner: the runner's own client (one connection to
         one cluster for the whole run).  Else a client of this object's own (:meth:`own`).
-        ``in_process``: no Dask, :class:`~tasks.leml_dask.inline.InlineClient` (the same
+        ``in_process``: no Dask, :class:`~scarce.tasks.leml_dask.inline.InlineClient` (the same
         tasks, run in this process; ``compute.backend: local-blocks``).
         """
         cluster = cluster or {}
@@ -180,10 +180,11 @@ class DaskClients:
                 rank: int | None = None):
         """Where a step's sums over the training rows run: None (this process, the whole
         data) when ``row_blocks`` is None, else a
-        :class:`~tasks.leml_dask.backend.RowBlockBackend` over that many row blocks of ``data``.
-        ``data`` is a :class:`~tasks.leml_dask.partition.PartitionedData` (the flow: the
+        :class:`~scarce.tasks.leml_dask.backend.RowBlockBackend` over that many row blocks of
+        ``data``.
+        ``data`` is a :class:`~scarce.tasks.leml_dask.partition.PartitionedData` (the flow: the
         files of the row blocks, from which each worker builds its own blocks, recomputed if
-        a worker is lost) or a prepared :class:`~algorithms.leml.data.LEMLData` (its blocks
+        a worker is lost) or a prepared :class:`~scarce.algorithms.leml.data.LEMLData` (its blocks
         scattered from this process).  ``cluster`` says where (:meth:`client`).  ``rank``:
         the factors' rank, for the memory guard of the working arrays."""
         if row_blocks is None:
@@ -199,7 +200,7 @@ class DaskClients:
         """Warn, once per scheduler, that the cluster runs Dask's work stealing when the
         blocks are spread over more than one worker: it may move a block's tasks to a worker
         that does not hold the block, which then holds a copy too (see
-        :data:`~tasks.leml_dask.cluster.NO_WORK_STEALING`).  The clusters this project starts
+        :data:`~scarce.tasks.leml_dask.cluster.NO_WORK_STEALING`).  The clusters this project starts
         run without it."""
         address = getattr(getattr(client, "scheduler", None), "address", None)
         if (address is None or address in self._asked_stealing

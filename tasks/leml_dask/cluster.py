@@ -30,9 +30,9 @@ def cluster_workers(client) -> dict[str, dict]:
 def check_workers_can_run(client) -> None:
     """Refuse, in one line naming the options, a cluster none of whose workers would start a
     task: none at all, or every one paused or about to be (its process over
-    :data:`~algorithms.memory.HEADROOM` of its memory limit, Dask's pause threshold).  A
+    :data:`~scarce.algorithms.memory.HEADROOM` of its memory limit, Dask's pause threshold).  A
     task sent there would wait for ever (a worker without a nanny is never restarted), so
-    the data steps the flow sends to the cluster (:func:`tasks.leml.load` of a part, its
+    the data steps the flow sends to the cluster (:func:`scarce.tasks.leml.load` of a part, its
     partition, its mask) ask first."""
     from scarce.algorithms.memory import HEADROOM, MemoryBudgetError, format_bytes
 

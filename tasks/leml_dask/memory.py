@@ -18,7 +18,7 @@ from scarce.tasks.leml_dask.cluster import cluster_workers
 def prepared_nbytes(n_rows: int, n_features: int, n_labels: int, *, nnz_x: int, nnz_y: int,
                     nnz_mask: int, labels: str, index_dtype: str | None, dtype,
                     fit_intercept: bool) -> int:
-    """Bytes of a prepared row block (:func:`~algorithms.leml.data.prepare_rows`) from its
+    """Bytes of a prepared row block (:func:`~scarce.algorithms.leml.data.prepare_rows`) from its
     shape and stored entries.
 
     ``n_features`` counts the constant feature of an intercept and ``nnz_x`` the stored
@@ -106,9 +106,9 @@ def check_worker_memory(client, block_workers: list[str], sizes: list[int], *,
     Each worker holds the blocks placed on it (``block_workers``, sizes in ``sizes``) and,
     when ``working`` is given (a function of the indices of a worker's blocks, such as
     :func:`working_nbytes` of their rows), the step's rank-``k`` working arrays; when that
-    exceeds :data:`~algorithms.memory.HEADROOM` of the worker's memory limit (the
+    exceeds :data:`~scarce.algorithms.memory.HEADROOM` of the worker's memory limit (the
     ``--memory-limit`` of ``dask worker``, the ``memory_limit`` of a LocalCluster; none set:
-    no check), :class:`~algorithms.memory.MemoryBudgetError` says in one line which option
+    no check), :class:`~scarce.algorithms.memory.MemoryBudgetError` says in one line which option
     to change.  The worker ``driver`` (the one this step runs on, :func:`this_worker`) holds
     ``driver_bytes`` more: the solver's arrays (:func:`driver_nbytes`).
     """

@@ -37,7 +37,7 @@ class PartitionedData:
     ----------
     blocks : tuple of dict
         Per row block, in row order: ``{"X", "Y", "mask"}``, store-format Parquet files
-        (:mod:`tasks.store.encoding`) of its rows of the features, the labels and the
+        (:mod:`scarce.tasks.store.encoding`) of its rows of the features, the labels and the
         observed-entries mask (None when every label is observed), on a file system every
         worker sees at the same path.
     fit_intercept : bool
@@ -45,7 +45,7 @@ class PartitionedData:
     dtype : str
         The working dtype, ``"float32"`` or ``"float64"``.
     layout : tuple of (str, str or None)
-        ``(labels, index_dtype)`` of :func:`~algorithms.leml.data.labels_layout` of the whole
+        ``(labels, index_dtype)`` of :func:`~scarce.algorithms.leml.data.labels_layout` of the whole
         prepared data, imposed on every block.
     n_samples, n_features, n_labels : int
         The whole prepared data's shape (``n_features`` counts the constant feature): each
@@ -90,8 +90,8 @@ class PartitionedData:
         the files' footers only: no block is read.
 
         The shape is the blocks' shapes added up, and the label layout the one
-        :func:`~algorithms.leml.data.prepare_data` would give the whole
-        (:func:`~algorithms.leml.data.layout_of_counts`, from the number of entries the
+        :func:`~scarce.algorithms.leml.data.prepare_data` would give the whole
+        (:func:`~scarce.algorithms.leml.data.layout_of_counts`, from the number of entries the
         masks store, which ``leml-mask`` writes as ones only).  Equal to
         :meth:`of` the prepared whole, without the whole ever in one process.  The blocks
         may have any numbers of rows (the parts of a partitioned input); a block whose shape
@@ -159,7 +159,7 @@ class PartitionedData:
 
     def block(self, b: int) -> LEMLData:
         """Row block ``b``, read from its own files only and prepared as
-        :func:`~algorithms.leml.data.split_rows` cuts the prepared whole."""
+        :func:`~scarce.algorithms.leml.data.split_rows` cuts the prepared whole."""
         from scarce.tasks.store.encoding import read_parquet_entry
 
         files = self.blocks[b]

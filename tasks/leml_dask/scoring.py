@@ -19,7 +19,7 @@ from scarce.tasks.leml_dask.transport import _call, _send_array
 
 def block_metric_sums(files: dict, W, H, params: dict, batch_size: int,
                       ks=(1, 3, 5), inv_propensity=None) -> list[dict]:
-    """The :func:`~algorithms.metrics.multilabel.multilabel_sums` of one row block of the
+    """The :func:`~scarce.algorithms.metrics.multilabel.multilabel_sums` of one row block of the
     test set, batch by batch: the block read from its own files (``{"X", "Y"}``, written by
     the flow's ``leml-partition`` step) and scored by the factors ``W``, ``H`` as
     ``LEML(**params).set_factors(W, H)`` predicts (PSP@k's sums too, given the training
@@ -79,7 +79,7 @@ def evaluate_on_blocks(client, files: list[dict], W, H, params: dict, batch_size
 def block_predictions(files: dict, W, H, params: dict, top_k: int,
                       batch_size: int) -> tuple[int, pd.DataFrame]:
     """The rows of one row block of the test set, read from its own files, and their
-    predictions table (:func:`~algorithms.leml.predict.predictions_table`; its ``row``
+    predictions table (:func:`~scarce.algorithms.leml.predict.predictions_table`; its ``row``
     counts from the block's first row)."""
     from scarce.algorithms.leml import LEML
     from scarce.algorithms.leml.predict import predictions_table

@@ -18,14 +18,14 @@ Supported attribute types: ``numeric``/``real``/``integer`` and nominal
 category's position).  Comments (``%``) and blank lines are skipped; names may
 be quoted.  ``.gz`` files are read transparently.
 
-Errors are :class:`tasks.errors.InputError` with the file and 1-based line: a
+Errors are :class:`scarce.tasks.errors.InputError` with the file and 1-based line: a
 missing ``@data`` section or one without rows, an unknown or unsupported attribute type
 (``string``, ``date``, ``relational``), labels that leave no feature attribute, a row with
 the wrong number of values, a sparse index out of range or repeated, a value that is not a
 number, not finite in the requested dtype (``1e39`` in float32) or not a declared category,
 a missing value ``?``, a label that is not 0 or 1, an attribute declared twice, and label
 names that are not attributes or are named twice.  Indices and values have the syntax of
-:mod:`tasks.readers.numbers` (an index is digits only).  :func:`read_arff_header` reads
+:mod:`scarce.tasks.readers.numbers` (an index is digits only).  :func:`read_arff_header` reads
 the header alone (up to ``@data``), so that a caller can compare files before reading them.
 
 Not liac-arff (``import arff``), though its parser is faster and its errors name the line: it

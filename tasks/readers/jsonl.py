@@ -10,7 +10,7 @@ One JSON object per line::
 ``label`` (str) are optional.  Blank lines are skipped.  ``.gz`` files are read
 transparently.
 
-The result has the columns of :func:`tasks.readers.semeval.read_semeval`:
+The result has the columns of :func:`scarce.tasks.readers.semeval.read_semeval`:
 ``e1_*`` is the head span, ``e2_*`` the tail span (in the order given, which need
 not be the order in the sentence), ``label`` and ``relation`` are the given label
 (missing when absent) and ``direction`` is missing.  Errors name the file and line; a string

@@ -27,7 +27,7 @@ their case; lowercasing is a context-building option.
 
 Errors
 ------
-:class:`tasks.errors.InputError` with the file and the 1-based line on: a bad
+:class:`scarce.tasks.errors.InputError` with the file and the 1-based line on: a bad
 id/sentence line, missing / duplicated / nested / unclosed tags, a closing tag
 before its opening one, ``<e2>`` before ``<e1>`` (the data set numbers the
 mentions in order of appearance), an empty entity, a missing or unknown label

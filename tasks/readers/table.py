@@ -15,10 +15,10 @@ object per line).  Its columns are named by the caller:
   numbers (a dense row, every row the same length).
 
 Parquet is read by pandas (pyarrow); a CSV or TSV by the ``csv`` module and JSON Lines by the
-``json`` module, after :mod:`tasks.readers.text` has read the bytes, because pandas' readers
+``json`` module, after :mod:`scarce.tasks.readers.text` has read the bytes, because pandas' readers
 take silently what is refused here (see :func:`read_table`).  What is added is reading the
 cells of the label and feature columns in the forms researchers write them (indices and
-values in the syntax of :mod:`tasks.readers.numbers`), refusing a label column joined by
+values in the syntax of :mod:`scarce.tasks.readers.numbers`), refusing a label column joined by
 another separator than the configured one (:func:`check_separator`), and errors that name
 the file and the line, or the column and the row.  Rows are numbered from 1 after a CSV's
 header (a CSV row is not a line when a quoted text spans lines).
@@ -71,7 +71,7 @@ def read_table(path: str | Path, required: Sequence[str],
     CSV and TSV cells are read as text, with an empty cell kept as an empty string (not a
     missing value): a label cell ``""`` is an example without labels.  A CSV or TSV is read
     by the ``csv`` module, JSON Lines by the ``json`` module, a line at a time, after
-    :mod:`tasks.readers.text` has read the bytes (gzip, UTF-8, a byte-order mark): pandas'
+    :mod:`scarce.tasks.readers.text` has read the bytes (gzip, UTF-8, a byte-order mark): pandas'
     readers cut a row longer than the header (``usecols``) or pad a shorter one without a
     word, rename a column named twice (``tags.1``), keep the last of a key given twice, drop
     a lone surrogate from a JSON string, refuse a byte-order mark in JSON Lines and let a
@@ -498,7 +498,7 @@ def _pairs(cell, path: Path, column: str, row: int) -> tuple[list[int], list[flo
 
 
 def _index_of(index) -> int:
-    """A feature index written as text (:func:`~tasks.readers.numbers.parse_index`: digits
+    """A feature index written as text (:func:`~scarce.tasks.readers.numbers.parse_index`: digits
     only) or as an integer (JSON, a Parquet map); ``ValueError`` otherwise."""
     if isinstance(index, str):
         return parse_index(index)
@@ -510,7 +510,7 @@ def _index_of(index) -> int:
 
 
 def _value_of(value) -> float:
-    """A feature value written as text (:func:`~tasks.readers.numbers.parse_value`) or as a
+    """A feature value written as text (:func:`~scarce.tasks.readers.numbers.parse_value`) or as a
     number; ``ValueError`` otherwise."""
     if isinstance(value, str):
         return parse_value(value.strip())

@@ -1,7 +1,7 @@
 """Bytes and text of an input file, for every reader: one place for gzip and UTF-8.
 
 A name ending in ``.gz`` is read as gzip (a file that is not gzip-compressed, or whose stream
-is truncated or corrupt, is an :class:`~tasks.errors.InputError` naming the file and the line
+is truncated or corrupt, is an :class:`~scarce.tasks.errors.InputError` naming the file and the line
 at which the readable data stop); text must be UTF-8 (a byte-order mark is dropped, ``\\r\\n``
 becomes ``\\n``), and an undecodable byte is named by its line.
 """

@@ -15,10 +15,10 @@ files are read transparently.
 Parsing is vectorised: lines are split once, all feature pairs of a block of
 lines are converted by pandas' C parser in one call, and only when that fails (or a
 check fails) is the block re-read line by line to name the first bad line.  Indices and
-values have the syntax of :mod:`tasks.readers.numbers` on both paths (an index is digits
+values have the syntax of :mod:`scarce.tasks.readers.numbers` on both paths (an index is digits
 only: pandas alone would read ``1e1`` as 10).
 
-Errors are :class:`tasks.errors.InputError` with the file and 1-based line:
+Errors are :class:`scarce.tasks.errors.InputError` with the file and 1-based line:
 a bad header (a count that is not a positive integer, or beyond what an int64 index
 holds), fewer or more point lines than ``N``, a label or feature index that is not digits, a
 malformed ``index:value`` pair, an index out of range, a duplicated label or feature in a

@@ -1,15 +1,15 @@
 """The Parquet result store: every step output that is data, as one real Parquet file.
 
-:class:`Store` (:mod:`tasks.store.folder`) is the object a step or a command holds; each job
+:class:`Store` (:mod:`scarce.tasks.store.folder`) is the object a step or a command holds; each job
 it relies on has its own module:
 
-- :mod:`tasks.store.layout`: where entries, records, seals and leases live in the folder;
-- :mod:`tasks.store.encoding`: a value as a Parquet file and back, with its checksum;
-- :mod:`tasks.store.atomic`: files written whole or not at all;
-- :mod:`tasks.store.background`: a step's entries written while the next step computes;
-- :mod:`tasks.store.seals`: the sha256 of the files a step wrote, checked at a cache hit;
-- :mod:`tasks.store.leases`: what a running run uses, kept from gc;
-- :mod:`tasks.store.gc`: what in the folder is scarce's, and removing what no run keeps.
+- :mod:`scarce.tasks.store.layout`: where entries, records, seals and leases live in the folder;
+- :mod:`scarce.tasks.store.encoding`: a value as a Parquet file and back, with its checksum;
+- :mod:`scarce.tasks.store.atomic`: files written whole or not at all;
+- :mod:`scarce.tasks.store.background`: a step's entries written while the next step computes;
+- :mod:`scarce.tasks.store.seals`: the sha256 of the files a step wrote, checked at a cache hit;
+- :mod:`scarce.tasks.store.leases`: what a running run uses, kept from gc;
+- :mod:`scarce.tasks.store.gc`: what in the folder is scarce's, and removing what no run keeps.
 """
 
 from scarce.tasks.store.folder import Store

@@ -1,13 +1,14 @@
 """Writes in the background: a step's entries written while the next step computes.
 
 One background thread per process writes a step's entries and then its side file (the seal)
-(:meth:`tasks.store.Store.write_later`).  Every way to an entry's or side file's path
-(:meth:`~tasks.store.Store.path`, :meth:`~tasks.store.Store.side_path`) waits for its write
+(:meth:`scarce.tasks.store.Store.write_later`).  Every way to an entry's or side file's path
+(:meth:`~scarce.tasks.store.Store.path`, :meth:`~scarce.tasks.store.Store.side_path`) waits for its
+write
 first (:func:`wait_for`) and re-raises its error there; listing and gc wait for all of a
 store's (:func:`wait_for_writes`).
 
 The last dense arrays written in this process are kept as read-only copies for the next step
-that takes the entry as an input (:meth:`~tasks.store.Store.read_input`): one iteration's
+that takes the entry as an input (:meth:`~scarce.tasks.store.Store.read_input`): one iteration's
 factors are the next step's inputs, and reading them back (Parquet, then the checksum over the
 whole table) cost a step more than its own work on a small data set.  An entry is never
 rewritten with other content (its key names what it holds), so the copy is the file's value; it

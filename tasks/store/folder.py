@@ -1,9 +1,11 @@
 """The store: a folder of Parquet entries, each written and read by its ref.
 
-What is in the folder and where (:mod:`tasks.store.layout`), how a value becomes a file
-(:mod:`tasks.store.encoding`), how a file is written (:mod:`tasks.store.atomic`, and in the
-background, :mod:`tasks.store.background`), which runs use it (:mod:`tasks.store.leases`) and
-what gc may remove (:mod:`tasks.store.gc`) each have their module; :class:`Store` is the one
+What is in the folder and where (:mod:`scarce.tasks.store.layout`), how a value becomes a file
+(:mod:`scarce.tasks.store.encoding`), how a file is written (:mod:`scarce.tasks.store.atomic`, and
+in the
+background, :mod:`scarce.tasks.store.background`), which runs use it
+(:mod:`scarce.tasks.store.leases`) and
+what gc may remove (:mod:`scarce.tasks.store.gc`) each have their module; :class:`Store` is the one
 object a step or a command holds.
 """
 
@@ -48,7 +50,7 @@ class Store:
     ----------
     root : str, Path or URL
         The store's folder (a path or a ``file://`` URL, see
-        :func:`~tasks.store.layout.local_root`); created on first write.
+        :func:`~scarce.tasks.store.layout.local_root`); created on first write.
     """
 
     root: Path
@@ -118,10 +120,10 @@ class Store:
         :meth:`write_file` would; returns at once.
 
         Until they are written, :meth:`path` of those refs and :meth:`side_path` of ``side``
-        wait for them (and raise a write's :class:`~tasks.store.atomic.StoreWriteError`
+        wait for them (and raise a write's :class:`~scarce.tasks.store.atomic.StoreWriteError`
         there); the dense arrays among the values are kept for :meth:`read_input` at once.
         For a step's outputs when the next step runs in this process: its checkpoint is
-        written while it computes (:mod:`tasks.store.background`).
+        written while it computes (:mod:`scarce.tasks.store.background`).
         """
         for ref, value, _ in entries:
             background.remember(self.root, ref, value)
@@ -150,7 +152,7 @@ class Store:
 
     def read_input(self, ref: str) -> Any:
         """:meth:`read` for a step's input: the read-only copy this process kept when it wrote
-        the entry (:mod:`tasks.store.background`), while the file is there or being written,
+        the entry (:mod:`scarce.tasks.store.background`), while the file is there or being written,
         else the file's value."""
         recent = background.recalled(self.root, ref)
         if recent is not None and (background.in_flight(self.root, ref)
@@ -175,7 +177,7 @@ class Store:
 
     def shape(self, ref: str) -> tuple[int, ...]:
         """The shape of an entry's value, from its footer only
-        (:func:`~tasks.store.encoding.entry_shape`)."""
+        (:func:`~scarce.tasks.store.encoding.entry_shape`)."""
         return entry_shape(self.path(ref))
 
     def verify(self, ref: str) -> bool:
@@ -200,7 +202,7 @@ class Store:
     # -- listing and garbage collection -----------------------------------
     def scan(self) -> gc.Listing:
         """What the store's folder holds, after the writes in flight
-        (:func:`tasks.store.gc.scan`)."""
+        (:func:`scarce.tasks.store.gc.scan`)."""
         return gc.scan(self.root)
 
     def refs(self) -> list[str]:
@@ -246,15 +248,15 @@ class Store:
 
     def lease(self, run_id: str) -> leases.Lease:
         """A lease for the run ``run_id``: what it uses stays in the store until it ends
-        (:class:`tasks.store.leases.Lease`)."""
+        (:class:`scarce.tasks.store.leases.Lease`)."""
         return leases.Lease(self.root, run_id)
 
     def live_leases(self) -> list[dict[str, Any]]:
-        """The leases of runs that are still running (:func:`tasks.store.leases.live_leases`;
+        """The leases of runs that are still running (:func:`scarce.tasks.store.leases.live_leases`;
         stale ones are removed)."""
         return leases.live_leases(self.root)
 
     def gc(self, keep: Iterable[str], dry_run: bool = False) -> gc.GcReport:
         """Delete every entry not in ``keep`` and not used by a running run; only what
-        scarce wrote (:func:`tasks.store.gc.collect`)."""
+        scarce wrote (:func:`scarce.tasks.store.gc.collect`)."""
         return gc.collect(self.root, keep, dry_run)

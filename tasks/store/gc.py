@@ -46,12 +46,14 @@ def scan(root: Path) -> Listing:
     """What the store's folder ``root`` holds (after the writes in flight): its entries, the
     temporary files of interrupted writes, and everything else (:class:`Foreign`).
 
-    An entry is a regular file with an entry's name (:data:`~tasks.store.layout.ENTRY_NAME`)
+    An entry is a regular file with an entry's name (:data:`~scarce.tasks.store.layout.ENTRY_NAME`)
     in a task folder whose Parquet footer holds the keys
-    :func:`~tasks.store.encoding.encode` writes (:data:`~tasks.store.encoding.ENTRY_KEYS`); a
+    :func:`~scarce.tasks.store.encoding.encode` writes
+    (:data:`~scarce.tasks.store.encoding.ENTRY_KEYS`); a
     Prefect record or seal is a regular file of ``_prefect`` with its name whose JSON reads as
     one of the step call its name gives (:func:`_is_record`, :func:`_is_seal`); a temporary is
-    a regular file named as :func:`~tasks.store.atomic.atomic_open` names those of an entry or
+    a regular file named as :func:`~scarce.tasks.store.atomic.atomic_open` names those of an entry
+    or
     a seal.  Only footers and those small JSON files are read.
 
     Only the levels of the store's layout are looked at: the root's children, the files of
@@ -121,7 +123,8 @@ def collect(root: Path, keep: Iterable[str], dry_run: bool = False) -> GcReport:
 
     Only what scarce wrote is ever deleted: entries as :func:`scan` finds them (an entry's
     name in a task folder, a regular file, and the ``scarce.*`` keys of
-    :func:`~tasks.store.encoding.encode` in its Parquet footer), the Prefect records and seals
+    :func:`~scarce.tasks.store.encoding.encode` in its Parquet footer), the Prefect records and
+    seals
     of the removed steps that read as such (:func:`_is_record`, :func:`_is_seal`), and the
     temporaries of scarce's atomic writes.  Everything else is left alone and named in the
     report (``foreign``): a user's file, a symbolic link, a folder, and a damaged file, which
@@ -242,7 +245,7 @@ def _foreign(folder: str, entry: os.DirEntry, why: str) -> Foreign:
 def _entry_meta(path: Path) -> dict[str, str] | str | None:
     """The ``scarce.*`` metadata of the file ``path`` from its Parquet footer (keys without
     the prefix) when it has the keys every entry has
-    (:data:`~tasks.store.encoding.ENTRY_KEYS`); else why it is not an entry; None when it is
+    (:data:`~scarce.tasks.store.encoding.ENTRY_KEYS`); else why it is not an entry; None when it is
     gone.  Only the footer is read."""
     try:
         meta = pq.read_metadata(path).metadata or {}
@@ -275,7 +278,7 @@ def _side_json(path: Path) -> Any:
 
 def _refs_of(key: str, refs: Any) -> bool:
     """True when ``refs`` is a ref of the step call ``key``, or a non-empty mapping of part
-    names to such refs (what a step returns, :meth:`tasks.steps.Step.refs`)."""
+    names to such refs (what a step returns, :meth:`scarce.tasks.steps.Step.refs`)."""
     def of_key(ref: Any) -> bool:
         if not isinstance(ref, str) or ref.count("/") != 1:
             return False

@@ -9,7 +9,7 @@
     <root>/_leases/<run_id>.lease, .refs     a running run's lease and the refs it uses
 
 ``<key>`` is a hash of the step's name, its code, its parameters and the keys of its inputs
-(:meth:`tasks.steps.Step.key`), so no path derives from a user string.  A *ref* is an entry's
+(:meth:`scarce.tasks.steps.Step.key`), so no path derives from a user string.  A *ref* is an entry's
 path relative to the root without the suffix (``"leml-load/3fa9c0e1d2b4a5f6a7b8c9d0-X"``).
 """
 

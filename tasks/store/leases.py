@@ -3,7 +3,7 @@
 ``<root>/_leases/<run_id>.lease`` is held with a shared ``flock`` for the run's life (the lock
 vanishes with the process, so a killed run leaves a stale lease that the next gc removes), and
 ``<run_id>.refs`` lists every ref the run has noted, one per line.  gc keeps those refs and every
-entry written since the lease began (:func:`tasks.store.gc.collect`).  A lease rather than a
+entry written since the lease began (:func:`scarce.tasks.store.gc.collect`).  A lease rather than a
 grace period by age: a run reuses cached entries of any age (a week-old X is the input of
 today's W-step), and a lock tied to the process needs no clock and no timeout.
 """

@@ -1,6 +1,6 @@
 """Seals: the sha256 of the files a step call wrote, so that a cache hit returns their bytes.
 
-The checksum inside each entry (:mod:`tasks.store.encoding`) covers the data and metadata it
+The checksum inside each entry (:mod:`scarce.tasks.store.encoding`) covers the data and metadata it
 decodes to, not the Parquet statistics, page headers and magic bytes, which a flipped byte can
 alter without changing what is read; the seal (``<store>/_prefect/<key>.sha256.json``) catches
 those too, so that a cache hit always returns the bytes a run manifest recorded.  Volatile parts

@@ -2,23 +2,26 @@
 
 Stoyanov and Cardie, "Partially Supervised Coreference Resolution for Opinion Summarization
 through Structured Rule Learning", EMNLP 2006.  Thin wrappers: the rule learner is
-:class:`algorithms.strip.ripper.StRip` (over :mod:`algorithms.strip.closure`), the pair features
-:mod:`algorithms.strip.features`, the scores :mod:`algorithms.metrics.coref` and the reader
-:mod:`tasks.readers.conllu`.  The metrics table never holds a time.
+:class:`scarce.algorithms.strip.ripper.StRip` (over :mod:`scarce.algorithms.strip.closure`), the
+pair features
+:mod:`scarce.algorithms.strip.features`, the scores :mod:`scarce.algorithms.metrics.coref` and the
+reader
+:mod:`scarce.tasks.readers.conllu`.  The metrics table never holds a time.
 
 One job per module (each name below is importable from here too):
 
-- :mod:`~tasks.strip.documents`: the documents each role reads, from the splits file, and the
+- :mod:`~scarce.tasks.strip.documents`: the documents each role reads, from the splits file, and the
   run's document table (``record_documents``);
-- :mod:`~tasks.strip.pairs`: one file's mentions and candidate pairs (``preprocess``) and the
+- :mod:`~scarce.tasks.strip.pairs`: one file's mentions and candidate pairs (``preprocess``) and the
   parts of a pair table;
-- :mod:`~tasks.strip.training`: ``grow``, ``prune`` and ``optimize``, the estimator's phases,
+- :mod:`~scarce.tasks.strip.training`: ``grow``, ``prune`` and ``optimize``, the estimator's phases,
   the training pairs kept between them and the memory they need;
-- :mod:`~tasks.strip.evaluation`: chains from pair decisions, their scores (``evaluate``) and
+- :mod:`~scarce.tasks.strip.evaluation`: chains from pair decisions, their scores (``evaluate``) and
   each variant's loss ratio chosen on dev (``select_loss_ratio``);
-- :mod:`~tasks.strip.outputs`: the rules as text and the CoNLL-U files with the predicted chains
+- :mod:`~scarce.tasks.strip.outputs`: the rules as text and the CoNLL-U files with the predicted
+chains
   (``write_predicted``);
-- :mod:`~tasks.strip.apply`: a run's rules applied to new files (``load_rules``,
+- :mod:`~scarce.tasks.strip.apply`: a run's rules applied to new files (``load_rules``,
   ``apply_rules``, ``count_chains``), for the ``apply-strip`` flow.
 """
 

@@ -2,7 +2,8 @@
 pairs and clustered, and the chains counted (and scored where the files carry gold chains).
 
 The ``apply-strip`` flow (``flows/apply_strip.py``) runs ``preprocess`` (the training step
-itself), then :func:`apply_rules` per file (:func:`~tasks.strip.evaluation.chains`, the function
+itself), then :func:`apply_rules` per file (:func:`~scarce.tasks.strip.evaluation.chains`, the
+function
 ``evaluate`` scores), ``write_predicted`` (as the training run writes its test documents) and
 :func:`count_chains`.
 """
@@ -32,7 +33,7 @@ def load_rules(path: Path) -> pd.DataFrame:
     ------
     InputError
         Naming the file when it is damaged or is not a rule table
-        (:data:`algorithms.strip.rule_table.RULE_COLUMNS`).
+        (:data:`scarce.algorithms.strip.rule_table.RULE_COLUMNS`).
     """
     table = read_parquet_entry(path)
     try:

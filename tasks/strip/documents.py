@@ -28,7 +28,7 @@ DOC_SUFFIXES = (".conllu.gz", ".conllu")
 
 def _read_splits(splits_file: Path) -> pd.DataFrame:
     """The ``doc_id`` and ``split`` columns of a tab-separated splits file, read as the table
-    reader reads a TSV (:func:`tasks.readers.table.read_delimited`: UTF-8 and gzip errors
+    reader reads a TSV (:func:`scarce.tasks.readers.table.read_delimited`: UTF-8 and gzip errors
     named by their line, a row whose fields do not match the header's refused)."""
     if not Path(splits_file).is_file():  # gone since the config was checked, or a folder
         what = "a folder" if Path(splits_file).is_dir() else "not found"
@@ -86,8 +86,8 @@ def select_documents(splits_file: Path, data_dir: Path,
 
 
 def conllu_name(path: Path, call: dict) -> dict:
-    """What :func:`tasks.readers.conllu.read_conllu` takes from the file's name (the key's
-    :data:`tasks.steps.NameRule` of the steps that read a CoNLL-U file)."""
+    """What :func:`scarce.tasks.readers.conllu.read_conllu` takes from the file's name (the key's
+    :data:`scarce.tasks.steps.NameRule` of the steps that read a CoNLL-U file)."""
     return name_rules.conllu(path)
 
 

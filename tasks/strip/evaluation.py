@@ -1,7 +1,7 @@
 """StRip's evaluation: chains from pair decisions, their scores, the ``evaluate`` step and the
 choice of each variant's loss ratio on dev.
 
-Scores are MUC, B³, CEAF-e and pairwise P / R / F1 (:mod:`algorithms.metrics.coref`) over the
+Scores are MUC, B³, CEAF-e and pairwise P / R / F1 (:mod:`scarce.algorithms.metrics.coref`) over the
 source mentions (the non-source NPs are clustered, then removed before scoring, as Stoyanov and
 Cardie 2006) and over all mentions.
 """
@@ -58,7 +58,7 @@ def chain_scores(key, response, source, groups) -> dict[str, float]:
     MUC, B³, CEAF-e and pairwise P / R / F1 over the mentions ``source`` marks (``muc_p``, ...:
     the non-source mentions are clustered, then removed before scoring, as Stoyanov and Cardie
     2006) and over all mentions (``all_muc_p``, ...); ``groups`` is each mention's document
-    (:func:`algorithms.metrics.coref.coref_scores`).
+    (:func:`scarce.algorithms.metrics.coref.coref_scores`).
     """
     return {**_long_scores(coref_metrics.coref_scores(key, response, source, groups), ""),
             **_long_scores(coref_metrics.coref_scores(key, response, None, groups), "all_")}
@@ -97,7 +97,8 @@ def evaluate(test_pairs: list, test_mentions: list, rules: dict, timings: dict,
         ``metrics`` (long: dataset, method, metric, value), ``scores`` (one row per method, the
         F1 columns over sources), ``clusters`` (doc, mention, method, cluster), ``coverage``
         (per method and rule, what the rule covers among the labelled test pairs, alone and after
-        the closure: :func:`algorithms.strip.rule_table.rule_coverage`) and ``timings`` (seconds per
+        the closure: :func:`scarce.algorithms.strip.rule_table.rule_coverage`) and ``timings``
+        (seconds per
         method and phase, volatile).
     """
     pairs = pd.concat(test_pairs, ignore_index=True)

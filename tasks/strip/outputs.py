@@ -27,7 +27,7 @@ def rules_text(coverage: pd.DataFrame, methods: Sequence[str], header: str) -> s
     ----------
     coverage : DataFrame
         ``evaluate``'s coverage table (``method`` and
-        :data:`algorithms.strip.rule_table.RULE_COVERAGE_COLUMNS`).
+        :data:`scarce.algorithms.strip.rule_table.RULE_COVERAGE_COLUMNS`).
     methods : sequence of str
         The methods, in the order to list them.
     header : str
@@ -98,14 +98,15 @@ def write_predicted(path: Path, clusters: pd.DataFrame) -> pd.DataFrame:
         A CoNLL-U file (one or more documents) whose mentions were clustered.
     clusters : DataFrame
         ``doc, mention, method, cluster``
-        (:data:`~tasks.strip.evaluation.CLUSTER_COLUMNS`) for at least the mentions of this file
+        (:data:`~scarce.tasks.strip.evaluation.CLUSTER_COLUMNS`) for at least the mentions of this
+        file
         (``evaluate``'s table for all test documents, or ``apply_rules``'s).
 
     Returns
     -------
     DataFrame
         ``method, conllu``: per method, the file's text with its ``Entity=`` annotations replaced
-        by the chains (:func:`tasks.readers.conllu.write_chains`, CorefUD 1.x), singletons
+        by the chains (:func:`scarce.tasks.readers.conllu.write_chains`, CorefUD 1.x), singletons
         included; chains numbered by :func:`number_chains`, typed by :func:`chain_etypes`.
     """
     _, mentions = conllu.read_conllu(path)

@@ -1,7 +1,7 @@
 """The mention pairs of one CoNLL-U file (the ``preprocess`` step) and the parts of a pair table.
 
 A pair table has the keys :data:`PAIR_KEYS` (``doc, mention_i, mention_j, label``) then the pair
-features of :func:`algorithms.strip.features.pair_features`; every step after ``preprocess``
+features of :func:`scarce.algorithms.strip.features.pair_features`; every step after ``preprocess``
 reads its features (:func:`features`) and its ends (:func:`pair_ends`).
 """
 
@@ -41,7 +41,7 @@ def preprocess(
     seed: int | None,
 ) -> dict:
     """Mentions, candidate pairs, their Ng and Cardie (2002) features and labels, for one file:
-    :func:`algorithms.strip.features.pair_table` of the file's frames.
+    :func:`scarce.algorithms.strip.features.pair_table` of the file's frames.
 
     Parameters
     ----------
@@ -62,7 +62,7 @@ def preprocess(
     dict
         ``mentions``: ``doc, mention, entity, source, sent, position_start, position_end,
         position_head``.  ``pairs``: ``doc, mention_i, mention_j, label`` (1 / 0 for two sources,
-        -1 unknown) then the features of :func:`algorithms.strip.features.pair_features`.
+        -1 unknown) then the features of :func:`scarce.algorithms.strip.features.pair_features`.
     """
     tokens, mentions = conllu.read_conllu(path)
     if source_kind not in strip_features.SOURCE_KINDS:
@@ -92,8 +92,8 @@ def pair_ends(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def feature_kinds(pairs: pd.DataFrame) -> dict[str, str]:
     """The kind of every feature of a pair table: ``nominal`` (bool, string: the rules test
     ``feature == value``) or ``numeric`` (the rules test thresholds), as
-    :class:`~algorithms.strip.ripper.StRip` encodes them
-    (:func:`algorithms.strip.problem.is_nominal`)."""
+    :class:`~scarce.algorithms.strip.ripper.StRip` encodes them
+    (:func:`scarce.algorithms.strip.problem.is_nominal`)."""
     X = features(pairs)
     return {str(c): "nominal" if is_nominal(X[c]) else "numeric" for c in X.columns}
 

@@ -2,7 +2,8 @@
 
 ``grow``, ``prune`` and ``optimize`` call the estimator's step methods of the same names, each
 writing its rule table to the store; the estimator is built from the variant's name
-(:data:`algorithms.strip.ripper.VARIANTS`: ``ripper``, ``strip-labeled``, ``strip-partial``) and
+(:data:`scarce.algorithms.strip.ripper.VARIANTS`: ``ripper``, ``strip-labeled``, ``strip-partial``)
+and
 the parameters the step uses, so a step's key holds only those.  ``grow`` also stores the state
 of its random generator, which ``optimize`` continues from, so the three steps give exactly the
 rules of ``StRip.fit`` on the same pairs.  Training times are ``timings`` parts (volatile).
@@ -86,7 +87,7 @@ def training_memory(train: Sequence[str | Path]) -> tuple[int, int, int]:
 
 def check_training_memory(train: Sequence[str | Path]) -> int:
     """Refuse, before the training pairs are read, training that would not fit in the memory
-    available (:func:`algorithms.memory.available_bytes`: ``SCARCE_MEMORY_LIMIT_GB`` among
+    available (:func:`scarce.algorithms.memory.available_bytes`: ``SCARCE_MEMORY_LIMIT_GB`` among
     others), as LEML and the relations flow refuse theirs; returns the bytes needed.
 
     Raises
