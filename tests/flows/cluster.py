@@ -4,7 +4,7 @@ Each test that needs one starts its own (:func:`dask_cluster`): the scheduler on
 (``--port 0``), single-threaded workers (``--no-nanny``: a killed worker stays dead), each
 process in a session of its own, without ``PREFECT_API_URL`` and with a Prefect home of
 their own.  Every wait is on a state, with a generous cap.  The tests are in
-``test_dask_cluster*.py``, one file per item of issue 17, so that test processes
+``test_dask_cluster*.py``, one file per behaviour, so that test processes
 (pytest-xdist, whole files per process) can run them at the same time.
 """
 

@@ -1,4 +1,4 @@
-"""apply-strip: the rules of a finished StRip run on new CoNLL-U documents (issue 15).
+"""apply-strip: the rules of a finished StRip run on new CoNLL-U documents.
 
 A small training run (two GUM news documents, one test document, variants ripper and
 strip-partial) is applied to its own test document, whose chains must be the bytes the training

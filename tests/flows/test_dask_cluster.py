@@ -1,4 +1,4 @@
-"""Item 2 of issue 17: the address on the command line reaches the LEML W-step, and where it
+"""The address on the command line reaches the LEML W-step, and where it
 runs is not part of its key (real ``dask scheduler`` and ``dask worker`` processes,
 :mod:`tests.flows.cluster`; ``scarce`` runs as a child process, :mod:`tests.flows.procs`)."""
 

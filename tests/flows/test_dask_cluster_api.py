@@ -1,4 +1,4 @@
-"""Item 4 of issue 17: workers of a cluster started with ``dask scheduler`` / ``dask worker``
+"""Workers of a cluster started with ``dask scheduler`` / ``dask worker``
 report to the command's Prefect API and start no server of their own
 (:mod:`tests.flows.cluster`)."""
 

@@ -1,4 +1,4 @@
-"""Item 3 of issue 17: a W-step survives a ``dask worker`` process killed under it, with the
+"""A W-step survives a ``dask worker`` process killed under it, with the
 outputs of an uninterrupted run (:mod:`tests.flows.cluster`)."""
 
 from __future__ import annotations

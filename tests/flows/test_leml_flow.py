@@ -285,7 +285,7 @@ def test_named_outputs_are_the_model_and_the_test_predictions(project, first):
 
 
 def test_a_new_rank_refits_leml_but_reuses_the_br_ridge_baseline(project, first):
-    """A step's key holds only what it uses: BR ridge takes no rank (issue 17, item 11)."""
+    """A step's key holds only what it uses: BR ridge takes no rank."""
     assert main(["run", "leml", "--set", "model.rank=9"]) == 0
     m = _last(project)
     cached = {o["step"]: o["cached"] for o in m["outputs"]}
