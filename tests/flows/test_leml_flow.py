@@ -316,27 +316,6 @@ def test_rerun_is_identical(project, first, capsys, runner):
     assert capsys.readouterr().out.strip().endswith("identical")
 
 
-def test_a_run_recorded_with_the_former_w_step_section_reruns_identical(project, first,
-                                                                         capsys):
-    """A manifest written before ``compute`` was named so records ``w_step``: the rerun reads
-    it as ``compute`` (with a warning naming the new keys) and reproduces the run."""
-    path = project / "data" / "runs" / first / "manifest.json"
-    text = path.read_text()
-    m = json.loads(text)
-    compute = m["config"].pop("compute")
-    m["config"]["w_step"] = {"runner": "local", "blocks": compute["row_blocks"],
-                             "workers": compute["workers"], "address": compute["address"],
-                             "driver": compute["solvers"]}
-    path.write_text(json.dumps(m))
-    try:
-        with pytest.warns(FutureWarning, match="w_step is now compute"):
-            assert main(["rerun", path.parent.name]) == 0
-    finally:
-        path.write_text(text)
-    assert capsys.readouterr().out.strip().endswith("identical")
-    assert _last(project)["config"]["compute"] == compute
-
-
 def test_w_step_on_dask_matches_the_local_one_under_either_task_runner(project, first):
     # the local W-step's keys stay those of the first run: no recomputation
     assert main(["run", "leml", "--set", "baselines=[]"]) == 0
