@@ -507,7 +507,7 @@ ConfigLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-for _first in "-+0123456789.":  # numbers first: a date (2024-01-31) is no number
+for _first in "-+0123456789.":  # numbers first: a date (year-month-day) is no number
     ConfigLoader.yaml_implicit_resolvers.setdefault(_first, [])[:0] = [
         (_INT_TAG, INT_SYNTAX), (_FLOAT_TAG, FLOAT_SYNTAX)]
 ConfigLoader.add_constructor(_INT_TAG, _construct_int)
