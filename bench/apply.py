@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scarce.bench.overhead import QUICK, task_runs, warm_up
+from scarce.bench.overhead import FLOWS, QUICK, chosen_flows, task_runs, warm_up
 
 # What a notebook calls on the apply run's input, with the model of the training run folder.
 PYTHON_CALLS = {
@@ -40,7 +40,6 @@ PYTHON_CALLS = {
 # outputs are CoNLL-U files, compared by its tests.
 PYTHON_OUTPUTS = {"leml": "predictions.parquet", "relations": "assignments.parquet"}
 
-FLOWS = ("leml", "relations", "strip")
 COLUMNS = ["flow", "unit", "evaluate_rows", "evaluate_seconds", "evaluate_per_second",
            "apply_rows", "apply_seconds", "apply_per_second", "apply_over_evaluate",
            "apply_command_seconds", "python_seconds", "command_over_python"]
@@ -53,8 +52,9 @@ STEPS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--flows", default=",".join(FLOWS),
-                        help="comma-separated flows to measure (default: all three)")
+    parser.add_argument("--flow", dest="flows", action="append", choices=FLOWS, metavar="FLOW",
+                        help=f"a flow to measure: {', '.join(FLOWS)} (repeatable; default: "
+                        "all three)")
     parser.add_argument("--quick", action="store_true",
                         help="the small training settings of `scarce bench overhead --quick`")
 
@@ -107,18 +107,15 @@ def _inputs(name: str, config, run_dir: Path, tmp: Path) -> tuple[str, int, int]
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
+    from scarce.flows import registry
     from scarce.flows.config import load_config, resolve_path
-    from scarce.flows.registry import FLOWS
     from scarce.flows.runtime import RunOptions
 
-    names = [f.strip() for f in args.flows.split(",") if f.strip()]
-    unknown = set(names) - set(FLOWS)
-    if unknown:
-        raise ValueError(f"unknown flows {sorted(unknown)}; known: {list(FLOWS)}")
+    names = chosen_flows(args.flows)
     warm_up()
     rows = []
     for name in names:
-        spec, apply_spec = FLOWS[name], FLOWS[f"apply-{name}"]
+        spec, apply_spec = registry.FLOWS[name], registry.FLOWS[f"apply-{name}"]
         config = load_config(resolve_path(spec.config_file), spec.load_model(),
                              list(QUICK[name]) if args.quick else [])
         tmp = Path(tempfile.mkdtemp(prefix=f"scarce-bench-apply-{name}-"))

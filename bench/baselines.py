@@ -26,7 +26,7 @@ FewRel validation set and the SemEval-2010 Task 8 training and test sets shipped
 ``data/relations``, in that order) as TF-IDF rows over the ``--features`` most frequent words
 (the project's vectoriser, :func:`scarce.algorithms.leml.text.fit_vocabulary`), with the tag sets of
 the Delicious bookmarks (training then test rows, repeated from the top when there are more
-texts) kept to their ``--tags`` most frequent tags, or Bibtex's tags when ``--data`` has no
+texts) kept to their ``--labels`` most frequent tags, or Bibtex's tags when ``--data`` has no
 Delicious; the texts and the tags are real, their pairing is not (no data set here has both),
 which leaves the work of a direct solve unchanged.  ``text-dual`` is its first ``--dual-rows``
 rows (fewer rows than features: the ``n x n`` system).  ``bibtex`` and ``delicious`` are the
@@ -79,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=types.POSITIVE, default=17_000, help="text: the texts")
     parser.add_argument("--features", type=types.POSITIVE, default=5_000,
                         help="text: the vocabulary's size (the most frequent words)")
-    parser.add_argument("--tags", type=types.POSITIVE, default=540,
-                        help="text: the most frequent tags")
+    parser.add_argument("--labels", type=types.POSITIVE, default=540,
+                        help="text: the labels, the most frequent tags")
     parser.add_argument("--dual-rows", type=types.POSITIVE, default=3_000,
                         help="text-dual: the first rows of the text problem")
 
@@ -128,7 +128,7 @@ def _text(args) -> tuple[sp.csr_matrix, sp.csr_matrix, str]:
         tags = _xmc(Path(args.data), "bibtex", ("train", "test"))
     Y = tags[1]
     counts = np.asarray(Y.sum(axis=0)).ravel()
-    keep = np.sort(np.argsort(-counts, kind="stable")[:args.tags])
+    keep = np.sort(np.argsort(-counts, kind="stable")[:args.labels])
     Y = Y[:, keep][np.arange(len(texts)) % Y.shape[0]].tocsr()
     return X, Y, f"TF-IDF of real sentences, tags of {source}"
 

@@ -18,7 +18,7 @@ had imported when it ended (:data:`HEAVY`):
 * ``load_model + predict_top_k``: the command above, the run given by its folder;
 * ``import sklearn.base`` and ``import prefect``: what the load path leaves out, for scale.
 
-The model is ``--run``'s (a run id of the project, or a run folder), else that of a LEML run
+The model is ``RUN_ID``'s (a run id of the project, or a run folder), else that of a LEML run
 of the bundled config (``configs/leml.yaml``, its baselines left out) made first in a temporary
 folder.  ``ROWS`` is a file of the first ``--rows`` rows of the run's test file, in its format
 (the Extreme Classification text format, or a CSV table).  The table is printed after a line
@@ -57,7 +57,7 @@ COLUMNS = ["command", "median_seconds", "min_seconds", "median_cpu_seconds", "ra
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", default=None,
+    parser.add_argument("run_id", nargs="?", default=None, metavar="RUN_ID",
                         help="the LEML run whose model is loaded: a run id of this project or "
                         "a run folder (default: a run of the bundled config, made first in a "
                         "temporary folder)")
@@ -197,7 +197,7 @@ def measure(codes: dict[str, str], repeats: int, fill=lambda code: code) -> pd.D
 def run(args: argparse.Namespace) -> pd.DataFrame:
     tmp = Path(tempfile.mkdtemp(prefix="scarce-bench-load-"))
     try:
-        run_dir = _run_folder(args.run) if args.run is not None else _trained_run(tmp)
+        run_dir = _run_folder(args.run_id) if args.run_id is not None else _trained_run(tmp)
         rows = _first_rows(run_dir, args.rows, tmp)
         codes = commands(run_dir)
         load_before = os.getloadavg()[0]
@@ -206,8 +206,8 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         load_after = os.getloadavg()[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    command = f"scarce bench load --rows {args.rows} --repeats {args.repeats}" + (
-        f" --run {args.run}" if args.run is not None else "")
+    command = "scarce bench load" + (f" {args.run_id}" if args.run_id is not None else "") + (
+        f" --rows {args.rows} --repeats {args.repeats}")
     print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `{command}` (model of "
           f"{run_dir.name}; load average {load_before:.2f} before, {load_after:.2f} after, "
           f"{os.cpu_count()} cores)\n")

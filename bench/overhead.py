@@ -75,15 +75,23 @@ from typing import Any
 
 import pandas as pd
 
+#: The flows measured: the training flows of :data:`scarce.flows.registry.FLOWS` (a test checks).
 FLOWS = ("leml", "relations", "strip")
 COLUMNS = ["flow", "run", "seconds", "metric", "value"]
+
+
+def chosen_flows(given: list[str] | None) -> list[str]:
+    """The flows ``--flow`` names (each once, in the order given), else every one of
+    :data:`FLOWS`."""
+    return list(dict.fromkeys(given)) if given else list(FLOWS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from scarce.flows.commands.types import POSITIVE
 
-    parser.add_argument("--flows", default=",".join(FLOWS),
-                        help="comma-separated flows to measure (default: all three)")
+    parser.add_argument("--flow", dest="flows", action="append", choices=FLOWS, metavar="FLOW",
+                        help=f"a flow to measure: {', '.join(FLOWS)} (repeatable; default: "
+                        "all three)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="FLOW:KEY=VALUE",
                         help="a config override for one flow, e.g. leml:model.rank=16")
@@ -350,24 +358,23 @@ def _timed_run(spec, config, options):
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
+    from scarce.flows import registry
     from scarce.flows.config import load_config, resolve_path
-    from scarce.flows.registry import FLOWS
     from scarce.flows.runtime import RunOptions
+    from scarce.tasks.errors import InputError
 
-    names = [f.strip() for f in args.flows.split(",") if f.strip()]
-    unknown = set(names) - set(FLOWS)
-    if unknown:
-        raise ValueError(f"unknown flows {sorted(unknown)}; known: {sorted(FLOWS)}")
+    names = chosen_flows(args.flows)
     overrides: dict[str, list[str]] = {n: list(QUICK[n]) if args.quick else [] for n in names}
     for text in args.overrides:
         flow, sep, rest = text.partition(":")
         if not sep or flow not in overrides:
-            raise ValueError(f"--set {text!r}: expected FLOW:KEY=VALUE with FLOW in {names}")
+            raise InputError(f"--set {text!r}: expected FLOW:KEY=VALUE with FLOW one of the "
+                             f"flows measured, {', '.join(names)}")
         overrides[flow].append(rest)
     rows: list[tuple] = []
     warm_up()
     for name in names:
-        spec = FLOWS[name]
+        spec = registry.FLOWS[name]
         config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides[name])
         work = BARE[name]
         why_not = work.why_not(config)

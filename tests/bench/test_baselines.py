@@ -18,7 +18,7 @@ def _args(**changes) -> argparse.Namespace:
 @pytest.mark.slow
 def test_every_method_on_both_systems_with_its_residual_and_ratio_to_the_peer():
     table = baselines.run(_args(problems=["text", "text-dual"], methods=list(baselines.METHODS),
-                                repeats=2, rows=400, features=300, tags=12, dual_rows=100))
+                                repeats=2, rows=400, features=300, labels=12, dual_rows=100))
     assert sorted(table["problem"].unique()) == ["text", "text-dual"]
     assert len(table) == 2 * len(baselines.METHODS)
     shapes = table.groupby("problem")[["n", "d", "labels"]].first()

@@ -343,7 +343,7 @@ def test_bench_load_times_the_runs_model_in_fresh_processes_beside_its_peers(pro
     from scarce.bench import load as bench_load
 
     run = first_run(project, "leml")
-    table = bench_load.run(argparse.Namespace(run=run, rows=20, repeats=1))
+    table = bench_load.run(argparse.Namespace(run_id=run, rows=20, repeats=1))
     assert table["command"].tolist() == [
         "python", "numpy + scipy.sparse", "bare factors", "load_model + predict_top_k",
         "import sklearn.base", "import prefect"]
@@ -356,4 +356,4 @@ def test_bench_load_times_the_runs_model_in_fresh_processes_beside_its_peers(pro
     assert (table["min_seconds"] <= table["median_seconds"]).all()
     assert (table[["median_seconds", "median_cpu_seconds"]] > 0).all(axis=None)
     assert "RUN" in by.loc["load_model + predict_top_k", "code"]  # paths left out of the table
-    assert f"`scarce bench load --rows 20 --repeats 1 --run {run}`" in capsys.readouterr().out
+    assert f"`scarce bench load {run} --rows 20 --repeats 1`" in capsys.readouterr().out

@@ -4,8 +4,10 @@ and each benchmark's own) is enumerated, and
 * a spelling retired for the name the other commands use is in none of them, not even hidden
   (a deployments file holds config keys, never options, so no file in the wild can use one);
 * the words of one idea (the file of settings, the cache) are spelled one way everywhere;
-* ``--flow`` is a choice among the registry's flows wherever it is taken, refused by the parser
-  when it is not one, and means the same flow in every command.
+* ``--flow`` is a choice among the registry's flows wherever it is taken (a benchmark's list of
+  flows too: the option repeated), refused by the parser when it is not one, and means the same
+  flow in every command;
+* a run is the positional ``RUN_ID`` wherever a command takes one, never an option.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from scarce.flows.registry import FLOWS
 
 #: A retired spelling -> the one every command uses for its idea.
 RETIRED = {"--use-cache": "--no-refresh", "--file": "--config", "--config-file": "--config",
-           "--no-cache": "--refresh", "--cache": "--refresh"}
+           "--no-cache": "--refresh", "--cache": "--refresh", "--flows": "--flow (repeated)",
+           "--tags": "--tag (a run's; a count of labels is --labels)",
+           "--run": "the positional RUN_ID", "--run-id": "the positional RUN_ID"}
 #: The spellings one idea may take; each idea is spelled by one of them in every parser.
 IDEAS = {
     "the file a command reads its settings from": {"--config", "--file", "--config-file"},
     "whether the steps recompute": {"--refresh", "--use-cache", "--cache", "--no-cache"},
     "a config key set on the command line": {"--set", "--override"},
-    "the flow": {"--flow"},
+    "the flow": {"--flow", "--flows"},
+    "a run's tag": {"--tag", "--tags"},
 }
 
 
@@ -58,7 +63,9 @@ def test_the_options_are_found():
     for expected in [(("run",), "--config"), (("run",), "--refresh"), (("rerun",), "--refresh"),
                      (("rerun",), "--no-refresh"), (("deploy",), "--config"),
                      (("serve",), "--config"), (("apply",), "--flow"), (("runs",), "--flow"),
-                     (("bench", "overhead"), "--set")]:
+                     (("bench", "overhead"), "--set"), (("bench", "overhead"), "--flow"),
+                     (("bench", "apply"), "--flow"), (("bench", "workers"), "--set"),
+                     (("bench", "baselines"), "--labels")]:
         assert expected in found, expected
 
 
@@ -122,12 +129,17 @@ def test_a_flow_one_command_takes_every_other_takes_too():
     assert choices[("runs",)] == set(FLOWS)
     trained = {spec.applies for spec in FLOWS.values() if spec.kind == "apply" and spec.applies}
     assert choices[("apply",)] == trained
+    training = {name for name, spec in FLOWS.items() if spec.kind == "train"}
+    for bench in (("bench", "overhead"), ("bench", "apply")):  # a new training flow is measured
+        assert choices[bench] == training, bench
     for path, names in choices.items():
         assert names <= choices[("runs",)], path
 
 
-@pytest.mark.parametrize("path", [("runs",), ("apply",)], ids=" ".join)
-@pytest.mark.parametrize("flow", ["bogus", "LEML", "leml-"])
+@pytest.mark.parametrize("path, flow", [
+    (path, flow) for path, action in sorted(_flow_options(), key=lambda p: p[0])
+    for flow in ["bogus", "LEML", "leml-", "experiment", "apply-leml"]
+    if flow not in action.choices], ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
 def test_an_unknown_flow_is_the_parsers_choice_error(path, flow, capsys):
     argv = [*path, *(["RUN", "--input", "x"] if path == ("apply",) else []), "--flow", flow]
     with pytest.raises(SystemExit) as exit_:
@@ -135,3 +147,28 @@ def test_an_unknown_flow_is_the_parsers_choice_error(path, flow, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"argument --flow: invalid choice: {flow!r}" in err
+
+
+def test_a_benchmarks_flows_are_the_flow_option_repeated():
+    parse = {path: parser.parse_args for path, parser in parsers()}
+    for path in (("bench", "overhead"), ("bench", "apply")):
+        assert parse[path]([]).flows is None, path  # every flow it measures
+        assert parse[path](["--flow", "strip", "--flow", "leml"]).flows == ["strip", "leml"]
+
+
+def test_a_run_is_the_positional_run_id_in_every_command():
+    found = []
+    for path, parser in parsers():
+        for action in parser._actions:
+            if action.dest in ("run", "run_id") or {"--run", "--run-id"} & set(
+                    action.option_strings):
+                found.append(path)
+                assert not action.option_strings, (path, action.option_strings)
+                assert (action.dest, action.metavar) == ("run_id", "RUN_ID"), path
+    assert {("rerun",), ("apply",), ("runs",), ("bench", "load")} <= set(found)
+
+
+def test_a_benchmarks_run_id_reaches_its_parser_through_the_command_line():
+    args, extra = build_parser().parse_known_args(["bench", "load", "RUN-1", "--rows", "5"])
+    parsed = benchmark_parser(args.name)[1].parse_args(extra)
+    assert (parsed.run_id, parsed.rows) == ("RUN-1", 5)
