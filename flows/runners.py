@@ -23,8 +23,8 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -223,14 +223,33 @@ def prefect_api() -> Iterator[str | None]:
       abort used to leave a 220 MB server listening, its parent gone).
 
     What this process's Prefect services still hold is sent before the server is let go."""
+    from scarce.flows import shared_server
+
+    def local(home: Path, env: dict[str, str], timeout: float) -> AbstractContextManager[str]:
+        if shared_server.mode() == "shared":
+            return shared_server.shared(home, env, timeout, log=log.info)
+        return _temporary_server()
+
+    with local_server_api(local) as url:
+        yield url
+
+
+@contextmanager
+def local_server_api(
+    local: Callable[[Path, dict[str, str], float], AbstractContextManager[str]],
+) -> Iterator[str]:
+    """``PREFECT_API_URL`` when it is set; else the URL of the local server that
+    ``local(home, env, timeout)`` holds for the block (the Prefect home, made; the environment
+    a server started here gets, :func:`_server_environment`; its start-up timeout), set as this
+    process's API, and what this process's Prefect services still hold sent before the server
+    is let go.  The start of :func:`prefect_api` and of ``scarce serve``'s API
+    (:func:`scarce.flows.commands.deploy.scheduling_api`)."""
     from prefect.settings import (
         PREFECT_API_URL,
         PREFECT_HOME,
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
         temporary_settings,
     )
-
-    from scarce.flows import shared_server
 
     if PREFECT_API_URL.value():
         yield PREFECT_API_URL.value()
@@ -239,25 +258,24 @@ def prefect_api() -> Iterator[str | None]:
     # cannot be opened and the command only reports a start-up timeout.
     home = Path(PREFECT_HOME.value()).expanduser()
     home.mkdir(parents=True, exist_ok=True)
-    if shared_server.mode() == "shared":
-        timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
-        with shared_server.shared(home, _server_environment(home), timeout,
-                                  log=log.info) as url:
-            try:
-                with temporary_settings({PREFECT_API_URL: url}):
-                    yield url
-            finally:
-                _drain_prefect_services(timeout=30)
-        return
+    timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+    with local(home, _server_environment(home), timeout) as url:
+        try:
+            with temporary_settings({PREFECT_API_URL: url}):
+                yield url
+        finally:
+            _drain_prefect_services(timeout=30)
+
+
+@contextmanager
+def _temporary_server() -> Iterator[str]:
+    """The URL of a temporary server of this process (:func:`start_server`), stopped when the
+    block ends."""
     server = start_server()
     try:
-        with temporary_settings({PREFECT_API_URL: server.api_url}):
-            yield server.api_url
+        yield server.api_url
     finally:
-        try:
-            _drain_prefect_services(timeout=30)
-        finally:
-            server.stop()
+        server.stop()
 
 
 def _server_environment(home: Path) -> dict[str, str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from scarce.flows.commands import EXIT_OK
@@ -36,33 +38,16 @@ def scheduling_api() -> Iterator[str]:
     else a local server that runs the schedules (:func:`scarce.flows.shared_server.scheduling`,
     recorded as the shared server unless ``SCARCE_SERVER=temporary``), set as the API of
     this process and of the flow-run processes it starts."""
-    from pathlib import Path
-
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_HOME,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
-        temporary_settings,
-    )
-
     from scarce.flows import shared_server
     from scarce.flows.deploy import log
-    from scarce.flows.runners import _drain_prefect_services, _server_environment
+    from scarce.flows.runners import local_server_api
 
-    if PREFECT_API_URL.value():
-        yield PREFECT_API_URL.value()
-        return
-    home = Path(PREFECT_HOME.value()).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
-    timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
-    with shared_server.scheduling(home, _server_environment(home), timeout,
-                                  record=shared_server.mode() == "shared",
-                                  log=log.info) as url:
-        try:
-            with temporary_settings({PREFECT_API_URL: url}):
-                yield url
-        finally:
-            _drain_prefect_services(timeout=30)
+    def local(home: Path, env: dict[str, str], timeout: float) -> AbstractContextManager[str]:
+        return shared_server.scheduling(home, env, timeout,
+                                        record=shared_server.mode() == "shared", log=log.info)
+
+    with local_server_api(local) as url:
+        yield url
 
 
 def serve(args: argparse.Namespace) -> int:
