@@ -286,7 +286,7 @@ def test_rerun_of_a_dask_run_uses_dask_and_is_tagged_as_a_rerun(project, dask_ru
 def test_bad_input_inside_a_flow_prints_no_traceback_in_a_real_process(project):
     """The command as a user runs it: Prefect's console log must not show the traceback."""
     code = (
-        "import sys, tests.flows.sample_flow; from flows.cli import main; "
+        "import sys, tests.flows.sample_flow; from scarce.flows.cli import main; "
         "sys.exit(main(['run', 'digits', '--set', 'data=absent.csv']))"
     )
     env = {**os.environ, "SCARCE_ROOT": str(project)}
@@ -309,7 +309,7 @@ def test_each_cache_hit_is_printed_once_in_a_real_process(project):
     """Prefect's console handler, the root logger and ours each printed it: three times."""
     import prefect.settings
 
-    code = ("import sys, tests.flows.sample_flow; from flows.cli import main; "
+    code = ("import sys, tests.flows.sample_flow; from scarce.flows.cli import main; "
             "sys.exit(main(['run', 'digits']))")
     env = {**os.environ, "SCARCE_ROOT": str(project),
            "PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
