@@ -93,6 +93,7 @@ from scarce.bench.leml_common import (
     _preprocess,
     _say,
     _timed,
+    estimator_params,
 )
 from scarce.bench.leml_peer_child import omikuji_top_k, write_xc
 from scarce.bench.leml_peers import as_ranking
@@ -216,25 +217,6 @@ def _p1(model, X, Y) -> float:
 def _mean_sq_norm(X) -> float:
     return float(X.multiply(X).sum() / X.shape[0]) if sp.issparse(X) else float(
         (X * X).sum() / X.shape[0])
-
-
-def estimator_params(texts: list[str]) -> dict:
-    """The LEML parameters ``--set KEY=VALUE`` gives (only those), checked as ``scarce run
-    --set model.KEY`` is: a key of the config's model section, its type, bounds and choices,
-    and the estimator's own checks of them together.
-
-    Raises
-    ------
-    InputError
-        One line naming the key: an unknown key, a value out of bounds or of a wrong type.
-    """
-    from scarce.flows.config import apply_overrides, validate_config
-    from scarce.flows.leml import LemlConfig
-
-    section = LemlConfig.model_fields["model"].annotation
-    given = apply_overrides({}, texts, section)  # an unknown key: its one line
-    checked = validate_config(given, section, None)
-    return {name: getattr(checked, name) for name in given}
 
 
 def _leml(args, **params) -> LEML:

@@ -1,5 +1,6 @@
-"""What the sections of ``scarce bench leml`` share: its messages, the data sets read and
-preprocessed, the flow's mask, and timing."""
+"""What the sections of ``scarce bench leml`` share (its messages, the data sets read and
+preprocessed, the flow's mask, timing), and with ``scarce bench workers`` LEML's parameters
+given by ``--set``."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ def _one_w_step(model: LEML, data, H, backend=None):
     """``model.w_step`` from ``W = 0``: ``(W, info)``."""
     return model.w_step(data, np.zeros((data.n_features, H.shape[1]), data.dtype), H,
                         backend=backend)
+
+
+def estimator_params(texts: list[str]) -> dict:
+    """The LEML parameters ``--set KEY=VALUE`` gives (only those), checked as ``scarce run
+    --set model.KEY`` is: a key of the config's model section, its type, bounds and choices,
+    and the estimator's own checks of them together.
+
+    Raises
+    ------
+    InputError
+        One line naming the key: an unknown key, a value out of bounds or of a wrong type.
+    """
+    from scarce.flows.config import apply_overrides, validate_config
+    from scarce.flows.leml import LemlConfig
+
+    section = LemlConfig.model_fields["model"].annotation
+    given = apply_overrides({}, texts, section)  # an unknown key: its one line
+    checked = validate_config(given, section, None)
+    return {name: getattr(checked, name) for name in given}

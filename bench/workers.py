@@ -5,18 +5,22 @@
 then with two (``--workers``), and on each cluster runs, through Prefect:
 
 * ``relations``: the relations flow (``configs/relations.yaml`` without the baselines, with
-  ``--set KEY=VALUE`` overrides, e.g. ``--set baselines=true``; ``--quick``: 400 pairs, k in
-  2..6, 3 subsamples) in a fresh temporary store,
+  ``--set relations:KEY=VALUE`` overrides, as ``scarce bench overhead`` takes them, e.g.
+  ``--set relations:baselines=true``; ``--quick``: 400 pairs, k in 2..6, 3 subsamples) in a
+  fresh temporary store,
   so every step is computed.  Its (k, prefix) candidates and (k, subsample) stability units
   are ``.map``-ped, so the workers share them.  The ``relations: search`` rows are the time
   inside those task runs alone (the union of the Running intervals of the ``candidate`` and
   ``stability`` task runs, read from the Prefect API), without parsing, contexts, ranking,
   labelling and the baselines around the search.
 * ``leml-sweep``: a flow defined here mapping one task per (rank, lam) point of a grid
-  (``--ranks`` x ``--lams``); each fits :class:`scarce.algorithms.leml.LEML` (squared loss) on the
-  bundled Bibtex training set (rows scaled to unit L2 norm) less a seeded validation part
+  (``--ranks`` x ``--lams``); each fits :class:`scarce.algorithms.leml.LEML` on the bundled
+  Bibtex training set (rows scaled to unit L2 norm) less a seeded validation part
   (``--validation-fraction``, the split of ``tasks.leml.split``) and returns the validation
-  P@1.  The point of best P@1 (first in grid order on ties) is the selection.
+  P@1.  The point of best P@1 (first in grid order on ties) is the selection.  LEML's other
+  parameters are those ``--set KEY=VALUE`` gives (a key of the LEML config's model section,
+  checked as ``scarce bench leml --set`` checks it; the grid's own ``rank`` and ``lam``
+  excepted), else the estimator's defaults (``--quick``: 4 outer iterations).
 
 Each cluster is started, and every worker has imported the code, before anything is timed:
 ``seconds`` is the flow's wall time, not the cluster's start.  ``ratio`` is the first worker
@@ -49,7 +53,11 @@ JOBS = ("relations", "leml-sweep")
 # search is what is measured, and the whole bench stays within minutes.
 DEFAULT_RELATIONS = ["baselines=false"]
 QUICK_RELATIONS = ["max_pairs=400", "k_low=2", "k_high=6", "n_subsamples=3"]
-QUICK_LEML = {"ranks": "25,50", "lams": "0.3,1", "max_iter": 4}
+QUICK_LEML = {"ranks": "25,50", "lams": "0.3,1", "outer_iterations": 4}
+#: The sweep's grid sets these at each point: ``--set`` cannot.
+GRID = {"rank": "--ranks", "lam": "--lams"}
+#: The prefix of a ``--set`` that is a relations config key.
+RELATIONS_SET = "relations:"
 # One BLAS/OpenMP thread per worker process (set before the worker starts).
 # What a worker imports before the timing starts (unpickling the first task would otherwise
 # pay for it inside the first timed run only).
@@ -79,21 +87,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", default=",".join(JOBS),
                         help=f"comma-separated jobs (default: {','.join(JOBS)})")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE",
-                        help="a relations config override, e.g. max_pairs=2000")
+                        metavar="[relations:]KEY=VALUE",
+                        help="a parameter of LEML in the sweep, as `scarce bench leml --set`, "
+                        "e.g. cg_max_iter=5 (default: the estimator's); with relations:, a "
+                        "relations config override, e.g. relations:max_pairs=2000 "
+                        "(repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes: relations " + " ".join(QUICK_RELATIONS)
                         + f"; LEML ranks {QUICK_LEML['ranks']}, lams {QUICK_LEML['lams']}, "
-                        f"{QUICK_LEML['max_iter']} iterations")
+                        f"{QUICK_LEML['outer_iterations']} iterations")
     parser.add_argument("--ranks", type=NumberList(key("model.rank")), default=None,
                         help="LEML ranks (default 25,50,100)")
     parser.add_argument("--lams", type=NumberList(key("model.lam")), default=None,
                         help="LEML lambdas (default 0.1,0.3,1)")
-    parser.add_argument("--max-iter", type=key("model.outer_iterations"), default=None,
-                        help="LEML outer iterations (default 10)")
-    parser.add_argument("--cg-max-iter", type=key("model.cg_max_iter"), default=10)
     parser.add_argument("--validation-fraction", type=key("dataset.validation_fraction"),
-                        default=0.2)
+                        default=0.2, help="the share of Bibtex's training rows LEML is scored on")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the LEML split and fits")
 
 
@@ -123,8 +131,8 @@ def _bibtex_split(path: str, validation_fraction: float, seed: int):
 @task(name="leml-sweep-point", task_run_name="leml rank={rank} lam={lam}",
       cache_policy=NO_CACHE)
 def fit_point(rank: int, lam: float, train: str, validation_fraction: float, seed: int,
-              max_iter: int, cg_max_iter: int) -> dict:
-    """Validation P@1 (%) of LEML at one (rank, lam), one BLAS thread."""
+              params: dict) -> dict:
+    """Validation P@1 (%) of LEML with ``params`` at one (rank, lam), one BLAS thread."""
     from threadpoolctl import threadpool_limits
 
     from scarce.algorithms.leml import LEML
@@ -132,8 +140,7 @@ def fit_point(rank: int, lam: float, train: str, validation_fraction: float, see
 
     X_fit, Y_fit, X_val, Y_val = _bibtex_split(train, validation_fraction, seed)
     with threadpool_limits(1):
-        model = LEML(rank=rank, lam=lam, loss="squared", outer_iterations=max_iter,
-                     cg_max_iter=cg_max_iter, fit_intercept=True, random_state=seed)
+        model = LEML(rank=rank, lam=lam, random_state=seed, **params)
         model.fit(X_fit, Y_fit)
         top = model.predict_top_k(X_val, 1)
     p1 = 100 * float(precision_at_k(Y_val, top, ks=(1,))[1])
@@ -142,13 +149,13 @@ def fit_point(rank: int, lam: float, train: str, validation_fraction: float, see
 
 @flow(name="bench-leml-sweep")
 def leml_sweep(ranks: list[int], lams: list[float], train: str, validation_fraction: float,
-               seed: int, max_iter: int, cg_max_iter: int) -> list[dict]:
+               seed: int, params: dict) -> list[dict]:
     """One mapped task per (rank, lam); the points in grid order."""
     grid = [(r, la) for r in ranks for la in lams]
     futures = fit_point.map(
         rank=[r for r, _ in grid], lam=[la for _, la in grid], train=unmapped(train),
         validation_fraction=unmapped(validation_fraction), seed=unmapped(seed),
-        max_iter=unmapped(max_iter), cg_max_iter=unmapped(cg_max_iter))
+        params=unmapped(params))
     return [f.result() for f in futures]
 
 
@@ -243,6 +250,30 @@ def _report_difference(name: str, a: dict, b: dict) -> None:
         _say(f"leml-sweep differs: {a['key']} vs {b['key']}")
 
 
+def sweep_params(texts: list[str], quick: bool) -> dict:
+    """LEML's parameters in the sweep besides the grid's: those the LEML ``--set KEY=VALUE``
+    give (every one but the ``relations:`` ones), checked as ``scarce bench leml --set`` checks
+    them; with ``quick``, 4 outer iterations unless given.  The others keep the estimator's
+    defaults (its signature is the one source of them).
+
+    Raises
+    ------
+    InputError
+        One line naming the key: an unknown key, a value out of bounds or of a wrong type, a
+        key the grid sets.
+    """
+    from scarce.bench.leml_common import estimator_params
+    from scarce.tasks.errors import InputError
+
+    given = estimator_params([t for t in texts if not t.startswith(RELATIONS_SET)])
+    for name, option in GRID.items():
+        if name in given:
+            raise InputError(f"--set {name}: the sweep's grid sets it at each point (use "
+                             f"{option})", key=f"model.{name}")
+    quick_iterations = {"outer_iterations": QUICK_LEML["outer_iterations"]} if quick else {}
+    return {**quick_iterations, **given}
+
+
 def run(args: argparse.Namespace) -> pd.DataFrame:
     from distributed import Client, LocalCluster
     from prefect_dask import DaskTaskRunner
@@ -251,17 +282,27 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from scarce.flows.config import load_config, project_root, resolve_path
     from scarce.flows.registry import FLOWS
     from scarce.flows.runners import worker_env
+    from scarce.tasks.errors import InputError
 
     counts = args.workers  # positive counts (checked by the parser)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     unknown = set(jobs) - set(JOBS)
     if unknown or not jobs:
-        raise ValueError(f"--jobs {args.jobs!r}: unknown {sorted(unknown)}; known: {list(JOBS)}")
+        raise InputError(f"--jobs {args.jobs!r}: unknown {sorted(unknown)}; known: "
+                         f"{', '.join(JOBS)}")
     spec = config = params = None
+    relations_sets = [t.removeprefix(RELATIONS_SET) for t in args.overrides
+                      if t.startswith(RELATIONS_SET)]
+    leml_params = sweep_params(args.overrides, args.quick)  # checked before anything runs
+    for job, sets in (("relations", [RELATIONS_SET + t for t in relations_sets]),
+                      ("leml-sweep", [t for t in args.overrides
+                                      if not t.startswith(RELATIONS_SET)])):
+        if sets and job not in jobs:
+            raise InputError(f"--set {sets[0]}: the {job} job is not run (--jobs)")
     if "relations" in jobs:
         spec = FLOWS["relations"]
         overrides = (DEFAULT_RELATIONS + (QUICK_RELATIONS if args.quick else [])
-                     + list(args.overrides))
+                     + relations_sets)
         config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides)
     if "leml-sweep" in jobs:
         train = project_root() / BIBTEX_TRAIN
@@ -274,8 +315,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             "train": str(train),
             "validation_fraction": args.validation_fraction,
             "seed": args.seed,
-            "max_iter": args.max_iter or quick.get("max_iter", 10),
-            "cg_max_iter": args.cg_max_iter,
+            "params": leml_params,
         }
         if not params["ranks"] or not params["lams"]:
             raise ValueError("--ranks and --lams must each name at least one value")

@@ -20,7 +20,7 @@ def _args(*extra: str) -> argparse.Namespace:
 
 def test_leml_sweep_on_one_and_two_workers_is_identical():
     table = bench.run(_args("--jobs", "leml-sweep", "--ranks", "8", "--lams", "0.3,1",
-                            "--max-iter", "2", "--cg-max-iter", "5"))
+                            "--set", "outer_iterations=2", "--set", "cg_max_iter=5"))
 
     assert list(table.columns) == bench.COLUMNS
     assert list(table["job"]) == ["leml-sweep"] * 2
@@ -36,8 +36,9 @@ def test_leml_sweep_on_one_and_two_workers_is_identical():
 
 def test_tiny_relations_run_reports_its_choice_and_search_time():
     table = bench.run(_args(
-        "--jobs", "relations", "--workers", "1", "--set", "max_pairs=120", "--set", "k_high=3",
-        "--set", "n_prefixes=2", "--set", "n_subsamples=2", "--set", "n_init=1"))
+        "--jobs", "relations", "--workers", "1", "--set", "relations:max_pairs=120",
+        "--set", "relations:k_high=3", "--set", "relations:n_prefixes=2",
+        "--set", "relations:n_subsamples=2", "--set", "relations:n_init=1"))
 
     assert list(table.columns) == bench.COLUMNS
     assert list(table["job"]) == ["relations", "relations: search"]
@@ -64,3 +65,45 @@ def test_bad_arguments_are_refused_before_anything_runs(capsys):
     assert exit_.value.code == 2 and "argument --workers" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown"):
         bench.run(_args("--jobs", "relations,nope"))
+
+
+def test_set_gives_leml_parameters_the_others_keep_the_estimators_defaults():
+    from scarce.algorithms.leml import LEML
+
+    assert bench.sweep_params([], quick=False) == {}
+    assert bench.sweep_params([], quick=True) == {"outer_iterations": 4}
+    params = bench.sweep_params(["cg_max_iter=5", "loss=logistic", "relations:k_high=3"],
+                                quick=True)
+    assert params == {"outer_iterations": 4, "cg_max_iter": 5, "loss": "logistic"}
+    assert bench.sweep_params(["outer_iterations=2"], quick=True) == {"outer_iterations": 2}
+    LEML(rank=2, lam=1.0, **params).check_params()  # what fit_point builds: LEML takes it
+    assert set(bench.GRID) <= set(LEML().get_params())
+
+
+@pytest.mark.parametrize("text, key", [
+    ("nosuchkey=1", "nosuchkey"),          # not a parameter of LEML
+    ("cg_max_iter=-1", "cg_max_iter"),     # out of its bounds
+    ("loss=cubic", "loss"),                # not one of its choices
+    ("rank=8", "rank"),                    # the grid sets it (--ranks)
+    ("lam=0.5", "lam"),                    # the grid sets it (--lams)
+])
+def test_a_bad_set_is_one_line_naming_its_key_before_anything_runs(text, key, monkeypatch):
+    from scarce.tasks.errors import InputError
+
+    def no_server():
+        raise AssertionError("a server was started before the check")
+
+    monkeypatch.setattr("scarce.bench.overhead.warm_up", no_server)
+    with pytest.raises(InputError) as error:
+        bench.run(_args("--jobs", "leml-sweep", "--set", text))
+    assert "\n" not in str(error.value) and key in str(error.value)
+
+
+def test_a_set_for_a_job_not_run_is_refused(monkeypatch):
+    from scarce.tasks.errors import InputError
+
+    monkeypatch.setattr("scarce.bench.overhead.warm_up", lambda: pytest.fail("started"))
+    with pytest.raises(InputError, match="relations job is not run"):
+        bench.run(_args("--jobs", "leml-sweep", "--set", "relations:k_high=3"))
+    with pytest.raises(InputError, match="leml-sweep job is not run"):
+        bench.run(_args("--jobs", "relations", "--set", "cg_max_iter=3"))
