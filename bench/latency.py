@@ -13,9 +13,11 @@ shared machine falls on every row alike); the table holds the medians.  Each com
   the interpreter's imports left out) of the run whose id it printed (``== FLOW: run ID``,
   ``rerun ID of ...``), which must be new and have started and finished while it ran (never
   the training run an apply or a rerun reads); or, for the lean path, the seconds of the
-  ``predict_top_k`` call the process printed.  The median is over the cold and the warm
-  processes alike.  ``runs`` and ``claims`` record no time of their own and start no server:
-  their cold and warm are alike.
+  ``predict_top_k`` call the process printed.  Given for the cold and the warm processes
+  apart: a server started by the command itself is still settling while the run's first steps
+  call it, and medians over both modes mixed the two (with two repeats, the median of four
+  can come out the same in both).  ``runs`` and ``claims`` record no time of their own and
+  start no server: their cold and warm are alike.
 
 The rows (``--commands``, comma-separated; :data:`ROWS`):
 
@@ -77,7 +79,8 @@ GOALS = {"load": 1.0, "bad-config": 2.0}
 USES_PREFECT = False
 #: The override of the bad-config row: a rank the config refuses.
 BAD_SETTING = "model.rank=0"
-COLUMNS = ["command", "cold_seconds", "warm_seconds", "work_seconds", "cold_over_peer",
+COLUMNS = ["command", "cold_seconds", "warm_seconds", "cold_work_seconds", "warm_work_seconds",
+           "cold_over_peer",
            "warm_over_peer", "goal_seconds", "repeats", "code"]
 
 
@@ -402,8 +405,8 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
     the peer in every repeat."""
     peer = PythonRow(PEER, PEER_CODE)
     order = [peer, *rows]
-    times: dict[str, dict[str, list]] = {r.name: {"cold": [], "warm": [], "work": []}
-                                         for r in order}
+    times: dict[str, dict[str, list]] = {
+        r.name: {"cold": [], "warm": [], "cold_work": [], "warm_work": []} for r in order}
     for r in range(repeats):
         for row in order[r % len(order):] + order[:r % len(order)]:
             for mode in ("cold", "warm"):
@@ -415,20 +418,22 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
                 done = row.once(bench)
                 times[row.name][mode].append(done.wall)
                 if done.work is not None:
-                    times[row.name]["work"].append(done.work)
+                    times[row.name][f"{mode}_work"].append(done.work)
         # a long run's figures so far, in case it cannot finish
         _say(f"medians after repeat {r + 1}: " + "; ".join(
             f"{name} cold {statistics.median(t['cold']):.2f} s, warm "
             f"{statistics.median(t['warm']):.2f} s"
-            + (f", work {statistics.median(t['work']):.2f} s" if t["work"] else "")
+            + "".join(f", {mode} work {statistics.median(t[f'{mode}_work']):.2f} s"
+                      for mode in ("cold", "warm") if t[f"{mode}_work"])
             for name, t in times.items()))
     floor = statistics.median(times[PEER]["cold"] + times[PEER]["warm"])
     table = []
     for row in order:
         t = times[row.name]
         cold, warm = statistics.median(t["cold"]), statistics.median(t["warm"])
-        work = statistics.median(t["work"]) if t["work"] else float("nan")
-        table.append((row.name, round(cold, 3), round(warm, 3), round(work, 3),
+        work = [round(statistics.median(t[k]), 3) if t[k] else float("nan")
+                for k in ("cold_work", "warm_work")]
+        table.append((row.name, round(cold, 3), round(warm, 3), *work,
                       round(cold / floor, 2), round(warm / floor, 2),
                       GOALS.get(row.name, float("nan")), repeats, row.code))
     return pd.DataFrame(table, columns=COLUMNS)

@@ -58,7 +58,7 @@ def test_the_table_has_the_peer_and_each_row_cold_and_warm(capsys):
     for col in ("cold_seconds", "warm_seconds", "cold_over_peer", "warm_over_peer"):
         assert (table[col] > 0).all(), table
     # neither records a time of its own; the bad config has its goal
-    assert table["work_seconds"].isna().all()
+    assert table[["cold_work_seconds", "warm_work_seconds"]].isna().all().all()
     goals = dict(zip(table["command"], table["goal_seconds"], strict=True))
     assert goals["bad-config"] == latency.GOALS["bad-config"] and math.isnan(goals["runs"])
     assert table.set_index("command").loc["runs", "code"] == "scarce runs"
@@ -173,3 +173,25 @@ def test_a_run_the_timed_process_did_not_make_is_refused(tmp_path, printed):
         latency.made_run("rerun new of old\n", runs, {"old"}, late, ended)
     with pytest.raises(RuntimeError, match="not a new run"):  # a run that was there before
         latency.made_run("== apply-leml: run new\n", runs, {"old", "new"}, began, ended)
+
+
+def test_the_work_of_the_cold_and_the_warm_processes_is_given_apart(tmp_path, monkeypatch):
+    """Each mode's work is the median of that mode's processes: a cold run recording more
+    (its server settling) is not mixed with the warm ones."""
+    monkeypatch.setattr(latency.Bench, "stop_server", lambda self: None)
+    monkeypatch.setattr(latency.Bench, "start_server", lambda self: None)
+    monkeypatch.setattr(latency.PythonRow, "once", lambda self, bench: latency.Timed(1.0, None))
+    works = iter([40.0, 30.0, 44.0, 28.0, 42.0, 29.0])  # cold, warm, cold, warm, ...
+
+    class Fixed(latency.Row):
+        name, code = "rerun", "scarce rerun RUN"
+
+        def once(self, bench):
+            return latency.Timed(50.0, next(works))
+
+    bench = latency.Bench(tmp_path)
+    monkeypatch.setattr(bench, "server_record", lambda: tmp_path)  # (one is running)
+    table = latency.measure(bench, [Fixed()], repeats=3).set_index("command")
+    assert table.loc["rerun", "cold_work_seconds"] == 42.0
+    assert table.loc["rerun", "warm_work_seconds"] == 29.0
+    assert math.isnan(table.loc[latency.PEER, "cold_work_seconds"])
