@@ -8,10 +8,16 @@ shared machine falls on every row alike); the table holds the medians.  Each com
 * **cold**: no Prefect server running (the shared server of the bench's Prefect home is stopped
   first by ``scarce server stop``): the command starts it, as a user's first command does;
 * **warm**: the shared server already running (the one the cold command left);
-* and the **work** inside it: the time the run itself records (its manifest's ``started`` to
-  ``finished``: the flow's body, the server's start and the interpreter's imports left out),
-  or, for the lean path, the ``predict_top_k`` call's own seconds.  ``runs`` and ``claims``
-  record no time of their own and start no server: their cold and warm are alike.
+* and the **work** inside it, told by the timed process itself: the time the run it made
+  records (its manifest's ``started`` to ``finished``: the flow's body, the server's start and
+  the interpreter's imports left out) of the run whose id it printed (``== FLOW: run ID``,
+  ``rerun ID of ...``), which must be new and have started and finished while it ran (never
+  the training run an apply or a rerun reads); or, for the lean path, the seconds of the
+  ``predict_top_k`` call the process printed.  Given for the cold and the warm processes
+  apart: a server started by the command itself is still settling while the run's first steps
+  call it, and medians over both modes mixed the two (with two repeats, the median of four
+  can come out the same in both).  ``runs`` and ``claims`` record no time of their own and
+  start no server: their cold and warm are alike.
 
 The rows (``--commands``, comma-separated; :data:`ROWS`):
 
@@ -46,6 +52,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -72,7 +79,8 @@ GOALS = {"load": 1.0, "bad-config": 2.0}
 USES_PREFECT = False
 #: The override of the bad-config row: a rank the config refuses.
 BAD_SETTING = "model.rank=0"
-COLUMNS = ["command", "cold_seconds", "warm_seconds", "work_seconds", "cold_over_peer",
+COLUMNS = ["command", "cold_seconds", "warm_seconds", "cold_work_seconds", "warm_work_seconds",
+           "cold_over_peer",
            "warm_over_peer", "goal_seconds", "repeats", "code"]
 
 
@@ -203,9 +211,44 @@ def _new_run(runs: Path, before: set[str]) -> Path:
 
 def recorded_seconds(run_dir: Path) -> float:
     """The seconds a run records of itself: its manifest's ``started`` to ``finished``."""
+    started, finished = recorded_span(run_dir)
+    return (finished - started).total_seconds()
+
+
+def recorded_span(run_dir: Path) -> tuple[dt.datetime, dt.datetime]:
+    """A run's manifest's ``started`` and ``finished``."""
     m = json.loads((run_dir / "manifest.json").read_text())
-    started = dt.datetime.fromisoformat(m["started"])
-    return (dt.datetime.fromisoformat(m["finished"]) - started).total_seconds()
+    return dt.datetime.fromisoformat(m["started"]), dt.datetime.fromisoformat(m["finished"])
+
+
+#: How the commands that make a run name it on stdout: ``scarce run`` and ``scarce apply``
+#: (``print_summary``), ``scarce rerun``.
+PRINTED_RUN = re.compile(r"^(?:== [\w-]+: run (?P<run>\S+)|rerun (?P<rerun>\S+) of \S+)$",
+                         re.MULTILINE)
+
+
+def made_run(stdout: str, runs: Path, before: set[str], began: dt.datetime,
+             ended: dt.datetime) -> Path:
+    """The run folder a timed process made: the one run id it printed, a folder of ``runs``
+    that was not there before it (``before``: the names then), whose manifest's start and
+    finish lie between the process's ``began`` and ``ended``.
+
+    Raises
+    ------
+    RuntimeError
+        Any of these not so: its work would not be the timed process's.
+    """
+    printed = [m["run"] or m["rerun"] for m in PRINTED_RUN.finditer(stdout)]
+    if len(printed) != 1:
+        raise RuntimeError(f"expected the process to print one run id, found {printed}")
+    run_dir = runs / printed[0]
+    if printed[0] in before or not (run_dir / "manifest.json").is_file():
+        raise RuntimeError(f"run {printed[0]} is not a new run of {runs}")
+    started, finished = recorded_span(run_dir)
+    if not began <= started <= finished <= ended:
+        raise RuntimeError(f"run {printed[0]} records {started} to {finished}, not within "
+                           f"the timed process ({began} to {ended})")
+    return run_dir
 
 
 class Row:
@@ -224,6 +267,10 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comp
     return time.perf_counter() - start, out
 
 
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
 class CommandRow(Row):
     """``scarce ARGS``, a run recorded in the runs folder (``records``) or not; ``store`` and
     ``runs`` give the folders of each call (None: fresh ones)."""
@@ -238,12 +285,19 @@ class CommandRow(Row):
         runs = self.runs or bench.fresh("runs")
         store = self.store or bench.fresh("store")
         before = {p.name for p in runs.iterdir()}
+        began = _now()
         wall, out = _timed([*scarce_command(), *self.args], bench.env(store, runs))
+        ended = _now()
         if out.returncode != 0:
             raise RuntimeError(f"{self.code} failed ({out.returncode}): "
                                f"{out.stderr.strip()[-2000:]}")
-        work = recorded_seconds(_new_run(runs, before)) if self.records else None
-        return Timed(wall, work)
+        if not self.records:
+            return Timed(wall, None)
+        try:
+            run_dir = made_run(out.stdout, runs, before, began, ended)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{self.code}: {exc}") from None
+        return Timed(wall, recorded_seconds(run_dir))
 
 
 class BadConfigRow(Row):
@@ -351,8 +405,8 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
     the peer in every repeat."""
     peer = PythonRow(PEER, PEER_CODE)
     order = [peer, *rows]
-    times: dict[str, dict[str, list]] = {r.name: {"cold": [], "warm": [], "work": []}
-                                         for r in order}
+    times: dict[str, dict[str, list]] = {
+        r.name: {"cold": [], "warm": [], "cold_work": [], "warm_work": []} for r in order}
     for r in range(repeats):
         for row in order[r % len(order):] + order[:r % len(order)]:
             for mode in ("cold", "warm"):
@@ -364,20 +418,22 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
                 done = row.once(bench)
                 times[row.name][mode].append(done.wall)
                 if done.work is not None:
-                    times[row.name]["work"].append(done.work)
+                    times[row.name][f"{mode}_work"].append(done.work)
         # a long run's figures so far, in case it cannot finish
         _say(f"medians after repeat {r + 1}: " + "; ".join(
             f"{name} cold {statistics.median(t['cold']):.2f} s, warm "
             f"{statistics.median(t['warm']):.2f} s"
-            + (f", work {statistics.median(t['work']):.2f} s" if t["work"] else "")
+            + "".join(f", {mode} work {statistics.median(t[f'{mode}_work']):.2f} s"
+                      for mode in ("cold", "warm") if t[f"{mode}_work"])
             for name, t in times.items()))
     floor = statistics.median(times[PEER]["cold"] + times[PEER]["warm"])
     table = []
     for row in order:
         t = times[row.name]
         cold, warm = statistics.median(t["cold"]), statistics.median(t["warm"])
-        work = statistics.median(t["work"]) if t["work"] else float("nan")
-        table.append((row.name, round(cold, 3), round(warm, 3), round(work, 3),
+        work = [round(statistics.median(t[k]), 3) if t[k] else float("nan")
+                for k in ("cold_work", "warm_work")]
+        table.append((row.name, round(cold, 3), round(warm, 3), *work,
                       round(cold / floor, 2), round(warm / floor, 2),
                       GOALS.get(row.name, float("nan")), repeats, row.code))
     return pd.DataFrame(table, columns=COLUMNS)

@@ -1,9 +1,11 @@
 """The ``apply-strip`` flow's config schema and the checks of an apply run before it starts.
 
-Apart from the flow (:mod:`scarce.flows.apply_strip`), and importing neither Prefect nor Dask.  The
-schema imports nothing of the learner; the checks (:func:`prepare`) read the model with
-:mod:`scarce.flows.model_strip` and the document names of :mod:`scarce.tasks.strip`, which import
-it.
+Apart from the flow (:mod:`scarce.flows.apply_strip`), and importing neither Prefect, Dask nor
+the learner (scikit-learn, numba): the checks (:func:`prepare`) read the model with
+:func:`scarce.flows.model_strip.open_strip_model` and the documents' names with
+:mod:`scarce.tasks.strip.documents` and :mod:`~scarce.tasks.strip.outputs`, none of which
+imports them, so that ``scarce apply`` checks a StRip run before it imports the flow or starts
+a server.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def prepare(config: ApplyStripConfig, runs: Path, store: Path, announce: bool = 
     outputs' names and where ``output`` puts them (:func:`plan_outputs`, with the store
     ``store``), all checked before anything is read: by the flow first, and by the command
     before it starts a server.  ``announce``: log which model is applied."""
-    # The model's reader and the document steps import the learner (scikit-learn, numba):
-    # imported here, so that the schema above is read without them.
+    # The model's reader imports pandas and the CoNLL-U reader: imported here, so that the
+    # schema above is read without them.
     from scarce.flows.model_strip import open_strip_model
     from scarce.tasks import strip
 

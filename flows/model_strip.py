@@ -7,6 +7,10 @@ and applied by the functions the apply-strip flow's steps call, here directly: t
 with the settings the model records, the rules fired, single-link clustering, the CorefUD
 writer.  So a notebook gets the chains, and the bytes, ``scarce apply`` writes for the same
 input.
+
+The learner's modules (scikit-learn, numba) are imported where the model is built or applied,
+not by this module: ``scarce apply`` checks a StRip model with :func:`open_strip_model` before
+it starts a server, and those checks import neither.
 """
 
 from __future__ import annotations
@@ -15,14 +19,13 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from scarce.algorithms.strip.features import pair_table
-from scarce.algorithms.strip.ripper import VARIANTS, StRip, rule_count
+from scarce.algorithms.strip.params import VARIANTS
 from scarce.flows.apply import MODEL_JSON, input_files, open_model, resolve_model_run
 from scarce.flows.config import validate_config
 from scarce.flows.model_checks import kind_of, read_json
@@ -31,6 +34,9 @@ from scarce.tasks import strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu
 from scarce.tasks.store.atomic import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from scarce.algorithms.strip.ripper import StRip
 
 #: The columns of :meth:`StripModel.predict`'s table.
 CHAIN_COLUMNS = ["file", "doc", "mention", "sent", "start", "end", "text", "chain", "etype"]
@@ -153,6 +159,8 @@ class StripModel:
         self.estimator_.rules_ = self.rules_
 
     def __repr__(self) -> str:
+        from scarce.algorithms.strip.rule_table import rule_count
+
         return (f"StripModel(run={self.run_id!r}, variant={self.variant!r}, "
                 f"rules={rule_count(self.rules_)}, "
                 f"window={self.preprocess_['window']})")
@@ -203,6 +211,8 @@ class StripModel:
     def _apply(self, name: str, path: Path | None, frames: tuple) -> tuple[pd.DataFrame, ...]:
         """preprocess -> apply rules of one file: its mention table (``preprocess``'s) and
         its clusters (``apply_rules``'s)."""
+        from scarce.algorithms.strip.features import pair_table
+
         tokens, mentions = frames
         where = path if path is not None else name
         try:
@@ -315,6 +325,8 @@ def _estimator(path: Path, variant: str) -> StRip:
     variant's set-up, its loss ratio (chosen on dev, or the one the run used) and the
     learner's settings with the run's seed as ``random_state``, as the training steps built
     it (``StRip.fit`` with these parameters is the run's grow, prune and optimize)."""
+    from scarce.algorithms.strip.ripper import StRip
+
     meta = read_json(path)
     learner = validate_config(meta.get("learner"), _Learner, path) if isinstance(
         meta.get("learner"), dict) else None

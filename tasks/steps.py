@@ -150,6 +150,11 @@ def content_only(path: Path, call: dict[str, Any]) -> None:
 #: The steps that may run in another process (``where``), by name, in the process that
 #: imported them: how a Dask worker finds the step it is sent (:func:`execute_by_name`).
 _REMOTE_STEPS: dict[str, Step] = {}
+#: The code digest of each module that declares steps, by module name, computed when its
+#: first step is declared: the steps of a module are declared together as it is imported,
+#: and walking the imports again for each of them (a module declares a score of steps) cost
+#: a command that runs a few of them more than its work.
+_MODULE_DIGESTS: dict[str, str] = {}
 
 
 @dataclass(eq=False)
@@ -177,7 +182,10 @@ class Step:
     def __post_init__(self) -> None:
         if self.where is not None:  # found by name in the process it is sent to
             _REMOTE_STEPS[self.name] = self
-        self.code_hash = code_digest(self.fn.__module__)
+        module = self.fn.__module__
+        if module not in _MODULE_DIGESTS:
+            _MODULE_DIGESTS[module] = code_digest(module)
+        self.code_hash = _MODULE_DIGESTS[module]
         self.signature = inspect.signature(self.fn)
         params = self.signature.parameters
         self.names = {f: self.names.get(f, whole_name) for f in self.files}

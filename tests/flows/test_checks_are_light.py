@@ -13,10 +13,13 @@ The cases are enumerated from the code: an unknown key and a missing input path 
 training flow's config (``run``, and ``run all``), an unknown key of every flow's config in
 the registry (an apply flow's through ``apply``, an experiment's through ``run experiment``),
 a LEML table's columns and label separator, an experiment whose points cannot run, ``apply``
-to a run that is not there (every apply flow) and to an existing output, and ``rerun`` of a
-run whose input is gone.  The runs applied and rerun are the LEML table model committed in
-``tests/data/models`` (the cases with a run of every flow, which need a server to make, are
-in ``tests/flows/test_checks_before_start.py``, which checks the same).
+to a run that is not there (every apply flow), an unknown key, a missing input and an
+existing output of every apply flow, each given a model of its flow (so that its checks read
+the model and the input's names, as they do before a server starts), and ``rerun`` of a run
+whose input is gone.  The runs applied are the models committed in ``tests/data/models``, one
+of each training flow (:data:`SAVED`); the one rerun is the LEML table model's (the cases
+with runs made here, which need a server, are in ``tests/flows/test_checks_before_start.py``,
+which checks the same).
 """
 
 from __future__ import annotations
@@ -35,17 +38,25 @@ from scarce.flows.cli import FLOW_COMMANDS
 from scarce.flows.registry import FLOWS
 from tests.flows.helpers import CHECK_WRAPPER, strip_project
 from tests.flows.test_checks_before_start import GUM, TEST_DOC, TRAIN_DOCS, input_keys
+from tests.flows.test_lean_load import SAVED_MODELS
+from tests.flows.test_model_relations import SEMEVAL
 
 pytestmark = pytest.mark.slow  # a Python process per case
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "data" / "examples" / "leml"
-SAVED = REPO / "tests" / "data" / "models" / "leml-table-v1"
-MODEL = SAVED.name
+#: The committed model of each training flow, by flow (a run folder: manifest and model).
+SAVED = SAVED_MODELS
+MODEL = SAVED["leml"].name
 # The project's own flows: a test module may register a sample flow of its own (`digits`).
 OWN = {name: spec for name, spec in FLOWS.items() if spec.target.startswith("scarce.flows.")}
 TRAIN = sorted(name for name, spec in OWN.items() if spec.kind == "train")
 APPLY = sorted(name for name, spec in OWN.items() if spec.kind == "apply")
+#: What each apply flow is given (relative to the project): an input its model reads, and a
+#: file name its output may have.
+GIVEN = {"apply-leml": ("data/bibtex.new.csv", "exists.parquet"),
+         "apply-relations": ("new-pairs.txt", "exists.parquet"),
+         "apply-strip": (f"{TEST_DOC}.conllu.gz", "exists.conllu")}
 
 LEML = {"seed": 0, "dataset": {"name": "tiny", "format": "table",
                                "train": "data/bibtex.train.csv", "test": "data/bibtex.test.csv",
@@ -68,8 +79,13 @@ def project(tmp_path_factory):
     (root / "configs" / "experiments").mkdir()
     (root / "configs" / "leml.yaml").write_text(yaml.safe_dump(LEML))
     (root / "configs" / "experiments" / "bad-column.yaml").write_text(yaml.safe_dump(EXPERIMENT))
-    shutil.copytree(SAVED, root / "data" / "runs" / MODEL)
-    (root / "exists.parquet").write_bytes(b"the user's file\n")
+    for saved in SAVED.values():
+        shutil.copytree(saved, root / "data" / "runs" / saved.name)
+    test = (SEMEVAL / "TEST_FILE_FULL.TXT").read_text(encoding="utf-8-sig").splitlines()
+    (root / "new-pairs.txt").write_text("\n".join(test[: 4 * 12]) + "\n")
+    shutil.copy(GUM / f"{TEST_DOC}.conllu.gz", root)
+    for name in ("exists.parquet", "exists.conllu"):
+        (root / name).write_bytes(b"the user's file\n")
     (root / "no-text.csv").write_text("title,tags\na,b\n")
     return root
 
@@ -97,8 +113,16 @@ def refused_lightly(project: Path, tmp_path: Path, *args: str) -> str:
 def test_the_commands_that_check_before_start_up_are_the_cases_here():
     assert sorted(FLOW_COMMANDS) == ["apply", "rerun", "run"]
     assert TRAIN == ["leml", "relations", "strip"]
-    assert APPLY == [f"apply-{flow}" for flow in TRAIN]
+    assert APPLY == [f"apply-{flow}" for flow in TRAIN] == sorted(GIVEN)
     assert sorted(OWN) == sorted([*TRAIN, *APPLY, "experiment"])
+
+
+def test_every_applied_flow_has_a_committed_model_of_its_own():
+    assert sorted(SAVED) == sorted(OWN[name].applies for name in APPLY)
+    for flow, saved in SAVED.items():
+        manifest = json.loads((saved / "manifest.json").read_text())
+        assert manifest["flow"] == flow and manifest["run_id"]
+        assert (saved / "outputs" / "model" / "model.json").is_file()
 
 
 # -- scarce run -------------------------------------------------------------------------------
@@ -153,17 +177,31 @@ def test_apply_of_a_run_that_is_not_there(project, tmp_path, flow):
     assert f"no finished {trained} run named 'nobody'" in line and "key 'model_run'" in line
 
 
-def test_apply_with_an_unknown_key(project, tmp_path):
-    line = refused_lightly(project, tmp_path, "apply", MODEL, "--input", "data/bibtex.new.csv",
-                           "--set", "no_such_key=1")
+def _model_of(flow: str) -> str:
+    """The committed model (its run id) that the apply flow ``flow`` applies."""
+    return SAVED[OWN[flow].applies].name
+
+
+@pytest.mark.parametrize("flow", APPLY)
+def test_apply_with_an_unknown_key(project, tmp_path, flow):
+    line = refused_lightly(project, tmp_path, "apply", _model_of(flow), "--input",
+                           GIVEN[flow][0], "--set", "no_such_key=1")
     assert "key 'no_such_key': --set: unknown key" in line
 
 
-def test_apply_to_an_output_that_exists(project, tmp_path):
-    line = refused_lightly(project, tmp_path, "apply", MODEL, "--input", "data/bibtex.new.csv",
-                           "--output", "exists.parquet")
+@pytest.mark.parametrize("flow", APPLY)
+def test_apply_to_an_input_that_is_not_there(project, tmp_path, flow):
+    line = refused_lightly(project, tmp_path, "apply", _model_of(flow), "--input", "gone.txt")
+    assert line == f"error: {project}/gone.txt: key 'input': input not found"
+
+
+@pytest.mark.parametrize("flow", APPLY)
+def test_apply_to_an_output_that_exists(project, tmp_path, flow):
+    given, output = GIVEN[flow]
+    line = refused_lightly(project, tmp_path, "apply", _model_of(flow), "--input", given,
+                           "--output", output)
     assert "the output file exists; give --force (or force: true) to replace it" in line
-    assert (project / "exists.parquet").read_bytes() == b"the user's file\n"
+    assert (project / output).read_bytes() == b"the user's file\n"
 
 
 def test_apply_leml_to_a_table_without_its_text_column(project, tmp_path):

@@ -9,8 +9,8 @@ a Prefect home of its own -- and the command must exit 2 having printed exactly 
 ``error: ...`` naming what is wrong (no Prefect ``ERROR`` line, nothing on stdout), and
 started no server: nothing of a shared server in the Prefect home (the first command to use
 one makes its folder there), and no temporary one (it would have printed its start); nor had
-it imported Prefect, Dask or scikit-learn (:data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START`,
-but for :data:`LEARNER_IN_CHECKS`).
+it imported Prefect, Dask, scikit-learn, numba or matplotlib
+(:data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START`), for any flow's run.
 
 The cases are enumerated from the code: every input path of every training flow's config
 (``run``), every apply flow's input and output (``apply``), a rerun of every training
@@ -105,20 +105,8 @@ def refused(project: Path, tmp_path: Path, *args: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), said
     assert not looked, f"a shared server was looked for: {said}"
     imported = {m.split(".")[0] for m in json.loads((tmp_path / "modules.json").read_text())}
-    allowed = LEARNER_IN_CHECKS.get(args[0] if args[0] != "apply" else _applied(project, args))
-    assert imported <= set(allowed or ()), f"imported {sorted(imported)}: {said}"
+    assert imported == set(), f"imported {sorted(imported)}: {said}"
     return lines[0]
-
-
-#: What a command's checks may import of :data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START`,
-#: and why, by what it applies: apply-strip reads the model and the documents' names with the
-#: learner's own modules (tasks.strip), which import scikit-learn and numba.
-LEARNER_IN_CHECKS = {"strip": ("sklearn", "numba")}
-
-
-def _applied(project: Path, args: tuple[str, ...]) -> str:
-    """The flow whose run ``scarce apply RUN ...`` applies."""
-    return json.loads((project / "data" / "runs" / args[1] / "manifest.json").read_text())["flow"]
 
 
 # -- scarce run: every input path of every training flow's config ---------------------------

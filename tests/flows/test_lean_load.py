@@ -6,8 +6,8 @@ with its reason; every other module of ``scarce.flows`` (found from the files, s
 one is covered) is a flow, the command line or the machinery of runs, and is forbidden, as are
 the packages of :data:`FORBIDDEN`.  A LEML model of feature rows does not import scikit-learn
 either (:data:`FORBIDDEN_LEML_ROWS`).  The runs of every flow are made and checked in
-``tests/flows/test_loaded_models.py`` (:func:`loaded_in_a_fresh_process`); here, the saved LEML
-table model, which needs no run.
+``tests/flows/test_loaded_models.py`` (:func:`loaded_in_a_fresh_process`); here, the model of
+every such flow committed in ``tests/data/models`` (:data:`SAVED`), which needs no run.
 """
 
 from __future__ import annotations
@@ -24,8 +24,14 @@ import pytest
 from scarce.tasks.code_digest import PROJECT_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
-SAVED = REPO / "tests" / "data" / "models" / "leml-table-v1"
+MODELS = REPO / "tests" / "data" / "models"
+#: The committed model of each training flow, by flow (a run folder: manifest and model).
+SAVED_MODELS = {"leml": MODELS / "leml-table-v1", "relations": MODELS / "relations-v1",
+                "strip": MODELS / "strip-v1"}
+SAVED = SAVED_MODELS["leml"]
 NEW_ROWS = REPO / "data" / "examples" / "leml" / "bibtex.new.csv"
+GUM_DOC = REPO / "data" / "coref" / "gum" / "GUM_news_crane.conllu.gz"
+SEMEVAL_TEST = REPO / "data" / "relations" / "semeval2010_task8" / "TEST_FILE_FULL.TXT"
 
 #: Packages no loaded model imports: Prefect, the Dask it runs flows on, its Dask runner.
 FORBIDDEN = ("prefect", "prefect_dask", "dask", "distributed")
@@ -106,3 +112,40 @@ def test_the_saved_table_model_predicts_texts_in_a_process_without_prefect_or_th
     for name in ("texts", "file"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"), want,
                                       check_exact=True)
+
+
+def test_every_flow_with_a_model_in_python_has_a_committed_model():
+    from scarce.flows.models import LOADERS
+
+    assert sorted(SAVED_MODELS) == sorted(LOADERS)
+
+
+@pytest.mark.slow  # a Python process per flow
+@pytest.mark.parametrize("flow", sorted(SAVED_MODELS))
+def test_a_committed_model_of_every_flow_predicts_in_a_process_without_prefect_or_the_flows(
+        tmp_path, flow):
+    """Each flow's committed model, loaded and used in a fresh process, imports nothing of
+    :data:`FORBIDDEN` nor of the flows, and gives what this process (which has imported
+    everything) gives on the same input."""
+    import scarce
+
+    saved = SAVED_MODELS[flow]
+    if flow == "relations":
+        pairs = tmp_path / "pairs.txt"
+        lines = SEMEVAL_TEST.read_text(encoding="utf-8-sig").splitlines()
+        pairs.write_text("\n".join(lines[: 4 * 12]) + "\n")
+        method, args = "assign", (str(pairs),)
+    elif flow == "strip":
+        method, args = "predict", (str(GUM_DOC),)
+    else:
+        method, args = "predict_top_k", (str(NEW_ROWS), 5)
+    out = tmp_path / "out.parquet"
+    modules = loaded_in_a_fresh_process(f"""
+        model = scarce.load_model({str(saved)!r})
+        model.{method}(*{args!r}).to_parquet({str(out)!r})
+        """, tmp_path)
+    assert forbidden_in(modules) == []
+    assert f"scarce.flows.model_{flow}" in modules  # (the check saw the load)
+    want = getattr(scarce.load_model(saved), method)(*args)
+    assert len(want) > 0
+    pd.testing.assert_frame_equal(pd.read_parquet(out), want, check_exact=True)

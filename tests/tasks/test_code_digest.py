@@ -84,11 +84,23 @@ def test_the_step_modules_are_found():
     assert {"scarce.tasks.strip.training", "scarce.tasks.strip.evaluation"} <= set(STEP_MODULES)
 
 
-def test_the_union_find_kernel_is_in_the_key_of_every_strip_step(tree):
-    assert "scarce.algorithms.strip._kernels" in project_modules("scarce.tasks.strip", tree)
-    before = code_digest("scarce.tasks.strip", tree)
+#: The StRip step modules whose code reaches the pair graph (``algorithms.strip.closure``),
+#: which counts with the union-find kernel of ``algorithms.strip._kernels``.
+CLUSTERING = [m for m in STEP_MODULES if m.startswith("scarce.tasks.strip.")
+              and "scarce.algorithms.strip.closure" in project_modules(m)]
+
+
+def test_the_strip_steps_that_cluster_are_found():
+    assert {"scarce.tasks.strip.pairs", "scarce.tasks.strip.training",
+            "scarce.tasks.strip.evaluation", "scarce.tasks.strip.apply"} <= set(CLUSTERING)
+
+
+@pytest.mark.parametrize("module", CLUSTERING)
+def test_the_union_find_kernel_is_in_the_key_of_every_strip_step_that_clusters(tree, module):
+    assert "scarce.algorithms.strip._kernels" in project_modules(module, tree)
+    before = code_digest(module, tree)
     _edit_a_function(tree / "algorithms" / "strip" / "_kernels.py")
-    assert code_digest("scarce.tasks.strip", tree) != before
+    assert code_digest(module, tree) != before
 
 
 @pytest.mark.parametrize("module", STEP_MODULES)

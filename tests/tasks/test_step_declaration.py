@@ -55,3 +55,24 @@ def test_wheres_parameter_is_runtime_and_left_out_of_the_key():
 def test_a_fact_said_twice_is_refused_with_what_to_remove(declaration, message):
     with pytest.raises(TypeError, match=message):
         step("t-twice", **declaration)(_timed)
+
+
+def test_the_steps_of_one_module_share_its_code_digest_walked_once(monkeypatch):
+    from scarce.tasks import steps
+    from scarce.tasks.code_digest import code_digest
+
+    calls = []
+    monkeypatch.setattr(steps, "code_digest", lambda m: calls.append(m) or code_digest(m))
+    monkeypatch.setattr(steps, "_MODULE_DIGESTS", {})
+
+    def one(a: int) -> dict:
+        return {"value": a}
+
+    def two(a: int) -> dict:
+        return {"value": a}
+
+    for fn in (one, two):
+        fn.__module__ = "scarce.tasks.strip.pairs"  # (a module of the project's that has steps)
+    first, second = (step(f"t-{f.__name__}", outputs=("value",))(f) for f in (one, two))
+    assert calls == ["scarce.tasks.strip.pairs"]
+    assert first.code_hash == second.code_hash == code_digest("scarce.tasks.strip.pairs")
