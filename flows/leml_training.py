@@ -274,7 +274,9 @@ def alternate(ctx, plan: LemlPlan, model: LEML, placed: Placed, iterations: int,
             timings += [w["timings"], h["timings"]]
             progress.advance()
             if model.tol or stop is not None:  # the estimator's own rules, as its fit asks
-                read.append(ctx.read(h["trace"]).iloc[0])
+                # the copy of the trace kept at its write (its file is still being written
+                # behind: reading it would wait for the whole checkpoint before the next step)
+                read.append(ctx.store.read_input(h["trace"]).iloc[0])
                 if model.converged([r["objective"] for r in read]) is not None or (
                         stop is not None and stop(read) is not None):
                     break
