@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scarce.algorithms.leml import LEML
+from scarce.flows import plots
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     alternate_H,
@@ -274,10 +275,14 @@ def alternate(ctx, plan: LemlPlan, model: LEML, placed: Placed, iterations: int,
             timings += [w["timings"], h["timings"]]
             progress.advance()
             if model.tol or stop is not None:  # the estimator's own rules, as its fit asks
-                read.append(ctx.read(h["trace"]).iloc[0])
+                # the copy of the trace kept at its write (its file is still being written
+                # behind: reading it would wait for the whole checkpoint before the next step)
+                read.append(ctx.store.read_input(h["trace"]).iloc[0])
                 if model.converged([r["objective"] for r in read]) is not None or (
                         stop is not None and stop(read) is not None):
                     break
+    if stop is None:  # the model's training is over: its convergence plot comes after the
+        plots.prefetch()  # evaluation, whose numerical work leaves room for the import
     return factors, traces, timings
 
 

@@ -121,9 +121,14 @@ def try_create_in(folder: Path) -> None:
 
 
 def atomic_write_parquet(path: Path, table: pa.Table) -> None:
-    """Write ``table`` to ``path`` atomically, with Parquet page checksums."""
+    """Write ``table`` to ``path`` atomically, with Parquet page checksums and the options
+    of its kind (:func:`scarce.tasks.store.encoding.parquet_options`)."""
+    # Imported here: the encoding imports pandas and scipy, which the byte writes (manifests,
+    # seals) of a light command need not load.
+    from scarce.tasks.store.encoding import parquet_options
+
     with atomic_open(path) as fh:
-        pq.write_table(table, fh, compression="zstd", write_page_checksum=True)
+        pq.write_table(table, fh, **parquet_options(table))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -10,7 +10,10 @@ store's (:func:`wait_for_writes`).
 The last dense arrays written in this process are kept as read-only copies for the next step
 that takes the entry as an input (:meth:`~scarce.tasks.store.Store.read_input`): one iteration's
 factors are the next step's inputs, and reading them back (Parquet, then the checksum over the
-whole table) cost a step more than its own work on a small data set.  An entry is never
+whole table) cost a step more than its own work on a small data set.  The last small tables
+are kept too, and given as a copy each time (a DataFrame cannot be made read-only): a loop that
+reads an iteration's trace to decide whether to go on would otherwise wait for the whole
+checkpoint of that iteration to be written before its next step could start.  An entry is never
 rewritten with other content (its key names what it holds), so the copy is the file's value; it
 is used only while the file exists or is being written.  ``Store.read``, the seals and the cache
 check read the files themselves, so damage is still found there.
@@ -25,10 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 RECENT_ENTRIES = 8
 RECENT_BYTES = 1 << 24
+#: Small tables kept (a loop's trace and timings): how many, and the most memory of each.
+RECENT_TABLES = 8
+RECENT_TABLE_BYTES = 1 << 20
 _recent: dict[tuple[str, str], np.ndarray] = {}
+_recent_tables: dict[tuple[str, str], pd.DataFrame] = {}
 _recent_lock = threading.Lock()
 
 _inflight: dict[tuple[str, str], Future] = {}
@@ -36,26 +44,60 @@ _inflight_lock = threading.Lock()
 _writer: ThreadPoolExecutor | None = None
 
 
-def remember(root: Path, ref: str, value: Any) -> None:
-    """Keep a read-only copy of ``value`` as the entry ``ref`` of ``root`` (see
-    :data:`RECENT_ENTRIES`) when it is a dense numeric array of at most
-    :data:`RECENT_BYTES`."""
-    if not (isinstance(value, np.ndarray) and value.ndim >= 1 and value.dtype.kind in "biuf"
+def remember(root: Path, ref: str, value: Any) -> Any:
+    """Keep a copy of ``value`` as the entry ``ref`` of ``root``: a read-only one when it is
+    a dense numeric array of at most :data:`RECENT_BYTES` (the last :data:`RECENT_ENTRIES`),
+    a deep one of a small numeric table that reads back as it is (the last
+    :data:`RECENT_TABLES`, see :func:`_reads_back_as_it_is`); anything else is not kept (and
+    a value kept earlier under ``ref`` is dropped).  Returns the copy kept, else None."""
+    key = (str(root), ref)
+    kept: dict[tuple[str, str], Any] | None = None
+    if (isinstance(value, np.ndarray) and value.ndim >= 1 and value.dtype.kind in "biuf"
             and value.nbytes <= RECENT_BYTES):
-        return
-    copy = np.array(value, order="C", copy=True)
-    copy.flags.writeable = False
+        copy = np.array(value, order="C", copy=True)
+        copy.flags.writeable = False
+        kept, most = _recent, RECENT_ENTRIES
+    elif _reads_back_as_it_is(value):
+        copy = value.copy(deep=True)
+        kept, most = _recent_tables, RECENT_TABLES
     with _recent_lock:
-        _recent.pop((str(root), ref), None)
-        _recent[(str(root), ref)] = copy
-        while len(_recent) > RECENT_ENTRIES:
-            del _recent[next(iter(_recent))]
+        _recent.pop(key, None)
+        _recent_tables.pop(key, None)
+        if kept is None:
+            return None
+        kept[key] = copy
+        while len(kept) > most:
+            del kept[next(iter(kept))]
+    return copy
 
 
-def recalled(root: Path, ref: str) -> np.ndarray | None:
-    """The copy :func:`remember` kept of the entry ``ref`` of ``root``, else None."""
+def _reads_back_as_it_is(value: Any) -> bool:
+    """True for a DataFrame of at most :data:`RECENT_TABLE_BYTES` that its entry reads back as
+    it is: a range index, columns named by strings, each of a numpy bool, integer or float
+    (32 or 64 bits) dtype without NaN (a NaN becomes a null in Parquet).  Any other table (text,
+    lists, missing values) is read from its file, so a step gets the same input in the run
+    that wrote it as in a later one that reads it."""
+    if not (isinstance(value, pd.DataFrame) and isinstance(value.index, pd.RangeIndex)
+            and all(isinstance(c, str) for c in value.columns)
+            and value.memory_usage(index=True, deep=True).sum() <= RECENT_TABLE_BYTES):
+        return False
+    for dtype in value.dtypes:
+        if not (isinstance(dtype, np.dtype) and (dtype.kind in "biu" or dtype.kind == "f"
+                                                 and dtype.itemsize >= 4)):
+            return False
+    floats = value.select_dtypes("floating")
+    return not floats.isna().to_numpy().any()
+
+
+def recalled(root: Path, ref: str) -> Any:
+    """The copy :func:`remember` kept of the entry ``ref`` of ``root`` (the read-only array
+    itself; a new copy of a table), else None."""
     with _recent_lock:
-        return _recent.get((str(root), ref))
+        array = _recent.get((str(root), ref))
+        table = _recent_tables.get((str(root), ref))
+    if table is not None:
+        return table.copy(deep=True)
+    return array
 
 
 def submit(root: Path, names: Iterable[str], job: Callable[[], None]) -> None:

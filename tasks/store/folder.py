@@ -125,8 +125,10 @@ class Store:
         For a step's outputs when the next step runs in this process: its checkpoint is
         written while it computes (:mod:`scarce.tasks.store.background`).
         """
-        for ref, value, _ in entries:
-            background.remember(self.root, ref, value)
+        # What is kept is what is written: a caller changing a value after this call
+        # changes neither the copy the next step reads nor the file.
+        entries = [(ref, kept if (kept := background.remember(self.root, ref, value))
+                    is not None else value, meta) for ref, value, meta in entries]
 
         def job() -> None:
             digests = {ref: file_sha256(self._write_entry(ref, value, meta))
@@ -151,9 +153,9 @@ class Store:
         return read_checked_table(self.path(ref))
 
     def read_input(self, ref: str) -> Any:
-        """:meth:`read` for a step's input: the read-only copy this process kept when it wrote
-        the entry (:mod:`scarce.tasks.store.background`), while the file is there or being written,
-        else the file's value."""
+        """:meth:`read` for a step's input: the copy this process kept when it wrote the entry
+        (:mod:`scarce.tasks.store.background`: a dense array, read-only; a small table, a copy
+        each time), while the file is there or being written, else the file's value."""
         recent = background.recalled(self.root, ref)
         if recent is not None and (background.in_flight(self.root, ref)
                                    or self._path(ref).is_file()):

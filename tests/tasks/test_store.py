@@ -700,7 +700,7 @@ def test_a_steps_input_is_the_copy_kept_at_the_write_while_its_file_is_there(tmp
     store.path("t/W").unlink()
     with pytest.raises(CorruptEntry, match="missing"):
         store.read_input("t/W")
-    frame = pd.DataFrame({"x": [1, 2]})  # only dense arrays are kept
+    frame = pd.DataFrame({"x": [1, 2]})  # a table is never shared: a copy each time
     store.write("t/frame", frame)
     assert store.read_input("t/frame") is not store.read_input("t/frame")
 
@@ -756,3 +756,108 @@ def test_a_write_behind_that_fails_fails_the_next_read_and_the_flush(tmp_path):
     store.write_file(store.prefect_dir / "bad.sha256.json", b"{}")
     store.flush()
     np.testing.assert_array_equal(store.read("t/bad"), np.zeros(2))
+
+
+# ----------------------------------------------------------------------------- writer options
+_ONE_OF_EACH_KIND = {
+    "dense": np.random.default_rng(2).standard_normal((40, 6)).astype(np.float32),
+    "sparse": sp.random(30, 20, density=0.2, format="csr", dtype=np.float32, random_state=0),
+    "table": pd.DataFrame({"half": ["W", "H"], "seconds": [0.5, 0.25]}),
+}
+
+
+def test_one_value_of_each_entry_kind_is_tested():
+    from scarce.tasks.store.encoding import ENTRY_KINDS
+
+    assert set(_ONE_OF_EACH_KIND) == set(ENTRY_KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(_ONE_OF_EACH_KIND))
+def test_each_kind_is_written_with_its_options_and_opens_anywhere_with_the_same_table(
+        tmp_path, kind):
+    """A dense entry's columns are written plain (no dictionary), uncompressed and without
+    statistics; a sparse or table entry zstd-compressed with statistics (a CSR entry's ``row``
+    statistics choose the row groups a range reads).  Every file keeps its page checksums,
+    opens in pandas, pyarrow and duckdb, and holds the table (and checksum) that the same
+    value written with the other kind's options holds."""
+    value = _ONE_OF_EACH_KIND[kind]
+    store = Store(tmp_path)
+    path = store.path(store.write(f"t/{kind}", value))
+    pf = pq.ParquetFile(path)
+    assert pf.schema_arrow.metadata[b"scarce.kind"] == kind.encode()
+    chunks = [pf.metadata.row_group(g).column(c) for g in range(pf.metadata.num_row_groups)
+              for c in range(pf.metadata.num_columns)]
+    if kind == "dense":
+        assert {c.compression for c in chunks} == {"UNCOMPRESSED"}
+        assert not any(c.is_stats_set for c in chunks)
+        assert not any(c.has_dictionary_page for c in chunks)
+    else:
+        assert {c.compression for c in chunks} == {"ZSTD"}
+        assert all(c.is_stats_set for c in chunks)
+    # page checksums are written: a flipped byte of the first data page is caught by pyarrow
+    # itself, before the entry's own checksum is looked at
+    data = bytearray(path.read_bytes())
+    data[chunks[0].data_page_offset + chunks[0].total_compressed_size - 1] ^= 0xFF
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(OSError):
+        pq.read_table(damaged, page_checksum_verification=True)
+    # the same table whatever the options: pandas, pyarrow and duckdb read it
+    other = tmp_path / "other.parquet"
+    table = pq.read_table(path)
+    options = ({"compression": "zstd"} if kind == "dense"
+               else {"compression": "none", "use_dictionary": False,
+                     "write_statistics": False})
+    pq.write_table(table, other, write_page_checksum=True, **options)
+    assert pq.read_table(other).equals(table)
+    assert pq.read_table(other).schema.metadata == table.schema.metadata
+    pd.testing.assert_frame_equal(pd.read_parquet(path), pd.read_parquet(other))
+    assert duckdb.sql(f"select count(*) from '{path}'").fetchall() == [(table.num_rows,)]
+    assert (duckdb.sql(f"select * from '{path}'").fetchall()
+            == duckdb.sql(f"select * from '{other}'").fetchall())
+    back = store.read(f"t/{kind}")
+    if kind == "table":
+        pd.testing.assert_frame_equal(back, value)
+    else:
+        np.testing.assert_array_equal(back.toarray() if kind == "sparse" else back,
+                                      value.toarray() if kind == "sparse" else value)
+
+
+def test_small_numeric_tables_are_kept_as_copies_and_others_read_from_their_file(tmp_path):
+    """``read_input`` of a small numeric table this process wrote (an iteration's trace) is a
+    new copy of the written table each time, equal to its file's value, even while its write
+    is behind; a table that does not read back as it is (text, a NaN, another index) is read
+    from its file."""
+    import threading
+
+    store = Store(tmp_path)
+    trace = pd.DataFrame({"iteration": [3], "objective": [1.5], "validation_p_at_1": [0.6]})
+    release = threading.Event()
+
+    def seal(digests):
+        release.wait(timeout=60)  # the side file waits until the test has read the trace
+        return b"{}"
+
+    store.write_later([("t/trace", trace, None)], store.prefect_dir / "k.sha256.json", seal)
+    first = store.read_input("t/trace")
+    trace.loc[0, "objective"] = 99.0  # the writer's table changing later changes no copy
+    first.loc[0, "iteration"] = 7  # nor does a reader's change of its copy
+    second = store.read_input("t/trace")
+    assert first is not second
+    release.set()
+    expected = pd.DataFrame({"iteration": [3], "objective": [1.5],
+                             "validation_p_at_1": [0.6]})
+    pd.testing.assert_frame_equal(second, expected)
+    pd.testing.assert_frame_equal(store.read("t/trace"), expected)
+    others = {
+        "text": pd.DataFrame({"half": ["W"], "seconds": [0.5]}),
+        "nan": pd.DataFrame({"objective": [np.nan]}),
+        "index": pd.DataFrame({"x": [1.0, 2.0]}, index=[5, 9]),
+        "f16": pd.DataFrame({"x": np.ones(2, dtype=np.float16)}),
+    }
+    for name, frame in others.items():
+        store.write(f"t/{name}", frame)
+        raw = store.path(f"t/{name}").read_bytes()
+        store.path(f"t/{name}").write_bytes(raw[: len(raw) // 2])
+        with pytest.raises(CorruptEntry):  # read from the (now damaged) file, not kept
+            store.read_input(f"t/{name}")
