@@ -125,15 +125,45 @@ def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once(in_flight):
     assert _rel(H, _naive_H(data, _W(data), LAM)) <= 1e-10
 
 
+def _naive_label_grams(data, A, v=None):
+    """``sum_{i in Omega_j} v_ij a_i a_i^T`` label by label in float64 from dense copies, as
+    upper triangles (L x k(k+1)/2); ``v``: dense n x L weights (None: 1)."""
+    _, observed = _dense_labels(data)
+    weights = observed.astype(np.float64) if v is None else v * observed
+    iu, ju = np.triu_indices(A.shape[1])
+    A64 = A.astype(np.float64)
+    return np.stack([(A64.T * weights[:, j]) @ A64 for j in range(data.n_labels)])[:, iu, ju]
+
+
+def _dense_weights(data, v):
+    """A vector of weights over the entries (CSR order for sparse entries) as n x L."""
+    ent = data.entries
+    if ent.dense:
+        return v.astype(np.float64)
+    return sp.csr_matrix((v, ent.cols, ent.indptr), shape=ent.shape).toarray()
+
+
 @pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
-def test_label_grams_of_a_label_range_equal_those_of_all_labels(case):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_label_grams_of_a_label_range_equal_those_of_all_labels(case, weighted):
+    """The observed entries' Gram matrices of a label range: the rows of those of all labels
+    (bit for bit for sparse entries, whose sums run in row order per label whatever the
+    range; to rounding for dense ones, a BLAS product) and a naive per-label sum."""
     data = _problem(case)
     A = np.ascontiguousarray(data.X @ _W(data))
     iu, ju = np.triu_indices(K)
-    whole = data.entries.weighted_grams(None, A, iu, ju)
+    ent = data.entries
+    v = (ent.masked(np.random.default_rng(5).random(ent.y.shape)) if weighted else None)
+    whole = ent.label_grams(A, iu, ju, 0, L, v)
+    naive = _naive_label_grams(data, A, None if v is None else _dense_weights(data, v))
+    np.testing.assert_allclose(whole, naive, rtol=1e-12, atol=1e-12)
     for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
-        np.testing.assert_allclose(block_label_grams(data, A, l0, l1), whole[l0:l1],
-                                   rtol=1e-12, atol=1e-12)
+        part = (ent.label_grams(A, iu, ju, l0, l1, v) if weighted
+                else block_label_grams(data, A, l0, l1))
+        assert part.shape == (l1 - l0, iu.size)
+        if case == "masked-sparse":
+            assert np.array_equal(part, whole[l0:l1])
+        np.testing.assert_allclose(part, whole[l0:l1], rtol=1e-12, atol=1e-12)
 
 
 def test_each_h_step_on_blocks_refuses_the_losses_and_solvers_of_the_others():
@@ -262,19 +292,6 @@ def test_newton_steps_from_block_sums_equal_the_whole_data_newton_steps(case, lo
                    cg_tol=1e-3, fit_intercept=True)
         H, _ = est.h_step(data, W, H0, backend=LocalBlocks(split_rows(data, 3)))
         assert _rel(H, whole) < 1e-10
-
-
-@pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
-def test_weighted_label_grams_of_a_label_range_equal_those_of_all_labels(case):
-    data = _problem(case)
-    A = np.ascontiguousarray(data.X @ _W(data))
-    iu, ju = np.triu_indices(K)
-    ent = data.entries
-    v = ent.masked(np.random.default_rng(5).random(ent.y.shape))
-    whole = ent.weighted_grams(v, A, iu, ju)
-    for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
-        np.testing.assert_allclose(ent.label_grams(A, iu, ju, l0, l1, v), whole[l0:l1],
-                                   rtol=1e-12, atol=1e-12)
 
 
 # -- the objective over row blocks -----------------------------------------------------------
