@@ -29,10 +29,13 @@ Gram matrix is added in row order whatever label block holds it, so the label bl
 not change the factors; the default label blocks are aligned to the groups in which a BLAS
 product takes the labels, so that dense observed entries give the same bits too.
 
-The Newton steps (:func:`_newton_steps`) need the per-label objectives at every trial
-point of the line search: one round of block sums per trial, each block keeping its
-decision values (:func:`block_trial`) for the gradient and curvature at the point the
-search accepts.
+The margin losses' gradient ``D_b^T A_b`` is taken two ways on purpose: the bound steps
+take it a batch of rows at a time (:func:`~scarce.algorithms.leml.terms.loss_terms`, no
+``n x L`` array held), the Newton steps from the decision values each block keeps, since
+their Hessians need the ``n x L`` second derivatives at that point anyway.  The Newton
+steps (:func:`_newton_steps`) need the per-label objectives at every trial point of the line
+search: one round of block sums per trial, each block keeping its decision values
+(:func:`block_trial`) for the gradient and curvature at the point the search accepts.
 
 References
 ----------

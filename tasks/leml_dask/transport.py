@@ -45,9 +45,10 @@ def _fresh_aligned(array: np.ndarray) -> np.ndarray:
 
 def _align(value, depth: int = 0):
     """``value`` with every array it holds at :data:`ALIGNMENT` (:func:`_aligned`): an array,
-    a sparse matrix, a tuple (a named tuple stays one), or an object of :mod:`scarce.algorithms.leml` (a row block and its
-    observed entries, a block's products) whose array attributes are replaced in place, so
-    that a block fetched from another worker is aligned once for all the tasks that use it."""
+    a sparse matrix, a tuple (a named tuple stays one), or an object of
+    :mod:`scarce.algorithms.leml` (a row block and its observed entries, a block's products)
+    whose array attributes are replaced in place, so that a block fetched from another worker
+    is aligned once for all the tasks that use it."""
     if isinstance(value, np.ndarray):
         return _aligned(value)
     if depth > 3 or value is None:
