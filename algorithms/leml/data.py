@@ -47,6 +47,27 @@ GRAM_ENTRIES_PER_NNZ = 2
 DIAGONAL_CHUNK = 1 << 22
 
 # --------------------------------------------------------------------------- entries
+def pair_products(rows) -> np.ndarray:
+    """``a_i (x) a_i`` of every row ``a_i`` of ``rows`` (r x k), upper triangles in the order of
+    ``np.triu_indices(k)``: an r x k(k+1)/2 C-ordered array (the Gram matrices' terms).
+
+    With 16 columns or more, one broadcast product per row of the triangle, each writing a
+    contiguous run; with fewer, those runs are too short and two gathers of the pairs'
+    columns are faster.  (``rows[:, iu] * rows[:, ju]`` would give a column-major array, which
+    a sparse product copies again.)
+    """
+    r, k = rows.shape
+    if k < 16:
+        iu, ju = np.triu_indices(k)
+        return np.take(rows, iu, axis=1) * np.take(rows, ju, axis=1)
+    P = np.empty((r, k * (k + 1) // 2), dtype=rows.dtype)
+    start = 0
+    for i in range(k):
+        np.multiply(rows[:, i:i + 1], rows[:, i:], out=P[:, start:start + k - i])
+        start += k - i
+    return P
+
+
 class _SparseEntries:
     """The observed entries ``Omega`` of an n x L label matrix, in CSR order.
 
@@ -110,10 +131,10 @@ class _SparseEntries:
         return _SparseEntries(self.indptr[start:stop + 1] - e0, self.cols[e0:e1].copy(),
                               self.y[e0:e1].copy(), (stop - start, self.shape[1]))
 
-    def label_grams(self, A, iu, ju, l0, l1, v=None):
+    def label_grams(self, A, l0, l1, v=None):
         """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
-        ``l0 <= j < l1``, upper triangles ((l1 - l0) x k(k+1)/2); ``v``: a vector over the
-        entries (CSR order).
+        ``l0 <= j < l1``, upper triangles ((l1 - l0) x k(k+1)/2, :func:`pair_products`);
+        ``v``: a vector over the entries (CSR order).
 
         Row-major: for each batch of rows (fixed by ``k`` alone) the products ``a_i (x) a_i``
         of the rows holding an entry of those labels, then one sparse product with their
@@ -123,10 +144,10 @@ class _SparseEntries:
         gather would) is what makes it fast when rows hold several observed labels.
         """
         n, n_labels = self.shape
-        width = l1 - l0
-        G = np.zeros((width, iu.size), dtype=A.dtype)
+        width, size = l1 - l0, A.shape[1] * (A.shape[1] + 1) // 2
+        G = np.zeros((width, size), dtype=A.dtype)
         everything = l0 == 0 and l1 == n_labels
-        step = max(1, BLOCK // max(iu.size, 1))
+        step = max(1, BLOCK // max(size, 1))
         for r0 in range(0, n, step):
             r1 = min(r0 + step, n)
             e0, e1 = int(self.indptr[r0]), int(self.indptr[r1])
@@ -146,7 +167,7 @@ class _SparseEntries:
                 S = sp.csr_matrix((vals[keep], (place, cols[keep] - l0)),
                                   shape=(rows.size, width))
                 block = A[rows]
-            G += S.T @ (block[:, iu] * block[:, ju])
+            G += S.T @ pair_products(block)
         return G
 
 
@@ -197,22 +218,22 @@ class _DenseEntries:
         mask = None if self.mask is None else self.mask[start:stop].copy()
         return _DenseEntries(self.y[start:stop].copy(), mask)
 
-    def label_grams(self, A, iu, ju, l0, l1, v=None):
+    def label_grams(self, A, l0, l1, v=None):
         """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
-        ``l0 <= j < l1``, upper triangles ((l1 - l0) x k(k+1)/2); ``v``: an n x L array, zero
-        where unobserved (as :meth:`masked` leaves it).
+        ``l0 <= j < l1``, upper triangles ((l1 - l0) x k(k+1)/2, :func:`pair_products`);
+        ``v``: an n x L array, zero where unobserved (as :meth:`masked` leaves it).
 
         Row-major: for each batch of rows (fixed by ``k`` and ``L``, not by the label range)
         the products ``a_i (x) a_i``, then one BLAS product with the batch's weights of those
         labels, ``O(n (l1 - l0) k^2)``.
         """
         n, n_labels = A.shape[0], self.shape[1]
-        G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
-        step = max(1, BLOCK // max(iu.size, n_labels, 1))
+        size = A.shape[1] * (A.shape[1] + 1) // 2
+        G = np.zeros((l1 - l0, size), dtype=A.dtype)
+        step = max(1, BLOCK // max(size, n_labels, 1))
         weights = self.mask if v is None else v
         for r0 in range(0, n, step):
-            block = A[r0:r0 + step]
-            P = block[:, iu] * block[:, ju]
+            P = pair_products(A[r0:r0 + step])
             if weights is None:
                 G += P.sum(axis=0)
             else:

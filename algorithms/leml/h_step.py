@@ -193,8 +193,7 @@ def block_label_products(block: LEMLData, A) -> np.ndarray:
 def block_label_grams(block: LEMLData, A, l0: int, l1: int) -> np.ndarray:
     """``sum_{i in Omega_j} a_i a_i^T`` over the block's rows, for labels ``l0 <= j < l1``:
     upper triangles, ``(l1 - l0) x k(k+1)/2``."""
-    iu, ju = np.triu_indices(A.shape[1])
-    return block.entries.label_grams(A, iu, ju, int(l0), int(l1))
+    return block.entries.label_grams(A, int(l0), int(l1))
 
 
 def block_loss_gradient(block: LEMLData, A, H, loss: str) -> np.ndarray:
@@ -252,9 +251,7 @@ def block_weighted_label_grams(block: LEMLData, curvature: Curvature, l0: int,
                                l1: int) -> np.ndarray:
     """``sum_{i in Omega_j} D''_ij a_i a_i^T`` over the block's rows for the labels
     ``l0 <= j < l1`` (upper triangles): the block's term of those labels' Newton Hessians."""
-    A = curvature.A
-    iu, ju = np.triu_indices(A.shape[1])
-    return block.observed_entries().label_grams(A, iu, ju, int(l0), int(l1), curvature.d2)
+    return block.observed_entries().label_grams(curvature.A, int(l0), int(l1), curvature.d2)
 
 
 def block_curvature_product(block: LEMLData, curvature: Curvature, V) -> np.ndarray:

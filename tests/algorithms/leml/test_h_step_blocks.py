@@ -125,6 +125,21 @@ def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once(in_flight):
     assert _rel(H, _naive_H(data, _W(data), LAM)) <= 1e-10
 
 
+@pytest.mark.parametrize("k", [1, 3, 15, 16, 40])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pair_products_are_the_upper_triangles_of_each_rows_outer_product(k, dtype):
+    """Both ways of forming ``a_i (x) a_i`` (few columns: gathers; many: a product per row of
+    the triangle) against ``np.outer``, in ``np.triu_indices`` order, C-ordered."""
+    from scarce.algorithms.leml.data import pair_products
+
+    rows = np.random.default_rng(k).standard_normal((7, k)).astype(dtype)
+    P = pair_products(rows)
+    iu, ju = np.triu_indices(k)
+    assert P.dtype == dtype and P.flags.c_contiguous and P.shape == (7, iu.size)
+    for i in range(7):
+        assert np.array_equal(P[i], np.outer(rows[i], rows[i])[iu, ju])
+
+
 def _naive_label_grams(data, A, v=None):
     """``sum_{i in Omega_j} v_ij a_i a_i^T`` label by label in float64 from dense copies, as
     upper triangles (L x k(k+1)/2); ``v``: dense n x L weights (None: 1)."""
@@ -154,11 +169,11 @@ def test_label_grams_of_a_label_range_equal_those_of_all_labels(case, weighted):
     iu, ju = np.triu_indices(K)
     ent = data.entries
     v = (ent.masked(np.random.default_rng(5).random(ent.y.shape)) if weighted else None)
-    whole = ent.label_grams(A, iu, ju, 0, L, v)
+    whole = ent.label_grams(A, 0, L, v)
     naive = _naive_label_grams(data, A, None if v is None else _dense_weights(data, v))
     np.testing.assert_allclose(whole, naive, rtol=1e-12, atol=1e-12)
     for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
-        part = (ent.label_grams(A, iu, ju, l0, l1, v) if weighted
+        part = (ent.label_grams(A, l0, l1, v) if weighted
                 else block_label_grams(data, A, l0, l1))
         assert part.shape == (l1 - l0, iu.size)
         if case == "masked-sparse":
