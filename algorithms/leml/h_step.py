@@ -64,7 +64,7 @@ __all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
 #: dimension of the output, which the kernels take in small groups; where a label falls in
 #: its group (and a group cut short at a block's end) changes the order of its additions.
 #: Blocks aligned to the groups give every label the bits of the product over all labels
-#: (the groups of OpenBLAS's x86-64 kernels divide it).
+#: (the groups of the OpenBLAS kernels it was measured with divide it).
 LABEL_ALIGN = 12
 
 

@@ -245,6 +245,56 @@ def test_bound_steps_from_block_sums_equal_the_whole_data_bound_steps(case, loss
     assert _rel(H, whole) < 1e-12
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_bound_steps_build_the_gram_matrices_once_when_the_backend_keeps_them(keep):
+    """A backend that keeps the bound steps' Gram matrices (one process) builds each label
+    block's once over the steps; one that does not (a cluster) builds them at every step; the
+    same bits either way."""
+    data = _problem("masked-sparse", fit_intercept=True)
+    built = []
+
+    class Recording(LocalBlocks):
+        keep_label_grams = keep
+
+        def each(self, fn, *shared, per_block=None):
+            if fn.__name__ == "block_label_grams":
+                built.append(shared[:2])
+            return super().each(fn, *shared, per_block=per_block)
+
+    H0 = np.random.default_rng(4).standard_normal((L, K)) * 0.3
+    H, _ = update_H_bound_by_blocks(Recording(split_rows(data, 3)), _W(data), H0, LAM,
+                                    "logistic", n_steps=3, label_block=5)
+    label_blocks = [(0, 5), (5, 10), (10, 13)]
+    assert built == (label_blocks if keep else label_blocks * 3)
+    other, _ = update_H_bound_by_blocks(LocalBlocks(split_rows(data, 3)), _W(data), H0, LAM,
+                                        "logistic", n_steps=3, label_block=5)
+    assert np.array_equal(H, other)
+
+
+@pytest.mark.parametrize("n_labels", [1, 2, 13, 100, 181, 361, 1000])
+@pytest.mark.parametrize("k", [4, 50, 151, 300, 3000])
+def test_default_label_blocks_are_aligned_capped_and_never_end_with_one_label(n_labels, k):
+    """The default label blocks cover the labels in order, each at most about 2^22 / k^2
+    labels (one more for a joined last label), start at multiples of ``LABEL_ALIGN`` when
+    that many fit, and a last block of one label is joined to the one before; a given
+    ``label_block`` is taken as it is."""
+    from scarce.algorithms.leml.data import BLOCK
+    from scarce.algorithms.leml.h_step import LABEL_ALIGN, _label_ranges
+
+    ranges = _label_ranges(n_labels, k, None)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n_labels
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    cap = max(1, BLOCK // (k * k))
+    assert all(l1 - l0 <= cap + 1 for l0, l1 in ranges)
+    if cap >= LABEL_ALIGN:
+        assert all(l0 % LABEL_ALIGN == 0 for l0, _ in ranges)
+    if n_labels > 1:
+        assert ranges[-1][1] - ranges[-1][0] > 1
+    given = _label_ranges(n_labels, k, 4)
+    assert [l1 - l0 for l0, l1 in given] == [4] * (n_labels // 4) + (
+        [n_labels % 4] if n_labels % 4 else [])
+
+
 def _naive_newton_H(data, W, H, lam, loss, n_steps):
     """Label by label in float64 from dense copies: ``n_steps`` Newton steps ``s = -(A_j^T
     D''_j A_j + lam I)^{-1} g_j``, each with a backtracking line search (at most 30 halvings
