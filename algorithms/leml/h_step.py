@@ -472,8 +472,7 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
     Omega_j} y_ij a_i``.  Fully observed: ``sum_b A_b^T A_b`` and ``sum_b Y_b^T A_b``, one
     shared ``k x k`` solve.  Missing labels: ``sum_b Y_b^T A_b`` (``L x k``), then per label
     block the per-label Gram matrices of its labels summed over the row blocks and solved, so
-    at most a label block of Gram matrices (about 2^22 entries by default) is built at once
-    per label block in flight.
+    only the label blocks in flight hold Gram matrices (about 2^22 entries each by default).
 
     Parameters
     ----------
