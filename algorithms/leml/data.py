@@ -47,6 +47,27 @@ GRAM_ENTRIES_PER_NNZ = 2
 DIAGONAL_CHUNK = 1 << 22
 
 # --------------------------------------------------------------------------- entries
+def pair_products(rows) -> np.ndarray:
+    """``a_i (x) a_i`` of every row ``a_i`` of ``rows`` (r x k), upper triangles in the order of
+    ``np.triu_indices(k)``: an r x k(k+1)/2 C-ordered array (the Gram matrices' terms).
+
+    With 16 columns or more, one broadcast product per row of the triangle, each writing a
+    contiguous run; with fewer, those runs are too short and two gathers of the pairs'
+    columns are faster.  (``rows[:, iu] * rows[:, ju]`` would give a column-major array, which
+    a sparse product copies again.)
+    """
+    r, k = rows.shape
+    if k < 16:
+        iu, ju = np.triu_indices(k)
+        return np.take(rows, iu, axis=1) * np.take(rows, ju, axis=1)
+    P = np.empty((r, k * (k + 1) // 2), dtype=rows.dtype)
+    start = 0
+    for i in range(k):
+        np.multiply(rows[:, i:i + 1], rows[:, i:], out=P[:, start:start + k - i])
+        start += k - i
+    return P
+
+
 class _SparseEntries:
     """The observed entries ``Omega`` of an n x L label matrix, in CSR order.
 
@@ -110,43 +131,43 @@ class _SparseEntries:
         return _SparseEntries(self.indptr[start:stop + 1] - e0, self.cols[e0:e1].copy(),
                               self.y[e0:e1].copy(), (stop - start, self.shape[1]))
 
-    def weighted_grams(self, v, A, iu, ju):
-        """``G[j] = sum_{i in Omega_j} v_ij a_i a_i^T``, upper triangles (L x k(k+1)/2)."""
+    def label_grams(self, A, l0, l1, v=None):
+        """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
+        ``l0 <= j < l1``, upper triangles ((l1 - l0) x k(k+1)/2, :func:`pair_products`);
+        ``v``: a vector over the entries (CSR order).
+
+        Row-major: for each batch of rows (fixed by ``k`` alone) the products ``a_i (x) a_i``
+        of the rows holding an entry of those labels, then one sparse product with their
+        entries, ``O(|Omega_{l0:l1}| k^2)``.  A label's terms are added in row order, batch
+        after batch, whatever the label range: a range's rows equal those of all labels, bit
+        for bit.  Forming ``a_i (x) a_i`` once per row (not once per entry, as a label-major
+        gather would) is what makes it fast when rows hold several observed labels.
+        """
         n, n_labels = self.shape
-        G = np.zeros((n_labels, iu.size), dtype=A.dtype)
-        step = max(1, BLOCK // max(iu.size, 1))
+        width, size = l1 - l0, A.shape[1] * (A.shape[1] + 1) // 2
+        G = np.zeros((width, size), dtype=A.dtype)
+        everything = l0 == 0 and l1 == n_labels
+        step = max(1, BLOCK // max(size, 1))
         for r0 in range(0, n, step):
             r1 = min(r0 + step, n)
-            e0, e1 = self.indptr[r0], self.indptr[r1]
+            e0, e1 = int(self.indptr[r0]), int(self.indptr[r1])
             if e0 == e1:
                 continue
+            cols = self.cols[e0:e1]
             vals = np.ones(e1 - e0, dtype=A.dtype) if v is None else v[e0:e1]
-            S = sp.csr_matrix((vals, self.cols[e0:e1], self.indptr[r0:r1 + 1] - e0),
-                              shape=(r1 - r0, n_labels))
-            block = A[r0:r1]
-            G += S.T @ (block[:, iu] * block[:, ju])
-        return G
-
-    def label_grams(self, A, iu, ju, l0, l1, v=None):
-        """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
-        ``l0 <= j < l1`` only, upper triangles ((l1 - l0) x k(k+1)/2), from the entries of
-        those labels (label-major order, chunks of at most :data:`BLOCK` elements):
-        ``O(|Omega_{l0:l1}| k^2)``.  ``v``: a vector over the entries (CSR order)."""
-        e0, e1 = int(self.t_indptr[l0]), int(self.t_indptr[l1])
-        G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
-        if e0 == e1:
-            return G
-        labels = np.repeat(np.arange(l1 - l0), np.diff(self.t_indptr[l0:l1 + 1]))
-        rows = self.t_indices[e0:e1]
-        weights = None if v is None else np.asarray(v)[self.perm[e0:e1]].astype(A.dtype)
-        step = max(1, BLOCK // max(iu.size, 1))
-        for s in range(0, e1 - e0, step):
-            e = min(s + step, e1 - e0)
-            block = A[rows[s:e]]
-            vals = np.ones(e - s, dtype=A.dtype) if weights is None else weights[s:e]
-            S = sp.csr_matrix((vals, (labels[s:e], np.arange(e - s))),
-                              shape=(l1 - l0, e - s))
-            G += S @ (block[:, iu] * block[:, ju])
+            if everything:
+                S = sp.csr_matrix((vals, cols, self.indptr[r0:r1 + 1] - e0),
+                                  shape=(r1 - r0, n_labels))
+                block = A[r0:r1]
+            else:
+                keep = (cols >= l0) & (cols < l1)
+                if not keep.any():
+                    continue
+                rows, place = np.unique(self.rows[e0:e1][keep], return_inverse=True)
+                S = sp.csr_matrix((vals[keep], (place, cols[keep] - l0)),
+                                  shape=(rows.size, width))
+                block = A[rows]
+            G += S.T @ pair_products(block)
         return G
 
 
@@ -197,34 +218,26 @@ class _DenseEntries:
         mask = None if self.mask is None else self.mask[start:stop].copy()
         return _DenseEntries(self.y[start:stop].copy(), mask)
 
-    def weighted_grams(self, v, A, iu, ju):
-        n = A.shape[0]
-        if v is None:
-            v = self.mask
-        G = np.zeros((self.shape[1], iu.size), dtype=A.dtype)
-        step = max(1, BLOCK // max(iu.size, self.shape[1], 1))
-        for r0 in range(0, n, step):
-            block = A[r0:r0 + step]
-            P = block[:, iu] * block[:, ju]
-            G += P.sum(axis=0) if v is None else v[r0:r0 + step].T @ P
-        return G
-
-    def label_grams(self, A, iu, ju, l0, l1, v=None):
+    def label_grams(self, A, l0, l1, v=None):
         """``G[j - l0] = sum_{i in Omega_j} v_ij a_i a_i^T`` (``v`` None: 1) for the labels
-        ``l0 <= j < l1`` only, upper triangles ((l1 - l0) x k(k+1)/2).  ``v``: an n x L
-        array, zero where unobserved (as :meth:`masked` leaves it)."""
-        n = A.shape[0]
-        G = np.zeros((l1 - l0, iu.size), dtype=A.dtype)
-        step = max(1, BLOCK // max(iu.size, l1 - l0, 1))
+        ``l0 <= j < l1``, upper triangles ((l1 - l0) x k(k+1)/2, :func:`pair_products`);
+        ``v``: an n x L array, zero where unobserved (as :meth:`masked` leaves it).
+
+        Row-major: for each batch of rows (fixed by ``k`` and ``L``, not by the label range)
+        the products ``a_i (x) a_i``, then one BLAS product with the batch's weights of those
+        labels, ``O(n (l1 - l0) k^2)``.
+        """
+        n, n_labels = A.shape[0], self.shape[1]
+        size = A.shape[1] * (A.shape[1] + 1) // 2
+        G = np.zeros((l1 - l0, size), dtype=A.dtype)
+        step = max(1, BLOCK // max(size, n_labels, 1))
+        weights = self.mask if v is None else v
         for r0 in range(0, n, step):
-            block = A[r0:r0 + step]
-            P = block[:, iu] * block[:, ju]
-            if v is not None:
-                G += v[r0:r0 + step, l0:l1].astype(A.dtype, copy=False).T @ P
-            elif self.mask is None:
+            P = pair_products(A[r0:r0 + step])
+            if weights is None:
                 G += P.sum(axis=0)
             else:
-                G += self.mask[r0:r0 + step, l0:l1].T @ P
+                G += weights[r0:r0 + step, l0:l1].astype(A.dtype, copy=False).T @ P
         return G
 
 

@@ -1,35 +1,41 @@
 """LEML's H-step: minimise ``J(W, .)`` over ``H`` with ``W`` fixed (Yu et al., Sec. 3).
 
-Kept as one module: the H-step's solvers (direct, conjugate gradient, bound) and their row-
-block forms share the per-label systems they solve.
-
 With ``W`` fixed the problem splits into ``L`` independent ``k``-dimensional problems, one
 per label, over the inputs ``a_i = W^T x_i``:
 
 * squared loss: for label ``j`` the normal equations
   ``(2 sum_{i in Omega_j} a_i a_i^T + lam I) h_j = 2 sum_{i in Omega_j} y_ij a_i``;
-  the ``L`` Gram matrices come from one sparse product ``Omega^T [a_i (x) a_i]``
-  (``O(|Omega| k^2)``) and are solved as one batched ``(L, k, k)`` system; fully
-  observed, all labels share ``A^T A`` (one ``k x k`` solve with ``L`` right-hand sides);
-* other losses: batched Newton with a per-label backtracking line search, the Newton
-  directions from explicit Hessians or per-label conjugate gradient, or steps on a
-  quadratic bound (:func:`update_H`).
+  fully observed, all labels share ``A^T A`` (one ``k x k`` solve with ``L`` right-hand
+  sides);
+* logistic and squared-hinge losses: batched Newton steps with a per-label backtracking
+  line search, the Newton directions from explicit Hessians or per-label conjugate
+  gradient; or steps on a quadratic bound, without line search.
 
-The squared loss's H-step is also written as sums over row blocks
-(:func:`update_H_by_blocks`): with ``A_b = X_b W`` the embedding of block ``b``, fully
-observed it needs only ``sum_b A_b^T A_b`` (``k x k``) and ``sum_b Y_b^T A_b`` (``L x k``);
-with missing labels ``sum_b Y_b^T A_b`` over the observed entries and, one label block at a
-time, the per-label Gram matrices ``sum_b sum_{i in Omega_j, i in b} a_i a_i^T`` (so no
-process holds ``L x k x k`` at once), each label block added up and solved where it is
-added (on a worker, on a cluster), a few label blocks in flight at once.  A *backend*
-(:class:`LocalBlocks` here, ``tasks.leml_dask.RowBlockBackend`` on a Dask cluster) computes the
-per-block terms where the blocks are and adds them in block order, so any number of workers
-gives the same bits.  The logistic and squared-hinge losses' bound steps
-(``h_solver="bound"``) are block sums too (:func:`update_H_bound_by_blocks`): per step one
-gradient round and the label blocks' fixed Gram matrices, no line search.  Their Newton
-steps (``"direct"``, ``"cg"``) stay on :func:`update_H` over the whole data: their per-label
-line searches need per-label objective values and fresh Hessians at every trial point, a
-round of block sums per line-search step that is not written.
+Every sum over the rows is written once, as a sum over row blocks: a *backend* holds the
+blocks and computes the per-block terms where they are (the ``block_*`` functions), then
+adds them in block order (:func:`sum_in_order`), so any number of workers gives the same
+bits.  :class:`LocalBlocks` holds them in this process; ``tasks.leml_dask.RowBlockBackend``
+on Dask workers.  The whole data is :class:`LocalBlocks` of one block: :func:`update_H`
+takes either.  With ``A_b = X_b W`` kept with block ``b``, the terms are ``A_b^T A_b``
+(``k x k``), ``Y_b^T A_b`` (``L x k``), the margin losses' gradient ``D_b^T A_b``, their
+per-label loss sums, and the per-label Gram matrices ``sum_{i in Omega_j, i in b} v_ij a_i
+a_i^T`` (``v`` 1, or the loss's second derivatives for a Newton Hessian), built row-major
+by the observed entries' :meth:`label_grams`.  Those are formed for one *label block* at a
+time (about 2^22 / k^2 labels), summed over the row blocks and solved where they are
+summed, a few label blocks in flight at once, so no process need hold ``L x k x k``; the
+bound steps' Gram matrices do not change over the steps and are kept when the backend
+says so (:attr:`LocalBlocks.keep_label_grams`), else built again at each step.  A label's
+Gram matrix is added in row order whatever label block holds it, so the label blocks do
+not change the factors; the default label blocks are aligned to the groups in which a BLAS
+product takes the labels, so that dense observed entries give the same bits too.
+
+The margin losses' gradient ``D_b^T A_b`` is taken two ways on purpose: the bound steps
+take it a batch of rows at a time (:func:`~scarce.algorithms.leml.terms.loss_terms`, no
+``n x L`` array held), the Newton steps from the decision values each block keeps, since
+their Hessians need the ``n x L`` second derivatives at that point anyway.  The Newton
+steps (:func:`_newton_steps`) need the per-label objectives at every trial point of the line
+search: one round of block sums per trial, each block keeping its decision values
+(:func:`block_trial`) for the gradient and curvature at the point the search accepts.
 
 References
 ----------
@@ -40,6 +46,7 @@ with Missing Labels", ICML 2014.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,7 +57,15 @@ from scarce.algorithms.leml.params import H_SOLVERS
 from scarce.algorithms.leml.terms import loss_terms
 
 __all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
-           "update_H_by_blocks"]
+           "update_H_by_blocks", "update_H_newton_by_blocks"]
+
+#: The default label blocks start at multiples of this many labels.  In a BLAS product of a
+#: batch's weights (rows x labels) with its products ``a_i (x) a_i``, the labels are one
+#: dimension of the output, which the kernels take in small groups; where a label falls in
+#: its group (and a group cut short at a block's end) changes the order of its additions.
+#: Blocks aligned to the groups give every label the bits of the product over all labels
+#: (the groups of the OpenBLAS kernels it was measured with divide it).
+LABEL_ALIGN = 12
 
 
 def _checked_W(W, n_features: int, dtype) -> np.ndarray:
@@ -111,150 +126,9 @@ def _per_label_cg(product, lam, g, cg_max_iter, cg_tol):
     return S, n_iter
 
 
-def _bound_update_H(data: LEMLData, A, H, lam: float, loss, n_steps: int, iu, ju):
-    """``n_steps`` majorise-minimise steps of the H-step (``h_solver="bound"``).
-
-    Label ``j``'s loss is majorised by its expansion with curvature
-    ``c = loss.curvature_bound``, whose minimiser is
-    ``h_j - (c sum_{i in Omega_j} a_i a_i^T + lam I)^{-1} g_j``: the matrices are
-    those of the squared loss's H-step, formed once (fully observed: one shared
-    ``c A^T A + lam I``) and kept over the steps, so a step costs one gradient
-    ``O(|Omega| k)`` (a batch of rows at a time, :func:`~scarce.algorithms.leml.terms.loss_terms`);
-    no label's objective increases.
-    """
-    c = float(loss.curvature_bound)
-    k = A.shape[1]
-    if data.fully_observed:
-        M = c * (A.T @ A)
-        M[np.diag_indices(k)] += lam
-        M = M.astype(np.float64)
-
-        def solve(g):
-            return np.linalg.solve(M, g.T.astype(np.float64)).T.astype(A.dtype)
-    else:
-        G = c * data.observed_entries().weighted_grams(None, A, iu, ju)
-
-        def solve(g):
-            return _solve_grams(G, lam, g, iu, ju)
-    for _ in range(n_steps):
-        g = loss_terms(data, A, H, loss, labels=True).labels
-        g += lam * H
-        H = H - solve(g)
-    return H
-
-
-def update_H(data: LEMLData, W, lam: float, loss, *, H0=None, newton_max_iter: int,
-             h_solver: str, cg_max_iter: int, cg_tol: float):
-    """H-step: minimise ``J(W, .)`` over ``H``, all labels at once (Yu et al., Sec. 3).
-
-    Each ``h_j`` solves a ``k``-dimensional problem over ``Omega_j = {i : (i, j) in
-    Omega}`` with inputs ``a_i = W^T x_i``.  Squared loss: exact, one batched
-    solve of the ``L`` normal equations (fully observed: one shared ``k x k``
-    matrix ``2 A^T A + lam I``).  Logistic and squared hinge, ``h_solver="direct"``:
-    ``newton_max_iter`` Newton steps for all labels together, each solving the
-    ``L`` Hessians ``sum_i D''_ij a_i a_i^T + lam I`` formed explicitly
-    (``O(|Omega| k^2)`` per step) with a per-label backtracking (Armijo) line
-    search, so no label's objective increases.  ``h_solver="cg"``: the same
-    Newton steps and line search, but each label's Newton direction comes from at
-    most ``cg_max_iter`` conjugate-gradient iterations (batched over the labels,
-    each stopping at its own relative residual ``cg_tol``) on Hessian-vector
-    products ``V -> (D'' o (A V^T))^T A + lam V`` of cost ``O(|Omega| k)`` each,
-    never forming a Hessian (a truncated Newton method).  For ``k = 100`` one
-    set of explicit Hessians costs about as much as 25 such products.
-    :meth:`scarce.algorithms.leml.LEML.h_step` calls it with the estimator's parameters (their
-    defaults are documented there).
-
-    Parameters
-    ----------
-    data : LEMLData
-    W : ndarray of shape (d', k)
-    lam : float
-    loss : {"squared", "logistic", "sqhinge"} or Loss
-    H0 : ndarray of shape (L, k), optional
-        Starting point of the Newton iterations (default zeros); unused for the
-        squared loss, whose solution is exact.
-    newton_max_iter : int
-        Newton steps (or bound steps with ``h_solver="bound"``).
-    h_solver : {"direct", "cg", "bound"}
-        Newton directions of the logistic and squared-hinge losses: explicit
-        per-label Hessians or conjugate gradient (see above); or ``"bound"``:
-        ``newton_max_iter`` majorise-minimise steps, each a gradient and a solve
-        with the fixed matrices ``c sum_{i in Omega_j} a_i a_i^T + lam I``
-        (``c = loss.curvature_bound``, see :func:`_bound_update_H`), without line
-        search.  Unused for the squared loss.
-    cg_max_iter : int
-        Inner CG iterations per Newton step (``h_solver="cg"`` only).
-    cg_tol : float
-        Relative residual at which the inner CG stops (``h_solver="cg"`` only).
-
-    Returns
-    -------
-    H : ndarray of shape (L, k)
-    info : dict
-        ``newton_iter``, and ``cg_iter`` for ``h_solver="cg"``.
-    """
-    loss = get_loss(loss)
-    lam = float(lam)
-    if lam <= 0:
-        raise ValueError(f"lam must be positive, got {lam}")
-    if h_solver not in H_SOLVERS:
-        raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {h_solver!r}")
-    dtype = data.dtype
-    W = _checked_W(W, data.n_features, dtype)
-    k = W.shape[1]
-    A = data.X @ W
-    A = np.ascontiguousarray(A.toarray() if sp.issparse(A) else A)
-    info = {"newton_iter": 0}
-    iu, ju = np.triu_indices(k)
-
-    if loss.name == "squared" and data.fully_observed:
-        M = 2 * (A.T @ A)
-        M[np.diag_indices(k)] += lam
-        R = 2 * (data.Yt @ A)
-        H = np.linalg.solve(M, R.T).T
-    elif loss.name == "squared":
-        ent = data.observed_entries()
-        G = 2 * ent.weighted_grams(None, A, iu, ju)
-        R = ent.t_times(ent.masked(2 * ent.y), A)
-        H = _solve_grams(G, lam, R, iu, ju)
-    else:
-        H = (np.zeros((data.n_labels, k), dtype=dtype) if H0 is None
-             else check_factor(H0, (data.n_labels, k), dtype, "H0"))
-
-        if h_solver == "bound":
-            H = _bound_update_H(data, A, H, lam, loss, int(newton_max_iter), iu, ju)
-            info["newton_iter"] = int(newton_max_iter)
-            return H, info
-        ent = data.observed_entries()
-        state: dict = {}  # the decision values of the last H valued, and its curvature
-
-        def values(Hc):
-            state["H"], state["z"] = Hc, ent.dots(A, Hc)
-            return ent.label_sums(ent.masked(loss.value(ent.y, state["z"])))
-
-        def gradient(Hc):
-            z = state["z"] if state.get("H") is Hc else ent.dots(A, Hc)
-            state["d2"] = ent.masked(loss.second_derivative(ent.y, z))
-            return ent.t_times(ent.masked(loss.derivative(ent.y, z)), A)
-
-        def direction(g):
-            d2 = state["d2"]
-            if h_solver == "cg":
-                step, n_cg = _per_label_cg(lambda D: ent.t_times(d2 * ent.dots(A, D), A),
-                                           lam, g, cg_max_iter, cg_tol)
-                info["cg_iter"] = info.get("cg_iter", 0) + n_cg
-                return step
-            return -_solve_grams(ent.weighted_grams(d2, A, iu, ju), lam, g, iu, ju)
-
-        H = _newton_steps(H, lam, int(newton_max_iter), values, gradient, direction, info)
-    H = np.ascontiguousarray(H, dtype=dtype)
-    return H, info
-
-
 def _newton_steps(H, lam: float, n_steps: int, values, gradient, direction, info: dict):
     """The margin losses' Newton H-steps with a per-label backtracking (Armijo) line search,
-    so that no label's objective increases; shared by :func:`update_H` (the whole data) and
-    :func:`update_H_newton_by_blocks` (sums over row blocks).
+    so that no label's objective increases (:func:`update_H_newton_by_blocks`).
 
     ``values(H)``: the per-label loss sums (length L, float64); ``gradient(H)``: the loss
     part of the gradient (L x k), after which ``direction(g)`` gives the Newton step from
@@ -294,9 +168,11 @@ def _newton_steps(H, lam: float, n_steps: int, values, gradient, direction, info
     return H
 
 
-# --------------------------------------------------------------------------- row blocks
+
+
+# --------------------------------------------------------------------------- per-block terms
 def block_embedding(block: LEMLData, W) -> np.ndarray:
-    """``A_b = X_b W`` (rows of the block x k), C-ordered, as :func:`update_H` forms ``A``."""
+    """``A_b = X_b W`` (rows of the block x k), C-ordered."""
     A = block.X @ W
     return np.ascontiguousarray(A.toarray() if sp.issparse(A) else A)
 
@@ -317,53 +193,85 @@ def block_label_products(block: LEMLData, A) -> np.ndarray:
 def block_label_grams(block: LEMLData, A, l0: int, l1: int) -> np.ndarray:
     """``sum_{i in Omega_j} a_i a_i^T`` over the block's rows, for labels ``l0 <= j < l1``:
     upper triangles, ``(l1 - l0) x k(k+1)/2``."""
-    iu, ju = np.triu_indices(A.shape[1])
-    return block.entries.label_grams(A, iu, ju, int(l0), int(l1))
+    return block.entries.label_grams(A, int(l0), int(l1))
 
 
 def block_loss_gradient(block: LEMLData, A, H, loss: str) -> np.ndarray:
-    """``sum_{(i, j) in Omega, i in b} loss'(y_ij, a_i^T h_j) a_i`` per label (L x k): the
-    block's term of the H-step gradient of a margin loss (without ``lam H``)."""
+    """``sum_{(i, j) in Omega, i in b} loss'(y_ij, a_i^T h_j) a_i`` per label (L x k), a batch
+    of rows at a time (:func:`~scarce.algorithms.leml.terms.loss_terms`): the block's term of
+    the bound steps' gradient (without ``lam H``)."""
     return loss_terms(block, A, H, loss, labels=True).labels
 
 
-def block_label_losses(block: LEMLData, A, H, loss: str) -> np.ndarray:
-    """``sum_{(i, j) in Omega, i in b} loss(y_ij, a_i^T h_j)`` per label (length L, as
-    :func:`update_H` sums them): the block's term of the per-label objectives of the margin
-    losses' Newton line search."""
+class Trial(NamedTuple):
+    """A block at a trial point ``H`` of the Newton line search (kept where the block is)."""
+
+    A: np.ndarray  # the block's embedding
+    z: np.ndarray  # decision values a_i^T h_j on the block's observed entries
+    losses: np.ndarray  # per-label loss sums over the block (length L, float64)
+
+
+class Curvature(NamedTuple):
+    """A block's terms of a Newton step at the accepted point (kept where the block is)."""
+
+    A: np.ndarray
+    d2: np.ndarray  # loss''(y_ij, z_ij) on the observed entries, zero elsewhere
+    gradient: np.ndarray  # sum_i loss'(y_ij, z_ij) a_i per label (L x k)
+
+
+def block_trial(block: LEMLData, A, H, loss: str) -> Trial:
+    """The block at ``H``: its decision values and per-label loss sums (a trial point of the
+    line search, and if accepted the point of the next Newton step)."""
     ent = block.observed_entries()
-    return ent.label_sums(ent.masked(get_loss(loss).value(ent.y, ent.dots(A, H))))
+    z = ent.dots(A, H)
+    return Trial(A, z, ent.label_sums(ent.masked(get_loss(loss).value(ent.y, z))))
 
 
-def block_curvature(block: LEMLData, A, H, loss: str) -> tuple:
-    """``(A_b, D''_b)``: the block's embedding with the second derivatives of the loss at
-    ``H`` over its observed entries, kept where the block is for the Newton step's Hessians
+def trial_losses(block: LEMLData, trial: Trial) -> np.ndarray:
+    """The block's per-label loss sums at a trial point (length L)."""
+    return trial.losses
+
+
+def block_curvature(block: LEMLData, trial: Trial, loss: str) -> Curvature:
+    """The block's gradient ``D'^T A_b`` and second derivatives ``D''`` at a trial point, from
+    its decision values; ``D''`` stays with the block for the Newton step's Hessians
     (:func:`block_weighted_label_grams`) or Hessian-vector products
     (:func:`block_curvature_product`)."""
-    ent = block.observed_entries()
-    return A, ent.masked(get_loss(loss).second_derivative(ent.y, ent.dots(A, H)))
+    loss, ent, z = get_loss(loss), block.observed_entries(), trial.z
+    d2 = ent.masked(loss.second_derivative(ent.y, z))
+    return Curvature(trial.A, d2, ent.t_times(ent.masked(loss.derivative(ent.y, z)), trial.A))
 
 
-def block_weighted_label_grams(block: LEMLData, curvature, l0: int, l1: int) -> np.ndarray:
+def curvature_gradient(block: LEMLData, curvature: Curvature) -> np.ndarray:
+    """The block's term of the Newton step's gradient (L x k, without ``lam H``)."""
+    return curvature.gradient
+
+
+def block_weighted_label_grams(block: LEMLData, curvature: Curvature, l0: int,
+                               l1: int) -> np.ndarray:
     """``sum_{i in Omega_j} D''_ij a_i a_i^T`` over the block's rows for the labels
-    ``l0 <= j < l1`` (upper triangles): the block's term of those labels' Newton Hessians,
-    from ``curvature`` (:func:`block_curvature`)."""
-    A, d2 = curvature
-    iu, ju = np.triu_indices(A.shape[1])
-    return block.observed_entries().label_grams(A, iu, ju, int(l0), int(l1), d2)
+    ``l0 <= j < l1`` (upper triangles): the block's term of those labels' Newton Hessians."""
+    return block.observed_entries().label_grams(curvature.A, int(l0), int(l1), curvature.d2)
 
 
-def block_curvature_product(block: LEMLData, curvature, V) -> np.ndarray:
+def block_curvature_product(block: LEMLData, curvature: Curvature, V) -> np.ndarray:
     """``(D'' o (A_b V^T))^T A_b`` (L x k): the block's term of the per-label Hessian-vector
     products of the truncated Newton H-step (``h_solver="cg"``)."""
-    A, d2 = curvature
     ent = block.observed_entries()
-    return ent.t_times(d2 * ent.dots(A, V), A)
+    return ent.t_times(curvature.d2 * ent.dots(curvature.A, V), curvature.A)
+
+
+def kept_label_grams(G_half) -> np.ndarray:
+    """A label block's Gram matrices summed over the row blocks, kept where they were summed
+    (the bound steps solve with them at every step)."""
+    return G_half
 
 
 def solve_bound_block(G_half, c: float, lam: float, g) -> np.ndarray:
-    """The bound step's ``(c G_j + lam I)^{-1} g_j`` for a label block, from ``G_half`` (the
-    block sums of :func:`block_label_grams`) and ``g`` (its rows of the gradient)."""
+    """``(c G_j + lam I)^{-1} g_j`` for a label block, from ``G_half`` (the block sums of
+    :func:`block_label_grams` or :func:`block_weighted_label_grams`) and ``g`` (its rows of
+    the gradient): the bound step (``c = loss.curvature_bound``) and the Newton step
+    (``c = 1``, weighted Gram matrices)."""
     k = g.shape[1]
     iu, ju = np.triu_indices(k)
     return _solve_grams(float(c) * G_half, lam, g, iu, ju)
@@ -386,8 +294,9 @@ def sum_in_order(parts) -> np.ndarray:
 
 
 class LocalBlocks:
-    """Row blocks in this process: the backend of :func:`update_H_by_blocks` without a
-    cluster (the same code path, the same block order, one block after the other).
+    """Row blocks in this process: the backend of the H-step without a cluster (the same code
+    path, the same block order, one block after the other); ``LocalBlocks([data])`` is the
+    whole data.
 
     Parameters
     ----------
@@ -416,6 +325,10 @@ class LocalBlocks:
 
     #: label blocks of the H-step in flight at once (one: each is solved when it is built)
     in_flight = 1
+    #: the bound steps' Gram matrices are built once and kept over the steps, here in this
+    #: process (``L x k(k+1)/2`` entries, as many as the data's own labels hold when ``k`` is
+    #: small beside the rows), rather than built again at each step
+    keep_label_grams = True
 
     def sum(self, parts) -> np.ndarray:
         """The terms added in block order (:func:`sum_in_order`)."""
@@ -430,29 +343,148 @@ class LocalBlocks:
         return handle
 
 
-def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None = None):
-    """The squared loss's H-step from row-block partial sums (Yu et al., Sec. 3).
+# --------------------------------------------------------------------------- label blocks
+def _label_ranges(n_labels: int, k: int, label_block: int | None) -> list[tuple[int, int]]:
+    """The label blocks ``[(l0, l1), ...]``: ``label_block`` labels each, by default about
+    2^22 / k^2 (at most :data:`~scarce.algorithms.leml.data.BLOCK` Gram entries) rounded down
+    to a multiple of :data:`LABEL_ALIGN`, a last block of one label joined to the one before
+    (a product over one label is a matrix-vector product, whose additions are ordered
+    otherwise)."""
+    if label_block is None:
+        step = max(1, BLOCK // (k * k))
+        step = step - step % LABEL_ALIGN if step >= LABEL_ALIGN else step
+    else:
+        step = int(label_block)
+        if step < 1:
+            raise ValueError(f"label_block must be at least 1, got {label_block}")
+    ranges = [(l0, min(l0 + step, n_labels)) for l0 in range(0, n_labels, step)]
+    if label_block is None and len(ranges) > 1 and ranges[-1][1] - ranges[-1][0] == 1:
+        ranges[-2:] = [(ranges[-2][0], n_labels)]
+    return ranges
 
-    The same normal equations as :func:`update_H`, ``(2 sum_{i in Omega_j} a_i a_i^T +
-    lam I) h_j = 2 sum_{i in Omega_j} y_ij a_i``, with every sum over the rows taken block
-    by block on ``backend`` and added in block order: equal to :func:`update_H` up to the
-    order of the additions (rounding).  Fully observed: ``sum_b A_b^T A_b`` and
-    ``sum_b Y_b^T A_b``, one shared ``k x k`` solve.  Missing labels: ``sum_b Y_b^T A_b``
-    (``L x k``), then per label block the per-label Gram matrices of its labels summed over
-    the row blocks and solved, so at most ``label_block x k x k`` Gram entries exist at once.
+
+def _solve_by_label_blocks(backend, ranges, R, parts_of, solve, *args) -> np.ndarray:
+    """``solve(G, *args, R[l0:l1])`` for every label block ``(l0, l1)`` of ``ranges``, where
+    ``G`` is the sum of ``parts_of(l0, l1)`` (the row blocks' Gram matrices of those labels,
+    or one kept sum), summed and solved on ``backend`` where the parts are, at most
+    ``backend.in_flight`` label blocks built and not yet solved at once; the rows of the
+    solutions in label order (``R``'s shape)."""
+    out = np.empty_like(R)
+    window = max(1, int(getattr(backend, "in_flight", 1)))
+    pending = deque()  # (l0, l1, handle)
+    for l0, l1 in ranges:
+        pending.append((l0, l1, backend.reduce(solve, parts_of(l0, l1), *args, R[l0:l1])))
+        while len(pending) >= window:
+            b0, b1, handle = pending.popleft()
+            out[b0:b1] = backend.fetch(handle)
+    while pending:
+        b0, b1, handle = pending.popleft()
+        out[b0:b1] = backend.fetch(handle)
+    return out
+
+
+def _block_grams(backend, per_block, grams):
+    """``parts_of(l0, l1)`` for :func:`_solve_by_label_blocks`: each row block's
+    ``grams(block, per_block[b], l0, l1)``."""
+    return lambda l0, l1: backend.each(grams, l0, l1, per_block=per_block)
+
+
+# --------------------------------------------------------------------------- the H-step
+def _backend_of(data):
+    """``data`` as a backend: prepared data is one row block in this process."""
+    return LocalBlocks([data]) if isinstance(data, LEMLData) else data
+
+
+def update_H(data, W, lam: float, loss, *, H0=None, newton_max_iter: int, h_solver: str,
+             cg_max_iter: int, cg_tol: float, label_block: int | None = None):
+    """H-step: minimise ``J(W, .)`` over ``H``, all labels at once (Yu et al., Sec. 3).
+
+    Each ``h_j`` solves a ``k``-dimensional problem over ``Omega_j = {i : (i, j) in
+    Omega}`` with inputs ``a_i = W^T x_i``.  Squared loss: exact, the ``L`` normal equations
+    (:func:`update_H_by_blocks`).  Logistic and squared hinge, ``h_solver="direct"``:
+    ``newton_max_iter`` Newton steps for all labels together, each solving the ``L``
+    Hessians ``sum_i D''_ij a_i a_i^T + lam I`` formed explicitly (``O(|Omega| k^2)`` per
+    step) with a per-label backtracking (Armijo) line search, so no label's objective
+    increases.  ``h_solver="cg"``: the same Newton steps and line search, but each label's
+    Newton direction comes from at most ``cg_max_iter`` conjugate-gradient iterations
+    (batched over the labels, each stopping at its own relative residual ``cg_tol``) on
+    Hessian-vector products ``V -> (D'' o (A V^T))^T A + lam V`` of cost ``O(|Omega| k)``
+    each, never forming a Hessian (a truncated Newton method); for ``k = 100`` one set of
+    explicit Hessians costs about as much as 25 such products
+    (:func:`update_H_newton_by_blocks`).  ``h_solver="bound"``: steps on a quadratic bound
+    (:func:`update_H_bound_by_blocks`).  :meth:`scarce.algorithms.leml.LEML.h_step` calls it
+    with the estimator's parameters (their defaults are documented there).
+
+    Parameters
+    ----------
+    data : LEMLData, or a backend of row blocks
+        The whole training data (one row block in this process), or its row blocks
+        (:class:`LocalBlocks`, ``tasks.leml_dask.RowBlockBackend``): the same factors up to
+        the order of the additions.
+    W : ndarray of shape (d', k)
+    lam : float
+    loss : {"squared", "logistic", "sqhinge"} or Loss
+    H0 : ndarray of shape (L, k), optional
+        Starting point of the Newton or bound steps (default zeros); unused for the
+        squared loss, whose solution is exact.
+    newton_max_iter : int
+        Newton steps (or bound steps with ``h_solver="bound"``).
+    h_solver : {"direct", "cg", "bound"}
+        Newton directions of the logistic and squared-hinge losses: explicit
+        per-label Hessians or conjugate gradient (see above); or ``"bound"``:
+        ``newton_max_iter`` majorise-minimise steps, each a gradient and a solve
+        with the fixed matrices ``c sum_{i in Omega_j} a_i a_i^T + lam I``
+        (``c = loss.curvature_bound``), without line search.  Unused for the squared loss.
+    cg_max_iter : int
+        Inner CG iterations per Newton step (``h_solver="cg"`` only).
+    cg_tol : float
+        Relative residual at which the inner CG stops (``h_solver="cg"`` only).
+    label_block : int, optional
+        Labels per block of Gram matrices (default: about 2^22 / k^2 entries).
+
+    Returns
+    -------
+    H : ndarray of shape (L, k)
+    info : dict
+        ``newton_iter``, and ``cg_iter`` for ``h_solver="cg"``.
+    """
+    if h_solver not in H_SOLVERS:
+        raise ValueError(f"h_solver must be one of {H_SOLVERS}, got {h_solver!r}")
+    backend = _backend_of(data)
+    loss = get_loss(loss)
+    if loss.name == "squared":
+        return update_H_by_blocks(backend, W, lam, loss, label_block=label_block)
+    if H0 is None:
+        H0 = np.zeros((backend.n_labels, np.shape(W)[-1]), dtype=backend.dtype)
+    if h_solver == "bound":
+        return update_H_bound_by_blocks(backend, W, H0, lam, loss,
+                                        n_steps=int(newton_max_iter), label_block=label_block)
+    return update_H_newton_by_blocks(backend, W, H0, lam, loss, n_steps=int(newton_max_iter),
+                                     h_solver=h_solver, cg_max_iter=cg_max_iter,
+                                     cg_tol=cg_tol, label_block=label_block)
+
+
+def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None = None):
+    """The squared loss's H-step (Yu et al., Sec. 3), every sum over the rows taken block by
+    block on ``backend`` and added in block order.
+
+    The normal equations ``(2 sum_{i in Omega_j} a_i a_i^T + lam I) h_j = 2 sum_{i in
+    Omega_j} y_ij a_i``.  Fully observed: ``sum_b A_b^T A_b`` and ``sum_b Y_b^T A_b``, one
+    shared ``k x k`` solve.  Missing labels: ``sum_b Y_b^T A_b`` (``L x k``), then per label
+    block the per-label Gram matrices of its labels summed over the row blocks and solved, so
+    only the label blocks in flight hold Gram matrices (about 2^22 entries each by default).
 
     Parameters
     ----------
     backend : LocalBlocks or object with the same ``each`` / ``sum`` / ``reduce`` / ``fetch``
         The row blocks (``n_features``, ``n_labels``, ``dtype``, ``fully_observed`` and
-        ``in_flight`` attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.RowBlockBackend`` on a
-        cluster, where each label block's Gram matrices are added and solved on a worker.
+        ``in_flight`` attributes): :class:`LocalBlocks`, or ``tasks.leml_dask.RowBlockBackend``
+        on a cluster, where each label block's Gram matrices are added and solved on a worker.
     W : ndarray of shape (d', k)
     lam : float
     loss : "squared" or Loss
-        Only the squared loss (see the module docstring).
     label_block : int, optional
-        Labels per block of Gram matrices (default: about 2^22 / k^2 entries).
+        Labels per block of Gram matrices (default: see :func:`_label_ranges`).
 
     Returns
     -------
@@ -462,11 +494,9 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
     """
     loss = get_loss(loss)
     if loss.name != "squared":
-        raise ValueError(f"the H-step runs on row blocks for the squared loss only, got loss "
-                         f"{loss.name!r}")
-    lam = float(lam)
-    if lam <= 0:
-        raise ValueError(f"lam must be positive, got {lam}")
+        raise ValueError(f"the exact H-step (normal equations) is for the squared loss only, "
+                         f"got loss {loss.name!r}")
+    lam = _checked_lam(lam)
     dtype = backend.dtype
     W = _checked_W(W, backend.n_features, dtype)
     k = W.shape[1]
@@ -477,40 +507,17 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
         M[np.diag_indices(k)] += lam
         H = np.linalg.solve(M, R.T).T
     else:
-        H = _solve_by_label_blocks(backend, A, R, _label_step(k, label_block),
+        H = _solve_by_label_blocks(backend, _label_ranges(backend.n_labels, k, label_block), R,
+                                   _block_grams(backend, A, block_label_grams),
                                    solve_label_block, lam)
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": 0}
 
 
-def _label_step(k: int, label_block: int | None) -> int:
-    """Labels per block of Gram matrices: ``label_block``, by default about 2^22 / k^2."""
-    step = max(1, BLOCK // (k * k)) if label_block is None else int(label_block)
-    if step < 1:
-        raise ValueError(f"label_block must be at least 1, got {label_block}")
-    return step
-
-
-def _solve_by_label_blocks(backend, A, R, step: int, solve, *args,
-                           grams=block_label_grams) -> np.ndarray:
-    """``solve(G, *args, R[l0:l1])`` for every label block ``l0:l1`` of ``step`` labels, where
-    ``G`` is the block's per-label Gram matrices (``grams(block, A_b, l0, l1)``) summed over
-    the row blocks (on ``backend``, summed and solved where the parts are), at most
-    ``backend.in_flight`` label blocks built and not yet solved at once; the rows of the
-    solutions in label order (``R``'s shape)."""
-    out = np.empty_like(R)
-    window = max(1, int(getattr(backend, "in_flight", 1)))
-    pending = deque()  # (l0, l1, handle)
-    for l0 in range(0, R.shape[0], step):
-        l1 = min(l0 + step, R.shape[0])
-        parts = backend.each(grams, l0, l1, per_block=A)
-        pending.append((l0, l1, backend.reduce(solve, parts, *args, R[l0:l1])))
-        while len(pending) >= window:
-            b0, b1, handle = pending.popleft()
-            out[b0:b1] = backend.fetch(handle)
-    while pending:
-        b0, b1, handle = pending.popleft()
-        out[b0:b1] = backend.fetch(handle)
-    return out
+def _checked_lam(lam) -> float:
+    lam = float(lam)
+    if lam <= 0:
+        raise ValueError(f"lam must be positive, got {lam}")
+    return lam
 
 
 def _margin_arguments(backend, W, H, lam, loss):
@@ -518,9 +525,7 @@ def _margin_arguments(backend, W, H, lam, loss):
     loss = get_loss(loss)
     if loss.name == "squared":
         raise ValueError("the squared loss's H-step is exact: use update_H_by_blocks")
-    lam = float(lam)
-    if lam <= 0:
-        raise ValueError(f"lam must be positive, got {lam}")
+    lam = _checked_lam(lam)
     W = _checked_W(W, backend.n_features, backend.dtype)
     H = check_factor(H, (backend.n_labels, W.shape[1]), backend.dtype, "H0")
     return loss, lam, W, H
@@ -528,32 +533,31 @@ def _margin_arguments(backend, W, H, lam, loss):
 
 def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
                              label_block: int | None = None):
-    """The margin losses' bound H-step (``h_solver="bound"``, :func:`_bound_update_H`) from
-    row-block partial sums.
+    """The margin losses' bound H-step (``h_solver="bound"``) from row-block sums.
 
-    Each of the ``n_steps`` majorise-minimise steps is one round of block sums: the gradient
-    ``sum_b`` :func:`block_loss_gradient` ``+ lam H`` (``L x k``), then the solve with the
-    fixed matrices ``c sum_{i in Omega_j} a_i a_i^T + lam I`` (``c =
-    loss.curvature_bound``): fully observed one shared ``k x k`` matrix, formed once from
-    ``sum_b A_b^T A_b``; with missing labels the per-label Gram matrices of one label block
-    at a time, summed over the row blocks and solved where they are summed (as
-    :func:`update_H_by_blocks`), built again at every step so that no process holds
-    ``L x k x k``.  No line search: the bound makes every step a descent step for every
-    label.  Equal to :func:`update_H` with ``h_solver="bound"`` up to the order of the
-    additions (rounding).
+    Label ``j``'s loss is majorised by its expansion with curvature ``c =
+    loss.curvature_bound``, whose minimiser is ``h_j - (c sum_{i in Omega_j} a_i a_i^T + lam
+    I)^{-1} g_j``: the matrices of the squared loss's H-step, which do not change over the
+    steps.  Each of the ``n_steps`` steps is one round of block sums for the gradient ``g =
+    sum_b`` :func:`block_loss_gradient` ``+ lam H`` (``L x k``, ``O(|Omega| k)``), then the
+    solve: fully observed with one shared ``k x k`` matrix from ``sum_b A_b^T A_b``; with
+    missing labels with the per-label Gram matrices of one label block at a time, summed over
+    the row blocks where they are solved, built once and kept when the backend keeps them
+    (:attr:`LocalBlocks.keep_label_grams`), else built again at every step.  No line search:
+    no label's objective increases.
 
     Parameters
     ----------
     backend : LocalBlocks or object with the same interface (see :func:`update_H_by_blocks`)
     W : ndarray of shape (d', k)
     H : ndarray of shape (L, k)
-        The start of the steps (as ``H0`` of :func:`update_H`).
+        The start of the steps (``H0`` of :func:`update_H`).
     lam : float
     loss : "logistic" or "sqhinge" (or their Loss)
     n_steps : int
         Bound steps (the estimator's ``newton_max_iter``).
     label_block : int, optional
-        Labels per block of Gram matrices (default: about 2^22 / k^2 entries).
+        Labels per block of Gram matrices (default: see :func:`_label_ranges`).
 
     Returns
     -------
@@ -569,14 +573,23 @@ def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
         M = c * backend.sum(backend.each(block_gram, per_block=A))
         M[np.diag_indices(k)] += lam
         M = M.astype(np.float64)
-    step = _label_step(k, label_block)
+    else:
+        ranges = _label_ranges(backend.n_labels, k, label_block)
+        parts_of = _block_grams(backend, A, block_label_grams)
+        if getattr(backend, "keep_label_grams", False) and n_steps > 0:
+            kept = {l0: backend.reduce(kept_label_grams, parts_of(l0, l1))
+                    for l0, l1 in ranges}
+
+            def parts_of(l0, l1):
+                return [kept[l0]]
     for _ in range(int(n_steps)):
         g = backend.sum(backend.each(block_loss_gradient, H, loss.name, per_block=A))
         g += lam * H
         if backend.fully_observed:
             delta = np.linalg.solve(M, g.T.astype(np.float64)).T.astype(dtype)
         else:
-            delta = _solve_by_label_blocks(backend, A, g, step, solve_bound_block, c, lam)
+            delta = _solve_by_label_blocks(backend, ranges, g, parts_of, solve_bound_block,
+                                           c, lam)
         H = H - delta
     return np.ascontiguousarray(H, dtype=dtype), {"newton_iter": int(n_steps)}
 
@@ -584,20 +597,19 @@ def update_H_bound_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
 def update_H_newton_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
                               h_solver: str = "direct", cg_max_iter: int = 10,
                               cg_tol: float = 1e-3, label_block: int | None = None):
-    """The margin losses' Newton H-step (``h_solver="direct"`` or ``"cg"``, as
-    :func:`update_H`) from row-block partial sums.
+    """The margin losses' Newton H-step (``h_solver="direct"`` or ``"cg"``) from row-block
+    sums.
 
-    The same iterations as :func:`update_H` (:func:`_newton_steps`: a Newton direction per
-    label and a per-label Armijo line search), with every sum over the rows taken block by
-    block on ``backend`` and added in block order: the gradient (``L x k``) and the
-    curvature ``D''`` (kept with each block, :func:`block_curvature`) once per step; the
-    direction from the per-label Hessians ``sum_{i in Omega_j} D''_ij a_i a_i^T + lam I``
-    of one label block at a time, summed over the row blocks and solved where they are
-    summed (``"direct"``, as :func:`update_H_by_blocks` solves its Gram matrices, so no
-    process holds ``L x k x k``), or from batched per-label conjugate gradient whose every
-    Hessian-vector product is one round of block sums (``"cg"``); then one round of
-    per-label loss sums (length ``L``) per trial point of the line search.  Equal to
-    :func:`update_H` up to the order of the additions (rounding).
+    :func:`_newton_steps` (a Newton direction per label and a per-label Armijo line search)
+    with every sum over the rows taken block by block on ``backend`` and added in block
+    order: per trial point of the line search one round of per-label loss sums (length
+    ``L``), each block keeping its decision values (:func:`block_trial`); at the accepted
+    point the gradient (``L x k``), the curvature ``D''`` staying with each block
+    (:func:`block_curvature`); the direction from the per-label Hessians ``sum_{i in
+    Omega_j} D''_ij a_i a_i^T + lam I`` of one label block at a time, summed over the row
+    blocks and solved where they are summed (``"direct"``), or from batched per-label
+    conjugate gradient whose every Hessian-vector product is one round of block sums
+    (``"cg"``).
 
     Parameters
     ----------
@@ -619,16 +631,20 @@ def update_H_newton_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
     loss, lam, W, H = _margin_arguments(backend, W, H, lam, loss)
     dtype, k = backend.dtype, W.shape[1]
     A = backend.each(block_embedding, W)
-    step = _label_step(k, label_block)
+    ranges = _label_ranges(backend.n_labels, k, label_block)
     info = {"newton_iter": 0}
-    state: dict = {}
+    state: dict = {}  # the last trial point and its blocks; the curvature of the last step
 
     def values(Hc):
-        return backend.sum(backend.each(block_label_losses, Hc, loss.name, per_block=A))
+        state["H"], state["trials"] = Hc, backend.each(block_trial, Hc, loss.name, per_block=A)
+        return backend.sum(backend.each(trial_losses, per_block=state["trials"]))
 
     def gradient(Hc):
-        state["curvature"] = backend.each(block_curvature, Hc, loss.name, per_block=A)
-        return backend.sum(backend.each(block_loss_gradient, Hc, loss.name, per_block=A))
+        trials = (state["trials"] if state.get("H") is Hc
+                  else backend.each(block_trial, Hc, loss.name, per_block=A))
+        state.clear()  # the decision values are needed no more
+        state["curvature"] = backend.each(block_curvature, loss.name, per_block=trials)
+        return backend.sum(backend.each(curvature_gradient, per_block=state["curvature"]))
 
     def direction(g):
         curvature = state["curvature"]
@@ -640,8 +656,9 @@ def update_H_newton_by_blocks(backend, W, H, lam: float, loss, *, n_steps: int,
             found, n_cg = _per_label_cg(product, lam, g, cg_max_iter, cg_tol)
             info["cg_iter"] = info.get("cg_iter", 0) + n_cg
             return found
-        return -_solve_by_label_blocks(backend, curvature, g, step, solve_bound_block, 1.0,
-                                       lam, grams=block_weighted_label_grams)
+        return -_solve_by_label_blocks(
+            backend, ranges, g, _block_grams(backend, curvature, block_weighted_label_grams),
+            solve_bound_block, 1.0, lam)
 
     H = _newton_steps(H, lam, int(n_steps), values, gradient, direction, info)
     return np.ascontiguousarray(H, dtype=dtype), info

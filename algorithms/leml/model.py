@@ -53,12 +53,7 @@ from scarce.algorithms.leml.data import (
     prepare_data,
 )
 from scarce.algorithms.leml.factors import check_factor_memory, check_factors, margin_factors
-from scarce.algorithms.leml.h_step import (
-    update_H,
-    update_H_bound_by_blocks,
-    update_H_by_blocks,
-    update_H_newton_by_blocks,
-)
+from scarce.algorithms.leml.h_step import update_H
 from scarce.algorithms.leml.losses import get_loss
 from scarce.algorithms.leml.objective import objective, objective_by_blocks
 from scarce.algorithms.leml.params import AUTO, AUTO_SQUARED_INIT_ITER, STEPS, check_params
@@ -474,14 +469,10 @@ class LEML(BaseEstimator):
         backend : object, optional
             Row blocks of ``data`` to take the sums from, block by block
             (:class:`~scarce.algorithms.leml.h_step.LocalBlocks`, or
-            ``tasks.leml_dask.RowBlockBackend``
-            on Dask workers): the squared loss
-            (:func:`~scarce.algorithms.leml.h_step.update_H_by_blocks`) and the margin losses'
-            bound steps, ``h_solver="bound"``
-            (:func:`~scarce.algorithms.leml.h_step.update_H_bound_by_blocks`), and their Newton
-            steps, ``"direct"`` or ``"cg"``
-            (:func:`~scarce.algorithms.leml.h_step.update_H_newton_by_blocks`).  Equal to the
-            H-step without it up to rounding.
+            ``tasks.leml_dask.RowBlockBackend`` on Dask workers); without it ``data`` is one
+            block in this process.  Every solver runs on either
+            (:func:`~scarce.algorithms.leml.h_step.update_H`): equal up to the order of the
+            additions (rounding).
 
         Returns
         -------
@@ -491,21 +482,12 @@ class LEML(BaseEstimator):
         """
         self.check_params()
         h_solver = self.resolved_params()["h_solver"]
-        if backend is not None:
-            if (backend.n_features, backend.n_labels) != (data.n_features, data.n_labels):
-                raise ValueError(f"the backend's blocks have {backend.n_features} features and "
-                                 f"{backend.n_labels} labels, the data {data.n_features} and "
-                                 f"{data.n_labels}")
-            if get_loss(self.loss).name == "squared":
-                return update_H_by_blocks(backend, W, self.lam, self.loss)
-            if h_solver == "bound":
-                return update_H_bound_by_blocks(backend, W, H, self.lam, self.loss,
-                                                n_steps=int(self.newton_max_iter))
-            return update_H_newton_by_blocks(
-                backend, W, H, self.lam, self.loss, n_steps=int(self.newton_max_iter),
-                h_solver=h_solver, cg_max_iter=int(self.cg_max_iter),
-                cg_tol=float(self.cg_tol))
-        return update_H(data, W, self.lam, self.loss, H0=H,
+        if backend is not None and ((backend.n_features, backend.n_labels)
+                                    != (data.n_features, data.n_labels)):
+            raise ValueError(f"the backend's blocks have {backend.n_features} features and "
+                             f"{backend.n_labels} labels, the data {data.n_features} and "
+                             f"{data.n_labels}")
+        return update_H(data if backend is None else backend, W, self.lam, self.loss, H0=H,
                         newton_max_iter=int(self.newton_max_iter), h_solver=h_solver,
                         cg_max_iter=int(self.cg_max_iter), cg_tol=float(self.cg_tol))
 

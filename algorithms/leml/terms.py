@@ -20,11 +20,11 @@ not fit, the memory guard stops with one line (:func:`scarce.algorithms.memory.c
 Results equal the whole-array products up to rounding.  Sparse entries (few observed) are
 already ``O(|Omega|)`` and are not batched.
 
-Used by the bound solvers of both half-steps (``w_solver="bound"``, ``h_solver="bound"``),
-by the objective of the margin losses and of the squared loss with missing labels, and by
-the row blocks' H-step gradient; TRON's and the Newton H-step's curvature terms still hold
-their ``n x L`` second derivatives over a Newton step (their Hessian-vector products reuse
-them at every CG iteration).
+Used by the bound solvers of both half-steps (``w_solver="bound"``, ``h_solver="bound"``, on
+the whole data or on each row block) and by the objective of the margin losses and of the
+squared loss with missing labels; TRON and the Newton H-step hold their ``n x L`` decision
+values and second derivatives over a Newton step instead (their Hessian-vector products
+reuse them at every CG iteration).
 """
 
 from __future__ import annotations

@@ -45,15 +45,17 @@ def _fresh_aligned(array: np.ndarray) -> np.ndarray:
 
 def _align(value, depth: int = 0):
     """``value`` with every array it holds at :data:`ALIGNMENT` (:func:`_aligned`): an array,
-    a sparse matrix, a tuple, or an object of :mod:`scarce.algorithms.leml` (a row block and its
-    observed entries, a block's products) whose array attributes are replaced in place, so
-    that a block fetched from another worker is aligned once for all the tasks that use it."""
+    a sparse matrix, a tuple (a named tuple stays one), or an object of
+    :mod:`scarce.algorithms.leml` (a row block and its observed entries, a block's products)
+    whose array attributes are replaced in place, so that a block fetched from another worker
+    is aligned once for all the tasks that use it."""
     if isinstance(value, np.ndarray):
         return _aligned(value)
     if depth > 3 or value is None:
         return value
     if isinstance(value, tuple):
-        return tuple(_align(v, depth + 1) for v in value)
+        items = [_align(v, depth + 1) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if sp.issparse(value):
         for name in ("data", "indices", "indptr", "row", "col"):
             part = getattr(value, name, None)

@@ -707,6 +707,23 @@ def test_arrays_are_realigned_wherever_they_land():
         assert array.ctypes.data % ALIGNMENT == 0
 
 
+@pytest.mark.parametrize("kind", ["Trial", "Curvature"])
+def test_a_named_tuple_a_block_task_returns_stays_one_when_realigned(kind):
+    """The H-step's per-block results that later tasks read by field name (a trial point's
+    decision values, a Newton step's curvature) keep their type through the realignment of a
+    task's arguments, their arrays aligned."""
+    from scarce.algorithms.leml import h_step
+    from scarce.tasks.leml_dask.transport import ALIGNMENT, _align
+
+    cls = getattr(h_step, kind)
+    value = cls(*(_misaligned(np.arange(6.0) + i) for i in range(len(cls._fields))))
+    out = _align(value)
+    assert type(out) is cls
+    for name in cls._fields:
+        assert getattr(out, name).ctypes.data % ALIGNMENT == 0
+        np.testing.assert_array_equal(getattr(out, name), getattr(value, name))
+
+
 def test_an_array_for_the_block_tasks_is_unpickled_aligned_and_is_never_the_callers():
     """``RowBlockBackend._put``'s wrapper: unpickled from a message buffer at an odd offset it is
     aligned once, for every task of that worker; made here, it is a new copy (the driver

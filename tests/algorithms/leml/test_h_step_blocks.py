@@ -125,15 +125,60 @@ def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once(in_flight):
     assert _rel(H, _naive_H(data, _W(data), LAM)) <= 1e-10
 
 
+@pytest.mark.parametrize("k", [1, 3, 15, 16, 40])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pair_products_are_the_upper_triangles_of_each_rows_outer_product(k, dtype):
+    """Both ways of forming ``a_i (x) a_i`` (few columns: gathers; many: a product per row of
+    the triangle) against ``np.outer``, in ``np.triu_indices`` order, C-ordered."""
+    from scarce.algorithms.leml.data import pair_products
+
+    rows = np.random.default_rng(k).standard_normal((7, k)).astype(dtype)
+    P = pair_products(rows)
+    iu, ju = np.triu_indices(k)
+    assert P.dtype == dtype and P.flags.c_contiguous and P.shape == (7, iu.size)
+    for i in range(7):
+        assert np.array_equal(P[i], np.outer(rows[i], rows[i])[iu, ju])
+
+
+def _naive_label_grams(data, A, v=None):
+    """``sum_{i in Omega_j} v_ij a_i a_i^T`` label by label in float64 from dense copies, as
+    upper triangles (L x k(k+1)/2); ``v``: dense n x L weights (None: 1)."""
+    _, observed = _dense_labels(data)
+    weights = observed.astype(np.float64) if v is None else v * observed
+    iu, ju = np.triu_indices(A.shape[1])
+    A64 = A.astype(np.float64)
+    return np.stack([(A64.T * weights[:, j]) @ A64 for j in range(data.n_labels)])[:, iu, ju]
+
+
+def _dense_weights(data, v):
+    """A vector of weights over the entries (CSR order for sparse entries) as n x L."""
+    ent = data.entries
+    if ent.dense:
+        return v.astype(np.float64)
+    return sp.csr_matrix((v, ent.cols, ent.indptr), shape=ent.shape).toarray()
+
+
 @pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
-def test_label_grams_of_a_label_range_equal_those_of_all_labels(case):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_label_grams_of_a_label_range_equal_those_of_all_labels(case, weighted):
+    """The observed entries' Gram matrices of a label range: the rows of those of all labels
+    (bit for bit for sparse entries, whose sums run in row order per label whatever the
+    range; to rounding for dense ones, a BLAS product) and a naive per-label sum."""
     data = _problem(case)
     A = np.ascontiguousarray(data.X @ _W(data))
     iu, ju = np.triu_indices(K)
-    whole = data.entries.weighted_grams(None, A, iu, ju)
+    ent = data.entries
+    v = (ent.masked(np.random.default_rng(5).random(ent.y.shape)) if weighted else None)
+    whole = ent.label_grams(A, 0, L, v)
+    naive = _naive_label_grams(data, A, None if v is None else _dense_weights(data, v))
+    np.testing.assert_allclose(whole, naive, rtol=1e-12, atol=1e-12)
     for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
-        np.testing.assert_allclose(block_label_grams(data, A, l0, l1), whole[l0:l1],
-                                   rtol=1e-12, atol=1e-12)
+        part = (ent.label_grams(A, l0, l1, v) if weighted
+                else block_label_grams(data, A, l0, l1))
+        assert part.shape == (l1 - l0, iu.size)
+        if case == "masked-sparse":
+            assert np.array_equal(part, whole[l0:l1])
+        np.testing.assert_allclose(part, whole[l0:l1], rtol=1e-12, atol=1e-12)
 
 
 def test_each_h_step_on_blocks_refuses_the_losses_and_solvers_of_the_others():
@@ -200,6 +245,56 @@ def test_bound_steps_from_block_sums_equal_the_whole_data_bound_steps(case, loss
     assert _rel(H, whole) < 1e-12
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_bound_steps_build_the_gram_matrices_once_when_the_backend_keeps_them(keep):
+    """A backend that keeps the bound steps' Gram matrices (one process) builds each label
+    block's once over the steps; one that does not (a cluster) builds them at every step; the
+    same bits either way."""
+    data = _problem("masked-sparse", fit_intercept=True)
+    built = []
+
+    class Recording(LocalBlocks):
+        keep_label_grams = keep
+
+        def each(self, fn, *shared, per_block=None):
+            if fn.__name__ == "block_label_grams":
+                built.append(shared[:2])
+            return super().each(fn, *shared, per_block=per_block)
+
+    H0 = np.random.default_rng(4).standard_normal((L, K)) * 0.3
+    H, _ = update_H_bound_by_blocks(Recording(split_rows(data, 3)), _W(data), H0, LAM,
+                                    "logistic", n_steps=3, label_block=5)
+    label_blocks = [(0, 5), (5, 10), (10, 13)]
+    assert built == (label_blocks if keep else label_blocks * 3)
+    other, _ = update_H_bound_by_blocks(LocalBlocks(split_rows(data, 3)), _W(data), H0, LAM,
+                                        "logistic", n_steps=3, label_block=5)
+    assert np.array_equal(H, other)
+
+
+@pytest.mark.parametrize("n_labels", [1, 2, 13, 100, 181, 361, 1000])
+@pytest.mark.parametrize("k", [4, 50, 151, 300, 3000])
+def test_default_label_blocks_are_aligned_capped_and_never_end_with_one_label(n_labels, k):
+    """The default label blocks cover the labels in order, each at most about 2^22 / k^2
+    labels (one more for a joined last label), start at multiples of ``LABEL_ALIGN`` when
+    that many fit, and a last block of one label is joined to the one before; a given
+    ``label_block`` is taken as it is."""
+    from scarce.algorithms.leml.data import BLOCK
+    from scarce.algorithms.leml.h_step import LABEL_ALIGN, _label_ranges
+
+    ranges = _label_ranges(n_labels, k, None)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n_labels
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    cap = max(1, BLOCK // (k * k))
+    assert all(l1 - l0 <= cap + 1 for l0, l1 in ranges)
+    if cap >= LABEL_ALIGN:
+        assert all(l0 % LABEL_ALIGN == 0 for l0, _ in ranges)
+    if n_labels > 1:
+        assert ranges[-1][1] - ranges[-1][0] > 1
+    given = _label_ranges(n_labels, k, 4)
+    assert [l1 - l0 for l0, l1 in given] == [4] * (n_labels // 4) + (
+        [n_labels % 4] if n_labels % 4 else [])
+
+
 def _naive_newton_H(data, W, H, lam, loss, n_steps):
     """Label by label in float64 from dense copies: ``n_steps`` Newton steps ``s = -(A_j^T
     D''_j A_j + lam I)^{-1} g_j``, each with a backtracking line search (at most 30 halvings
@@ -262,19 +357,6 @@ def test_newton_steps_from_block_sums_equal_the_whole_data_newton_steps(case, lo
                    cg_tol=1e-3, fit_intercept=True)
         H, _ = est.h_step(data, W, H0, backend=LocalBlocks(split_rows(data, 3)))
         assert _rel(H, whole) < 1e-10
-
-
-@pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
-def test_weighted_label_grams_of_a_label_range_equal_those_of_all_labels(case):
-    data = _problem(case)
-    A = np.ascontiguousarray(data.X @ _W(data))
-    iu, ju = np.triu_indices(K)
-    ent = data.entries
-    v = ent.masked(np.random.default_rng(5).random(ent.y.shape))
-    whole = ent.weighted_grams(v, A, iu, ju)
-    for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
-        np.testing.assert_allclose(ent.label_grams(A, iu, ju, l0, l1, v), whole[l0:l1],
-                                   rtol=1e-12, atol=1e-12)
 
 
 # -- the objective over row blocks -----------------------------------------------------------
