@@ -9,7 +9,11 @@ arguments each step is given, is :mod:`scarce.tasks.leml_plan`'s alone.
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
 ``set_factors``): the mathematics, its defaults and its rules live in :mod:`scarce.algorithms.leml`
-only.  ``params`` holds the parameters of the step methods the task calls
+only.  The estimators are imported inside the steps that use them (they import scikit-learn);
+:func:`score` predicts by the factors alone
+(:class:`~scarce.algorithms.leml.predict.FactorModel`, the estimator's products), so that
+applying a model imports none of it.  ``params`` holds the parameters of the step methods the
+task calls
 (:func:`task_params`, from the estimator's own :meth:`~scarce.algorithms.leml.LEML.step_params`),
 so a step's cache key holds exactly the parameters it reads; a baseline's key holds the
 parameters its estimator takes (:func:`baseline_params`).  Each outer iteration's ``W`` and
