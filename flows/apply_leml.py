@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from prefect import flow
 
-from scarce.algorithms.leml import LEML
 from scarce.flows.apply import export
 from scarce.flows.apply_leml_config import (
     MODEL_KEYS,
@@ -27,7 +26,7 @@ from scarce.flows.apply_leml_config import (
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks.kept_columns import keep_columns
-from scarce.tasks.leml import collect, load, score, task_params
+from scarce.tasks.leml import collect, load, model_task_params, score
 from scarce.tasks.leml_files import MODEL_FILES, new_rows_labels
 from scarce.tasks.leml_table import load_table
 
@@ -35,6 +34,11 @@ from scarce.tasks.leml_table import load_table
 # checks an apply run without importing this flow); their names are read here too.
 __all__ = ["MODEL_KEYS", "PREDICTIONS", "SUFFIXES", "ApplyLemlConfig", "Prepared",
            "apply_leml_flow", "check_format", "prepare"]
+
+#: The estimator's parameters that ``model.json`` holds (the others had their defaults when the
+#: score steps' keys were first made from them).
+ESTIMATOR_KEYS = ("rank", "loss", "dtype", "fit_intercept")
+
 
 @flow(name="apply-leml", flow_run_name=namer("apply-leml"))
 def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) -> dict:
@@ -45,14 +49,16 @@ def apply_leml_flow(config: ApplyLemlConfig, options: RunOptions | None = None) 
     meta, folder, fmt, files, names, output = (p.meta, p.folder, p.fmt, p.files, p.names,
                                                p.output)
     loaded = ctx.gather(load_inputs(ctx, files, fmt, meta, folder))
-    model = LEML(**{k: meta[k] for k in ("rank", "loss", "dtype", "fit_intercept")})
+    # the estimator's prediction parameters, from model.json without the estimator (whose
+    # scikit-learn an apply run does not need)
+    params = model_task_params({k: meta[k] for k in ESTIMATOR_KEYS}, score)
     scored = ctx.gather([
         ctx.submit(score, X=data["X"], Y=data["Y"], path=path, W=folder / MODEL_FILES["W"],
                    H=folder / MODEL_FILES["H"], labels=folder / MODEL_FILES["labels"],
                    propensity=(folder / MODEL_FILES["propensity"]
                                if "propensity" in meta.get("files", {}) else None),
                    format=fmt, shapes=meta["shapes"],
-                   params=task_params(model, score), top_k=config.top_k,
+                   params=params, top_k=config.top_k,
                    batch_size=config.batch_size, method=f"leml-{meta['loss']}-k{meta['rank']}",
                    source=path.name)
         for path, data in zip(files, loaded, strict=True)])

@@ -9,7 +9,11 @@ arguments each step is given, is :mod:`scarce.tasks.leml_plan`'s alone.
 Each LEML step builds the estimator from the parameters it is given, ``LEML(**params)``, and
 calls its step methods (``prepare``, ``start``, ``w_step``, ``h_step``, ``objective``,
 ``set_factors``): the mathematics, its defaults and its rules live in :mod:`scarce.algorithms.leml`
-only.  ``params`` holds the parameters of the step methods the task calls
+only.  The estimators are imported inside the steps that use them (they import scikit-learn);
+:func:`score` predicts by the factors alone
+(:class:`~scarce.algorithms.leml.predict.FactorModel`, the estimator's products), so that
+applying a model imports none of it.  ``params`` holds the parameters of the step methods the
+task calls
 (:func:`task_params`, from the estimator's own :meth:`~scarce.algorithms.leml.LEML.step_params`),
 so a step's cache key holds exactly the parameters it reads; a baseline's key holds the
 parameters its estimator takes (:func:`baseline_params`).  Each outer iteration's ``W`` and
@@ -29,17 +33,18 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scarce.algorithms.leml import LEML, BinaryRelevance, ClosedFormLowRank
 from scarce.algorithms.leml.data import validation_rows
-from scarce.algorithms.leml.params import TOP_K
-from scarce.algorithms.leml.predict import BATCH_SIZE, predictions_table
+from scarce.algorithms.leml.params import DEFAULTS, TOP_K, step_params
+from scarce.algorithms.leml.predict import BATCH_SIZE, FactorModel, predictions_table
 from scarce.algorithms.metrics.multilabel import (
     multilabel_scores,
     ndcg_at_k,
@@ -78,12 +83,16 @@ from scarce.tasks.leml_inputs import (
 from scarce.tasks.steps import content_only, log_both, step
 from scarce.tasks.store.encoding import read_parquet_entry
 
+if TYPE_CHECKING:  # the estimators import scikit-learn: the steps that fit import them
+    from scarce.algorithms.leml import LEML
+
 # The steps and checks of the modules beside this one, imported from here by callers
 __all__ = ["BASELINES", "PART_PATTERNS", "TOP_K", "alternate_H", "alternate_W", "baseline",
-           "baseline_params", "check_inputs", "check_parts", "check_training_rows",
-           "collect", "declared_shape", "early_split", "early_split_mask", "evaluate",
-           "initialise", "input_parts", "load", "observe", "partition", "partition_files",
-           "partition_masked", "predict", "predictions_table", "propensity",
+           "baseline_estimator", "baseline_params", "check_inputs", "check_parts",
+           "check_training_rows", "collect", "declared_shape", "early_split",
+           "early_split_mask", "evaluate", "initialise", "input_parts", "load",
+           "model_task_params", "observe", "partition", "partition_files", "partition_masked",
+           "predict", "predictions_table", "propensity",
            "release_training_data", "score", "split", "stack", "stored_nonzeros",
            "task_params", "tune", "validation_rows"]
 
@@ -116,6 +125,8 @@ def tune(train: dict, mask, validation: dict, params: dict, grid: list[dict],
     why they stopped; ``chosen`` marks the best score (the first in grid order among equals).
     Each setting starts cold, so its score is what a run with its values gives.  ``timings``:
     each setting's seconds."""
+    from scarce.algorithms.leml import LEML
+
     rows, seconds = [], []
     for point in grid:
         model = LEML(**{**params, **point})
@@ -180,6 +191,8 @@ def _estimator(params: dict, train: dict | None, mask, partition: list | None = 
     block, written by :data:`partition`), described by
     :class:`scarce.tasks.leml_dask.PartitionedData` from their footers only: this process reads
     none of them, the Dask workers read their own blocks."""
+    from scarce.algorithms.leml import LEML
+
     model = LEML(**params)
     if partition is not None:
         from scarce.tasks.leml_dask import PartitionedData
@@ -363,6 +376,8 @@ def evaluate(
     the last bit, the AUC to rounding).
     """
     if partition is None:
+        from scarce.algorithms.leml import LEML
+
         scores = _test_scores(LEML(**params).set_factors(W, H), test, batch_size, propensity)
     else:
         from scarce.tasks.leml_dask import evaluate_on_blocks
@@ -392,6 +407,8 @@ def predict(test: dict | None, W: np.ndarray, H: np.ndarray, labels: pd.DataFram
     block predicted on a worker of ``cluster`` (runtime, not in the key) and none read here
     (:func:`scarce.tasks.leml_dask.predict_on_blocks`, the same table end to end)."""
     if partition is None:
+        from scarce.algorithms.leml import LEML
+
         model = LEML(**params).set_factors(W, H)
         return named_predictions(predictions_table(model, test["X"], top_k, batch_size),
                                  labels)
@@ -416,7 +433,9 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
     ``X`` and ``Y`` are the file ``path`` as :func:`load` read it; ``W`` and ``H`` the
     model's factor files, of the ``shapes`` its ``model.json`` gives, ``labels`` its label
     map (the predictions name their labels, :func:`~scarce.tasks.leml_files.named_predictions`);
-    ``params`` the estimator's prediction parameters (:func:`task_params`).  ``X`` is put in the
+    ``params`` the estimator's prediction parameters (:func:`task_params`, or
+    :func:`model_task_params` of the model's ``model.json``); the rows are scored by the
+    factors alone (:class:`~scarce.algorithms.leml.predict.FactorModel`).  ``X`` is put in the
     model's feature space (:func:`~scarce.tasks.leml_files.in_feature_space`).  ``metrics``: the
     rows
     scored and, when the file has labels in the model's label space, P@k and nDCG@k for k = 1,
@@ -425,8 +444,14 @@ def score(X: sp.csr_matrix, Y: sp.csr_matrix, path: Path, W: Path, H: Path, labe
     ``method`` on the dataset ``source`` (the file's name: the key holds the file's hash, not
     its path).
     """
-    model = LEML(**params).set_factors(read_factor(W, shapes["W"]), read_factor(H, shapes["H"]))
+    # The factors' own products and top-k (the estimator's, bit for bit), without the
+    # estimator: its scikit-learn costs an apply run more than scoring a file.  Its input
+    # checks are the readers' here (every reader of ``load`` refuses a value that is not
+    # finite), and X is put in the factors' dtype as those checks put it.
+    model = FactorModel(read_factor(W, shapes["W"]), read_factor(H, shapes["H"]),
+                        params["fit_intercept"])
     X = in_feature_space(X, model.n_features_in_, path, format)
+    X = sp.csr_matrix(X, dtype=model.W.dtype)
     predictions = named_predictions(predictions_table(model, X, top_k, batch_size),
                                     read_label_map(labels, model.n_labels_))
     scores = {"rows": float(X.shape[0])}
@@ -463,12 +488,32 @@ def task_params(model: LEML, task) -> dict:
             for name, value in model.step_params(method).items()}
 
 
-# The baselines: name -> (estimator, the parameters fixed for it).
+def model_task_params(given: Mapping, task) -> dict:
+    """:func:`task_params` of ``LEML(**given)`` without building the estimator (which
+    imports scikit-learn): the parameters the estimator's :meth:`step_params` gives, from
+    :func:`scarce.algorithms.leml.params.step_params` of ``given`` over the estimator's
+    defaults.  What the ``apply-leml`` flow keys its score steps by, from ``model.json``."""
+    params = {**DEFAULTS, **given}
+    return {name: value for method in CALLS[task.name]
+            for name, value in step_params(params, method).items()}
+
+
+# The baselines: name -> (the name of its estimator in scarce.algorithms.leml, the parameters
+# fixed for it).  Named, not imported: the estimators import scikit-learn, which only the
+# steps that fit them need (:func:`baseline_estimator`).
 BASELINES = {
-    "br-ridge": (BinaryRelevance, {"model": "ridge"}),
-    "br-logistic": (BinaryRelevance, {"model": "logistic"}),
-    "closed-form": (ClosedFormLowRank, {"fit_intercept": True}),
+    "br-ridge": ("BinaryRelevance", {"model": "ridge"}),
+    "br-logistic": ("BinaryRelevance", {"model": "logistic"}),
+    "closed-form": ("ClosedFormLowRank", {"fit_intercept": True}),
 }
+
+
+def baseline_estimator(method: str) -> tuple[type, dict]:
+    """The estimator class of baseline ``method`` and the parameters fixed for it."""
+    import scarce.algorithms.leml as methods  # (its names are imported on first use)
+
+    name, fixed = BASELINES[method]
+    return getattr(methods, name), fixed
 
 
 def baseline_params(method: str, **offered) -> dict:
@@ -476,7 +521,7 @@ def baseline_params(method: str, **offered) -> dict:
     names in its signature, less the fixed ones): what its ``leml-baseline`` step is keyed
     by, so that BR ridge is not refitted when only LEML's ``rank`` changes (the closed form
     takes a rank, Binary Relevance does not)."""
-    estimator, fixed = BASELINES[method]
+    estimator, fixed = baseline_estimator(method)
     names = set(inspect.signature(estimator).parameters) - set(fixed)
     return {name: value for name, value in offered.items() if name in names}
 
@@ -490,7 +535,7 @@ def baseline(
     """Fit a baseline (``BASELINES[method]`` with ``params``) on the same observed entries
     and score it on the test set as :func:`evaluate` scores LEML (PSP@k by the same
     ``propensity``)."""
-    estimator, fixed = BASELINES[method]
+    estimator, fixed = baseline_estimator(method)
     model = estimator(**fixed, **params).fit(train["X"], train["Y"], mask)
     return _metrics_table(_test_scores(model, test, batch_size, propensity), dataset, method)
 

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from scarce.algorithms.leml import LEML, row_block_bounds
+# (not the estimator at the top: it imports scikit-learn, which reading rows does not need,
+# and an apply run reads its rows with the load step here)
+from scarce.algorithms.leml import row_block_bounds
 from scarce.algorithms.leml.data import validation_rows
 from scarce.algorithms.leml.observed import nothing_observed, observed_label_counts, observed_mask
 from scarce.algorithms.metrics.multilabel import inverse_propensity_from_counts
@@ -120,6 +122,8 @@ def early_split(train: dict, mask, params: dict, cluster: dict | None = None) ->
     holds
     out, as its own :meth:`~scarce.algorithms.leml.LEML.early_stopping_split` draws them (``Y_val``:
     the held-out rows' observed labels).  ``cluster``: where the step runs."""
+    from scarce.algorithms.leml import LEML  # (scikit-learn: imported by the steps that fit)
+
     try:
         X_fit, Y_fit, _, X_val, Y_val = LEML(**params).early_stopping_split(
             train["X"], train["Y"], mask)
@@ -134,6 +138,8 @@ def early_split(train: dict, mask, params: dict, cluster: dict | None = None) ->
 def early_split_mask(mask: sp.csr_matrix, params: dict,
                      cluster: dict | None = None) -> sp.csr_matrix:
     """The mask's rows that :func:`early_split` keeps for fitting."""
+    from scarce.algorithms.leml import LEML
+
     fit_rows, _ = LEML(**params).early_stopping_rows(mask.shape[0])
     return sp.csr_matrix(mask)[fit_rows]
 

@@ -76,7 +76,7 @@ PARAMS: dict[str, Param] = {
 BATCH_SIZE = 2048
 #: Labels per row in the predictions of a training run, and ``apply-leml``'s ``top_k``.
 TOP_K = 5
-#: The baselines a LEML run may fit beside it (``tasks.leml.BASELINES`` holds their estimators).
+#: The baselines a LEML run may fit beside it (``tasks.leml.BASELINES`` names their estimators).
 BASELINES = ("br-ridge", "br-logistic", "closed-form")
 #: The ridge / inverse-C strength of the Binary Relevance baselines
 #: (:class:`scarce.algorithms.leml.baselines.BinaryRelevance`'s ``alpha``).

@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.stats import rankdata
 
 from scarce.algorithms.memory import rows_per_batch
 
@@ -326,6 +325,10 @@ def instance_auc(Y_true, scores) -> np.ndarray:
     n, n_labels = Y.shape
     if n == 0:
         return np.zeros(0)
+    # imported here: scipy.stats weighs on the start-up of every importer of the
+    # metrics (an apply run's score step among them), and only the AUC ranks
+    from scipy.stats import rankdata
+
     ranks = rankdata(scores, axis=1, method="average")
     Yb = (Y != 0).astype(np.float64)
     pos = np.diff(Yb.indptr).astype(np.float64)

@@ -47,7 +47,6 @@ import zlib
 
 import numpy as np
 import pandas as pd
-from sklearn.utils import check_random_state
 
 __all__ = ["make_pairs", "pair_features", "source_mask", "pair_labels", "build_pairs",
            "document_sources", "pair_table", "PAIR_KEYS", "MENTION_KEYS", "SOURCE_KINDS"]
@@ -388,6 +387,10 @@ def source_mask(mentions: pd.DataFrame, *, etypes=("person", "organization"),
         return mentions["etype"].isin(list(etypes)).to_numpy()
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1]; got {fraction}")
+    # imported here: only the training's sampling draws; the features of a StRip model
+    # applied to new documents need no scikit-learn
+    from sklearn.utils import check_random_state
+
     rng = check_random_state(random_state)
     key = pd.MultiIndex.from_arrays([mentions["doc"].to_numpy(), mentions["entity"].to_numpy()])
     codes, uniq = pd.factorize(key)

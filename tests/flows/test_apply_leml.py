@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +26,7 @@ from scarce.tasks.leml import load
 from scarce.tasks.leml_files import data_line, in_feature_space
 from scarce.tasks.readers.arff import read_arff
 from scarce.tasks.readers.xmc import read_xmc
-from tests.flows.helpers import made_run
+from tests.flows.helpers import CHECK_WRAPPER, made_run, made_runs
 from tests.flows.test_leml_flow import BIBTEX, CONFIG, _head, _task_run_names, check_top_k
 
 through_prefect = pytest.mark.usefixtures("prefect_server", "in_project")
@@ -122,6 +125,35 @@ def test_round_trip_gives_the_training_predictions_and_learns_nothing(project, t
         for metric in ("precision", "ndcg", "psp"):
             assert applied_metrics[f"test.txt/leml-squared-k8/{metric}@{k}"] == pytest.approx(
                 trained_metrics[f"bibtex-tiny/leml-squared-k8/{metric}@{k}"], abs=1e-12)
+
+
+@through_prefect
+def test_applying_a_feature_row_model_imports_no_scikit_learn(project, trained, applied,
+                                                              tmp_path):
+    """The apply flow of a model of feature rows (this module's, of XC files), run whole in a
+    fresh process on a store of its own (so its load and score steps compute), imports none of
+    scikit-learn: it scores by the factors alone.  (A table's text model imports it to
+    vectorise the text: ``tests/flows/test_apply_needs.py`` lists what each apply flow
+    needs.)"""
+    from prefect.settings import PREFECT_API_URL
+
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "MODULES_OUT": str(out), "SCARCE_ROOT": str(project),
+           "SCARCE_STORE": str(tmp_path / "store"), "PREFECT_API_URL": PREFECT_API_URL.value(),
+           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("SCARCE_RUNS", None)
+    with made_runs(project) as made:
+        done = subprocess.run([sys.executable, "-c", CHECK_WRAPPER, "apply", trained.name,
+                               "--input", "test.txt"], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_id,) = made
+    run = project / "data" / "runs" / run_id
+    m = json.loads((run / "manifest.json").read_text())
+    assert {o["step"] for o in m["outputs"]} == {"leml-load", "leml-score", "leml-collect"}
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "outputs" / "predictions.parquet"),
+                                  pd.read_parquet(applied / "outputs" / "predictions.parquet"))
+    assert [n for n in json.loads(out.read_text()) if n.split(".")[0] == "sklearn"] == []
 
 
 @through_prefect
