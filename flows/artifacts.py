@@ -143,7 +143,7 @@ class Artifacts:
                 except (CorruptEntry, OSError, ValueError, KeyError, IndexError):
                     pass  # a damaged memo is drawn again and rewritten
         png = fn(*args, **kwargs)
-        self.store.write(ref, pd.DataFrame({"png": [png]}), {"task": "plots"})
+        self.store.write(ref, pd.DataFrame({"png": [png]}))
         self._memos[hashlib.sha256(png).hexdigest()] = ref
         return png
 

@@ -458,22 +458,23 @@ def execute(st: Step, store: Store, call: dict[str, Any], *,
                 else _paths(store, v) if k in st.paths else v) for k, v in call.items()}
     result = st.fn(**data)
     refs = st.refs(key)
+    # The entries' step, key and part are their refs (their paths), not in their files: a
+    # step whose code changed and whose result did not writes the same bytes again.
     if isinstance(refs, str):
-        entries = [(refs, result, {"task": st.name, "key": key})]
+        entries = [(refs, result)]
     else:
         if not isinstance(result, dict) or set(result) != set(refs):
             got = sorted(result) if isinstance(result, dict) else type(result).__name__
             raise TypeError(f"step {st.name} must return a dict of {sorted(refs)}, got {got}")
-        entries = [(ref, result[part], {"task": st.name, "key": key, "part": part})
-                   for part, ref in refs.items()]
+        entries = [(ref, result[part]) for part, ref in refs.items()]
     if write_behind is None:
         write_behind = st.write_behind and not _in_dask_worker()
     if write_behind:
         store.write_later(entries, seal_path(store, key),
                           lambda digests: seal_bytes(st.lasting(digests)))
         return refs
-    for ref, value, meta in entries:
-        store.write(ref, value, meta)
+    for ref, value in entries:
+        store.write(ref, value)
     write_seal(store, key, st.lasting(_iter_refs(st.refs(key))))
     return refs
 

@@ -16,6 +16,13 @@ metadata (the footer's ``scarce.*`` keys) so that a round trip is exact:
 Each file carries a checksum (sha256 of the Arrow IPC stream of its table) in its metadata, and
 Parquet page checksums; a truncated or damaged entry, or a folder in its place, raises
 :class:`CorruptEntry` on read.  Nothing is ever pickled.
+
+The footer holds what the value is and how it decodes, nothing of where it came from: the
+same value gives the same bytes under any key, whatever step wrote it.  An entry's step, key
+and part are its path in the store (:mod:`scarce.tasks.store.layout`), its bytes are vouched
+for by its step call's seal (:mod:`scarce.tasks.store.seals`), and a run's manifest records
+every entry's ref and step code digest: a run folder publishes entries as they are
+(hard links), and a refactor that leaves a result unchanged leaves its bytes unchanged.
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ class CorruptEntry(Exception):
     """A store entry that is missing, truncated or fails its checksum."""
 
 
-def encode(value: Any, meta: dict[str, str] | None = None) -> pa.Table:
-    """Arrow table for ``value`` with its metadata and checksum."""
+def encode(value: Any) -> pa.Table:
+    """Arrow table for ``value`` with the metadata that decodes it and its checksum: a
+    function of the value alone (and of the writing libraries' versions)."""
     extra: dict[str, str]
     if isinstance(value, pd.DataFrame):
         table = pa.Table.from_pandas(value, preserve_index=None)
@@ -94,7 +102,7 @@ def encode(value: Any, meta: dict[str, str] | None = None) -> pa.Table:
         )
     metadata = dict(table.schema.metadata or {})
     metadata[b"scarce.format_version"] = FORMAT_VERSION.encode()
-    for k, v in {**extra, **(meta or {})}.items():
+    for k, v in extra.items():
         metadata[f"scarce.{k}".encode()] = str(v).encode()
     table = _as_parquet_reads_it(table.replace_schema_metadata(metadata))
     metadata[CHECKSUM_KEY] = table_checksum(table).encode()

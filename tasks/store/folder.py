@@ -87,21 +87,22 @@ class Store:
         return self.path(ref).is_file()
 
     # -- write -----------------------------------------------------------
-    def write(self, ref: str, value: Any, meta: dict[str, str] | None = None) -> str:
-        """Write ``value`` atomically under ``ref`` and return ``ref``.
+    def write(self, ref: str, value: Any) -> str:
+        """Write ``value`` atomically under ``ref`` and return ``ref``.  The file's bytes are
+        the value's (:func:`~scarce.tasks.store.encoding.encode`), the same under any ref.
 
         Raises
         ------
         StoreWriteError
             When the system refuses the write; nothing of it is left behind.
         """
-        self._write_entry(ref, value, meta)
+        self._write_entry(ref, value)
         background.remember(self.root, ref, value)
         background.forget(self.root, ref)  # a failed write of it in flight is replaced
         return ref
 
-    def _write_entry(self, ref: str, value: Any, meta: dict[str, str] | None) -> Path:
-        table = encode(value, meta)
+    def _write_entry(self, ref: str, value: Any) -> Path:
+        table = encode(value)
         path = self._path(ref)
         with writing(self.root, f"entry {ref}"):
             clear_way(path)
@@ -113,9 +114,9 @@ class Store:
             clear_way(path)
             atomic_write_bytes(path, data)
 
-    def write_later(self, entries: list[tuple[str, Any, dict[str, str] | None]],
+    def write_later(self, entries: list[tuple[str, Any]],
                     side: Path, side_bytes: Callable[[dict[str, str]], bytes]) -> None:
-        """Write ``entries`` (``(ref, value, meta)``), then the side file ``side`` with
+        """Write ``entries`` (``(ref, value)``), then the side file ``side`` with
         ``side_bytes(sha256 of each entry's file)``, in the background, as :meth:`write` and
         :meth:`write_file` would; returns at once.
 
@@ -128,14 +129,13 @@ class Store:
         # What is kept is what is written: a caller changing a value after this call
         # changes neither the copy the next step reads nor the file.
         entries = [(ref, kept if (kept := background.remember(self.root, ref, value))
-                    is not None else value, meta) for ref, value, meta in entries]
+                    is not None else value) for ref, value in entries]
 
         def job() -> None:
-            digests = {ref: file_sha256(self._write_entry(ref, value, meta))
-                       for ref, value, meta in entries}
+            digests = {ref: file_sha256(self._write_entry(ref, value)) for ref, value in entries}
             self._write_side(side, side_bytes(digests))
 
-        background.submit(self.root, [ref for ref, _, _ in entries] + [str(side)], job)
+        background.submit(self.root, [ref for ref, _ in entries] + [str(side)], job)
 
     def flush(self) -> None:
         """Wait for this store's writes in flight (:meth:`write_later`); raise the first

@@ -46,7 +46,7 @@ def store_entries(tmp, monkeypatch):
 def entries_and_seal_written_behind(tmp, monkeypatch):
     store = Store(tmp / "store")
     seal = store.prefect_dir / f"{KEY}.sha256.json"
-    store.write_later([(f"t/{KEY}-W", np.ones((2, 2)), None)], seal, lambda d: b"{}")
+    store.write_later([(f"t/{KEY}-W", np.ones((2, 2)))], seal, lambda d: b"{}")
     store.flush()
     return [store.path(f"t/{KEY}-W"), seal]
 

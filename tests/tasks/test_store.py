@@ -714,8 +714,8 @@ def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_t
     import threading
 
     rng = np.random.default_rng(1)
-    entries = [(f"t/{K1}-W", rng.standard_normal((30, 4)).astype(np.float32), {"part": "W"}),
-               (f"t/{K1}-timings", pd.DataFrame({"half": ["W"], "seconds": [0.5]}), None)]
+    entries = [(f"t/{K1}-W", rng.standard_normal((30, 4)).astype(np.float32)),
+               (f"t/{K1}-timings", pd.DataFrame({"half": ["W"], "seconds": [0.5]}))]
     release = threading.Event()
 
     def seal(digests):
@@ -730,13 +730,13 @@ def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_t
     release.set()
     assert behind.side_path(side) == side and side.is_file()
     in_place = Store(tmp_path / "in-place")
-    for ref, value, meta in entries:
-        in_place.write(ref, value, meta)
+    for ref, value in entries:
+        in_place.write(ref, value)
     digests = {ref: hashlib.sha256(in_place.path(ref).read_bytes()).hexdigest()
-               for ref, _, _ in entries}
+               for ref, _ in entries}
     in_place.write_file(in_place.prefect_dir / "k.sha256.json",
                         json.dumps(digests, sort_keys=True).encode())
-    for ref, _, _ in entries:
+    for ref, _ in entries:
         assert behind.path(ref).read_bytes() == in_place.path(ref).read_bytes()
     assert side.read_bytes() == (in_place.prefect_dir / "k.sha256.json").read_bytes()
     assert behind.refs() == [f"t/{K1}-W", f"t/{K1}-timings"]
@@ -745,7 +745,7 @@ def test_writes_behind_are_the_bytes_of_the_writes_in_place_and_reads_wait_for_t
 def test_a_write_behind_that_fails_fails_the_next_read_and_the_flush(tmp_path):
     store = Store(tmp_path)
     bad = np.array([object()], dtype=object)  # no entry holds objects
-    store.write_later([("t/bad", bad, None)], store.prefect_dir / "bad.sha256.json",
+    store.write_later([("t/bad", bad)], store.prefect_dir / "bad.sha256.json",
                       lambda digests: b"{}")
     with pytest.raises(TypeError, match="cannot store arrays of dtype object"):
         store.path("t/bad")
@@ -838,7 +838,7 @@ def test_small_numeric_tables_are_kept_as_copies_and_others_read_from_their_file
         release.wait(timeout=60)  # the side file waits until the test has read the trace
         return b"{}"
 
-    store.write_later([("t/trace", trace, None)], store.prefect_dir / "k.sha256.json", seal)
+    store.write_later([("t/trace", trace)], store.prefect_dir / "k.sha256.json", seal)
     first = store.read_input("t/trace")
     trace.loc[0, "objective"] = 99.0  # the writer's table changing later changes no copy
     first.loc[0, "iteration"] = 7  # nor does a reader's change of its copy
