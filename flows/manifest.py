@@ -331,12 +331,17 @@ def compare_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 # -- what a file holds ---------------------------------------------------------------------
 #: Footer metadata of a Parquet output that says where it came from or how it was written, not
-#: what it holds: a store entry's step, key and part (a changed step's code re-keys entries
-#: whose tables are unchanged), its checksum (taken over those too) and the store format's
-#: version; and, in pandas' metadata, the versions of the writing libraries.
+#: what it holds: the step, key and part that entries written by earlier versions carried (a
+#: changed step's code re-keyed entries whose tables were unchanged; today's footers hold only
+#: what decodes the value, :func:`scarce.tasks.store.encoding.encode`), the checksum (taken
+#: over those too) and the store format's version; in pandas' metadata, the versions of the
+#: writing libraries; and the Parquet writer that wrote the file.
 PROVENANCE = ("scarce.task", "scarce.key", "scarce.part", "scarce.checksum",
               "scarce.format_version")
 _WRITER_FIELDS = ("creator", "pandas_version")
+#: The name a metadata difference is reported under when two Parquet files hold the same table
+#: with the same metadata in other bytes (row groups, compression, statistics).
+BYTES = "parquet.bytes"
 
 
 def parquet_content(path: Path) -> tuple[str, dict[str, str]]:
@@ -345,14 +350,15 @@ def parquet_content(path: Path) -> tuple[str, dict[str, str]]:
     Returns the sha256 of the file's table -- its schema, its values bit for bit (a NaN equals
     itself, unlike ``pyarrow.Table.equals``) and the metadata that says how it decodes
     (pandas' index and dtypes, the store's kind, shape and dtypes) -- and the provenance
-    metadata by name.  Raises what pyarrow raises for a file that is not Parquet.
+    metadata by name (``parquet.created_by``: the Parquet writer and its version).  Raises
+    what pyarrow raises for a file that is not Parquet.
     """
     import pyarrow.parquet as pq
 
     from scarce.tasks.store.encoding import table_checksum
 
     table = pq.read_table(path)
-    held, provenance = {}, {}
+    held, provenance = {}, {"parquet.created_by": str(pq.read_metadata(path).created_by)}
     for k, v in (table.schema.metadata or {}).items():
         name = k.decode("utf-8", "replace")
         if name in PROVENANCE:
@@ -367,12 +373,18 @@ def parquet_content(path: Path) -> tuple[str, dict[str, str]]:
     return table_checksum(table.replace_schema_metadata(held)), provenance
 
 
-def same_content(a: Path, b: Path) -> tuple[bool, list[str]]:
+#: A metadata difference: (name, first file's value, second file's value; None when absent).
+Change = tuple[str, Any, Any]
+
+
+def same_content(a: Path, b: Path) -> tuple[bool, list[Change]]:
     """Whether files ``a`` and ``b`` hold the same, and the metadata in which they differ.
 
     A Parquet file (``.parquet``) holds its table (:func:`parquet_content`), so two files whose
-    tables are equal are the same whatever their provenance metadata says; any other file (JSON,
-    text, CoNLL-U, PNG) holds its bytes.
+    tables are equal are the same whatever their provenance metadata says; the changes name
+    each provenance key that differs with both values, or, when none does and the bytes still
+    differ, :data:`BYTES` with both files' sha256.  Any other file (JSON, text, CoNLL-U, PNG)
+    holds its bytes.
     """
     from scarce.tasks.store.atomic import file_sha256
 
@@ -382,11 +394,15 @@ def same_content(a: Path, b: Path) -> tuple[bool, list[str]]:
         except Exception:  # not readable as Parquet: compared by its bytes
             pass
         else:
-            return held_a == held_b, [name for name, _, _ in _changed_values(meta_a, meta_b)]
+            changes = _changed_values(meta_a, meta_b)
+            if held_a == held_b and not changes:
+                sha_a, sha_b = file_sha256(a), file_sha256(b)
+                changes = [] if sha_a == sha_b else [(BYTES, sha_a, sha_b)]
+            return held_a == held_b, changes
     return file_sha256(a) == file_sha256(b), []
 
 
-def _changed_values(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
+def _changed_values(a: dict, b: dict) -> list[Change]:
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
@@ -413,17 +429,21 @@ def compare_runs(old: dict[str, Any], new: dict[str, Any], old_dir: Path,
     """What differs between two runs' outputs, by what the files hold: ``(differs, metadata)``.
 
     ``differs`` are :func:`compare_outputs`' lines, less those whose files hold the same
-    (:func:`same_content`); ``metadata`` one record per file (``name``, ``keys``: the metadata
-    that differs), or per step and part of the store (``name`` ``store: <step> <part>``,
-    ``entries``: how many), whose content is the same and whose metadata differs.
+    (:func:`same_content`).  ``metadata`` has one record per file whose content is the same
+    and whose bytes are not (``name``; ``changes``: :func:`same_content`'s; ``keys``: their
+    names; ``entries`` None), and one per step and part of the store whose entries only one
+    run has and the other holds under another key (``name`` ``store: <step> <part>``,
+    ``entries``: how many): ``keys`` empty when they are the same bytes (the key changed,
+    nothing in the files), else the metadata in which they differ.
 
     * ``metrics.parquet`` and the named outputs are read in both run folders (a file whose
       bytes no longer match its manifest, damaged since, is compared by the recorded hash);
     * a store entry written under the same ref by both runs was overwritten by the second: it
       is compared through the first run's named output of it, when it has one, else by hash;
     * entries under refs only one run has (a step's key changed: its code, or the key of an
-      input) are paired by step and part with an entry of the other run holding the same
-      table, read from the store each manifest names; those left unpaired are listed.
+      input) are paired by step and part with an entry of the other run: first one recorded
+      with the same sha256, then one holding the same table, read from the store each
+      manifest names; those left unpaired are listed.
     """
     lines = compare_outputs(old, new)
     metadata: list[dict[str, Any]] = []
@@ -440,9 +460,10 @@ def compare_runs(old: dict[str, Any], new: dict[str, Any], old_dir: Path,
     def resolved(a: Path, sha_a, b: Path, sha_b, name: str) -> bool:
         if not (_intact(a, sha_a) and _intact(b, sha_b)):
             return False
-        same, keys = same_content(a, b)
-        if same and keys:
-            metadata.append({"name": name, "keys": keys, "entries": None})
+        same, changes = same_content(a, b)
+        if same and changes:
+            metadata.append({"name": name, "keys": [k for k, _, _ in changes],
+                             "changes": changes, "entries": None})
         return same
 
     same, gone, added = set(), [], []
@@ -481,9 +502,13 @@ def _pair_entries(gone: list[str], added: list[str], old_store: Any, new_store: 
                   recorded: dict[str, str], metadata: list[dict[str, Any]]
                   ) -> tuple[list[str], list[str]]:
     """The refs of ``gone`` (first run only) and ``added`` (second run only) that no entry of
-    the other holds the same table as, within one step and part; a record in ``metadata`` per
-    step and part with the entries paired.  An entry whose file no longer has the sha256 its
-    run ``recorded`` (rewritten or damaged since) pairs with none."""
+    the other holds the same as, within one step and part; records in ``metadata`` per step
+    and part of the entries paired.
+
+    An entry pairs first with one the other run ``recorded`` with the same sha256 (the same
+    bytes under another key: nothing is read), then with one holding the same table (read
+    from the stores).  An entry whose file no longer has the sha256 its run ``recorded``
+    (rewritten or damaged since) pairs by table with none."""
     def content(store: Any, ref: str) -> tuple[str, dict[str, str]] | None:
         if store is None:
             return None
@@ -500,26 +525,40 @@ def _pair_entries(gone: list[str], added: list[str], old_store: Any, new_store: 
         groups.setdefault(_entry_part(ref), ([], []))[1].append(ref)
     left_old, left_new = [], []
     for (step, part), (olds, news) in sorted(groups.items()):
+        name = f"store: {step} {part}".strip()
         if not olds or not news:
             left_old += olds
             left_new += news
             continue
-        held_old = {ref: content(old_store, ref) for ref in olds}
+        by_sha: dict[str | None, list[str]] = {}
+        for ref in olds:
+            by_sha.setdefault(recorded.get(ref), []).append(ref)
+        rekeyed, unpaired = 0, []
+        for ref in news:
+            match = by_sha.get(recorded.get(ref)) if recorded.get(ref) else None
+            if match:
+                match.pop()
+                rekeyed += 1
+            else:
+                unpaired.append(ref)
+        if rekeyed:
+            metadata.append({"name": name, "keys": [], "entries": rekeyed})
+        held_old = {ref: content(old_store, ref) for refs in by_sha.values() for ref in refs}
         keys: set[str] = set()
         paired = 0
-        for ref in news:
+        for ref in unpaired:
             mine = content(new_store, ref)
             match = next((r for r, c in held_old.items()
                           if mine is not None and c is not None and c[0] == mine[0]), None)
             if match is None:
                 left_new.append(ref)
                 continue
-            keys.update(k for k, _, _ in _changed_values(held_old.pop(match)[1], mine[1]))
+            changes = _changed_values(held_old.pop(match)[1], mine[1])
+            keys.update(k for k, _, _ in changes or [(BYTES, None, None)])
             paired += 1
         left_old += list(held_old)
         if paired:
-            metadata.append({"name": f"store: {step} {part}".strip(), "keys": sorted(keys),
-                             "entries": paired})
+            metadata.append({"name": name, "keys": sorted(keys), "entries": paired})
     return sorted(left_old), sorted(left_new)
 
 

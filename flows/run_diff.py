@@ -8,8 +8,10 @@ listed one by one only when asked (``--verbose``): a changed input renames every
 downstream of it, and those lines would hide the one that says why.
 
 Outputs are compared by what they hold (:func:`scarce.flows.manifest.compare_runs`): a Parquet
-file by its table, so that a file whose only change is a store key in its footer (its step's code
-changed, not its result) is identical, its metadata named apart (``metadata differs: ...``).
+file by its table, so that a file whose table is the same and whose footer metadata is not (a
+store key that entries written by earlier versions carried, another pandas) is identical, the
+metadata named apart with both values (``metadata differs: ...``).  Entries whose step's code
+changed and whose bytes did not are the same entries under other keys: said, not a difference.
 """
 
 from __future__ import annotations
@@ -103,9 +105,10 @@ def outcome(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Pa
 
 def compare(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Path,
             verbose: bool = False) -> tuple[list[str], list[str]]:
-    """:func:`outcome`, and apart from it what holds the same with other metadata
-    (:func:`scarce.flows.manifest.compare_runs`): ``metadata differs: NAME (KEYS)`` per file, the
-    store's entries counted (listed by step and part with ``verbose``)."""
+    """:func:`outcome`, and apart from it what holds the same in other bytes or under other keys
+    (:func:`scarce.flows.manifest.compare_runs`): ``metadata differs: NAME (KEY A -> B, ...)``
+    per file, the store's entries counted (listed by step and part with ``verbose``), and the
+    store's entries that are the same bytes under other keys, counted likewise."""
     lines, metadata = mf.compare_runs(old, new, old_dir, new_dir)
     files = [line for line in lines if line.endswith("metrics.parquet")
              or line.split(": ", 1)[-1].startswith("outputs/")]
@@ -124,9 +127,10 @@ def compare(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Pa
         out.append(f"store: {kinds['differs']} entries differ, {kinds['new in rerun']} only in "
                    f"the second run, {kinds['missing in rerun']} only in the first "
                    "(--verbose lists them)")
-    notes = [f"metadata differs: {m['name']} ({', '.join(m['keys'])})" for m in metadata
-             if m["entries"] is None]
-    store = [m for m in metadata if m["entries"] is not None]
+    notes = [f"metadata differs: {m['name']} ("
+             + ", ".join(f"{k} {_value(a)} -> {_value(b)}" for k, a, b in m["changes"]) + ")"
+             for m in metadata if m["entries"] is None]
+    store = [m for m in metadata if m["entries"] is not None and m["keys"]]
     if store and verbose:
         notes += [f"metadata differs: {m['name']}: {m['entries']} entries hold the same "
                   f"under another key ({', '.join(m['keys'])})" for m in store]
@@ -135,4 +139,30 @@ def compare(old: dict[str, Any], new: dict[str, Any], old_dir: Path, new_dir: Pa
         notes.append(f"metadata differs: store: {sum(m['entries'] for m in store)} entries "
                      f"hold the same under another key ({', '.join(keys)}; --verbose lists "
                      "them)")
+    rekeyed = [m for m in metadata if m["entries"] is not None and not m["keys"]]
+    if rekeyed and verbose:
+        notes += [f"{m['name']}: {m['entries']} entries are the same bytes under another key"
+                  for m in rekeyed]
+    elif rekeyed:
+        notes.append(f"store: {sum(m['entries'] for m in rekeyed)} entries are the same bytes "
+                     "under another key (--verbose lists them)")
     return out, notes
+
+
+def metadata_differs(notes: list[str]) -> bool:
+    """Whether :func:`compare`'s ``notes`` name metadata that differs (not only entries that
+    are the same bytes under other keys)."""
+    return any(note.startswith("metadata differs:") for note in notes)
+
+
+#: Characters of a metadata value shown before it is cut (a checksum, a store key).
+VALUE_SHOWN = 16
+
+
+def _value(value: Any) -> str:
+    """A metadata value as a rerun shows it: ``absent``, or the value, cut after
+    :data:`VALUE_SHOWN` characters."""
+    if value is None:
+        return "absent"
+    text = str(value)
+    return text if len(text) <= VALUE_SHOWN else text[:12] + "…"

@@ -2,7 +2,8 @@
 its damaged files restored where the rerun reproduced them; ``scarce diff``: two runs compared.
 Both say why first (inputs, code, packages, config), then what differs, by what the files hold
 (a Parquet file by its table), and apart from it the metadata that differs where they hold the
-same (a store key in a footer)."""
+same (another pandas in a footer; the store key that entries written by earlier versions
+carried)."""
 
 from __future__ import annotations
 
@@ -93,9 +94,12 @@ def rerun(args: argparse.Namespace) -> int:
 
 
 def identical(notes: list[str]) -> str:
-    """The verdict of two runs whose outputs hold the same: ``identical``, with a word that
-    the ``notes`` below it (``metadata differs: ...``) name metadata that is not."""
-    return "identical (metadata differs)" if notes else "identical"
+    """The verdict of two runs whose outputs hold the same: ``identical`` when every output is
+    the same bytes (store entries perhaps under other keys), with a word when the ``notes``
+    below it (``metadata differs: ...``) name metadata that is not the same."""
+    from scarce.flows.run_diff import metadata_differs
+
+    return "identical (metadata differs)" if metadata_differs(notes) else "identical"
 
 
 def explain(old: dict, new: dict, old_dir: Path, new_dir: Path,

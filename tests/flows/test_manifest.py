@@ -70,17 +70,42 @@ FILES = {"model/model.json": b'{"rank": 2}\n', "rules.txt": b"R1: IF a THEN core
          "table.md": b"| k | value |\n", "predicted/a.conllu": b"# newdoc id = a\n"}
 
 
-def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | None = None):
+def _earlier_entry(store, ref: str, value) -> str:
+    """``value`` written under ``ref`` as the store wrote entries before their footers held
+    only the value: its step, key and part in the footer too, under its checksum."""
+    import pyarrow.parquet as pq
+
+    from scarce.tasks.store.encoding import CHECKSUM_KEY, encode, parquet_options, table_checksum
+
+    table = encode(value)
+    step, _, name = ref.partition("/")
+    meta = {k: v for k, v in table.schema.metadata.items() if k != CHECKSUM_KEY}
+    meta.update({b"scarce.task": step.encode(), b"scarce.key": name[:32].encode(),
+                 b"scarce.part": name[33:].encode()})
+    table = table.replace_schema_metadata(meta)
+    meta[CHECKSUM_KEY] = table_checksum(table).encode()
+    table = table.replace_schema_metadata(meta)
+    store.path(ref).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, store.path(ref), **parquet_options(table))
+    return ref
+
+
+def _entry_run(tmp_path, name: str, value, key: str, extra: dict[str, bytes] | None = None,
+               earlier: bool = False):
     """A run folder whose ``outputs/value.parquet`` is the store entry of ``value`` written
-    under ``key`` (its footer names the step and the key, as every entry's does), and whose
-    other named outputs are ``extra``; returns (folder, manifest)."""
+    under ``key`` (as an earlier version wrote it, the key in its footer, when ``earlier``),
+    and whose other named outputs are ``extra``; returns (folder, manifest)."""
     from scarce.flows.run_record import link_or_copy
     from scarce.tasks.store import Store
     from scarce.tasks.store.atomic import file_sha256
     from scarce.tasks.store.encoding import encode
 
     store = Store(tmp_path / "store")
-    ref = store.write(f"step/{key}-part", value, {"task": "step", "key": key, "part": "part"})
+    ref = f"step/{key}-part"
+    if earlier:
+        _earlier_entry(store, ref, value)
+    else:
+        store.write(ref, value)
     folder = tmp_path / name
     (folder / "outputs").mkdir(parents=True)
     link_or_copy(store.path(ref), folder / "outputs" / "value.parquet")
@@ -110,18 +135,39 @@ def test_the_values_cover_every_kind_the_store_writes():
 
 
 @pytest.mark.parametrize("kind", VALUES)
-def test_an_output_whose_only_change_is_its_key_is_identical_with_a_metadata_note(kind,
-                                                                                    tmp_path):
+def test_an_output_whose_only_change_is_its_key_is_the_same_bytes(kind, tmp_path):
+    """A step's code changed, its result did not: its entry under the new key is the same file,
+    byte for byte, so the run folders' outputs are too; the entries are counted as re-keyed,
+    with no metadata that differs."""
     value, _ = VALUES[kind]
     a, old = _entry_run(tmp_path, "a", value, "0" * 32)
+    b, new = _entry_run(tmp_path, "b", value, "1" * 32)
+    assert (a / "outputs" / "value.parquet").read_bytes() == \
+        (b / "outputs" / "value.parquet").read_bytes()
+    assert old["named_outputs"][0]["sha256"] == new["named_outputs"][0]["sha256"]
+    assert compare_runs(old, new, a, b) == (
+        [], [{"name": "store: step part", "keys": [], "entries": 1}])
+
+
+@pytest.mark.parametrize("kind", VALUES)
+def test_an_output_of_an_earlier_version_with_its_key_in_the_footer_is_identical_with_a_note(
+        kind, tmp_path):
+    """A run made when entries held their step, key and part in the footer, against a run of
+    today (the key changed with the code): the same table, the metadata that differs named
+    with both values, for the run's file and for the store's entry."""
+    value, _ = VALUES[kind]
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32, earlier=True)
     b, new = _entry_run(tmp_path, "b", value, "1" * 32)
     assert old["named_outputs"][0]["sha256"] != new["named_outputs"][0]["sha256"]
     differs, metadata = compare_runs(old, new, a, b)
     assert differs == []
-    assert {"name": "outputs/value.parquet", "keys": ["scarce.checksum", "scarce.key"],
-            "entries": None} in metadata
-    assert {"name": "store: step part", "keys": ["scarce.checksum", "scarce.key"],
-            "entries": 1} in metadata
+    provenance = ["scarce.checksum", "scarce.key", "scarce.part", "scarce.task"]
+    (file,) = [m for m in metadata if m["entries"] is None]
+    assert file["name"] == "outputs/value.parquet" and file["keys"] == provenance
+    changes = {k: (x, y) for k, x, y in file["changes"]}
+    assert changes["scarce.key"] == ("0" * 32, None)
+    assert changes["scarce.task"] == ("step", None) and changes["scarce.part"] == ("part", None)
+    assert {"name": "store: step part", "keys": provenance, "entries": 1} in metadata
 
 
 @pytest.mark.parametrize("kind", VALUES)
@@ -153,7 +199,7 @@ def test_other_outputs_compare_by_their_bytes(rel, tmp_path):
 
 def test_a_file_damaged_since_its_run_is_compared_by_its_recorded_hash(tmp_path):
     value = VALUES["table"][0]
-    a, old = _entry_run(tmp_path, "a", value, "0" * 32)
+    a, old = _entry_run(tmp_path, "a", value, "0" * 32, earlier=True)  # other bytes
     b, new = _entry_run(tmp_path, "b", value, "1" * 32)
     (a / "outputs" / "value.parquet").unlink()
     (a / "outputs" / "value.parquet").write_bytes(b"damaged")
@@ -181,5 +227,7 @@ def test_the_metrics_table_is_compared_by_what_it_holds(tmp_path):
     new["metrics_sha256"] = file_sha256(b / "metrics.parquet")
     differs, metadata = compare_runs(old, new, a, b)
     assert differs == []
-    assert {"name": "metrics.parquet", "keys": ["pandas.pandas_version"],
-            "entries": None} in metadata
+    (note,) = [m for m in metadata if m["name"] == "metrics.parquet"]
+    assert note["keys"] == ["pandas.pandas_version"]
+    assert note["changes"] == [("pandas.pandas_version", json_module.dumps(pd.__version__),
+                                '"0.0.1"')]

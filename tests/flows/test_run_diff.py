@@ -109,3 +109,48 @@ def test_scarce_diff_says_why_first_and_exits_1_when_outputs_differ(tmp_path, mo
 def test_scarce_diff_takes_run_ids_only(bad, capsys):
     assert main(["diff", "a", bad]) == 2
     assert "not a run id" in capsys.readouterr().err
+
+
+def _folder(tmp_path, name: str, m: dict, frame: pd.DataFrame, **parquet) -> dict:
+    """Run folder ``name`` with ``frame`` as its ``metrics.parquet`` (written with pandas'
+    ``parquet`` options) and manifest ``m``, the metrics' sha256 recorded; returns ``m``."""
+    from scarce.tasks.store.atomic import file_sha256
+
+    d = tmp_path / "runs" / name
+    d.mkdir(parents=True)
+    frame.to_parquet(d / "metrics.parquet", **parquet)
+    m = {**m, "metrics_sha256": file_sha256(d / "metrics.parquet")}
+    (d / "manifest.json").write_text(json.dumps(m))
+    return m
+
+
+def test_the_same_bytes_under_other_keys_are_identical_and_other_bytes_name_what_differs(
+        tmp_path, monkeypatch, capsys):
+    """Entries whose key changed and whose bytes did not: ``identical``, counted apart.  A
+    ``metrics.parquet`` holding the same table in other bytes: ``identical (metadata
+    differs)``, with what differs and both values."""
+    from scarce.tasks.store.atomic import file_sha256
+
+    monkeypatch.setenv("SCARCE_RUNS", str(tmp_path / "runs"))
+    frame = pd.DataFrame({"dataset": ["bib"], "method": ["leml"], "metric": ["p@1"],
+                          "value": [0.5]})
+    old = _manifest(outputs=[{"ref": f"leml-load/{'1' * 32}-X", "sha256": "d" * 64}])
+    new = _manifest(outputs=[{"ref": f"leml-load/{'2' * 32}-X", "sha256": "d" * 64}])
+    old = _folder(tmp_path, "a", old, frame)
+    _folder(tmp_path, "b", new, frame)
+    assert main(["diff", "a", "b"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "identical",
+        "store: 1 entries are the same bytes under another key (--verbose lists them)"]
+    assert main(["diff", "a", "b", "--verbose"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "store: leml-load X: 1 entries are the same bytes under another key"]
+
+    new = _folder(tmp_path, "c", new, frame, compression="gzip")
+    shas = [file_sha256(tmp_path / "runs" / r / "metrics.parquet") for r in ("a", "c")]
+    assert shas[0] != shas[1]
+    assert main(["diff", "a", "c"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "identical (metadata differs)",
+        f"metadata differs: metrics.parquet (parquet.bytes {shas[0][:12]}… -> {shas[1][:12]}…)",
+        "store: 1 entries are the same bytes under another key (--verbose lists them)"]
