@@ -155,13 +155,14 @@ def metadata_differs(notes: list[str]) -> bool:
     return any(note.startswith("metadata differs:") for note in notes)
 
 
-#: Characters of a metadata value shown before it is cut (a checksum, a store key).
+#: The longest metadata value shown whole; a longer one (a checksum, a store key) is shown by
+#: its first 12 characters, as the rerun shows a sha256.
 VALUE_SHOWN = 16
 
 
 def _value(value: Any) -> str:
-    """A metadata value as a rerun shows it: ``absent``, or the value, cut after
-    :data:`VALUE_SHOWN` characters."""
+    """A metadata value as a rerun shows it: ``absent``, the value, or the first 12 characters
+    of one longer than :data:`VALUE_SHOWN` and ``…``."""
     if value is None:
         return "absent"
     text = str(value)
