@@ -84,18 +84,18 @@ def write_parts(folder: Path, n: int, d: int, n_labels: int, parts: int, seed: i
     all, part ``i`` drawn by :func:`scarce.bench.synthetic.synthetic_wikipedia` from the seed stream
     (``stream``, ``i``): one part in memory at a time.  Returns the counts."""
     from scarce.bench.synthetic import synthetic_wikipedia
-    from scarce.tasks.store.atomic import atomic_write_parquet
+    from scarce.tasks.store.atomic import atomic_write_parquet, synced_folders
     from scarce.tasks.store.encoding import encode
 
-    folder.mkdir(parents=True, exist_ok=True)
     nnz_x = nnz_y = 0
-    for i, rows in enumerate(np.array_split(np.arange(n), parts)):
-        X, Y = synthetic_wikipedia(len(rows), d, n_labels, seed=seed, stream=(stream, i))
-        X.sum_duplicates()  # as the part is stored: its nnz is the flow's
-        atomic_write_parquet(folder / f"part-{i:03d}.X.parquet", encode(X))
-        atomic_write_parquet(folder / f"part-{i:03d}.Y.parquet", encode(Y))
-        nnz_x, nnz_y = nnz_x + X.nnz, nnz_y + Y.nnz
-        del X, Y
+    with synced_folders() as syncs:  # the folder fsync-ed once, after the last part
+        for i, rows in enumerate(np.array_split(np.arange(n), parts)):
+            X, Y = synthetic_wikipedia(len(rows), d, n_labels, seed=seed, stream=(stream, i))
+            X.sum_duplicates()  # as the part is stored: its nnz is the flow's
+            atomic_write_parquet(folder / f"part-{i:03d}.X.parquet", encode(X), syncs)
+            atomic_write_parquet(folder / f"part-{i:03d}.Y.parquet", encode(Y), syncs)
+            nnz_x, nnz_y = nnz_x + X.nnz, nnz_y + Y.nnz
+            del X, Y
     return {"n": n, "nnz_x": nnz_x, "nnz_y": nnz_y}
 
 

@@ -88,11 +88,12 @@ def interpreter(path) -> str:
 
 def write_split(workdir: Path, Xtr, Ytr, Xte) -> None:
     """The split as the child reads it: ``train_X.npz``, ``train_Y.npz``, ``test_X.npz``."""
-    from scarce.tasks.store.atomic import atomic_open
+    from scarce.tasks.store.atomic import atomic_open, synced_folders
 
-    for stem, M in (("train_X", Xtr), ("train_Y", Ytr), ("test_X", Xte)):
-        with atomic_open(workdir / f"{stem}.npz") as fh:
-            sp.save_npz(fh, sp.csr_matrix(M), compressed=False)
+    with synced_folders() as syncs:  # the folder fsync-ed once, after the last file
+        for stem, M in (("train_X", Xtr), ("train_Y", Ytr), ("test_X", Xte)):
+            with atomic_open(workdir / f"{stem}.npz", syncs) as fh:
+                sp.save_npz(fh, sp.csr_matrix(M), compressed=False)
 
 
 class LibraryMissing(Exception):

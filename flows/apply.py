@@ -29,7 +29,7 @@ from scarce.flows.outputs import Output, Protected, check_output, check_targets,
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.text import check_no_gzip_twin
 from scarce.tasks.steps import log_both
-from scarce.tasks.store.atomic import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes, make_folder, synced_folders
 
 MODEL_DIR = "model"
 MODEL_JSON = "model.json"
@@ -216,8 +216,10 @@ def export(store: Any, refs: list[str], names: list[str], target: Path, run_dir:
                 data = store.path(refs[0]).read_bytes()
             atomic_write_bytes(target, data)  # (with its missing parent folders)
             return
-        target.mkdir(parents=True, exist_ok=True)
-        for ref, name in zip(refs, names, strict=True):
-            atomic_write_bytes(target / Path(name).name, store.path(ref).read_bytes())
+        with synced_folders() as syncs:  # the folder fsync-ed once, after the last file
+            make_folder(target, syncs)
+            for ref, name in zip(refs, names, strict=True):
+                atomic_write_bytes(target / Path(name).name, store.path(ref).read_bytes(),
+                                   syncs)
     except OSError as exc:
         raise write_failed(exc, target, "output", f"{run_dir / 'outputs'}") from None

@@ -34,7 +34,7 @@ from scarce.flows.outputs import write_failed
 from scarce.flows.run_names import namer
 from scarce.flows.runtime import RunContext, RunOptions
 from scarce.tasks import strip
-from scarce.tasks.store.atomic import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes, synced_folders
 
 # The config schema and the checks before a run live in flows.apply_strip_config (a command
 # checks an apply run without importing this flow); their names are read here too.
@@ -60,10 +60,16 @@ def apply_strip_flow(config: ApplyStripConfig, options: RunOptions | None = None
         ctx.record.write_output(f"predicted/{name}", text)
     summary = ctx.finish(metrics)
     try:
-        for target, text in zip(targets, texts if targets else [], strict=True):  # --output
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(target, text.encode("utf-8"))
+        write_outputs(targets, texts if targets else [])  # --output
     except OSError as exc:
         raise write_failed(exc, Path(config.output), "output",
                            f"{ctx.run_dir / 'outputs'}") from None
     return summary
+
+
+def write_outputs(targets: list[Path], texts: list[str]) -> None:
+    """Each predicted CoNLL-U text to its ``--output`` file, atomically, the missing folders
+    created; each folder fsync-ed once, after its last file, rather than once per file."""
+    with synced_folders() as syncs:
+        for target, text in zip(targets, texts, strict=True):
+            atomic_write_bytes(target, text.encode("utf-8"), syncs)

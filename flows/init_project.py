@@ -14,7 +14,7 @@ from pathlib import Path
 from scarce.flows.config import packaged_configs
 from scarce.flows.outputs import check_targets
 from scarce.tasks.errors import InputError
-from scarce.tasks.store.atomic import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes, make_folder, synced_folders
 
 #: Per flow: (a line of the shipped config, as a pattern, and what it becomes in a new project).
 EDITS: dict[str, list[tuple[str, str]]] = {
@@ -103,10 +103,10 @@ def init_project(folder: Path, force: bool = False) -> list[Path]:
         raise InputError(f"{len(existing)} file(s) exist, first {existing[0].name}; give "
                          "--force to replace them", path=existing[0], key="DIR")
     check_targets(files, force=force, key="DIR")  # never an input of a run, a store or runs
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, text.encode("utf-8"))
+    with synced_folders() as syncs:  # each folder fsync-ed once, after its last file
+        make_folder(folder / "data", syncs)
+        for path, text in files.items():
+            atomic_write_bytes(path, text.encode("utf-8"), syncs)  # (and its folders)
     return list(files)
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scarce.tasks.errors import InputError, excerpt
-from scarce.tasks.store.atomic import atomic_write_bytes
+from scarce.tasks.store.atomic import FolderSyncs, atomic_write_bytes
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.parquet"
@@ -127,9 +127,13 @@ def environment() -> dict[str, Any]:
     }
 
 
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
+def write_manifest(run_dir: Path, manifest: dict[str, Any],
+                   syncs: FolderSyncs | None = None) -> Path:
+    """``manifest.json`` of ``run_dir``, written atomically (its folder fsync-ed at once, or
+    with the run folder's other files: ``syncs``)."""
     path = run_dir / MANIFEST
-    atomic_write_bytes(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(),
+                       syncs)
     return path
 
 

@@ -33,7 +33,7 @@ from scarce.flows.outputs import Output, Protected, check_output, check_targets
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.conllu import read_conllu
-from scarce.tasks.store.atomic import atomic_write_bytes
+from scarce.tasks.store.atomic import atomic_write_bytes, synced_folders
 
 if TYPE_CHECKING:
     from scarce.algorithms.strip.ripper import StRip
@@ -258,21 +258,23 @@ class StripModel:
         files = self._files(documents)
         targets = self._targets(files, output, force) if output is not None else []
         tables = []
-        for k, (name, path, (tokens, mentions)) in enumerate(files):
-            _, clusters = self._apply(name, path, (tokens, mentions))
-            chain = strip.number_chains(mentions["doc"].to_numpy(),
-                                        clusters["cluster"].to_numpy())
-            tables.append(pd.DataFrame({
-                "file": name, "doc": mentions["doc"].to_numpy(),
-                "mention": mentions["mention"].to_numpy(), "sent": mentions["sent"].to_numpy(),
-                "start": mentions["start"].to_numpy(), "end": mentions["end"].to_numpy(),
-                "text": _mention_text(tokens, mentions),
-                "chain": [f"e{c}" for c in chain],
-                "etype": strip.chain_etypes(chain, mentions["etype"])})[CHAIN_COLUMNS])
-            if targets:
-                text = strip.write_predicted.fn(path=path, clusters=clusters)["conllu"].iloc[0]
-                targets[k].parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(targets[k], text.encode("utf-8"))
+        with synced_folders() as syncs:  # each folder fsync-ed once, after its last file
+            for k, (name, path, (tokens, mentions)) in enumerate(files):
+                _, clusters = self._apply(name, path, (tokens, mentions))
+                chain = strip.number_chains(mentions["doc"].to_numpy(),
+                                            clusters["cluster"].to_numpy())
+                tables.append(pd.DataFrame({
+                    "file": name, "doc": mentions["doc"].to_numpy(),
+                    "mention": mentions["mention"].to_numpy(),
+                    "sent": mentions["sent"].to_numpy(),
+                    "start": mentions["start"].to_numpy(), "end": mentions["end"].to_numpy(),
+                    "text": _mention_text(tokens, mentions),
+                    "chain": [f"e{c}" for c in chain],
+                    "etype": strip.chain_etypes(chain, mentions["etype"])})[CHAIN_COLUMNS])
+                if targets:
+                    text = strip.write_predicted.fn(path=path,
+                                                    clusters=clusters)["conllu"].iloc[0]
+                    atomic_write_bytes(targets[k], text.encode("utf-8"), syncs)  # (and folders)
         return pd.concat(tables, ignore_index=True)
 
     def evaluate(self, documents: Any) -> pd.DataFrame:

@@ -17,6 +17,8 @@ import logging
 import os
 import re
 import secrets
+import shutil
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,15 @@ from scarce.flows.config import FlowConfig, project_root
 from scarce.tasks.errors import InputError
 from scarce.tasks.steps import Step, _iter_refs, cached_file_sha256, log_both
 from scarce.tasks.store import Store
-from scarce.tasks.store.atomic import atomic_write_bytes, atomic_write_parquet, file_sha256
+from scarce.tasks.store.atomic import (
+    FolderSyncs,
+    atomic_write_bytes,
+    atomic_write_parquet,
+    file_sha256,
+    fsync_folder,
+    make_folder,
+    synced_folders,
+)
 from scarce.tasks.store.encoding import encode
 from scarce.tasks.store.layout import SUFFIX
 from scarce.tasks.store.leases import Lease
@@ -140,28 +150,64 @@ class RunRecord:
             self.volatile_files.add(name)
 
     # -- when it finishes ---------------------------------------------------------
+    def publish(self, run_dir: Path, **folder: Any) -> dict[str, Any]:
+        """The run folder written as :meth:`write_folder` writes it (``folder``: its keyword
+        arguments), under a hidden name beside ``run_dir`` (``.<run-id>.partial-<hex>``),
+        then renamed to ``run_dir``; returns the manifest.
+
+        A run that fails meanwhile (an ``OSError`` raised: a full disk, a read-only runs
+        folder) leaves no folder under either name.  The rename comes after every file of
+        the folder was made to last (:meth:`write_folder`), and is fsync-ed itself, so that
+        no crash leaves a run folder named as complete without its files.
+        """
+        partial = run_dir.with_name(f".{self.run_id}{mf.PARTIAL}{secrets.token_hex(3)}")
+        try:
+            manifest = self.write_folder(partial, **folder)
+            if run_dir.exists():
+                raise FileExistsError(f"run folder {run_dir} exists")
+            os.rename(partial, run_dir)
+            fsync_folder(run_dir.parent)
+        finally:
+            if partial.exists():
+                shutil.rmtree(partial, ignore_errors=True)
+        return manifest
+
     def write_folder(self, folder: Path, *, config: FlowConfig, options: BaseModel,
                      metrics: pd.DataFrame, plots: dict[str, bytes],
                      plot_refs: dict[str, str], headline: dict[str, float],
                      run: dict[str, Any]) -> dict[str, Any]:
-        """Everything of the run folder, written into ``folder``; returns the manifest.
+        """Everything of the run folder, written into ``folder`` (a new folder); returns the
+        manifest.
 
         ``plots`` and ``plot_refs`` are the run's figures and their store memos
         (:class:`scarce.flows.artifacts.Artifacts`); ``run`` the facts of the Prefect run it was
-        (flow run id, deployment, task runner)."""
+        (flow run id, deployment, task runner).  Its files are one group of writes
+        (:class:`~scarce.tasks.store.atomic.FolderSyncs`): each folder is fsync-ed once, when
+        the last file is written, so when this returns everything in the folder lasts through
+        a crash.  The folder's own name does not (its parent is not fsync-ed for it): it is
+        temporary, and the name that must last is the one :meth:`publish` gives it."""
+        with synced_folders() as syncs:
+            make_folder(folder.parent, syncs)
+            folder.mkdir()
+            return self._write_folder(folder, syncs, config=config, options=options,
+                                      metrics=metrics, plots=plots, plot_refs=plot_refs,
+                                      headline=headline, run=run)
+
+    def _write_folder(self, folder: Path, syncs: FolderSyncs, *, config: FlowConfig,
+                      options: BaseModel, metrics: pd.DataFrame, plots: dict[str, bytes],
+                      plot_refs: dict[str, str], headline: dict[str, float],
+                      run: dict[str, Any]) -> dict[str, Any]:
         from scarce.flows.artifacts import PLOTS
 
-        folder.mkdir(parents=True)
         metrics_path = folder / mf.METRICS
-        atomic_write_parquet(metrics_path, encode(metrics))
+        atomic_write_parquet(metrics_path, encode(metrics), syncs)
         figures = []
         for key, png in sorted(plots.items()):
             rel = f"{PLOTS}/{key}.png"
-            (folder / PLOTS).mkdir(exist_ok=True)
-            atomic_write_bytes(folder / rel, png)
+            atomic_write_bytes(folder / rel, png, syncs)
             figures.append({"name": key, "path": rel, "sha256": file_sha256(folder / rel),
                             "ref": plot_refs.get(key)})
-        named = self._write_named_outputs(folder / OUTPUTS)
+        named = self._write_named_outputs(folder / OUTPUTS, syncs)
         outputs = [{**o, "sha256": self.store.sha256(o["ref"])}
                    for o in sorted(self.outputs.values(), key=lambda o: o["ref"])]
         manifest = {
@@ -189,20 +235,19 @@ class RunRecord:
             "notes": self.notes,
             "headline": headline,
         }
-        mf.write_manifest(folder, manifest)
+        mf.write_manifest(folder, manifest, syncs)
         return manifest
 
-    def _write_named_outputs(self, root: Path) -> list[dict[str, Any]]:
+    def _write_named_outputs(self, root: Path, syncs: FolderSyncs) -> list[dict[str, Any]]:
         out = []
         for name, ref in sorted(self.named.items()):
             path = root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(self.store.path(ref), path)
+            make_folder(path.parent, syncs)
+            link_or_copy(self.store.path(ref), path, syncs)
             out.append({"name": name, "ref": ref, "sha256": file_sha256(path)})
         for name, data in sorted(self.files.items()):
             path = root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(path, data)
+            atomic_write_bytes(path, data, syncs)  # (with its missing parent folders)
             out.append({"name": name, "ref": None, "sha256": hashlib.sha256(data).hexdigest(),
                         **({"volatile": True} if name in self.volatile_files else {})})
         return sorted(out, key=lambda o: o["name"])
@@ -225,16 +270,19 @@ def check_output_name(name: str) -> None:
         raise ValueError(f"not an output name: {name!r} (a relative path of plain names)")
 
 
-def link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path, syncs: FolderSyncs | None = None) -> None:
     """``target`` as a hard link to ``source`` (the same bytes, no copy), or a copy where the
-    two are on different file systems; atomic either way (a temporary name, then a rename)."""
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
+    two are on different file systems; atomic either way (a temporary name, then a rename),
+    and lasting once its folder is fsync-ed: at once, or with the group ``syncs``."""
+    with nullcontext(syncs) if syncs is not None else synced_folders() as group:
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
         try:
-            os.link(source, tmp)
-        except OSError:  # another file system, or links not allowed: copy the bytes
-            with open(source, "rb") as fh:
-                atomic_write_bytes(tmp, fh.read())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+            try:
+                os.link(source, tmp)
+            except OSError:  # another file system, or links not allowed: copy the bytes
+                with open(source, "rb") as fh:
+                    atomic_write_bytes(tmp, fh.read(), group)
+            os.replace(tmp, target)
+            group.add(target.parent)
+        finally:
+            tmp.unlink(missing_ok=True)

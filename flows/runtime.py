@@ -22,7 +22,6 @@ import datetime as dt
 import logging
 import os
 import secrets
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,8 +315,9 @@ class RunContext:
         return the run summary.
 
         The folder is written under a hidden temporary name beside its final one and renamed
-        when complete, so a run that fails while writing it (a full disk, a read-only runs
-        folder) leaves no run folder at all, as a run that fails earlier does.
+        when complete (:meth:`~scarce.flows.run_record.RunRecord.publish`), so a run that fails
+        while writing it (a full disk, a read-only runs folder) leaves no run folder at all, as
+        a run that fails earlier does.
         """
         self.store.flush()  # the checkpoints written behind (a write's error fails the run)
         metrics = self.store.read(metrics_ref)
@@ -325,25 +325,18 @@ class RunContext:
         if missing:
             raise ValueError(f"metrics table lacks columns {missing}")
         metrics = metrics[METRIC_COLUMNS].reset_index(drop=True)
-        partial = self.run_dir.with_name(f".{self.run_id}{PARTIAL}{secrets.token_hex(3)}")
         try:
-            manifest = self.record.write_folder(
-                partial, config=self.config, options=self.options, metrics=metrics,
+            manifest = self.record.publish(
+                self.run_dir, config=self.config, options=self.options, metrics=metrics,
                 plots=self.artifacts.plots, plot_refs=self.artifacts.plot_refs,
                 headline=headline or headline_metrics(metrics),
                 run={"prefect_flow_run_id": _flow_run_id(), "deployment": _deployment_name(),
                      "task_runner": _task_runner(),
                      "tags": _flow_run_tags(self.flow, self.config, self.options)})
-            if self.run_dir.exists():
-                raise FileExistsError(f"run folder {self.run_dir} exists")
-            os.rename(partial, self.run_dir)
         except OSError as exc:  # a full disk, a read-only or vanished runs folder
             where = f" ({exc.filename})" if exc.filename else ""
             raise InputError(f"cannot write the run folder: {exc.strerror or exc}{where}",
                              path=self.run_dir, key="runs folder (or $SCARCE_RUNS)") from exc
-        finally:
-            if partial.exists():
-                shutil.rmtree(partial, ignore_errors=True)
         self.artifacts.table("metrics", metrics, f"Metrics of run {self.run_id}")
         if self.record.store_hits:
             self.artifacts.table(

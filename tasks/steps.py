@@ -473,8 +473,7 @@ def execute(st: Step, store: Store, call: dict[str, Any], *,
         store.write_later(entries, seal_path(store, key),
                           lambda digests: seal_bytes(st.lasting(digests)))
         return refs
-    for ref, value in entries:
-        store.write(ref, value)
+    store.write_all(entries)  # lasting (their folders fsync-ed) before the seal names them
     write_seal(store, key, st.lasting(_iter_refs(st.refs(key))))
     return refs
 

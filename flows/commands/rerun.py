@@ -146,19 +146,20 @@ def _repair(run_dir: Path, old: dict, new_dir: Path, damaged: dict[str, str | No
     whose bytes the rerun reproduced exactly; say what was found and done, file by file."""
     from scarce.flows import manifest as mf
     from scarce.flows.runtime import link_or_copy
-    from scarce.tasks.store.atomic import file_sha256
+    from scarce.tasks.store.atomic import file_sha256, synced_folders
 
     recorded = mf.recorded_files(old)
     lines = []
-    for name, actual in sorted(damaged.items()):
-        found = "missing" if actual is None else f"sha256 {actual[:12]} on disk"
-        fresh = new_dir / name
-        if fresh.is_file() and file_sha256(fresh) == recorded[name]:
-            link_or_copy(fresh, run_dir / name)
-            lines.append(f"repaired: {name} of run {run_dir.name} ({found}, recorded "
-                         f"{recorded[name][:12]}; restored from the rerun's identical file)")
-        else:
-            lines.append(f"damaged: {name} of run {run_dir.name} ({found}, recorded "
-                         f"{recorded[name][:12]}; the rerun did not reproduce it)")
+    with synced_folders() as syncs:  # each folder fsync-ed once, after its last repair
+        for name, actual in sorted(damaged.items()):
+            found = "missing" if actual is None else f"sha256 {actual[:12]} on disk"
+            fresh = new_dir / name
+            if fresh.is_file() and file_sha256(fresh) == recorded[name]:
+                link_or_copy(fresh, run_dir / name, syncs)
+                lines.append(f"repaired: {name} of run {run_dir.name} ({found}, recorded "
+                             f"{recorded[name][:12]}; restored from the rerun's identical file)")
+            else:
+                lines.append(f"damaged: {name} of run {run_dir.name} ({found}, recorded "
+                             f"{recorded[name][:12]}; the rerun did not reproduce it)")
     return lines
 

@@ -2,7 +2,12 @@
 and the sha256 by which a written file is recorded (seals, run manifests).
 
 A write goes to a temporary file in the same folder, is ``fsync``-ed, then renamed over the
-target with ``os.replace``.  Every file has the mode the umask gives.  A write the system
+target with ``os.replace``; the folder is then ``fsync``-ed, so that the rename (and a folder
+the write created) lasts through a crash of the machine.  A group of writes that belong
+together (a step's entries, a run folder's files) passes one :class:`FolderSyncs` to each and
+fsyncs each folder they touched once, when the group ends (:func:`synced_folders`), before
+anything that names the group as complete (a step's seal, the run folder's final name) is
+written.  Every file has the mode the umask gives.  A write the system
 refuses (a full disk, a read-only or foreign folder) raises :class:`StoreWriteError` from
 inside :func:`writing`, naming the store and the system's reason, and leaves no temporary file.
 """
@@ -62,14 +67,74 @@ def clear_way(path: Path) -> None:
         parent.unlink()
 
 
+class FolderSyncs:
+    """The folders a group of writes changed (a file renamed into one, a folder created in
+    one), each to be ``fsync``-ed once when the group ends rather than once per write.
+
+    A folder's fsync makes every name changed in it last, whichever write changed it: a
+    step's three entries in one task folder need one, not three.  What declares the group
+    complete is written only after :meth:`sync` (:func:`synced_folders` does it at the end of
+    its block), so it never lasts through a crash without the files it names.
+    """
+
+    def __init__(self) -> None:
+        self._folders: dict[Path, None] = {}  # ordered, each once
+
+    def add(self, folder: str | os.PathLike[str]) -> None:
+        """Owe ``folder`` an fsync: a name in it changed."""
+        self._folders[Path(folder)] = None
+
+    def sync(self) -> None:
+        """fsync every folder owed one, each once; the group's names then last."""
+        while self._folders:
+            folder = next(iter(self._folders))
+            fsync_folder(folder)
+            del self._folders[folder]
+
+
 @contextmanager
-def atomic_open(path: Path) -> Iterator[BinaryIO]:
-    """Open a temporary file beside ``path``; on success fsync and rename it to ``path``.
+def synced_folders() -> Iterator[FolderSyncs]:
+    """A :class:`FolderSyncs` for the writes of the block, whose folders are fsync-ed once
+    when it ends (also when it raises: what was renamed stays as a single write leaves it)."""
+    syncs = FolderSyncs()
+    try:
+        yield syncs
+    finally:
+        syncs.sync()
+
+
+def make_folder(folder: Path, syncs: FolderSyncs | None = None) -> None:
+    """Create ``folder`` and its missing parents (as ``mkdir(parents=True, exist_ok=True)``);
+    the parent of each folder created is fsync-ed (at once, or owed to ``syncs``), so that
+    the new folder lasts through a crash as the files renamed into it do."""
+    created = []
+    missing = Path(folder)
+    while not os.path.lexists(missing) and missing.parent != missing:
+        created.append(missing)
+        missing = missing.parent
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for new in reversed(created):
+        _owe(new.parent, syncs)
+
+
+def _owe(folder: Path, syncs: FolderSyncs | None) -> None:
+    """fsync ``folder`` now, or owe it to the group ``syncs``."""
+    if syncs is None:
+        fsync_folder(folder)
+    else:
+        syncs.add(folder)
+
+
+@contextmanager
+def atomic_open(path: Path, syncs: FolderSyncs | None = None) -> Iterator[BinaryIO]:
+    """Open a temporary file beside ``path``; on success fsync and rename it to ``path``,
+    then fsync its folder (at once, or once for the group ``syncs``, see
+    :class:`FolderSyncs`).
 
     Readers never see a half-written file: they see the old entry or the new one.  The file
     has the mode the umask gives (``0o666 & ~umask``, see :func:`_new_temp`).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent, syncs)
     fd, tmp = _new_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -81,7 +146,7 @@ def atomic_open(path: Path) -> Iterator[BinaryIO]:
         with suppress(OSError):  # the error being raised says more than this one
             Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    _owe(path.parent, syncs)
 
 
 def _new_temp(path: Path) -> tuple[int, Path]:
@@ -120,24 +185,28 @@ def try_create_in(folder: Path) -> None:
     tmp.unlink()
 
 
-def atomic_write_parquet(path: Path, table: pa.Table) -> None:
-    """Write ``table`` to ``path`` atomically, with Parquet page checksums and the options
-    of its kind (:func:`scarce.tasks.store.encoding.parquet_options`)."""
+def atomic_write_parquet(path: Path, table: pa.Table, syncs: FolderSyncs | None = None) -> None:
+    """Write ``table`` to ``path`` atomically (:func:`atomic_open`), with Parquet page
+    checksums and the options of its kind
+    (:func:`scarce.tasks.store.encoding.parquet_options`)."""
     # Imported here: the encoding imports pandas and scipy, which the byte writes (manifests,
     # seals) of a light command need not load.
     from scarce.tasks.store.encoding import parquet_options
 
-    with atomic_open(path) as fh:
+    with atomic_open(path, syncs) as fh:
         pq.write_table(table, fh, **parquet_options(table))
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (manifests, JSON side files)."""
-    with atomic_open(path) as fh:
+def atomic_write_bytes(path: Path, data: bytes, syncs: FolderSyncs | None = None) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_open`: manifests, JSON side
+    files)."""
+    with atomic_open(path, syncs) as fh:
         fh.write(data)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """fsync ``folder``, so that the names changed in it last; a file system that cannot
+    (or a folder gone meanwhile) is left as it is: the files themselves were fsync-ed."""
     try:
         dfd = os.open(folder, os.O_RDONLY)
     except OSError:
