@@ -181,6 +181,11 @@ def read(home: str | os.PathLike[str]) -> dict[str, Any] | None:
     return record
 
 
+def ready(home: str | os.PathLike[str]) -> bool:
+    """Whether the preloaded process of ``home`` lives and has done its imports."""
+    return bool((read(home) or {}).get("ready"))
+
+
 def _write(home: str | os.PathLike[str], record: dict[str, Any]) -> None:
     place = folder(home)
     tmp = place / f".preload-{os.getpid()}-{secrets.token_hex(4)}"
@@ -436,7 +441,12 @@ def serve(home: str, server_pid: int, token: str, expected: str) -> int:
         if threading.active_count() != 1:
             print(f"stopping: the imports started threads {threading.enumerate()}", flush=True)
             return 0
-        sys.stdout.flush()
+        with _locked(home):
+            record = read(home)
+            if record is None or record.get("pid") != me:
+                print("stopping: replaced while importing", flush=True)
+                return 0
+            _write(home, {**record, "ready": True})
         listener.settimeout(POLL_SECONDS)
         print(f"ready: pid {me}", flush=True)
         while True:

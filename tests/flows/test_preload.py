@@ -143,12 +143,7 @@ def _wait(what, cap: float = CAP):
 
 def _ready(home: Path) -> dict:
     """The record of a preloaded process that has finished its imports."""
-    def ready():
-        record = preload.read(home)
-        log = home / "scarce-server" / preload.LOG
-        return record if record and log.exists() and \
-            f"ready: pid {record['pid']}" in log.read_text() else None
-    return _wait(ready)
+    return _wait(lambda: preload.ready(home) and preload.read(home))
 
 
 def _gone(pid: int) -> bool:
