@@ -7,7 +7,10 @@ shared machine falls on every row alike); the table holds the medians.  Each com
 
 * **cold**: no Prefect server running (the shared server of the bench's Prefect home is stopped
   first by ``scarce server stop``): the command starts it, as a user's first command does;
-* **warm**: the shared server already running (the one the cold command left);
+* **warm**: the shared server already running (the one the cold command left), with its
+  preloaded process (:mod:`scarce.flows.preload`, started when the cold command let the server
+  go): ``run``, ``apply`` and ``rerun`` run in a fork of it, waiting for its imports if they
+  are not done;
 * and the **work** inside it, told by the timed process itself: the time the run it made
   records (its manifest's ``started`` to ``finished``: the flow's body, the server's start and
   the interpreter's imports left out) of the run whose id it printed (``== FLOW: run ID``,
@@ -130,7 +133,7 @@ def scarce_command() -> list[str]:
     script = Path(sys.executable).with_name("scarce")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "from scarce.flows.cli import entrypoint; entrypoint()"]
+    return [sys.executable, "-c", "from scarce.flows.preload import entrypoint; entrypoint()"]
 
 
 @dataclass
@@ -184,8 +187,20 @@ class Bench:
 
         scratch = self.root / "scratch"
         scratch.mkdir(exist_ok=True)
-        with shared(self.home, self.env(scratch, scratch), timeout=600):
+        with shared(self.home, lambda: self.env(scratch, scratch), timeout=600):
             pass
+
+    def wait_preloaded(self, cap: float = 600.0) -> None:
+        """Wait until the preloaded process a command left has done its imports (a warm
+        command then finds it as a user's later command does), at most ``cap`` seconds."""
+        from scarce.flows import preload
+
+        deadline = time.monotonic() + cap
+        while preload.read(self.home) is not None and not preload.ready(self.home):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the preloaded process was not ready after {cap:g} s "
+                                   f"(its log: {preload.folder(self.home) / preload.LOG})")
+            time.sleep(0.1)
 
     def server_record(self) -> Path:
         from scarce.flows.shared_server import Place
@@ -414,6 +429,8 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
                     bench.stop_server()
                 elif not bench.server_record().exists():  # a row that started none
                     bench.start_server()
+                else:
+                    bench.wait_preloaded()
                 _say(f"repeat {r + 1}/{repeats}: {row.name} ({mode})")
                 done = row.once(bench)
                 times[row.name][mode].append(done.wall)

@@ -33,6 +33,7 @@ import os
 import sys
 from typing import Any
 
+from scarce.flows import preload
 from scarce.flows.commands import (
     EXIT_FAIL,
     EXIT_INPUT,
@@ -387,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         args.bench_args = extra  # the benchmark's own options, for its module's parser
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command in preload.COMMANDS:
+        preload.remember_environment()  # (before a check writes a variable back)
     from scarce.algorithms.memory import MemoryBudgetError
     from scarce.tasks.errors import InputError
 

@@ -11,6 +11,8 @@
                         without ``PREFECT_API_URL`` (:mod:`scarce.flows.shared_server`)
 ``SCARCE_SERVER_IDLE_MINUTES``  minutes without a command after which the shared background
                         server stops (default 30)
+``SCARCE_PRELOAD``      ``on`` (default) or ``off``: whether commands run in a fork of the
+                        shared server's preloaded process (:mod:`scarce.flows.preload`)
 ======================  =================================================================
 
 A variable that is set must hold a value: an empty one is refused (unset it to get the
@@ -38,6 +40,9 @@ from scarce.tasks.errors import InputError, excerpt
 
 ROOT, STORE, RUNS = "SCARCE_ROOT", "SCARCE_STORE", "SCARCE_RUNS"
 SERVER, SERVER_IDLE = "SCARCE_SERVER", "SCARCE_SERVER_IDLE_MINUTES"
+PRELOAD = "SCARCE_PRELOAD"
+#: The values of ``SCARCE_PRELOAD``, the default first (:data:`scarce.flows.preload.VALUES`).
+PRELOAD_VALUES = ("on", "off")
 #: The values of ``SCARCE_SERVER``, the default first.
 SERVER_MODES = ("shared", "temporary")
 #: The default of ``SCARCE_SERVER_IDLE_MINUTES``: long enough to cover the pauses of a working
@@ -54,6 +59,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
              "shared"),
     SERVER_IDLE: ("minutes without a command after which the shared server stops",
                   f"{DEFAULT_IDLE_MINUTES:g}"),
+    PRELOAD: ("whether commands run in a fork of the shared server's preloaded process: on or "
+              "off", "on"),
 }
 #: The longest path an error shows whole (a longer one is cut, so that the error is one line).
 SHOWN_PATH = 200
@@ -191,9 +198,26 @@ def server_idle_minutes() -> float:
     return minutes
 
 
+def preload() -> str:
+    """``SCARCE_PRELOAD``: ``on`` (the default) or ``off`` (:mod:`scarce.flows.preload`).
+
+    Raises
+    ------
+    InputError
+        Naming the variable, for any other value.
+    """
+    text = value(PRELOAD)
+    if text is None:
+        return PRELOAD_VALUES[0]
+    if text.strip() not in PRELOAD_VALUES:
+        raise InputError(f"{text!r} is not one of {', '.join(PRELOAD_VALUES)}", key=PRELOAD)
+    return text.strip()
+
+
 #: The check of each variable (every name of :data:`VARIABLES`).
 CHECKS = {ROOT: root, STORE: store, RUNS: runs, MEMORY_LIMIT: memory_limit,
-          SERVER: server, SERVER_IDLE: server_idle_minutes}
+          SERVER: server, SERVER_IDLE: server_idle_minutes,
+          PRELOAD: preload}
 
 
 def check_environment() -> None:

@@ -225,7 +225,8 @@ def prefect_api() -> Iterator[str | None]:
     What this process's Prefect services still hold is sent before the server is let go."""
     from scarce.flows import shared_server
 
-    def local(home: Path, env: dict[str, str], timeout: float) -> AbstractContextManager[str]:
+    def local(home: Path, env: Callable[[], dict[str, str]],
+              timeout: float) -> AbstractContextManager[str]:
         if shared_server.mode() == "shared":
             return shared_server.shared(home, env, timeout, log=log.info)
         return _temporary_server()
@@ -236,11 +237,12 @@ def prefect_api() -> Iterator[str | None]:
 
 @contextmanager
 def local_server_api(
-    local: Callable[[Path, dict[str, str], float], AbstractContextManager[str]],
+    local: Callable[[Path, Callable[[], dict[str, str]], float], AbstractContextManager[str]],
 ) -> Iterator[str]:
     """``PREFECT_API_URL`` when it is set; else the URL of the local server that
     ``local(home, env, timeout)`` holds for the block (the Prefect home, made; the environment
-    a server started here gets, :func:`_server_environment`; its start-up timeout), set as this
+    a server started here gets, :func:`_server_environment`, called only when one is started:
+    serialising Prefect's settings takes a good part of a second; its start-up timeout), set as this
     process's API, and what this process's Prefect services still hold sent before the server
     is let go.  The start of :func:`prefect_api` and of ``scarce serve``'s API
     (:func:`scarce.flows.commands.deploy.scheduling_api`)."""
@@ -259,7 +261,7 @@ def local_server_api(
     home = Path(PREFECT_HOME.value()).expanduser()
     home.mkdir(parents=True, exist_ok=True)
     timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
-    with local(home, _server_environment(home), timeout) as url:
+    with local(home, functools.partial(_server_environment, home), timeout) as url:
         try:
             with temporary_settings({PREFECT_API_URL: url}):
                 yield url

@@ -42,11 +42,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from scarce.flows import preload
 from scarce.flows.server_process import file_size_limit, last_error, launch_server
 from scarce.tasks.errors import InputError
 
@@ -269,10 +270,10 @@ class SharedServerError(InputError):
 
 
 @contextlib.contextmanager
-def shared(home: str | os.PathLike[str], env: dict[str, str], timeout: float,
+def shared(home: str | os.PathLike[str], env: Callable[[], dict[str, str]], timeout: float,
            log: Any = None) -> Iterator[str]:
     """The URL of the shared server of ``home``, started in the background when there is none
-    (with the environment ``env``, waiting at most ``timeout`` seconds for it to answer),
+    (with the environment ``env()``, waiting at most ``timeout`` seconds for it to answer),
     leased for the block.
 
     Raises
@@ -292,6 +293,8 @@ def shared(home: str | os.PathLike[str], env: dict[str, str], timeout: float,
         yield record.url
     finally:
         lease.release()
+    # (a command that ends with an error or a signal starts nothing)
+    preload.ensure(place.home, record.pid)
 
 
 def _usable(place: Place, timeout: float) -> Record | None:
@@ -320,10 +323,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(place: Place, env: dict[str, str], timeout: float, log: Any) -> Record:
+def _start(place: Place, env: Callable[[], dict[str, str]], timeout: float,
+           log: Any) -> Record:
     """Start the supervisor and its server, record it and wait for it to answer (the lock
     held: the other commands wait for this one's server)."""
     minutes = idle_minutes()
+    environment = env()
     for _ in range(5):  # another process may take the chosen port before the server binds it
         port = free_port()
         url = f"http://127.0.0.1:{port}/api"
@@ -334,7 +339,7 @@ def _start(place: Place, env: dict[str, str], timeout: float, log: Any) -> Recor
             proc = subprocess.Popen(
                 [sys.executable, "-m", "scarce.flows.shared_server", str(place.home),
                  str(port), repr(minutes * 60)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=environment,
                 cwd=place.folder,  # not the command's folder, which it would keep in use
                 start_new_session=True, close_fds=True)
         record = Record(pid=proc.pid, start=process_start(proc.pid) or "", url=url,
@@ -427,7 +432,7 @@ SCHEDULING = ("ui", "serve")
 
 
 @contextlib.contextmanager
-def scheduling(home: str | os.PathLike[str], env: dict[str, str], timeout: float,
+def scheduling(home: str | os.PathLike[str], env: Callable[[], dict[str, str]], timeout: float,
                record: bool = True, log: Any = None) -> Iterator[str]:
     """The URL of a server of ``home`` that runs Prefect's services, for ``scarce serve``.
 
@@ -435,7 +440,7 @@ def scheduling(home: str | os.PathLike[str], env: dict[str, str], timeout: float
     deployments' schedules would never create a run.  So the recorded server is used (leased
     for the block) only when it is ``scarce ui``'s or another ``scarce serve``'s; else a
     ``prefect server start`` (no UI) is started here, on a free port, with the environment
-    ``env``, and, when ``record``, recorded as the shared server while the block runs (the
+    ``env()``, and, when ``record``, recorded as the shared server while the block runs (the
     commands use it; a background server it replaces stops once its commands are done).  It
     stops when the block ends, and with this process however it ends.
 
@@ -471,7 +476,7 @@ def scheduling(home: str | os.PathLike[str], env: dict[str, str], timeout: float
                     [sys.executable, "-m", "prefect", "server", "start", "--host",
                      "127.0.0.1", "--port", str(port), "--no-ui", "--analytics-off"],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    env={k: v for k, v in env.items() if k != "PREFECT_API_URL"},
+                    env={k: v for k, v in env().items() if k != "PREFECT_API_URL"},
                     cwd=place.folder)
             found = Record(pid=os.getpid(), start=process_start(os.getpid()) or "", url=url,
                            kind="serve", started=time.time())
@@ -527,12 +532,14 @@ def stop(home: str | os.PathLike[str], force: bool = False) -> tuple[Record | No
         record = place.read()
         if record is None or not record.owner_alive():
             place.remove()
+            preload.stop(home)
             return None, []
         users = place.held(record.pid)
         if users and not force:
             return record, users
         _end(record.pid)
         place.remove(record.pid)
+        preload.stop(home)
         return record, []
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,8 @@ def scheduling_api() -> Iterator[str]:
     from scarce.flows.deploy import log
     from scarce.flows.runners import local_server_api
 
-    def local(home: Path, env: dict[str, str], timeout: float) -> AbstractContextManager[str]:
+    def local(home: Path, env: Callable[[], dict[str, str]],
+              timeout: float) -> AbstractContextManager[str]:
         return shared_server.scheduling(home, env, timeout,
                                         record=shared_server.mode() == "shared", log=log.info)
 

@@ -54,6 +54,13 @@ def status(args: argparse.Namespace) -> int:
     use = f"in use by {_commands(users)}" if users else "not in use"
     print(f"shared server: {record.url} ({_owner(record)}, up {minutes:.0f} min, "
           f"{'answers' if answers else 'does not answer yet'}; {use}; {stops})")
+    from scarce.flows import preload
+
+    warm = preload.read(home)
+    if warm is not None:
+        print(f"preloaded process: pid {warm['pid']} (runs `scarce "
+              f"{'/'.join(preload.COMMANDS)}` started with its environment; "
+              f"{preload.VARIABLE}=off turns it off)")
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from scarce.flows.cli import build_parser, main
 from scarce.flows.environment import (
     CHECKS,
     MEMORY_LIMIT,
+    PRELOAD,
     ROOT,
     RUNS,
     SERVER,
@@ -54,6 +55,8 @@ BAD = {
                   "minutes"), ("-5", "'-5' is not a positive number of minutes"),
                   ("0", "'0' is not a positive number of minutes"),
                   ("inf", "'inf' is not a positive number of minutes")],
+    PRELOAD: [("", "set but empty"), ("yes", "'yes' is not one of on, off"),
+              ("0", "'0' is not one of on, off"), ("caf\udce9", "not valid UTF-8")],
 }
 
 
