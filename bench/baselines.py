@@ -56,10 +56,6 @@ METHODS = ("br-ridge", "cholesky", "closed-form", "sklearn")
 PEER = "cholesky"
 
 
-def _names(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from scarce.flows.commands import types
     from scarce.flows.config import project_root
@@ -68,9 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder holding xmc/<name>/<name>_xmlrepo_{train,test}.txt.gz "
                         "(Bibtex, Delicious); the texts are always the project's "
                         "data/relations")
-    parser.add_argument("--problems", type=_names, default=["text", "text-dual", "bibtex"],
+    parser.add_argument("--problems", type=types.comma_list(PROBLEMS),
+                        default=["text", "text-dual", "bibtex"],
                         help=f"comma-separated subset of {','.join(PROBLEMS)}")
-    parser.add_argument("--methods", type=_names, default=["br-ridge", "cholesky", "sklearn"],
+    parser.add_argument("--methods", type=types.comma_list(METHODS),
+                        default=["br-ridge", "cholesky", "sklearn"],
                         help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--repeats", type=types.POSITIVE, default=3,
                         help="timed runs of each method, order rotated; the median is kept")
@@ -213,15 +211,7 @@ def _residual(kind: str, W: np.ndarray, X, Y, alpha: float) -> float:
 
 # --------------------------------------------------------------------------- run
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    for option, given, known in (("--problems", args.problems, PROBLEMS),
-                                 ("--methods", args.methods, METHODS)):
-        unknown = set(given) - set(known)
-        if unknown:
-            raise ValueError(f"{option}: unknown {sorted(unknown)}; expected some of "
-                             f"{', '.join(known)}")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    methods = list(args.methods)
+    methods = list(args.methods)  # names and repeats checked by the parser
     rows = []
     with threadpool_limits(1):
         for name, X, Y, what in problems(args):

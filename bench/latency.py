@@ -88,9 +88,9 @@ COLUMNS = ["command", "cold_seconds", "warm_seconds", "cold_work_seconds", "warm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE
+    from scarce.flows.commands.types import POSITIVE, comma_list
 
-    parser.add_argument("--commands", default=",".join(ROWS),
+    parser.add_argument("--commands", type=comma_list(ROWS), default=",".join(ROWS),
                         help=f"comma-separated rows to measure, of {','.join(ROWS)}")
     parser.add_argument("--repeats", type=POSITIVE, default=3,
                         help="fresh processes per row and mode (the median is kept)")
@@ -105,12 +105,9 @@ def _say(*parts) -> None:
     print("[bench latency]", *parts, file=sys.stderr, flush=True)
 
 
-def parse_rows(text: str) -> list[str]:
-    """The rows named in ``--commands``, in :data:`ROWS`' order."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in ROWS]
-    if unknown or not names:
-        raise ValueError(f"--commands: unknown rows {unknown} (known: {','.join(ROWS)})")
+def table_order(names: list[str]) -> list[str]:
+    """The rows named in ``--commands`` (each one of :data:`ROWS`, checked by the parser), in
+    :data:`ROWS`' order, each once."""
     return [r for r in ROWS if r in names]
 
 
@@ -457,7 +454,7 @@ def measure(bench: Bench, rows: list[Row], repeats: int) -> pd.DataFrame:
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    names = parse_rows(args.commands)
+    names = table_order(args.commands)
     overrides = parse_overrides(args.overrides, args.quick)
     bench = Bench(Path(tempfile.mkdtemp(prefix="scarce-bench-latency-")))
     try:

@@ -107,8 +107,17 @@ METHOD_OPTIONS = ("k_low", "k_high", "n_prefixes", "min_prefix", "theta", "reg",
 MIN_PREFIX = 20
 
 
+def _window(text: str) -> str:
+    """A window setting ``pre-mid-post`` as given, checked (:func:`parse_window`)."""
+    try:
+        parse_window(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE, SEED, config_number
+    from scarce.flows.commands.types import POSITIVE, SEED, comma_list, config_number
     from scarce.flows.relations import RelationsConfig
 
     defaults = RelationDiscovery().get_params()
@@ -119,11 +128,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(8,853 pairs), other = 9 types + Other (10,717), directed = 18 directed "
                         "labels without Other (8,853), directed-other = 18 directed labels + "
                         "Other (10,717)")
-    parser.add_argument("--windows", default=",".join(WINDOWS),
+    parser.add_argument("--windows", type=comma_list(item=parse_window), default=list(WINDOWS),
                         help="comma-separated window settings pre-mid-post")
-    parser.add_argument("--main-window", default="0-10-0",
+    parser.add_argument("--main-window", type=_window, default="0-10-0",
                         help="the setting whose entropy method is rerun over --seeds")
-    parser.add_argument("--rankings", default=",".join(RANKINGS),
+    parser.add_argument("--rankings", type=comma_list(RANKINGS), default=list(RANKINGS),
                         help=f"comma-separated subset of {', '.join(RANKINGS)}")
     helps = {
         "k_low": "K_low", "k_high": "K_high", "n_prefixes": "prefix lengths per k",
@@ -155,7 +164,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pairs of the subsample on which the naive ranking is timed")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip Hasegawa, k-means at the true k and RLBaseline")
-    parser.add_argument("--baselines", default=",".join(BASELINES),
+    parser.add_argument("--baselines", type=comma_list(BASELINES), default=list(BASELINES),
                         help=f"comma-separated subset of {', '.join(BASELINES)} (the baselines "
                         "run unless --no-baselines)")
     parser.add_argument("--quick", action="store_true",
@@ -168,7 +177,7 @@ def _log(msg: str) -> None:
 
 
 def _apply_quick(args: argparse.Namespace) -> None:
-    args.windows = args.main_window
+    args.windows = [args.main_window]
     args.k_high = min(args.k_high, 12)
     args.n_prefixes, args.n_subsamples, args.n_init = 4, 3, 1
     args.seeds = min(args.seeds, 2)
@@ -234,20 +243,10 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     if args.quick:
         _apply_quick(args)
     data = args.data or project_root() / "data"
-    windows = [w.strip() for w in args.windows.split(",") if w.strip()]
-    for w in windows + [args.main_window]:
-        parse_window(w)
-    rankings = [r.strip() for r in args.rankings.split(",") if r.strip()]
-    bad = sorted(set(rankings) - set(RANKINGS))
-    if bad:
-        raise InputError(f"unknown ranking(s) {bad}; expected some of {list(RANKINGS)}")
+    windows, rankings = list(args.windows), list(args.rankings)  # checked by the parser
     if args.main_window not in windows:
         windows.append(args.main_window)
-    baselines = [] if args.no_baselines else [
-        b.strip() for b in args.baselines.split(",") if b.strip()]
-    bad = sorted(set(baselines) - set(BASELINES))
-    if bad:
-        raise InputError(f"unknown baseline(s) {bad}; expected some of {list(BASELINES)}")
+    baselines = [] if args.no_baselines else list(args.baselines)
 
     base = estimator(args, args.seed)
     rows = []

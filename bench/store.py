@@ -42,7 +42,7 @@ OPERATIONS = ("write", "read", "read, pool kept")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE, number
+    from scarce.flows.commands.types import POSITIVE, comma_list, number
 
     parser.add_argument("--rows", type=POSITIVE, default=200_000, help="rows of both entries")
     parser.add_argument("--cols", type=POSITIVE, default=50_000,
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of the sparse entry's elements stored")
     parser.add_argument("--dense-cols", type=POSITIVE, default=50,
                         help="columns of the dense entry")
-    parser.add_argument("--kinds", default=",".join(KINDS),
+    parser.add_argument("--kinds", type=comma_list(KINDS), default=list(KINDS),
                         help="comma-separated entries to measure: sparse, dense")
 
 
@@ -149,10 +149,7 @@ def _measure_in_child(root: Path, kind: str, operation: str, sizes: dict) -> dic
 def run(args: argparse.Namespace) -> pd.DataFrame:
     sizes = {"rows": args.rows, "cols": args.cols, "density": args.density,
              "dense_cols": args.dense_cols}
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    unknown = set(kinds) - set(KINDS)
-    if unknown:
-        raise ValueError(f"unknown kinds {sorted(unknown)}; known: {list(KINDS)}")
+    kinds = list(args.kinds)  # each one of KINDS (checked by the parser)
     rows = []
     root = Path(tempfile.mkdtemp(prefix="scarce-bench-store-"))
     try:

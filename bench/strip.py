@@ -78,7 +78,7 @@ REFEREE_METRICS = ("muc", "b3", "ceaf_e")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, config_number
+    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, comma_list, config_number
     from scarce.flows.strip import StripConfig
 
     parser.add_argument("--data", type=Path, default=None,
@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss-ratios", type=NumberList(config_number(StripConfig, "loss_ratio")),
                         default="0.25,0.5,1,2",
                         help="comma-separated loss ratios swept on the dev split")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
+    parser.add_argument("--variants", type=comma_list(VARIANTS), default=list(VARIANTS),
                         help=f"comma-separated subset of {', '.join(VARIANTS)}")
     parser.add_argument("--k-optimize", type=config_number(StripConfig, "k_optimize"),
                         default=StRip().k_optimize,
@@ -377,17 +377,16 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     gum = Path(data_root) / "coref" / "gum"
     window = 10 if args.quick else args.window
     ratios = [0.5, 1.0] if args.quick else list(args.loss_ratios)
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in variants if v not in VARIANTS]
+    variants = list(args.variants)  # each one of VARIANTS (checked by the parser)
     supervision = args.supervision
     select = args.select
     if supervision == "all" and "strip-partial" in variants:
         variants.remove("strip-partial")
         _log("--supervision all: every pair is labelled, so strip-partial equals strip-labeled "
              "(dropped)")
-    if bad or not ratios or min(ratios) <= 0 or not variants:
-        raise InputError(f"bad --variants {bad} or --loss-ratios {ratios} (expected a subset of "
-                         f"{list(VARIANTS)} and positive ratios)")
+    if not variants:
+        raise InputError("--supervision all leaves no variant of --variants to run (strip-partial "
+                         "is dropped: give ripper or strip-labeled too)")
     limits = dict(QUICK_DOCS) if args.quick else {s: args.max_docs for s in QUICK_DOCS}
     docs = _documents(gum, limits)
     _log(f"documents: {', '.join(f'{s} {len(d)}' for s, d in docs.items())}; window {window}")

@@ -53,7 +53,9 @@ JOBS = ("relations", "leml-sweep")
 # search is what is measured, and the whole bench stays within minutes.
 DEFAULT_RELATIONS = ["baselines=false"]
 QUICK_RELATIONS = ["max_pairs=400", "k_low=2", "k_high=6", "n_subsamples=3"]
-QUICK_LEML = {"ranks": "25,50", "lams": "0.3,1", "outer_iterations": 4}
+QUICK_LEML = {"ranks": [25, 50], "lams": [0.3, 1.0], "outer_iterations": 4}
+#: The sweep's grid without --ranks and --lams.
+SWEEP = {"ranks": [25, 50, 100], "lams": [0.1, 0.3, 1.0]}
 #: The sweep's grid sets these at each point: ``--set`` cannot.
 GRID = {"rank": "--ranks", "lam": "--lams"}
 #: The prefix of a ``--set`` that is a relations config key.
@@ -67,16 +69,12 @@ WORKER_MODULES = ("scarce.tasks.relations", "scarce.algorithms.leml",
 BIBTEX_TRAIN = Path("data") / "xmc" / "bibtex" / "bibtex_xmlrepo_train.txt.gz"
 
 
-def _ints(text: str) -> list[int]:
-    return [int(t) for t in text.split(",") if t.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(t) for t in text.split(",") if t.strip()]
+def _listed(values: list) -> str:
+    return ",".join(map(str, values))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, config_number
+    from scarce.flows.commands.types import POSITIVE, SEED, NumberList, comma_list, config_number
     from scarce.flows.leml import LemlConfig
 
     def key(name: str):  # an option setting a config key takes the key's bounds
@@ -84,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--workers", type=NumberList(POSITIVE), default="1,2",
                         help="comma-separated worker counts; ratios are to the first (default 1,2)")
-    parser.add_argument("--jobs", default=",".join(JOBS),
+    parser.add_argument("--jobs", type=comma_list(JOBS), default=list(JOBS),
                         help=f"comma-separated jobs (default: {','.join(JOBS)})")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="[relations:]KEY=VALUE",
@@ -94,12 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes: relations " + " ".join(QUICK_RELATIONS)
-                        + f"; LEML ranks {QUICK_LEML['ranks']}, lams {QUICK_LEML['lams']}, "
+                        + f"; LEML ranks {_listed(QUICK_LEML['ranks'])}, lams "
+                        f"{_listed(QUICK_LEML['lams'])}, "
                         f"{QUICK_LEML['outer_iterations']} iterations")
     parser.add_argument("--ranks", type=NumberList(key("model.rank")), default=None,
-                        help="LEML ranks (default 25,50,100)")
+                        help=f"LEML ranks (default {_listed(SWEEP['ranks'])})")
     parser.add_argument("--lams", type=NumberList(key("model.lam")), default=None,
-                        help="LEML lambdas (default 0.1,0.3,1)")
+                        help=f"LEML lambdas (default {_listed(SWEEP['lams'])})")
     parser.add_argument("--validation-fraction", type=key("dataset.validation_fraction"),
                         default=0.2, help="the share of Bibtex's training rows LEML is scored on")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the LEML split and fits")
@@ -285,11 +284,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     from scarce.tasks.errors import InputError
 
     counts = args.workers  # positive counts (checked by the parser)
-    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
-    unknown = set(jobs) - set(JOBS)
-    if unknown or not jobs:
-        raise InputError(f"--jobs {args.jobs!r}: unknown {sorted(unknown)}; known: "
-                         f"{', '.join(JOBS)}")
+    jobs = list(args.jobs)  # each one of JOBS (checked by the parser)
     spec = config = params = None
     relations_sets = [t.removeprefix(RELATIONS_SET) for t in args.overrides
                       if t.startswith(RELATIONS_SET)]
@@ -308,10 +303,10 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         train = project_root() / BIBTEX_TRAIN
         if not train.is_file():
             raise FileNotFoundError(f"{train}: the bundled Bibtex training file is missing")
-        quick = QUICK_LEML if args.quick else {}
+        grid = QUICK_LEML if args.quick else SWEEP
         params = {
-            "ranks": args.ranks or _ints(quick.get("ranks", "25,50,100")),
-            "lams": args.lams or _floats(quick.get("lams", "0.1,0.3,1")),
+            "ranks": args.ranks or list(grid["ranks"]),
+            "lams": args.lams or list(grid["lams"]),
             "train": str(train),
             "validation_fraction": args.validation_fraction,
             "seed": args.seed,

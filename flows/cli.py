@@ -201,7 +201,7 @@ def _add_runs(add: Any) -> None:
     ru.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                     help="only the runs whose column KEY (a config key, a metric, dataset, "
                     "...) is VALUE, e.g. model.rank=8 (repeatable: every one)")
-    ru.add_argument("--columns", metavar="C1,C2,...",
+    ru.add_argument("--columns", type=types.comma_list(), metavar="C1,C2,...",
                     help="show these columns after run_id (default: the fixed ones, the "
                     "config values that differ, the method and its metrics)")
     ru.add_argument("--all-columns", action="store_true",

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from scarce.algorithms.leml import LEML
-from scarce.flows import plots
 from scarce.tasks.errors import InputError
 from scarce.tasks.leml import (
     alternate_H,
@@ -281,8 +280,6 @@ def alternate(ctx, plan: LemlPlan, model: LEML, placed: Placed, iterations: int,
                 if model.converged([r["objective"] for r in read]) is not None or (
                         stop is not None and stop(read) is not None):
                     break
-    if stop is None:  # the model's training is over: its convergence plot comes after the
-        plots.prefetch()  # evaluation, whose numerical work leaves room for the import
     return factors, traces, timings
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import io
 import math
-import sys
 import textwrap
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,30 +21,6 @@ import pandas as pd
 DPI = 100
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
-
-
-def prefetch() -> None:
-    """Import matplotlib's figure and Agg canvas on a background thread, for a figure drawn
-    later in this process.
-
-    Importing them is most of what a small figure costs (its drawing is a fraction of it), and
-    it is Python work that holds the interpreter; begun while the process waits or computes in
-    numerical code that lets it go (a model's evaluation after its training), it is done or
-    nearly so when the figure is drawn.  A drawing that comes first waits for the import in
-    progress, as Python's import lock makes any second import of a module wait; a failed import
-    is left to that drawing to raise.
-    """
-    if "matplotlib.backends.backend_agg" in sys.modules:
-        return
-
-    def load() -> None:
-        try:
-            import matplotlib.backends.backend_agg  # noqa: F401
-            import matplotlib.figure  # noqa: F401
-        except Exception:  # raised again, with its traceback, where the figure is drawn
-            pass
-
-    threading.Thread(target=load, name="scarce-plots-import", daemon=True).start()
 
 
 def _figure(width: float, height: float, ncols: int = 1, nrows: int = 1, **kwargs: Any):

@@ -483,16 +483,16 @@ CALLS = {
 
 def task_params(model: LEML, task) -> dict:
     """The parameters of ``model`` that ``task`` reads: those of the step methods it calls
-    (:meth:`scarce.algorithms.leml.LEML.step_params`), which are what its cache key holds."""
-    return {name: value for method in CALLS[task.name]
-            for name, value in model.step_params(method).items()}
+    (what :meth:`scarce.algorithms.leml.LEML.step_params` gives for each), which are what its
+    cache key holds."""
+    return model_task_params(model.get_params(deep=False), task)
 
 
 def model_task_params(given: Mapping, task) -> dict:
     """:func:`task_params` of ``LEML(**given)`` without building the estimator (which
-    imports scikit-learn): the parameters the estimator's :meth:`step_params` gives, from
-    :func:`scarce.algorithms.leml.params.step_params` of ``given`` over the estimator's
-    defaults.  What the ``apply-leml`` flow keys its score steps by, from ``model.json``."""
+    imports scikit-learn): :func:`scarce.algorithms.leml.params.step_params`, which the
+    estimator's :meth:`step_params` calls, of ``given`` over the estimator's defaults.  What
+    the ``apply-leml`` flow keys its score steps by, from ``model.json``."""
     params = {**DEFAULTS, **given}
     return {name: value for method in CALLS[task.name]
             for name, value in step_params(params, method).items()}

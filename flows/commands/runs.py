@@ -38,9 +38,7 @@ def runs(args: argparse.Namespace) -> int:
     fmt = output_format(args.output, args.format)
     if fmt == "parquet" and not args.output:
         raise InputError("--format parquet writes a file: give --output PATH", key="--output")
-    columns = None
-    if args.columns:
-        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    columns = args.columns  # names checked by the table (they depend on the runs)
     warnings: list[str] = []
     frame = runs_table(root, flow=args.flow, tags=args.tags, where=args.where, columns=columns,
                        all_columns=args.all_columns, warn=warnings)

@@ -1,4 +1,5 @@
-"""Types of the command line's numeric options: numbers that argparse checks against bounds.
+"""Types of the command line's options that argparse checks: numbers against bounds, and lists
+of names against their choices.
 
 ``type=int`` checks the syntax alone: ``scarce serve --limit 0`` was taken (and served for ever),
 ``scarce ui --port 99999`` failed in the socket library with a traceback.  A :class:`Number`
@@ -6,6 +7,12 @@
 for a value out of its bounds, which argparse prints as its one-line usage error (exit 2).  A
 bound of an option that sets a config key is read from the config model
 (:func:`config_number`), so the two cannot differ.
+
+A comma-separated list of names (``scarce bench leml --sections accuracy,speed``) is a
+:class:`NameList` (:func:`comma_list`): each name one of its choices (or accepted by its
+``item`` check), else the same one-line usage error naming the option, the name and the
+choices, before the command does anything.  Split by hand after parsing, a misspelt name was
+found only when the benchmark reached it, after minutes of work.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import argparse
 import math
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +133,59 @@ class NumberList:
         return out
 
 
+@dataclass(frozen=True)
+class NameList:
+    """At least one name, separated by commas (blanks around them and empty items ignored):
+    each one of ``choices`` when given, else any name ``item`` accepts (a function raising
+    ``ValueError`` for a bad one: ``0-10-0`` a window), else any name.  Parses to the list of
+    names in the order given, a name repeated kept once."""
+
+    choices: tuple[str, ...] | None = None
+    item: Callable[[str], Any] | None = None
+
+    @property
+    def __name__(self) -> str:
+        return "list of names"
+
+    def __call__(self, text: str) -> list[str]:
+        names = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+        if not names:
+            raise argparse.ArgumentTypeError(
+                f"expected {self.describe()} separated by ',', got {text!r}")
+        for name in names:
+            if self.choices is not None and name not in self.choices:
+                raise argparse.ArgumentTypeError(
+                    f"{name!r} is not one of {', '.join(self.choices)} (in {text!r})")
+            if self.item is not None:
+                try:
+                    self.item(name)
+                except ValueError as exc:
+                    raise argparse.ArgumentTypeError(f"{exc} (in {text!r})") from None
+        return names
+
+    def describe(self) -> str:
+        return f"one or more of {', '.join(self.choices)}" if self.choices else "one or more names"
+
+    def bad_values(self) -> list[str]:
+        """Texts this type refuses: no name at all, a name its ``item`` check refuses, and
+        (with choices) a name not among them after a good one, and a choice in capitals."""
+        out = [",", " "]
+        if self.item is not None and _refuses(self.item, "no-such-name"):
+            out.append("no-such-name")
+        if self.choices:
+            first = self.choices[0]
+            out += [f"{first},no-such-name"] + (
+                [first.upper()] if first.upper() not in self.choices else [])
+        return out
+
+
+def comma_list(choices=None, *, item: Callable[[str], Any] | None = None) -> NameList:
+    """A comma-separated list of names, each one of ``choices`` (any iterable of names: a
+    tuple, a dict's keys), or checked by ``item``, or free (a name the command checks itself,
+    as the columns of ``scarce runs``, which depend on the runs)."""
+    return NameList(tuple(choices) if choices is not None else None, item)
+
+
 def integer(low: int | None = None, high: int | None = None) -> Number:
     """An integer in ``[low, high]``."""
     return Number(int, low, high)
@@ -185,6 +246,14 @@ def _submodel(annotation: Any) -> Any:
         if isinstance(a, type) and hasattr(a, "model_fields"):
             return a
     return None
+
+
+def _refuses(check: Callable[[str], Any], text: str) -> bool:
+    try:
+        check(text)
+    except ValueError:
+        return True
+    return False
 
 
 def _shown(bound: float | None) -> str:

@@ -56,13 +56,11 @@ def test_fast_ranking_equals_naive_and_the_speed_up_is_reported(table):
     assert np.isfinite(row["speedup"]) and row["speedup"] > 0
 
 
-def test_missing_data_and_unknown_ranking_are_input_errors(tmp_path):
+def test_missing_data_is_an_input_error(tmp_path):
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     with pytest.raises(InputError, match="not found"):
         bench.run(parser.parse_args(["--data", str(tmp_path), "--quick"]))
-    with pytest.raises(InputError, match="unknown ranking"):
-        bench.run(_args("--rankings", "entropy,tfidf"))
 
 
 def test_settings_keep_the_documented_pairs_and_gold_types():
@@ -83,8 +81,6 @@ def test_settings_keep_the_documented_pairs_and_gold_types():
 def test_true_k_outside_the_k_range_is_an_input_error():
     with pytest.raises(InputError, match="true k of setting 'directed' is 18"):
         bench.run(_args("--setting", "directed"))  # --quick: K in [2, 12]
-    with pytest.raises(InputError, match="unknown baseline"):
-        bench.run(_args("--baselines", "kmeans"))
 
 
 def test_method_options_are_the_estimators_parameters_with_its_defaults():

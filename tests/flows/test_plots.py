@@ -398,28 +398,3 @@ def test_a_long_title_is_neither_clipped_nor_drawn_over_another(draw, monkeypatc
             assert not boxes[i].overlaps(boxes[j]), (titles[i].get_text(), titles[j].get_text())
     assert any(LONG.split()[0] in t.get_text() for t in titles)  # the title is drawn
 
-
-def test_a_prefetched_import_gives_the_figure_the_same_bytes_as_drawing_cold():
-    """``plots.prefetch`` imports matplotlib on a background thread of a fresh interpreter
-    (none of it imported before); a figure drawn while or after it runs has the bytes of one
-    drawn in an interpreter that never prefetched."""
-    import subprocess
-    import sys
-
-    draw = (
-        "import hashlib, sys, pandas as pd\n"
-        "from scarce.flows import plots\n"
-        "assert 'matplotlib' not in sys.modules\n"
-        "if sys.argv[1] == 'prefetch':\n"
-        "    plots.prefetch()\n"
-        "    assert any(t.name == 'scarce-plots-import' for t in __import__('threading')"
-        ".enumerate()) or 'matplotlib.figure' in sys.modules\n"
-        "conv = pd.DataFrame({'iteration': [1, 2, 3], 'objective': [9.0, 4.0, 3.5],\n"
-        "                     'validation_p_at_1': [0.3, 0.5, 0.55]})\n"
-        "print(hashlib.sha256(plots.leml_convergence(conv, title='t')).hexdigest())\n"
-        "assert 'matplotlib.figure' in sys.modules\n"
-    )
-    digests = {how: subprocess.run([sys.executable, "-c", draw, how], capture_output=True,
-                                   text=True, check=True).stdout.strip()
-               for how in ("prefetch", "cold")}
-    assert digests["prefetch"] == digests["cold"] and len(digests["cold"]) == 64

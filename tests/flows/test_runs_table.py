@@ -146,6 +146,12 @@ def test_the_python_table_is_the_commands(runs_dir, monkeypatch, capsys, tmp_pat
         "leml-squared-k8", "0.0800", "0.0080")
     assert main(["runs", "--where", "model.rank=9"]) == 0
     assert capsys.readouterr().out.strip() == "no runs match"
+    # the columns as given (blanks and a repeat ignored), after run_id
+    assert main(["runs", "--flow", "leml", "--format", "csv", "--columns",
+                 "model.rank, method,model.rank"]) == 0
+    printed = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
+    assert list(printed.columns) == ["run_id", "model.rank", "method"]
+    assert printed["model.rank"].tolist() == [8, 25]
 
 
 def test_flat_config_and_own_method_by_hand():
