@@ -493,7 +493,7 @@ def test_every_writer_fsyncs_each_file_it_writes_once_and_each_folder_it_changes
 # -- on the code: a write in a loop belongs to a group ------------------------------------------
 #: The calls that write one file and take a group of folder fsyncs (``syncs``).
 HELPERS = {"atomic_write_bytes": 2, "atomic_write_parquet": 2, "atomic_open": 1,
-           "link_or_copy": 2, "write_manifest": 2, "_write_entry": 3}
+           "link_or_copy": 2, "write_manifest": 2, "_write_entry": 2}
 
 
 def _sources() -> list[Path]:
