@@ -130,7 +130,7 @@ def scarce_command() -> list[str]:
     script = Path(sys.executable).with_name("scarce")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "from scarce.flows.preload import entrypoint; entrypoint()"]
+    return [sys.executable, "-c", "from scarce.flows.launch import entrypoint; entrypoint()"]
 
 
 @dataclass

@@ -9,11 +9,12 @@ command; this takes the imports out too, as a fork server does (``multiprocessin
 caller's terminal, folder, environment and signals, so it is not used here):
 
 * When a command of :data:`COMMANDS` finishes with the shared server, it starts (if none fits)
-  the **preloaded process** (:func:`serve`, this module run as a program): in a session of
+  the **preloaded process** (:func:`serve`, run by :mod:`scarce.flows.launch` as a program): in a session of
   its own, with the command's environment, it listens on a Unix socket, imports the command
   line and every flow's module, and then waits.  Its record, ``preload.json`` beside the
   server's, gives its pid, socket and **key**.
-* The ``scarce`` command (:func:`entrypoint`) first reads that record.  When the key is its
+* The ``scarce`` command (:func:`scarce.flows.launch.entrypoint`, through
+  :func:`run_preloaded`) first reads that record.  When the key is its
   own, it sends the preloaded process its arguments, folder, umask, environment and its
   standard input, output and error (the descriptors themselves, so the command writes to the
   user's terminal or pipe as it would have); the process forks, and the child runs the command
@@ -49,6 +50,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -274,7 +276,7 @@ def _start(home: str | os.PathLike[str], server_pid: int, mine: str) -> None:
     place = folder(home)
     with open(place / LOG, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "scarce.flows.preload", str(home), str(server_pid), token,
+            [sys.executable, "-m", "scarce.flows.launch", str(home), str(server_pid), token,
              mine, json.dumps(sys.path)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env=_STARTED_WITH, cwd=place, start_new_session=True, close_fds=True)
@@ -375,17 +377,6 @@ def _follow(sock: socket.socket) -> int:
         sock.close()
 
 
-def entrypoint() -> None:
-    """The console script ``scarce``: the command in the preloaded process when it can run
-    there, else :func:`scarce.flows.cli.entrypoint` in this process."""
-    code = run_preloaded(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    from scarce.flows.cli import entrypoint as in_this_process
-
-    in_this_process()
-
-
 # -- the preloaded process ---------------------------------------------------------------------
 class _Stop(BaseException):
     pass
@@ -395,33 +386,13 @@ def _stop_signal(signum: int, frame: Any) -> None:
     raise _Stop
 
 
-#: Modules a flow run imports on first use, not when its modules are imported: Prefect's
-#: encoder of a flow run's parameters.
-FIRST_USE = ("fastapi.encoders",)
-
-
-def _preload() -> None:
-    """Import what the commands import (the command line, every flow's module and
-    :data:`FIRST_USE`), and read what a run records of the installed packages (the key
-    changes with them)."""
-    import importlib
-
-    from scarce.flows import cli, manifest
-    from scarce.flows.registry import FLOWS
-
-    cli.build_parser()
-    for spec in FLOWS.values():
-        spec.load_flow()
-        spec.load_model()
-    for name in FIRST_USE:
-        importlib.import_module(name)
-    manifest.package_versions()
-
-
-def serve(home: str, server_pid: int, token: str, expected: str) -> int:
-    """The preloaded process: listen on the socket of ``token`` (:func:`_address`), import,
-    then fork a child for each command sent, until the server ``server_pid`` of ``home`` is
-    no longer the shared one (or SIGTERM)."""
+def serve(home: str, server_pid: int, token: str, expected: str, load: Callable[[], None],
+          run: Callable[[list[str]], int]) -> int:
+    """The preloaded process: listen on the socket of ``token`` (:func:`_address`), import
+    (``load()``), then fork a child for each command sent, which runs ``run(argv)`` (the
+    command line, and what a fresh process does at exit: its exit code), until the server
+    ``server_pid`` of ``home`` is no longer the shared one (or SIGTERM).  The command line
+    itself is given by :mod:`scarce.flows.launch`, the layer above this one."""
     address = _address(token, home)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stop_signal)
@@ -435,7 +406,7 @@ def serve(home: str, server_pid: int, token: str, expected: str) -> int:
         if key(os.environ, sys.path) != expected:
             print("stopping: this process's key is not its record's", flush=True)
             return 0
-        _preload()
+        load()
         import threading
 
         if threading.active_count() != 1:
@@ -460,7 +431,7 @@ def serve(home: str, server_pid: int, token: str, expected: str) -> int:
                 return 0
             if conn is None:
                 continue
-            pid = _take(conn, listener, expected)
+            pid = _take(conn, listener, expected, run)
             if pid:
                 children.add(pid)
     except _Stop:
@@ -491,7 +462,8 @@ def _reap(children: set[int]) -> None:
         children.discard(pid)
 
 
-def _take(conn: socket.socket, listener: socket.socket, expected: str) -> int | None:
+def _take(conn: socket.socket, listener: socket.socket, expected: str,
+          run: Callable[[list[str]], int]) -> int | None:
     """Read a command from ``conn`` and fork its child; the child's pid (None: not taken)."""
     fds: list[int] = []
     try:
@@ -513,7 +485,7 @@ def _take(conn: socket.socket, listener: socket.socket, expected: str) -> int | 
         else:
             try:
                 listener.close()
-                _child(conn, request, fds)
+                _child(conn, request, fds, run)
             finally:
                 os._exit(1)  # (never reached: _child exits)
         return pid
@@ -526,7 +498,8 @@ def _take(conn: socket.socket, listener: socket.socket, expected: str) -> int | 
                 os.close(fd)
 
 
-def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+def _child(conn: socket.socket, request: dict[str, Any], fds: list[int],
+           run: Callable[[list[str]], int]) -> None:
     """Become the command's process: its streams, folder, umask, environment and arguments,
     then run the command line and report its exit code."""
     import io
@@ -576,8 +549,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
 
     threading.Thread(target=watch, name="scarce-preload-client", daemon=True).start()
     conn.sendall(_frame({"started": os.getpid()}))
-    code = _run_command(request["argv"])
-    _finish(code)
+    code = run(request["argv"])
     report(code)
     os._exit(code)
 
@@ -625,53 +597,6 @@ def _fresh_libraries() -> None:
         np.random.seed()
 
 
-def _run_command(argv: list[str]) -> int:
-    from scarce.flows.cli import main
-
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's usage errors and --help
-        code = exc.code
-    except KeyboardInterrupt:  # before the command line's own handler was set
-        print("interrupted", file=sys.stderr)
-        code = 130
-    except BaseException:  # noqa: BLE001 (what a fresh process would print)
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    if code is None:
-        return 0
-    if not isinstance(code, int):
-        print(code, file=sys.stderr)
-        return 1
-    return code
-
-
-def _finish(code: int) -> None:
-    """What a fresh process does when its command returns (:func:`scarce.flows.cli.entrypoint`):
-    wait for its threads (unless interrupted), run the exit handlers, flush."""
-    import atexit
-    import logging
-    import threading
-
-    from scarce.flows.cli import EXIT_INTERRUPTED, EXIT_TERMINATED
-
-    if code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
-        shutdown = getattr(threading, "_shutdown", None)
-        if shutdown is not None:
-            shutdown()
-        else:
-            for thread in threading.enumerate():
-                if thread is not threading.main_thread() and not thread.daemon:
-                    thread.join()
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-
-
 def stop(home: str | os.PathLike[str]) -> dict[str, Any] | None:
     """Stop the preloaded process of ``home`` (with the server: ``scarce server stop``, which
     holds the shared server's lock); its record, None when none ran."""
@@ -681,8 +606,3 @@ def stop(home: str | os.PathLike[str]) -> dict[str, Any] | None:
     with contextlib.suppress(FileNotFoundError):
         (folder(home) / RECORD).unlink()
     return record
-
-
-if __name__ == "__main__":
-    sys.path[:] = json.loads(sys.argv[5])
-    sys.exit(serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]))
