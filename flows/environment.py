@@ -169,12 +169,7 @@ def server() -> str:
     InputError
         Naming the variable, for any other value.
     """
-    text = value(SERVER)
-    if text is None:
-        return SERVER_MODES[0]
-    if text.strip() not in SERVER_MODES:
-        raise InputError(f"{text!r} is not one of {', '.join(SERVER_MODES)}", key=SERVER)
-    return text.strip()
+    return _one_of(SERVER, SERVER_MODES)
 
 
 def server_idle_minutes() -> float:
@@ -206,11 +201,17 @@ def preload() -> str:
     InputError
         Naming the variable, for any other value.
     """
-    text = value(PRELOAD)
+    return _one_of(PRELOAD, PRELOAD_VALUES)
+
+
+def _one_of(name: str, values: tuple[str, ...]) -> str:
+    """The variable ``name``, one of ``values`` (blanks around it ignored); the first when
+    unset."""
+    text = value(name)
     if text is None:
-        return PRELOAD_VALUES[0]
-    if text.strip() not in PRELOAD_VALUES:
-        raise InputError(f"{text!r} is not one of {', '.join(PRELOAD_VALUES)}", key=PRELOAD)
+        return values[0]
+    if text.strip() not in values:
+        raise InputError(f"{text!r} is not one of {', '.join(values)}", key=name)
     return text.strip()
 
 

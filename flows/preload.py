@@ -9,10 +9,10 @@ command; this takes the imports out too, as a fork server does (``multiprocessin
 caller's terminal, folder, environment and signals, so it is not used here):
 
 * When a command of :data:`COMMANDS` finishes with the shared server, it starts (if none fits)
-  the **preloaded process** (:func:`serve`, run by :mod:`scarce.flows.launch` as a program): in a session of
-  its own, with the command's environment, it listens on a Unix socket, imports the command
-  line and every flow's module, and then waits.  Its record, ``preload.json`` beside the
-  server's, gives its pid, socket and **key**.
+  the **preloaded process** (:func:`serve`, run by :mod:`scarce.flows.launch` as a program):
+  in a session of its own, with the command's environment, it listens on a Unix socket,
+  imports the command line and every flow's module, and then waits.  Its record,
+  ``preload.json`` beside the server's, gives its pid, socket and **key**.
 * The ``scarce`` command (:func:`scarce.flows.launch.entrypoint`, through
   :func:`run_preloaded`) first reads that record.  When the key is its
   own, it sends the preloaded process its arguments, folder, umask, environment and its
@@ -154,11 +154,15 @@ def command_environment(env: dict[str, str] | os._Environ | None = None) -> dict
 
 
 # -- the record --------------------------------------------------------------------------------
-def _process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (``/proc``), None when it is gone."""
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux: clock ticks since boot, as ``/proc`` gives
+    it), ``""`` where the system does not tell, None when no such process lives (the shared
+    server's record uses it too: :mod:`scarce.flows.shared_server` imports this module)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -166,6 +170,8 @@ def _process_start(pid: int) -> str | None:
         except PermissionError:
             pass
         return ""
+    except OSError:
+        return None
     fields = text[text.rindex(")") + 2:].split()
     return None if fields[0] in ("Z", "X") else fields[19]
 
@@ -177,7 +183,7 @@ def read(home: str | os.PathLike[str]) -> dict[str, Any] | None:
         pid, start = int(record["pid"]), str(record["start"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    now = _process_start(pid)
+    now = process_start(pid)
     if now is None or (now and start and now != start):
         return None
     return record
@@ -280,7 +286,7 @@ def _start(home: str | os.PathLike[str], server_pid: int, mine: str) -> None:
              mine, json.dumps(sys.path)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env=_STARTED_WITH, cwd=place, start_new_session=True, close_fds=True)
-    _write(home, {"pid": proc.pid, "start": _process_start(proc.pid) or "", "key": mine,
+    _write(home, {"pid": proc.pid, "start": process_start(proc.pid) or "", "key": mine,
                   "address": address, "server": server_pid, "started": time.time()})
 
 
@@ -448,7 +454,7 @@ def serve(home: str, server_pid: int, token: str, expected: str, load: Callable[
 def _server_is(home: str, server_pid: int) -> bool:
     try:
         record = json.loads((folder(home) / "state.json").read_text())
-        return int(record["pid"]) == server_pid and _process_start(server_pid) is not None
+        return int(record["pid"]) == server_pid and process_start(server_pid) is not None
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

@@ -75,25 +75,8 @@ def idle_minutes() -> float:
 
 
 # -- the record ----------------------------------------------------------------------------
-def process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux: clock ticks since boot, as ``/proc`` gives
-    it), ``""`` where the system does not tell, None when no such process lives."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return ""
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
+#: The start time of a process (:func:`scarce.flows.preload.process_start`).
+process_start = preload.process_start
 
 
 @dataclass(frozen=True)
