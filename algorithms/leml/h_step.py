@@ -108,6 +108,7 @@ def _solve_grams(G_tri, c: float, lam: float, R) -> np.ndarray:
             G *= c
         G[:, diag, diag] += lam
         out[s:e] = np.linalg.solve(G, R[s:e, :, None])[:, :, 0]
+        del G  # before the next batch is gathered: one batch at a time
     return out
 
 
