@@ -31,10 +31,11 @@ import scipy.sparse as sp
 
 from scarce.algorithms.memory import check_allocation
 
-__all__ = ["LEMLData", "labels_layout", "layout_of_counts", "prepare_data", "prepare_rows",
+__all__ = ["LEMLData", "label_block_elements", "label_groups", "labels_layout",
+           "labels_per_block", "layout_of_counts", "prepare_data", "prepare_rows",
            "row_block_bounds", "split_rows"]
 
-# Elements per temporary block (entries x k, rows x k(k+1)/2, labels x k x k).
+# Elements per temporary block (entries x k, rows x k(k+1)/2, labels x k(k+1)/2).
 BLOCK = 1 << 22
 # Largest n x L stored dense for partially observed labels (1 GiB per float32 array).
 _DENSE_MAX = 1 << 28
@@ -45,6 +46,31 @@ _DENSE_MAX = 1 << 28
 GRAM_ENTRIES_PER_NNZ = 2
 #: Stored values of ``X`` squared in float64 at a time for the diagonal of ``X^T X`` (32 MiB).
 DIAGONAL_CHUNK = 1 << 22
+
+# --------------------------------------------------------------------------- label blocks
+def labels_per_block(per_label: int) -> int:
+    """Labels whose arrays of ``per_label`` elements each take at most :data:`BLOCK` elements
+    (at least one): the one rule that sizes the H-step's label blocks
+    (:func:`label_block_elements` per label) and its batches of full ``k x k`` matrices."""
+    return max(1, BLOCK // max(1, int(per_label)))
+
+
+def label_block_elements(k: int) -> int:
+    """Elements a label block of the H-step holds per label: the upper triangle of the
+    label's Gram matrix (``k(k+1)/2``) and its rows of the right-hand side and of the
+    solution (``k`` each)."""
+    k = int(k)
+    return k * (k + 1) // 2 + 2 * k
+
+
+def label_groups(n_labels: int, k: int) -> list[tuple[int, int]]:
+    """The labels ``[(g0, g1), ...]`` in consecutive groups of
+    ``labels_per_block(label_block_elements(k))`` from label 0, the last one shorter: the
+    H-step's default label blocks, and the labels a dense product of :meth:`label_grams`
+    takes at once whatever label range it is asked for."""
+    size = labels_per_block(label_block_elements(k))
+    return [(g0, min(g0 + size, int(n_labels))) for g0 in range(0, int(n_labels), size)]
+
 
 # --------------------------------------------------------------------------- entries
 def pair_products(rows) -> np.ndarray:
@@ -224,20 +250,29 @@ class _DenseEntries:
         ``v``: an n x L array, zero where unobserved (as :meth:`masked` leaves it).
 
         Row-major: for each batch of rows (fixed by ``k`` and ``L``, not by the label range)
-        the products ``a_i (x) a_i``, then one BLAS product with the batch's weights of those
-        labels, ``O(n (l1 - l0) k^2)``.
+        the products ``a_i (x) a_i``, then BLAS products with the batch's weights, one per
+        group of :func:`label_groups` that the range meets, ``O(n (l1 - l0) k^2)`` when the
+        range is made of whole groups (the default label blocks).  A BLAS product adds a
+        label's terms in an order that depends on where the label falls among the labels
+        of the product and on how many there are; a label is always computed in the product
+        of its own group, so its bits do not depend on the range it is asked for (a range
+        that cuts a group pays for the whole group).
         """
-        n, n_labels = A.shape[0], self.shape[1]
-        size = A.shape[1] * (A.shape[1] + 1) // 2
+        n, n_labels, k = A.shape[0], self.shape[1], A.shape[1]
+        size = k * (k + 1) // 2
         G = np.zeros((l1 - l0, size), dtype=A.dtype)
         step = max(1, BLOCK // max(size, n_labels, 1))
         weights = self.mask if v is None else v
+        groups = [(g0, g1) for g0, g1 in label_groups(n_labels, k) if g0 < l1 and g1 > l0]
         for r0 in range(0, n, step):
             P = pair_products(A[r0:r0 + step])
             if weights is None:
                 G += P.sum(axis=0)
-            else:
-                G += weights[r0:r0 + step, l0:l1].astype(A.dtype, copy=False).T @ P
+                continue
+            for g0, g1 in groups:
+                part = weights[r0:r0 + step, g0:g1].astype(A.dtype, copy=False).T @ P
+                a, b = max(l0, g0), min(l1, g1)
+                G[a - l0:b - l0] += part[a - g0:b - g0]
         return G
 
 

@@ -21,13 +21,17 @@ takes either.  With ``A_b = X_b W`` kept with block ``b``, the terms are ``A_b^T
 per-label loss sums, and the per-label Gram matrices ``sum_{i in Omega_j, i in b} v_ij a_i
 a_i^T`` (``v`` 1, or the loss's second derivatives for a Newton Hessian), built row-major
 by the observed entries' :meth:`label_grams`.  Those are formed for one *label block* at a
-time (about 2^22 / k^2 labels), summed over the row blocks and solved where they are
-summed, a few label blocks in flight at once, so no process need hold ``L x k x k``; the
-bound steps' Gram matrices do not change over the steps and are kept when the backend
-says so (:attr:`LocalBlocks.keep_label_grams`), else built again at each step.  A label's
-Gram matrix is added in row order whatever label block holds it, so the label blocks do
-not change the factors; the default label blocks are aligned to the groups in which a BLAS
-product takes the labels, so that dense observed entries give the same bits too.
+time, summed over the row blocks and solved where they are summed, a few label blocks in
+flight at once, so no process need hold ``L x k x k``; the bound steps' Gram matrices do
+not change over the steps and are kept when the backend says so
+(:attr:`LocalBlocks.keep_label_grams`), else built again at each step.  A default label
+block holds about 2^22 elements: per label its Gram matrix's upper triangle and its rows
+of the right-hand side and the solution
+(:func:`~scarce.algorithms.leml.data.label_block_elements`); the solve expands the
+triangles into full ``k x k`` matrices about 2^22 elements at a time.  A label's Gram
+matrix is added in row order, and with dense observed entries taken from the BLAS product
+over its default label block, whatever label block holds it, so the label blocks do not
+change the factors (:func:`label_block_nbytes` counts a block's bytes).
 
 The margin losses' gradient ``D_b^T A_b`` is taken two ways on purpose: the bound steps
 take it a batch of rows at a time (:func:`~scarce.algorithms.leml.terms.loss_terms`, no
@@ -46,26 +50,26 @@ with Missing Labels", ICML 2014.
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-from scarce.algorithms.leml.data import BLOCK, LEMLData, check_factor
+from scarce.algorithms.leml.data import (
+    BLOCK,
+    LEMLData,
+    check_factor,
+    label_block_elements,
+    label_groups,
+    labels_per_block,
+)
 from scarce.algorithms.leml.losses import get_loss
 from scarce.algorithms.leml.params import H_SOLVERS
 from scarce.algorithms.leml.terms import loss_terms
 
-__all__ = ["H_SOLVERS", "LocalBlocks", "update_H", "update_H_bound_by_blocks",
-           "update_H_by_blocks", "update_H_newton_by_blocks"]
-
-#: The default label blocks start at multiples of this many labels.  In a BLAS product of a
-#: batch's weights (rows x labels) with its products ``a_i (x) a_i``, the labels are one
-#: dimension of the output, which the kernels take in small groups; where a label falls in
-#: its group (and a group cut short at a block's end) changes the order of its additions.
-#: Blocks aligned to the groups give every label the bits of the product over all labels
-#: (the groups of the OpenBLAS kernels it was measured with divide it).
-LABEL_ALIGN = 12
+__all__ = ["H_SOLVERS", "LocalBlocks", "label_block_nbytes", "update_H",
+           "update_H_bound_by_blocks", "update_H_by_blocks", "update_H_newton_by_blocks"]
 
 
 def _checked_W(W, n_features: int, dtype) -> np.ndarray:
@@ -76,19 +80,35 @@ def _checked_W(W, n_features: int, dtype) -> np.ndarray:
     return np.ascontiguousarray(W, dtype=dtype)
 
 
-def _solve_grams(G_tri, lam, R, iu, ju):
-    """Solve ``(G_j + lam I) h_j = r_j`` for every label, batched over label blocks."""
+@lru_cache(maxsize=4)
+def _symmetric_index(k: int) -> np.ndarray:
+    """``S`` (``k * k``, read-only, kept for the next label block) with ``S[i k + j]`` the
+    place of entry ``(i, j)`` (or ``(j, i)``) in an upper triangle in ``np.triu_indices(k)``
+    order: ``G_tri[:, S]`` is the full matrices, one gather."""
+    iu, ju = np.triu_indices(k)
+    S = np.empty((k, k), dtype=np.intp)
+    S[iu, ju] = S[ju, iu] = np.arange(iu.size)
+    S = S.ravel()
+    S.flags.writeable = False
+    return S
+
+
+def _solve_grams(G_tri, c: float, lam: float, R) -> np.ndarray:
+    """Solve ``(c G_j + lam I) h_j = r_j`` for every label from the upper triangles ``G_tri``,
+    the full matrices formed :func:`~scarce.algorithms.leml.data.labels_per_block` ``(k^2)``
+    labels at a time (one gather each, then scaled)."""
     n_labels, k = R.shape
     out = np.empty_like(R)
-    step = max(1, BLOCK // (k * k))
-    diag = np.arange(k)
+    step = labels_per_block(k * k)
+    S, diag = _symmetric_index(k), np.arange(k)
     for s in range(0, n_labels, step):
         e = min(s + step, n_labels)
-        G = np.empty((e - s, k, k), dtype=R.dtype)
-        G[:, iu, ju] = G_tri[s:e]
-        G[:, ju, iu] = G_tri[s:e]
+        G = np.take(G_tri[s:e], S, axis=1).reshape(e - s, k, k)
+        if c != 1:
+            G *= c
         G[:, diag, diag] += lam
         out[s:e] = np.linalg.solve(G, R[s:e, :, None])[:, :, 0]
+        del G  # before the next batch is gathered: one batch at a time
     return out
 
 
@@ -272,17 +292,13 @@ def solve_bound_block(G_half, c: float, lam: float, g) -> np.ndarray:
     :func:`block_label_grams` or :func:`block_weighted_label_grams`) and ``g`` (its rows of
     the gradient): the bound step (``c = loss.curvature_bound``) and the Newton step
     (``c = 1``, weighted Gram matrices)."""
-    k = g.shape[1]
-    iu, ju = np.triu_indices(k)
-    return _solve_grams(float(c) * G_half, lam, g, iu, ju)
+    return _solve_grams(G_half, float(c), lam, g)
 
 
 def solve_label_block(G_half, lam: float, R) -> np.ndarray:
     """``h_j`` of a label block from ``G_half`` (the block sums of :func:`block_label_grams`,
     without the factor 2) and ``R`` (its rows of ``2 sum_b Y_b^T A_b``)."""
-    k = R.shape[1]
-    iu, ju = np.triu_indices(k)
-    return _solve_grams(2 * G_half, lam, R, iu, ju)
+    return _solve_grams(G_half, 2.0, lam, R)
 
 
 def sum_in_order(parts) -> np.ndarray:
@@ -345,22 +361,35 @@ class LocalBlocks:
 
 # --------------------------------------------------------------------------- label blocks
 def _label_ranges(n_labels: int, k: int, label_block: int | None) -> list[tuple[int, int]]:
-    """The label blocks ``[(l0, l1), ...]``: ``label_block`` labels each, by default about
-    2^22 / k^2 (at most :data:`~scarce.algorithms.leml.data.BLOCK` Gram entries) rounded down
-    to a multiple of :data:`LABEL_ALIGN`, a last block of one label joined to the one before
-    (a product over one label is a matrix-vector product, whose additions are ordered
-    otherwise)."""
+    """The label blocks ``[(l0, l1), ...]``: ``label_block`` labels each, by default the groups
+    of :func:`~scarce.algorithms.leml.data.label_groups` (about 2^22 elements of Gram
+    triangles and rows each).  Any label blocks give the same factors: a label's Gram matrix
+    does not depend on the block that asks for it."""
     if label_block is None:
-        step = max(1, BLOCK // (k * k))
-        step = step - step % LABEL_ALIGN if step >= LABEL_ALIGN else step
-    else:
-        step = int(label_block)
-        if step < 1:
-            raise ValueError(f"label_block must be at least 1, got {label_block}")
-    ranges = [(l0, min(l0 + step, n_labels)) for l0 in range(0, n_labels, step)]
-    if label_block is None and len(ranges) > 1 and ranges[-1][1] - ranges[-1][0] == 1:
-        ranges[-2:] = [(ranges[-2][0], n_labels)]
-    return ranges
+        return label_groups(n_labels, k)
+    step = int(label_block)
+    if step < 1:
+        raise ValueError(f"label_block must be at least 1, got {label_block}")
+    return [(l0, min(l0 + step, n_labels)) for l0 in range(0, n_labels, step)]
+
+
+def label_block_nbytes(n_labels: int, k: int, dtype, *, parts: int, rows: int) -> int:
+    """Bytes one default label block of the H-step's per-label Gram matrices takes where it is
+    built and solved, an upper estimate: ``parts`` row blocks' Gram triangles of its labels,
+    the product being added while one is built and the pair products of a batch of at most
+    ``rows`` rows (:meth:`label_grams`), the triangles' sum and its rows of the right-hand
+    side and of the solution, in ``dtype``; and one batch of full ``k x k`` matrices
+    (:func:`_solve_grams`), in ``dtype`` and, for float32, in the float64 copy that
+    ``np.linalg.solve`` works on.  The label block holds
+    ``labels_per_block(label_block_elements(k))`` labels (at most ``n_labels``); the full
+    matrices, ``labels_per_block(k^2)`` labels at a time."""
+    k, item = int(k), np.dtype(dtype).itemsize
+    tri = k * (k + 1) // 2
+    labels = min(int(n_labels), labels_per_block(label_block_elements(k)))
+    batch = min(labels, labels_per_block(k * k))
+    pairs = min(BLOCK, max(1, int(rows)) * tri)
+    return int(item * ((int(parts) + 2) * labels * tri + 2 * labels * k + pairs)
+               + (item + (8 if item < 8 else 0)) * batch * k * k)
 
 
 def _solve_by_label_blocks(backend, ranges, R, parts_of, solve, *args) -> np.ndarray:
@@ -440,7 +469,8 @@ def update_H(data, W, lam: float, loss, *, H0=None, newton_max_iter: int, h_solv
     cg_tol : float
         Relative residual at which the inner CG stops (``h_solver="cg"`` only).
     label_block : int, optional
-        Labels per block of Gram matrices (default: about 2^22 / k^2 entries).
+        Labels per block of Gram matrices (default: about 2^22 elements of Gram triangles and
+        rows, :func:`_label_ranges`); the factors do not depend on it.
 
     Returns
     -------
@@ -472,7 +502,7 @@ def update_H_by_blocks(backend, W, lam: float, loss, *, label_block: int | None 
     Omega_j} y_ij a_i``.  Fully observed: ``sum_b A_b^T A_b`` and ``sum_b Y_b^T A_b``, one
     shared ``k x k`` solve.  Missing labels: ``sum_b Y_b^T A_b`` (``L x k``), then per label
     block the per-label Gram matrices of its labels summed over the row blocks and solved, so
-    only the label blocks in flight hold Gram matrices (about 2^22 entries each by default).
+    only the label blocks in flight hold Gram matrices (about 2^22 elements each by default).
 
     Parameters
     ----------

@@ -66,16 +66,17 @@ def working_nbytes(block_rows: list[int], *, n_features: int, n_labels: int, ran
     rows needs on top of the blocks' data, an upper estimate: per block ``A_b = X_b W`` and
     a product of its shape (``2 n_b x k``), the ``d' x k`` term and the ``L x k`` label
     product it returns, plus the factors and one more of each; with missing labels, one
-    label block of the H-step's per-label Gram matrices (upper triangles, float64) per
-    block and one for their sum."""
-    from scarce.algorithms.leml.data import BLOCK
+    label block of the H-step's per-label Gram matrices with a part per block, built and
+    solved (:func:`~scarce.algorithms.leml.h_step.label_block_nbytes`, the label blocks'
+    own rule)."""
+    from scarce.algorithms.leml.h_step import label_block_nbytes
 
     item, k, held = np.dtype(dtype).itemsize, int(rank), len(block_rows)
     size = sum(2 * n * k * item for n in block_rows)
     size += (held + 2) * (n_features + n_labels) * k * item
     if not fully_observed:
-        labels = min(n_labels, max(1, BLOCK // (k * k)))
-        size += (held + 1) * labels * (k * (k + 1) // 2) * 8
+        size += label_block_nbytes(n_labels, k, dtype, parts=held,
+                                   rows=max(block_rows, default=1))
     return int(size)
 
 

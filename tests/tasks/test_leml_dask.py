@@ -1138,12 +1138,51 @@ def test_working_arrays_count_by_hand():
     common = dict(n_features=10, n_labels=12, rank=3, dtype="float64")
     # A_b and a product (2 x 110 rows x 3 x 8 bytes) + 4 of (10 + 12) x 3 x 8 bytes
     assert working_nbytes([50, 60], **common, fully_observed=True) == 5280 + 2112
-    # + 3 label blocks (one per row block and their sum) of 12 labels x 6 upper-triangle
-    # entries in float64
-    assert working_nbytes([50, 60], **common, fully_observed=False) == 5280 + 2112 + 1728
-    # float32 halves every term but the float64 Gram matrices
+    # + one label block of all 12 labels: 4 arrays of 12 x 6 Gram triangle entries (one per
+    # row block, the product being added, their sum), the rows of the right-hand side and
+    # the solution (2 x 12 x 3), the pair products of the 60 rows of the larger block
+    # (60 x 6) and the full 3 x 3 matrices (12 x 9), 8 bytes an element
+    label_block = 4 * 12 * 6 + 2 * 12 * 3 + 60 * 6 + 12 * 9
+    assert working_nbytes([50, 60], **common, fully_observed=False) == (
+        5280 + 2112 + 8 * label_block)
+    # float32 halves every term, and adds the float64 copy of the full matrices that
+    # np.linalg.solve works on
     half = dict(common, dtype="float32")
-    assert working_nbytes([50, 60], **half, fully_observed=False) == (5280 + 2112) // 2 + 1728
+    assert working_nbytes([50, 60], **half, fully_observed=False) == (
+        (5280 + 2112) // 2 + 4 * label_block + 8 * 12 * 9)
+
+
+@pytest.mark.parametrize("entries", ["sparse", "dense"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_workers_traced_h_step_is_within_its_working_estimate(entries, dtype):
+    """The squared loss's H-step with missing labels over 3 row blocks in one process, as a
+    worker holding all three builds, sums and solves its label blocks (two here, one at a
+    time), traced: the peak of what it allocates is under :func:`working_nbytes` of those
+    blocks and not far under (within 2x)."""
+    import tracemalloc
+
+    from scarce.tasks.leml_dask import working_nbytes
+
+    n, n_labels, rank = 300, 1000, 100
+    X = normalize(sp.random(n, 30, density=0.3, random_state=1, format="csr"))
+    Y = sp.random(n, n_labels, density=0.05, random_state=2, format="csr")
+    Y.data[:] = 1
+    mask = sp.random(n, n_labels, density=0.3 if entries == "dense" else 0.03,
+                     random_state=3, format="csr").astype(bool)
+    data = prepare_data(X, Y, mask, fit_intercept=True, dtype=dtype, entries=entries)
+    blocks = split_rows(data, 3)
+    W = np.random.default_rng(0).standard_normal((data.n_features, rank)).astype(dtype)
+    backend = LocalBlocks(blocks)
+    tracemalloc.start()
+    try:
+        update_H_by_blocks(backend, W, LAM, "squared")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimate = working_nbytes([b.n_samples for b in blocks], n_features=data.n_features,
+                              n_labels=n_labels, rank=rank, dtype=dtype,
+                              fully_observed=False)
+    assert estimate / 2 < peak <= estimate, (peak, estimate)
 
 
 @slow
@@ -1155,7 +1194,8 @@ def test_workers_too_small_for_the_working_arrays_of_the_rank_are_refused(tmp_pa
     from scarce.algorithms.memory import MemoryBudgetError
 
     source, _ = _stored(tmp_path, "masked-sparse", blocks=3)
-    limit = int(4 * max(source.block_nbytes()) / 0.8)  # the 2 blocks of worker 0 fit
+    # the 2 blocks of worker 0 and their working arrays at rank K fit
+    limit = int(6 * max(source.block_nbytes()) / 0.8)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None, memory_limit=limit) as cluster, \
             Client(cluster) as client:

@@ -158,27 +158,88 @@ def _dense_weights(data, v):
     return sp.csr_matrix((v, ent.cols, ent.indptr), shape=ent.shape).toarray()
 
 
+#: A :data:`~scarce.algorithms.leml.data.BLOCK` small enough that at rank ``K`` the default
+#: label blocks are groups of 4 labels (``label_block_elements(4) = 18``), the dense entries'
+#: batches 5 rows (of 13 labels), the sparse entries' 7, the solve's batches 4 labels.
+SMALL_BLOCK = 4 * 18
+
+
 @pytest.mark.parametrize("case", ["masked-sparse", "masked-dense"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_label_grams_of_a_label_range_equal_those_of_all_labels(case, weighted):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [None, SMALL_BLOCK])
+def test_label_grams_of_a_label_range_equal_those_of_all_labels(case, weighted, dtype, block,
+                                                                monkeypatch):
     """The observed entries' Gram matrices of a label range: the rows of those of all labels
-    (bit for bit for sparse entries, whose sums run in row order per label whatever the
-    range; to rounding for dense ones, a BLAS product) and a naive per-label sum."""
-    data = _problem(case)
+    bit for bit, sparse entries (sums in row order per label whatever the range) and dense
+    ones (each label from the BLAS product over its default label block, whatever the
+    range), with one default label block or several (``block``); a naive per-label sum to
+    rounding."""
+    import scarce.algorithms.leml.data as leml_data
+
+    if block is not None:
+        monkeypatch.setattr(leml_data, "BLOCK", block)
+        assert leml_data.label_groups(L, K) == [(0, 4), (4, 8), (8, 12), (12, 13)]
+    data = _problem(case, dtype=dtype)
     A = np.ascontiguousarray(data.X @ _W(data))
     iu, ju = np.triu_indices(K)
     ent = data.entries
-    v = (ent.masked(np.random.default_rng(5).random(ent.y.shape)) if weighted else None)
+    v = (ent.masked(np.random.default_rng(5).random(ent.y.shape).astype(dtype)) if weighted
+         else None)
     whole = ent.label_grams(A, 0, L, v)
+    assert whole.dtype == dtype
     naive = _naive_label_grams(data, A, None if v is None else _dense_weights(data, v))
-    np.testing.assert_allclose(whole, naive, rtol=1e-12, atol=1e-12)
-    for l0, l1 in [(0, L), (2, 7), (12, 13), (5, 5)]:
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(whole, naive, rtol=tol, atol=tol)
+    for l0, l1 in [(0, L), (2, 7), (3, 11), (12, 13), (5, 5), (1, L)]:
         part = (ent.label_grams(A, l0, l1, v) if weighted
                 else block_label_grams(data, A, l0, l1))
         assert part.shape == (l1 - l0, iu.size)
-        if case == "masked-sparse":
-            assert np.array_equal(part, whole[l0:l1])
-        np.testing.assert_allclose(part, whole[l0:l1], rtol=1e-12, atol=1e-12)
+        assert np.array_equal(part, whole[l0:l1]), (l0, l1)
+
+
+@pytest.mark.parametrize("case", ["full", "masked-sparse", "masked-dense"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [None, 17 * 18])
+def test_the_h_step_has_the_same_bits_whatever_its_label_blocks(case, dtype, block,
+                                                                 monkeypatch):
+    """``update_H`` with label blocks of 1, 7, 13 and all 40 labels: the bits of its default
+    label blocks, for every loss and H-step solver, on the whole data (and blocks of 7 labels
+    on 3 row blocks); with one default label block or default blocks of 17 labels
+    (``block``), for float32 and float64 and every layout of the labels (fully observed
+    labels reach the per-label Gram matrices through the Newton steps)."""
+    import scarce.algorithms.leml.data as leml_data
+    from scarce.algorithms.leml import update_H
+    from scarce.algorithms.leml.params import H_SOLVERS, LOSS_NAMES
+
+    n_labels = 40
+    if block is not None:
+        monkeypatch.setattr(leml_data, "BLOCK", block)
+        assert leml_data.label_groups(n_labels, K)[:3] == [(0, 17), (17, 34), (34, 40)]
+    X = normalize(sp.random(N, D, density=0.4, random_state=1, format="csr"))
+    Y = sp.random(N, n_labels, density=0.2, random_state=2, format="csr")
+    Y.data[:] = 1
+    mask = (None if case == "full" else
+            sp.random(N, n_labels, density=0.4, random_state=3, format="csr").astype(bool))
+    data = prepare_data(X, Y, mask, fit_intercept=True, dtype=dtype,
+                        entries="auto" if case == "full" else case.split("-")[1])
+    W = _W(data)
+    H0 = (np.random.default_rng(4).standard_normal((n_labels, K)) * 0.3).astype(dtype)
+    settings = [("squared", "direct")] + [(loss, h_solver) for loss in LOSS_NAMES[1:]
+                                          for h_solver in H_SOLVERS]
+    for loss, h_solver in settings:
+        for where, label_blocks in ((data, (1, 7, 13, n_labels)),
+                                    (LocalBlocks(split_rows(data, 3)), (7,))):
+            def step(label_block, where=where, loss=loss, h_solver=h_solver):
+                return update_H(where, W, LAM, loss, H0=H0, newton_max_iter=2,
+                                h_solver=h_solver, cg_max_iter=3, cg_tol=1e-3,
+                                label_block=label_block)[0]
+
+            default = step(None)
+            assert default.dtype == dtype
+            for label_block in label_blocks:
+                assert np.array_equal(step(label_block), default), (loss, h_solver,
+                                                                    label_block)
 
 
 def test_each_h_step_on_blocks_refuses_the_losses_and_solvers_of_the_others():
@@ -272,24 +333,27 @@ def test_bound_steps_build_the_gram_matrices_once_when_the_backend_keeps_them(ke
 
 
 @pytest.mark.parametrize("n_labels", [1, 2, 13, 100, 181, 361, 1000])
-@pytest.mark.parametrize("k", [4, 50, 151, 300, 3000])
-def test_default_label_blocks_are_aligned_capped_and_never_end_with_one_label(n_labels, k):
-    """The default label blocks cover the labels in order, each at most about 2^22 / k^2
-    labels (one more for a joined last label), start at multiples of ``LABEL_ALIGN`` when
-    that many fit, and a last block of one label is joined to the one before; a given
+@pytest.mark.parametrize("k", [1, 4, 50, 151, 300, 3000])
+def test_default_label_blocks_are_as_many_labels_as_a_block_holds(n_labels, k):
+    """The default label blocks cover the labels in order, each of as many labels as fit
+    2^22 elements of what a label block holds per label (its Gram triangle, its rows of
+    the right-hand side and of the solution; one more label would not fit), the last one
+    what remains (at least one label, even where one label's triangle is larger); a given
     ``label_block`` is taken as it is."""
-    from scarce.algorithms.leml.data import BLOCK
-    from scarce.algorithms.leml.h_step import LABEL_ALIGN, _label_ranges
+    from scarce.algorithms.leml.data import BLOCK, label_block_elements
+    from scarce.algorithms.leml.h_step import _label_ranges
 
+    per_label = k * (k + 1) // 2 + 2 * k
+    assert label_block_elements(k) == per_label
     ranges = _label_ranges(n_labels, k, None)
     assert ranges[0][0] == 0 and ranges[-1][1] == n_labels
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    cap = max(1, BLOCK // (k * k))
-    assert all(l1 - l0 <= cap + 1 for l0, l1 in ranges)
-    if cap >= LABEL_ALIGN:
-        assert all(l0 % LABEL_ALIGN == 0 for l0, _ in ranges)
-    if n_labels > 1:
-        assert ranges[-1][1] - ranges[-1][0] > 1
+    size = ranges[0][1] - ranges[0][0]
+    if len(ranges) > 1:
+        assert all(l1 - l0 == size for l0, l1 in ranges[:-1])
+        assert 0 < ranges[-1][1] - ranges[-1][0] <= size
+    assert size * per_label <= BLOCK or size == 1
+    assert size == n_labels or (size + 1) * per_label > BLOCK
     given = _label_ranges(n_labels, k, 4)
     assert [l1 - l0 for l0, l1 in given] == [4] * (n_labels // 4) + (
         [n_labels % 4] if n_labels % 4 else [])
