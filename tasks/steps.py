@@ -47,13 +47,15 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scarce.tasks.code_digest import code_digest
-from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import file_sha256
 from scarce.tasks.store.layout import KEY_HEX
 from scarce.tasks.store.seals import damaged_entries, seal_bytes, seal_path, write_seal
+
+if TYPE_CHECKING:  # given by the caller: declaring a step imports no store (nor its pandas)
+    from scarce.tasks.store import Store
 
 log = logging.getLogger("scarce.store")
 
@@ -493,5 +495,7 @@ def execute_by_name(module: str, name: str, store_root: str, call: dict[str, Any
         raise RuntimeError(f"step {st.name}: this worker runs other code than the flow that "
                            "sent it (its key of the call differs); start the workers from the "
                            "same version of the project")
+    from scarce.tasks.store import Store
+
     return execute(st, Store(store_root), call, write_behind=False)
 
