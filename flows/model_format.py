@@ -23,8 +23,8 @@ from typing import Any
 
 from scarce.flows import manifest as mf
 from scarce.tasks.errors import InputError
+from scarce.tasks.logs import log_both
 from scarce.tasks.readers.text import check_no_gzip_twin
-from scarce.tasks.steps import log_both
 
 MODEL_DIR = "model"
 MODEL_JSON = "model.json"

@@ -60,6 +60,8 @@ NOT_NEEDED: dict[str, dict[str, str]] = {
         "yaml": _CONFIGS,
         "scarce.flows.config": _CONFIGS,
         "scarce.tasks.store.folder": _STORE,
+        "scarce.tasks.steps": "the steps' machinery (keys, code digests, seals): a LEML model "
+                              "calls no step",
     },
     "relations": {
         "sklearn.cluster": "k-means: the search's, not the nearest-centroid assignment's",
