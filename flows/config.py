@@ -27,7 +27,10 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from scarce.flows import environment
+# (the folders a command works in, re-exported: they are read without the configs' pydantic)
+from scarce.flows.environment import default_runs_root as default_runs_root
+from scarce.flows.environment import default_store_root as default_store_root
+from scarce.flows.environment import project_root as project_root
 from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.readers.text import decode_text
 
@@ -254,32 +257,6 @@ def shipped_default(path: str | os.PathLike[str]) -> str | None:
     if (project_root() / "configs" / rel).exists():
         return None
     return f"configs/{rel.as_posix()}"
-
-
-def project_root() -> Path:
-    """The folder a command works in: ``SCARCE_ROOT`` when set, else the current folder.
-
-    Relative paths of configs and data are read from it, and the store and the runs go under
-    its ``data/`` (unless ``SCARCE_STORE`` or ``SCARCE_RUNS`` say otherwise).
-
-    Raises
-    ------
-    InputError
-        When ``SCARCE_ROOT`` is set but names no folder (:func:`scarce.flows.environment.root`).
-    """
-    return environment.root() or Path.cwd()
-
-
-def default_store_root() -> str | Path:
-    """``$SCARCE_STORE`` (a path or a ``file://`` URL, checked by
-    :func:`scarce.flows.environment.store`) or the project's ``data/cache``."""
-    return environment.store() or project_root() / "data" / "cache"
-
-
-def default_runs_root() -> Path:
-    """``$SCARCE_RUNS`` (checked by :func:`scarce.flows.environment.runs`) or the project's
-    ``data/runs``."""
-    return environment.runs() or project_root() / "data" / "runs"
 
 
 def packaged_configs() -> Path:

@@ -149,6 +149,31 @@ def runs() -> Path | None:
     return None if text is None else _folder(RUNS, text, must_exist=False)
 
 
+def project_root() -> Path:
+    """The folder a command works in: ``SCARCE_ROOT`` when set, else the current folder.
+
+    Relative paths of configs and data are read from it, and the store and the runs go under
+    its ``data/`` (unless ``SCARCE_STORE`` or ``SCARCE_RUNS`` say otherwise).
+
+    Raises
+    ------
+    InputError
+        When ``SCARCE_ROOT`` is set but names no folder (:func:`root`).
+    """
+    return root() or Path.cwd()
+
+
+def default_store_root() -> str | Path:
+    """``$SCARCE_STORE`` (a path or a ``file://`` URL, checked by :func:`store`) or the
+    project's ``data/cache``."""
+    return store() or project_root() / "data" / "cache"
+
+
+def default_runs_root() -> Path:
+    """``$SCARCE_RUNS`` (checked by :func:`runs`) or the project's ``data/runs``."""
+    return runs() or project_root() / "data" / "runs"
+
+
 def memory_limit() -> None:
     """Check ``SCARCE_MEMORY_LIMIT_GB`` (a positive, finite number of GiB, when set)."""
     from scarce.algorithms.memory import memory_cap

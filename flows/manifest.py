@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
-import importlib.metadata
 import json
 import platform
 import subprocess
@@ -18,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scarce.tasks.errors import InputError, excerpt
@@ -94,6 +92,8 @@ def package_versions() -> dict[str, str]:
 
 @functools.cache
 def _package_versions() -> dict[str, str]:
+    import importlib.metadata  # (only a run's record needs it, not a manifest's reader)
+
     out = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
@@ -108,6 +108,8 @@ def code_root() -> Path:
 
 
 def code_version(root: Path | None = None) -> dict[str, Any]:
+    import importlib.metadata
+
     root = root or code_root()
     try:
         version = importlib.metadata.version("scarce")
@@ -651,6 +653,8 @@ def describe_run(run_dir: Path) -> str:
         lines.append(f"prefect    flow run {m['prefect_flow_run_id']}")
     metrics_path = run_dir / METRICS
     if metrics_path.is_file():
+        import pandas as pd  # (a summary's table; reading a manifest needs no pandas)
+
         metrics = pd.read_parquet(metrics_path)
         wide = metrics.pivot_table(index=["dataset", "method"], columns="metric",
                                    values="value", sort=False)

@@ -20,8 +20,8 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scarce.algorithms.leml.predict import BATCH_SIZE, FactorModel, predictions_table
-from scarce.flows.apply import open_model
 from scarce.flows.model_checks import kind_of, read_json, run_params
+from scarce.flows.model_format import open_model
 from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.leml_files import (
     MODEL_FILES,

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from scarce.algorithms.relations.model import RelationDiscovery
-from scarce.flows.apply import MODEL_JSON, open_model
 from scarce.flows.manifest import read_manifest
 from scarce.flows.model_checks import kind_of, run_params
+from scarce.flows.model_format import MODEL_JSON, open_model
 from scarce.tasks import relations as rel
 from scarce.tasks.errors import InputError
 from scarce.tasks.readers.jsonl import read_records

@@ -8,13 +8,15 @@ with the settings the model records, the rules fired, single-link clustering, th
 writer.  So a notebook gets the chains, and the bytes, ``scarce apply`` writes for the same
 input.
 
-The learner's modules (scikit-learn, numba) are imported where the model is built or applied,
-not by this module: ``scarce apply`` checks a StRip model with :func:`open_strip_model` before
-it starts a server, and those checks import neither.
+The learner's modules (scikit-learn, numba) are imported where the estimator is built or the
+rules are learned, not by this module nor by applying the rules: ``scarce apply`` checks a StRip
+model with :func:`open_strip_model` before it starts a server, and a loaded model predicts,
+with neither.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,9 +28,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from scarce.algorithms.strip.params import VARIANTS
-from scarce.flows.apply import MODEL_JSON, input_files, open_model, resolve_model_run
 from scarce.flows.config import validate_config
 from scarce.flows.model_checks import kind_of, read_json
+from scarce.flows.model_format import MODEL_JSON, input_files, open_model, resolve_model_run
 from scarce.flows.outputs import Output, Protected, check_output, check_targets
 from scarce.tasks import strip
 from scarce.tasks.errors import InputError
@@ -86,9 +88,9 @@ class ModelVariant:
 
 def open_strip_model(model_run: str, variant: str | None, runs_root: Path,
                      announce: bool = True) -> ModelVariant:
-    """The model of the StRip run ``model_run`` (see :func:`scarce.flows.apply.resolve_model_run`),
-    with the rules of ``variant`` (default: :data:`PAPER_VARIANT` when trained, else the run's
-    first variant).
+    """The model of the StRip run ``model_run`` (see
+    :func:`scarce.flows.model_format.resolve_model_run`), with the rules of ``variant``
+    (default: :data:`PAPER_VARIANT` when trained, else the run's first variant).
 
     Raises
     ------
@@ -137,7 +139,9 @@ class StripModel:
         The variant's estimator with every parameter the run trained it with (``get_params``:
         the variant's closure and unlabelled pairs, its loss ratio, the learner's settings and
         the run's seed, from ``model.json``; so ``sklearn.base.clone(estimator_)`` fitted on
-        the run's training pairs learns its rules) and ``rules_`` set.
+        the run's training pairs learns its rules) and ``rules_`` set.  Built when first used
+        (its module imports scikit-learn, which applying the rules does not need); its
+        parameters are checked when the model loads.
 
     Notes
     -----
@@ -155,8 +159,17 @@ class StripModel:
         self._model = model
         self.rules_ = strip.load_rules.fn(path=model.rules)
         self.preprocess_ = dict(model.preprocess)
-        self.estimator_ = _estimator(model.rules.parent / MODEL_JSON, model.variant)
-        self.estimator_.rules_ = self.rules_
+        # checked now, built when first used: the estimator's module imports scikit-learn,
+        # which applying the rules does not need
+        self._params = _estimator_params(model.rules.parent / MODEL_JSON, model.variant)
+
+    @functools.cached_property
+    def estimator_(self) -> StRip:
+        from scarce.algorithms.strip.ripper import StRip
+
+        estimator = StRip.from_variant(self.variant, **self._params)
+        estimator.rules_ = self.rules_
+        return estimator
 
     def __repr__(self) -> str:
         from scarce.algorithms.strip.rule_table import rule_count
@@ -322,13 +335,12 @@ class _Learner(BaseModel):
     loss_ratio: dict[str, Any] = {}
 
 
-def _estimator(path: Path, variant: str) -> StRip:
-    """The StRip estimator a run trained ``variant`` with, from its ``model.json``: the
-    variant's set-up, its loss ratio (chosen on dev, or the one the run used) and the
-    learner's settings with the run's seed as ``random_state``, as the training steps built
-    it (``StRip.fit`` with these parameters is the run's grow, prune and optimize)."""
-    from scarce.algorithms.strip.ripper import StRip
-
+def _estimator_params(path: Path, variant: str) -> dict[str, Any]:
+    """The parameters, beside the variant's set-up, of the StRip estimator a run trained
+    ``variant`` with, from its ``model.json``: its loss ratio (chosen on dev, or the one the
+    run used) and the learner's settings with the run's seed as ``random_state``, as the
+    training steps built it (``StRip.from_variant(variant, **params).fit`` is the run's grow,
+    prune and optimize)."""
     meta = read_json(path)
     learner = validate_config(meta.get("learner"), _Learner, path) if isinstance(
         meta.get("learner"), dict) else None
@@ -341,10 +353,9 @@ def _estimator(path: Path, variant: str) -> StRip:
             raise InputError(f"model.json records no loss ratio of {variant}", path=path,
                              key="variants")
         ratio = tried[0]
-    return StRip.from_variant(variant, loss_ratio=float(ratio), k_optimize=learner.k_optimize,
-                              dl_surplus=learner.dl_surplus,
-                              max_thresholds=learner.max_thresholds,
-                              random_state=learner.seed)
+    return {"loss_ratio": float(ratio), "k_optimize": learner.k_optimize,
+            "dl_surplus": learner.dl_surplus, "max_thresholds": learner.max_thresholds,
+            "random_state": learner.seed}
 
 
 def _mention_text(tokens: pd.DataFrame, mentions: pd.DataFrame) -> list[str]:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from scarce.flows import manifest as mf
-from scarce.flows.apply import resolve_model_run
-from scarce.flows.config import default_runs_root
+from scarce.flows.environment import default_runs_root
+from scarce.flows.model_format import resolve_model_run
 from scarce.tasks.errors import InputError
 
 #: The flows whose models load into Python, by the flow name a manifest records: the class of

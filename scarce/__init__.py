@@ -8,13 +8,23 @@ Prefect), the steps and all I/O in :mod:`scarce.tasks`, the flows and the comman
 """
 
 import sys as _sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path as _Path
 
-try:
-    __version__ = version("scarce")
-except PackageNotFoundError:  # imported from a checkout that is not installed
-    __version__ = "unknown"
+
+def __getattr__(name: str):
+    # ``__version__`` is looked up when first asked for: importlib.metadata, and its search of
+    # the installed distributions, are no part of ``import scarce`` (a script that loads a
+    # model pays for them otherwise).
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("scarce")
+    except PackageNotFoundError:  # imported from a checkout that is not installed
+        value = "unknown"
+    globals()["__version__"] = value
+    return value
 
 #: The subpackages that live in the repository's top-level folders (setup.py maps them).
 SUBPACKAGES = ("algorithms", "tasks", "flows", "bench", "configs")

@@ -20,10 +20,9 @@ from scarce.algorithms.leml.data import held_out_rows
 from scarce.algorithms.leml.normalize import normalize_rows, unit_rows  # noqa: F401 (re-exported)
 from scarce.algorithms.memory import check_allocation
 from scarce.tasks.errors import InputError
-from scarce.tasks.readers.arff import read_arff
+from scarce.tasks.logs import log_both
 from scarce.tasks.readers.text import decode_text, read_bytes
 from scarce.tasks.readers.xmc import read_xmc
-from scarce.tasks.steps import log_both
 from scarce.tasks.store.encoding import CorruptEntry, entry_shape, read_parquet_entry
 
 #: Version of the model format (``outputs/model/``); ``apply-leml`` and a loaded model
@@ -281,6 +280,8 @@ def read_dataset(path: Path, format: str, dtype: str, n_labels: int | None, norm
         if n_labels is None:
             raise InputError("an ARFF file needs n_labels (its last n_labels attributes are "
                              "the labels)", path=path, key="dataset.n_labels")
+        from scarce.tasks.readers.arff import read_arff  # (its XML reader: ARFF's alone)
+
         X, Y, *names = read_arff(path, n_labels=n_labels, dtype=dt)
     elif format == "parquet":
         X, Y = _read_parquet_xy(path, dt, with_labels=with_labels)

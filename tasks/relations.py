@@ -40,8 +40,6 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-import scarce.algorithms.relations.baselines as baselines_mod
-from scarce.algorithms.metrics.clustering import clustering_scores
 from scarce.algorithms.relations.contexts import (
     build_contexts,
     build_contexts_frame,
@@ -567,6 +565,8 @@ def apply_metrics(assignments: list[pd.DataFrame], dataset: str) -> pd.DataFrame
             ("no_words", int((frame["n_words"] == 0).sum()))]
     gold = frame["gold"]
     if len(frame) and not gold.isna().any():
+        from scarce.algorithms.metrics.clustering import clustering_scores  # (see evaluate)
+
         s = clustering_scores(gold.astype(str).to_numpy(), frame["cluster"].to_numpy())
         rows += [(m, s[m]) for m in ("accuracy", "ari", "v_measure")]
     return pd.DataFrame({"dataset": dataset, "method": "nearest-centroid",
@@ -578,6 +578,8 @@ def apply_metrics(assignments: list[pd.DataFrame], dataset: str) -> pd.DataFrame
 @step("relations-hasegawa", inputs=("mentions",), run_name="hasegawa k={k}")
 def hasegawa(mentions: pd.DataFrame, k: int, window: str, lowercase: bool) -> np.ndarray:
     """Hasegawa et al. (2004): tf-idf between-words, cosine, complete linkage cut at k."""
+    import scarce.algorithms.relations.baselines as baselines_mod  # (see evaluate)
+
     X, _ = build_contexts_frame(token_lists(mentions), window, position_tags=False,
                                 lowercase=lowercase, weighting="tfidf")
     return baselines_mod.hasegawa_clustering(X, k)
@@ -593,6 +595,11 @@ def evaluate(clusters: pd.DataFrame, baselines: dict, dataset: str, method: str,
     k and |chosen - true|; ``k_baselines`` adds the k each baseline used.  Without gold
     classes only the chosen k and the number of pairs are reported.
     """
+    # The baselines' and the scores' modules (SciPy's hierarchy and optimize, scikit-learn's
+    # metrics) are imported by the steps that use them: the module's other users, a loaded
+    # model assigning new pairs among them, need none of them.
+    from scarce.algorithms.metrics.clustering import clustering_scores
+
     gold = clusters["gold"]
     rows = []
     if gold.isna().any():

@@ -47,32 +47,18 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scarce.tasks.code_digest import code_digest
-from scarce.tasks.store import Store
+from scarce.tasks.logs import log_both as log_both  # (re-exported)
 from scarce.tasks.store.atomic import file_sha256
 from scarce.tasks.store.layout import KEY_HEX
 from scarce.tasks.store.seals import damaged_entries, seal_bytes, seal_path, write_seal
 
+if TYPE_CHECKING:  # given by the caller: declaring a step imports no store (nor its pandas)
+    from scarce.tasks.store import Store
+
 log = logging.getLogger("scarce.store")
-
-
-def log_both(level: int, msg: str, *args: Any) -> None:
-    """Log once: to Prefect's run logger inside a flow or task run (the console and the
-    Prefect UI), else to this project's logger.  Prefect not imported yet means no run, and
-    is not imported to ask (a model loaded into Python logs without it)."""
-    if "prefect" not in sys.modules:
-        log.log(level, msg, *args)
-        return
-    try:
-        from prefect.logging import get_run_logger
-
-        logger = get_run_logger()
-    except Exception:  # outside a run context
-        log.log(level, msg, *args)
-        return
-    logger.log(level, msg, *args)
 
 
 KEY_LENGTH = KEY_HEX
@@ -493,5 +479,7 @@ def execute_by_name(module: str, name: str, store_root: str, call: dict[str, Any
         raise RuntimeError(f"step {st.name}: this worker runs other code than the flow that "
                            "sent it (its key of the call differs); start the workers from the "
                            "same version of the project")
+    from scarce.tasks.store import Store
+
     return execute(st, Store(store_root), call, write_behind=False)
 

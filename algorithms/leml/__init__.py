@@ -15,11 +15,9 @@ import the estimator and scikit-learn with it.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
-
-# Imported now: ``objective`` is also the name of its module, which a first import of the
-# module (by the estimator, say) would bind here in the function's place.
-from scarce.algorithms.leml.objective import objective, objective_by_blocks
 
 if TYPE_CHECKING:  # what each name is: for readers and checkers, and for the step keys' code
     # digest, which finds a module's dependencies in its import statements
@@ -39,6 +37,7 @@ if TYPE_CHECKING:  # what each name is: for readers and checkers, and for the st
         update_H_newton_by_blocks,
     )
     from scarce.algorithms.leml.model import LEML
+    from scarce.algorithms.leml.objective import objective, objective_by_blocks
     from scarce.algorithms.leml.w_step import (
         PRECONDITIONERS,
         W_SOLVERS,
@@ -89,6 +88,27 @@ __all__ = [
     "w_gradient",
     "w_loss_value",
 ]
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``objective`` stays the function of that name.
+
+    ``objective`` names both a function exported here and its module; the import system binds
+    a submodule, once imported (by the estimator, say), to its name in the package, which
+    would put the module in the function's place.  That binding is not made for a name of
+    :data:`SUBMODULE_NAMES`' (the module stays in ``sys.modules``), so that the name is the
+    function whenever it is read.  Importing the module at once would have kept it too, but
+    with the losses' scipy.special, which a loaded model's scoring does not need.
+    """
+
+    def __setattr__(self, name: str, value) -> None:
+        if (name in _MODULE_OF and isinstance(value, types.ModuleType)
+                and value.__name__ == f"{self.__name__}.{name}"):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

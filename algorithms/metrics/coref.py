@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import linear_sum_assignment
 
 __all__ = ["contingency", "b_cubed", "muc", "ceaf_e", "pairwise", "coref_scores"]
 
@@ -95,6 +94,10 @@ def ceaf_e(key, response, mask=None, groups=None):
     The alignment is the Hungarian assignment (``scipy.optimize.linear_sum_assignment``) on each
     document's block of the similarity matrix (clusters never span documents).
     """
+    # imported here: scipy.optimize is CEAF's alone, and the modules that import this one
+    # (the StRip steps a loaded model applies its rules with) do not score
+    from scipy.optimize import linear_sum_assignment
+
     t, key_doc = contingency(key, response, mask, groups)
     nk, nr = t.shape
     if nk == 0:

@@ -50,10 +50,8 @@ from sklearn.base import BaseEstimator, ClusterMixin, clone
 from sklearn.utils import check_random_state
 
 from scarce.algorithms import pyast
-from scarce.algorithms.relations import selection, stability
-from scarce.algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
+from scarce.algorithms.relations import selection
 from scarce.algorithms.relations.dcm import top_words
-from scarce.algorithms.relations.entropy import entropy_ranking
 from scarce.algorithms.relations.params import DEFAULTS as _D
 from scarce.algorithms.relations.params import RANKINGS, check_n_pairs, k_values
 from scarce.algorithms.relations.params import TooFewPairsError as TooFewPairsError  # (re-exported)
@@ -275,6 +273,12 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     # -- the steps --------------------------------------------------------------------------
     def rank(self, X) -> tuple[np.ndarray, np.ndarray | None]:
         """The words, most important first, and their scores (None for a given ranking)."""
+        # The search's modules (the rankings here, the stability below) are imported where
+        # they are used: a loaded model assigns new pairs with this class, and needs neither
+        # them nor the SciPy and scikit-learn parts they import.
+        from scarce.algorithms.relations.baselines import chi2_pseudo_ranking, frequency_ranking
+        from scarce.algorithms.relations.entropy import entropy_ranking
+
         if isinstance(self.ranking, str):
             if self.ranking == "entropy":
                 return entropy_ranking(X, binary=bool(self.entropy_binary),
@@ -317,6 +321,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     def cluster_reference(self, X, features, k: int, index: int) -> np.ndarray:
         """Reference clustering C_{index+1} of all pairs on (F_k, k)
         (:func:`stability.reference_labels`)."""
+        from scarce.algorithms.relations import stability
+
         return stability.reference_labels(X, features, k, seed=self._seed(),
                                           n_init=self._reference_restarts(),
                                           row_norm=bool(self.row_norm), index=int(index))
@@ -324,6 +330,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
     def score_subsample(self, X, features, k: int, sample_index: int, references) -> dict:
         """Eq. 2 of subsample ``sample_index`` against the references C_1..C_R of k
         (:func:`stability.stability_one_sample`)."""
+        from scarce.algorithms.relations import stability
+
         return stability.stability_one_sample(
             X, features, k, sample_index, references, seed=self._seed(), rho=float(self.rho),
             n_init=self._subsample_restarts(), row_norm=bool(self.row_norm))
@@ -335,6 +343,8 @@ class RelationDiscovery(ClusterMixin, BaseEstimator):
         (:func:`stability.summarize_stability`) and the chosen k.
         """
         samples = _table(rows, ["k", "sample_index"])
+        from scarce.algorithms.relations import stability
+
         curve = stability.summarize_stability(samples)
         return samples, curve, stability.choose_k(curve)
 

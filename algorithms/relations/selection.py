@@ -54,8 +54,6 @@ import numpy as np
 import pandas as pd
 import scipy.linalg as sla
 import scipy.sparse as sp
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import normalize
 
 
@@ -106,6 +104,11 @@ def coverage(X, features) -> float:
 def kmeans_labels(Z, k: int, *, random_state: int, n_init: int, max_iter: int = 300
                   ) -> np.ndarray:
     """scikit-learn k-means labels (k-means++, ``n_init`` restarts, seeded)."""
+    # imported here, where the search clusters: a model's assignment of new pairs (this
+    # module's nearest_center) needs no sklearn.cluster, the largest part of scikit-learn
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
     k = int(k)
     if not 1 <= k <= Z.shape[0]:
         raise ValueError(f"k must be in [1, {Z.shape[0]}], got {k}")

@@ -34,8 +34,6 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from scarce.algorithms.strip._kernels import nested_counts
-
 __all__ = ["PairGraph", "CoverageContext", "closure_labels", "covered_pairs"]
 
 
@@ -256,6 +254,10 @@ class CoverageContext:
         """Counts for the nested bags ``edges[:cut]``, ``cut`` in increasing ``cuts``: a running
         union-find over the touched base clusters, recounting the table entries among them at
         each cut (``O(|edges| + table rows of the touched clusters)`` per cut), compiled."""
+        # Imported here, where the learner counts: applying rules (a PairGraph's clusters)
+        # needs no compiled loop, and a loaded model's predictions no numba.
+        from scarce.algorithms.strip._kernels import nested_counts
+
         return nested_counts(np.ascontiguousarray(a, dtype=np.int64),
                              np.ascontiguousarray(b, dtype=np.int64),
                              np.ascontiguousarray(cuts, dtype=np.int64), self._indptr,

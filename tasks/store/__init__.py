@@ -12,6 +12,23 @@ it relies on has its own module:
 - :mod:`scarce.tasks.store.gc`: what in the folder is scarce's, and removing what no run keeps.
 """
 
-from scarce.tasks.store.folder import Store
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (read by the step keys' code digest, which follows import statements)
+    from scarce.tasks.store.folder import Store
 
 __all__ = ["Store"]
+
+
+def __getattr__(name: str):
+    # :class:`Store` is imported from its module when first used, so that a module of the
+    # package (``atomic``, ``encoding``) is imported without the folder's machinery and its
+    # pandas: a model loaded into Python reads its entries with those two alone.
+    if name != "Store":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from scarce.tasks.store.folder import Store
+
+    globals()["Store"] = Store
+    return Store

@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scarce.tasks.store.encoding import CorruptEntry
-from scarce.tasks.store.folder import Store
 from scarce.tasks.store.layout import SEAL_SUFFIX
+
+if TYPE_CHECKING:  # a store is given; importing its module would import steps' callers'
+    # pandas with it (:mod:`scarce.tasks.steps` imports this module)
+    from scarce.tasks.store.folder import Store
 
 
 def seal_path(store: Store, key: str) -> Path:

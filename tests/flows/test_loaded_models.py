@@ -1,7 +1,8 @@
 """What ``scarce.load_model`` gives for a run of every flow that has a model in Python
 (``flows.models.LOADERS``): its estimator is the run's, its methods refuse bad rows in
 one line naming the argument and the row, and in a fresh process it loads and predicts
-without Prefect or the flows (``tests/flows/test_lean_load.py`` says what is forbidden).
+without Prefect, the flows or what its predictions do not need (``tests/flows/test_lean_load.py``
+says what is forbidden).
 
 One small training run per flow (LEML on 300 Bibtex rows with settings away from the
 defaults, relation discovery on 60 SemEval pairs, StRip on two GUM documents) in one
@@ -42,12 +43,7 @@ from scarce.tasks.errors import InputError
 from scarce.tasks.readers.semeval import read_semeval
 from scarce.tasks.readers.xmc import read_xmc
 from tests.flows.helpers import first_run, manifest, run_in, strip_project
-from tests.flows.test_lean_load import (
-    FORBIDDEN,
-    FORBIDDEN_LEML_ROWS,
-    forbidden_in,
-    loaded_in_a_fresh_process,
-)
+from tests.flows.test_lean_load import forbidden_in, loaded_in_a_fresh_process, not_imported
 from tests.flows.test_leml_flow import BIBTEX, _head
 from tests.flows.test_model_relations import CONFIG as RELATIONS
 from tests.flows.test_model_relations import SEMEVAL, _pairs
@@ -292,8 +288,8 @@ def _estimator_predictions(model, path: Path) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("flow", FLOWS)
-def test_a_fresh_process_loads_and_predicts_without_prefect_or_the_flows(project, flow,
-                                                                          tmp_path):
+def test_a_fresh_process_loads_and_predicts_without_what_it_does_not_need(project, flow,
+                                                                           tmp_path):
     run = project / "data" / "runs" / first_run(project, flow)
     model = scarce.load_model(run)
     out = {}
@@ -328,7 +324,7 @@ def test_a_fresh_process_loads_and_predicts_without_prefect_or_the_flows(project
             """
         out = {"predict": model.predict(doc)}
     modules = loaded_in_a_fresh_process(body, project)
-    assert forbidden_in(modules, FORBIDDEN_LEML_ROWS if flow == "leml" else FORBIDDEN) == []
+    assert forbidden_in(modules, not_imported(flow)) == []
     assert f"scarce.flows.model_{flow}" in modules  # (the check saw the load)
     for name, want in out.items():  # both through Parquet, which the child wrote
         want.to_parquet(tmp_path / f"{name}-here.parquet")
