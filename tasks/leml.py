@@ -208,7 +208,7 @@ def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFr
 
 
 @step("leml-init", paths=("train", "mask", "partition"), outputs=("W", "H"),
-      where=("cluster", _driver_client), run_name="initial factors")
+      where=("cluster", _driver_client), run_name="initial factors", write_behind=True)
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
                row_blocks: int | None = None, cluster: dict | None = None) -> dict:
     """The starting factors, :meth:`scarce.algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
