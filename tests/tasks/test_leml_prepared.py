@@ -115,3 +115,15 @@ def test_a_step_written_behind_leaves_the_bytes_of_one_written_in_place(tmp_path
     for path in files:
         assert (tmp_path / "behind" / path).read_bytes() == \
             (tmp_path / "in-place" / path).read_bytes(), path
+    # the timings: one row per half-step, where a W-step ran beside its numbers
+    store = Store(tmp_path / "behind")
+    for name, half, where in ((alternate_W.name, "W", ["scheduler", "workers"]),
+                              (alternate_H.name, "H", [])):
+        (ref,) = [f"{name}/{p.stem}"
+                  for p in (tmp_path / "behind" / name).glob("*-timings.parquet")]
+        timings = store.read(ref)
+        assert list(timings.columns) == ["iteration", "half", "seconds", "cg_iter", *where]
+        assert timings.loc[0, "iteration"] == 1 and timings.loc[0, "half"] == half
+        assert timings["cg_iter"].dtype == np.int64 and timings.loc[0, "seconds"] > 0
+        if where:
+            assert timings.loc[0, "scheduler"] == "" and timings.loc[0, "workers"] == 0

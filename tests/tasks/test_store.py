@@ -24,6 +24,7 @@ from hypothesis.extra import numpy as hnp
 from scarce.tasks.errors import InputError
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import STORE_KEY, StoreWriteError
+from scarce.tasks.store.background import RECENT_TABLE_BYTES
 from scarce.tasks.store.encoding import CorruptEntry
 from scarce.tasks.store.gc import Foreign
 
@@ -855,8 +856,8 @@ def test_a_sparse_input_read_once_is_kept_and_given_as_a_copy_while_its_file_is_
 def test_small_numeric_tables_are_kept_as_copies_and_others_read_from_their_file(tmp_path):
     """``read_input`` of a small numeric table this process wrote (an iteration's trace) is a
     new copy of the written table each time, equal to its file's value, even while its write
-    is behind; a table that does not read back as it is (text, a NaN, another index) is read
-    from its file."""
+    is behind; a table that does not read back as it is (text, a NaN, another index) or holds
+    more than ``RECENT_TABLE_BYTES`` is read from its file."""
     import threading
 
     store = Store(tmp_path)
@@ -883,6 +884,7 @@ def test_small_numeric_tables_are_kept_as_copies_and_others_read_from_their_file
         "nan": pd.DataFrame({"objective": [np.nan]}),
         "index": pd.DataFrame({"x": [1.0, 2.0]}, index=[5, 9]),
         "f16": pd.DataFrame({"x": np.ones(2, dtype=np.float16)}),
+        "large": pd.DataFrame({"x": np.ones(RECENT_TABLE_BYTES // 8 + 1)}),
     }
     for name, frame in others.items():
         store.write(f"t/{name}", frame)
