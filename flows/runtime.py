@@ -88,6 +88,21 @@ class RunOptions(BaseModel):
         None, description="Scheduler of the Dask cluster the run used, if it was given.")
 
 
+def state_result(state: Any) -> Any:
+    """What a finished task run returned (a step's refs), as ``state.result()`` gives it.
+
+    A task run of this process carries its result record in its state; it is read there.
+    ``State.result()`` runs a coroutine on Prefect's event-loop thread and waits for it,
+    which made every step wait for that thread once more (and for a core, on a loaded
+    machine).  Any other state (a failure, a result known only by its metadata, as from a
+    Dask worker) goes through ``state.result()``, which raises or fetches as before."""
+    from prefect.results import ResultRecord
+
+    if state.is_completed() and isinstance(state.data, ResultRecord):
+        return state.data.result
+    return state.result()
+
+
 def new_run_id(flow: str, name: str | None) -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     slug = "-".join(p for p in (flow, name) if p)
@@ -172,11 +187,10 @@ class RunContext:
 
     # -- calling steps ------------------------------------------------------
     def _task(self, st: Step):
-        task = bind(st, self.store)
-        return task.with_options(refresh_cache=True) if self.options.refresh else task
+        return bind(st, self.store, refresh=self.options.refresh)
 
     def _record(self, st: Step, state: Any) -> Any:
-        return self.record.note_outputs(st, state.result(), state.name == "Cached")
+        return self.record.note_outputs(st, state_result(state), state.name == "Cached")
 
     def _store_hit(self, st: Step, kwargs: dict[str, Any]) -> Any:
         """The refs of a clean cache hit, read from the store before any task run starts.

@@ -202,13 +202,18 @@ def _estimator(params: dict, train: dict | None, mask, partition: list | None = 
     return model, _prepared(model, train, mask)
 
 
-def _timings(iteration: int, half: str, seconds: float, info: dict) -> pd.DataFrame:
+def _timings(iteration: int, half: str, seconds: float, info: dict,
+             where: dict | None = None) -> pd.DataFrame:
+    """A half-step's timings row; ``where``: the columns saying where it ran (the W-step's).
+    Built in one call: a text column costs each DataFrame built with one, and this runs at
+    every half-step."""
     return pd.DataFrame({"iteration": [iteration], "half": [half], "seconds": [seconds],
-                         "cg_iter": [int(info.get("cg_iter", 0))]})
+                         "cg_iter": [int(info.get("cg_iter", 0))],
+                         **{name: [value] for name, value in (where or {}).items()}})
 
 
 @step("leml-init", paths=("train", "mask", "partition"), outputs=("W", "H"),
-      where=("cluster", _driver_client), run_name="initial factors")
+      where=("cluster", _driver_client), run_name="initial factors", write_behind=True)
 def initialise(train: dict | None, mask, params: dict, partition: list | None = None,
                row_blocks: int | None = None, cluster: dict | None = None) -> dict:
     """The starting factors, :meth:`scarce.algorithms.leml.LEML.start`: W = 0 and H ~ N(0, 1/k),
@@ -273,7 +278,7 @@ def alternate_W(
         where = _where(backend)
         _say_where(backend, f"W-step {iteration}")
         W, info = model.w_step(data, W, H, backend=backend)
-    timings = _timings(iteration, "W", time.perf_counter() - t0, info).assign(**where)
+    timings = _timings(iteration, "W", time.perf_counter() - t0, info, where)
     return {"W": W, "timings": timings}
 
 

@@ -162,8 +162,8 @@ class Step:
     paths: tuple[str, ...] = ()
     where: tuple[str, Callable[[Any], Any]] | None = None
     write_behind: bool = False
-    #: Its Prefect tasks by store root (:func:`scarce.tasks.step_tasks.bind`).
-    _bound: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Its Prefect tasks by store root and refresh (:func:`scarce.tasks.step_tasks.bind`).
+    _bound: dict[tuple[str, bool], Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.where is not None:  # found by name in the process it is sent to

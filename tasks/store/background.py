@@ -10,7 +10,10 @@ store's (:func:`wait_for_writes`).
 The last dense arrays written in this process are kept as read-only copies for the next step
 that takes the entry as an input (:meth:`~scarce.tasks.store.Store.read_input`): one iteration's
 factors are the next step's inputs, and reading them back (Parquet, then the checksum over the
-whole table) cost a step more than its own work on a small data set.  The last small tables
+whole table) cost a step more than its own work on a small data set.  A sparse matrix is
+kept once it has been read as a step's input (:func:`remember_read`): a loop's held-out rows,
+scored at every iteration, were read and checksummed again by each of its steps; it is given as
+a copy each time (a sparse matrix cannot be made read-only as a whole).  The last small tables
 are kept too, and given as a copy each time (a DataFrame cannot be made read-only): a loop that
 reads an iteration's trace to decide whether to go on would otherwise wait for the whole
 checkpoint of that iteration to be written before its next step could start.  An entry is never
@@ -29,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 RECENT_ENTRIES = 8
 RECENT_BYTES = 1 << 24
@@ -37,6 +41,9 @@ RECENT_TABLES = 8
 RECENT_TABLE_BYTES = 1 << 20
 _recent: dict[tuple[str, str], np.ndarray] = {}
 _recent_tables: dict[tuple[str, str], pd.DataFrame] = {}
+#: Sparse inputs read from their files (a loop's held-out rows): how many are kept.
+RECENT_READS = 4
+_recent_reads: dict[tuple[str, str], Any] = {}
 _recent_lock = threading.Lock()
 
 _inflight: dict[tuple[str, str], Future] = {}
@@ -63,6 +70,7 @@ def remember(root: Path, ref: str, value: Any) -> Any:
     with _recent_lock:
         _recent.pop(key, None)
         _recent_tables.pop(key, None)
+        _recent_reads.pop(key, None)
         if kept is None:
             return None
         kept[key] = copy
@@ -78,25 +86,47 @@ def _reads_back_as_it_is(value: Any) -> bool:
     lists, missing values) is read from its file, so a step gets the same input in the run
     that wrote it as in a later one that reads it."""
     if not (isinstance(value, pd.DataFrame) and isinstance(value.index, pd.RangeIndex)
-            and all(isinstance(c, str) for c in value.columns)
-            and value.memory_usage(index=True, deep=True).sum() <= RECENT_TABLE_BYTES):
+            and all(isinstance(c, str) for c in value.columns)):
         return False
-    for dtype in value.dtypes:
+    for dtype in value.dtypes:  # before the size: a step's timings (text) stop here, cheaply
         if not (isinstance(dtype, np.dtype) and (dtype.kind in "biu" or dtype.kind == "f"
                                                  and dtype.itemsize >= 4)):
             return False
+    # numpy columns only: their memory is rows x item sizes (``memory_usage`` took
+    # milliseconds to say so, at every iteration's trace)
+    if len(value) * sum(dtype.itemsize for dtype in value.dtypes) > RECENT_TABLE_BYTES:
+        return False
     floats = value.select_dtypes("floating")
     return not floats.isna().to_numpy().any()
 
 
+def remember_read(root: Path, ref: str, value: Any) -> None:
+    """Keep a copy of ``value``, a sparse matrix just read from the file of the entry ``ref``
+    of ``root`` (checked, so it is the entry's value), when it holds at most
+    :data:`RECENT_BYTES` (the last :data:`RECENT_READS`); anything else is not kept."""
+    if not (sp.issparse(value) and value.format in ("csr", "csc")
+            and value.data.nbytes + value.indices.nbytes + value.indptr.nbytes <= RECENT_BYTES):
+        return
+    key, copy = (str(root), ref), value.copy()
+    with _recent_lock:
+        _recent_reads.pop(key, None)
+        _recent_reads[key] = copy
+        while len(_recent_reads) > RECENT_READS:
+            del _recent_reads[next(iter(_recent_reads))]
+
+
 def recalled(root: Path, ref: str) -> Any:
-    """The copy :func:`remember` kept of the entry ``ref`` of ``root`` (the read-only array
-    itself; a new copy of a table), else None."""
+    """The copy :func:`remember` or :func:`remember_read` kept of the entry ``ref`` of
+    ``root`` (the read-only array itself; a new copy of a table or a sparse matrix), else
+    None."""
     with _recent_lock:
         array = _recent.get((str(root), ref))
         table = _recent_tables.get((str(root), ref))
+        matrix = _recent_reads.get((str(root), ref))
     if table is not None:
         return table.copy(deep=True)
+    if matrix is not None:
+        return matrix.copy()
     return array
 
 

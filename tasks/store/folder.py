@@ -178,12 +178,15 @@ class Store:
     def read_input(self, ref: str) -> Any:
         """:meth:`read` for a step's input: the copy this process kept when it wrote the entry
         (:mod:`scarce.tasks.store.background`: a dense array, read-only; a small table, a copy
-        each time), while the file is there or being written, else the file's value."""
+        each time) or when it last read a sparse one (a copy each time), while the file is
+        there or being written, else the file's value."""
         recent = background.recalled(self.root, ref)
         if recent is not None and (background.in_flight(self.root, ref)
                                    or self._path(ref).is_file()):
             return recent
-        return self.read(ref)
+        value = self.read(ref)
+        background.remember_read(self.root, ref, value)
+        return value
 
     def read(self, ref: str) -> Any:
         """The value stored under ``ref``: DataFrame, sparse matrix or ndarray."""

@@ -10,7 +10,13 @@ import scipy.sparse as sp
 
 import scarce.tasks.leml as tasks_leml
 from scarce.algorithms.leml import LEML
-from scarce.tasks.leml import alternate_H, alternate_W, release_training_data, task_params
+from scarce.tasks.leml import (
+    alternate_H,
+    alternate_W,
+    initialise,
+    release_training_data,
+    task_params,
+)
 from scarce.tasks.store import Store
 
 
@@ -70,38 +76,54 @@ def test_steps_on_the_kept_data_give_the_estimators_half_steps(files, loss):
 
 
 def test_a_step_written_behind_leaves_the_bytes_of_one_written_in_place(tmp_path):
-    """The W- and H-steps write their checkpoints behind (``write_behind``): run through
-    :func:`tasks.steps.execute` both ways, every entry and seal has the same bytes, the
-    volatile timings aside (their seconds differ from run to run)."""
-    from scarce.tasks.steps import execute
+    """LEML's loop writes the start's and the half-steps' checkpoints behind
+    (``write_behind``): run through :func:`tasks.steps.execute` both ways, every entry and
+    seal has the same bytes, the volatile timings aside (their seconds differ from run to
+    run); every step of the module that writes behind is among those run."""
+    from scarce.tasks.steps import Step, execute
 
     rng = np.random.default_rng(3)
     X = sp.random(30, 8, density=0.4, format="csr", dtype=np.float32, random_state=3)
     Y = sp.csr_matrix((rng.random((30, 5)) < 0.3).astype(np.float32))
     model = LEML(rank=2, random_state=0)
-    W0, H0 = model.start(model.prepare(X, Y))
-    stores = {}
+    behind = {v.name for v in vars(tasks_leml).values() if isinstance(v, Step) and v.write_behind}
+    assert behind == {initialise.name, alternate_W.name, alternate_H.name}
     for how in ("behind", "in-place"):
         store = Store(tmp_path / how)
-        for ref, value in (("d/t-X", X), ("d/t-Y", Y), ("f/t-W", W0), ("f/t-H", H0)):
+        for ref, value in (("d/t-X", X), ("d/t-Y", Y)):
             store.write(ref, value)
         train = {"X": "d/t-X", "Y": "d/t-Y"}
+        start = execute(initialise, store, dict(
+            train=train, mask=None, params=task_params(model, initialise), partition=None,
+            row_blocks=None, cluster=None), write_behind=how == "behind")
         w = execute(alternate_W, store, dict(
-            train=train, mask=None, W="f/t-W", H="f/t-H", iteration=1,
+            train=train, mask=None, W=start["W"], H=start["H"], iteration=1,
             params=task_params(model, alternate_W), row_blocks=None, cluster=None,
             partition=None), write_behind=how == "behind")
         execute(alternate_H, store, dict(
-            train=train, mask=None, W=w["W"], H="f/t-H", validation=None, iteration=1,
+            train=train, mask=None, W=w["W"], H=start["H"], validation=None, iteration=1,
             params=task_params(model, alternate_H), row_blocks=None, cluster=None,
             partition=None, validation_partition=None), write_behind=how == "behind")
         store.flush()
         release_training_data()
-        stores[how] = store
     files = sorted(p.relative_to(tmp_path / "behind") for p in (tmp_path / "behind").rglob("*")
                    if p.is_file() and "timings" not in p.name)
+    assert {p.parts[0] for p in files} >= behind
     assert any(p.name.endswith(".sha256.json") for p in files)
     assert len(files) == len([p for p in (tmp_path / "in-place").rglob("*")
                               if p.is_file() and "timings" not in p.name])
     for path in files:
         assert (tmp_path / "behind" / path).read_bytes() == \
             (tmp_path / "in-place" / path).read_bytes(), path
+    # the timings: one row per half-step, where a W-step ran beside its numbers
+    store = Store(tmp_path / "behind")
+    for name, half, where in ((alternate_W.name, "W", ["scheduler", "workers"]),
+                              (alternate_H.name, "H", [])):
+        (ref,) = [f"{name}/{p.stem}"
+                  for p in (tmp_path / "behind" / name).glob("*-timings.parquet")]
+        timings = store.read(ref)
+        assert list(timings.columns) == ["iteration", "half", "seconds", "cg_iter", *where]
+        assert timings.loc[0, "iteration"] == 1 and timings.loc[0, "half"] == half
+        assert timings["cg_iter"].dtype == np.int64 and timings.loc[0, "seconds"] > 0
+        if where:
+            assert timings.loc[0, "scheduler"] == "" and timings.loc[0, "workers"] == 0

@@ -24,6 +24,7 @@ from hypothesis.extra import numpy as hnp
 from scarce.tasks.errors import InputError
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import STORE_KEY, StoreWriteError
+from scarce.tasks.store.background import RECENT_TABLE_BYTES
 from scarce.tasks.store.encoding import CorruptEntry
 from scarce.tasks.store.gc import Foreign
 
@@ -823,11 +824,40 @@ def test_each_kind_is_written_with_its_options_and_opens_anywhere_with_the_same_
                                       value.toarray() if kind == "sparse" else value)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_a_sparse_input_read_once_is_kept_and_given_as_a_copy_while_its_file_is_there(tmp_path,
+                                                                                        fmt):
+    """``read_input`` of a sparse entry (a loop's held-out rows, an input of every H-step)
+    reads and checks its file once, then gives copies of what it read: equal to the file's
+    value (format, dtypes, explicit zeros), none shared with a caller; ``read`` still reads
+    the file, so damage is found there; a deleted file is not served from the copy."""
+    store = Store(tmp_path)
+    value = sp.random(40, 30, density=0.2, format=fmt, dtype=np.float32, random_state=5)
+    value.data[0] = 0.0  # an explicit zero is part of the value
+    store.write("t/X", value)
+    first = store.read_input("t/X")
+    raw = store.path("t/X").read_bytes()
+    store.path("t/X").write_bytes(raw[: len(raw) // 2])  # the file is not read again
+    second = store.read_input("t/X")
+    assert second is not first and second.data is not first.data
+    for got in (first, second):
+        assert got.format == fmt and got.dtype == value.dtype and got.nnz == value.nnz
+        assert got.indices.dtype == store.read_input("t/X").indices.dtype
+        np.testing.assert_array_equal(got.toarray(), value.toarray())
+    first.data[:] = 7.0  # a caller changing its copy changes no later one
+    np.testing.assert_array_equal(store.read_input("t/X").toarray(), value.toarray())
+    with pytest.raises(CorruptEntry):
+        store.read("t/X")
+    store.path("t/X").unlink()
+    with pytest.raises(CorruptEntry, match="missing"):
+        store.read_input("t/X")
+
+
 def test_small_numeric_tables_are_kept_as_copies_and_others_read_from_their_file(tmp_path):
     """``read_input`` of a small numeric table this process wrote (an iteration's trace) is a
     new copy of the written table each time, equal to its file's value, even while its write
-    is behind; a table that does not read back as it is (text, a NaN, another index) is read
-    from its file."""
+    is behind; a table that does not read back as it is (text, a NaN, another index) or holds
+    more than ``RECENT_TABLE_BYTES`` is read from its file."""
     import threading
 
     store = Store(tmp_path)
@@ -854,6 +884,7 @@ def test_small_numeric_tables_are_kept_as_copies_and_others_read_from_their_file
         "nan": pd.DataFrame({"objective": [np.nan]}),
         "index": pd.DataFrame({"x": [1.0, 2.0]}, index=[5, 9]),
         "f16": pd.DataFrame({"x": np.ones(2, dtype=np.float16)}),
+        "large": pd.DataFrame({"x": np.ones(RECENT_TABLE_BYTES // 8 + 1)}),
     }
     for name, frame in others.items():
         store.write(f"t/{name}", frame)
