@@ -399,6 +399,7 @@ def test_a_long_title_is_neither_clipped_nor_drawn_over_another(draw, monkeypatc
     assert any(LONG.split()[0] in t.get_text() for t in titles)  # the title is drawn
 
 
+@pytest.mark.slow  # starts two Python processes
 def test_a_prefetched_import_gives_the_figure_the_same_bytes_as_drawing_cold():
     """``plots.prefetch`` imports matplotlib on a background thread of a fresh interpreter
     (none of it imported before); a figure drawn while or after it runs has the bytes of one
