@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from scarce.algorithms import pyast
@@ -44,12 +45,26 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every statement of ``tree``, at any depth (in functions, classes, branches, handlers and
+    match cases).  An import is a statement, so none is missed; the expressions, most of a
+    file's nodes, are not visited (``ast.walk`` through them was most of the reading's cost)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for value in node.__dict__.values():
+            if isinstance(value, list):
+                todo.extend(v for v in value
+                            if isinstance(v, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+
 def _imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     """Every module name an import statement of ``tree`` may load, anywhere in the file
     (function-level imports included); ``from a import b`` yields ``a`` and ``a.b``."""
     out: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
