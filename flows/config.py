@@ -105,8 +105,11 @@ def _check_utf8(value: Any) -> None:
 
 def _not_utf8(value: Any) -> tuple[tuple, str] | None:
     """The place (keys and list indexes) and the text of the first text in ``value`` (mapping
-    keys included) that UTF-8 cannot encode: a lone surrogate."""
+    keys included) that UTF-8 cannot encode: a lone surrogate.  Each mapping and list is read
+    once, at its first place: YAML aliases share one object among many places, and a walk of
+    every place expands an alias bomb to all of its items."""
     stack: list[tuple[tuple, Any]] = [((), value)]
+    seen: set[int] = set()  # ids of the containers read (all alive inside ``value``)
     while stack:
         loc, item = stack.pop()
         if isinstance(item, str):
@@ -114,7 +117,11 @@ def _not_utf8(value: Any) -> tuple[tuple, str] | None:
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 return loc, item
-        elif isinstance(item, dict):
+            continue
+        if not isinstance(item, dict | list | tuple) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, dict):
             for key, sub in reversed(list(item.items())):
                 stack += [((*loc, key), sub), ((*loc, key), key)]
         elif isinstance(item, list | tuple):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from scarce.algorithms import pyast
@@ -44,12 +45,26 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every statement of ``tree``, at any depth (in functions, classes, branches, handlers and
+    match cases).  An import is a statement, so none is missed; the expressions, most of a
+    file's nodes, are not visited (``ast.walk`` through them was most of the reading's cost)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for value in node.__dict__.values():
+            if isinstance(value, list):
+                todo.extend(v for v in value
+                            if isinstance(v, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+
 def _imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     """Every module name an import statement of ``tree`` may load, anywhere in the file
     (function-level imports included); ``from a import b`` yields ``a`` and ``a.b``."""
     out: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
@@ -92,27 +107,43 @@ def project_modules(module: str, root: Path = PROJECT_ROOT) -> list[str]:
     so a helper module called by a step -- ``algorithms/strip/_kernels.py`` below the closure
     counting, say -- is found without being named anywhere.
     """
-    seen: dict[str, Path] = {}
+    return sorted(_reached_sources(module, root))
+
+
+def _reached_sources(module: str, root: Path) -> dict[str, bytes]:
+    """Each module :func:`project_modules` finds, with the source bytes its imports were read
+    from.  Every name is looked up below ``root`` once per call: a module's imported names are
+    mostly the same few modules, and looking each up again (a ``stat`` or two per name, for
+    every module that imports it) was most of the digest's cost."""
+    files: dict[str, Path | None] = {}
+
+    def file_of(name: str) -> Path | None:
+        if name not in files:
+            files[name] = _module_file(name, root)
+        return files[name]
+
+    seen: dict[str, bytes] = {}
     todo = [module]
     while todo:
         name = todo.pop()
         if name in seen:
             continue
-        path = _module_file(name, root)
+        path = file_of(name)
         if path is None:
             continue
-        seen[name] = path
-        todo += [d for d in imported_modules(name, root)
-                 if in_packages(d, CODE_PACKAGES) and d not in seen]
-    return sorted(seen)
+        source = seen[name] = path.read_bytes()
+        names = _names_imported_by(name, path.name == "__init__.py", source, str(path))
+        todo += [d for d in names if d != name and d not in seen
+                 and in_packages(d, CODE_PACKAGES) and file_of(d) is not None]
+    return seen
 
 
 def code_digest(module: str, root: Path = PROJECT_ROOT) -> str:
-    """sha256 over the name and source bytes of :func:`project_modules` of ``module``."""
+    """sha256 over the name and source bytes of :func:`project_modules` of ``module`` (the
+    bytes whose imports were read)."""
     h = hashlib.sha256()
-    for name in project_modules(module, root):
+    for name, source in sorted(_reached_sources(module, root).items()):
         h.update(name.encode() + b"\0")
-        h.update(_module_file(name, root).read_bytes())
+        h.update(source)
         h.update(b"\0")
     return h.hexdigest()
-

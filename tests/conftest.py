@@ -57,16 +57,20 @@ def pytest_collection_modifyitems(config, items):
 
 def _slowest_files_first(config, items) -> None:
     """Whole files ordered by their recorded seconds, slowest first (``tests/durations.py``);
-    the tests of a file keep their order, unrecorded files keep theirs after the recorded."""
+    the tests of a file keep their order.  Files not recorded come first, in their own order:
+    a new file may run for minutes, and handed out last it would leave one process working
+    alone at the end, while the recorded files that end the run are the quickest."""
     from tests.durations import recorded
 
     seconds = recorded()
     root = config.rootpath
-
-    def file_of(item) -> str:
-        return item.path.relative_to(root).as_posix()
-
-    first = {}
+    files: dict = {}  # path -> (file, its first index)
     for i, item in enumerate(items):
-        first.setdefault(file_of(item), i)
-    items.sort(key=lambda item: (-seconds.get(file_of(item), -1.0), first[file_of(item)]))
+        if item.path not in files:
+            files[item.path] = (item.path.relative_to(root).as_posix(), i)
+
+    def order(item) -> tuple:
+        file, first = files[item.path]
+        return (file in seconds, -seconds.get(file, 0.0), first)
+
+    items.sort(key=order)

@@ -4,7 +4,8 @@ Two test processes take whole files (``--dist loadfile``).  pytest-xdist hands f
 collection order (``--no-loadscope-reorder``; its own reordering puts files with many tests
 first, so a file of one test that runs for minutes came last and one process finished alone).
 ``tests/conftest.py`` orders the files by the seconds recorded here, slowest first; files not
-recorded keep their order after the recorded ones.  To record them again::
+recorded come first, in their order (a new file handed out last could keep one process working
+alone at the end).  To record them again::
 
     .venv/bin/python -m pytest -n 2 --dist loadfile --junitxml=/tmp/junit.xml
     .venv/bin/python -m tests.durations /tmp/junit.xml

@@ -92,12 +92,14 @@ def test_the_apply_flows_listed_are_the_registrys():
     assert LEML_MODELS, "no committed LEML model"
 
 
+@pytest.mark.slow  # starts a Python process per flow
 @pytest.mark.parametrize("name", APPLY)
 def test_an_apply_flow_and_its_steps_import_scikit_learn_only_when_listed(name):
     module = FLOWS[name].target.partition(":")[0]
     assert _imports_sklearn(module) == (name in NEEDS_SKLEARN)
 
 
+@pytest.mark.slow  # starts a Python process
 def test_the_leml_steps_import_no_scikit_learn():
     assert not _imports_sklearn("scarce.tasks.leml")
 

@@ -17,9 +17,9 @@ to a run that is not there (every apply flow), an unknown key, a missing input a
 existing output of every apply flow, each given a model of its flow (so that its checks read
 the model and the input's names, as they do before a server starts), and ``rerun`` of a run
 whose input is gone.  The runs applied are the models committed in ``tests/data/models``, one
-of each training flow (:data:`SAVED`); the one rerun is the LEML table model's (the cases
-with runs made here, which need a server, are in ``tests/flows/test_checks_before_start.py``,
-which checks the same).
+of each training flow (:data:`SAVED`); the one rerun is the LEML table model's.  The apply
+and rerun cases of runs made by this code, which need a server to train them, are in
+``tests/flows/test_checks_before_start.py``, which checks the same of each command.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from scarce.flows.cli import FLOW_COMMANDS
+from scarce.flows.config import INPUT_KIND
 from scarce.flows.registry import FLOWS
 from tests.flows.helpers import CHECK_WRAPPER, strip_project
-from tests.flows.test_checks_before_start import GUM, TEST_DOC, TRAIN_DOCS, input_keys
+from tests.flows.test_checks_before_start import GUM, TEST_DOC, TRAIN_DOCS
 from tests.flows.test_lean_load import SAVED_MODELS
 from tests.flows.test_model_relations import SEMEVAL
 
@@ -132,8 +134,27 @@ def test_run_with_an_unknown_key(project, tmp_path, flow):
     assert "key 'no_such_key': --set: unknown key" in line
 
 
+def input_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, bool]]:
+    """The dotted key of every input path of a config model (nested sections too), and
+    whether it takes a list."""
+    out = []
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            out += input_keys(kind, f"{prefix}{name}.")
+            continue
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and INPUT_KIND in extra:
+            out.append((f"{prefix}{name}", "list" in str(kind)))
+    return out
+
+
 RUN_INPUTS = [(flow, key, many) for flow in TRAIN
               for key, many in input_keys(FLOWS[flow].load_model())]
+
+
+def test_every_training_flow_has_input_paths():
+    assert {flow for flow, _, _ in RUN_INPUTS} == set(TRAIN)
 
 
 @pytest.mark.parametrize("flow, key, many", RUN_INPUTS,
@@ -155,11 +176,14 @@ def test_run_leml_on_labels_joined_by_another_separator(project, tmp_path):
     line = refused_lightly(project, tmp_path, "run", "leml", "--set",
                            "dataset.table.label_separator=;")
     assert "key 'dataset.table.label_separator'" in line
+    assert "the names are joined by ',', not ';'" in line
 
 
 def test_run_experiment_whose_points_all_lack_a_column(project, tmp_path):
     line = refused_lightly(project, tmp_path, "run", "experiment", "bad-column")
-    assert "none of the 2 grid points can run" in line and "no column 'nope'" in line
+    assert line.startswith(f"error: {project}/data/bibtex.train.csv: key 'dataset.train': "
+                           "none of the 2 grid points can run; the first (seed=0): no column "
+                           "'nope'"), line
 
 
 def test_run_experiment_with_an_unknown_key(project, tmp_path):

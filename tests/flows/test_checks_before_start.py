@@ -12,11 +12,13 @@ one makes its folder there), and no temporary one (it would have printed its sta
 it imported Prefect, Dask, scikit-learn, numba or matplotlib
 (:data:`~tests.flows.helpers.FORBIDDEN_BEFORE_START`), for any flow's run.
 
-The cases are enumerated from the code: every input path of every training flow's config
-(``run``), every apply flow's input and output (``apply``), a rerun of every training
-flow's run whose input is gone (``rerun``), the columns of a LEML table (``run`` and
-``apply``), and an experiment whose points all fail.  The runs applied and rerun are made
-once, with the test session's server.
+The cases here are those of runs made by this code, once, with the test session's server:
+every apply flow's input and output (``apply``, the output by ``--output`` and by ``--set
+output=``), a LEML table's text column and kept columns (``apply``), and a rerun of every
+training flow's run whose input is gone (``rerun``).  The cases that need no run (every input
+path of every training flow's config, a LEML table's columns and label separator, an
+experiment whose points all fail: ``run``) are in ``tests/flows/test_checks_are_light.py``,
+which runs each command so too, and checks as well that no Prefect home was made at all.
 """
 
 from __future__ import annotations
@@ -30,10 +32,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from scarce.flows import shared_server
-from scarce.flows.config import INPUT_KIND
 from scarce.flows.registry import FLOWS
 from scarce.flows.shared_server import FOLDER
 from tests.flows.helpers import CHECK_WRAPPER, first_run, run_in, strip_project
@@ -109,56 +109,6 @@ def refused(project: Path, tmp_path: Path, *args: str) -> str:
     return lines[0]
 
 
-# -- scarce run: every input path of every training flow's config ---------------------------
-def input_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, bool]]:
-    """The dotted key of every input path of a config model (nested sections too), and
-    whether it takes a list."""
-    out = []
-    for name, info in model.model_fields.items():
-        kind = info.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            out += input_keys(kind, f"{prefix}{name}.")
-            continue
-        extra = info.json_schema_extra
-        if isinstance(extra, dict) and INPUT_KIND in extra:
-            out.append((f"{prefix}{name}", "list" in str(kind)))
-    return out
-
-
-RUN_INPUTS = [(flow, key, many) for flow in TRAIN
-              for key, many in input_keys(FLOWS[flow].load_model())]
-
-
-def test_every_training_flow_has_input_paths():
-    assert {flow for flow, _, _ in RUN_INPUTS} == set(TRAIN)
-
-
-@pytest.mark.parametrize("flow, key, many", RUN_INPUTS,
-                         ids=[f"{f}-{k}" for f, k, _ in RUN_INPUTS])
-def test_run_with_a_missing_input(project, tmp_path, flow, key, many):
-    value = "[gone/missing]" if many else "gone/missing"
-    line = refused(project, tmp_path, "run", flow, "--set", f"{key}={value}")
-    assert "gone/missing" in line and "not found" in line, line
-
-
-#: The keys of a LEML table that name a column.
-TABLE_COLUMNS = ["dataset.table.labels_column", "dataset.table.text_column"]
-
-
-@pytest.mark.parametrize("key", TABLE_COLUMNS)
-def test_run_leml_on_a_table_without_the_named_column(project, tmp_path, key):
-    line = refused(project, tmp_path, "run", "leml", "--set", f"{key}=nope")
-    assert line == (f"error: {project}/data/bibtex.train.csv: key 'dataset.train': no column "
-                    "'nope' (the file's columns: ['text', 'tags'])")
-
-
-def test_run_leml_on_labels_joined_by_another_separator(project, tmp_path):
-    line = refused(project, tmp_path, "run", "leml", "--set",
-                   "dataset.table.label_separator=;")
-    assert "key 'dataset.table.label_separator'" in line
-    assert "the names are joined by ',', not ';'" in line
-
-
 # -- scarce apply: every apply flow's input and output --------------------------------------
 APPLIED = sorted(APPLY)
 
@@ -213,16 +163,3 @@ def test_rerun_of_a_run_whose_input_is_gone(project, tmp_path, flow):
     finally:
         shutil.move(away, path)
     assert str(path) in line and "not found" in line, line
-
-
-# -- scarce run experiment: no point can run ------------------------------------------------
-def test_run_experiment_whose_points_all_lack_a_column(project, tmp_path):
-    (project / "configs" / "experiments").mkdir(exist_ok=True)
-    (project / "configs" / "experiments" / "bad-column.yaml").write_text(yaml.safe_dump({
-        "flow": "leml", "base": "configs/leml.yaml",
-        "set": {"dataset.table.labels_column": "nope"}, "axes": {"seed": [0, 1]},
-        "table": {"rows": ["seed"], "columns": ["method"], "metric": "precision@1"}}))
-    line = refused(project, tmp_path, "run", "experiment", "bad-column")
-    assert line.startswith(f"error: {project}/data/bibtex.train.csv: key 'dataset.train': "
-                           "none of the 2 grid points can run; the first (seed=0): no column "
-                           "'nope'"), line

@@ -702,6 +702,20 @@ def test_a_lone_surrogate_written_as_a_yaml_escape_is_refused_naming_the_key(tmp
         assert err.value.key == key
 
 
+def test_a_config_holding_an_alias_bomb_is_read_once_per_anchor_and_its_surrogate_named(tmp_path):
+    """An alias shares one list among many places: 13 anchors, each of 9 aliases of the one
+    before, are 9**12 places, which a check walking every place would never finish (the text
+    it must find comes after them); each list is read once."""
+    from scarce.flows.relations import RelationsConfig
+
+    bomb = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else 'x'}]\n"
+                   for i in range(13))
+    last = 'after: "x\\udc80"\n'  # a YAML escape of a lone surrogate, read after the bomb
+    with pytest.raises(InputError, match="not valid UTF-8") as err:
+        load_config(write(tmp_path, bomb + last), RelationsConfig, inputs=False)
+    assert err.value.key == "after"
+
+
 def test_an_experiment_named_by_its_file_needs_a_file_name_that_can_name_runs(tmp_path):
     from scarce.flows.experiment import load_experiment
 

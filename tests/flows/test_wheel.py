@@ -156,6 +156,7 @@ def _imported_from_the_root(out: subprocess.CompletedProcess) -> dict:
     return found
 
 
+@pytest.mark.slow  # starts a Python process
 def test_a_checkout_imports_its_subpackages_from_its_root_without_an_install():
     """No install at all: Python without its site machinery (so no editable finder), the
     third-party packages on the path, the repository's root the working folder."""

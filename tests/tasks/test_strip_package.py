@@ -37,6 +37,7 @@ def test_a_name_it_does_not_have_is_an_attribute_error():
 LIGHT = ("documents", "outputs")  # the names apply-strip's checks read
 
 
+@pytest.mark.slow  # starts a Python process
 def test_the_names_of_documents_and_outputs_import_neither_the_learner_nor_prefect():
     names = [n for m in LIGHT for n in strip._MODULES[m]]
     code = (f"import json, sys\nfrom scarce.tasks import strip\nfor n in {names!r}: "
