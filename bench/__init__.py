@@ -1,8 +1,11 @@
 """Benchmarks: ``scarce bench NAME [options]`` prints a table and writes it as Parquet.
 
 Each module here has ``add_arguments(parser)`` and ``run(args) -> pandas.DataFrame``;
-a module with ``USES_PREFECT = False`` runs without a Prefect API of its own; the command
-line prints the table (markdown, for README) and saves it under
+a module with ``USES_PREFECT = False`` runs without a Prefect API of its own; a module's
+``check(args)``, if it has one, checks what its parser cannot (a flow's config with ``--set``,
+files named by options) before a Prefect API starts and before any work, raising
+:class:`~scarce.tasks.errors.InputError` (``run`` may check again: it is also called alone);
+the command line prints the table (markdown, for README) and saves it under
 ``data/bench/<name>-<timestamp>.parquet``.  Timings are reported as ratios to a
 peer measured in the same run, since these machines are shared and noisy.
 

@@ -88,7 +88,7 @@ COLUMNS = ["command", "cold_seconds", "warm_seconds", "cold_work_seconds", "warm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE, comma_list
+    from scarce.flows.commands.types import POSITIVE, FlowSetting, comma_list
 
     parser.add_argument("--commands", type=comma_list(ROWS), default=",".join(ROWS),
                         help=f"comma-separated rows to measure, of {','.join(ROWS)}")
@@ -97,8 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="the small configs of `scarce bench overhead --quick`")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="FLOW:KEY=VALUE",
-                        help="a config override of one flow's runs, e.g. leml:baselines=[]")
+                        type=FlowSetting(FLOWS), metavar="FLOW:KEY=VALUE",
+                        help="a config override of one flow's runs, e.g. leml:baselines=[] "
+                        "(every flow's config checked before anything runs)")
 
 
 def _say(*parts) -> None:
@@ -111,18 +112,21 @@ def table_order(names: list[str]) -> list[str]:
     return [r for r in ROWS if r in names]
 
 
-def parse_overrides(texts: list[str], quick: bool) -> dict[str, list[str]]:
-    """Each flow's ``--set`` overrides (``--quick``'s first)."""
-    from scarce.bench.overhead import QUICK
+def parse_overrides(settings: list[tuple[str, str]], quick: bool) -> dict[str, list[str]]:
+    """Each flow's ``--set`` overrides (``--quick``'s first), every flow's config read and
+    checked with them (:func:`scarce.bench.overhead.flow_configs`) before any work."""
+    from scarce.bench.overhead import QUICK, flow_configs
 
+    flow_configs(list(FLOWS), settings, quick)
     out = {f: list(QUICK[f]) if quick else [] for f in FLOWS}
-    for text in texts:
-        flow, sep, rest = text.partition(":")
-        if not sep or flow not in out or "=" not in rest:
-            raise ValueError(f"--set {text!r}: expected FLOW:KEY=VALUE with FLOW in "
-                             f"{','.join(FLOWS)}")
-        out[flow].append(rest)
+    for flow, setting in settings:
+        out[flow].append(setting)
     return out
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every flow's config with the ``--set`` settings (:func:`parse_overrides`)."""
+    parse_overrides(args.overrides, args.quick)
 
 
 def scarce_command() -> list[str]:
@@ -469,7 +473,8 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             shutil.rmtree(bench.root, ignore_errors=True)
     command = "scarce bench latency " + shlex.join(
         ["--commands", ",".join(names), "--repeats", str(args.repeats)]
-        + (["--quick"] if args.quick else []) + [a for o in args.overrides for a in ("--set", o)])
+        + (["--quick"] if args.quick else [])
+        + [a for f, o in args.overrides for a in ("--set", f"{f}:{o}")])
     print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `{command}` (load average "
           f"{load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} cores)\n")
     return table

@@ -94,6 +94,7 @@ from scarce.bench.leml_common import (
     _say,
     _timed,
     estimator_params,
+    split_files,
 )
 from scarce.bench.leml_peer_child import omikuji_top_k, write_xc
 from scarce.bench.leml_peers import as_ranking
@@ -133,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--datasets", type=comma_list(), default=["bibtex", "delicious"],
                         help="comma-separated data sets, each read from "
                         "xmc/<name>/<name>_<split>_{train,test}.txt.gz under --data (skipped "
-                        "when absent)")
+                        "when absent; one at least must be there, checked before any work)")
     parser.add_argument("--sections", type=comma_list(SECTIONS), default=list(SECTIONS),
                         help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="a reduced run (< 2 minutes)")
@@ -548,8 +549,34 @@ def _grid(args, Xtr) -> dict:
     }
 
 
+#: The sections run on each data set of ``--datasets``.
+DATA_SECTIONS = ("accuracy", "missing", "speed", "peers", "scaling")
+
+
+def check(args: argparse.Namespace) -> None:
+    """``--set``'s parameters (:func:`estimator_params`, kept as ``args.params``) and, when a
+    section runs on the data sets, that one of ``--datasets`` at least has its files under
+    ``--data`` (a name without them is skipped, as ``none`` is: a misspelt name alone would
+    run nothing after the start-up)."""
+    from scarce.tasks.errors import InputError
+
+    args.params = estimator_params(args.estimator)
+    if not set(args.sections) & set(DATA_SECTIONS):
+        return
+    data = Path(args.data)
+    if not any(all(p.is_file() for p in split_files(data, name, args.split))
+               for name in args.datasets):
+        here = sorted(d.name for d in (data / "xmc").glob("*")
+                      if all(p.is_file() for p in split_files(data, d.name, args.split)))
+        raise InputError(
+            f"--datasets {','.join(args.datasets)}: no such data set has its files "
+            f"xmc/<name>/<name>_{args.split}_{{train,test}}.txt.gz under --data (there: "
+            f"{', '.join(here) or 'none'}); the sections {', '.join(DATA_SECTIONS)} need one",
+            path=data)
+
+
 def run(args: argparse.Namespace) -> pd.DataFrame:
-    args.params = estimator_params(args.estimator)  # checked before any data is read
+    check(args)  # before any data is read (again, when the command line checked first)
     if args.quick:
         args.observed = args.observed[:1]
         args.scales = [c for c in args.scales if c <= 2]

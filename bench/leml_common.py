@@ -20,9 +20,14 @@ def _say(*parts) -> None:
     print("[bench leml]", *parts, file=sys.stderr, flush=True)
 
 
-def _load(data_dir: Path, name: str, split: str = "xmlrepo"):
+def split_files(data_dir: Path, name: str, split: str = "xmlrepo") -> list[Path]:
+    """The training and test files of the data set ``name`` under ``data_dir``."""
     folder = data_dir / "xmc" / name
-    paths = [folder / f"{name}_{split}_{part}.txt.gz" for part in ("train", "test")]
+    return [folder / f"{name}_{split}_{part}.txt.gz" for part in ("train", "test")]
+
+
+def _load(data_dir: Path, name: str, split: str = "xmlrepo"):
+    paths = split_files(data_dir, name, split)
     if not all(p.exists() for p in paths):
         return None
     (Xtr, Ytr), (Xte, Yte) = (read_xmc(p) for p in paths)

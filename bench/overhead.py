@@ -87,14 +87,15 @@ def chosen_flows(given: list[str] | None) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from scarce.flows.commands.types import POSITIVE
+    from scarce.flows.commands.types import POSITIVE, FlowSetting
 
     parser.add_argument("--flow", dest="flows", action="append", choices=FLOWS, metavar="FLOW",
                         help=f"a flow to measure: {', '.join(FLOWS)} (repeatable; default: "
                         "all three)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="FLOW:KEY=VALUE",
-                        help="a config override for one flow, e.g. leml:model.rank=16")
+                        type=FlowSetting(FLOWS), metavar="FLOW:KEY=VALUE",
+                        help="a config override for one flow, e.g. leml:model.rank=16 "
+                        "(every flow's config checked before anything runs)")
     parser.add_argument("--repeats", type=POSITIVE, default=1,
                         help="first runs per flow, each beside its own bare run just before "
                         "it (the pair's ratio taken, the medians reported; the cached rerun "
@@ -109,6 +110,36 @@ QUICK = {
     "relations": ["max_pairs=400", "k_low=2", "k_high=6", "n_subsamples=3"],
     "strip": ["window=5", "variants=[ripper,strip-partial]"],
 }
+
+
+def flow_configs(names: list[str], settings: list[tuple[str, str]], quick: bool) -> dict:
+    """The config of each flow of ``names``: its bundled file with ``--quick``'s settings and
+    then ``settings`` (``--set``'s ``(FLOW, KEY=VALUE)``, each of a flow of ``names``), every
+    one read and checked before a benchmark starts its work, so that a bad setting of the last
+    flow is not found after the first one's minutes.
+
+    Raises
+    ------
+    InputError
+        A setting of a flow not measured, or one its config refuses (naming the key)."""
+    from scarce.flows import registry
+    from scarce.flows.config import load_config, resolve_path
+    from scarce.tasks.errors import InputError
+
+    sets: dict[str, list[str]] = {n: list(QUICK[n]) if quick else [] for n in names}
+    for flow, setting in settings:
+        if flow not in sets:
+            raise InputError(f"--set {flow}:{setting}: {flow} is not measured (the flows "
+                             f"measured: {', '.join(names)})")
+        sets[flow].append(setting)
+    return {name: load_config(resolve_path(registry.FLOWS[name].config_file),
+                              registry.FLOWS[name].load_model(), sets[name])
+            for name in names}
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every measured flow's config with the ``--set`` settings (:func:`flow_configs`)."""
+    flow_configs(chosen_flows(args.flows), args.overrides, args.quick)
 
 
 #: A bare script's lines before its work: the config from its first argument.
@@ -359,23 +390,14 @@ def _timed_run(spec, config, options):
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
     from scarce.flows import registry
-    from scarce.flows.config import load_config, resolve_path
     from scarce.flows.runtime import RunOptions
-    from scarce.tasks.errors import InputError
 
     names = chosen_flows(args.flows)
-    overrides: dict[str, list[str]] = {n: list(QUICK[n]) if args.quick else [] for n in names}
-    for text in args.overrides:
-        flow, sep, rest = text.partition(":")
-        if not sep or flow not in overrides:
-            raise InputError(f"--set {text!r}: expected FLOW:KEY=VALUE with FLOW one of the "
-                             f"flows measured, {', '.join(names)}")
-        overrides[flow].append(rest)
+    configs = flow_configs(names, args.overrides, args.quick)
     rows: list[tuple] = []
     warm_up()
     for name in names:
-        spec = registry.FLOWS[name]
-        config = load_config(resolve_path(spec.config_file), spec.load_model(), overrides[name])
+        spec, config = registry.FLOWS[name], configs[name]
         work = BARE[name]
         why_not = work.why_not(config)
         if why_not is not None:

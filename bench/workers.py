@@ -273,22 +273,20 @@ def sweep_params(texts: list[str], quick: bool) -> dict:
     return {**quick_iterations, **given}
 
 
-def run(args: argparse.Namespace) -> pd.DataFrame:
-    from distributed import Client, LocalCluster
-    from prefect_dask import DaskTaskRunner
-
-    from scarce.bench.overhead import warm_up
+def check(args: argparse.Namespace) -> tuple:
+    """The jobs' settings, checked before any work (``--set``'s against the sweep's LEML
+    parameters and the relations config, each given to a job that runs; the bundled Bibtex
+    file): the relations flow and its config, and the sweep's parameters (None for a job
+    not run)."""
     from scarce.flows.config import load_config, project_root, resolve_path
     from scarce.flows.registry import FLOWS
-    from scarce.flows.runners import worker_env
     from scarce.tasks.errors import InputError
 
-    counts = args.workers  # positive counts (checked by the parser)
     jobs = list(args.jobs)  # each one of JOBS (checked by the parser)
     spec = config = params = None
     relations_sets = [t.removeprefix(RELATIONS_SET) for t in args.overrides
                       if t.startswith(RELATIONS_SET)]
-    leml_params = sweep_params(args.overrides, args.quick)  # checked before anything runs
+    leml_params = sweep_params(args.overrides, args.quick)
     for job, sets in (("relations", [RELATIONS_SET + t for t in relations_sets]),
                       ("leml-sweep", [t for t in args.overrides
                                       if not t.startswith(RELATIONS_SET)])):
@@ -302,7 +300,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
     if "leml-sweep" in jobs:
         train = project_root() / BIBTEX_TRAIN
         if not train.is_file():
-            raise FileNotFoundError(f"{train}: the bundled Bibtex training file is missing")
+            raise InputError("the bundled Bibtex training file is missing", path=train)
         grid = QUICK_LEML if args.quick else SWEEP
         params = {
             "ranks": args.ranks or list(grid["ranks"]),
@@ -312,8 +310,19 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             "seed": args.seed,
             "params": leml_params,
         }
-        if not params["ranks"] or not params["lams"]:
-            raise ValueError("--ranks and --lams must each name at least one value")
+    return spec, config, params
+
+
+def run(args: argparse.Namespace) -> pd.DataFrame:
+    from scarce.bench.overhead import warm_up
+    from scarce.flows.runners import worker_env
+
+    counts = args.workers  # positive counts (checked by the parser)
+    jobs = list(args.jobs)
+    spec, config, params = check(args)
+    # Dask's modules imported once the settings are checked: a bad one is told at once
+    from distributed import Client, LocalCluster
+    from prefect_dask import DaskTaskRunner
 
     warm_up()  # a temporary Prefect server starts here, untimed
     env = worker_env()  # one BLAS thread, and this process's Prefect API (as --runner dask)

@@ -35,6 +35,9 @@ def bench(args: argparse.Namespace) -> int:
     module, parser = benchmark_parser(args.name)
     bench_args = parser.parse_args(args.bench_args)
     check_command(parser, bench_args)  # a benchmark's own output options, before it runs
+    check = getattr(module, "check", None)
+    if check is not None:  # what its parser cannot check (a flow's config, files), at once
+        check(bench_args)
     if getattr(module, "USES_PREFECT", True):
         with prefect_api():
             table = module.run(bench_args)

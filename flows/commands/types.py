@@ -179,6 +179,28 @@ class NameList:
         return out
 
 
+@dataclass(frozen=True)
+class FlowSetting:
+    """``FLOW:KEY=VALUE``, a config override of one of ``flows`` (``leml:model.rank=16``), as
+    the benchmarks that run several flows take it; parses to ``(FLOW, "KEY=VALUE")``.  The
+    key and value are the flow's config's to check (:func:`scarce.bench.overhead.flow_configs`,
+    before any work): a parser knows only the shape."""
+
+    flows: tuple[str, ...]
+
+    @property
+    def __name__(self) -> str:
+        return "setting"
+
+    def __call__(self, text: str) -> tuple[str, str]:
+        flow, sep, rest = text.partition(":")
+        key, eq, _ = rest.partition("=")
+        if not (sep and eq and key.strip() and flow in self.flows):
+            raise argparse.ArgumentTypeError(
+                f"expected FLOW:KEY=VALUE with FLOW one of {', '.join(self.flows)}, got {text!r}")
+        return flow, rest
+
+
 def comma_list(choices=None, *, item: Callable[[str], Any] | None = None) -> NameList:
     """A comma-separated list of names, each one of ``choices`` (any iterable of names: a
     tuple, a dict's keys), or checked by ``item``, or free (a name the command checks itself,

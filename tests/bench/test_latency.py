@@ -32,14 +32,21 @@ def test_commands_are_kept_in_the_tables_order_each_once():
 
 def test_overrides_go_to_their_flow_after_the_quick_settings():
     from scarce.bench.overhead import QUICK
+    from scarce.flows.commands.types import FlowSetting
+    from scarce.tasks.errors import InputError
 
-    got = latency.parse_overrides(["leml:model.rank=8", "strip:window=3"], quick=True)
+    setting = FlowSetting(latency.FLOWS)
+    got = latency.parse_overrides([setting("leml:model.rank=8"), setting("strip:window=3")],
+                                  quick=True)
     assert got["leml"] == [*QUICK["leml"], "model.rank=8"]
     assert got["strip"] == [*QUICK["strip"], "window=3"]
     assert got["relations"] == QUICK["relations"]
-    for bad in ("model.rank=8", "lemml:model.rank=8", "leml:model.rank"):
-        with pytest.raises(ValueError, match="expected FLOW:KEY=VALUE"):
-            latency.parse_overrides([bad], quick=False)
+    for bad in ("model.rank=8", "lemml:model.rank=8", "leml:model.rank", "leml:=8"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected FLOW:KEY=VALUE"):
+            setting(bad)
+    with pytest.raises(InputError, match="greater than or equal to 1") as err:  # the config's
+        latency.parse_overrides([setting("strip:window=0")], quick=False)
+    assert err.value.key == "window"
 
 
 def test_a_runs_recorded_seconds_are_its_manifests_start_to_finish(tmp_path):

@@ -84,6 +84,53 @@ def digits_project(root, n_samples=200, k=10):
                        {"digits.csv": frame.to_csv(index=False)})
 
 
+def package_sources() -> list[Path]:
+    """The Python files of the package's folders (``algorithms``, ``tasks``, ``flows``,
+    ``bench``), each folder's sorted: what a scan of the code for a defect class reads."""
+    root = Path(__file__).resolve().parents[2]
+    files = [p for pkg in ("algorithms", "tasks", "flows", "bench")
+             for p in sorted((root / pkg).rglob("*.py"))]
+    assert len(files) > 30, root  # the folders are there
+    return files
+
+
+def scan_finds(scan, text: str, folder: Path) -> list[str]:
+    """What the code scan ``scan`` (a path to its findings, ``"file:line: what"``) finds in a
+    module of the source ``text``, written in ``folder``: the ``what`` of each finding."""
+    probe = folder / "probe.py"
+    probe.write_text(text)
+    return [found.split(": ", 1)[1] for found in scan(probe)]
+
+
+def usage_error(argv: list[str], root: Path, monkeypatch, capsys) -> str:
+    """The one ``error:`` line of ``scarce ARGV`` refused by its parser (exit 2) in the empty
+    project folder ``root``, asserted to be stderr's last line, with no traceback and nothing
+    written in ``root``."""
+    import pytest
+
+    from scarce.flows.cli import main
+
+    monkeypatch.setenv("SCARCE_ROOT", str(root))
+    for var in ("SCARCE_STORE", "SCARCE_RUNS"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    last = err.rstrip().splitlines()[-1]
+    assert [x for x in err.splitlines() if "error:" in x] == [last], err
+    assert "Traceback" not in err and list(root.iterdir()) == []
+    return last
+
+
+def digits_grid(**axes: str) -> str:
+    """An experiment file over the test ``digits`` flow (one k-means start per run), its table
+    ari by k; ``axes``: each axis's values in YAML, ``k="[4, 6]"``."""
+    return ("flow: digits\nbase: configs/digits.yaml\nset: {n_init: 1}\naxes:\n"
+            + "".join(f"  {name}: {values}\n" for name, values in axes.items())
+            + "table: {rows: [k], metric: ari}\n")
+
+
 def rerun(run_id, capsys, runner):
     """``scarce rerun RUN_ID`` (every step recomputed) on ``runner``; returns the exit code and
     what it printed."""

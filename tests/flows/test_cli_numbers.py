@@ -13,9 +13,10 @@ import re
 import pytest
 
 from scarce.bench import BENCHMARKS
-from scarce.flows.cli import build_parser, main
+from scarce.flows.cli import build_parser
 from scarce.flows.commands.bench import benchmark_parser
 from scarce.flows.commands.types import PORT, Number, NumberList, config_number, integer, number
+from tests.flows.helpers import usage_error
 
 PROBES = ("0", "1", "-1", "0.5", "1,2", "1x2", "3")
 
@@ -85,18 +86,9 @@ def test_every_numeric_option_has_bounds(path, action):
                          ids=[f"{' '.join(p)} {o}={b}" for p, o, b in CASES])
 def test_a_value_out_of_bounds_is_one_usage_error(path, option, bad, tmp_path, monkeypatch,
                                                   capsys):
-    monkeypatch.setenv("SCARCE_ROOT", str(tmp_path))
-    for var in ("SCARCE_STORE", "SCARCE_RUNS"):
-        monkeypatch.delenv(var, raising=False)
-    with pytest.raises(SystemExit) as exit_:
-        main([*path, f"{option}={bad}"])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    last = err.rstrip().splitlines()[-1]
+    last = usage_error([*path, f"{option}={bad}"], tmp_path, monkeypatch, capsys)
     named = re.search(r"error: argument ([^:]+): expected ", last)
-    assert named and option in named.group(1).split("/") and repr(bad) in last, err
-    assert [x for x in err.splitlines() if "error:" in x] == [last]
-    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+    assert named and option in named.group(1).split("/") and repr(bad) in last, last
 
 
 @pytest.mark.parametrize("text, value", [("1", 1), ("65535", 65535), ("4200", 4200)])

@@ -12,19 +12,11 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.flows.experiment import experiment_file, load_experiment, plan
 from scarce.tasks.store import Store
-from tests.flows.helpers import digits_project, made_runs, manifest, runs
+from tests.flows.helpers import digits_grid, digits_project, made_runs, manifest, runs
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "in_project")
 
-GRID = """\
-flow: digits
-base: configs/digits.yaml
-set: {n_init: 1}
-axes:
-  k: [4, 6]
-  seed: [0, 1]
-table: {rows: [k], metric: ari}
-"""
+GRID = digits_grid(k="[4, 6]", seed="[0, 1]")
 
 
 @pytest.fixture(scope="module")

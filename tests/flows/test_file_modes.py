@@ -20,6 +20,7 @@ import pytest
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import atomic_open, atomic_write_bytes, atomic_write_parquet
 from scarce.tasks.store.encoding import encode
+from tests.flows.helpers import package_sources, scan_finds
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("algorithms", "tasks", "flows", "bench")
@@ -224,14 +225,11 @@ def _violations(path: Path) -> list[str]:
 
 
 def test_no_file_is_created_with_a_mode_of_its_own():
-    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    assert len(files) > 30
-    assert [v for p in files for v in _violations(p)] == []
+    assert [v for p in package_sources() for v in _violations(p)] == []
 
 
 def test_the_mode_scan_finds_what_it_forbids(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text(
+    assert scan_finds(_violations, (
         "import os, tempfile\n"
         "fd, name = tempfile.mkstemp()\n"
         "fd = os.open('x', os.O_RDWR | os.O_CREAT, 0o644)\n"
@@ -239,7 +237,7 @@ def test_the_mode_scan_finds_what_it_forbids(tmp_path):
         "fd = os.open('z', os.O_RDWR | os.O_CREAT, 0o666)\n"  # allowed
         "fd = os.open('w', os.O_RDONLY)\n"  # allowed: creates nothing
         "os.chmod('x', 0o600)\n"
-        "f = tempfile.NamedTemporaryFile()\n")
-    assert [v.split(": ", 1)[1] for v in _violations(probe)] == [
+        "f = tempfile.NamedTemporaryFile()\n"
+    ), tmp_path) == [
         "mkstemp", "os.open creating with mode 0o644", "os.open creating with mode 0o777 (default)",
         "chmod", "NamedTemporaryFile"]

@@ -146,6 +146,15 @@ def _ready(home: Path) -> dict:
     return _wait(lambda: preload.ready(home) and preload.read(home))
 
 
+def _preloaded(place) -> dict:
+    """The record of the place's preloaded process, ready: an apply starts one if none is."""
+    _, home, _ = place
+    if preload.read(home) is None:
+        done = _scarce(place, "apply", MODEL, "--input", "new.csv")
+        assert done.returncode == 0, done.stderr[-3000:]
+    return _ready(home)
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -183,9 +192,7 @@ def test_a_second_command_runs_in_the_preloaded_process_with_the_same_outputs(pl
 @pytest.mark.slow
 def test_bad_input_gives_its_one_line_and_exit_code_from_the_preloaded_process(place):
     root, home, _ = place
-    _ready(home) if preload.read(home) else _scarce(
-        place, "apply", MODEL, "--input", "new.csv", "--output", "warm-up.parquet")
-    _ready(home)
+    _preloaded(place)
     before = len(_taken(home))
     done = _scarce(place, "apply", MODEL, "--input", "missing.csv")
     assert len(_taken(home)) == before + 1
@@ -208,9 +215,7 @@ def _long_run(place) -> tuple[subprocess.Popen, int]:
         "test: data/bibtex.test.csv, table: {labels_column: tags, text_column: text}}\n"
         "model: {rank: 4, outer_iterations: 1000, cg_max_iter: 2, early_stopping: false}\n"
         "baselines: []\n")
-    if preload.read(home) is None:
-        assert _scarce(place, "apply", MODEL, "--input", "new.csv").returncode == 0
-    _ready(home)
+    _preloaded(place)
     before = len(_taken(home))
     err = root / f"long-{len(_taken(home))}.err"
     with open(err, "w") as out:
@@ -251,9 +256,7 @@ def test_a_killed_scarce_process_ends_its_command_and_leaves_no_lease(place):
 @pytest.mark.slow
 def test_another_environment_runs_in_its_own_process_and_replaces_the_preloaded_one(place):
     _, home, env = place
-    if preload.read(home) is None:
-        assert _scarce(place, "apply", MODEL, "--input", "new.csv").returncode == 0
-    old = _ready(home)
+    old = _preloaded(place)
     before = len(_taken(home))
     other = {**env, "PREFECT_LOGGING_LEVEL": "WARNING"}  # read when Prefect is imported
     done = _scarce(place, "apply", MODEL, "--input", "new.csv", env=other)
@@ -269,9 +272,7 @@ def test_another_environment_runs_in_its_own_process_and_replaces_the_preloaded_
 @pytest.mark.slow
 def test_server_stop_stops_the_preloaded_process(place):
     _, home, _ = place
-    if preload.read(home) is None:
-        assert _scarce(place, "apply", MODEL, "--input", "new.csv").returncode == 0
-    record = _ready(home)
+    record = _preloaded(place)
     status = _scarce(place, "server", "status")
     assert f"preloaded process: pid {record['pid']}" in status.stdout, status.stdout
     stopped = _scarce(place, "server", "stop")

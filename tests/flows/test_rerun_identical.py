@@ -27,7 +27,14 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow an ex
 from scarce.flows.cli import main
 from scarce.flows.registry import FLOWS
 from scarce.tasks.steps import Step
-from tests.flows.helpers import digits_project, made_runs, manifest, new_project, strip_project
+from tests.flows.helpers import (
+    digits_grid,
+    digits_project,
+    made_runs,
+    manifest,
+    new_project,
+    strip_project,
+)
 from tests.flows.test_apply_relations import CONFIG as RELATIONS_CONFIG
 from tests.flows.test_apply_relations import SEMEVAL, _semeval_pairs
 from tests.flows.test_leml_flow import BIBTEX, _head
@@ -35,14 +42,7 @@ from tests.flows.test_leml_flow import CONFIG as LEML_CONFIG
 
 GUM = Path(__file__).resolve().parents[2] / "data" / "coref" / "gum"
 STRIP_TRAIN, STRIP_TEST = ["GUM_news_stampede", "GUM_news_worship"], "GUM_news_crane"
-GRID = """\
-flow: digits
-base: configs/digits.yaml
-set: {n_init: 1}
-axes:
-  k: [4, 6]
-table: {rows: [k], metric: ari}
-"""
+GRID = digits_grid(k="[4, 6]")
 
 
 def _leml(root: Path) -> Path:

@@ -28,9 +28,9 @@ from scarce.tasks.steps import execute, step
 from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import TEMP_NAME
 from scarce.tasks.store.seals import seal_path
+from tests.flows.helpers import package_sources, scan_finds
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("algorithms", "tasks", "flows", "bench")
 KEY = "0123456789abcdef" * 2
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
 
@@ -496,10 +496,6 @@ HELPERS = {"atomic_write_bytes": 2, "atomic_write_parquet": 2, "atomic_open": 1,
            "link_or_copy": 2, "write_manifest": 2, "_write_entry": 2}
 
 
-def _sources() -> list[Path]:
-    return [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-
-
 def _calls_in_loops(tree: ast.AST):
     """(call, inside a loop or comprehension of its function) for every call of a helper."""
     def visit(node, looped):
@@ -530,14 +526,11 @@ def _ungrouped_in_loops(path: Path) -> list[str]:
 
 
 def test_no_file_is_written_in_a_loop_with_a_folder_fsync_of_its_own():
-    files = _sources()
-    assert len(files) > 30
-    assert [v for p in files for v in _ungrouped_in_loops(p)] == []
+    assert [v for p in package_sources() for v in _ungrouped_in_loops(p)] == []
 
 
 def test_the_loop_scan_finds_what_it_forbids(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text(
+    assert scan_finds(_ungrouped_in_loops, (
         "def f(paths, syncs):\n"
         "    for p in paths:\n"
         "        atomic_write_bytes(p, b'x')\n"
@@ -551,6 +544,6 @@ def test_the_loop_scan_finds_what_it_forbids(tmp_path):
         "            atomic_write_bytes(p, b'x')\n"  # allowed: its own function's one file
         "    while paths:\n"
         "        with atomic_open(paths.pop()) as fh:\n"
-        "            fh.write(b'x')\n")
-    assert [v.split(": ", 1)[1] for v in _ungrouped_in_loops(probe)] == [
+        "            fh.write(b'x')\n"
+    ), tmp_path) == [
         "atomic_write_bytes", "atomic_write_parquet", "atomic_open"]
