@@ -14,6 +14,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 
+def project_flows(kind: str) -> list[str]:
+    """The names of the project's own flows of ``kind`` (``train``, ``apply``), sorted: a test
+    module may register a sample flow of its own (``digits``), which the registry then holds
+    for every module imported after it."""
+    from scarce.flows.registry import FLOWS
+
+    return sorted(name for name, spec in FLOWS.items()
+                  if spec.kind == kind and spec.target.startswith("scarce.flows."))
+
+
 def runs(project):
     """Run ids under the project's data/runs, sorted by name (creation time)."""
     d = project / "data" / "runs"

@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from scarce.flows.cli import FLOW_COMMANDS
 from scarce.flows.config import INPUT_KIND
 from scarce.flows.registry import FLOWS
-from tests.flows.helpers import CHECK_WRAPPER, strip_project
+from tests.flows.helpers import CHECK_WRAPPER, project_flows, strip_project
 from tests.flows.test_checks_before_start import GUM, TEST_DOC, TRAIN_DOCS
 from tests.flows.test_lean_load import SAVED_MODELS
 from tests.flows.test_model_relations import SEMEVAL
@@ -52,8 +52,7 @@ SAVED = SAVED_MODELS
 MODEL = SAVED["leml"].name
 # The project's own flows: a test module may register a sample flow of its own (`digits`).
 OWN = {name: spec for name, spec in FLOWS.items() if spec.target.startswith("scarce.flows.")}
-TRAIN = sorted(name for name, spec in OWN.items() if spec.kind == "train")
-APPLY = sorted(name for name, spec in OWN.items() if spec.kind == "apply")
+TRAIN, APPLY = project_flows("train"), project_flows("apply")
 #: What each apply flow is given (relative to the project): an input its model reads, and a
 #: file name its output may have.
 GIVEN = {"apply-leml": ("data/bibtex.new.csv", "exists.parquet"),

@@ -36,7 +36,7 @@ import yaml
 from scarce.flows import shared_server
 from scarce.flows.registry import FLOWS
 from scarce.flows.shared_server import FOLDER
-from tests.flows.helpers import CHECK_WRAPPER, first_run, run_in, strip_project
+from tests.flows.helpers import CHECK_WRAPPER, first_run, project_flows, run_in, strip_project
 from tests.flows.test_model_relations import CONFIG as RELATIONS
 from tests.flows.test_model_relations import SEMEVAL
 
@@ -55,13 +55,13 @@ LEML = {"seed": 0, "dataset": {"name": "tiny", "format": "table",
 APPLY = {"apply-leml": ("data/bibtex.new.csv", "out.parquet"),
          "apply-relations": ("new-pairs.txt", "out.parquet"),
          "apply-strip": (str(GUM / f"{TEST_DOC}.conllu.gz"), "out.conllu")}
-TRAIN = sorted(name for name, spec in FLOWS.items() if spec.kind == "train")
+TRAIN = project_flows("train")
 
 
 def test_every_flow_is_enumerated():
-    assert sorted(APPLY) == sorted(n for n, s in FLOWS.items() if s.kind == "apply")
+    assert sorted(APPLY) == project_flows("apply")
     assert TRAIN == ["leml", "relations", "strip"]
-    assert {s.applies for s in FLOWS.values() if s.kind == "apply"} == set(TRAIN)
+    assert {FLOWS[name].applies for name in APPLY} == set(TRAIN)
 
 
 @pytest.fixture(scope="module")
