@@ -1,7 +1,8 @@
 """LEML (Yu, Jain, Kar and Dhillon, ICML 2014) and its baselines.
 
-Modules by concern: :mod:`~scarce.algorithms.leml.data` (the training data and its observed
-label entries), :mod:`~scarce.algorithms.leml.objective`, :mod:`~scarce.algorithms.leml.w_step` and
+Modules by concern: :mod:`~scarce.algorithms.leml.data` (the training data and its row
+blocks), :mod:`~scarce.algorithms.leml.entries` (the observed label entries and the H-step's
+label blocks), :mod:`~scarce.algorithms.leml.objective`, :mod:`~scarce.algorithms.leml.w_step` and
 :mod:`~scarce.algorithms.leml.h_step` (the two half-steps), :mod:`~scarce.algorithms.leml.predict`
 (batched scoring), :mod:`~scarce.algorithms.leml.model` (:class:`LEML`, the method: its step
 methods and ``fit``, the loop over them), :mod:`~scarce.algorithms.leml.baselines`,

@@ -27,7 +27,7 @@ not change over the steps and are kept when the backend says so
 (:attr:`LocalBlocks.keep_label_grams`), else built again at each step.  A default label
 block holds about 2^22 elements: per label its Gram matrix's upper triangle and its rows
 of the right-hand side and the solution
-(:func:`~scarce.algorithms.leml.data.label_block_elements`); the solve expands the
+(:func:`~scarce.algorithms.leml.entries.label_block_elements`); the solve expands the
 triangles into full ``k x k`` matrices about 2^22 elements at a time.  A label's Gram
 matrix is added in row order, and with dense observed entries taken from the BLAS product
 over its default label block, whatever label block holds it, so the label blocks do not
@@ -56,10 +56,9 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from scarce.algorithms.leml.data import (
+from scarce.algorithms.leml.data import LEMLData, check_factor
+from scarce.algorithms.leml.entries import (
     BLOCK,
-    LEMLData,
-    check_factor,
     label_block_elements,
     label_groups,
     labels_per_block,
@@ -95,7 +94,7 @@ def _symmetric_index(k: int) -> np.ndarray:
 
 def _solve_grams(G_tri, c: float, lam: float, R) -> np.ndarray:
     """Solve ``(c G_j + lam I) h_j = r_j`` for every label from the upper triangles ``G_tri``,
-    the full matrices formed :func:`~scarce.algorithms.leml.data.labels_per_block` ``(k^2)``
+    the full matrices formed :func:`~scarce.algorithms.leml.entries.labels_per_block` ``(k^2)``
     labels at a time (one gather each, then scaled)."""
     n_labels, k = R.shape
     out = np.empty_like(R)
@@ -362,7 +361,7 @@ class LocalBlocks:
 # --------------------------------------------------------------------------- label blocks
 def _label_ranges(n_labels: int, k: int, label_block: int | None) -> list[tuple[int, int]]:
     """The label blocks ``[(l0, l1), ...]``: ``label_block`` labels each, by default the groups
-    of :func:`~scarce.algorithms.leml.data.label_groups` (about 2^22 elements of Gram
+    of :func:`~scarce.algorithms.leml.entries.label_groups` (about 2^22 elements of Gram
     triangles and rows each).  Any label blocks give the same factors: a label's Gram matrix
     does not depend on the block that asks for it."""
     if label_block is None:

@@ -130,7 +130,7 @@ def test_a_label_block_of_gram_matrices_is_all_that_is_built_at_once(in_flight):
 def test_pair_products_are_the_upper_triangles_of_each_rows_outer_product(k, dtype):
     """Both ways of forming ``a_i (x) a_i`` (few columns: gathers; many: a product per row of
     the triangle) against ``np.outer``, in ``np.triu_indices`` order, C-ordered."""
-    from scarce.algorithms.leml.data import pair_products
+    from scarce.algorithms.leml.entries import pair_products
 
     rows = np.random.default_rng(k).standard_normal((7, k)).astype(dtype)
     P = pair_products(rows)
@@ -158,7 +158,7 @@ def _dense_weights(data, v):
     return sp.csr_matrix((v, ent.cols, ent.indptr), shape=ent.shape).toarray()
 
 
-#: A :data:`~scarce.algorithms.leml.data.BLOCK` small enough that at rank ``K`` the default
+#: A :data:`~scarce.algorithms.leml.entries.BLOCK` small enough that at rank ``K`` the default
 #: label blocks are groups of 4 labels (``label_block_elements(4) = 18``), the dense entries'
 #: batches 5 rows (of 13 labels), the sparse entries' 7, the solve's batches 4 labels.
 SMALL_BLOCK = 4 * 18
@@ -175,11 +175,11 @@ def test_label_grams_of_a_label_range_equal_those_of_all_labels(case, weighted, 
     ones (each label from the BLAS product over its default label block, whatever the
     range), with one default label block or several (``block``); a naive per-label sum to
     rounding."""
-    import scarce.algorithms.leml.data as leml_data
+    import scarce.algorithms.leml.entries as leml_entries
 
     if block is not None:
-        monkeypatch.setattr(leml_data, "BLOCK", block)
-        assert leml_data.label_groups(L, K) == [(0, 4), (4, 8), (8, 12), (12, 13)]
+        monkeypatch.setattr(leml_entries, "BLOCK", block)
+        assert leml_entries.label_groups(L, K) == [(0, 4), (4, 8), (8, 12), (12, 13)]
     data = _problem(case, dtype=dtype)
     A = np.ascontiguousarray(data.X @ _W(data))
     iu, ju = np.triu_indices(K)
@@ -208,14 +208,14 @@ def test_the_h_step_has_the_same_bits_whatever_its_label_blocks(case, dtype, blo
     on 3 row blocks); with one default label block or default blocks of 17 labels
     (``block``), for float32 and float64 and every layout of the labels (fully observed
     labels reach the per-label Gram matrices through the Newton steps)."""
-    import scarce.algorithms.leml.data as leml_data
+    import scarce.algorithms.leml.entries as leml_entries
     from scarce.algorithms.leml import update_H
     from scarce.algorithms.leml.params import H_SOLVERS, LOSS_NAMES
 
     n_labels = 40
     if block is not None:
-        monkeypatch.setattr(leml_data, "BLOCK", block)
-        assert leml_data.label_groups(n_labels, K)[:3] == [(0, 17), (17, 34), (34, 40)]
+        monkeypatch.setattr(leml_entries, "BLOCK", block)
+        assert leml_entries.label_groups(n_labels, K)[:3] == [(0, 17), (17, 34), (34, 40)]
     X = normalize(sp.random(N, D, density=0.4, random_state=1, format="csr"))
     Y = sp.random(N, n_labels, density=0.2, random_state=2, format="csr")
     Y.data[:] = 1
@@ -340,7 +340,7 @@ def test_default_label_blocks_are_as_many_labels_as_a_block_holds(n_labels, k):
     the right-hand side and of the solution; one more label would not fit), the last one
     what remains (at least one label, even where one label's triangle is larger); a given
     ``label_block`` is taken as it is."""
-    from scarce.algorithms.leml.data import BLOCK, label_block_elements
+    from scarce.algorithms.leml.entries import BLOCK, label_block_elements
     from scarce.algorithms.leml.h_step import _label_ranges
 
     per_label = k * (k + 1) // 2 + 2 * k
