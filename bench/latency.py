@@ -115,13 +115,10 @@ def table_order(names: list[str]) -> list[str]:
 def parse_overrides(settings: list[tuple[str, str]], quick: bool) -> dict[str, list[str]]:
     """Each flow's ``--set`` overrides (``--quick``'s first), every flow's config read and
     checked with them (:func:`scarce.bench.overhead.flow_configs`) before any work."""
-    from scarce.bench.overhead import QUICK, flow_configs
+    from scarce.bench.overhead import flow_configs, flow_settings
 
     flow_configs(list(FLOWS), settings, quick)
-    out = {f: list(QUICK[f]) if quick else [] for f in FLOWS}
-    for flow, setting in settings:
-        out[flow].append(setting)
-    return out
+    return flow_settings(list(FLOWS), settings, quick)
 
 
 def check(args: argparse.Namespace) -> None:

@@ -112,18 +112,15 @@ QUICK = {
 }
 
 
-def flow_configs(names: list[str], settings: list[tuple[str, str]], quick: bool) -> dict:
-    """The config of each flow of ``names``: its bundled file with ``--quick``'s settings and
-    then ``settings`` (``--set``'s ``(FLOW, KEY=VALUE)``, each of a flow of ``names``), every
-    one read and checked before a benchmark starts its work, so that a bad setting of the last
-    flow is not found after the first one's minutes.
+def flow_settings(names: list[str], settings: list[tuple[str, str]], quick: bool,
+                  ) -> dict[str, list[str]]:
+    """Each flow of ``names``' overrides: ``--quick``'s settings, then ``settings`` (``--set``'s
+    ``(FLOW, KEY=VALUE)``), every one of which must be of a flow of ``names``.
 
     Raises
     ------
     InputError
-        A setting of a flow not measured, or one its config refuses (naming the key)."""
-    from scarce.flows import registry
-    from scarce.flows.config import load_config, resolve_path
+        A setting of a flow not measured."""
     from scarce.tasks.errors import InputError
 
     sets: dict[str, list[str]] = {n: list(QUICK[n]) if quick else [] for n in names}
@@ -132,6 +129,22 @@ def flow_configs(names: list[str], settings: list[tuple[str, str]], quick: bool)
             raise InputError(f"--set {flow}:{setting}: {flow} is not measured (the flows "
                              f"measured: {', '.join(names)})")
         sets[flow].append(setting)
+    return sets
+
+
+def flow_configs(names: list[str], settings: list[tuple[str, str]], quick: bool) -> dict:
+    """The config of each flow of ``names``: its bundled file with :func:`flow_settings`,
+    every one read and checked before a benchmark starts its work, so that a bad setting of
+    the last flow is not found after the first one's minutes.
+
+    Raises
+    ------
+    InputError
+        A setting of a flow not measured, or one its config refuses (naming the key)."""
+    from scarce.flows import registry
+    from scarce.flows.config import load_config, resolve_path
+
+    sets = flow_settings(names, settings, quick)
     return {name: load_config(resolve_path(registry.FLOWS[name].config_file),
                               registry.FLOWS[name].load_model(), sets[name])
             for name in names}
