@@ -11,6 +11,8 @@ had imported when it ended (:data:`HEAVY`):
 
 * ``python``: the interpreter's start and exit alone (``pass``);
 * ``numpy + scipy.sparse``: importing them, the peer;
+* ``+ pandas + pyarrow.parquet``: importing pandas and pyarrow's Parquet reader too, which a
+  result that is a DataFrame read from Parquet files needs, whatever the loader;
 * ``bare factors``: the same scores from the model's files by a script of its own: ``W`` and
   ``H`` read from their Parquet files, the rows read, their l2 norms divided out, ``X W H^T``
   and each row's five best labels by numpy (no manifest, no ``model.json``, no checks, no
@@ -48,10 +50,14 @@ import pandas as pd
 from scarce.flows.commands import types
 
 #: The packages a child is asked about when it ends.
-HEAVY = ("prefect", "sklearn", "dask", "distributed", "numba")
+HEAVY = ("prefect", "sklearn", "dask", "distributed", "numba", "pydantic")
 #: The row every median is divided by.
 PEER = "numpy + scipy.sparse"
 LOAD = "load_model + predict_top_k"
+#: What any loader that reads Parquet files and returns DataFrames imports: the row the load
+#: path cannot go under while its results are DataFrames.
+FLOOR = "+ pandas + pyarrow.parquet"
+FLOOR_CODE = "import numpy, scipy.sparse, pandas, pyarrow.parquet"
 COLUMNS = ["command", "median_seconds", "min_seconds", "median_cpu_seconds", "ratio_to_peer",
            "cpu_ratio_to_peer", "heavy_imports", "repeats", "code"]
 
@@ -127,7 +133,7 @@ def commands(run_dir: Path) -> dict[str, str]:
     file), ``W_FILE`` and ``H_FILE`` (the factors' files) in place of their paths
     (:func:`_filled`)."""
     meta = json.loads((run_dir / "outputs" / "model" / "model.json").read_text())
-    out = {"python": "pass", PEER: "import numpy, scipy.sparse"}
+    out = {"python": "pass", PEER: "import numpy, scipy.sparse", FLOOR: FLOOR_CODE}
     if meta["input_format"] == "xmc":
         out["bare factors"] = "; ".join(line for line in [
             "import numpy as np, scipy.sparse as sp",

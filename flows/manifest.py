@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from scarce.tasks.errors import InputError, excerpt
 from scarce.tasks.store.atomic import FolderSyncs, atomic_write_bytes
 
@@ -139,106 +137,6 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any],
     return path
 
 
-class _Record(BaseModel):
-    """A part of a manifest: the types of the keys code reads, strictly (no ``"3"`` for 3);
-    other keys are kept as they are (a newer manifest may hold more)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class _Input(_Record):
-    path: str
-    sha256: str
-
-
-class _Output(_Record):
-    ref: str
-    sha256: str | None = None
-    step: str | None = None
-    cached: bool = False
-    volatile: bool = False
-    code: str | None = None
-    child: str | None = None
-
-
-class _NamedOutput(_Record):
-    name: str
-    ref: str | None = None
-    sha256: str | None = None
-    volatile: bool = False
-
-
-class _Plot(_Record):
-    name: str | None = None
-    path: str | None = None
-    sha256: str | None = None
-    ref: str | None = None
-
-
-class _Code(_Record):
-    scarce: str | None = None
-    source_sha256: str | None = None
-    source_files: dict[str, str] | None = None
-    commit: str | None = None
-    dirty: bool | None = None
-
-
-class _Environment(_Record):
-    python: str | None = None
-    implementation: str | None = None
-    platform: str | None = None
-    packages: dict[str, str] | None = None
-
-
-class _Options(_Record):
-    runner: str | None = None
-    rerun_of: str | None = None
-    dask_address: str | None = None
-    store: str | None = None
-    runs: str | None = None
-
-
-class ManifestSchema(_Record):
-    """What ``manifest.json`` holds, as the commands read it (``scarce runs``, ``rerun``,
-    ``diff``, ``apply``, ``claims``, ``cache gc``, :func:`scarce.load_model`): checked once,
-    by :func:`read_manifest`, so that no reader meets a wrong type later (a ``named_outputs``
-    that is a string, an ``outputs`` entry without its ``ref``).  Only ``flow`` and
-    ``outputs`` are required: a manifest recorded before a key existed lacks it.  The config
-    is a mapping here; its values are the flow config's, which ``scarce rerun`` validates."""
-
-    schema_: int | None = Field(None, alias="schema")  # BaseModel has a `schema` method
-    run_id: str | None = None
-    flow: str
-    started: str | None = None
-    finished: str | None = None
-    config: dict[str, Any] | None = None
-    seed: int | None = None
-    code: _Code | None = None
-    environment: _Environment | None = None
-    options: _Options | None = None
-    store: str | None = None
-    inputs: list[_Input] | None = None
-    outputs: list[_Output]
-    metrics_sha256: str | None = None
-    cache_hits: list[str] | None = None
-    plots: list[_Plot] | None = None
-    named_outputs: list[_NamedOutput] | None = None
-    prefect_flow_run_id: str | None = None
-    deployment: str | None = None
-    task_runner: str | None = None
-    tags: list[str] | None = None
-    notes: dict[str, Any] | None = None
-    headline: dict[str, float] | None = None
-
-    @field_validator("headline")
-    @classmethod
-    def _headline_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        bad = next((k for k in value or {} if k.count("/") < 2), None)
-        if bad is not None:
-            raise ValueError(f"a headline metric is named dataset/method/metric, not {bad!r}")
-        return value
-
-
 def _where(loc: tuple) -> str:
     """A pydantic error location as the key it names: ``outputs[3].ref``."""
     out = ""
@@ -253,14 +151,18 @@ def _where(loc: tuple) -> str:
 def check_manifest(data: Any, path: Path, droppable: tuple[str, ...] = (),
                    dropped: list[InputError] | None = None) -> dict[str, Any]:
     """``data`` (a manifest's parsed JSON) after checking the type of every key code reads
-    (:class:`ManifestSchema`); an :class:`InputError` naming ``path`` and the key otherwise.
+    (:class:`scarce.flows.manifest_schema.ManifestSchema`); an :class:`InputError` naming
+    ``path`` and the key otherwise.
 
     A key of ``droppable`` that is wrong is left out of the returned copy instead, its error
     added to ``dropped`` (``scarce runs`` lists a run whose headline metrics are malformed,
     without them).
     """
-    if not isinstance(data, dict) or "outputs" not in data or "flow" not in data:
-        raise InputError("not a scarce run manifest", path=path)
+    from pydantic import ValidationError
+
+    from scarce.flows.manifest_schema import ManifestSchema
+
+    _check_mapping(data, path)
     while True:
         try:
             ManifestSchema.model_validate(data)
@@ -278,6 +180,26 @@ def check_manifest(data: Any, path: Path, droppable: tuple[str, ...] = (),
             data = {k: v for k, v in data.items() if k != err["loc"][0]}
 
 
+def _parsed(run_dir: Path) -> tuple[Any, Path]:
+    """The parsed JSON of ``run_dir``'s manifest and its path; an :class:`InputError` naming
+    the file (and the line) when it is missing, not UTF-8 or not JSON."""
+    path = run_dir / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), path
+    except FileNotFoundError:
+        raise InputError("no such run (manifest.json missing)", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"manifest is not UTF-8 text (byte {exc.start})", path=path) from None
+    except json.JSONDecodeError as exc:
+        msg = f"manifest is not valid JSON ({exc.msg})"
+        raise InputError(msg, path=path, line=exc.lineno) from None
+
+
+def _check_mapping(data: Any, path: Path) -> None:
+    if not isinstance(data, dict) or "outputs" not in data or "flow" not in data:
+        raise InputError("not a scarce run manifest", path=path)
+
+
 def read_manifest(run_dir: Path, droppable: tuple[str, ...] = (),
                   dropped: list[InputError] | None = None) -> dict[str, Any]:
     """The manifest of the run folder ``run_dir``, its keys' types checked
@@ -289,17 +211,40 @@ def read_manifest(run_dir: Path, droppable: tuple[str, ...] = (),
         No manifest, not JSON, not a manifest, or a key of the wrong type: naming the file
         (and the line, or the key).
     """
-    path = run_dir / MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such run (manifest.json missing)", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"manifest is not UTF-8 text (byte {exc.start})", path=path) from None
-    except json.JSONDecodeError as exc:
-        msg = f"manifest is not valid JSON ({exc.msg})"
-        raise InputError(msg, path=path, line=exc.lineno) from None
+    data, path = _parsed(run_dir)
     return check_manifest(data, path, droppable, dropped)
+
+
+#: The keys of a manifest that finding a run's model reads (:func:`read_run_keys`), and the
+#: types each may have: those :class:`scarce.flows.manifest_schema.ManifestSchema` gives it
+#: (a test holds the two to the same answers).
+RUN_KEYS: dict[str, tuple[type, ...]] = {
+    "flow": (str,), "finished": (str, type(None)), "deployment": (str, type(None)),
+    "config": (dict, type(None)),
+}
+
+
+def read_run_keys(run_dir: Path) -> dict[str, Any]:
+    """The keys of :data:`RUN_KEYS` of ``run_dir``'s manifest (``None`` for one it lacks),
+    each of its type, with the errors :func:`read_manifest` gives for them.
+
+    What finds a run's model reads no more: a model loaded into Python (its own files are
+    checked by its loader) then does not import the whole manifest's schema, pydantic's
+    import and schema building being a good part of a fresh process's time to its first
+    predictions.
+    """
+    data, path = _parsed(run_dir)
+    _check_mapping(data, path)
+    for key, types in RUN_KEYS.items():
+        value = data.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            want = " or ".join("null" if t is type(None) else
+                               {"str": "a string", "dict": "a mapping"}[t.__name__]
+                               for t in types)
+            raise InputError(f"not a valid run manifest: {key} should be {want} (got "
+                             f"{type(value).__name__} {excerpt(value, 40)})", path=path,
+                             key=key)
+    return {key: data.get(key) for key in RUN_KEYS}
 
 
 def _differences(a: dict[str, str], b: dict[str, str], prefix: str = "") -> list[str]:

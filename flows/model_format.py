@@ -37,14 +37,15 @@ def model_document(flow: str, version: int, **meta: Any) -> str:
 
 
 def _finished_runs(runs_root: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(run id, manifest) of every finished run, oldest first by finishing time."""
+    """(run id, the manifest's :data:`~scarce.flows.manifest.RUN_KEYS`) of every finished run,
+    oldest first by finishing time."""
     out = []
     for d in mf.run_folders(runs_root):
         try:
-            out.append((d.name, mf.read_manifest(d)))
+            out.append((d.name, mf.read_run_keys(d)))
         except InputError:
             continue  # a damaged manifest is no model to apply
-    return sorted(out, key=lambda item: (str(item[1].get("finished", "")), item[0]))
+    return sorted(out, key=lambda item: (item[1]["finished"] or "", item[0]))
 
 
 def resolve_model_run(model_run: str, flow: str, runs_root: Path) -> Path:
@@ -65,7 +66,7 @@ def resolve_model_run(model_run: str, flow: str, runs_root: Path) -> Path:
     if "/" in model_run or model_run.startswith(".") or not (run_dir / mf.MANIFEST).is_file():
         raise InputError(f"no run {model_run!r} in {runs_root} (see `scarce runs`)",
                          key="model_run")
-    m = mf.read_manifest(run_dir)
+    m = mf.read_run_keys(run_dir)
     if m["flow"] != flow:
         raise InputError(f"run {model_run!r} is a {m['flow']} run, not a {flow} run",
                          key="model_run")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scarce.algorithms.relations.model import RelationDiscovery
-from scarce.flows.manifest import read_manifest
+from scarce.flows.manifest import read_run_keys
 from scarce.flows.model_checks import kind_of, run_params
 from scarce.flows.model_format import MODEL_JSON, open_model
 from scarce.tasks import relations as rel
@@ -62,7 +62,7 @@ class RelationsModel:
         self.centroids_ = tables["centroids"]
         self.clusters_ = tables["clusters"]
         params = run_params(RelationDiscovery, meta,
-                            lambda: read_manifest(Path(run_dir)).get("config") or {},
+                            lambda: read_run_keys(Path(run_dir))["config"] or {},
                             folder / MODEL_JSON)
         est = RelationDiscovery(**params)
         est.n_features_in_ = len(self.vocabulary_)

@@ -70,13 +70,13 @@ def load_model(run: str | os.PathLike[str] = "latest", flow: str | None = None) 
                 continue
         if not found:
             raise InputError(f"no finished run of {' or '.join(flows)} in {runs}", key="run")
-        run_dir = max(found, key=lambda d: (mf.read_manifest(d).get("finished", ""), d.name))
+        run_dir = max(found, key=lambda d: (mf.read_run_keys(d)["finished"] or "", d.name))
     else:
         path = Path(run)
         run_dir = path if (path / mf.MANIFEST).is_file() else runs / text
         if not (run_dir / mf.MANIFEST).is_file():
             raise InputError(f"no run {text!r} in {runs} (see `scarce runs`)", key="run")
-    recorded = mf.read_manifest(run_dir)["flow"]
+    recorded = mf.read_run_keys(run_dir)["flow"]
     if recorded not in LOADERS:
         raise InputError(f"run {run_dir.name} is a {recorded} run; models of "
                          f"{', '.join(sorted(LOADERS))} runs load into Python (the others "

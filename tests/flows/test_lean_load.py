@@ -8,9 +8,10 @@ one is covered) is a flow, the command line or the machinery of runs, and is for
 the packages of :data:`FORBIDDEN`.  Beyond those, :data:`NOT_NEEDED` says, for every training
 flow of the registry (a test checks that none is missing), which heavy packages and modules its
 model's load and predictions leave out, each with its reason: what the model needs is numpy,
-SciPy's sparse matrices, pyarrow to read its Parquet files, pydantic to check the run's
-manifest, and pandas, since every model's results are DataFrames; a flow's own needs beside
-those are said there (relations: scikit-learn's vectoriser and estimator base).  The runs of
+SciPy's sparse matrices, pyarrow to read its Parquet files, and pandas, since every model's
+results are DataFrames; a flow's own needs beside those are said there (relations:
+scikit-learn's vectoriser and estimator base; StRip: pydantic, which checks its model.json
+as a config).  The runs of
 every flow are made and checked in ``tests/flows/test_loaded_models.py``
 (:func:`loaded_in_a_fresh_process`); here, the model of every such flow committed in
 ``tests/data/models`` (:data:`SAVED_MODELS`), which needs no run.
@@ -45,6 +46,8 @@ FORBIDDEN = ("prefect", "prefect_dask", "dask", "distributed")
 _PLOTS = "the runs' plots"
 _STORE = "the store's folder machinery (and its writers): a model reads its own files"
 _CONFIGS = "the flows' configs (and their YAML): nothing of a config is read"
+_SCHEMA = ("the manifest schema's: finding the model reads four keys of the manifest "
+           "(flows.manifest.RUN_KEYS), checked without it")
 #: Per training flow (:data:`scarce.flows.registry.FLOWS` of kind ``train``): the packages and
 #: modules (a name and all below it) that loading its model and predicting leave out, and why.
 #: A LEML model is given feature rows here (a file in its format, a matrix): a table's texts
@@ -59,6 +62,7 @@ NOT_NEEDED: dict[str, dict[str, str]] = {
         "matplotlib": _PLOTS,
         "yaml": _CONFIGS,
         "scarce.flows.config": _CONFIGS,
+        "pydantic": _SCHEMA,
         "scarce.tasks.store.folder": _STORE,
         "scarce.tasks.steps": "the steps' machinery (keys, code digests, seals): a LEML model "
                               "calls no step",
@@ -71,6 +75,7 @@ NOT_NEEDED: dict[str, dict[str, str]] = {
         "matplotlib": _PLOTS,
         "yaml": _CONFIGS,
         "scarce.flows.config": _CONFIGS,
+        "pydantic": _SCHEMA,
         "scarce.tasks.store.folder": _STORE,
     },
     "strip": {
@@ -92,7 +97,7 @@ ALLOWED_FLOWS = {
     "scarce.flows.model_checks": "the checks of a model's parameters and arguments",
     "scarce.flows.model_format": "the model format: model.json, a run's model folder, input "
                                  "files",
-    "scarce.flows.manifest": "reads and checks the run's manifest",
+    "scarce.flows.manifest": "reads the keys of the run's manifest that find its model",
     "scarce.flows.config": "StRip's model.json checked as a config",
     "scarce.flows.environment": "the project's folders; the SCARCE_ROOT, SCARCE_RUNS and "
                                 "SCARCE_STORE variables",

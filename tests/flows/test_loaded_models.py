@@ -341,14 +341,14 @@ def test_bench_load_times_the_runs_model_in_fresh_processes_beside_its_peers(pro
     run = first_run(project, "leml")
     table = bench_load.run(argparse.Namespace(run_id=run, rows=20, repeats=1))
     assert table["command"].tolist() == [
-        "python", "numpy + scipy.sparse", "bare factors", "load_model + predict_top_k",
-        "import sklearn.base", "import prefect"]
+        "python", "numpy + scipy.sparse", "+ pandas + pyarrow.parquet", "bare factors",
+        "load_model + predict_top_k", "import sklearn.base", "import prefect"]
     by = table.set_index("command")
     assert by.loc["numpy + scipy.sparse", ["ratio_to_peer", "cpu_ratio_to_peer"]].tolist() == [
         1.0, 1.0]
     # what each child had imported when it ended: the model's path none of the heavy packages
-    assert by["heavy_imports"].tolist() == ["none", "none", "none", "none", "sklearn",
-                                            "prefect"]
+    assert by["heavy_imports"].tolist() == ["none", "none", "none", "none", "none", "sklearn",
+                                            "prefect, pydantic"]
     assert (table["min_seconds"] <= table["median_seconds"]).all()
     assert (table[["median_seconds", "median_cpu_seconds"]] > 0).all(axis=None)
     assert "RUN" in by.loc["load_model + predict_top_k", "code"]  # paths left out of the table

@@ -1,11 +1,12 @@
 """Every key of ``manifest.json`` that code reads has its type checked when the manifest is
-read (``flows.manifest.ManifestSchema``), whichever command reads it.
+read (``flows.manifest_schema.ManifestSchema``), whichever command reads it.
 
 The keys are enumerated from the schema itself (nested records and their keys included), so a
 key added to it is tested here; each is given a value of a wrong type in an otherwise complete
 manifest written by hand, and every command that reads manifests must stop with exit code 2
 and one ``error:`` line naming the manifest file and the key (``scarce runs`` without a run
-id lists the other runs and warns, naming the same).
+id lists the other runs and warns, naming the same).  ``scarce.load_model`` reads the keys of
+``RUN_KEYS`` alone (without the schema's pydantic), and stops on those in the same words.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from pydantic import BaseModel
 
 import scarce
 from scarce.flows.cli import main
-from scarce.flows.manifest import ManifestSchema, read_manifest
+from scarce.flows.manifest import RUN_KEYS, read_manifest, read_run_keys
+from scarce.flows.manifest_schema import ManifestSchema
 from scarce.tasks.errors import InputError
 
 RUN, OTHER = "leml-bad-20260101T100000-abcd", "leml-good-20260101T110000-abcd"
@@ -193,7 +195,10 @@ def test_a_key_of_the_wrong_type_is_one_error_naming_the_file_and_key(project, k
         assert "Traceback" not in err, command
     with pytest.raises(InputError) as exc:
         scarce.load_model(RUN)
-    assert named in str(exc.value) and exc.value.key == key
+    if key in RUN_KEYS:  # what finding the model reads
+        assert named in str(exc.value) and exc.value.key == key
+    else:  # a key it does not read: the run is found, and it has no model
+        assert "has no model" in str(exc.value), str(exc.value)
     # the table of runs lists the others and says which run it left out, and why
     code, out, err = _cli(["runs"])
     assert code == 0 and OTHER in out
@@ -203,3 +208,31 @@ def test_a_key_of_the_wrong_type_is_one_error_naming_the_file_and_key(project, k
         assert RUN in out and "malformed headline metrics" in warning
     else:
         assert RUN not in out and warning.endswith("left out")
+
+
+def test_the_keys_finding_a_model_reads_have_the_schemas_types(tmp_path):
+    """``read_run_keys`` (no pydantic) accepts and refuses each key of ``RUN_KEYS`` as the
+    schema does: each of the values below, in an otherwise complete manifest, is read by both
+    or refused by both, naming the key."""
+    folder = tmp_path / RUN
+    folder.mkdir()
+    values = [None, "x", "", 3, 2.5, True, [], ["x"], {}, {"name": "x"}]
+    assert set(RUN_KEYS) <= set(ManifestSchema.model_fields)
+    for key in RUN_KEYS:
+        for value in values:
+            m = {**_manifest(RUN), key: value}
+            (folder / "manifest.json").write_text(json.dumps(m))
+            answers = []
+            for read in (read_manifest, read_run_keys):
+                try:
+                    read(folder)
+                    answers.append("read")
+                except InputError as exc:
+                    assert exc.key == key, (key, value, str(exc))
+                    answers.append("refused")
+            assert answers[0] == answers[1], (key, value, answers)
+            if answers[0] == "read":
+                assert read_run_keys(folder)[key] == value
+    (folder / "manifest.json").write_text(json.dumps(
+        {k: v for k, v in _manifest(RUN).items() if k not in ("finished", "deployment")}))
+    assert read_run_keys(folder)["finished"] is None
