@@ -6,7 +6,11 @@ machines), Prefect offline with a temporary home, and each command's Prefect ser
 """
 
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -34,6 +38,37 @@ def prefect_server():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="session")
+def migrated_prefect_db(tmp_path_factory) -> Path:
+    """A Prefect database with every migration of the installed Prefect applied and nothing
+    in it, made once per test process (``prefect server database upgrade``).
+
+    A server started in a new Prefect home spends most of its start creating its database
+    (every migration, about 12 s of CPU on these machines); :func:`seeded_prefect_home` gives
+    a test that starts servers for another reason a home holding a copy.  The start in a home
+    that is truly new is tested as such (``tests/flows/test_server_lifetime.py``)."""
+    home = tmp_path_factory.mktemp("migrated-prefect-home")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_DATABASE_"))}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    prefect = Path(sys.executable).with_name("prefect")
+    subprocess.run([str(prefect), "server", "database", "upgrade", "-y"], env=env,
+                   check=True, capture_output=True, timeout=900)
+    return home / "prefect.db"
+
+
+@pytest.fixture(scope="session")
+def seeded_prefect_home(migrated_prefect_db):
+    """``seed(path)``: ``path`` made a Prefect home holding a copy of the migrated database
+    (:func:`migrated_prefect_db`); returns ``path``."""
+    def seed(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(migrated_prefect_db, path / "prefect.db")
+        return path
+
+    return seed
 
 
 def pytest_report_header(config):

@@ -46,7 +46,7 @@ def _task_runs(db: Path, flow_run_id: str) -> dict[str, str]:
     return dict(rows)
 
 
-def test_workers_report_to_the_commands_api_and_start_no_server(tmp_path):
+def test_workers_report_to_the_commands_api_and_start_no_server(tmp_path, seeded_prefect_home):
     import psutil
 
     with dask_cluster(tmp_path / "cluster") as cluster:
@@ -54,7 +54,7 @@ def test_workers_report_to_the_commands_api_and_start_no_server(tmp_path):
         seen = {name: 0 for name in cluster.workers}  # how much of each worker log was read
         # Two commands on the same workers, each with a temporary server of its own.
         for i, extra in enumerate(([], ["--refresh"])):
-            home = tmp_path / f"home{i}"
+            home = seeded_prefect_home(tmp_path / f"home{i}")
             child = _start_without_api(
                 project, ["run", "relations", "--dask-address", cluster.address,
                           "--set", "n_subsamples=2", *extra],  # 6 stability units are enough

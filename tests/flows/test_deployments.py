@@ -128,10 +128,10 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT, seconds: float = 180
 
 
 @pytest.fixture(scope="module", autouse=True)
-def server_process(tmp_path_factory):
+def server_process(tmp_path_factory, seeded_prefect_home):
     """``prefect server start`` in a subprocess, launched first so it boots during the
     tests that need no server; yields (process, API URL, log file)."""
-    home = tmp_path_factory.mktemp("prefect-home")
+    home = seeded_prefect_home(tmp_path_factory.mktemp("prefect-home"))
     port = _free_port()
     env = _clean_env(
         PREFECT_HOME=str(home),
@@ -613,10 +613,11 @@ def test_served_deployment_run_completes_with_outputs_manifest_and_tags(
     )
 
 
-def test_ui_on_another_port_points_the_ui_at_that_port(tmp_path):
+def test_ui_on_another_port_points_the_ui_at_that_port(tmp_path, seeded_prefect_home):
     """`scarce ui --port P`: the page served on P must ask the API on P, not on 4200."""
     port = _free_port()
-    env = _clean_env(PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_LOGGING_LEVEL="WARNING")
+    env = _clean_env(PREFECT_HOME=str(seeded_prefect_home(tmp_path / "home")),
+                     PREFECT_SERVER_LOGGING_LEVEL="WARNING")
     log = tmp_path / "ui.log"
     with open(log, "wb") as out:
         cmd = [sys.executable, "-m", "scarce.flows.cli", "ui", "--port", str(port)]

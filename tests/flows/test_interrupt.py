@@ -190,9 +190,9 @@ def own_server_env(project: Path, home: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory) -> Path:
-    """One Prefect home for the module's temporary servers (its database made once)."""
-    return tmp_path_factory.mktemp("prefect-home")
+def prefect_home(tmp_path_factory, seeded_prefect_home) -> Path:
+    """One Prefect home for the module's temporary servers, its database migrated already."""
+    return seeded_prefect_home(tmp_path_factory.mktemp("prefect-home"))
 
 
 @pytest.mark.usefixtures("prefect_server")  # slow: Prefect servers and whole commands

@@ -103,7 +103,7 @@ def test_without_a_record_a_command_runs_in_its_own_process(tmp_path, monkeypatc
 
 # -- the script as a user runs it ---------------------------------------------------------------
 @pytest.fixture(scope="module")
-def place(tmp_path_factory):
+def place(tmp_path_factory, seeded_prefect_home):
     """A project with the committed LEML model, a Prefect home of its own and the environment
     of its commands (the shared server); the server and the preloaded process are stopped
     when the module ends."""
@@ -112,7 +112,7 @@ def place(tmp_path_factory):
     root = tmp_path_factory.mktemp("preload")
     shutil.copytree(SAVED, root / "data" / "runs" / MODEL)
     shutil.copy(REPO / "data" / "examples" / "leml" / "bibtex.new.csv", root / "new.csv")
-    home = root / "prefect-home"
+    home = seeded_prefect_home(root / "prefect-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "SCARCE_"))}
     env.update(SCARCE_ROOT=str(root), PREFECT_HOME=str(home), SCARCE_SERVER="shared",
                PREFECT_SERVER_ANALYTICS_ENABLED="false")

@@ -120,16 +120,18 @@ def _answers(port: int) -> bool:
 
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
-def test_ui_stops_its_server_and_frees_the_port(tmp_path, how):
+def test_ui_stops_its_server_and_frees_the_port(tmp_path, how, seeded_prefect_home):
     """Ctrl-C (SIGINT to the process group) exits 130 and SIGTERM 143, each after stopping the
-    server; SIGKILL of the command leaves no server holding the port either."""
+    server; SIGKILL of the command leaves no server holding the port either (its home's
+    database migrated already: the server's stop is what is tested)."""
     from tests.flows.test_interrupt import alive, descendants
 
     port = _free_port()
     log = tmp_path / "ui.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "scarce.flows.cli", "ui", "--port",
-                                 str(port)], cwd=REPO, env=_ui_env(tmp_path / "home"),
+                                 str(port)], cwd=REPO,
+                                env=_ui_env(seeded_prefect_home(tmp_path / "home")),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait(lambda: _answers(port), 300, "the UI's server")

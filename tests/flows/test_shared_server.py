@@ -128,10 +128,11 @@ def _listening(url: str) -> bool:
 
 
 @pytest.fixture
-def home(tmp_path):
-    """A Prefect home of the case's own; whatever server it left is stopped, and none may
-    be left running."""
-    path = tmp_path / "prefect-home"
+def home(tmp_path, seeded_prefect_home):
+    """A Prefect home of the case's own (its database migrated already: the server's start is
+    not what is tested here); whatever server it left is stopped, and none may be left
+    running."""
+    path = seeded_prefect_home(tmp_path / "prefect-home")
     holders: list[Holder] = []
     yield path, holders
     for h in holders:
