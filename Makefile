@@ -6,6 +6,10 @@ export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
+# Compiled bytecode kept (in the __pycache__ folders git ignores): the tests start hundreds of
+# Python processes, and an environment with PYTHONDONTWRITEBYTECODE set had each of them compile
+# the project's modules again, and each test process rewrite every test module's asserts again.
+unexport PYTHONDONTWRITEBYTECODE
 # Test processes (pytest-xdist). Whole files go to one process (--dist loadfile): a module's
 # project fixture and its tests' order stay together; each process has its own Prefect home
 # and temporary server. Much of the slow tier waits on servers and child processes, so two

@@ -85,13 +85,15 @@ def _peak_of_terms(n, n_labels=400, k=8):
 
 
 def test_fully_observed_terms_hold_no_n_by_l_array():
-    small, *_ = _peak_of_terms(20_000)
-    peak, data, A, H, Y, got = _peak_of_terms(80_000)
-    assert data.entries is None  # the labels were never made dense whole
+    small, data, A, H, Y, got = _peak_of_terms(20_000)
+    peak, large, *_ = _peak_of_terms(80_000)
+    assert data.entries is None and large.entries is None  # labels never made dense whole
     # four times the rows: only the n x k result grows (4 x 60,000 x 8 bytes more), not
     # the batches; one n x L float32 array would be 128 MB
     assert peak < small + 60_000 * 8 * 4 + (1 << 20)
     assert peak < 80_000 * 400 * 4 / 4
+    # the terms themselves, against the dense reference (the smaller data: batches of the
+    # same size, the reference's dense n x L arrays a quarter of the larger's)
     Yd = Y.toarray()
     want = reference(Yd, None, A.astype(np.float64), H.astype(np.float64), "logistic")
     np.testing.assert_allclose(got.rows, want[0], rtol=2e-4, atol=2e-4)
