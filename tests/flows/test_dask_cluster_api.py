@@ -23,12 +23,11 @@ FINISHED = re.compile(r"Task run '(.+?)' - Finished in state Completed\(\)")
 # -- item 4: the workers report to the command's Prefect API ---------------------------------
 def _start_without_api(project: Path, args: list[str], log: Path, home: Path) -> procs.Child:
     """``scarce ARGS`` without ``PREFECT_API_URL``: the command starts its own temporary
-    server, whose database is ``home/prefect.db``."""
+    server, whose database is ``home/prefect.db`` (``home``: a Prefect home, made)."""
     env = procs.child_env(project, PREFECT_HOME=str(home),
                           PREFECT_SERVER_DATABASE_CONNECTION_URL=(
                               f"sqlite+aiosqlite:///{home / 'prefect.db'}"))
     env.pop("PREFECT_API_URL")
-    home.mkdir()
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "scarce.flows.cli", *args], cwd=project,
                                 env=env, stdout=fh, stderr=subprocess.STDOUT,
