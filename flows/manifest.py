@@ -237,7 +237,7 @@ def read_run_keys(run_dir: Path) -> dict[str, Any]:
     _check_mapping(data, path)
     for key, types in RUN_KEYS.items():
         value = data.get(key)
-        if not isinstance(value, types) or isinstance(value, bool):
+        if not isinstance(value, types):
             want = " or ".join("null" if t is type(None) else
                                {"str": "a string", "dict": "a mapping"}[t.__name__]
                                for t in types)
