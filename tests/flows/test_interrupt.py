@@ -1,18 +1,21 @@
 """Ctrl-C and SIGTERM end every command that runs flows, promptly and cleanly, and the same
 command then completes from the store.
 
-Each command of the class (``scarce run`` of every training flow, ``apply``, ``rerun``,
-``run experiment``) runs as a child process in a session of its own, with its own temporary
-Prefect server (no ``PREFECT_API_URL``), as from a terminal.  One of its steps is held (it
-never ends by itself: the stand-in of a long step, or of an experiment's child run, that no
-signal interrupts) once another step has finished; then Ctrl-C (SIGINT to the command's
-process group, as a terminal sends it) or SIGTERM (to the command).  Expected: exit 130 or
-143 with ``interrupted`` / ``terminated`` as the last line, no process the command started
-left alive (its server included), every store entry whole (its checksum) and no temporary
-file, no run folder; then the same command line, run again, completes, taking every step
-that had finished from the store.  The resumed command reports to this session's server (the
-interrupted one's own server is what is under test), and the time each interrupted command
-took to exit is printed (the measurements are in the journal; no test depends on them).
+Each command of the class (``scarce run`` of every training flow, ``apply``, ``rerun``, ``run
+experiment``) runs as a child process in a session of its own, without ``PREFECT_API_URL``, as
+from a terminal, once with each signal: once with a temporary Prefect server of its own
+(``SCARCE_SERVER=temporary``, as CI runs commands), once with the shared server (a user's
+default) that an earlier command started (:data:`MATRIX`). One of its steps is held (it never
+ends by itself: the stand-in of a long step, or of an experiment's child run, that no signal
+interrupts) once another step has finished; then Ctrl-C (SIGINT to the command's process group,
+as a terminal sends it) or SIGTERM (to the command). Expected: exit 130 or 143 with
+``interrupted`` / ``terminated`` as the last line, no process the command started left alive
+(its temporary server included), the shared server still serving with the command's lease on it
+let go, every store entry whole (its checksum) and no temporary file, no run folder; then the
+same command line, run again, completes, taking every step that had finished from the store.
+The resumed command reports to this session's server (the interrupted one's server is what is
+under test), and the time each interrupted command took to exit is printed (the measurements
+are in the journal; no test depends on them).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scarce.flows import shared_server
 from scarce.flows.cli import FLOW_COMMANDS
 from scarce.flows.registry import FLOWS
+from scarce.flows.shared_server import Place
 from scarce.tasks.store import Store
 from tests.flows import procs
 from tests.flows.helpers import strip_project
@@ -86,10 +91,23 @@ def quick_project(root: Path, flow: str) -> Path:
 CASES = [*(f"run {flow}" for flow in TRAIN_FLOWS), "apply", "rerun", "run experiment"]
 
 
+SIGNALS = ("SIGINT", "SIGTERM")
+#: (case, signal, server): every command with both signals and both kinds of server, each
+#: signal with each kind of server for half of the commands.
+MATRIX = [(case, how, ("temporary", "shared")[(i + j) % 2])
+          for i, case in enumerate(CASES) for j, how in enumerate(SIGNALS)]
+
+
 def test_the_cases_cover_every_flow_command():
     assert {case.split()[0] for case in CASES} == set(FLOW_COMMANDS)
     assert {case.split()[1] for case in CASES if case.startswith("run ")} == {
         *TRAIN_FLOWS, "experiment"}
+    for case in CASES:  # both signals, both servers
+        assert {(how, server) for c, how, server in MATRIX if c == case} in (
+            {("SIGINT", "temporary"), ("SIGTERM", "shared")},
+            {("SIGINT", "shared"), ("SIGTERM", "temporary")})
+    assert {(how, server) for _, how, server in MATRIX} == {
+        (how, server) for how in SIGNALS for server in ("temporary", "shared")}
 
 
 def case_project(case: str, root: Path, tmp_path_factory) -> tuple[Path, list[str]]:
@@ -181,11 +199,12 @@ def unfinished_runs(home: Path) -> list[tuple[str, str, str]]:
         db.close()
 
 
-def own_server_env(project: Path, home: Path, **extra: str) -> dict[str, str]:
-    """The environment of a command that starts its own temporary Prefect server."""
+def terminal_env(project: Path, home: Path, server: str, **extra: str) -> dict[str, str]:
+    """The environment of a command run from a terminal (no ``PREFECT_API_URL``) whose server
+    is ``server`` (``SCARCE_SERVER``) of the Prefect home ``home``."""
     env = procs.child_env(project, **extra)
     env.pop("PREFECT_API_URL")
-    env["PREFECT_HOME"] = str(home)
+    env.update(PREFECT_HOME=str(home), SCARCE_SERVER=server)
     return env
 
 
@@ -195,11 +214,28 @@ def prefect_home(tmp_path_factory, seeded_prefect_home) -> Path:
     return seeded_prefect_home(tmp_path_factory.mktemp("prefect-home"))
 
 
+@pytest.fixture(scope="module")
+def shared_home(tmp_path_factory, seeded_prefect_home):
+    """A Prefect home whose shared server is running, started by an earlier command (one
+    that only takes the API), as a user's first command starts it; stopped at the end."""
+    home = seeded_prefect_home(tmp_path_factory.mktemp("shared-home"))
+    env = terminal_env(tmp_path_factory.mktemp("first-command"), home, "shared",
+                       SCARCE_SERVER_IDLE_MINUTES="600")
+    first = subprocess.run(
+        [sys.executable, "-c", "from scarce.flows.runners import prefect_api\n"
+         "with prefect_api() as url:\n    print(url)"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    yield home
+    shared_server.stop(home, force=True)
+
+
 @pytest.mark.usefixtures("prefect_server")  # slow: Prefect servers and whole commands
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("case", CASES, ids=[c.replace(" ", "-") for c in CASES])
+@pytest.mark.parametrize(("case", "how", "server"), MATRIX,
+                         ids=["-".join((c.replace(" ", "-"), h, s)) for c, h, s in MATRIX])
 def test_an_interrupted_command_exits_at_once_and_resumes_from_the_store(
-        case, how, tmp_path_factory, prefect_home):
+        case, how, server, tmp_path_factory, request):
+    home = request.getfixturevalue("prefect_home" if server == "temporary" else "shared_home")
     root = tmp_path_factory.mktemp(case.replace(" ", "-") + "-" + how.lower())
     project, args = case_project(case, root / "project", tmp_path_factory)
     store_root = project / "data" / "cache"
@@ -211,8 +247,8 @@ def test_an_interrupted_command_exits_at_once_and_resumes_from_the_store(
         proc = subprocess.Popen(
             [sys.executable, "-c", HOLDING, *args], cwd=project, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True,
-            env=own_server_env(project, prefect_home, SCARCE_TEST_HOLD_AFTER="1",
-                               SCARCE_TEST_HELD=str(held)))
+            env=terminal_env(project, home, server, SCARCE_TEST_HOLD_AFTER="1",
+                             SCARCE_TEST_HELD=str(held)))
     child = procs.Child(proc, log)
     procs._children.append(child)
     # a step held, and one finished with its Prefect record (written after the step returns;
@@ -221,7 +257,8 @@ def test_an_interrupted_command_exits_at_once_and_resumes_from_the_store(
         args[0] == "rerun" or bool(committed(store_root) - before)), timeout=600)
     assert reached, f"the command ended before a step was held:\n{child.output()[-3000:]}"
     started = descendants(proc.pid)
-    assert started, "the command started no process (its Prefect server?)"
+    if server == "temporary":
+        assert started, "the command started no process (its Prefect server?)"
     at_signal = time.monotonic()
     if how == "SIGINT":
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -241,10 +278,16 @@ def test_an_interrupted_command_exits_at_once_and_resumes_from_the_store(
     print(f"\n{case}: exit {code} {seconds:.1f} s after {how}; its {len(started)} processes "
           f"gone {gone:.1f} s later")
 
+    if server == "shared":  # the server serves on, the command's lease on it let go
+        record, answers, users = shared_server.status(home)
+        assert record is not None and answers, "the shared server stopped with the command"
+        assert not list(Place(home).leases.glob(f"*.{proc.pid}.*")), "its lease is left"
+        assert proc.pid not in users
+
     # the flow runs the command started are all final in its server's database (read from the
-    # file: its server is gone), an experiment's child left running marked crashed (task runs
-    # are recorded from events, a moment late: one started just before may be missed)
-    assert [run for run in unfinished_runs(prefect_home) if run[0] == "flow_run"] == []
+    # file), an experiment's child left running marked crashed (task runs are recorded from
+    # events, a moment late: one started just before may be missed)
+    assert [run for run in unfinished_runs(home) if run[0] == "flow_run"] == []
 
     store = Store(store_root)
     assert all(store.verify(ref) for ref in store.refs())
