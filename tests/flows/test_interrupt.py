@@ -92,9 +92,11 @@ CASES = [*(f"run {flow}" for flow in TRAIN_FLOWS), "apply", "rerun", "run experi
 
 
 SIGNALS = ("SIGINT", "SIGTERM")
+#: The kinds of server a command may use (``SCARCE_SERVER``).
+SERVERS = ("temporary", "shared")
 #: (case, signal, server): every command with both signals and both kinds of server, each
 #: signal with each kind of server for half of the commands.
-MATRIX = [(case, how, ("temporary", "shared")[(i + j) % 2])
+MATRIX = [(case, how, SERVERS[(i + j) % 2])
           for i, case in enumerate(CASES) for j, how in enumerate(SIGNALS)]
 
 
@@ -107,7 +109,7 @@ def test_the_cases_cover_every_flow_command():
             {("SIGINT", "temporary"), ("SIGTERM", "shared")},
             {("SIGINT", "shared"), ("SIGTERM", "temporary")})
     assert {(how, server) for _, how, server in MATRIX} == {
-        (how, server) for how in SIGNALS for server in ("temporary", "shared")}
+        (how, server) for how in SIGNALS for server in SERVERS}
 
 
 def case_project(case: str, root: Path, tmp_path_factory) -> tuple[Path, list[str]]:
