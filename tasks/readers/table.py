@@ -519,6 +519,10 @@ def _value_of(value) -> float:
     raise ValueError(f"the value must be a number, got {type(value).__name__}")
 
 
+#: A token holding two colons: not an ``index:value`` pair.
+_TWO_COLONS = re.compile(r":[^\s:]*:")
+
+
 def _pair_strings(cells: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The CSR arrays of a column whose every cell is ``index:value`` text, parsed by NumPy
     over the whole column at once (a cell by cell parse in Python costs a microsecond a
@@ -534,7 +538,8 @@ def _pair_strings(cells: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
         return None
     counts = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=len(texts))
     colons = np.fromiter((t.count(":") for t in texts), dtype=np.int64, count=len(texts))
-    if not np.array_equal(counts, colons):
+    # one colon per token: as many colons as tokens, and no token with two ("1:0:0 0")
+    if not np.array_equal(counts, colons) or _TWO_COLONS.search(joined):
         return None
     try:
         numbers = np.array(joined.replace(":", " ").split(), dtype=np.float64)

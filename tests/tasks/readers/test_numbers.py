@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from scarce.tasks.errors import InputError
@@ -205,6 +205,7 @@ def test_the_xmc_fast_path_agrees_with_the_exact_one(labels, feats, tmp_path_fac
 
 @settings(max_examples=300, deadline=None)
 @given(feats=st.lists(_TOKEN, max_size=4))
+@example(feats=["1:0:0", "0"])  # as many colons as tokens, two in one token
 def test_the_table_fast_path_agrees_with_the_exact_one(feats, tmp_path_factory):
     cell = " ".join(feats)
     fast = _pair_strings([cell])
