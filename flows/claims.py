@@ -95,7 +95,7 @@ def _subset_search(child_dir: Path) -> dict:
     the criterion on every word over the criterion on the smallest feasible prefix
     (``growth``).  Empty when
     the child's manifest does not name those entries (nothing to read)."""
-    from scarce.flows.runtime import default_store_root
+    from scarce.flows.environment import default_store_root
     from scarce.tasks.store import Store
     from scarce.tasks.store.encoding import CorruptEntry
 

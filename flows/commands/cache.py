@@ -30,7 +30,7 @@ def referenced_refs(runs: Path) -> set[str]:
 
 
 def _store() -> Any:
-    from scarce.flows.runtime import default_store_root
+    from scarce.flows.environment import default_store_root
     from scarce.tasks.errors import InputError
     from scarce.tasks.store import Store
 
@@ -78,7 +78,7 @@ def gc(args: argparse.Namespace) -> int:
     """``scarce cache gc``: drop the entries no manifest names and no running run uses, and the
     half-written run folders of dead processes; say what was (or would be) freed."""
     from scarce.flows import manifest as mf
-    from scarce.flows.runtime import default_runs_root
+    from scarce.flows.environment import default_runs_root
 
     store = _store()
     runs = default_runs_root()

@@ -17,7 +17,7 @@ def claims(args: argparse.Namespace) -> int:
     from scarce.flows.claims import claims as check_claims
     from scarce.flows.claims import claims_markdown, read_experiments
     from scarce.flows.config import SAFE_NAME
-    from scarce.flows.runtime import default_runs_root
+    from scarce.flows.environment import default_runs_root
     from scarce.tasks.errors import InputError
 
     for run_id in args.run_ids:

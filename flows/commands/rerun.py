@@ -121,8 +121,8 @@ def diff(args: argparse.Namespace) -> int:
     """``scarce diff RUN_A RUN_B``: ``identical`` (exit 0), or why and what differs (exit 1)."""
     from scarce.flows import manifest as mf
     from scarce.flows.config import SAFE_NAME
+    from scarce.flows.environment import default_runs_root
     from scarce.flows.run_diff import causes
-    from scarce.flows.runtime import default_runs_root
     from scarce.tasks.errors import InputError
 
     runs = default_runs_root()

@@ -94,8 +94,8 @@ def _experiment_config(args: argparse.Namespace) -> Any:
 
 
 def _dry_run(config: Any) -> int:
+    from scarce.flows.environment import default_runs_root, default_store_root
     from scarce.flows.experiment import plan
-    from scarce.flows.runtime import default_runs_root, default_store_root
     from scarce.tasks.store import Store
 
     table = plan(config, default_runs_root(), Store(default_store_root()).root)

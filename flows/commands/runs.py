@@ -19,9 +19,9 @@ def runs(args: argparse.Namespace) -> int:
     """``scarce runs [RUN_ID] [--flow FLOW] [--tag TAG] [--where KEY=VALUE] [--columns C,...]
     [--all-columns] [--format table|csv|md|parquet] [--output PATH]``."""
     from scarce.flows.config import SAFE_NAME
+    from scarce.flows.environment import default_runs_root
     from scarce.flows.manifest import describe_run
     from scarce.flows.runs_table import runs_table
-    from scarce.flows.runtime import default_runs_root
     from scarce.tasks.errors import InputError
 
     root = default_runs_root()  # --flow is one of the registry's flows (its parser's choices)
