@@ -8,6 +8,7 @@ there are :func:`made_runs`' (or, for one ``scarce`` command that must succeed,
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,17 @@ def project_flows(kind: str) -> list[str]:
 
     return sorted(name for name, spec in FLOWS.items()
                   if spec.kind == kind and spec.target.startswith("scarce.flows."))
+
+
+def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+                    ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """``(command words, parser)`` of ``parser`` and of every subcommand's parser below it
+    (``()``, ``("runs",)``, ``("cache", "gc")``, ...)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from command_parsers(sub, (*path, name))
 
 
 def runs(project):

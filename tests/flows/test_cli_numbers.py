@@ -16,23 +16,15 @@ from scarce.bench import BENCHMARKS
 from scarce.flows.cli import build_parser
 from scarce.flows.commands.bench import benchmark_parser
 from scarce.flows.commands.types import PORT, Number, NumberList, config_number, integer, number
-from tests.flows.helpers import usage_error
+from tests.flows.helpers import command_parsers, usage_error
 
 PROBES = ("0", "1", "-1", "0.5", "1,2", "1x2", "3")
-
-
-def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _parsers(sub, (*path, name))
 
 
 def options() -> list[tuple[tuple[str, ...], argparse.Action]]:
     """(command words, action) of every option with a type, in ``scarce`` and every
     benchmark's own parser."""
-    found = [(path, a) for path, p in _parsers(build_parser()) for a in p._actions
+    found = [(path, a) for path, p in command_parsers(build_parser()) for a in p._actions
              if a.option_strings and a.type is not None]
     for name in BENCHMARKS:
         _, parser = benchmark_parser(name)

@@ -14,6 +14,7 @@ from scarce.flows.cli import build_parser, main
 from scarce.flows.commands.bench import benchmark_parser
 from scarce.flows.registry import FLOWS
 from scarce.tasks.errors import InputError
+from tests.flows.helpers import command_parsers
 
 MONTH = ("(?:January|February|March|April|May|June|July|August|September|October|November|"
          "December)")
@@ -28,15 +29,6 @@ def empty_project(tmp_path, monkeypatch):
     monkeypatch.setenv("SCARCE_ROOT", str(tmp_path))
     monkeypatch.delenv("SCARCE_RUNS", raising=False)
     monkeypatch.delenv("SCARCE_STORE", raising=False)
-
-
-def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """``(command words, parser)`` of the parser and every subparser below it."""
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _parsers(sub, (*path, name))
 
 
 def test_the_history_pattern_finds_dates_and_issue_numbers_only():
@@ -137,7 +129,7 @@ def test_a_benchmark_description_is_its_module_docstrings_first_line():
 
 
 def test_every_argument_has_help_and_no_help_holds_a_date_or_an_issue_number():
-    for path, parser in _parsers(build_parser()):
+    for path, parser in command_parsers(build_parser()):
         for action in parser._actions:
             if not isinstance(action, argparse._SubParsersAction):
                 assert action.help, (path, action.dest)

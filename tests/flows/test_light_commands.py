@@ -27,7 +27,7 @@ import pytest
 
 from scarce.flows.cli import build_parser
 from scarce.tasks.store import Store
-from tests.flows.helpers import CHECK_WRAPPER
+from tests.flows.helpers import CHECK_WRAPPER, command_parsers
 from tests.flows.test_claims import _experiment_folder
 from tests.flows.test_lean_load import SAVED_MODELS
 
@@ -64,17 +64,9 @@ NEEDS_PREFECT = {
 }
 
 
-def commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
-    """Every command of ``parser``: its subcommands, and theirs where they have some."""
-    out = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                out += commands(sub, f"{prefix}{name} ") or [f"{prefix}{name}"]
-    return out
-
-
-ALL = commands(build_parser())
+#: Every command of the command line, a subcommand's words joined ("cache gc").
+ALL = [" ".join(path) for path, parser in command_parsers(build_parser()) if path and not any(
+    isinstance(a, argparse._SubParsersAction) for a in parser._actions)]
 
 
 def command_of(line: str) -> str:

@@ -20,6 +20,7 @@ from scarce.bench import BENCHMARKS
 from scarce.flows.cli import build_parser, main
 from scarce.flows.commands.bench import benchmark_parser
 from scarce.flows.registry import FLOWS
+from tests.flows.helpers import command_parsers
 
 #: A retired spelling -> the one every command uses for its idea.
 RETIRED = {"--use-cache": "--no-refresh", "--file": "--config", "--config-file": "--config",
@@ -36,17 +37,9 @@ IDEAS = {
 }
 
 
-def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _parsers(sub, (*path, name))
-
-
 def parsers() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """Every parser of the command line, a benchmark's own included."""
-    out = list(_parsers(build_parser()))
+    out = list(command_parsers(build_parser()))
     for name in BENCHMARKS:
         out.append((("bench", name), benchmark_parser(name)[1]))
     return out
