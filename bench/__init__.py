@@ -16,6 +16,7 @@ description in ``scarce bench --help`` is the first line of its module's docstri
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -41,9 +42,12 @@ class Benchmark:
         return importlib.import_module(self.module)
 
 
+@functools.cache
 def docstring_summary(module: str) -> str:
     """The first paragraph of ``module``'s docstring as one line, read without importing the
-    module (its first tokens only)."""
+    module (its first tokens only).  Read once per process: every command line built asks for
+    each benchmark's summary twice, and finding and tokenizing the eleven modules was most of
+    the time of building it."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         raise ValueError(f"no module {module!r}")

@@ -18,6 +18,7 @@ digits, ``.``, ``_`` and ``-``.  Every source of randomness derives from the one
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import re
 import typing
@@ -521,7 +522,17 @@ def _children(node: Any) -> list[tuple[str, Any]]:
 
 
 def safe_load(text: str) -> Any:
-    """``yaml.safe_load`` of one document, through :class:`ConfigLoader`."""
+    """``yaml.safe_load`` of one document, through :class:`ConfigLoader`; a copy of its own
+    for each caller."""
+    return copy.deepcopy(_parsed_yaml(text))
+
+
+# PyYAML's composer and the checks above are pure Python (a packaged config took about 10 ms
+# to read, its copy a tenth of that), and one process reads one config many times: an
+# experiment's base config for each of its runs, a deployments file's configs.  A document that
+# fails is not kept: it raises again each time.
+@functools.lru_cache(maxsize=64)
+def _parsed_yaml(text: str) -> Any:
     loader = ConfigLoader(text)
     try:
         return loader.get_single_data()
