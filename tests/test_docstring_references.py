@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sources import nodes
+
 REPO = Path(__file__).resolve().parents[1]
 #: The folders installed under the import name ``scarce`` (setup.py's package-dir).
 PACKAGES = ("algorithms", "tasks", "flows", "bench", "configs")
@@ -121,8 +123,7 @@ def old_runs(text: str) -> list[str]:
 def code_strings(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every string literal of a Python file that could be code (it says
     ``import``)."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
-    return [(node.lineno, node.value) for node in ast.walk(tree)
+    return [(node.lineno, node.value) for node in nodes(path)
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and ("import" in node.value or "-m " in node.value)]
 

@@ -21,6 +21,7 @@ from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import atomic_open, atomic_write_bytes, atomic_write_parquet
 from scarce.tasks.store.encoding import encode
 from tests.flows.helpers import package_sources, scan_finds
+from tests.sources import nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("algorithms", "tasks", "flows", "bench")
@@ -204,7 +205,7 @@ def _violations(path: Path) -> list[str]:
     """Calls in ``path`` that give a file a mode other than the umask's: the temporary-file
     helpers that create 0600, a chmod, an ``os.open`` creating with a mode other than 0o666."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes(path):
         if not isinstance(node, ast.Call):
             continue
         func = node.func

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from scarce.tasks.code_digest import PROJECT_ROOT, imported_modules
+from tests.sources import nodes
 
 PACKAGES = ("algorithms", "tasks", "flows", "bench")
 # What each layer may import from the project (its own package and those listed).
@@ -137,8 +138,7 @@ def test_no_module_imports_a_bare_top_level_name():
     assert len(files) > 100
     bad = []
     for path in files:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        for node in ast.walk(tree):
+        for node in nodes(path):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -170,7 +170,7 @@ def test_every_parse_of_python_source_takes_the_one_lock():
         for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
             if path.name == "pyast.py" and path.parent.name == "algorithms":
                 continue
-            for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            for node in nodes(path):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr == "parse" and isinstance(node.func.value, ast.Name)
                         and node.func.value.id == "ast"):

@@ -20,6 +20,7 @@ import tests.flows.sample_flow  # noqa: F401  (registers the 'digits' flow)
 from scarce.flows.cli import main
 from scarce.tasks.store import Store
 from tests.flows.helpers import digits_project
+from tests.sources import nodes, parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("scarce", "algorithms", "tasks", "flows", "bench")
@@ -89,13 +90,11 @@ def _unsafe_yaml(tree: ast.AST, where) -> list[str]:
 
 
 def _violations(path: Path, root: Path = ROOT) -> list[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-
     def where(node) -> str:
         return f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
 
     out = []
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             out += [f"{where(node)} import {a.name}" for a in node.names
                     if a.name.split(".")[0] in UNSAFE_MODULES]
@@ -110,7 +109,7 @@ def _violations(path: Path, root: Path = ROOT) -> list[str]:
                 if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant)
                                               and kw.value.value is False):
                     out.append(f"{where(node)} shell=")
-    out += _unsafe_yaml(tree, where)
+    out += _unsafe_yaml(parsed(path), where)
     return sorted(out, key=lambda v: int(v.split(" ", 1)[0].rsplit(":", 1)[1]))
 
 

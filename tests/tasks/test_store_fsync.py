@@ -29,6 +29,7 @@ from scarce.tasks.store import Store
 from scarce.tasks.store.atomic import TEMP_NAME
 from scarce.tasks.store.seals import seal_path
 from tests.flows.helpers import package_sources, scan_finds
+from tests.sources import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "0123456789abcdef" * 2
@@ -520,8 +521,8 @@ def _passes_syncs(call: ast.Call, name: str) -> bool:
 
 
 def _ungrouped_in_loops(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [f"{path.name}:{call.lineno}: {name}" for call, name, looped in _calls_in_loops(tree)
+    return [f"{path.name}:{call.lineno}: {name}"
+            for call, name, looped in _calls_in_loops(parsed(path))
             if looped and not _passes_syncs(call, name)]
 
 
