@@ -9,9 +9,9 @@ table cell written as a Python literal): every parse of the project goes through
 
 The cyclic garbage collector is paused while a file parses: the parser allocates a node per
 token or so, and the collections those allocations set off each traverse the whole heap of the
-process (Prefect, pandas and scikit-learn, once imported), which took three times as long as
-the parse itself when a step's code digest read the project's sources.  A syntax tree holds no
-reference cycles (no node refers to its parent), so reference counting frees it.
+process (Prefect, pandas and scikit-learn, once imported): longer than the parse itself when a
+step's code digest read the project's sources.  A syntax tree holds no reference cycles (no
+node refers to its parent), so reference counting frees it.
 """
 
 from __future__ import annotations

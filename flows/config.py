@@ -527,9 +527,9 @@ def safe_load(text: str) -> Any:
     return copy.deepcopy(_parsed_yaml(text))
 
 
-# PyYAML's composer and the checks above are pure Python (a packaged config took about 10 ms
-# to read, its copy a tenth of that), and one process reads one config many times: an
-# experiment's base config for each of its runs, a deployments file's configs.  A document that
+# PyYAML's composer and the checks above are pure Python (reading a config costs many times
+# copying what it holds), and one process reads one config many times: an experiment's base
+# config for each of its runs, a deployments file's configs.  A document that
 # fails is not kept: it raises again each time.
 @functools.lru_cache(maxsize=64)
 def _parsed_yaml(text: str) -> Any:
