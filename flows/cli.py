@@ -60,7 +60,7 @@ from scarce.flows.commands.console import (
     stdout_to_devnull,
 )
 from scarce.flows.outputs import Output, add_output, check_command
-from scarce.flows.runners import SIGNALS
+from scarce.flows.runners import SIGNALS, pause_collector
 
 __all__ = ["Terminated", "build_parser", "entrypoint", "main", "referenced_refs"]
 
@@ -447,9 +447,11 @@ def main(argv: list[str] | None = None) -> int:
 def entrypoint(argv: list[str] | None = None) -> None:
     """The console script ``scarce``: :func:`main`, then exit with its code."""
     argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in FLOW_COMMANDS:
+        pause_collector()  # until its flows are about to run (runners.prefect_api)
     code = main(argv)
-    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) or next(
-            (a for a in argv if not a.startswith("-")), None) == "serve":
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) or command == "serve":
         _exit_without_teardown(code)
     sys.exit(code)
 

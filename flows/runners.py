@@ -18,6 +18,7 @@ Prefect or Dask costs seconds, and this module is imported by every command).
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import logging
 import os
@@ -208,6 +209,37 @@ def _write_stderr(line: str) -> None:
         pass
 
 
+# -- the garbage collector of a command's process ---------------------------------------------
+_collector_paused = False
+
+
+def pause_collector() -> None:
+    """Pause the cyclic garbage collector while a command that runs flows imports: called by
+    the console script (:func:`scarce.flows.cli.entrypoint`), never by ``main`` called from
+    Python.
+
+    Importing Prefect, pandas, scikit-learn and the flows makes objects that live as long as
+    the process; the collections their allocations set off (each older generation traversing
+    a heap that only grows) found next to nothing to free and were a sizeable part of a fresh
+    command's start.  :func:`settle_collector` turns it on again."""
+    global _collector_paused
+    if gc.isenabled():
+        gc.disable()
+        _collector_paused = True
+
+
+def settle_collector() -> None:
+    """After :func:`pause_collector`, once the command's imports are made (its Prefect API
+    chosen, its flows about to run): what exists now is moved out of the collector's reach
+    (:func:`gc.freeze`: it lives as long as the process) and the collector is on again for
+    the flows' own work.  Nothing when it was not paused."""
+    global _collector_paused
+    if _collector_paused:
+        _collector_paused = False
+        gc.freeze()
+        gc.enable()
+
+
 @contextmanager
 def prefect_api() -> Iterator[str | None]:
     """The Prefect API of one command, the one place where it is chosen:
@@ -232,6 +264,7 @@ def prefect_api() -> Iterator[str | None]:
         return _temporary_server()
 
     with local_server_api(local) as url:
+        settle_collector()  # the command's imports are made, its flows about to run
         yield url
 
 
