@@ -46,8 +46,8 @@ class Benchmark:
 def docstring_summary(module: str) -> str:
     """The first paragraph of ``module``'s docstring as one line, read without importing the
     module (its first tokens only).  Read once per process: every command line built asks for
-    each benchmark's summary twice, and finding and tokenizing the eleven modules was most of
-    the time of building it."""
+    each benchmark's summary twice, and finding and tokenizing every benchmark's module was
+    most of the time of building it."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         raise ValueError(f"no module {module!r}")
