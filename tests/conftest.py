@@ -91,11 +91,20 @@ def pytest_collection_modifyitems(config, items):
     _slowest_files_first(config, items)
 
 
-def pytest_collection_finish(session):
-    """What collecting made (the libraries, every test module and its data) lives as long as the
-    test process: moved out of the garbage collector's reach, so that the collections the tests
-    set off do not traverse it each time (they were a sizeable part of a test process's time)."""
-    gc.freeze()
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """Collect with the garbage collector paused, then move what collecting made (the
+    libraries, every test module and its data: it lives as long as the test process) out of
+    its reach (:func:`gc.freeze`), so that the collections the tests set off do not traverse it
+    each time; as a command that runs flows does (:mod:`scarce.flows.runners`).  Collecting
+    makes little garbage (frozen with the rest), and its collections and the tests' traversals
+    of that heap were a sizeable part of a test process's time."""
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _slowest_files_first(config, items) -> None:
