@@ -75,6 +75,8 @@ from typing import Any
 
 import pandas as pd
 
+from scarce.flows.server_process import RECORDED_WITHIN
+
 #: The flows measured: the training flows of :data:`scarce.flows.registry.FLOWS` (a test checks).
 FLOWS = ("leml", "relations", "strip")
 COLUMNS = ["flow", "run", "seconds", "metric", "value"]
@@ -331,14 +333,15 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def task_runs(flow_run_id, page: int = 200, settle: float = 1.0) -> list:
+def task_runs(flow_run_id, page: int = 200, settle: float = RECORDED_WITHIN) -> list:
     """Every task run of a flow run, read from the Prefect API.
 
     One read returns at most ``PREFECT_API_DEFAULT_LIMIT`` runs (200 by default), so they are
     read ``page`` at a time in a fixed order until a page comes back empty.  The server records
-    task runs from the events the flow's process sends, a little after they happen: the whole
-    read is repeated ``settle`` seconds apart until two give the same runs in the same states
-    (at most a minute).
+    task runs from the events the flow's process sends, a little after they happen (in
+    batches, by the servers scarce starts): the whole read is repeated ``settle`` seconds
+    apart, longer than a batch waits, until two give the same runs in the same states (at
+    most a minute).
     """
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId

@@ -24,12 +24,18 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from scarce.flows.server_process import file_size_limit, last_error, launch_server
+from scarce.flows.server_process import (
+    RECORDED_WITHIN,
+    file_size_limit,
+    last_error,
+    launch_server,
+)
 from scarce.tasks.errors import InputError
 
 log = logging.getLogger("scarce.run")
@@ -65,7 +71,6 @@ class ServerStartError(InputError):
 def _server_class() -> type:
     import atexit
     import threading
-    import time
     from collections import deque
 
     import httpx
@@ -432,8 +437,10 @@ def crash_left_running(flow: Any, flow_run: Any, state: Any) -> None:
     running in other threads or on Dask workers die with the process (or are abandoned) and
     would otherwise show as running for ever, in the UI of the same database as anywhere.
     Child flow runs are created by direct API calls and all found; a task run reaches the
-    server as events, recorded a moment later, so one started just before the interruption
-    may not be there yet (the events this process still holds are sent first).
+    server as events, which the servers scarce starts record in batches (at most
+    :data:`~scarce.flows.server_process.RECORDED_WITHIN` seconds later): the events this
+    process still holds are sent first, the unfinished runs marked, and, after that time,
+    those recorded meanwhile marked too.
     """
     from prefect import get_client
     from prefect.client.schemas.filters import (
@@ -456,18 +463,28 @@ def crash_left_running(flow: Any, flow_run: Any, state: Any) -> None:
 
         EventsWorker.drain_all(timeout=5)
     with get_client(sync_client=True) as client:
-        parents = [flow_run.id]
-        while parents:
-            for run in client.read_task_runs(task_run_filter=TaskRunFilter(
-                    flow_run_id=TaskRunFilterFlowRunId(any_=parents),
-                    state=TaskRunFilterState(type=TaskRunFilterStateType(any_=unfinished)))):
-                client.set_task_run_state(run.id, Crashed(message=message), force=True)
-            children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents),
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=unfinished))))
-            for run in children:
-                client.set_flow_run_state(run.id, Crashed(message=message), force=True)
-            parents = [run.id for run in children]
+        def crash(parents: list) -> list:
+            """Mark the unfinished task runs of the flow runs ``parents``, and of their
+            unfinished child flow runs at any depth, crashed, those child runs too; returns
+            every flow run visited."""
+            visited = []
+            while parents:
+                visited += parents
+                for run in client.read_task_runs(task_run_filter=TaskRunFilter(
+                        flow_run_id=TaskRunFilterFlowRunId(any_=parents),
+                        state=TaskRunFilterState(type=TaskRunFilterStateType(any_=unfinished)))):
+                    client.set_task_run_state(run.id, Crashed(message=message), force=True)
+                children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents),
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=unfinished))))
+                for run in children:
+                    client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+                parents = [run.id for run in children]
+            return visited
+
+        visited = crash([flow_run.id])
+        time.sleep(RECORDED_WITHIN)
+        crash(visited)  # the task runs recorded meanwhile, in the same flow runs
 
 
 def worker_env() -> dict[str, str]:

@@ -34,7 +34,12 @@ def ui(args: argparse.Namespace) -> int:
         "Ctrl-C stops the server.",
         flush=True,
     )
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    from prefect.settings import get_current_settings
+
+    # The settings of the active Prefect profile as variables, as a temporary server gets
+    # them: a value a profile sets wins over launch_server's defaults, as it would here.
+    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from the API host and
     # port settings, not from `prefect server start --port`: without these the page served on
