@@ -38,9 +38,10 @@ SERVER_DEFAULTS = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
 }
-#: Seconds after which the events a server has received are in its database (the recorder's
-#: flush interval of :data:`SERVER_DEFAULTS`, with a margin for the flush itself).
-RECORDED_WITHIN = 1.5
+#: Seconds after which the events a server has received are in its database: the recorder's
+#: flush interval of :data:`SERVER_DEFAULTS`, with half a second for the flush itself.
+RECORDED_WITHIN = float(
+    SERVER_DEFAULTS["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL"]) + 0.5
 
 
 def launch_server(args: list[str], **kwargs: Any) -> subprocess.Popen:
