@@ -279,7 +279,7 @@ def local_server_api(
 ) -> Iterator[str]:
     """``PREFECT_API_URL`` when it is set; else the URL of the local server that
     ``local(home, env, timeout)`` holds for the block (the Prefect home, made; the environment
-    a server started here gets, :func:`_server_environment`, called only when one is started:
+    a server started here gets, :func:`server_environment`, called only when one is started:
     serialising Prefect's settings takes a good part of a second; its start-up timeout), set as this
     process's API, and what this process's Prefect services still hold sent before the server
     is let go.  The start of :func:`prefect_api` and of ``scarce serve``'s API
@@ -299,7 +299,7 @@ def local_server_api(
     home = Path(PREFECT_HOME.value()).expanduser()
     home.mkdir(parents=True, exist_ok=True)
     timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
-    with local(home, functools.partial(_server_environment, home), timeout) as url:
+    with local(home, functools.partial(server_environment, home), timeout) as url:
         try:
             with temporary_settings({PREFECT_API_URL: url}):
                 yield url
@@ -318,10 +318,12 @@ def _temporary_server() -> Iterator[str]:
         server.stop()
 
 
-def _server_environment(home: Path) -> dict[str, str]:
-    """The environment of a shared server started by this process: this one's, with its
-    Prefect settings (a profile's included) as variables, as Prefect passes them to its own
-    temporary server, and no API URL."""
+def server_environment(home: Path) -> dict[str, str]:
+    """The environment of a server of the Prefect home ``home`` started by this process (the
+    shared server, ``scarce ui``'s): this one's, with its Prefect settings (a profile's
+    included) as variables, as Prefect passes them to its own temporary server, so that a
+    value a profile sets wins over :data:`~scarce.flows.server_process.SERVER_DEFAULTS`; no
+    API URL."""
     from prefect.settings import get_current_settings
 
     env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),

@@ -34,13 +34,9 @@ def ui(args: argparse.Namespace) -> int:
         "Ctrl-C stops the server.",
         flush=True,
     )
-    from prefect.settings import get_current_settings
+    from scarce.flows.runners import server_environment
 
-    # The settings of the active Prefect profile as variables, as a temporary server gets
-    # them: a value a profile sets wins over launch_server's defaults, as it would here.
-    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
+    env = server_environment(Path(_prefect_home()))
     # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from the API host and
     # port settings, not from `prefect server start --port`: without these the page served on
     # another port still talks to 4200 (another server's runs, or none).
